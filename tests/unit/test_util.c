@@ -1,0 +1,57 @@
+#include "harness.h"
+
+#include "alloc.h"
+#include "buf.h"
+#include "err.h"
+#include "log.h"
+
+static void test_err(void)
+{
+    struct err e = {0};
+    EXPECT_EQ(err_set(&e, ERR_IO, "cannot open '%s'", "a.png"), ERR_IO);
+    EXPECT_STR(e.msg, "cannot open 'a.png'");
+    /* The first message wins; context is added with err_prefix. */
+    err_set(&e, ERR_INVALID, "second");
+    EXPECT_EQ(e.code, ERR_IO);
+    err_prefix(&e, "node %d", 3);
+    EXPECT_STR(e.msg, "node 3: cannot open 'a.png'");
+    EXPECT_STR(err_str(ERR_DEVICE_OOM), "ERR_DEVICE_OOM");
+    EXPECT_EQ(err_set(NULL, ERR_BUSY, "ignored"), ERR_BUSY);
+}
+
+static void test_buf(void)
+{
+    struct buf b;
+    buf_init(&b);
+    for (int i = 0; i < 1000; i++)
+        buf_printf(&b, "%d,", i);
+    ok(b.len == strlen(b.ptr), "buf stays NUL-terminated (len %zu)", b.len);
+    ok(strncmp(b.ptr, "0,1,2,", 6) == 0, "buf content starts right");
+    ok(strcmp(b.ptr + b.len - 4, "999,") == 0, "buf content ends right");
+    size_t n;
+    char *s = buf_detach(&b, &n);
+    EXPECT_EQ(n, strlen(s));
+    xfree(s);
+    buf_release(&b);
+}
+
+static void test_log(void)
+{
+    enum log_level l;
+    EXPECT_EQ(log_parse_level("debug", &l), 0);
+    EXPECT_EQ(l, LOG_DEBUG);
+    EXPECT_EQ(log_parse_level("LOUD", &l), -1);
+}
+
+int main(void)
+{
+    long live0 = alloc_live_count();
+    test_err();
+    test_buf();
+    test_log();
+    void *p = xmalloc_aligned(64, 100);
+    ok(((uintptr_t)p & 63) == 0, "aligned allocation is aligned");
+    xfree_aligned(p);
+    EXPECT_EQ(alloc_live_count(), live0);
+    return harness_done();
+}
