@@ -1,0 +1,36 @@
+#!/bin/sh
+# Install everything latentd needs on a fresh Debian 12 machine, then build it.
+#   tools/install.sh            apt packages + npm packages + release build in build/
+# Safe to run again: apt and npm skip what is already there, the build is incremental.
+set -eu
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    SUDO=sudo
+fi
+
+# Build tools and the libraries latentd links (see README "Dependencies").
+PACKAGES="build-essential cmake ninja-build pkg-config git
+  libmicrohttpd-dev libwebsockets-dev libcjson-dev libsqlite3-dev libpng-dev
+  libjpeg62-turbo-dev libopenblas-dev
+  nodejs npm chromium wrk"
+
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null
+
+# JavaScript: the UI's litegraph.js, and the test tools (ws, playwright-core).
+for dir in web tests; do
+    if [ -f "$dir/package-lock.json" ]; then
+        (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    elif [ -f "$dir/package.json" ]; then
+        (cd "$dir" && npm install --no-audit --no-fund --loglevel=error)
+    fi
+done
+
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
+    ${CMAKE_ARGS:-}
+cmake --build "$BUILD_DIR" -j"$(nproc)"
