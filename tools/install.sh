@@ -13,13 +13,16 @@ fi
 # Build tools and the libraries latentd links (see README "Dependencies").
 PACKAGES="build-essential cmake ninja-build pkg-config git
   libmicrohttpd-dev libwebsockets-dev libcjson-dev libsqlite3-dev libpng-dev
-  libjpeg62-turbo-dev libopenblas-dev
-  nodejs npm chromium wrk"
+  libjpeg62-turbo-dev libopenblas-dev chromium wrk"
 
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null
+# Node.js may come from another repository (with npm bundled): only add Debian's if absent.
+if ! command -v npm >/dev/null 2>&1; then
+    $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
 
 # JavaScript: the UI's litegraph.js, and the test tools (ws, playwright-core).
 for dir in web tests; do
