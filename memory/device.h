@@ -67,6 +67,10 @@ int dev_is_host(const struct dev *d);       /* memory is CPU-addressable (cpu, s
 /* Number of CUDA devices usable now (0 without a driver, a GPU or a CUDA build). */
 int dev_cuda_count(void);
 
+/* Parse a byte size: "1073741824", "512M", "2G", "1.5GiB", "64k" (binary units).
+ * Returns 0 or ERR_INVALID. For --vram-budget, --reserve-vram and sim:SIZE. */
+int dev_parse_size(const char *s, size_t *out);
+
 /* ---- memory ------------------------------------------------------------------- */
 
 /* Allocate `bytes` (aligned to at least 256 bytes). ERR_DEVICE_OOM over budget. */
@@ -77,6 +81,7 @@ size_t dev_bytes_used(const struct dev *d);   /* live allocations, bytes */
 size_t dev_bytes_peak(const struct dev *d);   /* max of used since open / last reset */
 size_t dev_bytes_budget(const struct dev *d); /* hard cap, bytes (SIZE_MAX: none) */
 void dev_peak_reset(struct dev *d);
+long dev_alloc_count(const struct dev *d);    /* live allocations (leak checks) */
 
 /* Free and total memory as the device reports it (cudaMemGetInfo on CUDA; budget on sim;
  * physical RAM on cpu), both in bytes. */
@@ -114,6 +119,10 @@ int dev_event_record(struct dev_event *ev, struct dev_stream *s);
 int dev_stream_wait_event(struct dev_stream *s, struct dev_event *ev);
 int dev_event_sync(struct dev_event *ev);  /* block the caller until it completes */
 int dev_event_query(struct dev_event *ev); /* 1 completed, 0 pending, <0 error */
+
+/* The backend's native stream handle (cudaStream_t on CUDA) for kernel launches;
+ * NULL on cpu and sim. Borrowed: owned by the stream. */
+void *dev_stream_native(struct dev_stream *s);
 
 /* ---- pinned host memory ------------------------------------------------------------ */
 

@@ -1,0 +1,104 @@
+/*
+ * dev_backend — the private contract between device.c (registry, accounting,
+ * argument checks) and the backends dev_cpu.c, dev_sim.c and dev_cuda.c.
+ *
+ * Not for use outside memory/dev*.c: everything here may change. device.c does
+ * the byte accounting and the budget check before calling a backend's alloc, so
+ * backends only hand out memory; a backend's free returns how many bytes the
+ * allocation was accounted with (what the caller asked for).
+ *
+ * Threads: as device.h (the executor thread owns a device).
+ */
+#ifndef LATENTD_MEMORY_DEV_BACKEND_H
+#define LATENTD_MEMORY_DEV_BACKEND_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "device.h"
+
+struct dev_stream {
+    struct dev *dev;      /* borrowed: the owning device */
+    int is_compute;       /* the device's compute stream (never freed by the user) */
+    void *impl;           /* owned by the backend */
+    struct dev_stream *next; /* device's list of user streams, freed at dev_close */
+};
+
+struct dev_event {
+    struct dev *dev; /* borrowed */
+    void *impl;      /* owned by the backend */
+};
+
+/* A backend: every member is required unless marked optional. */
+struct dev_ops {
+    void (*close)(struct dev *d);
+    int (*alloc)(struct dev *d, size_t bytes, void **out);
+    size_t (*free)(struct dev *d, void *ptr); /* returns the bytes ptr was allocated with */
+    int (*mem_info)(struct dev *d, size_t *free_bytes, size_t *total_bytes);
+    int (*copy)(struct dev *d, enum dev_copy_kind kind, void *dst, const void *src, size_t n);
+    int (*copy_async)(struct dev_stream *s, enum dev_copy_kind kind, void *dst,
+                      const void *src, size_t n);
+    int (*stream_init)(struct dev_stream *s); /* fills s->impl; compute stream too */
+    void (*stream_release)(struct dev_stream *s);
+    int (*stream_sync)(struct dev_stream *s);
+    int (*event_init)(struct dev_event *ev);
+    void (*event_release)(struct dev_event *ev);
+    int (*event_record)(struct dev_event *ev, struct dev_stream *s);
+    int (*stream_wait_event)(struct dev_stream *s, struct dev_event *ev);
+    int (*event_sync)(struct dev_event *ev);
+    int (*event_query)(struct dev_event *ev);
+    int (*host_alloc)(struct dev *d, size_t bytes, void **out, int *pinned);
+    void (*host_free)(struct dev *d, void *ptr);
+    int (*host_register)(struct dev *d, void *ptr, size_t bytes);   /* optional: no-op */
+    void (*host_unregister)(struct dev *d, void *ptr);              /* optional: no-op */
+    void *(*stream_native)(struct dev_stream *s);                    /* optional: NULL */
+};
+
+struct dev {
+    const struct dev_ops *ops; /* borrowed (static) */
+    enum dev_kind kind;
+    char name[128];
+    size_t budget;             /* bytes, SIZE_MAX = none */
+    atomic_size_t used;        /* bytes, live allocations */
+    atomic_size_t peak;        /* bytes */
+    atomic_long n_allocs;      /* live allocations */
+    struct dev_stream compute; /* the compute stream */
+    struct dev_stream *streams; /* owned: user streams not yet freed */
+    void *impl;                /* owned by the backend */
+};
+
+/* Backend constructors: fill d->ops, d->kind, d->name, d->impl (and may lower
+ * d->budget to what the device has). device.c has set d->budget from the caller. */
+int dev__cpu_open(struct dev *d, struct err *e);
+int dev__sim_open(struct dev *d, size_t sim_bytes, struct err *e);
+#ifdef HAVE_CUDA
+int dev__cuda_open(struct dev *d, int ordinal, struct err *e);
+int dev__cuda_count(void);
+#endif
+
+/*
+ * Host streams and events, shared by cpu and sim (dev_hostq.c). A host device runs
+ * compute on the calling thread, so its compute stream is always idle; a copy
+ * stream is a FIFO of copies, event signals and event waits, served by its own
+ * thread when `threaded` (sim) or run inline at enqueue (cpu).
+ */
+struct dev__hostq;
+struct dev__hostq *dev__hostq_new(int threaded);
+void dev__hostq_free(struct dev__hostq *q);
+int dev__hostq_copy_async(struct dev_stream *s, enum dev_copy_kind kind, void *dst,
+                          const void *src, size_t n);
+int dev__hostq_stream_init(struct dev_stream *s);
+void dev__hostq_stream_release(struct dev_stream *s);
+int dev__hostq_stream_sync(struct dev_stream *s);
+int dev__hostq_event_init(struct dev_event *ev);
+void dev__hostq_event_release(struct dev_event *ev);
+int dev__hostq_event_record(struct dev_event *ev, struct dev_stream *s);
+int dev__hostq_stream_wait_event(struct dev_stream *s, struct dev_event *ev);
+int dev__hostq_event_sync(struct dev_event *ev);
+int dev__hostq_event_query(struct dev_event *ev);
+
+/* Host memory with the accounted size kept in a header in front (cpu and sim). */
+int dev__host_mem_alloc(size_t bytes, void **out);
+size_t dev__host_mem_free(void *ptr);
+
+#endif

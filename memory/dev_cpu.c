@@ -1,0 +1,97 @@
+/*
+ * dev_cpu.c — the cpu device: plain host memory, no budget beyond the machine
+ * (unless the caller gives one), synchronous streams (dev_hostq.c, inline).
+ *
+ * The host-memory helpers here are shared with dev_sim.c, which differs only in
+ * its budget and in serving copy streams from threads.
+ */
+#include "dev_backend.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloc.h"
+
+static void cpu_close(struct dev *d)
+{
+    dev__hostq_free(d->impl);
+}
+
+static int host_alloc_mem(struct dev *d, size_t bytes, void **out)
+{
+    (void)d;
+    return dev__host_mem_alloc(bytes, out);
+}
+
+static size_t host_free_mem(struct dev *d, void *ptr)
+{
+    (void)d;
+    return dev__host_mem_free(ptr);
+}
+
+static int cpu_mem_info(struct dev *d, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)d;
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+    long psz = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psz <= 0)
+        return ERR_INTERNAL;
+    *total_bytes = (size_t)pages * (size_t)psz;
+    *free_bytes = avail > 0 ? (size_t)avail * (size_t)psz : 0;
+    return 0;
+}
+
+static int host_copy(struct dev *d, enum dev_copy_kind kind, void *dst, const void *src,
+                     size_t n)
+{
+    (void)d;
+    (void)kind;
+    memmove(dst, src, n);
+    return 0;
+}
+
+/* "Pinned" host memory on a host device is plain aligned memory: every copy is a memcpy. */
+static int host_pinned_alloc(struct dev *d, size_t bytes, void **out, int *pinned)
+{
+    (void)d;
+    *out = xmalloc_aligned(4096, bytes ? bytes : 1);
+    *pinned = 1;
+    return 0;
+}
+
+static void host_pinned_free(struct dev *d, void *ptr)
+{
+    (void)d;
+    xfree_aligned(ptr);
+}
+
+const struct dev_ops dev__host_ops = {
+    .close = cpu_close,
+    .alloc = host_alloc_mem,
+    .free = host_free_mem,
+    .mem_info = cpu_mem_info,
+    .copy = host_copy,
+    .copy_async = dev__hostq_copy_async,
+    .stream_init = dev__hostq_stream_init,
+    .stream_release = dev__hostq_stream_release,
+    .stream_sync = dev__hostq_stream_sync,
+    .event_init = dev__hostq_event_init,
+    .event_release = dev__hostq_event_release,
+    .event_record = dev__hostq_event_record,
+    .stream_wait_event = dev__hostq_stream_wait_event,
+    .event_sync = dev__hostq_event_sync,
+    .event_query = dev__hostq_event_query,
+    .host_alloc = host_pinned_alloc,
+    .host_free = host_pinned_free,
+};
+
+int dev__cpu_open(struct dev *d, struct err *e)
+{
+    (void)e;
+    d->ops = &dev__host_ops;
+    d->kind = DEV_KIND_CPU;
+    snprintf(d->name, sizeof(d->name), "cpu");
+    d->impl = dev__hostq_new(0);
+    return 0;
+}
