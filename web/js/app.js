@@ -1,0 +1,388 @@
+// app.js — the page: graph canvas, top bar (queue, batch, interrupt, progress), side panels
+// (queue, history, gallery, system), error dialog, drag-and-drop of PNG/JSON workflows.
+// window.app is the page's state and is what the UI tests drive and inspect.
+import { api } from "./api.js";
+import { registerNodeTypes, applySeedControl } from "./nodes.js";
+import { graphToPrompt, apiPromptToGraph, isApiPrompt, isWorkflow, registerMissingTypes } from "./workflow.js";
+import { readComfyMetadata } from "./png.js";
+import { Panels } from "./panels.js";
+
+const LG = window.LiteGraph;
+const STORE_KEY = "latentd.workflow";
+
+class App {
+  constructor() {
+    this.runningNodeId = null;
+    this.runningPromptId = null;
+    this.nodeProgress = {};   // node id -> {value, max, state}
+    this.nodeErrors = {};     // node id -> node_errors entry of the last failed queue
+    this.myPrompts = {};      // prompt id -> {nodes: count, done: Set}
+    this.lastError = null;
+    this.missingTypes = [];
+    this.objectInfo = {};
+  }
+
+  $(id) { return document.getElementById(id); }
+
+  async setup() {
+    LG.release_link_on_empty_shows_menu = true;
+    LG.alt_drag_do_clone_nodes = true;
+    this.graph = new LG.LGraph();
+    const el = this.$("graph-canvas");
+    this.canvas = new LG.LGraphCanvas(el, this.graph);
+    this.canvas.allow_searchbox = true;
+    this.canvas.show_info = false;
+    this.resizeCanvas();
+    window.addEventListener("resize", () => this.resizeCanvas());
+    this.graph.start();
+
+    this.panels = new Panels(this);
+    this.bindToolbar();
+    this.bindDrop();
+    this.bindSocket();
+
+    try {
+      await this.loadNodeDefs();
+    } catch (e) {
+      this.showError(`could not load node definitions from /object_info: ${e.message}`);
+    }
+    let restored = false;
+    try {
+      const saved = localStorage.getItem(STORE_KEY);
+      if (saved) restored = await this.loadGraphData(JSON.parse(saved), { quiet: true });
+    } catch (e) { console.warn("stored workflow unreadable", e); }
+    if (!restored) await this.loadDefault();
+    setInterval(() => this.persist(), 2000);
+    window.addEventListener("beforeunload", () => this.persist());
+    api.connect();
+    this.panels.refreshAll();
+    this.ready = true;
+    document.body.dataset.ready = "1";
+  }
+
+  resizeCanvas() {
+    const el = this.$("graph-canvas");
+    const r = el.parentElement.getBoundingClientRect();
+    el.width = r.width; el.height = r.height;
+    this.canvas.resize(r.width, r.height);
+    this.canvas.setDirty(true, true);
+  }
+
+  async loadNodeDefs() {
+    this.objectInfo = await api.getObjectInfo();
+    registerNodeTypes(this.objectInfo);
+    this.setStatus(`${Object.keys(this.objectInfo).length} node types`);
+  }
+
+  persist() {
+    if (!this.graph || !this.ready) return;
+    try { localStorage.setItem(STORE_KEY, JSON.stringify(this.graph.serialize())); } catch { /* quota */ }
+  }
+
+  // --- loading and saving workflows ------------------------------------------------
+
+  async loadDefault() {
+    const res = await fetch("default_workflow.json", { cache: "no-store" });
+    const wf = await res.json();
+    await this.loadGraphData(wf);
+    // The stock default names ComfyUI's checkpoint; pick an installed one if that is absent.
+    for (const n of this.graph._nodes) {
+      for (const w of n.widgets || []) {
+        if (w.name === "ckpt_name" && w.type === "combo") {
+          const vals = w.options.values || [];
+          if (vals.length && !vals.includes(w.value)) w.value = vals[0];
+        }
+      }
+    }
+  }
+
+  // data: a litegraph workflow or an API prompt. Returns true when loaded.
+  async loadGraphData(data, { quiet = false } = {}) {
+    this.clearRunState();
+    this.nodeErrors = {};
+    if (isWorkflow(data)) {
+      this.missingTypes = registerMissingTypes(data);
+      this.graph.clear();
+      this.graph.configure(data);
+      if (data.extra && data.extra.ds) {
+        this.canvas.ds.offset = data.extra.ds.offset || [0, 0];
+        this.canvas.ds.scale = data.extra.ds.scale || 1;
+      }
+    } else if (isApiPrompt(data)) {
+      this.missingTypes = apiPromptToGraph(this.graph, data);
+    } else {
+      if (!quiet) this.showError("this file holds no workflow (no litegraph graph and no API prompt)");
+      return false;
+    }
+    if (!data.extra || !data.extra.ds) this.fitView();
+    this.panels.showMissing(this.missingTypes);
+    this.canvas.setDirty(true, true);
+    return true;
+  }
+
+  fitView() {
+    const nodes = this.graph._nodes;
+    if (!nodes.length) return;
+    let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+    for (const n of nodes) {
+      x0 = Math.min(x0, n.pos[0]); y0 = Math.min(y0, n.pos[1] - LG.NODE_TITLE_HEIGHT);
+      x1 = Math.max(x1, n.pos[0] + n.size[0]); y1 = Math.max(y1, n.pos[1] + n.size[1]);
+    }
+    const c = this.canvas.canvas;
+    const scale = Math.min(1, Math.max(0.2, Math.min((c.width - 40) / (x1 - x0), (c.height - 40) / (y1 - y0))));
+    this.canvas.ds.scale = scale;
+    this.canvas.ds.offset = [20 / scale - x0, 20 / scale - y0];
+  }
+
+  saveWorkflow() {
+    const wf = this.graph.serialize();
+    const blob = new Blob([JSON.stringify(wf, null, 2)], { type: "application/json" });
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(blob);
+    a.download = "workflow.json";
+    document.body.appendChild(a); a.click(); a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+  }
+
+  async loadFile(file) {
+    const isPng = file.type === "image/png" || /\.png$/i.test(file.name);
+    if (isPng) {
+      let meta;
+      try { meta = await readComfyMetadata(await file.arrayBuffer()); }
+      catch (e) { this.showError(`${file.name}: ${e.message}`); return false; }
+      if (meta.workflow && isWorkflow(meta.workflow)) return this.loadGraphData(meta.workflow);
+      if (meta.prompt && isApiPrompt(meta.prompt)) return this.loadGraphData(meta.prompt);
+      this.showError(`${file.name}: no workflow or prompt found in this PNG`);
+      return false;
+    }
+    if (file.type === "application/json" || /\.json$/i.test(file.name)) {
+      let data;
+      try { data = JSON.parse(await file.text()); } catch (e) { this.showError(`${file.name}: ${e.message}`); return false; }
+      if (data && data.workflow && isWorkflow(data.workflow)) data = data.workflow;
+      return this.loadGraphData(data);
+    }
+    this.showError(`${file.name}: drop a PNG made by latentd/ComfyUI or a workflow .json`);
+    return false;
+  }
+
+  // --- queueing --------------------------------------------------------------------
+
+  async queue(batchCount = 1) {
+    this.nodeErrors = {};
+    this.canvas.setDirty(true, true);
+    for (let i = 0; i < batchCount; i++) {
+      let p;
+      try { p = graphToPrompt(this.graph); }
+      catch (e) { this.showError(e.message); return null; }
+      const r = await api.queuePrompt(p.output, p.workflow);
+      if (!r.ok) {
+        this.showPromptError(r.body);
+        return null;
+      }
+      if (r.body.node_errors && Object.keys(r.body.node_errors).length) this.showPromptError({ error: { message: "Some outputs failed validation and were skipped", details: "" }, node_errors: r.body.node_errors });
+      this.myPrompts[r.body.prompt_id] = { total: Object.keys(p.output).length, done: new Set(), cached: 0 };
+      this.lastPromptId = r.body.prompt_id;
+      for (const n of this.graph._nodes) for (const w of n.widgets || []) if (w.linkedWidget) applySeedControl(w);
+      this.canvas.setDirty(true, true);
+    }
+    this.panels.refreshQueue();
+    return this.lastPromptId;
+  }
+
+  showPromptError(body) {
+    const err = body.error || {};
+    this.nodeErrors = body.node_errors || {};
+    const lines = [];
+    for (const [id, ne] of Object.entries(this.nodeErrors)) {
+      const node = this.graph.getNodeById(Number(id));
+      const title = node ? `#${id} ${node.title}` : `#${id}`;
+      for (const e of ne.errors || []) lines.push({ node: title, cls: ne.class_type, text: `${e.message}: ${e.details}` });
+    }
+    this.lastError = { message: err.message || "Prompt rejected", details: err.details || "", nodes: lines };
+    this.panels.showErrorDialog(this.lastError);
+    this.canvas.setDirty(true, true);
+  }
+
+  showError(message, details = "") {
+    this.lastError = { message, details, nodes: [] };
+    this.panels.showErrorDialog(this.lastError);
+  }
+
+  // --- live execution state ---------------------------------------------------------
+
+  clearRunState() {
+    this.runningNodeId = null;
+    this.nodeProgress = {};
+    for (const n of this.graph?._nodes || []) if (n.previewImg) { n.previewImg = null; n.setDirtyCanvas(true, true); }
+  }
+
+  nodeFor(id) { return id == null ? null : this.graph.getNodeById(Number(id)); }
+
+  overallProgress() {
+    const p = this.myPrompts[this.runningPromptId];
+    if (!p || !p.total) return null;
+    const todo = Math.max(1, p.total - p.cached);
+    let frac = 0;
+    const cur = this.nodeProgress[this.runningNodeId];
+    if (cur && cur.max > 0 && cur.state !== "finished") frac = cur.value / cur.max;
+    return Math.min(1, (p.done.size + frac) / todo);
+  }
+
+  updateProgressBar() {
+    const cur = this.nodeProgress[this.runningNodeId];
+    const overall = this.overallProgress();
+    const node = this.nodeFor(this.runningNodeId);
+    this.$("progress-overall").style.width = `${Math.round((overall ?? 0) * 100)}%`;
+    this.$("progress-node").style.width = cur && cur.max ? `${Math.round((cur.value / cur.max) * 100)}%` : "0%";
+    let text = "";
+    if (this.runningPromptId) {
+      text = node ? `${node.title}` : "running";
+      if (cur && cur.max > 1) text += ` ${cur.value}/${cur.max}`;
+      if (overall != null) text += ` · ${Math.round(overall * 100)}%`;
+    }
+    this.$("progress-text").textContent = text;
+    this.canvas.setDirty(true, false);
+  }
+
+  bindSocket() {
+    api.addEventListener("socket", (e) => {
+      const el = this.$("socket-state");
+      el.textContent = e.detail.connected ? "connected" : "reconnecting…";
+      el.className = e.detail.connected ? "ok" : "bad";
+    });
+    api.addEventListener("reconnected", () => this.panels.refreshAll());
+    api.addEventListener("status", (e) => {
+      const q = e.detail.status?.exec_info?.queue_remaining;
+      if (q != null) this.$("queue-size").textContent = `queue: ${q}`;
+      this.panels.refreshQueue();
+    });
+    api.addEventListener("execution_start", (e) => {
+      this.clearRunState();
+      this.runningPromptId = e.detail.prompt_id;
+      if (!this.myPrompts[this.runningPromptId]) this.myPrompts[this.runningPromptId] = { total: 0, done: new Set(), cached: 0 };
+      this.updateProgressBar();
+      this.panels.refreshQueue();
+    });
+    api.addEventListener("execution_cached", (e) => {
+      const p = this.myPrompts[e.detail.prompt_id];
+      if (p) p.cached = (e.detail.nodes || []).length;
+    });
+    api.addEventListener("executing", (e) => {
+      const d = e.detail;
+      const prev = this.runningNodeId;
+      if (prev != null && this.myPrompts[this.runningPromptId]) this.myPrompts[this.runningPromptId].done.add(String(prev));
+      if (d.node == null) {
+        this.runningNodeId = null;
+        this.nodeProgress = {};
+        this.runningPromptId = null;
+        this.panels.refreshQueue();
+        this.panels.refreshHistory();
+      } else {
+        this.runningNodeId = d.display_node || d.node;
+      }
+      this.updateProgressBar();
+    });
+    api.addEventListener("progress", (e) => {
+      const d = e.detail;
+      this.nodeProgress[d.node] = { value: d.value, max: d.max, state: "running" };
+      if (this.runningNodeId == null) this.runningNodeId = d.node;
+      this.updateProgressBar();
+    });
+    api.addEventListener("progress_state", (e) => {
+      for (const [id, s] of Object.entries(e.detail.nodes || {}))
+        this.nodeProgress[s.display_node_id || id] = { value: s.value, max: s.max, state: s.state };
+      this.updateProgressBar();
+    });
+    api.addEventListener("b_preview", (e) => {
+      const node = this.nodeFor(this.runningNodeId);
+      const url = URL.createObjectURL(e.detail);
+      const img = new Image();
+      img.onload = () => {
+        if (this.previewUrl) URL.revokeObjectURL(this.previewUrl);
+        this.previewUrl = url;
+        this.previewCount = (this.previewCount || 0) + 1;
+        if (node) node.setLivePreview(img);
+      };
+      img.src = url;
+    });
+    api.addEventListener("executed", (e) => {
+      const d = e.detail;
+      const images = d.output?.images || [];
+      const node = this.nodeFor(d.display_node || d.node);
+      if (node && images.length) node.setImages(images.map((i) => api.viewUrl(i)));
+      this.panels.addGallery(images);
+    });
+    api.addEventListener("execution_error", (e) => {
+      const d = e.detail;
+      this.nodeErrors = { [d.node_id]: { errors: [], class_type: d.node_type } };
+      this.showError(`Error in ${d.node_type} (#${d.node_id}): ${d.exception_type || "error"}`, (d.exception_message || "").trim());
+      this.finishRun();
+    });
+    api.addEventListener("execution_interrupted", (e) => {
+      this.setStatus(`interrupted at #${e.detail.node_id} ${e.detail.node_type || ""}`);
+      this.lastInterrupted = e.detail;
+      this.finishRun();
+    });
+    api.addEventListener("execution_success", () => this.setStatus("done"));
+  }
+
+  finishRun() {
+    this.runningNodeId = null;
+    this.nodeProgress = {};
+    this.updateProgressBar();
+    this.panels.refreshHistory();
+  }
+
+  setStatus(text) { this.$("status-text").textContent = text; }
+
+  // --- toolbar and drop ------------------------------------------------------------
+
+  bindToolbar() {
+    this.$("btn-queue").addEventListener("click", () => {
+      const n = Math.max(1, Math.min(100, parseInt(this.$("batch-count").value, 10) || 1));
+      this.queue(n);
+    });
+    this.$("btn-interrupt").addEventListener("click", () => api.interrupt());
+    this.$("btn-save").addEventListener("click", () => this.saveWorkflow());
+    this.$("btn-load").addEventListener("click", () => this.$("file-input").click());
+    this.$("file-input").addEventListener("change", (e) => {
+      const f = e.target.files[0];
+      if (f) this.loadFile(f);
+      e.target.value = "";
+    });
+    this.$("btn-default").addEventListener("click", () => this.loadDefault());
+    this.$("btn-clear").addEventListener("click", () => { this.graph.clear(); this.nodeErrors = {}; this.canvas.setDirty(true, true); });
+    this.$("btn-refresh").addEventListener("click", async () => {
+      const wf = this.graph.serialize();
+      await this.loadNodeDefs();
+      await this.loadGraphData(wf);
+    });
+    document.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.$("btn-queue").click(); }
+    });
+  }
+
+  bindDrop() {
+    // Capture phase: a file dropped on a node with onDropFile (LoadImage) goes to that node,
+    // anything else dropped anywhere on the page is read as a workflow.
+    document.addEventListener("dragover", (e) => e.preventDefault(), true);
+    document.addEventListener("drop", (e) => {
+      const files = e.dataTransfer && e.dataTransfer.files;
+      if (!files || !files.length) return;
+      e.preventDefault(); e.stopPropagation();
+      const file = files[0];
+      let node = null;
+      if (e.target === this.canvas.canvas) {
+        const pos = this.canvas.convertEventToCanvasOffset(e);
+        node = this.graph.getNodeOnPos(pos[0], pos[1]);
+      }
+      if (node && node.onDropFile && file.type.startsWith("image/")) node.onDropFile(file);
+      else this.loadFile(file);
+    }, true);
+  }
+}
+
+export const app = new App();
+window.app = app;
+window.api = api;
+app.setup().catch((e) => { console.error(e); app.showError(String(e)); });

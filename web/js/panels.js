@@ -1,0 +1,180 @@
+// panels.js — the side panel (queue, history, gallery, system), the error dialog and the
+// missing-node banner. All lists are rebuilt from the server's answers (GET /queue,
+// /history, /system_stats) whenever a WS event says they changed.
+import { api } from "./api.js";
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "class") e.className = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) if (c != null) e.append(c instanceof Node ? c : String(c));
+  return e;
+}
+
+function fmtBytes(n) {
+  if (typeof n !== "number") return "?";
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${u[i]}`;
+}
+
+export class Panels {
+  constructor(app) {
+    this.app = app;
+    this.gallery = [];
+    this.tab = "queue";
+    for (const b of document.querySelectorAll("#tabs button"))
+      b.addEventListener("click", () => this.showTab(b.dataset.tab));
+    document.getElementById("btn-queue-clear").addEventListener("click", async () => { await api.clearQueue(); this.refreshQueue(); });
+    document.getElementById("btn-history-clear").addEventListener("click", async () => { await api.clearHistory(); this.refreshHistory(); });
+    document.getElementById("error-close").addEventListener("click", () => this.hideErrorDialog());
+    document.getElementById("lightbox").addEventListener("click", (e) => { e.currentTarget.hidden = true; });
+    this.showTab("queue");
+    setInterval(() => { if (this.tab === "system") this.refreshSystem(); }, 5000);
+  }
+
+  showTab(name) {
+    this.tab = name;
+    for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.tab === name);
+    for (const p of document.querySelectorAll(".panel")) p.hidden = p.id !== `panel-${name}`;
+    if (name === "system") this.refreshSystem();
+    if (name === "history") this.refreshHistory();
+    if (name === "queue") this.refreshQueue();
+  }
+
+  refreshAll() { this.refreshQueue(); this.refreshHistory(); this.refreshSystem(); }
+
+  // --- queue -----------------------------------------------------------------------
+  async refreshQueue() {
+    let q;
+    try { q = await api.getQueue(); } catch { return; }
+    const root = document.getElementById("queue-list");
+    root.replaceChildren();
+    const row = (item, running) => {
+      const [number, id, prompt] = item;
+      const n = Object.keys(prompt || {}).length;
+      return el("div", { class: `item ${running ? "running" : "pending"}`, "data-prompt-id": id },
+        el("span", { class: "tag" }, running ? "running" : `#${number}`),
+        el("span", { class: "pid", title: id }, id.slice(0, 8)),
+        el("span", { class: "meta" }, `${n} nodes`),
+        running
+          ? el("button", { onclick: () => api.interrupt() }, "interrupt")
+          : el("button", { onclick: async () => { await api.deleteQueueItems([id]); this.refreshQueue(); } }, "delete"),
+        el("button", { onclick: () => this.loadFromItem(item) }, "load"));
+    };
+    for (const it of q.queue_running || []) root.append(row(it, true));
+    const pending = (q.queue_pending || []).slice().sort((a, b) => a[0] - b[0]);
+    for (const it of pending) root.append(row(it, false));
+    if (!root.children.length) root.append(el("div", { class: "empty" }, "queue is empty"));
+    document.getElementById("tab-queue-count").textContent = String((q.queue_running || []).length + pending.length);
+  }
+
+  loadFromItem(item) {
+    const wf = item[3]?.extra_pnginfo?.workflow;
+    if (wf && wf.nodes) this.app.loadGraphData(wf);
+    else if (item[2]) this.app.loadGraphData(item[2]);
+  }
+
+  // --- history ---------------------------------------------------------------------
+  async refreshHistory() {
+    let h;
+    try { h = await api.getHistory(200); } catch { return; }
+    const root = document.getElementById("history-list");
+    root.replaceChildren();
+    const entries = Object.entries(h).reverse(); // newest first
+    for (const [id, entry] of entries) {
+      const status = entry.status || {};
+      const images = [];
+      for (const out of Object.values(entry.outputs || {})) for (const img of out.images || []) images.push(img);
+      const thumbs = el("div", { class: "thumbs" });
+      for (const img of images.slice(0, 8)) {
+        const url = api.viewUrl(img);
+        thumbs.append(el("img", { src: url, title: img.filename, loading: "lazy", onclick: () => this.openLightbox(url) }));
+      }
+      const msgs = status.messages || [];
+      const last = msgs.length ? msgs[msgs.length - 1][0] : "";
+      const label = status.status_str === "success" ? "success" : last === "execution_interrupted" ? "interrupted" : (status.status_str || "?");
+      root.append(el("div", { class: `item hist ${label}`, "data-prompt-id": id },
+        el("div", { class: "row" },
+          el("span", { class: "tag" }, label),
+          el("span", { class: "pid", title: id }, id.slice(0, 8)),
+          el("span", { class: "meta" }, `${images.length} image${images.length === 1 ? "" : "s"}`),
+          el("button", { onclick: () => this.loadFromItem(entry.prompt || []) }, "load"),
+          el("button", { onclick: async () => { await api.deleteHistoryItems([id]); this.refreshHistory(); } }, "delete")),
+        thumbs));
+      // Outputs also feed the gallery (newest first, no duplicates).
+    }
+    if (!entries.length) root.append(el("div", { class: "empty" }, "no history"));
+    const all = [];
+    for (const [, entry] of entries) for (const out of Object.values(entry.outputs || {})) for (const img of out.images || []) all.push(img);
+    this.setGallery(all);
+  }
+
+  // --- gallery ---------------------------------------------------------------------
+  addGallery(images) { this.setGallery([...images, ...this.gallery]); }
+
+  setGallery(images) {
+    const seen = new Set();
+    this.gallery = images.filter((i) => { const k = `${i.type}/${i.subfolder}/${i.filename}`; if (seen.has(k)) return false; seen.add(k); return true; }).slice(0, 200);
+    const root = document.getElementById("gallery-list");
+    root.replaceChildren(...this.gallery.map((img) => {
+      const url = api.viewUrl(img);
+      return el("img", { src: url, title: `${img.subfolder ? img.subfolder + "/" : ""}${img.filename} (${img.type})`, loading: "lazy", onclick: () => this.openLightbox(url) });
+    }));
+    document.getElementById("tab-gallery-count").textContent = String(this.gallery.length);
+  }
+
+  openLightbox(url) {
+    const lb = document.getElementById("lightbox");
+    lb.querySelector("img").src = url;
+    lb.hidden = false;
+  }
+
+  // --- system ----------------------------------------------------------------------
+  async refreshSystem() {
+    const root = document.getElementById("system-info");
+    let s;
+    try { s = await api.getSystemStats(); }
+    catch (e) { root.replaceChildren(el("div", { class: "empty" }, `system_stats unavailable: ${e.message}`)); return; }
+    const sys = s.system || {};
+    const table = el("table");
+    const add = (k, v) => table.append(el("tr", {}, el("th", {}, k), el("td", {}, v)));
+    add("OS", sys.os ?? "?");
+    add("version", sys.comfyui_version ?? "?");
+    add("RAM", `${fmtBytes(sys.ram_free)} free of ${fmtBytes(sys.ram_total)}`);
+    for (const d of s.devices || []) {
+      add("device", `${d.name} (${d.type}${d.index != null ? " " + d.index : ""})`);
+      add("VRAM", `${fmtBytes(d.vram_free)} free of ${fmtBytes(d.vram_total)}`);
+      add("pool", `${fmtBytes(d.torch_vram_free)} free of ${fmtBytes(d.torch_vram_total)} reserved`);
+    }
+    // Anything else the server exposes (e.g. the memory manager's loaded models) is shown raw.
+    const known = new Set(["system", "devices"]);
+    const extras = Object.entries(s).filter(([k]) => !known.has(k));
+    root.replaceChildren(table);
+    for (const [k, v] of extras) root.append(el("h4", {}, k), el("pre", {}, JSON.stringify(v, null, 1)));
+    root.append(el("button", { onclick: () => api.freeMemory().then(() => this.refreshSystem()) }, "free memory"));
+  }
+
+  // --- errors ----------------------------------------------------------------------
+  showErrorDialog(err) {
+    const d = document.getElementById("error-dialog");
+    document.getElementById("error-message").textContent = err.message;
+    document.getElementById("error-details").textContent = err.details || "";
+    const list = document.getElementById("error-nodes");
+    list.replaceChildren(...(err.nodes || []).map((n) => el("li", {}, el("b", {}, `${n.node} (${n.cls})`), " ", n.text)));
+    d.hidden = false;
+  }
+
+  hideErrorDialog() { document.getElementById("error-dialog").hidden = true; }
+
+  showMissing(types) {
+    const b = document.getElementById("missing-banner");
+    if (!types.length) { b.hidden = true; return; }
+    b.textContent = `This workflow uses node types the server does not provide: ${types.join(", ")}. They are shown in red and cannot be queued.`;
+    b.hidden = false;
+  }
+}
