@@ -1,0 +1,183 @@
+// helpers.js — shared by the UI tests: start a real latentd on a free port with its own
+// temporary directories, drive Debian's Chromium with playwright-core, save screenshots.
+// (LATENTD_UI_URL=http://host:port points the tests at an already running server instead:
+// a development aid only; CTest never sets it.)
+"use strict";
+const fs = require("fs");
+const os = require("os");
+const path = require("path");
+const zlib = require("zlib");
+const { spawn } = require("child_process");
+const { chromium } = require("../node_modules/playwright-core");
+const { CHROMIUM, SOURCE, latentdBin, artifactDir } = require("./paths.js");
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Mark the whole file skipped (run.js turns this into exit 77) and stop.
+function skipFile(reason) {
+  if (process.env.LATENTD_UI_SKIPFILE) fs.writeFileSync(process.env.LATENTD_UI_SKIPFILE, reason);
+  console.log(`skip: ${reason}`);
+  process.exit(77);
+}
+
+async function startLatentd({ args = [], setup } = {}) {
+  if (process.env.LATENTD_UI_URL) return { url: process.env.LATENTD_UI_URL.replace(/\/$/, ""), dir: null, stop: async () => {} };
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "latentd-ui-"));
+  for (const d of ["input", "output", "temp", "user", "models/checkpoints"]) fs.mkdirSync(path.join(dir, d), { recursive: true });
+  if (setup) await setup(dir);
+  const portFile = path.join(dir, "port");
+  const log = fs.openSync(path.join(dir, "latentd.log"), "w");
+  const proc = spawn(latentdBin(), [
+    "--listen", "127.0.0.1", "--port", "0", "--port-file", portFile,
+    "--base-directory", dir, "--input-directory", path.join(dir, "input"),
+    "--output-directory", path.join(dir, "output"), "--temp-directory", dir,
+    "--user-directory", path.join(dir, "user"), "--front-end-root", path.join(SOURCE, "web"),
+    "--cpu", ...args,
+  ], { cwd: dir, stdio: ["ignore", log, log] });
+  let exited = null;
+  proc.on("exit", (code, sig) => { exited = { code, sig }; });
+  const deadline = Date.now() + 30000;
+  let url = null;
+  while (Date.now() < deadline) {
+    if (exited) break;
+    if (!url && fs.existsSync(portFile)) {
+      const port = parseInt(fs.readFileSync(portFile, "utf8"), 10);
+      if (port > 0) url = `http://127.0.0.1:${port}`;
+    }
+    if (url) {
+      try { const r = await fetch(`${url}/api/object_info`); if (r.ok) break; } catch { /* not yet */ }
+    }
+    await sleep(100);
+  }
+  const logText = () => fs.readFileSync(path.join(dir, "latentd.log"), "utf8");
+  if (exited || !url) {
+    proc.kill("SIGKILL");
+    throw new Error(`latentd did not start (${JSON.stringify(exited)}):\n${logText().slice(-3000)}`);
+  }
+  const stop = async () => {
+    if (exited) return;
+    proc.kill("SIGTERM");
+    for (let i = 0; i < 50 && !exited; i++) await sleep(100);
+    if (!exited) proc.kill("SIGKILL");
+    try { fs.copyFileSync(path.join(dir, "latentd.log"), path.join(artifactDir(), `${process.env.UI_TEST_NAME || "ui"}-latentd.log`)); } catch { /* best effort */ }
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  return { url, dir, proc, stop, logText };
+}
+
+const CHROME_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+
+// Opens the page and waits until the app has loaded node definitions and its WebSocket is up.
+// Collects page errors and requests to hosts other than the server (there must be none).
+async function openPage(url) {
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROME_ARGS }); // fresh empty profile
+  const page = await browser.newPage({ viewport: { width: 1400, height: 850 } });
+  const errors = [], foreign = [], consoleLines = [];
+  const origin = new URL(url).origin;
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("console", (m) => consoleLines.push(`${m.type()}: ${m.text()}`));
+  page.on("request", (r) => { const u = r.url(); if (!u.startsWith(origin) && !u.startsWith("data:") && !u.startsWith("blob:")) foreign.push(u); });
+  await page.goto(url + "/");
+  await page.waitForFunction(() => window.app && window.app.ready && window.api && window.api.connected, null, { timeout: 20000 });
+  // Record every WS event the page receives, for assertions.
+  await page.evaluate(() => {
+    window.__events = [];
+    for (const t of ["status", "execution_start", "execution_cached", "executing", "progress", "progress_state",
+      "executed", "execution_success", "execution_error", "execution_interrupted", "b_preview"])
+      window.api.addEventListener(t, (e) => window.__events.push({ type: t, data: t === "b_preview" ? { size: e.detail.size } : e.detail }));
+  });
+  return { browser, page, errors, foreign, consoleLines };
+}
+
+async function screenshot(page, name) {
+  fs.mkdirSync(artifactDir(), { recursive: true });
+  const file = path.join(artifactDir(), `${name}.png`);
+  await page.screenshot({ path: file });
+  return file;
+}
+
+async function objectInfo(url) {
+  const r = await fetch(`${url}/api/object_info`);
+  return r.json();
+}
+
+function requireNodes(info, names) {
+  const missing = names.filter((n) => !info[n]);
+  if (missing.length) skipFile(`the server has no ${missing.join(", ")} node(s) yet`);
+}
+
+// Minimal RGB PNG encoder (for upload fixtures) and chunk reader (for checks).
+function crc32(buf) {
+  let crc = 0xffffffff;
+  for (let n = 0; n < buf.length; n++) {
+    let c = (crc ^ buf[n]) & 0xff;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    crc = (crc >>> 8) ^ c;
+  }
+  return (crc ^ 0xffffffff) >>> 0;
+}
+function pngChunk(type, data) {
+  const len = Buffer.alloc(4); len.writeUInt32BE(data.length);
+  const td = Buffer.concat([Buffer.from(type, "latin1"), data]);
+  const crc = Buffer.alloc(4); crc.writeUInt32BE(crc32(td));
+  return Buffer.concat([len, td, crc]);
+}
+function encodePng(w, h, rgbAt) {
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(w, 0); ihdr.writeUInt32BE(h, 4); ihdr[8] = 8; ihdr[9] = 2;
+  const raw = Buffer.alloc((w * 3 + 1) * h);
+  for (let y = 0; y < h; y++) for (let x = 0; x < w; x++) {
+    const o = y * (w * 3 + 1) + 1 + x * 3; const c = rgbAt(x, y);
+    raw[o] = c[0]; raw[o + 1] = c[1]; raw[o + 2] = c[2];
+  }
+  return Buffer.concat([Buffer.from([137, 80, 78, 71, 13, 10, 26, 10]), pngChunk("IHDR", ihdr),
+    pngChunk("IDAT", zlib.deflateSync(raw)), pngChunk("IEND", Buffer.alloc(0))]);
+}
+function pngChunks(buf) {
+  const out = []; let off = 8;
+  while (off + 12 <= buf.length) {
+    const len = buf.readUInt32BE(off); const type = buf.toString("latin1", off + 4, off + 8);
+    out.push({ type, data: buf.subarray(off + 8, off + 8 + len), raw: buf.subarray(off, off + 12 + len) });
+    off += 12 + len;
+  }
+  return out;
+}
+function pngText(buf) {
+  const t = {};
+  for (const c of pngChunks(buf)) if (c.type === "tEXt") { const i = c.data.indexOf(0); t[c.data.toString("latin1", 0, i)] = c.data.toString("latin1", i + 1); }
+  return t;
+}
+function pngWithoutText(buf, key) {
+  const keep = pngChunks(buf).filter((c) => !(c.type === "tEXt" && c.data.toString("latin1", 0, c.data.indexOf(0)) === key));
+  return Buffer.concat([buf.subarray(0, 8), ...keep.map((c) => c.raw)]);
+}
+
+// Load an API-format prompt into the page's graph (the page lays it out).
+async function loadPrompt(page, prompt) {
+  await page.evaluate(async (p) => { await window.app.loadGraphData(p); }, prompt);
+}
+
+// Screen coordinates of the centre of a node's widget (by node id and widget name).
+async function widgetCenter(page, nodeId, name) {
+  return page.evaluate(({ nodeId, name }) => {
+    const app = window.app; const node = app.graph.getNodeById(nodeId);
+    const w = node.widgets.find((x) => x.name === name);
+    if (w.last_y == null) throw new Error("widget not drawn yet");
+    const local = [node.pos[0] + node.size[0] / 2, node.pos[1] + w.last_y + window.LiteGraph.NODE_WIDGET_HEIGHT / 2];
+    const p = app.canvas.ds.convertOffsetToCanvas(local);
+    const r = app.canvas.canvas.getBoundingClientRect();
+    return { x: r.left + p[0], y: r.top + p[1] };
+  }, { nodeId, name });
+}
+
+async function waitForEvent(page, type, pred = "true", timeout = 60000) {
+  return page.waitForFunction(({ type, pred }) => {
+    const f = new Function("d", `return (${pred});`);
+    const e = (window.__events || []).find((x) => x.type === type && f(x.data));
+    return e ? e.data : null;
+  }, { type, pred }, { timeout }).then((h) => h.jsonValue());
+}
+
+module.exports = { sleep, skipFile, startLatentd, openPage, screenshot, objectInfo, requireNodes, encodePng, pngText,
+  pngWithoutText, loadPrompt, widgetCenter, waitForEvent, artifactDir };

@@ -1,0 +1,78 @@
+// The page loads from latentd with the default graph: 7 nodes, 9 typed links, nothing
+// fetched from anywhere but latentd; node types the server lacks are drawn as clearly
+// marked "missing" nodes (banner + red nodes) instead of breaking the page.
+"use strict";
+process.env.UI_TEST_NAME = "page_load";
+const { test, before, after } = require("node:test");
+const assert = require("node:assert");
+const h = require("./helpers.js");
+
+let srv, ui;
+before(async () => { srv = await h.startLatentd(); ui = await h.openPage(srv.url); });
+after(async () => { if (ui) await ui.browser.close(); if (srv) await srv.stop(); });
+
+test("default graph is loaded and drawn", async () => {
+  const info = await h.objectInfo(srv.url);
+  const g = await ui.page.evaluate(() => {
+    const app = window.app;
+    return {
+      nodes: app.graph._nodes.map((n) => ({ id: n.id, type: n.type, missing: !!n.isMissing, widgets: (n.widgets || []).map((w) => [w.name, w.value]) })),
+      links: Object.values(app.graph.links).map((l) => [l.origin_id, l.origin_slot, l.target_id, l.target_slot, l.type]),
+      banner: document.getElementById("missing-banner").hidden ? null : document.getElementById("missing-banner").textContent,
+      socket: document.getElementById("socket-state").textContent,
+      registered: Object.keys(window.LiteGraph.registered_node_types).length,
+    };
+  });
+  const types = g.nodes.map((n) => `${n.id}:${n.type}`).sort();
+  assert.deepStrictEqual(types, ["3:KSampler", "4:CheckpointLoaderSimple", "5:EmptyLatentImage", "6:CLIPTextEncode",
+    "7:CLIPTextEncode", "8:VAEDecode", "9:SaveImage"]);
+  assert.strictEqual(g.links.length, 9);
+  assert.ok(g.links.some((l) => l[0] === 4 && l[2] === 3 && l[4] === "MODEL"), "checkpoint MODEL feeds the sampler");
+  assert.ok(g.links.some((l) => l[0] === 8 && l[2] === 9 && l[4] === "IMAGE"), "decoded IMAGE feeds SaveImage");
+  assert.strictEqual(g.socket, "connected");
+  assert.ok(g.registered >= Object.keys(info).length, "every /object_info class is registered");
+
+  const missing = g.nodes.filter((n) => !info[n.type]).map((n) => n.type);
+  for (const n of g.nodes) assert.strictEqual(n.missing, !info[n.type], `${n.type} missing flag`);
+  if (missing.length) {
+    assert.ok(g.banner, "a banner lists the missing node types");
+    for (const t of new Set(missing)) assert.ok(g.banner.includes(t), `banner names ${t}`);
+  } else {
+    assert.strictEqual(g.banner, null);
+    const ks = g.nodes.find((n) => n.type === "KSampler");
+    const names = ks.widgets.map((w) => w[0]);
+    assert.deepStrictEqual(names, ["seed", "control_after_generate", "steps", "cfg", "sampler_name", "scheduler", "denoise"]);
+    assert.deepStrictEqual(ks.widgets.slice(2).map((w) => w[1]), [20, 8, "euler", "normal", 1]);
+  }
+  // Queueing a graph with missing types is refused in the page with a clear message.
+  if (missing.length) {
+    await ui.page.click("#btn-queue");
+    await ui.page.waitForSelector("#error-dialog:not([hidden])");
+    const msg = await ui.page.textContent("#error-message");
+    assert.match(msg, /does not know these node types/);
+    await h.screenshot(ui.page, "page_load_missing_error");
+    await ui.page.click("#error-close");
+  }
+  await h.screenshot(ui.page, "page_load");
+  // The canvas really drew something (not a blank/black frame).
+  const drawn = await ui.page.evaluate(() => {
+    const c = window.app.canvas.canvas; const ctx = c.getContext("2d");
+    const d = ctx.getImageData(0, 0, c.width, c.height).data; const seen = new Set();
+    for (let i = 0; i < d.length; i += 4 * 97) seen.add((d[i] >> 4) * 256 + (d[i + 1] >> 4) * 16 + (d[i + 2] >> 4));
+    return seen.size;
+  });
+  assert.ok(drawn > 5, `canvas shows a drawn graph (${drawn} colours)`);
+  assert.deepStrictEqual(ui.errors, [], "no page errors");
+  assert.deepStrictEqual(ui.foreign, [], "no requests outside latentd");
+});
+
+test("side panels answer from the server", async () => {
+  await ui.page.click('#tabs button[data-tab="system"]');
+  await ui.page.waitForSelector("#system-info table");
+  const sys = await ui.page.textContent("#system-info");
+  assert.match(sys, /RAM/);
+  assert.match(sys, /device/);
+  await h.screenshot(ui.page, "page_load_system");
+  await ui.page.click('#tabs button[data-tab="history"]');
+  await ui.page.waitForSelector("#history-list > *");
+});

@@ -1,0 +1,86 @@
+// Edit a widget through the canvas (click the number widget, type into litegraph's prompt),
+// press Queue: the image appears on the SaveImage node, in the gallery and in the history
+// panel, with the edited size; progress is shown while it runs.
+"use strict";
+process.env.UI_TEST_NAME = "queue_image";
+const { test, before, after } = require("node:test");
+const assert = require("node:assert");
+const h = require("./helpers.js");
+
+let srv, ui;
+before(async () => {
+  srv = await h.startLatentd();
+  h.requireNodes(await h.objectInfo(srv.url), ["EmptyImage", "ImageInvert", "SaveImage"]);
+  ui = await h.openPage(srv.url);
+});
+after(async () => { if (ui) await ui.browser.close(); if (srv) await srv.stop(); });
+
+test("edit a widget, queue, see the image on the node and in history", async () => {
+  const { page } = ui;
+  await h.loadPrompt(page, {
+    "1": { class_type: "EmptyImage", inputs: { width: 64, height: 48, batch_size: 1, color: 0x3366cc } },
+    "2": { class_type: "ImageInvert", inputs: { image: ["1", 0] } },
+    "3": { class_type: "SaveImage", inputs: { images: ["2", 0], filename_prefix: "ui_queue" } },
+  });
+  await page.waitForTimeout(200); // one frame so widgets have positions
+  // Click the middle of EmptyImage's width widget: litegraph opens its value prompt.
+  const c = await h.widgetCenter(page, 1, "width");
+  await page.mouse.click(c.x, c.y);
+  const input = page.locator(".graphdialog input").first();
+  await input.waitFor({ timeout: 5000 });
+  await input.fill("80");
+  await input.press("Enter");
+  const width = await page.evaluate(() => window.app.graph.getNodeById(1).widgets.find((w) => w.name === "width").value);
+  assert.strictEqual(width, 80, "the edited widget holds the typed value");
+
+  // Record the progress text while it runs.
+  await page.evaluate(() => {
+    window.__progressTexts = [];
+    new MutationObserver(() => window.__progressTexts.push(document.getElementById("progress-text").textContent))
+      .observe(document.getElementById("progress-text"), { childList: true, characterData: true, subtree: true });
+  });
+  await page.click("#btn-queue");
+  const done = await h.waitForEvent(page, "executing", "d.node === null");
+  assert.ok(done.prompt_id);
+  const executed = await h.waitForEvent(page, "executed", "d.node === '3'");
+  assert.strictEqual(executed.output.images.length, 1);
+
+  // The SaveImage node shows the image, at the edited size.
+  await page.waitForFunction(() => { const n = window.app.graph.getNodeById(3); return n.imgs && n.imgs[0] && n.imgs[0].complete && n.imgs[0].naturalWidth > 0; });
+  const size = await page.evaluate(() => { const i = window.app.graph.getNodeById(3).imgs[0]; return [i.naturalWidth, i.naturalHeight]; });
+  assert.deepStrictEqual(size, [80, 48]);
+  // ... and its pixels are the inverted colour (0x3366cc -> 0xcc9933).
+  const px = await page.evaluate(() => {
+    const i = window.app.graph.getNodeById(3).imgs[0]; const c = document.createElement("canvas"); c.width = i.naturalWidth; c.height = i.naturalHeight;
+    const x = c.getContext("2d"); x.drawImage(i, 0, 0); return Array.from(x.getImageData(10, 10, 1, 1).data.slice(0, 3));
+  });
+  for (const [a, b] of px.map((v, k) => [v, [0xcc, 0x99, 0x33][k]])) assert.ok(Math.abs(a - b) <= 2, `pixel ${px} ~ cc9933`);
+
+  // History panel lists the prompt with a thumbnail; the gallery has the image.
+  await page.click('#tabs button[data-tab="history"]');
+  const item = page.locator(`#history-list .item[data-prompt-id="${done.prompt_id}"]`);
+  await item.waitFor({ timeout: 10000 });
+  await item.locator("img").first().waitFor();
+  assert.match(await item.textContent(), /success/);
+  const gallery = await page.evaluate(() => window.app.panels.gallery.map((i) => i.filename));
+  assert.ok(gallery.includes(executed.output.images[0].filename));
+
+  // Progress was shown: the text named a running node, and per-node progress_state arrived.
+  const texts = await page.evaluate(() => window.__progressTexts);
+  assert.ok(texts.some((t) => /Invert Image|Save Image|EmptyImage|Empty Image/.test(t)), `progress text seen: ${JSON.stringify(texts)}`);
+  const states = await page.evaluate(() => window.__events.filter((e) => e.type === "progress_state").length);
+  assert.ok(states > 0, "progress_state events reached the page");
+  await page.evaluate(() => window.app.graph.getNodeById(3).setDirtyCanvas(true, true));
+  await page.waitForTimeout(100);
+  await h.screenshot(page, "queue_image");
+  assert.deepStrictEqual(ui.errors, []);
+});
+
+test("seed-style control and batch count: two prompts queued", async () => {
+  const { page } = ui;
+  await page.fill("#batch-count", "2");
+  const before = await page.evaluate(() => window.__events.filter((e) => e.type === "execution_start").length);
+  await page.click("#btn-queue");
+  await page.waitForFunction((n) => window.__events.filter((e) => e.type === "execution_start").length >= n + 2, before, { timeout: 60000 });
+  await page.fill("#batch-count", "1");
+});
