@@ -1,0 +1,78 @@
+/*
+ * sd15_ckpt — load a single-file SD1.5 checkpoint into three patcher models
+ * (UNet, VAE, CLIP text encoder), after checking what it is (sd15.md §1).
+ *
+ * Loading:
+ *   1. st_open() validates the container (safetensors.h).
+ *   2. Names are normalised (§1.3: the old CLIP naming without `text_model.`
+ *      gains it); EMA copies (`model_ema.*`), training buffers (betas, ...),
+ *      `position_ids`, `text_projection` and `first_stage_model.loss.*` are
+ *      skipped.
+ *   3. Detection (§1.5) derives every width and count from shapes and refuses
+ *      other model types with ERR_UNSUPPORTED and "unsupported model type: ..."
+ *      naming what was found (SD2.x, SDXL, inpainting, no UNet, ...).
+ *   4. The full expected tensor list for the derived config (sd15_layout.h) is
+ *      checked against the file: a missing tensor, an unexpected tensor under a
+ *      component prefix, a wrong shape, a non-float dtype or a NaN/Inf value is
+ *      an error naming the file and the tensor.
+ *   5. Each component becomes a `struct patcher_model` (memory/patcher.h) whose
+ *      layers are the forward-order blocks (a ResBlock, a SpatialTransformer, an
+ *      encoder layer, ...), with the checkpoint names as weight keys (LoRA
+ *      patches name them). Weights whose file dtype equals the compute dtype are
+ *      borrowed from the read-only mapping (no copy); the mapping lives until the
+ *      last of the three models is freed.
+ *
+ * Heads are not stored in checkpoints: SD1.5 uses 8 UNet heads and 12 CLIP heads
+ * (head width 64). A shrunk test file may say otherwise in its __metadata__
+ * ("latentd.unet_heads", "latentd.clip_heads"), which the generator writes.
+ *
+ * Threads: the executor thread (it builds patcher models).
+ */
+#ifndef LATENTD_MODELS_SD15_CKPT_H
+#define LATENTD_MODELS_SD15_CKPT_H
+
+#include "err.h"
+#include "patcher.h"
+#include "safetensors.h"
+#include "sd15_layout.h"
+#include "tensor.h"
+
+enum sd15_load_flags {
+    SD15_LOAD_UNET = 1 << 0,
+    SD15_LOAD_VAE = 1 << 1,
+    SD15_LOAD_CLIP = 1 << 2,
+    SD15_LOAD_ALL = 7,
+};
+
+struct sd15_ckpt {
+    struct sd15_config cfg;            /* derived from shapes */
+    int canonical;                     /* 1 if cfg is exactly SD1.5's */
+    struct patcher_model *model[SD15_COMPONENT_COUNT]; /* owned refs; NULL if not loaded */
+    size_t bytes[SD15_COMPONENT_COUNT];                /* weight bytes per component */
+    int tensors[SD15_COMPONENT_COUNT];                 /* tensors per component */
+    int skipped;                       /* tensors ignored (EMA, buffers, ...) */
+};
+
+/*
+ * Open `path` and build the components named in `flags` (a component asked for
+ * but absent is an error). `dt[c]` is the storage dtype wanted for component c
+ * (TENSOR_F32 on the CPU; sd15.md §8.5). Fills *ck; release with
+ * sd15_ckpt_release. Returns 0 or a negative ERR_* with a message in `e`.
+ */
+int sd15_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[3],
+                   struct sd15_ckpt *ck, struct err *e);
+
+/* Drop the model references (the models stay alive while patchers hold them). */
+void sd15_ckpt_release(struct sd15_ckpt *ck);
+
+/*
+ * Only detection and validation (steps 1-4), no models: fills *cfg. Useful for
+ * tools and tests. Same errors as sd15_ckpt_load.
+ */
+int sd15_ckpt_probe(const char *path, struct sd15_config *cfg, struct err *e);
+
+/* Layer name of a component-relative tensor name ("input_blocks.1.0.in_layers.0.weight"
+ * -> "input_blocks.1.0"), written into out. */
+void sd15_layer_of(enum sd15_component comp, const char *rel, char *out, size_t size);
+
+#endif

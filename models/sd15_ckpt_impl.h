@@ -1,0 +1,32 @@
+/*
+ * Private to sd15_ckpt*.c: the validated tensor list shared by probing
+ * (sd15_ckpt.c, no patcher) and loading (sd15_load.c, builds patcher models).
+ */
+#ifndef LATENTD_MODELS_SD15_CKPT_IMPL_H
+#define LATENTD_MODELS_SD15_CKPT_IMPL_H
+
+#include "safetensors.h"
+#include "sd15_layout.h"
+#include "tensor.h"
+
+struct sd15__item {
+    struct sd15_key key;           /* expected name (normalised), shape, component */
+    const struct st_tensor *t;     /* the file's tensor, borrowed from the st_file */
+};
+
+struct sd15__items {
+    struct sd15__item *v; /* owned; free with xfree */
+    size_t n, cap;
+};
+
+/* Open, detect and validate (sd15_ckpt.h steps 1-4). On success *f_out is open (caller
+ * closes) and items lists every expected tensor of the flagged components in layout
+ * (forward) order. */
+int sd15__validate(const char *path, unsigned flags, struct st_file **f_out,
+                   struct sd15_config *cfg, struct sd15__items *items, int *skipped,
+                   struct err *e);
+
+int sd15__tensor_dtype(const struct st_tensor *t, enum tensor_dtype *dt);
+const char *sd15__comp_prefix(enum sd15_component c);
+
+#endif

@@ -1,0 +1,546 @@
+/*
+ * test_models_io — safetensors reader/writer, the SD1.5 layout, the checkpoint
+ * generator and checkpoint detection/validation (bad input included).
+ * Argument 1: the fixtures directory (tests/fixtures/models).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "ckpt_gen.h"
+#include "harness.h"
+#include "safetensors.h"
+#include "sd15_ckpt.h"
+#include "sd15_layout.h"
+
+static const char *fixtures;
+static char tmpdir[256];
+
+static const char *tmp_path(const char *name)
+{
+    static char buf[64][512]; /* enough distinct live paths for one test run */
+    static int i;
+    i = (i + 1) % 64;
+    snprintf(buf[i], sizeof(buf[i]), "%s/%s", tmpdir, name);
+    return buf[i];
+}
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+    FILE *fp = fopen(path, "wb");
+    if (!fp)
+        PANIC("cannot create %s", path);
+    fwrite(data, 1, n, fp);
+    fclose(fp);
+}
+
+/* A file holding 8-byte length + header text + n_data zero bytes. */
+static void write_raw_st(const char *path, const char *hdr, size_t n_data)
+{
+    size_t hl = strlen(hdr);
+    unsigned char *b = xcalloc(1, 8 + hl + n_data);
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(b + 8, hdr, hl);
+    write_file(path, b, 8 + hl + n_data);
+    xfree(b);
+}
+
+static int open_err(const char *path, struct err *e)
+{
+    struct st_file *f = NULL;
+    err_clear(e);
+    int rc = st_open(path, &f, e);
+    st_close(f);
+    return rc;
+}
+
+/* ---- conversions ------------------------------------------------------------------------ */
+
+static void test_conversions(void)
+{
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = st_f16_to_f32((uint16_t)h);
+        if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
+            continue; /* NaN payloads need not round trip */
+        if (st_f32_to_f16(f) != h)
+            bad++;
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_NEAR(st_f16_to_f32(0x3c00), 1.0, 0);
+    EXPECT_NEAR(st_f16_to_f32(0x0001), 5.960464477539063e-08, 0); /* smallest subnormal */
+    EXPECT_EQ(st_f32_to_f16(65520.0f), 0x7c00);                 /* rounds to inf */
+    EXPECT_EQ(st_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);       /* tie to even */
+    EXPECT_EQ(st_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02);       /* tie to even (up) */
+    EXPECT_EQ(st_f32_to_f16(2.98e-8f), 0x0000);                 /* below half the min */
+    EXPECT_EQ(st_f32_to_f16(4.0e-8f), 0x0001);
+    EXPECT_EQ(st_f32_to_bf16(1.0f), 0x3f80);
+    EXPECT_EQ(st_f32_to_bf16(1.00390625f), 0x3f80);             /* tie to even */
+    EXPECT_NEAR(st_bf16_to_f32(0x4049), 3.140625, 0);
+}
+
+/* ---- writer + reader ---------------------------------------------------------------------- */
+
+static void test_roundtrip(void)
+{
+    struct err e = {0};
+    const char *p = tmp_path("rt.safetensors");
+    struct st_writer *w = st_writer_new();
+    float a[6] = {1, -2, 3.5f, 0.25f, -0, 1e-3f};
+    uint16_t h[3] = {st_f32_to_f16(1.5f), st_f32_to_f16(-2), st_f32_to_f16(0.1f)};
+    uint16_t bf[2] = {st_f32_to_bf16(3), st_f32_to_bf16(-0.5f)};
+    st_writer_add(w, "b.f32", ST_DTYPE_F32, 2, (const int64_t[]){2, 3});
+    st_writer_add(w, "a.f16", ST_DTYPE_F16, 1, (const int64_t[]){3});
+    st_writer_add(w, "c.bf16", ST_DTYPE_BF16, 1, (const int64_t[]){2});
+    st_writer_add(w, "d.scalar", ST_DTYPE_F32, 0, NULL);
+    st_writer_meta(w, "format", "pt");
+    st_writer_meta(w, "quote\"key", "line\nbreak");
+    EXPECT_OK(st_writer_begin(w, p, &e));
+    float s = 7;
+    EXPECT_OK(st_writer_write(w, a, sizeof(a), &e));
+    EXPECT_OK(st_writer_write(w, h, sizeof(h), &e));
+    EXPECT_OK(st_writer_write(w, bf, sizeof(bf), &e));
+    EXPECT_OK(st_writer_write(w, &s, 4, &e));
+    EXPECT_OK(st_writer_finish(w, &e));
+    st_writer_free(w);
+
+    struct st_file *f = NULL;
+    EXPECT_OK(st_open(p, &f, &e));
+    if (!f)
+        return;
+    EXPECT_EQ(f->n_tensors, 4);
+    EXPECT_STR(f->tensors[0].name, "a.f16"); /* sorted by name */
+    EXPECT_STR(st_meta_get(f, "format"), "pt");
+    EXPECT_STR(st_meta_get(f, "quote\"key"), "line\nbreak");
+    EXPECT_EQ((uintptr_t)f->data % 8, 0); /* writer pads the header to 8 bytes */
+    const struct st_tensor *t = st_find(f, "b.f32");
+    ok(t && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3, "b.f32 shape [2,3]");
+    const float *view = t ? st_tensor_f32_view(f, t) : NULL;
+    ok(view && (const void *)view >= (const void *)f->data && view[2] == 3.5f,
+       "f32 tensor is a view into the mapping (no copy)");
+    float out[6];
+    const struct st_tensor *th = st_find(f, "a.f16");
+    ok(th && !st_tensor_f32_view(f, th), "f16 tensor has no f32 view");
+    EXPECT_OK(st_tensor_to_f32(f, th, out, &e));
+    ok(out[0] == 1.5f && out[1] == -2 && fabsf(out[2] - 0.1f) < 1e-4f, "f16 values converted");
+    EXPECT_OK(st_tensor_to_f32(f, st_find(f, "c.bf16"), out, &e));
+    ok(out[0] == 3 && out[1] == -0.5f, "bf16 values converted");
+    const struct st_tensor *sc = st_find(f, "d.scalar");
+    ok(sc && sc->ndim == 0 && st_tensor_numel(sc) == 1, "scalar has one element");
+    ok(st_find(f, "nope") == NULL && st_find(f, "__metadata__") == NULL, "unknown names not found");
+    st_close(f);
+}
+
+static void expect_header_error(const char *hdr, size_t n_data, const char *needle)
+{
+    struct err e = {0};
+    const char *p = tmp_path("bad.safetensors");
+    write_raw_st(p, hdr, n_data);
+    int rc = open_err(p, &e);
+    ok(rc < 0 && strstr(e.msg, needle) && strstr(e.msg, p), "header %.50s -> error '%s' (got: %s)",
+       hdr, needle, e.msg);
+}
+
+static void test_bad_headers(void)
+{
+    struct err e = {0};
+    expect_header_error("{\"a\":", 0, "not valid JSON");
+    expect_header_error("[1,2]", 0, "not a JSON object");
+    expect_header_error("{\"a\":{\"dtype\":\"F33\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                        "unknown dtype 'F33'");
+    expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4,
+                        "non-negative");
+    expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4,
+                        "outside the data section");
+    expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 8,
+                        "need 8");
+    expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,0]}}", 8,
+                        "outside the data section");
+    expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+                        12, "overlaps");
+    expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                        "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                        8, "appears twice");
+    expect_header_error("{\"__metadata__\":{\"k\":1}}", 0, "not a string");
+    expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "data_offsets");
+    expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],"
+                        "\"data_offsets\":[0,4]}}",
+                        4, "dimensions");
+    /* Huge shapes must not overflow into a "matching" size. */
+    expect_header_error("{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],"
+                        "\"data_offsets\":[0,0]}}",
+                        0, "need");
+
+    /* Length field problems. */
+    const char *p = tmp_path("len.safetensors");
+    unsigned char big[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, '{', '}'};
+    write_file(p, big, sizeof(big));
+    ok(open_err(p, &e) == ERR_TOO_LARGE && strstr(e.msg, "exceeds"), "huge header length: %s",
+       e.msg);
+    unsigned char lie[16] = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
+    write_file(p, lie, 10);
+    ok(open_err(p, &e) == ERR_INVALID && strstr(e.msg, "truncated"), "header past EOF: %s", e.msg);
+    write_file(p, lie, 3);
+    ok(open_err(p, &e) == ERR_INVALID && strstr(e.msg, "too short"), "3-byte file: %s", e.msg);
+    ok(open_err(tmp_path("does-not-exist.safetensors"), &e) == ERR_NOT_FOUND &&
+           strstr(e.msg, "does-not-exist"),
+       "missing file: %s", e.msg);
+    /* Pickles are refused, by extension or by content. */
+    const char *ck = tmp_path("model.ckpt");
+    write_file(ck, "PK\x03\x04zzzzzzzzzz", 14);
+    ok(open_err(ck, &e) == ERR_UNSUPPORTED && strstr(e.msg, "convert it to .safetensors"),
+       ".ckpt refused: %s", e.msg);
+    const char *pk = tmp_path("model.safetensors");
+    write_file(pk, "\x80\x02}q\x00(X\x00\x00\x00", 12);
+    ok(open_err(pk, &e) == ERR_UNSUPPORTED && strstr(e.msg, "pickle"), "pickle content refused");
+    /* Empty object, trailing spaces in the header: fine. */
+    write_raw_st(pk, "{}      ", 0);
+    EXPECT_EQ(open_err(pk, &e), 0);
+}
+
+/* ---- layout ------------------------------------------------------------------------------- */
+
+struct tsv {
+    char **names;
+    char **shapes;
+    size_t n;
+};
+
+struct cmp_ctx {
+    struct tsv *t;
+    size_t matched, mismatched;
+    size_t per_comp[3];
+};
+
+static void on_key_cmp(void *user, const struct sd15_key *k)
+{
+    struct cmp_ctx *c = user;
+    char shape[96];
+    struct st_tensor tmp = {.ndim = k->ndim};
+    memcpy(tmp.shape, k->shape, sizeof(k->shape));
+    st_shape_str(&tmp, shape, sizeof(shape));
+    c->per_comp[k->comp]++;
+    for (size_t i = 0; i < c->t->n; i++) {
+        if (strcmp(c->t->names[i], k->name) == 0) {
+            if (strcmp(c->t->shapes[i], shape) == 0)
+                c->matched++;
+            else
+                c->mismatched++;
+            return;
+        }
+    }
+    c->mismatched++;
+}
+
+static void count_key(void *user, const struct sd15_key *k)
+{
+    size_t *n = user;
+    n[k->comp]++;
+}
+
+static void test_layout(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/sd15_keys.tsv", fixtures);
+    FILE *fp = fopen(path, "r");
+    ok(fp != NULL, "open %s", path);
+    if (!fp)
+        return;
+    struct tsv t = {0};
+    char line[512];
+    while (fgets(line, sizeof(line), fp)) {
+        if (line[0] == '#')
+            continue;
+        char *tab = strchr(line, '\t');
+        if (!tab)
+            continue;
+        *tab = 0;
+        tab[strcspn(tab + 1, "\r\n") + 1] = 0;
+        t.names = xrealloc(t.names, (t.n + 1) * sizeof(char *));
+        t.shapes = xrealloc(t.shapes, (t.n + 1) * sizeof(char *));
+        t.names[t.n] = xstrdup(line);
+        t.shapes[t.n] = xstrdup(tab + 1);
+        t.n++;
+    }
+    fclose(fp);
+    struct sd15_config c;
+    sd15_config_canonical(&c);
+    ok(sd15_config_is_canonical(&c), "canonical config is canonical");
+    struct cmp_ctx cc = {.t = &t};
+    size_t n = sd15_layout_build(&c, on_key_cmp, &cc);
+    EXPECT_EQ(n, 1130);
+    EXPECT_EQ(t.n, 1130);
+    EXPECT_EQ(cc.matched, 1130);
+    EXPECT_EQ(cc.mismatched, 0);
+    EXPECT_EQ(cc.per_comp[SD15_UNET], 686);
+    EXPECT_EQ(cc.per_comp[SD15_VAE], 248);
+    EXPECT_EQ(cc.per_comp[SD15_CLIP], 196);
+    for (size_t i = 0; i < t.n; i++) {
+        xfree(t.names[i]);
+        xfree(t.shapes[i]);
+    }
+    xfree(t.names);
+    xfree(t.shapes);
+
+    /* §9.1's tiny configs keep the key sets. */
+    size_t cnt[3] = {0};
+    sd15_config_tiny(&c);
+    ok(!sd15_config_is_canonical(&c), "tiny config is not canonical");
+    sd15_layout_build(&c, count_key, cnt);
+    ok(cnt[0] == 686 && cnt[1] == 248 && cnt[2] == 52, "tiny: 686/248/52 tensors (%zu/%zu/%zu)",
+       cnt[0], cnt[1], cnt[2]);
+    for (int l = 0; l < 4; l++)
+        c.unet_mult[l] = c.vae_mult[l] = 1;
+    memset(cnt, 0, sizeof(cnt));
+    sd15_layout_build(&c, count_key, cnt);
+    ok(cnt[0] == 682 && cnt[1] == 240, "mult [1,1,1,1]: 682/240 tensors (%zu/%zu)", cnt[0],
+       cnt[1]);
+    char ln[96];
+    sd15_layer_of(SD15_UNET, "input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight", ln,
+                  sizeof(ln));
+    EXPECT_STR(ln, "input_blocks.1.1");
+    sd15_layer_of(SD15_UNET, "middle_block.2.in_layers.0.weight", ln, sizeof(ln));
+    EXPECT_STR(ln, "middle_block.2");
+    sd15_layer_of(SD15_UNET, "time_embed.2.bias", ln, sizeof(ln));
+    EXPECT_STR(ln, "time_embed");
+    sd15_layer_of(SD15_VAE, "decoder.up.1.block.0.nin_shortcut.weight", ln, sizeof(ln));
+    EXPECT_STR(ln, "decoder.up.1.block.0");
+    sd15_layer_of(SD15_VAE, "encoder.down.2.downsample.conv.bias", ln, sizeof(ln));
+    EXPECT_STR(ln, "encoder.down.2.downsample");
+    sd15_layer_of(SD15_VAE, "decoder.conv_out.weight", ln, sizeof(ln));
+    EXPECT_STR(ln, "decoder.out");
+    sd15_layer_of(SD15_CLIP, "encoder.layers.2.mlp.fc1.weight", ln, sizeof(ln));
+    EXPECT_STR(ln, "encoder.layers.2");
+}
+
+/* ---- generator + detection ------------------------------------------------------------------ */
+
+static int gen(const char *name, void (*tweak)(struct ckpt_gen_opts *), const char **path_out)
+{
+    struct ckpt_gen_opts o;
+    ckpt_gen_opts_default(&o);
+    if (tweak)
+        tweak(&o);
+    struct err e = {0};
+    const char *p = tmp_path(name);
+    int rc = ckpt_gen_write(&o, p, &e);
+    if (rc < 0)
+        printf("# gen %s: %s\n", name, e.msg);
+    *path_out = p;
+    return rc;
+}
+
+static void t_f16(struct ckpt_gen_opts *o) { o->dtype = ST_DTYPE_F16; }
+static void t_bf16(struct ckpt_gen_opts *o) { o->dtype = ST_DTYPE_BF16; }
+static void t_variants(struct ckpt_gen_opts *o)
+{
+    o->flags |= CKPT_GEN_EXTRAS | CKPT_GEN_OLD_CLIP | CKPT_GEN_CONV_2D | CKPT_GEN_METADATA |
+                CKPT_GEN_EMBED_F16;
+}
+static void t_sd2(struct ckpt_gen_opts *o)
+{
+    o->flags |= CKPT_GEN_OPENCLIP | CKPT_GEN_CONV_2D;
+    o->cfg.ctx_dim = 1024;
+}
+static void t_sd2_ctx(struct ckpt_gen_opts *o) { o->cfg.ctx_dim = 1024; }
+static void t_sdxl(struct ckpt_gen_opts *o) { o->flags |= CKPT_GEN_SDXL_MARK; }
+static void t_inpaint(struct ckpt_gen_opts *o) { o->cfg.unet_in_ch = 9; }
+static void t_nan(struct ckpt_gen_opts *o)
+{
+    o->nan_tensor = "model.diffusion_model.middle_block.1.proj_in.weight";
+}
+static void t_drop(struct ckpt_gen_opts *o)
+{
+    o->drop_tensor = "first_stage_model.decoder.up.2.block.1.conv1.bias";
+}
+static void t_extra(struct ckpt_gen_opts *o)
+{
+    o->extra_tensor = "model.diffusion_model.input_blocks.1.0.mystery.weight";
+}
+static void t_depth2(struct ckpt_gen_opts *o) { o->cfg.unet_depth = 2; }
+
+static void expect_probe_error(const char *name, void (*tweak)(struct ckpt_gen_opts *),
+                               int code, const char *needle)
+{
+    const char *p;
+    struct err e = {0};
+    struct sd15_config c;
+    if (gen(name, tweak, &p) < 0) {
+        ok(0, "generate %s", name);
+        return;
+    }
+    err_clear(&e);
+    int rc = sd15_ckpt_probe(p, &c, &e);
+    ok(rc == code && strstr(e.msg, needle) && strstr(e.msg, name), "%s refused: %s", name, e.msg);
+    unlink(p);
+}
+
+static void test_generator_and_detection(void)
+{
+    const char *p32, *p16, *pbf;
+    struct err e = {0};
+    struct sd15_config c, tiny;
+    sd15_config_tiny(&tiny);
+    EXPECT_OK(gen("tiny32.safetensors", NULL, &p32));
+    EXPECT_OK(gen("tiny16.safetensors", t_f16, &p16));
+    EXPECT_OK(gen("tinybf.safetensors", t_bf16, &pbf));
+    ok(sd15_ckpt_probe(p32, &c, &e) == 0, "tiny f32 loads (%s)", e.msg);
+    ok(memcmp(&c, &tiny, sizeof(c)) == 0, "config derived from shapes equals the tiny config");
+    EXPECT_OK(sd15_ckpt_probe(p16, &c, &e));
+    EXPECT_OK(sd15_ckpt_probe(pbf, &c, &e));
+
+    /* Same weights across dtypes, and deterministic. */
+    struct st_file *a = NULL, *b = NULL, *bb = NULL;
+    st_open(p32, &a, &e);
+    st_open(p16, &b, &e);
+    st_open(pbf, &bb, &e);
+    const char *nm = "model.diffusion_model.input_blocks.4.0.in_layers.2.weight";
+    const struct st_tensor *ta = a ? st_find(a, nm) : NULL, *tb = b ? st_find(b, nm) : NULL,
+                           *tc = bb ? st_find(bb, nm) : NULL;
+    if (ta && tb && tc) {
+        uint64_t n = st_tensor_numel(ta);
+        float *x = xmalloc(n * 4), *y = xmalloc(n * 4), *z = xmalloc(n * 4), *r = xmalloc(n * 4);
+        st_tensor_to_f32(a, ta, x, &e);
+        st_tensor_to_f32(b, tb, y, &e);
+        st_tensor_to_f32(bb, tc, z, &e);
+        ckpt_gen_fill(42, nm, SD15_INIT_WEIGHT, ta->ndim, ta->shape, r, n);
+        double m16 = 0, mbf = 0, sum2 = 0;
+        int same = 1;
+        for (uint64_t i = 0; i < n; i++) {
+            m16 = fmax(m16, fabs(x[i] - y[i]));
+            mbf = fmax(mbf, fabs(x[i] - z[i]));
+            sum2 += (double)x[i] * x[i];
+            same &= x[i] == r[i];
+        }
+        ok(same, "f32 file holds exactly ckpt_gen_fill's values");
+        ok(m16 < 2e-3 && mbf < 2e-2, "f16/bf16 files hold the same weights (max diff %g, %g)", m16,
+           mbf);
+        /* N(0,1)/sqrt(fan_in): variance ~ 1/fan_in (fan_in = 32*9). */
+        double var = sum2 / (double)n;
+        ok(var > 0.8 / 288 && var < 1.2 / 288, "weight variance ~ 1/fan_in (%g)", var * 288);
+        xfree(x);
+        xfree(y);
+        xfree(z);
+        xfree(r);
+    } else {
+        ok(0, "open generated files");
+    }
+    st_close(a);
+    st_close(b);
+    st_close(bb);
+
+    /* Variants that must load the same. */
+    const char *pv;
+    EXPECT_OK(gen("variants.safetensors", t_variants, &pv));
+    err_clear(&e);
+    ok(sd15_ckpt_probe(pv, &c, &e) == 0 && memcmp(&c, &tiny, sizeof(c)) == 0,
+       "EMA/buffers/position_ids ignored, old CLIP names renamed, 2-D 1x1 convs accepted (%s)",
+       e.msg);
+    struct st_file *fv = NULL;
+    st_open(pv, &fv, &e);
+    ok(fv && st_meta_get(fv, "modelspec.title") && st_find(fv, "model_ema.decay") &&
+           st_find(fv, "cond_stage_model.transformer.embeddings.token_embedding.weight"),
+       "variant file really has the variants");
+    st_close(fv);
+    const char *pd;
+    EXPECT_OK(gen("depth2.safetensors", t_depth2, &pd));
+    ok(sd15_ckpt_probe(pd, &c, &e) == 0 && c.unet_depth == 2, "transformer depth 2 derived");
+    unlink(pd);
+
+    /* Other model types. */
+    expect_probe_error("sd2.safetensors", t_sd2, ERR_UNSUPPORTED, "unsupported model type");
+    expect_probe_error("sd2ctx.safetensors", t_sd2_ctx, ERR_UNSUPPORTED, "SD2.x UNet");
+    expect_probe_error("sdxl.safetensors", t_sdxl, ERR_UNSUPPORTED, "label_emb");
+    expect_probe_error("inpaint.safetensors", t_inpaint, ERR_UNSUPPORTED, "inpainting");
+    /* Bad content. */
+    expect_probe_error("nan.safetensors", t_nan, ERR_INVALID,
+                       "'model.diffusion_model.middle_block.1.proj_in.weight' contains NaN");
+    expect_probe_error("drop.safetensors", t_drop, ERR_INVALID,
+                       "'first_stage_model.decoder.up.2.block.1.conv1.bias' is missing");
+    expect_probe_error("extra.safetensors", t_extra, ERR_INVALID,
+                       "unexpected tensor 'model.diffusion_model.input_blocks.1.0.mystery.weight'");
+
+    /* A LoRA file or random safetensors is not a checkpoint. */
+    const char *pl = tmp_path("lora.safetensors");
+    write_raw_st(pl,
+                 "{\"lora_unet_input_blocks_1_1_proj_in.lora_up.weight\":{\"dtype\":\"F32\","
+                 "\"shape\":[1],\"data_offsets\":[0,4]}}",
+                 4);
+    err_clear(&e);
+    ok(sd15_ckpt_probe(pl, &c, &e) == ERR_UNSUPPORTED && strstr(e.msg, "LoRA"), "LoRA file: %s",
+       e.msg);
+
+    /* Truncation: cut the tiny file in half. */
+    struct stat sb;
+    stat(p32, &sb);
+    ok(truncate(p32, sb.st_size / 2) == 0, "truncate");
+    err_clear(&e);
+    ok(sd15_ckpt_probe(p32, &c, &e) == ERR_INVALID && strstr(e.msg, "outside the data section") &&
+           strstr(e.msg, "tiny32"),
+       "truncated checkpoint: %s", e.msg);
+
+    /* Wrong shape: rewrite tiny16 with one tensor's shape changed. */
+    struct st_file *src = NULL;
+    st_open(p16, &src, &e);
+    if (src) {
+        const char *wrong = tmp_path("wrongshape.safetensors");
+        const char *victim = "model.diffusion_model.output_blocks.3.0.emb_layers.1.weight";
+        struct st_writer *w = st_writer_new();
+        for (size_t i = 0; i < src->n_tensors; i++) {
+            const struct st_tensor *t = &src->tensors[i];
+            int64_t shape[8];
+            memcpy(shape, t->shape, sizeof(shape));
+            if (strcmp(t->name, victim) == 0)
+                shape[1] = 64; /* 128 in the file (96x128 tiny): half the bytes */
+            st_writer_add(w, t->name, t->dtype, t->ndim, shape);
+        }
+        st_writer_begin(w, wrong, &e);
+        for (size_t i = 0; i < src->n_tensors; i++) {
+            const struct st_tensor *t = &src->tensors[i];
+            uint64_t n = t->nbytes;
+            if (strcmp(t->name, victim) == 0)
+                n /= 2;
+            st_writer_write(w, st_tensor_data(src, t), n, &e);
+        }
+        st_writer_finish(w, &e);
+        st_writer_free(w);
+        err_clear(&e);
+        ok(sd15_ckpt_probe(wrong, &c, &e) == ERR_INVALID && strstr(e.msg, victim) &&
+               strstr(e.msg, "[96,64]") && strstr(e.msg, "expected [96,128]"),
+           "wrong shape: %s", e.msg);
+        unlink(wrong);
+        st_close(src);
+    }
+    unlink(p32);
+    unlink(p16);
+    unlink(pbf);
+    unlink(pv);
+    unlink(pl);
+}
+
+int main(int argc, char **argv)
+{
+    fixtures = argc > 1 ? argv[1] : "tests/fixtures/models";
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(tmpdir, sizeof(tmpdir), "%s/test_models_io.XXXXXX", base);
+    if (!mkdtemp(tmpdir))
+        PANIC("mkdtemp: %s", strerror(errno));
+    long live0 = alloc_live_count();
+    test_conversions();
+    test_roundtrip();
+    test_bad_headers();
+    test_layout();
+    test_generator_and_detection();
+    EXPECT_EQ(alloc_live_count(), live0);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        printf("# could not remove %s\n", tmpdir);
+    return harness_done();
+}

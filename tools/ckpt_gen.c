@@ -1,0 +1,287 @@
+/*
+ * Deterministic random-weight SD1.5 checkpoints (see ckpt_gen.h).
+ */
+#include "ckpt_gen.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+
+void ckpt_gen_opts_default(struct ckpt_gen_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    sd15_config_tiny(&o->cfg);
+    o->dtype = ST_DTYPE_F32;
+    o->seed = 42;
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* Uniform in (0, 1]: never 0, so log() is finite. */
+static double unif(uint64_t *s)
+{
+    return ((double)(splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+void ckpt_gen_fill(uint64_t seed, const char *name, enum sd15_init init, int ndim,
+                   const int64_t *shape, float *dst, uint64_t n)
+{
+    uint64_t s = seed ^ fnv1a(name);
+    double fan_in = 1;
+    for (int i = 1; i < ndim; i++)
+        fan_in *= (double)shape[i];
+    double scale = 1.0, shift = 0.0;
+    switch (init) {
+    case SD15_INIT_WEIGHT: scale = 1.0 / sqrt(fan_in); break;
+    case SD15_INIT_NORM: scale = 0.1; shift = 1.0; break;
+    case SD15_INIT_BIAS: scale = 0.1; break;
+    case SD15_INIT_EMBED: scale = 1.0; break;
+    }
+    for (uint64_t i = 0; i < n; i += 2) {
+        double r = sqrt(-2.0 * log(unif(&s))), th = 6.283185307179586 * unif(&s);
+        dst[i] = (float)(shift + scale * r * cos(th));
+        if (i + 1 < n)
+            dst[i + 1] = (float)(shift + scale * r * sin(th));
+    }
+}
+
+/* ---- the tensor list ------------------------------------------------------------------ */
+
+enum fill_kind {
+    FILL_RANDOM,  /* ckpt_gen_fill with `init` */
+    FILL_ARANGE,  /* 0, 1, 2, ... (position_ids) */
+    FILL_CONST,   /* `value` everywhere */
+};
+
+struct gen_entry {
+    char name[192];
+    char seed_name[192]; /* the canonical name the values derive from */
+    enum st_dtype dtype;
+    enum sd15_init init;
+    enum fill_kind fill;
+    float value;
+    int ndim;
+    int64_t shape[4];
+};
+
+struct gen_list {
+    struct gen_entry *v;
+    size_t n, cap;
+    const struct ckpt_gen_opts *o;
+};
+
+static struct gen_entry *push(struct gen_list *l)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 1024;
+        l->v = xrealloc(l->v, l->cap * sizeof(*l->v));
+    }
+    struct gen_entry *g = &l->v[l->n++];
+    memset(g, 0, sizeof(*g));
+    return g;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static int is_1x1_linear_like(const char *name)
+{
+    return ends_with(name, "proj_in.weight") || ends_with(name, "proj_out.weight") ||
+           ends_with(name, "attn_1.q.weight") || ends_with(name, "attn_1.k.weight") ||
+           ends_with(name, "attn_1.v.weight");
+}
+
+static void on_key(void *user, const struct sd15_key *k)
+{
+    struct gen_list *l = user;
+    const struct ckpt_gen_opts *o = l->o;
+    if (k->comp == SD15_CLIP && (o->flags & CKPT_GEN_OPENCLIP))
+        return;
+    if (k->comp == SD15_VAE && (o->flags & CKPT_GEN_NO_VAE))
+        return;
+    if (o->drop_tensor && strcmp(o->drop_tensor, k->name) == 0)
+        return;
+    struct gen_entry *g = push(l);
+    snprintf(g->seed_name, sizeof(g->seed_name), "%s", k->name);
+    if ((o->flags & CKPT_GEN_OLD_CLIP) && k->comp == SD15_CLIP)
+        snprintf(g->name, sizeof(g->name), "cond_stage_model.transformer.%s",
+                 k->name + strlen(SD15_PREFIX_CLIP));
+    else
+        snprintf(g->name, sizeof(g->name), "%s", k->name);
+    g->dtype = o->dtype;
+    if ((o->flags & CKPT_GEN_EMBED_F16) && ends_with(k->name, "token_embedding.weight"))
+        g->dtype = ST_DTYPE_F16;
+    g->init = k->init;
+    g->fill = FILL_RANDOM;
+    g->ndim = k->ndim;
+    memcpy(g->shape, k->shape, sizeof(g->shape));
+    if ((o->flags & CKPT_GEN_CONV_2D) && k->ndim == 4 && k->shape[2] == 1 &&
+        is_1x1_linear_like(k->name))
+        g->ndim = 2;
+}
+
+static void add_special(struct gen_list *l, const char *name, enum st_dtype dt, enum fill_kind fk,
+                        float value, int ndim, const int64_t *shape)
+{
+    struct gen_entry *g = push(l);
+    snprintf(g->name, sizeof(g->name), "%s", name);
+    snprintf(g->seed_name, sizeof(g->seed_name), "%s", name);
+    g->dtype = dt;
+    g->init = SD15_INIT_BIAS;
+    g->fill = fk;
+    g->value = value;
+    g->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        g->shape[i] = shape[i];
+}
+
+static void add_extras(struct gen_list *l)
+{
+    const struct ckpt_gen_opts *o = l->o;
+    int64_t d = o->cfg.unet_mc;
+    add_special(l, "model_ema.decay", ST_DTYPE_F32, FILL_CONST, 0.9999f, 0, NULL);
+    add_special(l, "model_ema.num_updates", ST_DTYPE_I32, FILL_CONST, 0, 0, NULL);
+    add_special(l, "model_ema.diffusion_modeltime_embed0weight", o->dtype, FILL_RANDOM, 0, 2,
+                (const int64_t[]){4 * d, d});
+    static const char *const bufs[] = {"betas", "alphas_cumprod", "alphas_cumprod_prev",
+                                       "sqrt_alphas_cumprod", "posterior_variance"};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        add_special(l, bufs[i], ST_DTYPE_F32, FILL_CONST, 0.5f, 1, (const int64_t[]){1000});
+    add_special(l, "cond_stage_model.transformer.text_model.embeddings.position_ids",
+                ST_DTYPE_I64, FILL_ARANGE, 0, 2, (const int64_t[]){1, o->cfg.clip_pos});
+    add_special(l, "first_stage_model.loss.logvar", ST_DTYPE_F32, FILL_CONST, 0, 0, NULL);
+}
+
+static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
+{
+    l->o = o;
+    sd15_layout_build(&o->cfg, on_key, l);
+    if (o->flags & CKPT_GEN_EXTRAS)
+        add_extras(l);
+    if (o->flags & CKPT_GEN_SDXL_MARK)
+        add_special(l, "model.diffusion_model.label_emb.0.0.weight", o->dtype, FILL_RANDOM, 0, 2,
+                    (const int64_t[]){4 * o->cfg.unet_mc, 2816});
+    if (o->flags & CKPT_GEN_OPENCLIP) {
+        int64_t w = o->cfg.clip_width;
+        add_special(l, "cond_stage_model.model.token_embedding.weight", o->dtype, FILL_RANDOM, 0,
+                    2, (const int64_t[]){o->cfg.clip_vocab, w});
+        add_special(l, "cond_stage_model.model.positional_embedding", o->dtype, FILL_RANDOM, 0,
+                    2, (const int64_t[]){o->cfg.clip_pos, w});
+        add_special(l, "cond_stage_model.model.ln_final.weight", o->dtype, FILL_RANDOM, 0, 1,
+                    (const int64_t[]){w});
+    }
+    if (o->extra_tensor)
+        add_special(l, o->extra_tensor, o->dtype, FILL_RANDOM, 0, 1, (const int64_t[]){4});
+}
+
+/* ---- writing ---------------------------------------------------------------------------- */
+
+static void encode(const struct gen_entry *g, const float *src, uint64_t n, void *dst)
+{
+    switch (g->dtype) {
+    case ST_DTYPE_F32: memcpy(dst, src, n * 4); break;
+    case ST_DTYPE_F16:
+        for (uint64_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = st_f32_to_f16(src[i]);
+        break;
+    case ST_DTYPE_BF16:
+        for (uint64_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = st_f32_to_bf16(src[i]);
+        break;
+    case ST_DTYPE_I64:
+        for (uint64_t i = 0; i < n; i++)
+            ((int64_t *)dst)[i] = (int64_t)src[i];
+        break;
+    case ST_DTYPE_I32:
+        for (uint64_t i = 0; i < n; i++)
+            ((int32_t *)dst)[i] = (int32_t)src[i];
+        break;
+    default: PANIC("ckpt_gen: dtype %s not generated", st_dtype_name(g->dtype));
+    }
+}
+
+int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *e)
+{
+    if (o->dtype != ST_DTYPE_F32 && o->dtype != ST_DTYPE_F16 && o->dtype != ST_DTYPE_BF16)
+        return err_set(e, ERR_INVALID, "ckpt_gen: dtype must be F32, F16 or BF16");
+    struct gen_list l = {0};
+    build_list(o, &l);
+    struct st_writer *w = st_writer_new();
+    if (o->flags & CKPT_GEN_METADATA) {
+        st_writer_meta(w, "format", "pt");
+        st_writer_meta(w, "modelspec.title", "latentd random-weight test checkpoint");
+    }
+    /* Head counts are not stored in checkpoints; a shrunk config needs them said. */
+    if (!sd15_config_is_canonical(&o->cfg)) {
+        char v[32];
+        snprintf(v, sizeof(v), "%d", o->cfg.clip_heads);
+        st_writer_meta(w, "latentd.clip_heads", v);
+        snprintf(v, sizeof(v), "%d", o->cfg.unet_heads);
+        st_writer_meta(w, "latentd.unet_heads", v);
+    }
+    uint64_t max_n = 1;
+    for (size_t i = 0; i < l.n; i++) {
+        struct gen_entry *g = &l.v[i];
+        st_writer_add(w, g->name, g->dtype, g->ndim, g->shape);
+        uint64_t n = 1;
+        for (int d = 0; d < g->ndim; d++)
+            n *= (uint64_t)g->shape[d];
+        if (n > max_n)
+            max_n = n;
+    }
+    float *vals = xmalloc(max_n * sizeof(float));
+    void *bytes = xmalloc(max_n * 8);
+    int rc;
+    if ((rc = st_writer_begin(w, path, e)) < 0)
+        goto out;
+    for (size_t i = 0; i < l.n; i++) {
+        struct gen_entry *g = &l.v[i];
+        uint64_t n = 1;
+        for (int d = 0; d < g->ndim; d++)
+            n *= (uint64_t)g->shape[d];
+        switch (g->fill) {
+        case FILL_RANDOM:
+            ckpt_gen_fill(o->seed, g->seed_name, g->init, g->ndim, g->shape, vals, n);
+            break;
+        case FILL_ARANGE:
+            for (uint64_t j = 0; j < n; j++)
+                vals[j] = (float)j;
+            break;
+        case FILL_CONST:
+            for (uint64_t j = 0; j < n; j++)
+                vals[j] = g->value;
+            break;
+        }
+        if (o->nan_tensor && strcmp(o->nan_tensor, g->name) == 0 && n)
+            vals[n / 2] = NAN;
+        encode(g, vals, n, bytes);
+        if ((rc = st_writer_write(w, bytes, n * st_dtype_size(g->dtype), e)) < 0)
+            goto out;
+    }
+    rc = st_writer_finish(w, e);
+out:
+    xfree(vals);
+    xfree(bytes);
+    xfree(l.v);
+    st_writer_free(w);
+    return rc;
+}

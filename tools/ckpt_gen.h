@@ -1,0 +1,55 @@
+/*
+ * ckpt_gen — deterministic random-weight SD1.5 checkpoints with the real key
+ * layout (sd15.md §9.1), for tests, e2e fixtures and benchmarks.
+ *
+ * Weights depend only on (seed, tensor name, shape): the fp32, fp16 and bf16
+ * variants of one config hold the same values up to rounding, and a tensor's
+ * values do not change when other tensors are added or removed (variants).
+ * Each tensor is drawn from its own counter-based stream (splitmix64 seeded by
+ * a hash of the name), Box-Muller normals, scaled per sd15_init.
+ *
+ * Used by tools/gen_ckpt.c (the CLI) and linked into tests. Not thread-safe
+ * per call; calls are independent.
+ */
+#ifndef LATENTD_TOOLS_CKPT_GEN_H
+#define LATENTD_TOOLS_CKPT_GEN_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "safetensors.h"
+#include "sd15_layout.h"
+
+enum ckpt_gen_flags {
+    CKPT_GEN_EXTRAS = 1 << 0,        /* model_ema.*, schedule buffers, position_ids I64 */
+    CKPT_GEN_OLD_CLIP = 1 << 1,      /* cond_stage_model.transformer.<no text_model.> */
+    CKPT_GEN_CONV_2D = 1 << 2,       /* 1x1 conv weights (proj_in/out, VAE attn) stored 2-D */
+    CKPT_GEN_METADATA = 1 << 3,      /* a __metadata__ block with a few entries */
+    CKPT_GEN_SDXL_MARK = 1 << 4,     /* add label_emb.0.0.weight (an SDXL/unCLIP marker) */
+    CKPT_GEN_OPENCLIP = 1 << 5,      /* SD2-style text encoder keys cond_stage_model.model.* */
+    CKPT_GEN_NO_VAE = 1 << 6,        /* leave the VAE out */
+    CKPT_GEN_EMBED_F16 = 1 << 7,     /* store the token embedding table as F16 regardless */
+};
+
+struct ckpt_gen_opts {
+    struct sd15_config cfg;
+    enum st_dtype dtype;       /* F32, F16 or BF16 */
+    uint64_t seed;
+    unsigned flags;            /* enum ckpt_gen_flags */
+    const char *nan_tensor;    /* full name of a tensor to poison with a NaN, or NULL */
+    const char *drop_tensor;   /* full name of a tensor to leave out, or NULL */
+    const char *extra_tensor;  /* full name of an extra (unknown) tensor to add, or NULL */
+};
+
+/* Defaults: tiny config, F32, seed 42, no flags. */
+void ckpt_gen_opts_default(struct ckpt_gen_opts *o);
+
+/* Write the checkpoint to `path`. Returns 0 or a negative ERR_* with a message. */
+int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *e);
+
+/* Fill dst[n] with the deterministic values of tensor `name` (fp32, before storage
+ * rounding). Exposed so tests can predict exact weights. */
+void ckpt_gen_fill(uint64_t seed, const char *name, enum sd15_init init, int ndim,
+                   const int64_t *shape, float *dst, uint64_t n);
+
+#endif

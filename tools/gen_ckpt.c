@@ -1,0 +1,188 @@
+/*
+ * gen_ckpt — write a deterministic random-weight SD1.5 checkpoint (the CLI of
+ * tools/ckpt_gen.h). Usage: gen_ckpt --help.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt_gen.h"
+
+static void usage(FILE *fp)
+{
+    fputs("usage: gen_ckpt [options] OUT.safetensors\n"
+          "  --tiny              tiny config (default): UNet 32 [1,2,3,3], CLIP 64x3, VAE 32\n"
+          "  --small             smallest config: UNet 32 [1,1,1,1], VAE 32 [1,1,1,1]\n"
+          "  --full              SD1.5 widths (~1.07 G parameters; ~2 GiB as f16)\n"
+          "  --dtype f32|f16|bf16  storage dtype (default f32)\n"
+          "  --seed N            weight seed (default 42)\n"
+          "  --depth N           transformer depth (default 1)\n"
+          "  --clip-layers N     CLIP layers (tiny default 3)\n"
+          "  --extras            add model_ema.*, schedule buffers, position_ids (ignored)\n"
+          "  --old-clip-names    cond_stage_model.transformer.* without text_model.\n"
+          "  --conv-2d           store 1x1 conv weights (proj_in/out, VAE attn) as 2-D\n"
+          "  --metadata          add a __metadata__ block\n"
+          "  --embed-f16         store the CLIP token table as F16\n"
+          "  --arch sd15|sd2|sdxl|inpaint  make a look-alike of another model type\n"
+          "  --nan NAME          put a NaN into tensor NAME (full name)\n"
+          "  --drop NAME         leave tensor NAME out\n"
+          "  --extra NAME        add an unexpected tensor NAME\n"
+          "  --no-vae            leave out the VAE\n"
+          "  --truncate N        cut the written file to N bytes (N < 0: drop -N bytes)\n"
+          "  --corrupt-header    overwrite the start of the JSON header with garbage\n"
+          "  --if-missing        do nothing if OUT already exists\n",
+          fp);
+}
+
+static int parse_dtype(const char *s, enum st_dtype *dt)
+{
+    if (!strcmp(s, "f32") || !strcmp(s, "fp32"))
+        *dt = ST_DTYPE_F32;
+    else if (!strcmp(s, "f16") || !strcmp(s, "fp16"))
+        *dt = ST_DTYPE_F16;
+    else if (!strcmp(s, "bf16"))
+        *dt = ST_DTYPE_BF16;
+    else
+        return -1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct ckpt_gen_opts o;
+    ckpt_gen_opts_default(&o);
+    const char *out = NULL, *arch = "sd15";
+    long long truncate_to = 0;
+    int have_truncate = 0, corrupt = 0, if_missing = 0, depth = 0, clip_layers = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED()                                                                     \
+    do {                                                                           \
+        if (!next) {                                                               \
+            fprintf(stderr, "gen_ckpt: '%s' needs a value\n", a);                  \
+            return 2;                                                              \
+        }                                                                          \
+        i++;                                                                       \
+    } while (0)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--tiny")) {
+            sd15_config_tiny(&o.cfg);
+        } else if (!strcmp(a, "--small")) {
+            sd15_config_tiny(&o.cfg);
+            for (int k = 0; k < 4; k++)
+                o.cfg.unet_mult[k] = o.cfg.vae_mult[k] = 1;
+        } else if (!strcmp(a, "--full")) {
+            sd15_config_canonical(&o.cfg);
+        } else if (!strcmp(a, "--dtype")) {
+            NEED();
+            if (parse_dtype(next, &o.dtype) < 0) {
+                fprintf(stderr, "gen_ckpt: unknown dtype '%s'\n", next);
+                return 2;
+            }
+        } else if (!strcmp(a, "--seed")) {
+            NEED();
+            o.seed = strtoull(next, NULL, 0);
+        } else if (!strcmp(a, "--depth")) {
+            NEED();
+            depth = atoi(next);
+        } else if (!strcmp(a, "--clip-layers")) {
+            NEED();
+            clip_layers = atoi(next);
+        } else if (!strcmp(a, "--extras")) {
+            o.flags |= CKPT_GEN_EXTRAS;
+        } else if (!strcmp(a, "--old-clip-names")) {
+            o.flags |= CKPT_GEN_OLD_CLIP;
+        } else if (!strcmp(a, "--conv-2d")) {
+            o.flags |= CKPT_GEN_CONV_2D;
+        } else if (!strcmp(a, "--metadata")) {
+            o.flags |= CKPT_GEN_METADATA;
+        } else if (!strcmp(a, "--embed-f16")) {
+            o.flags |= CKPT_GEN_EMBED_F16;
+        } else if (!strcmp(a, "--no-vae")) {
+            o.flags |= CKPT_GEN_NO_VAE;
+        } else if (!strcmp(a, "--arch")) {
+            NEED();
+            arch = next;
+        } else if (!strcmp(a, "--nan")) {
+            NEED();
+            o.nan_tensor = next;
+        } else if (!strcmp(a, "--drop")) {
+            NEED();
+            o.drop_tensor = next;
+        } else if (!strcmp(a, "--extra")) {
+            NEED();
+            o.extra_tensor = next;
+        } else if (!strcmp(a, "--truncate")) {
+            NEED();
+            truncate_to = strtoll(next, NULL, 0);
+            have_truncate = 1;
+        } else if (!strcmp(a, "--corrupt-header")) {
+            corrupt = 1;
+        } else if (!strcmp(a, "--if-missing")) {
+            if_missing = 1;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "gen_ckpt: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else if (!out) {
+            out = a;
+        } else {
+            fprintf(stderr, "gen_ckpt: more than one output path\n");
+            return 2;
+        }
+    }
+    if (!out) {
+        usage(stderr);
+        return 2;
+    }
+    if (depth > 0)
+        o.cfg.unet_depth = depth;
+    if (clip_layers > 0)
+        o.cfg.clip_layers = clip_layers;
+    if (!strcmp(arch, "sd2")) {
+        o.flags |= CKPT_GEN_OPENCLIP | CKPT_GEN_CONV_2D;
+        o.cfg.ctx_dim = 1024;
+    } else if (!strcmp(arch, "sdxl")) {
+        o.flags |= CKPT_GEN_SDXL_MARK;
+        o.cfg.ctx_dim = 2048;
+    } else if (!strcmp(arch, "inpaint")) {
+        o.cfg.unet_in_ch = 9;
+    } else if (strcmp(arch, "sd15") != 0) {
+        fprintf(stderr, "gen_ckpt: unknown --arch '%s'\n", arch);
+        return 2;
+    }
+    struct stat sb;
+    if (if_missing && stat(out, &sb) == 0)
+        return 0;
+    struct err e = {0};
+    if (ckpt_gen_write(&o, out, &e) < 0) {
+        fprintf(stderr, "gen_ckpt: %s\n", e.msg);
+        return 1;
+    }
+    if (corrupt) {
+        FILE *fp = fopen(out, "r+b");
+        if (!fp || fseek(fp, 8, SEEK_SET) != 0 || fwrite("#garbage", 1, 8, fp) != 8) {
+            fprintf(stderr, "gen_ckpt: cannot corrupt '%s'\n", out);
+            return 1;
+        }
+        fclose(fp);
+    }
+    if (have_truncate) {
+        if (stat(out, &sb) != 0)
+            return 1;
+        long long to = truncate_to >= 0 ? truncate_to : (long long)sb.st_size + truncate_to;
+        if (to < 0)
+            to = 0;
+        if (truncate(out, (off_t)to) != 0) {
+            fprintf(stderr, "gen_ckpt: cannot truncate '%s': %s\n", out, strerror(errno));
+            return 1;
+        }
+    }
+    return 0;
+}
