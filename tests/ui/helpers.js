@@ -21,48 +21,65 @@ function skipFile(reason) {
 }
 
 async function startLatentd({ args = [], setup } = {}) {
-  if (process.env.LATENTD_UI_URL) return { url: process.env.LATENTD_UI_URL.replace(/\/$/, ""), dir: null, stop: async () => {} };
+  if (process.env.LATENTD_UI_URL) return { url: process.env.LATENTD_UI_URL.replace(/\/$/, ""), dir: null, stop: async () => {}, restart: null };
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "latentd-ui-"));
   for (const d of ["input", "output", "temp", "user", "models/checkpoints"]) fs.mkdirSync(path.join(dir, d), { recursive: true });
   if (setup) await setup(dir);
-  const portFile = path.join(dir, "port");
-  const log = fs.openSync(path.join(dir, "latentd.log"), "w");
-  const proc = spawn(latentdBin(), [
-    "--listen", "127.0.0.1", "--port", "0", "--port-file", portFile,
-    "--base-directory", dir, "--input-directory", path.join(dir, "input"),
-    "--output-directory", path.join(dir, "output"), "--temp-directory", dir,
-    "--user-directory", path.join(dir, "user"), "--front-end-root", path.join(SOURCE, "web"),
-    "--cpu", ...args,
-  ], { cwd: dir, stdio: ["ignore", log, log] });
-  let exited = null;
-  proc.on("exit", (code, sig) => { exited = { code, sig }; });
-  const deadline = Date.now() + 30000;
-  let url = null;
-  while (Date.now() < deadline) {
-    if (exited) break;
-    if (!url && fs.existsSync(portFile)) {
-      const port = parseInt(fs.readFileSync(portFile, "utf8"), 10);
-      if (port > 0) url = `http://127.0.0.1:${port}`;
+  const logPath = path.join(dir, "latentd.log");
+  const logText = () => fs.readFileSync(logPath, "utf8");
+  const srv = { dir, logText, url: null, proc: null, exited: null };
+  // Spawn latentd and wait until /api/object_info answers. port 0 = any free port.
+  const launch = async (port) => {
+    const portFile = path.join(dir, "port");
+    fs.rmSync(portFile, { force: true });
+    const log = fs.openSync(logPath, "a");
+    const proc = spawn(latentdBin(), [
+      "--listen", "127.0.0.1", "--port", String(port), "--port-file", portFile,
+      "--base-directory", dir, "--input-directory", path.join(dir, "input"),
+      "--output-directory", path.join(dir, "output"), "--temp-directory", dir,
+      "--user-directory", path.join(dir, "user"), "--front-end-root", path.join(SOURCE, "web"),
+      "--cpu", ...args,
+    ], { cwd: dir, stdio: ["ignore", log, log] });
+    fs.closeSync(log);
+    srv.proc = proc; srv.exited = null;
+    proc.on("exit", (code, sig) => { srv.exited = { code, sig }; });
+    const deadline = Date.now() + 30000;
+    let url = null, ok = false;
+    while (Date.now() < deadline && !srv.exited) {
+      if (!url && fs.existsSync(portFile)) {
+        const p = parseInt(fs.readFileSync(portFile, "utf8"), 10);
+        if (p > 0) url = `http://127.0.0.1:${p}`;
+      }
+      if (url) {
+        try { const r = await fetch(`${url}/api/object_info`); if (r.ok) { ok = true; break; } } catch { /* not yet */ }
+      }
+      await sleep(100);
     }
-    if (url) {
-      try { const r = await fetch(`${url}/api/object_info`); if (r.ok) break; } catch { /* not yet */ }
+    if (!ok) {
+      proc.kill("SIGKILL");
+      throw new Error(`latentd did not start (${JSON.stringify(srv.exited)}):\n${logText().slice(-3000)}`);
     }
-    await sleep(100);
-  }
-  const logText = () => fs.readFileSync(path.join(dir, "latentd.log"), "utf8");
-  if (exited || !url) {
-    proc.kill("SIGKILL");
-    throw new Error(`latentd did not start (${JSON.stringify(exited)}):\n${logText().slice(-3000)}`);
-  }
-  const stop = async () => {
-    if (exited) return;
-    proc.kill("SIGTERM");
-    for (let i = 0; i < 50 && !exited; i++) await sleep(100);
-    if (!exited) proc.kill("SIGKILL");
-    try { fs.copyFileSync(path.join(dir, "latentd.log"), path.join(artifactDir(), `${process.env.UI_TEST_NAME || "ui"}-latentd.log`)); } catch { /* best effort */ }
+    srv.url = url;
+  };
+  const kill = async () => {
+    if (!srv.proc || srv.exited) return;
+    srv.proc.kill("SIGTERM");
+    for (let i = 0; i < 50 && !srv.exited; i++) await sleep(100);
+    if (!srv.exited) srv.proc.kill("SIGKILL");
+    for (let i = 0; i < 20 && !srv.exited; i++) await sleep(50);
+  };
+  // Stop and start again on the same port with the same directories (WS reconnect tests).
+  srv.restart = async () => { const port = new URL(srv.url).port; await kill(); await launch(port); };
+  srv.stop = async () => {
+    await kill();
+    try {
+      fs.mkdirSync(artifactDir(), { recursive: true });
+      fs.copyFileSync(logPath, path.join(artifactDir(), `${process.env.UI_TEST_NAME || "ui"}-latentd.log`));
+    } catch { /* best effort */ }
     fs.rmSync(dir, { recursive: true, force: true });
   };
-  return { url, dir, proc, stop, logText };
+  await launch(0);
+  return srv;
 }
 
 const CHROME_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

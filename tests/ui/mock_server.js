@@ -51,7 +51,15 @@ const objectInfo = () => {
     output_name: output, name, display_name: display, description: "", python_module: "nodes", category, output_node: outputNode,
   });
   const files = fs.readdirSync(INPUT).sort();
+  const sd = process.env.MOCK_SD ? {
+    CheckpointLoaderSimple: mk("CheckpointLoaderSimple", "Load Checkpoint", "loaders", { ckpt_name: [["tiny.safetensors"]] }, ["MODEL", "CLIP", "VAE"]),
+    CLIPTextEncode: mk("CLIPTextEncode", "CLIP Text Encode (Prompt)", "conditioning", { text: ["STRING", { multiline: true, dynamicPrompts: true }], clip: ["CLIP"] }, ["CONDITIONING"]),
+    EmptyLatentImage: mk("EmptyLatentImage", "Empty Latent Image", "latent", { width: ["INT", { default: 512, min: 16, max: 16384, step: 8 }], height: ["INT", { default: 512, min: 16, max: 16384, step: 8 }], batch_size: ["INT", { default: 1, min: 1, max: 4096 }] }, ["LATENT"]),
+    KSampler: mk("KSampler", "KSampler", "sampling", { model: ["MODEL"], seed: ["INT", { default: 0, min: 0, max: 18446744073709551615, control_after_generate: true }], steps: ["INT", { default: 20, min: 1, max: 10000 }], cfg: ["FLOAT", { default: 8.0, min: 0.0, max: 100.0, step: 0.1, round: 0.01 }], sampler_name: [["euler", "ddim"]], scheduler: [["normal", "karras"]], positive: ["CONDITIONING"], negative: ["CONDITIONING"], latent_image: ["LATENT"], denoise: ["FLOAT", { default: 1.0, min: 0.0, max: 1.0, step: 0.01 }] }, ["LATENT"]),
+    VAEDecode: mk("VAEDecode", "VAE Decode", "latent", { samples: ["LATENT"], vae: ["VAE"] }, ["IMAGE"]),
+  } : {};
   return {
+    ...sd,
     EmptyImage: mk("EmptyImage", "EmptyImage", "image", { width: ["INT", { default: 512, min: 1, max: 16384, step: 1 }], height: ["INT", { default: 512, min: 1, max: 16384, step: 1 }], batch_size: ["INT", { default: 1, min: 1, max: 4096 }], color: ["INT", { default: 0, min: 0, max: 0xffffff, step: 1 }] }, IMG),
     ImageInvert: mk("ImageInvert", "Invert Image", "image", { image: IMG }, IMG),
     ImageScale: mk("ImageScale", "Upscale Image", "image/upscaling", { image: IMG, upscale_method: [["nearest-exact", "bilinear", "area", "bicubic", "lanczos"]], width: ["INT", { default: 512, min: 0, max: 16384, step: 1 }], height: ["INT", { default: 512, min: 0, max: 16384, step: 1 }], crop: [["disabled", "center"]] }, IMG),
@@ -157,4 +165,12 @@ server.on("upgrade", (req, sock, head) => wss.handleUpgrade(req, sock, head, (ws
   sockets.set(sid, ws); ws.on("close", () => { if (sockets.get(sid) === ws) sockets.delete(sid); });
   ws.send(JSON.stringify({ type: "status", data: { status: { exec_info: { queue_remaining: pending.length } }, sid } }));
 }));
-server.listen(Number(process.argv[2] || 8199), "127.0.0.1", () => console.log(`mock on ${server.address().port}, files in ${TMP}`));
+// Accepts latentd's --port/--port-file so that LATENTD_BIN can point at a wrapper of this file.
+const argv = process.argv.slice(2);
+const flag = (name) => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : null; };
+const port = Number(flag("--port") ?? (argv[0] && !argv[0].startsWith("--") ? argv[0] : 8199));
+server.listen(port, "127.0.0.1", () => {
+  console.log(`mock on ${server.address().port}, files in ${TMP}`);
+  if (flag("--port-file")) fs.writeFileSync(flag("--port-file"), `${server.address().port}\n`);
+});
+process.on("SIGTERM", () => process.exit(0));

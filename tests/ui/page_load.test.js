@@ -43,6 +43,12 @@ test("default graph is loaded and drawn", async () => {
     const names = ks.widgets.map((w) => w[0]);
     assert.deepStrictEqual(names, ["seed", "control_after_generate", "steps", "cfg", "sampler_name", "scheduler", "denoise"]);
     assert.deepStrictEqual(ks.widgets.slice(2).map((w) => w[1]), [20, 8, "euler", "normal", 1]);
+    // The page's API conversion of its default graph is the spec's default prompt.
+    const want = JSON.parse(require("fs").readFileSync(require("path").join(__dirname, "default_workflow_api.json"), "utf8"));
+    const got = await ui.page.evaluate(async () => (await import("./js/workflow.js")).graphToPrompt(window.app.graph).output);
+    for (const id of Object.keys(want)) { delete want[id]._meta; delete got[id]._meta; }
+    got["4"].inputs.ckpt_name = want["4"].inputs.ckpt_name; // the page picks an installed checkpoint
+    assert.deepStrictEqual(got, want);
   }
   // Queueing a graph with missing types is refused in the page with a clear message.
   if (missing.length) {
@@ -75,4 +81,16 @@ test("side panels answer from the server", async () => {
   await h.screenshot(ui.page, "page_load_system");
   await ui.page.click('#tabs button[data-tab="history"]');
   await ui.page.waitForSelector("#history-list > *");
+});
+
+test("the WebSocket reconnects after a server restart", async (t) => {
+  if (!srv.restart) return t.skip("external server (LATENTD_UI_URL): cannot restart it");
+  const { page } = ui;
+  const before = await page.evaluate(() => ({ n: window.__events.length, reconnects: window.api.reconnects }));
+  await srv.restart();
+  await page.waitForFunction((r) => window.api.reconnects > r && window.api.connected, before.reconnects, { timeout: 30000 });
+  // The new server greets the socket with a status message, which the page handled.
+  await page.waitForFunction((n) => window.__events.slice(n).some((e) => e.type === "status"), before.n, { timeout: 10000 });
+  assert.strictEqual(await page.textContent("#socket-state"), "connected");
+  await h.screenshot(page, "page_load_reconnected");
 });

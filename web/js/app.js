@@ -32,6 +32,7 @@ class App {
     this.canvas = new LG.LGraphCanvas(el, this.graph);
     this.canvas.allow_searchbox = true;
     this.canvas.show_info = false;
+    this.canvas.render_canvas_border = false;
     this.resizeCanvas();
     window.addEventListener("resize", () => this.resizeCanvas());
     this.graph.start();
