@@ -1,0 +1,157 @@
+/*
+ * pool.c — the one persistent CPU worker pool behind every CPU op.
+ *
+ * Workers sleep on a condition variable between jobs (never spin), because the
+ * BLAS library runs its own threads during GEMMs and spinning workers would
+ * steal its cores. A job is a range [0, n) cut into one contiguous chunk per
+ * thread; the calling thread runs chunk 0 itself, so a 1-thread pool costs
+ * nothing. Nested calls (a task calling tensor__pool_for) run inline.
+ *
+ * Threads: tensor__pool_for is called by one thread at a time (the executor);
+ * the pool's lock is a leaf.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "../tensor_impl.h"
+
+#define POOL_MAX 64
+
+static struct pool {
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    pthread_t tid[POOL_MAX];
+    int nthreads;            /* including the caller */
+    int started;             /* workers running */
+    int want;                /* requested size, 0 = default */
+    uint64_t gen;            /* job generation; workers run each once */
+    int pending;             /* worker chunks not finished */
+    int stop;
+    tensor_pool_fn fn;
+    void *ctx;
+    int64_t n;
+} P = {.mu = PTHREAD_MUTEX_INITIALIZER,
+         .wake = PTHREAD_COND_INITIALIZER,
+         .done = PTHREAD_COND_INITIALIZER};
+
+static _Thread_local int in_task;
+
+static void chunk(int64_t n, int nt, int i, int64_t *b, int64_t *e)
+{
+    *b = n * i / nt;
+    *e = n * (i + 1) / nt;
+}
+
+static void *worker(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    uint64_t seen = 0;
+    in_task = 1;
+    pthread_mutex_lock(&P.mu);
+    for (;;) {
+        while (!P.stop && P.gen == seen)
+            pthread_cond_wait(&P.wake, &P.mu);
+        if (P.stop)
+            break;
+        seen = P.gen;
+        tensor_pool_fn fn = P.fn;
+        void *ctx = P.ctx;
+        int64_t b, e;
+        chunk(P.n, P.nthreads, id, &b, &e);
+        pthread_mutex_unlock(&P.mu);
+        if (b < e)
+            fn(ctx, b, e, id);
+        pthread_mutex_lock(&P.mu);
+        if (--P.pending == 0)
+            pthread_cond_signal(&P.done);
+    }
+    pthread_mutex_unlock(&P.mu);
+    return NULL;
+}
+
+static int default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > POOL_MAX ? POOL_MAX : (int)n;
+}
+
+static void pool_start(void)
+{
+    int n = P.want > 0 ? P.want : default_threads();
+    if (n > POOL_MAX)
+        n = POOL_MAX;
+    P.nthreads = n;
+    P.stop = 0;
+    for (int i = 1; i < n; i++)
+        if (pthread_create(&P.tid[i], NULL, worker, (void *)(intptr_t)i) != 0)
+            PANIC("cannot start tensor pool thread %d", i);
+    P.started = 1;
+}
+
+void tensor__pool_shutdown(void)
+{
+    if (!P.started)
+        return;
+    pthread_mutex_lock(&P.mu);
+    P.stop = 1;
+    pthread_cond_broadcast(&P.wake);
+    pthread_mutex_unlock(&P.mu);
+    for (int i = 1; i < P.nthreads; i++)
+        pthread_join(P.tid[i], NULL);
+    P.started = 0;
+    P.nthreads = 0;
+}
+
+void tensor_threads_set(int n)
+{
+    tensor__pool_shutdown();
+    P.want = n < 1 ? 0 : n;
+}
+
+int tensor_threads_get(void)
+{
+    return P.started ? P.nthreads : (P.want > 0 ? P.want : default_threads());
+}
+
+int tensor__pool_threads(void)
+{
+    return tensor_threads_get();
+}
+
+void tensor__pool_for(int64_t n, tensor_pool_fn fn, void *ctx)
+{
+    if (n <= 0)
+        return;
+    if (in_task) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    if (!P.started)
+        pool_start();
+    if (P.nthreads == 1 || n == 1) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    pthread_mutex_lock(&P.mu);
+    P.fn = fn;
+    P.ctx = ctx;
+    P.n = n;
+    P.pending = P.nthreads - 1;
+    P.gen++;
+    pthread_cond_broadcast(&P.wake);
+    pthread_mutex_unlock(&P.mu);
+
+    int64_t b, e;
+    chunk(n, P.nthreads, 0, &b, &e);
+    in_task = 1;
+    if (b < e)
+        fn(ctx, b, e, 0);
+    in_task = 0;
+
+    pthread_mutex_lock(&P.mu);
+    while (P.pending > 0)
+        pthread_cond_wait(&P.done, &P.mu);
+    pthread_mutex_unlock(&P.mu);
+}

@@ -1,0 +1,183 @@
+/*
+ * tensor_impl — private contract between the tensor/ sources, the CPU kernels in
+ * tensor/cpu/ and the CUDA backend in tensor/cuda/. Not for other layers.
+ *
+ * The CPU kernels work on raw, contiguous f32 host buffers (so they are tested
+ * without any device); tensor/dispatch.c turns tensors into such buffers
+ * (converting dtypes and strides through temporaries when needed) and picks the
+ * backend by the storage device's kind.
+ *
+ * Threads: as tensor.h (one caller at a time; kernels use the internal pool).
+ */
+#ifndef LATENTD_TENSOR_IMPL_H
+#define LATENTD_TENSOR_IMPL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor.h"
+
+struct tensor_storage {
+    struct dev *dev;                      /* borrowed: outlives the storage */
+    void *data;                           /* device memory (owned unless release set) */
+    size_t bytes;                         /* size of data */
+    atomic_int refs;                      /* tensors referring to it */
+    void (*release)(void *user, void *data); /* external memory: called at last unref */
+    void *user;
+    int external;                         /* 1: never dev_free data */
+};
+
+/* Byte address of element 0 of t. */
+static inline char *tensor__ptr(const struct tensor *t)
+{
+    return (char *)t->_storage->data + (size_t)t->offset * tensor_dtype_size(t->dtype);
+}
+
+/* Host-side strided element walk: converts t (any dtype/strides, host memory) into a
+ * contiguous f32 buffer, and back. */
+void tensor__gather_f32(float *dst, const struct tensor *t);
+void tensor__scatter_f32(struct tensor *t, const float *src);
+
+/* Row-major contiguous strides for a shape. */
+void tensor__contig_strides(int ndim, const int64_t *shape, int64_t *stride);
+/* t's shape and strides right-aligned into 4 dims (leading dims 1, stride 0). */
+void tensor__as4d(const struct tensor *t, int64_t *sh, int64_t *st);
+
+/* Host-memory tensors outside any device (storage dev NULL), for staging copies:
+ * tensor__host_new allocates (freed by tensor_free); tensor__host_wrap fills a
+ * caller-owned struct over caller memory and tensor__host_unwrap releases it. */
+int tensor__host_new(enum tensor_dtype dt, int ndim, const int64_t *shape, struct tensor **out);
+void tensor__host_wrap(struct tensor *t, float *data, int ndim, const int64_t *shape);
+void tensor__host_unwrap(struct tensor *t);
+
+/* PyTorch nearest index map: map[d] = min(floor(d * (float)in / out), in - 1). */
+void tensor__nearest_map(int64_t *map, int64_t in, int64_t out);
+
+/* ---- CPU thread pool (cpu/pool.c) ----------------------------------------------------- */
+
+/* Run fn(ctx, begin, end, tid) over [0, n) split into contiguous chunks, one per thread
+ * (the caller is thread 0). Returns when all chunks are done. Not reentrant: a task
+ * must not call tensor__pool_for itself (it runs the nested loop inline instead). */
+typedef void (*tensor_pool_fn)(void *ctx, int64_t begin, int64_t end, int tid);
+void tensor__pool_for(int64_t n, tensor_pool_fn fn, void *ctx);
+int tensor__pool_threads(void);
+void tensor__pool_shutdown(void);
+
+/* ---- CPU GEMM (cpu/gemm.c) ------------------------------------------------------------ */
+
+/*
+ * Row-major C[M,N] = alpha * op(A) op(B) + beta * C with leading dims in elements,
+ * like cblas_sgemm. Uses oneDNN's sgemm when built with it (it picks AVX-512 kernels
+ * from cpuid whatever OPENBLAS_CORETYPE says), else OpenBLAS. `threads` 0: the BLAS
+ * library's own threading (caller is the executor); 1: single-threaded (caller is a
+ * pool worker).
+ */
+void cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+               int64_t ldc, int threads);
+const char *cpu_gemm_backend(void); /* "onednn" or "openblas (<core>)" */
+/* Bracket a pool job whose tasks call cpu_sgemm(..., threads = 1); executor only. */
+void cpu_gemm_pool_enter(void);
+void cpu_gemm_pool_leave(void);
+
+/* ---- CPU kernels over contiguous f32 (tensor/cpu/) ----------------------------------------- */
+
+/* x [n, c, hw] -> y; gamma/beta [c] or NULL. y may equal x. */
+void cpu_group_norm(float *y, const float *x, int64_t n, int64_t c, int64_t hw, int groups,
+                    const float *gamma, const float *beta, float eps, int silu);
+/* rows x [rows, c] normalised over c. y may equal x. */
+void cpu_layer_norm(float *y, const float *x, int64_t rows, int64_t c, const float *gamma,
+                    const float *beta, float eps);
+
+enum cpu_act {
+    CPU_ACT_SILU,
+    CPU_ACT_GELU,
+    CPU_ACT_QUICK_GELU,
+};
+void cpu_activation(float *y, const float *x, int64_t n, enum cpu_act act);
+/* x [rows, 2c] -> y [rows, c] = x[:, :c] * gelu(x[:, c:]). */
+void cpu_geglu(float *y, const float *x, int64_t rows, int64_t c);
+/* In-place-capable softmax of rows [rows, c]. */
+void cpu_softmax(float *y, const float *x, int64_t rows, int64_t c);
+
+/* Vector helpers used by several kernels (runtime-dispatched AVX-512 / AVX2 / scalar). */
+float cpu_vec_max(const float *x, int64_t n);
+/* y[i] = exp(x[i] - m), returns the sum. y may equal x. */
+float cpu_vec_exp_sum(float *y, const float *x, int64_t n, float m);
+void cpu_vec_scale(float *y, const float *x, float s, int64_t n);
+/* Sums of (x - shift) and (x - shift)^2 (shift: any value near the mean). */
+void cpu_vec_moments(const float *x, int64_t n, float shift, double *sum, double *sumsq);
+/* y = x * a + b, then SiLU when silu != 0. */
+void cpu_vec_affine(float *y, const float *x, int64_t n, float a, float b, int silu);
+/* y = (x - m) * r * g + b; g, b vectors or NULL. */
+void cpu_vec_ln_apply(float *y, const float *x, int64_t n, float m, float r, const float *g,
+                      const float *b);
+/* Tests: cap the ISA level (0 scalar, 1 AVX2, 2 AVX-512) to exercise every path. */
+void cpu_vec_force_isa(int level);
+
+/* out [n, co, ho, wo] = conv(x [n, ci, h, w], w [co, ci, kh, kw]) + bias. */
+void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, int64_t n,
+                int64_t ci, int64_t h, int64_t wd, int64_t co, int64_t kh, int64_t kw,
+                const struct tensor_conv2d_opts *o);
+
+/*
+ * Attention over one batch: q [tq, q_rs] (row stride q_rs), k [tk, k_rs], v [tk, v_rs],
+ * out [tq, o_rs]; `heads` heads of width d (q, k) and dv (v, out).
+ */
+void cpu_attention(float *out, int64_t o_rs, const float *q, int64_t q_rs, const float *k,
+                   int64_t k_rs, const float *v, int64_t v_rs, int64_t tq, int64_t tk,
+                   int heads, int64_t d, int64_t dv, float scale, int causal);
+
+/* Tuning knobs (tests and the benchmark set them; defaults are for SD1.5 shapes). */
+extern size_t cpu_conv_cols_bytes; /* im2col chunk size, bytes */
+extern int cpu_attn_bq;            /* attention query rows per tile */
+extern int cpu_attn_bk;            /* attention keys per tile */
+
+/* y = sum_k coef[k] * in[k] over n elements; y may alias any input. */
+void cpu_lincomb(float *y, int n_in, const float *coef, const float *const *in, int64_t n);
+
+/* ---- CUDA backend (tensor/cuda/, only in builds with TENSOR_HAVE_CUDA) ------------------ */
+
+enum tensor__unary {
+    TENSOR__SILU,
+    TENSOR__GELU,
+    TENSOR__QUICK_GELU,
+    TENSOR__SCALE, /* p0 = factor */
+    TENSOR__CLAMP, /* [p0, p1] */
+};
+
+/* Same contracts as the public ops; arguments are already checked, every operand is on
+ * the same CUDA device. */
+int tensor__cuda_copy(struct tensor *dst, const struct tensor *src, struct err *e);
+int tensor__cuda_fill(struct tensor *t, float value, struct err *e);
+int tensor__cuda_matmul(struct tensor *out, const struct tensor *a, const struct tensor *b,
+                        int trans_a, int trans_b, float alpha, struct err *e);
+int tensor__cuda_linear(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                        const struct tensor *bias, struct err *e);
+int tensor__cuda_conv2d(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                        const struct tensor *bias, const struct tensor_conv2d_opts *o,
+                        struct err *e);
+int tensor__cuda_group_norm(struct tensor *out, const struct tensor *x, int groups,
+                            const struct tensor *gamma, const struct tensor *beta, float eps,
+                            int fuse_silu, struct err *e);
+int tensor__cuda_layer_norm(struct tensor *out, const struct tensor *x,
+                            const struct tensor *gamma, const struct tensor *beta, float eps,
+                            struct err *e);
+int tensor__cuda_unary(struct tensor *out, const struct tensor *x, enum tensor__unary kind,
+                       float p0, float p1, struct err *e);
+int tensor__cuda_geglu(struct tensor *out, const struct tensor *x, struct err *e);
+int tensor__cuda_softmax(struct tensor *out, const struct tensor *x, struct err *e);
+int tensor__cuda_attention(struct tensor *out, const struct tensor *q, const struct tensor *k,
+                           const struct tensor *v, int heads, float scale, unsigned flags,
+                           struct err *e);
+int tensor__cuda_binary(struct tensor *out, const struct tensor *a, const struct tensor *b,
+                        int mul, struct err *e);
+int tensor__cuda_lincomb(struct tensor *out, int n, const float *coef,
+                         const struct tensor *const *in, struct err *e);
+int tensor__cuda_upsample(struct tensor *out, const struct tensor *x, struct err *e);
+int tensor__cuda_embedding(struct tensor *out, const struct tensor *table, const int32_t *ids,
+                           int64_t n, struct err *e);
+void tensor__cuda_shutdown(void);
+
+#endif
