@@ -1,0 +1,604 @@
+/*
+ * samplers — the k-diffusion update rules ComfyUI's KSampler runs (sd15.md
+ * §5.7), on flat float32 arrays.
+ *
+ * Each update is written in the operation order of ComfyUI's Python, one
+ * float32 rounding per tensor op: scalars computed from the schedule are
+ * 0-d float32 tensors there, and Python floats meet float32 tensors as
+ * float32. Contraction into FMAs is switched off so that the order holds.
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "sampling.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "alloc.h"
+
+static const char *const sampler_names[SAMPLING_SAMPLER_COUNT] = {
+    "euler", "euler_ancestral", "heun", "dpm_2", "dpm_2_ancestral", "lms",
+    "dpmpp_2s_ancestral", "dpmpp_sde", "dpmpp_sde_gpu", "dpmpp_2m", "dpmpp_2m_sde",
+    "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu", "lcm", "ddim",
+};
+
+const char *sampling_sampler_name(enum sampling_sampler s)
+{
+    if ((int)s < 0 || s >= SAMPLING_SAMPLER_COUNT)
+        return NULL;
+    return sampler_names[s];
+}
+
+int sampling_sampler_from_name(const char *name, enum sampling_sampler *out)
+{
+    for (int i = 0; name && i < SAMPLING_SAMPLER_COUNT; i++) {
+        if (strcmp(name, sampler_names[i]) == 0) {
+            *out = (enum sampling_sampler)i;
+            return 0;
+        }
+    }
+    return ERR_NOT_FOUND;
+}
+
+int sampling_sampler_discards_penultimate(enum sampling_sampler s)
+{
+    return s == SAMPLING_SAMPLER_DPM_2 || s == SAMPLING_SAMPLER_DPM_2_ANCESTRAL;
+}
+
+int sampling_sampler_is_stochastic(enum sampling_sampler s)
+{
+    switch (s) {
+    case SAMPLING_SAMPLER_EULER_ANCESTRAL:
+    case SAMPLING_SAMPLER_DPM_2_ANCESTRAL:
+    case SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL:
+    case SAMPLING_SAMPLER_DPMPP_SDE:
+    case SAMPLING_SAMPLER_DPMPP_SDE_GPU:
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE:
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE_GPU:
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN:
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN_GPU:
+    case SAMPLING_SAMPLER_LCM:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* ---- the run context: model call with the inpaint wrapper, scratch ---- */
+
+struct ctx {
+    const struct sampling_run *run;
+    size_t n;
+    float *xin;  /* model input when inpainting */
+    float *nz;   /* per-step noise */
+};
+
+static int model(struct ctx *c, const float *x, float sigma, float *den)
+{
+    const struct sampling_inpaint *ip = c->run->inpaint;
+    size_t n = c->n;
+    const float *in = x;
+    if (ip) {
+        /* KSamplerX0Inpaint: x·m + (noise·σ + latent)·(1 − m). */
+        for (size_t i = 0; i < n; i++) {
+            float lm = 1.0f - ip->mask[i];
+            float kept = ip->noise[i] * sigma;
+            kept = kept + ip->latent[i];
+            c->xin[i] = x[i] * ip->mask[i] + kept * lm;
+        }
+        in = c->xin;
+    }
+    int rc = c->run->denoise(c->run->denoise_user, in, sigma, den, n);
+    if (rc < 0)
+        return rc;
+    if (ip) {
+        for (size_t i = 0; i < n; i++) {
+            float lm = 1.0f - ip->mask[i];
+            den[i] = den[i] * ip->mask[i] + ip->latent[i] * lm;
+        }
+    }
+    return 0;
+}
+
+static int report(struct ctx *c, int i, const float *den, const float *x)
+{
+    const struct sampling_run *r = c->run;
+    if (r->step && r->step(r->step_user, i, r->n_sigmas - 1, den, x, c->n) != 0)
+        return ERR_INTERRUPTED;
+    return 0;
+}
+
+static const float *noise(struct ctx *c, float sigma, float sigma_next)
+{
+    sampling_noise_draw(c->run->noise, sigma, sigma_next, c->nz, c->n);
+    return c->nz;
+}
+
+/* to_d: d = (x − den) / σ. */
+static void to_d(const float *x, const float *den, float sigma, float *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = (x[i] - den[i]) / sigma;
+}
+
+/* get_ancestral_step(σ, σn, eta = 1). */
+static void ancestral_step(float s, float sn, float *down, float *up)
+{
+    float sn2 = sn * sn, s2 = s * s;
+    float v = sn2 * (s2 - sn2);
+    v = v / s2;
+    float u = 1.0f * sqrtf(v);
+    if (!(u < sn)) /* Python min(sn, u) returns sn unless u < sn */
+        u = sn;
+    *up = u;
+    *down = sqrtf(sn2 - u * u);
+}
+
+/* torch.lerp(a, b, 0.5) takes its "b − (b − a)·(1 − w)" branch. */
+static float lerp_half(float a, float b)
+{
+    float diff = b - a;
+    return b - diff * 0.5f;
+}
+
+#define STEP_BEGIN(i)                                                                       \
+    float s = sig[i], sn = sig[(i) + 1];                                                    \
+    (void)sn;                                                                               \
+    if ((rc = model(c, x, s, den)) < 0)                                                     \
+        return rc;
+
+/* ---- samplers ---- */
+
+static int run_euler(struct ctx *c, float *x, float *den, float *d)
+{
+    const float *sig = c->run->sigmas;
+    size_t n = c->n;
+    int rc;
+    for (int i = 0; i < c->run->n_sigmas - 1; i++) {
+        STEP_BEGIN(i);
+        to_d(x, den, s, d, n);
+        if ((rc = report(c, i, den, x)) < 0)
+            return rc;
+        float dt = sn - s;
+        for (size_t k = 0; k < n; k++)
+            x[k] = x[k] + d[k] * dt;
+    }
+    return 0;
+}
+
+static int run_euler_ancestral(struct ctx *c, float *x, float *den, float *d)
+{
+    const float *sig = c->run->sigmas;
+    size_t n = c->n;
+    int rc;
+    for (int i = 0; i < c->run->n_sigmas - 1; i++) {
+        STEP_BEGIN(i);
+        float sd, su;
+        ancestral_step(s, sn, &sd, &su);
+        if ((rc = report(c, i, den, x)) < 0)
+            return rc;
+        if (sd == 0.0f) {
+            memcpy(x, den, n * sizeof *x);
+            continue;
+        }
+        to_d(x, den, s, d, n);
+        float dt = sd - s;
+        const float *z = noise(c, s, sn);
+        for (size_t k = 0; k < n; k++) {
+            float a = x[k] + d[k] * dt;
+            float b = z[k] * 1.0f;
+            x[k] = a + b * su;
+        }
+    }
+    return 0;
+}
+
+static int run_heun(struct ctx *c, float *x, float *den, float *d, float *x2, float *d2)
+{
+    const float *sig = c->run->sigmas;
+    size_t n = c->n;
+    int rc;
+    for (int i = 0; i < c->run->n_sigmas - 1; i++) {
+        STEP_BEGIN(i);
+        to_d(x, den, s, d, n);
+        if ((rc = report(c, i, den, x)) < 0)
+            return rc;
+        float dt = sn - s;
+        if (sn == 0.0f) {
+            for (size_t k = 0; k < n; k++)
+                x[k] = x[k] + d[k] * dt;
+            continue;
+        }
+        for (size_t k = 0; k < n; k++)
+            x2[k] = x[k] + d[k] * dt;
+        if ((rc = model(c, x2, sn, den)) < 0)
+            return rc;
+        to_d(x2, den, sn, d2, n);
+        for (size_t k = 0; k < n; k++) {
+            float dp = (d[k] + d2[k]) / 2.0f;
+            x[k] = x[k] + dp * dt;
+        }
+    }
+    return 0;
+}
+
+/* dpm_2 (ancestral = 0) and dpm_2_ancestral (ancestral = 1). */
+static int run_dpm_2(struct ctx *c, float *x, float *den, float *d, float *x2, float *d2,
+                     int ancestral)
+{
+    const float *sig = c->run->sigmas;
+    size_t n = c->n;
+    int rc;
+    for (int i = 0; i < c->run->n_sigmas - 1; i++) {
+        STEP_BEGIN(i);
+        float target = sn, su = 0.0f;
+        if (ancestral)
+            ancestral_step(s, sn, &target, &su);
+        if ((rc = report(c, i, den, x)) < 0)
+            return rc;
+        to_d(x, den, s, d, n);
+        if (target == 0.0f) {
+            float dt = target - s;
+            for (size_t k = 0; k < n; k++)
+                x[k] = x[k] + d[k] * dt;
+            continue;
+        }
+        float sm = expf(lerp_half(logf(s), logf(target)));
+        float dt1 = sm - s, dt2 = target - s;
+        for (size_t k = 0; k < n; k++)
+            x2[k] = x[k] + d[k] * dt1;
+        if ((rc = model(c, x2, sm, den)) < 0)
+            return rc;
+        to_d(x2, den, sm, d2, n);
+        for (size_t k = 0; k < n; k++)
+            x[k] = x[k] + d2[k] * dt2;
+        if (ancestral) {
+            const float *z = noise(c, s, sn);
+            for (size_t k = 0; k < n; k++) {
+                float b = z[k] * 1.0f;
+                x[k] = x[k] + b * su;
+            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * ∫_{t[i]}^{t[i+1]} Π_{k≠j} (τ − t[i−k]) / (t[i−j] − t[i−k]) dτ: a polynomial
+ * of degree <= 3, integrated exactly by 3-point Gauss–Legendre in double
+ * (ComfyUI uses SciPy's quad, exact here to ~1e-12). As in NumPy, the
+ * denominators are float32 differences of the float32 sigmas.
+ */
+static double lms_coeff(int order, const float *t, int i, int j)
+{
+    static const double gx[3] = {-0.7745966692414834, 0.0, 0.7745966692414834};
+    static const double gw[3] = {5.0 / 9.0, 8.0 / 9.0, 5.0 / 9.0};
+    double a = t[i], b = t[i + 1];
+    double mid = 0.5 * (a + b), half = 0.5 * (b - a), sum = 0.0;
+    for (int q = 0; q < 3; q++) {
+        double tau = mid + half * gx[q], prod = 1.0;
+        for (int k = 0; k < order; k++) {
+            if (k == j)
+                continue;
+            float den = t[i - j] - t[i - k];
+            prod *= (tau - (double)t[i - k]) / (double)den;
+        }
+        sum += gw[q] * prod;
+    }
+    return sum * half;
+}
+
+static int run_lms(struct ctx *c, float *x, float *den, float *ds[4])
+{
+    const float *sig = c->run->sigmas;
+    size_t n = c->n;
+    int rc, have = 0;
+    for (int i = 0; i < c->run->n_sigmas - 1; i++) {
+        STEP_BEGIN(i);
+        /* Rotate the ring so that ds[have - 1] is the newest derivative. */
+        if (have == 4) {
+            float *oldest = ds[0];
+            memmove(ds, ds + 1, 3 * sizeof *ds);
+            ds[3] = oldest;
+            have = 3;
+        }
+        to_d(x, den, s, ds[have], n);
+        have++;
+        if ((rc = report(c, i, den, x)) < 0)
+            return rc;
+        if (sn == 0.0f) {
+            memcpy(x, den, n * sizeof *x);
+            continue;
+        }
+        int order = i + 1 < 4 ? i + 1 : 4;
+        float coeff[4];
+        for (int j = 0; j < order; j++)
+            coeff[j] = (float)lms_coeff(order, sig, i, j);
+        for (size_t k = 0; k < n; k++) {
+            /* sum(coeff_j · d_j, newest first), then x + sum. */
+            float acc = coeff[0] * ds[have - 1][k];
+            for (int j = 1; j < order; j++)
+                acc = acc + coeff[j] * ds[have - 1 - j][k];
+            x[k] = x[k] + acc;
+        }
+    }
+    return 0;
+}
+
+static int run_dpmpp_2s_ancestral(struct ctx *c, float *x, float *den, float *d, float *x2)
+{
+    const float *sig = c->run->sigmas;
+    size_t n = c->n;
+    int rc;
+    for (int i = 0; i < c->run->n_sigmas - 1; i++) {
+        STEP_BEGIN(i);
+        float sd, su;
+        ancestral_step(s, sn, &sd, &su);
+        if ((rc = report(c, i, den, x)) < 0)
+            return rc;
+        if (sd == 0.0f) {
+            to_d(x, den, s, d, n);
+            float dt = sd - s;
+            for (size_t k = 0; k < n; k++)
+                x[k] = x[k] + d[k] * dt;
+        } else {
+            float t = -logf(s), tn = -logf(sd);
+            float h = tn - t;
+            float smid = t + 0.5f * h;
+            float sig_s = expf(-smid), sig_t = expf(-t), sig_tn = expf(-tn);
+            float a1 = sig_s / sig_t, b1 = expm1f((-h) * 0.5f);
+            for (size_t k = 0; k < n; k++)
+                x2[k] = a1 * x[k] - b1 * den[k];
+            if ((rc = model(c, x2, sig_s, den)) < 0)
+                return rc;
+            float a2 = sig_tn / sig_t, b2 = expm1f(-h);
+            for (size_t k = 0; k < n; k++)
+                x[k] = a2 * x[k] - b2 * den[k];
+        }
+        if (sn > 0.0f) {
+            const float *z = noise(c, s, sn);
+            for (size_t k = 0; k < n; k++) {
+                float b = z[k] * 1.0f;
+                x[k] = x[k] + b * su;
+            }
+        }
+    }
+    return 0;
+}
+
+/* dpmpp_sde with r = 1/2, eta = 1, s_noise = 1 (eps model: λ = −ln σ). */
+static int run_dpmpp_sde(struct ctx *c, float *x, float *den, float *x2, float *den2)
+{
+    const float *sig = c->run->sigmas;
+    size_t n = c->n;
+    int rc;
+    const float r = 0.5f, fac = 1.0f; /* fac = 1 / (2r) */
+    for (int i = 0; i < c->run->n_sigmas - 1; i++) {
+        STEP_BEGIN(i);
+        if ((rc = report(c, i, den, x)) < 0)
+            return rc;
+        if (sn == 0.0f) {
+            memcpy(x, den, n * sizeof *x);
+            continue;
+        }
+        float ls = -logf(s), lt = -logf(sn);
+        float h = lt - ls;
+        float ls1 = ls + r * h;
+        float s1 = expf(-ls1);
+        float alpha_s = s * expf(ls);
+        float alpha_s1 = s1 * expf(ls1);
+        float alpha_t = sn * expf(lt);
+
+        /* Step 1. */
+        float sd, su;
+        ancestral_step(expf(-ls), expf(-ls1), &sd, &su);
+        float h_ = -logf(sd) - ls;
+        float a = (alpha_s1 / alpha_s) * expf(-h_);
+        float b = alpha_s1 * expm1f(-h_);
+        for (size_t k = 0; k < n; k++)
+            x2[k] = a * x[k] - b * den[k];
+        const float *z = noise(c, s, s1);
+        for (size_t k = 0; k < n; k++) {
+            float v = alpha_s1 * z[k];
+            v = v * 1.0f;
+            x2[k] = x2[k] + v * su;
+        }
+        if ((rc = model(c, x2, s1, den2)) < 0)
+            return rc;
+
+        /* Step 2. */
+        ancestral_step(expf(-ls), expf(-lt), &sd, &su);
+        h_ = -logf(sd) - ls;
+        a = (alpha_t / alpha_s) * expf(-h_);
+        b = alpha_t * expm1f(-h_);
+        for (size_t k = 0; k < n; k++) {
+            float dd = (1.0f - fac) * den[k];
+            dd = dd + fac * den2[k];
+            x[k] = a * x[k] - b * dd;
+        }
+        z = noise(c, s, sn);
+        for (size_t k = 0; k < n; k++) {
+            float v = alpha_t * z[k];
+            v = v * 1.0f;
+            x[k] = x[k] + v * su;
+        }
+    }
+    return 0;
+}
+
+/* dpmpp_2m_sde, eta = 1, solver "midpoint" (heun = 0) or "heun" (heun = 1). */
+static int run_dpmpp_2m_sde(struct ctx *c, float *x, float *den, float *old, int heun)
+{
+    const float *sig = c->run->sigmas;
+    size_t n = c->n;
+    int rc, have_old = 0;
+    const float eta = 1.0f;
+    float h = 0.0f, h_last = 0.0f;
+    for (int i = 0; i < c->run->n_sigmas - 1; i++) {
+        STEP_BEGIN(i);
+        if ((rc = report(c, i, den, x)) < 0)
+            return rc;
+        if (sn == 0.0f) {
+            memcpy(x, den, n * sizeof *x);
+        } else {
+            float ls = -logf(s), lt = -logf(sn);
+            h = lt - ls;
+            float h_eta = h * (eta + 1.0f);
+            float alpha_t = sn * expf(lt);
+            float a = (sn / s) * expf((-h) * eta);
+            float nem = -expm1f(-h_eta);
+            float b = alpha_t * nem;
+            for (size_t k = 0; k < n; k++) {
+                float p = a * x[k];
+                x[k] = p + b * den[k];
+            }
+            if (have_old) {
+                float rr = h_last / h;
+                float inv_r = 1.0f / rr;
+                float coef;
+                if (heun) {
+                    float q = nem / (-h_eta);
+                    coef = (alpha_t * (q + 1.0f)) * inv_r;
+                } else {
+                    coef = ((0.5f * alpha_t) * nem) * inv_r;
+                }
+                for (size_t k = 0; k < n; k++)
+                    x[k] = x[k] + coef * (den[k] - old[k]);
+            }
+            float sq = sqrtf(-expm1f(((-2.0f) * h) * eta));
+            const float *z = noise(c, s, sn);
+            for (size_t k = 0; k < n; k++) {
+                float v = z[k] * sn;
+                v = v * sq;
+                v = v * 1.0f;
+                x[k] = x[k] + v;
+            }
+        }
+        memcpy(old, den, n * sizeof *old);
+        have_old = 1;
+        h_last = h;
+    }
+    return 0;
+}
+
+static int run_dpmpp_2m(struct ctx *c, float *x, float *den, float *old)
+{
+    const float *sig = c->run->sigmas;
+    size_t n = c->n;
+    int rc, have_old = 0;
+    for (int i = 0; i < c->run->n_sigmas - 1; i++) {
+        STEP_BEGIN(i);
+        if ((rc = report(c, i, den, x)) < 0)
+            return rc;
+        if (sn == 0.0f) {
+            /* (σn/σ)·x − expm1(−∞)·den is exactly den; avoid log(0). */
+            memcpy(x, den, n * sizeof *x);
+        } else {
+            float t = -logf(s), tn = -logf(sn);
+            float h = tn - t;
+            float a = expf(-tn) / expf(-t);
+            float b = expm1f(-h);
+            if (!have_old) {
+                for (size_t k = 0; k < n; k++)
+                    x[k] = a * x[k] - b * den[k];
+            } else {
+                float h_last = t - (-logf(sig[i - 1]));
+                float r = h_last / h;
+                float q = 1.0f / (2.0f * r);
+                float p = 1.0f + q;
+                for (size_t k = 0; k < n; k++) {
+                    float dd = p * den[k] - q * old[k];
+                    x[k] = a * x[k] - b * dd;
+                }
+            }
+        }
+        memcpy(old, den, n * sizeof *old);
+        have_old = 1;
+    }
+    return 0;
+}
+
+static int run_lcm(struct ctx *c, float *x, float *den)
+{
+    const float *sig = c->run->sigmas;
+    size_t n = c->n;
+    int rc;
+    for (int i = 0; i < c->run->n_sigmas - 1; i++) {
+        STEP_BEGIN(i);
+        if ((rc = report(c, i, den, x)) < 0)
+            return rc;
+        memcpy(x, den, n * sizeof *x);
+        if (sn > 0.0f) {
+            /* noise_scaling(σn, noise, x): noise·σn + x. */
+            const float *z = noise(c, s, sn);
+            for (size_t k = 0; k < n; k++) {
+                float v = z[k] * sn;
+                x[k] = v + x[k];
+            }
+        }
+    }
+    return 0;
+}
+
+int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, struct err *e)
+{
+    if (!run || !x || n == 0 || !run->denoise || (run->n_sigmas > 0 && !run->sigmas) ||
+        run->n_sigmas < 0)
+        return err_set(e, ERR_INVALID, "invalid sampler run");
+    if ((int)run->sampler < 0 || run->sampler >= SAMPLING_SAMPLER_COUNT)
+        return err_set(e, ERR_INVALID, "unknown sampler %d", (int)run->sampler);
+    const char *name = sampling_sampler_name(run->sampler);
+    if (sampling_sampler_is_stochastic(run->sampler) && !run->noise)
+        return err_set(e, ERR_INVALID, "sampler '%s' needs a noise source", name);
+    if (run->inpaint && (!run->inpaint->mask || !run->inpaint->latent || !run->inpaint->noise))
+        return err_set(e, ERR_INVALID, "incomplete inpaint mask for sampler '%s'", name);
+    for (int i = 0; i < run->n_sigmas; i++) {
+        if (!isfinite(run->sigmas[i]) || run->sigmas[i] < 0.0f)
+            return err_set(e, ERR_INVALID, "invalid sigma %g at index %d", run->sigmas[i], i);
+    }
+    for (int i = 0; i + 1 < run->n_sigmas; i++) {
+        /* A zero sigma may only end the schedule: every update divides by σ. */
+        if (run->sigmas[i] == 0.0f)
+            return err_set(e, ERR_INVALID, "sigma 0 before the last step (index %d)", i);
+    }
+    if (run->n_sigmas <= 1)
+        return 0;
+
+    struct ctx c = {.run = run, .n = n};
+    /* den, d, x2, d2/den2/old, lms history (4), inpaint input, noise */
+    float *buf = xmalloc(n * 10 * sizeof *buf);
+    float *den = buf, *d = buf + n, *x2 = buf + 2 * n, *d2 = buf + 3 * n;
+    float *ds[4] = {buf + 4 * n, buf + 5 * n, buf + 6 * n, buf + 7 * n};
+    c.xin = buf + 8 * n;
+    c.nz = buf + 9 * n;
+    int rc;
+    switch (run->sampler) {
+    case SAMPLING_SAMPLER_EULER:
+    case SAMPLING_SAMPLER_DDIM: rc = run_euler(&c, x, den, d); break;
+    case SAMPLING_SAMPLER_EULER_ANCESTRAL: rc = run_euler_ancestral(&c, x, den, d); break;
+    case SAMPLING_SAMPLER_HEUN: rc = run_heun(&c, x, den, d, x2, d2); break;
+    case SAMPLING_SAMPLER_DPM_2: rc = run_dpm_2(&c, x, den, d, x2, d2, 0); break;
+    case SAMPLING_SAMPLER_DPM_2_ANCESTRAL: rc = run_dpm_2(&c, x, den, d, x2, d2, 1); break;
+    case SAMPLING_SAMPLER_LMS: rc = run_lms(&c, x, den, ds); break;
+    case SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL: rc = run_dpmpp_2s_ancestral(&c, x, den, d, x2); break;
+    case SAMPLING_SAMPLER_DPMPP_SDE:
+    case SAMPLING_SAMPLER_DPMPP_SDE_GPU: rc = run_dpmpp_sde(&c, x, den, x2, d2); break;
+    case SAMPLING_SAMPLER_DPMPP_2M: rc = run_dpmpp_2m(&c, x, den, d); break;
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE:
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE_GPU: rc = run_dpmpp_2m_sde(&c, x, den, d, 0); break;
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN:
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN_GPU: rc = run_dpmpp_2m_sde(&c, x, den, d, 1); break;
+    case SAMPLING_SAMPLER_LCM: rc = run_lcm(&c, x, den); break;
+    default: rc = ERR_INVALID; break;
+    }
+    xfree(buf);
+    if (rc == ERR_INTERRUPTED)
+        return err_set(e, ERR_INTERRUPTED, "sampling interrupted");
+    if (rc < 0 && e && e->code == 0)
+        err_set(e, rc, "sampler '%s' failed: %s", name, err_str(rc));
+    return rc;
+}

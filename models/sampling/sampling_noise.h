@@ -1,0 +1,68 @@
+/*
+ * sampling_noise — the noise a sampling run uses, drawn on the CPU so that
+ * every backend gets the same numbers (sd15.md §6.1, §6.8, §6.9).
+ *
+ *   - Initial noise: ComfyUI's prepare_noise — torch.manual_seed(seed), then
+ *     one randn of the whole latent, or one randn per sample when the LATENT
+ *     carries a batch_index.
+ *   - Per-step noise (ancestral samplers, lcm, the SDE samplers): a separate
+ *     generator seeded with the same seed, one full-latent randn per request,
+ *     in request order. This equals ComfyUI sampling on the CPU for the
+ *     ancestral samplers and lcm (§6.8: the first per-step draw equals the
+ *     initial noise when there is no batch_index).
+ *   - dpmpp_sde / dpmpp_2m_sde: ComfyUI asks a torchsde Brownian tree for the
+ *     increment over (sigma, sigma_next). We use the interim of §6.9: an
+ *     independent standard normal per request from the same per-run stream.
+ *     Statistically right for non-overlapping intervals but NOT
+ *     ComfyUI-identical, and dpmpp_sde's two overlapping requests per step
+ *     lose their correlation. The interval is passed through so that a
+ *     Brownian tree can replace the interim without touching the samplers.
+ *
+ * Caller-owned state, no allocation in the source itself. Not thread-safe:
+ * one source per sampling run (the executor thread).
+ */
+#ifndef LATENTD_SAMPLING_NOISE_H
+#define LATENTD_SAMPLING_NOISE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "sampling_rng.h"
+
+/*
+ * ComfyUI's prepare_noise for a latent of `batch` samples of `per_sample`
+ * floats each (4·h·w), into out[batch · per_sample].
+ *   - batch_index == NULL: one randn of batch · per_sample values.
+ *   - batch_index (n_index == batch entries, each >= 0): draws of one sample
+ *     each for i = 0 .. max(batch_index); output sample k is draw
+ *     batch_index[k] (duplicates allowed). Per-sample draws differ from
+ *     slices of one big draw whenever per_sample is not a multiple of 16.
+ * Only the low 32 bits of `seed` matter (as in PyTorch).
+ * Returns 0, or ERR_INVALID (bad index or sizes) with a message in e.
+ */
+int sampling_prepare_noise(uint64_t seed, const int64_t *batch_index, int n_index, int batch,
+                           size_t per_sample, enum sampling_randn_variant variant, float *out,
+                           struct err *e);
+
+/* The per-step noise source of one sampling run. */
+struct sampling_noise {
+    uint64_t seed;                         /* as given to sampling_noise_init */
+    enum sampling_randn_variant variant;   /* transform of the >= 16 path */
+    long draws;                            /* number of draws so far (for tests and logs) */
+    struct sampling_rng _rng;
+};
+
+/* Seed a per-run source (same seed as the KSampler's initial noise, §6.8). */
+void sampling_noise_init(struct sampling_noise *ns, uint64_t seed,
+                         enum sampling_randn_variant variant);
+
+/*
+ * One standard-normal draw of n values (the whole latent batch) for the
+ * interval (sigma, sigma_next). Ancestral samplers ignore the interval; the
+ * SDE samplers pass it for a future Brownian tree (see above).
+ */
+void sampling_noise_draw(struct sampling_noise *ns, float sigma, float sigma_next, float *out,
+                         size_t n);
+
+#endif

@@ -1,0 +1,11 @@
+# Sampling math (models/sampling): noise, schedulers, samplers, previews.
+# The sampling sources are pure math over float arrays, so the test compiles them
+# directly instead of linking latentd_models: it then builds and runs even while
+# the rest of models/ (tensors, UNet, ...) is being written.
+file(GLOB sampling_test_lib_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/models/sampling/*.c)
+latentd_add_test(test_sampling
+                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sampling.c
+                         ${CMAKE_CURRENT_LIST_DIR}/test_sampling_ref.c
+                         ${sampling_test_lib_sources}
+                 LIBS latentd_util m LABELS unit TIMEOUT 120)
+target_include_directories(test_sampling PRIVATE ${PROJECT_SOURCE_DIR}/models/sampling)

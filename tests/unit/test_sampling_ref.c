@@ -1,0 +1,249 @@
+/*
+ * An independent transcription of sd15.md §5.7's update rules, in double
+ * precision and in the spec's own (simplified) algebra, to check
+ * models/sampling/samplers.c against. It shares nothing with the library
+ * except the noise stream (sampling_noise_draw, tested bit-exact on its own),
+ * drawn here in the order the spec's rules ask for noise.
+ */
+#include "test_sampling_ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampling_noise.h"
+
+struct ref {
+    ref_denoise_fn D;
+    void *user;
+    size_t n;
+    struct sampling_noise *ns;
+    float *zf;
+    double *z;
+};
+
+static void den(struct ref *r, const double *x, double s, double *out)
+{
+    r->D(r->user, x, s, out, r->n);
+}
+
+static const double *draw(struct ref *r)
+{
+    sampling_noise_draw(r->ns, 0, 0, r->zf, r->n);
+    for (size_t k = 0; k < r->n; k++)
+        r->z[k] = r->zf[k];
+    return r->z;
+}
+
+static void anc(double s, double sn, double *down, double *up)
+{
+    double u = sqrt(sn * sn * (s * s - sn * sn) / (s * s));
+    if (sn < u)
+        u = sn;
+    *up = u;
+    *down = sqrt(sn * sn - u * u);
+}
+
+/* ∫_{a}^{b} Π_{m≠j} (τ − t_m)/(t_j − t_m) dτ, by exact polynomial expansion. */
+static double lms_c(const double *hist_s, int order, int j, double a, double b)
+{
+    /* coefficients of the product polynomial, degree < order */
+    double p[4] = {1, 0, 0, 0};
+    int deg = 0;
+    for (int m = 0; m < order; m++) {
+        if (m == j)
+            continue;
+        double den_ = hist_s[j] - hist_s[m];
+        double q[4] = {0, 0, 0, 0};
+        for (int d = 0; d <= deg; d++) {
+            q[d + 1] += p[d] / den_;
+            q[d] -= p[d] * hist_s[m] / den_;
+        }
+        deg++;
+        memcpy(p, q, sizeof p);
+    }
+    double sum = 0;
+    for (int d = 0; d <= deg; d++)
+        sum += p[d] * (pow(b, d + 1) - pow(a, d + 1)) / (d + 1);
+    return sum;
+}
+
+void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_count,
+                ref_denoise_fn D, void *user, struct sampling_noise *noise)
+{
+    struct ref r = {D, user, n, noise, malloc(n * sizeof(float)), malloc(n * sizeof(double))};
+    double *d0 = malloc(n * sizeof *d0), *x2 = malloc(n * sizeof *x2);
+    double *d2 = malloc(n * sizeof *d2), *prev = malloc(n * sizeof *prev);
+    double *hist[4];
+    for (int i = 0; i < 4; i++)
+        hist[i] = malloc(n * sizeof(double));
+    int have_prev = 0, nh = 0;
+    double h_last = 0;
+    for (int i = 0; i + 1 < ns_count; i++) {
+        double s = sig[i], sn = sig[i + 1];
+        den(&r, x, s, d0); /* d0 = D(x, σ) */
+        if (!strcmp(name, "euler") || !strcmp(name, "ddim")) {
+            for (size_t k = 0; k < n; k++)
+                x[k] += (x[k] - d0[k]) / s * (sn - s);
+        } else if (!strcmp(name, "euler_ancestral")) {
+            double sd, su;
+            anc(s, sn, &sd, &su);
+            if (sd == 0) {
+                memcpy(x, d0, n * sizeof *x);
+            } else {
+                const double *z = draw(&r);
+                for (size_t k = 0; k < n; k++)
+                    x[k] += (x[k] - d0[k]) / s * (sd - s) + z[k] * su;
+            }
+        } else if (!strcmp(name, "heun")) {
+            double dt = sn - s;
+            if (sn == 0) {
+                for (size_t k = 0; k < n; k++)
+                    x[k] += (x[k] - d0[k]) / s * dt;
+            } else {
+                for (size_t k = 0; k < n; k++)
+                    x2[k] = x[k] + (x[k] - d0[k]) / s * dt;
+                den(&r, x2, sn, d2);
+                for (size_t k = 0; k < n; k++) {
+                    double da = (x[k] - d0[k]) / s, db = (x2[k] - d2[k]) / sn;
+                    x[k] += (da + db) / 2 * dt;
+                }
+            }
+        } else if (!strcmp(name, "dpm_2") || !strcmp(name, "dpm_2_ancestral")) {
+            int a = !strcmp(name, "dpm_2_ancestral");
+            double tgt = sn, su = 0;
+            if (a)
+                anc(s, sn, &tgt, &su);
+            if (tgt == 0) {
+                for (size_t k = 0; k < n; k++)
+                    x[k] += (x[k] - d0[k]) / s * (tgt - s);
+            } else {
+                double sm = sqrt(s * tgt);
+                for (size_t k = 0; k < n; k++)
+                    x2[k] = x[k] + (x[k] - d0[k]) / s * (sm - s);
+                den(&r, x2, sm, d2);
+                for (size_t k = 0; k < n; k++)
+                    x[k] += (x2[k] - d2[k]) / sm * (tgt - s);
+                if (a) {
+                    const double *z = draw(&r);
+                    for (size_t k = 0; k < n; k++)
+                        x[k] += z[k] * su;
+                }
+            }
+        } else if (!strcmp(name, "lms")) {
+            double sh[4];
+            if (nh == 4) {
+                double *t = hist[0];
+                memmove(hist, hist + 1, 3 * sizeof *hist);
+                hist[3] = t;
+                nh = 3;
+            }
+            for (size_t k = 0; k < n; k++)
+                hist[nh][k] = (x[k] - d0[k]) / s;
+            nh++;
+            if (sn == 0) {
+                memcpy(x, d0, n * sizeof *x);
+            } else {
+                int order = nh;
+                for (int j = 0; j < order; j++)
+                    sh[j] = sig[i - j];
+                for (int j = 0; j < order; j++) {
+                    double cj = lms_c(sh, order, j, s, sn);
+                    for (size_t k = 0; k < n; k++)
+                        x[k] += cj * hist[nh - 1 - j][k];
+                }
+            }
+        } else if (!strcmp(name, "dpmpp_2m")) {
+            if (sn == 0) {
+                memcpy(x, d0, n * sizeof *x);
+            } else {
+                double h = log(s) - log(sn);
+                for (size_t k = 0; k < n; k++) {
+                    double dd = d0[k];
+                    if (have_prev) {
+                        double r_ = (log(sig[i - 1]) - log(s)) / h;
+                        dd = (1 + 1 / (2 * r_)) * d0[k] - 1 / (2 * r_) * prev[k];
+                    }
+                    x[k] = sn / s * x[k] - expm1(-h) * dd;
+                }
+            }
+            memcpy(prev, d0, n * sizeof *prev);
+            have_prev = 1;
+        } else if (!strcmp(name, "dpmpp_2s_ancestral")) {
+            double sd, su;
+            anc(s, sn, &sd, &su);
+            if (sd == 0) {
+                for (size_t k = 0; k < n; k++)
+                    x[k] += (x[k] - d0[k]) / s * (sd - s);
+            } else {
+                double h = log(s) - log(sd), ss = exp(log(s) - h / 2);
+                for (size_t k = 0; k < n; k++)
+                    x2[k] = ss / s * x[k] - expm1(-h / 2) * d0[k];
+                den(&r, x2, ss, d2);
+                for (size_t k = 0; k < n; k++)
+                    x[k] = sd / s * x[k] - expm1(-h) * d2[k];
+            }
+            if (sn > 0) {
+                const double *z = draw(&r);
+                for (size_t k = 0; k < n; k++)
+                    x[k] += z[k] * su;
+            }
+        } else if (!strncmp(name, "dpmpp_sde", 9)) {
+            if (sn == 0) {
+                memcpy(x, d0, n * sizeof *x);
+            } else {
+                double s1 = sqrt(s * sn), sd, su;
+                anc(s, s1, &sd, &su);
+                const double *z = draw(&r);
+                for (size_t k = 0; k < n; k++)
+                    x2[k] = sd / s * x[k] + (1 - sd / s) * d0[k] + z[k] * su;
+                den(&r, x2, s1, d2);
+                anc(s, sn, &sd, &su);
+                z = draw(&r);
+                for (size_t k = 0; k < n; k++)
+                    x[k] = sd / s * x[k] + (1 - sd / s) * d2[k] + z[k] * su;
+            }
+        } else if (!strncmp(name, "dpmpp_2m_sde", 12)) {
+            int heun = strstr(name, "heun") != NULL;
+            double h = h_last;
+            if (sn == 0) {
+                memcpy(x, d0, n * sizeof *x);
+            } else {
+                h = log(s / sn);
+                double he = 2 * h, e1 = -expm1(-he);
+                for (size_t k = 0; k < n; k++)
+                    x[k] = sn / s * exp(-h) * x[k] + e1 * d0[k];
+                if (have_prev) {
+                    double r_ = h_last / h;
+                    double cf = heun ? (e1 / -he + 1) : 0.5 * e1;
+                    for (size_t k = 0; k < n; k++)
+                        x[k] += cf / r_ * (d0[k] - prev[k]);
+                }
+                const double *z = draw(&r);
+                double a = sn * sqrt(-expm1(-2 * h));
+                for (size_t k = 0; k < n; k++)
+                    x[k] += z[k] * a;
+            }
+            memcpy(prev, d0, n * sizeof *prev);
+            have_prev = 1;
+            h_last = h;
+        } else if (!strcmp(name, "lcm")) {
+            memcpy(x, d0, n * sizeof *x);
+            if (sn > 0) {
+                const double *z = draw(&r);
+                for (size_t k = 0; k < n; k++)
+                    x[k] += z[k] * sn;
+            }
+        } else {
+            abort();
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        free(hist[i]);
+    free(d0);
+    free(x2);
+    free(d2);
+    free(prev);
+    free(r.zf);
+    free(r.z);
+}
