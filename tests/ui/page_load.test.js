@@ -72,6 +72,28 @@ test("default graph is loaded and drawn", async () => {
   assert.deepStrictEqual(ui.foreign, [], "no requests outside latentd");
 });
 
+test("slots are typed: only matching types connect", async () => {
+  // Pick, from whatever the server offers, an output type T and two socket inputs: one of
+  // type T and one of another concrete type; litegraph must accept only the first link.
+  const r = await ui.page.evaluate(() => {
+    const LG = window.LiteGraph; const types = Object.keys(window.app.objectInfo);
+    const nodes = types.map((t) => LG.createNode(t)).filter(Boolean);
+    for (const src of nodes) for (const [oi, out] of (src.outputs || []).entries()) {
+      const ok = nodes.find((n) => n !== src && (n.inputs || []).some((i) => i.type === out.type));
+      const bad = nodes.find((n) => n !== src && (n.inputs || []).some((i) => i.type !== out.type && i.type !== "*" && !String(i.type).includes(",")));
+      if (!ok || !bad) continue;
+      const g = new LG.LGraph(); g.add(src); g.add(ok); g.add(bad);
+      const okSlot = ok.inputs.findIndex((i) => i.type === out.type);
+      const badSlot = bad.inputs.findIndex((i) => i.type !== out.type && i.type !== "*");
+      return { type: out.type, badType: bad.inputs[badSlot].type, good: !!src.connect(oi, ok, okSlot), bad: !!src.connect(oi, bad, badSlot) };
+    }
+    return null;
+  });
+  if (!r) return; // a catalogue with a single type has nothing to mismatch
+  assert.strictEqual(r.good, true, `${r.type} -> ${r.type} connects`);
+  assert.strictEqual(r.bad, false, `${r.type} -> ${r.badType} is refused`);
+});
+
 test("side panels answer from the server", async () => {
   await ui.page.click('#tabs button[data-tab="system"]');
   await ui.page.waitForSelector("#system-info table");

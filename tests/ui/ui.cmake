@@ -12,4 +12,7 @@ if(LATENTD_NODE_EXE)
     set_tests_properties(ui_${t} PROPERTIES LABELS ui SKIP_RETURN_CODE 77 TIMEOUT 180 RUN_SERIAL ON
       ENVIRONMENT "LATENTD_BIN=${PROJECT_BINARY_DIR}/latentd;LATENTD_GEN_CKPT=${PROJECT_BINARY_DIR}/gen_ckpt;LATENTD_UI_ARTIFACTS=${PROJECT_BINARY_DIR}/ui-artifacts")
   endforeach()
+  # The page's PNG metadata reader under Node: needs neither Chromium nor latentd.
+  add_test(NAME ui_png_reader COMMAND ${LATENTD_NODE_EXE} --test ${ui_dir}/png_reader.test.js)
+  set_tests_properties(ui_png_reader PROPERTIES LABELS ui TIMEOUT 60)
 endif()

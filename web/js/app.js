@@ -33,6 +33,13 @@ class App {
     this.canvas.allow_searchbox = true;
     this.canvas.show_info = false;
     this.canvas.render_canvas_border = false;
+    // ComfyUI's link colours per type, so graphs look familiar.
+    const typeColors = {
+      MODEL: "#B39DDB", CLIP: "#FFD500", VAE: "#FF6E6E", LATENT: "#FF9CF9", IMAGE: "#64B5F6",
+      CONDITIONING: "#FFA931", MASK: "#81C784", CLIP_VISION: "#A8DADC", CONTROL_NET: "#00D78D",
+    };
+    Object.assign(this.canvas.default_connection_color_byType, typeColors);
+    Object.assign(LG.LGraphCanvas.link_type_colors, typeColors);
     this.resizeCanvas();
     window.addEventListener("resize", () => this.resizeCanvas());
     this.graph.start();
@@ -77,7 +84,7 @@ class App {
 
   persist() {
     if (!this.graph || !this.ready) return;
-    try { localStorage.setItem(STORE_KEY, JSON.stringify(this.graph.serialize())); } catch { /* quota */ }
+    try { localStorage.setItem(STORE_KEY, JSON.stringify(this.serializeWorkflow())); } catch { /* quota */ }
   }
 
   // --- loading and saving workflows ------------------------------------------------
@@ -135,8 +142,15 @@ class App {
     this.canvas.ds.offset = [20 / scale - x0, 20 / scale - y0];
   }
 
-  saveWorkflow() {
+  // The workflow as ComfyUI saves it: litegraph's serialisation plus the view in extra.ds.
+  serializeWorkflow() {
     const wf = this.graph.serialize();
+    wf.extra = { ...(wf.extra || {}), ds: { scale: this.canvas.ds.scale, offset: Array.from(this.canvas.ds.offset) } };
+    return wf;
+  }
+
+  saveWorkflow() {
+    const wf = this.serializeWorkflow();
     const blob = new Blob([JSON.stringify(wf, null, 2)], { type: "application/json" });
     const a = document.createElement("a");
     a.href = URL.createObjectURL(blob);
@@ -175,7 +189,7 @@ class App {
       let p;
       try { p = graphToPrompt(this.graph); }
       catch (e) { this.showError(e.message); return null; }
-      const r = await api.queuePrompt(p.output, p.workflow);
+      const r = await api.queuePrompt(p.output, this.serializeWorkflow());
       if (!r.ok) {
         this.showPromptError(r.body);
         return null;
@@ -360,6 +374,7 @@ class App {
     });
     document.addEventListener("keydown", (e) => {
       if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.$("btn-queue").click(); }
+      if (e.key === "Escape") this.panels.hideErrorDialog();
     });
   }
 

@@ -329,6 +329,13 @@ export function registerMissingType(type) {
       ctx.fillStyle = "#f88"; ctx.font = "12px Arial"; ctx.textAlign = "left";
       const y = Math.max(this.inputs?.length || 0, this.outputs?.length || 0) * LG.NODE_SLOT_HEIGHT + 16;
       ctx.fillText(`missing node type: ${type}`, 8, Math.min(y, this.size[1] - 6));
+      // Saved widget values, so the user can see what the node held.
+      ctx.fillStyle = "#caa";
+      (this.savedWidgetValues || []).slice(0, 6).forEach((v, i) => {
+        const t = String(typeof v === "object" ? JSON.stringify(v) : v).replace(/\s+/g, " ");
+        const yy = y + 16 + i * 14;
+        if (yy < this.size[1] - 4) ctx.fillText(t.length > 40 ? t.slice(0, 39) + "…" : t, 8, yy);
+      });
     }
   }
   MissingNode.title = type;
