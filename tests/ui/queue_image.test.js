@@ -76,7 +76,20 @@ test("edit a widget, queue, see the image on the node and in history", async () 
   assert.deepStrictEqual(ui.errors, []);
 });
 
-test("seed-style control and batch count: two prompts queued", async () => {
+test("a history entry's workflow can be loaded back", async () => {
+  const { page } = ui;
+  const want = await page.evaluate(() => window.app.graph._nodes.map((n) => n.type).sort());
+  await page.click("#btn-default");
+  await page.waitForFunction(() => window.app.graph._nodes.length === 7);
+  await page.click('#tabs button[data-tab="history"]');
+  await page.locator("#history-list .item button:text('load')").first().click();
+  await page.waitForFunction(() => window.app.graph._nodes.length === 3);
+  assert.deepStrictEqual(await page.evaluate(() => window.app.graph._nodes.map((n) => n.type).sort()), want);
+  const w = await page.evaluate(() => window.app.graph.getNodeById(1).widgets.find((x) => x.name === "width").value);
+  assert.strictEqual(w, 80, "the edited value comes back with the workflow");
+});
+
+test("batch count queues that many prompts", async () => {
   const { page } = ui;
   await page.fill("#batch-count", "2");
   const before = await page.evaluate(() => window.__events.filter((e) => e.type === "execution_start").length);

@@ -53,3 +53,22 @@ test("upload an image from the LoadImage node and run it", async () => {
   await h.screenshot(page, "upload");
   assert.deepStrictEqual(ui.errors, []);
 });
+
+test("dropping an image file on the LoadImage node uploads it too", async () => {
+  const { page } = ui;
+  const img = h.encodePng(19, 11, () => [90, 90, 250]);
+  await page.evaluate(({ b64 }) => {
+    const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    const dt = new DataTransfer();
+    dt.items.add(new File([bytes], "dropped.png", { type: "image/png" }));
+    const app = window.app; const n = app.graph.getNodeById(1);
+    const p = app.canvas.ds.convertOffsetToCanvas([n.pos[0] + n.size[0] / 2, n.pos[1] + 10]);
+    const r = app.canvas.canvas.getBoundingClientRect();
+    app.canvas.canvas.dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true, cancelable: true, clientX: r.left + p[0], clientY: r.top + p[1] }));
+  }, { b64: img.toString("base64") });
+  await page.waitForFunction(() => window.app.graph.getNodeById(1).widgets[0].value === "dropped.png", null, { timeout: 10000 });
+  await page.waitForFunction(() => { const i = window.app.graph.getNodeById(1).imgs?.[0]; return i && i.complete && i.naturalWidth === 19; }, null, { timeout: 10000 });
+  const r = await fetch(`${srv.url}/api/view?filename=dropped.png&type=input`);
+  assert.strictEqual(r.status, 200);
+  assert.strictEqual(await page.evaluate(() => window.app.graph._nodes.length), 3, "the graph was not replaced");
+});
