@@ -1,0 +1,290 @@
+/*
+ * bench_ops — GFLOP/s of the tensor ops on SD1.5's real shapes, each as a fraction
+ * of a plain sgemm measured in the same process (these machines are shared and
+ * noisy: only ratios from one run mean anything).
+ *
+ * Prints one line per case: "case <name> <gflops> <ms> <checksum>", then the
+ * ratios. bench/ops/run.sh runs it several times, interleaving the environment
+ * as given with OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset, checks that the
+ * checksums agree and prints medians.
+ *
+ * Options: --reps N (default 3, median taken), --bq N --bk N (attention tiles),
+ * --cols BYTES (im2col chunk), --only SUBSTR.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc.h"
+#include "device.h"
+#include "tensor.h"
+#include "tensor_impl.h"
+
+static struct dev *D;
+static int reps = 3;
+static const char *only;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static struct tensor *rnd(int nd, const int64_t *sh)
+{
+    struct tensor *t;
+    if (tensor_new(D, TENSOR_F32, nd, sh, &t, NULL) < 0)
+        PANIC("alloc");
+    float *p = tensor_data(t);
+    uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t)tensor_numel(t);
+    for (int64_t i = 0; i < tensor_numel(t); i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (float)((double)(s >> 40) / 16777216.0 - 0.5);
+    }
+    return t;
+}
+
+static double checksum(const struct tensor *t)
+{
+    const float *p = tensor_data(t);
+    double s = 0;
+    for (int64_t i = 0; i < tensor_numel(t); i++)
+        s += fabs((double)p[i]);
+    return s;
+}
+
+struct result {
+    char name[64];
+    double gflops;
+};
+static struct result res[32];
+static int nres;
+
+typedef void (*run_fn)(void *ctx);
+
+static double bench(const char *name, double flops, run_fn fn, void *ctx, const struct tensor *out)
+{
+    if (only && !strstr(name, only))
+        return 0;
+    double t[16];
+    fn(ctx); /* warm-up: page faults, pool start, JIT */
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        fn(ctx);
+        t[r] = now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof(double), cmpd);
+    double med = t[reps / 2];
+    double gf = flops / med / 1e9;
+    printf("case %-34s %8.1f GFLOP/s %9.2f ms  sum %.6e\n", name, gf, med * 1e3,
+           out ? checksum(out) : 0.0);
+    fflush(stdout);
+    snprintf(res[nres].name, sizeof(res[nres].name), "%s", name);
+    res[nres++].gflops = gf;
+    return gf;
+}
+
+/* ---- cases ------------------------------------------------------------------------- */
+
+struct gemm_ctx {
+    int n;
+    float *a, *b, *c;
+    int ours;
+};
+
+static void run_gemm(void *p)
+{
+    struct gemm_ctx *g = p;
+    if (g->ours)
+        cpu_sgemm(0, 0, g->n, g->n, g->n, 1.0f, g->a, g->n, g->b, g->n, 0.0f, g->c, g->n, 0);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->n, g->n, g->n, 1.0f, g->a,
+                    g->n, g->b, g->n, 0.0f, g->c, g->n);
+}
+
+struct conv_ctx {
+    struct tensor *x, *w, *b, *o;
+    struct tensor_conv2d_opts opt;
+};
+
+static void run_conv(void *p)
+{
+    struct conv_ctx *c = p;
+    struct err e = {0};
+    if (tensor_conv2d(c->o, c->x, c->w, c->b, &c->opt, &e) < 0)
+        PANIC("conv: %s", e.msg);
+}
+
+static double conv_case(const char *name, int64_t c, int64_t hw, int64_t co)
+{
+    struct conv_ctx x = {0};
+    x.opt = (struct tensor_conv2d_opts){1, 1, 1, 1, 1};
+    x.x = rnd(4, (int64_t[]){1, c, hw, hw});
+    x.w = rnd(4, (int64_t[]){co, c, 3, 3});
+    x.b = rnd(1, (int64_t[]){co});
+    tensor_new(D, TENSOR_F32, 4, (int64_t[]){1, co, hw, hw}, &x.o, NULL);
+    double gf = bench(name, 2.0 * (double)(co * c * 9 * hw * hw), run_conv, &x, x.o);
+    tensor_free(x.x);
+    tensor_free(x.w);
+    tensor_free(x.b);
+    tensor_free(x.o);
+    return gf;
+}
+
+struct attn_ctx {
+    struct tensor *q, *k, *v, *o;
+    int heads;
+};
+
+static void run_attn(void *p)
+{
+    struct attn_ctx *a = p;
+    struct err e = {0};
+    if (tensor_attention(a->o, a->q, a->k, a->v, a->heads, 0.0f, 0, &e) < 0)
+        PANIC("attention: %s", e.msg);
+}
+
+static double attn_case(const char *name, int64_t tq, int64_t tk, int64_t c, int64_t ck)
+{
+    struct attn_ctx a = {0};
+    a.heads = 8;
+    a.q = rnd(3, (int64_t[]){1, tq, c});
+    a.k = rnd(3, (int64_t[]){1, tk, c});
+    a.v = rnd(3, (int64_t[]){1, tk, c});
+    (void)ck;
+    tensor_new(D, TENSOR_F32, 3, (int64_t[]){1, tq, c}, &a.o, NULL);
+    double gf = bench(name, 4.0 * (double)(tq * tk * c), run_attn, &a, a.o);
+    tensor_free(a.q);
+    tensor_free(a.k);
+    tensor_free(a.v);
+    tensor_free(a.o);
+    return gf;
+}
+
+struct lin_ctx {
+    struct tensor *x, *w, *b, *o;
+};
+
+static void run_lin(void *p)
+{
+    struct lin_ctx *l = p;
+    struct err e = {0};
+    if (tensor_linear(l->o, l->x, l->w, l->b, &e) < 0)
+        PANIC("linear: %s", e.msg);
+}
+
+static double lin_case(const char *name, int64_t rows, int64_t k, int64_t n)
+{
+    struct lin_ctx l;
+    l.x = rnd(2, (int64_t[]){rows, k});
+    l.w = rnd(2, (int64_t[]){n, k});
+    l.b = rnd(1, (int64_t[]){n});
+    tensor_new(D, TENSOR_F32, 2, (int64_t[]){rows, n}, &l.o, NULL);
+    double gf = bench(name, 2.0 * (double)(rows * k * n), run_lin, &l, l.o);
+    tensor_free(l.x);
+    tensor_free(l.w);
+    tensor_free(l.b);
+    tensor_free(l.o);
+    return gf;
+}
+
+struct gn_ctx {
+    struct tensor *x, *g, *b;
+};
+
+static void run_gn(void *p)
+{
+    struct gn_ctx *g = p;
+    struct err e = {0};
+    if (tensor_group_norm(g->x, g->x, 32, g->g, g->b, 1e-5f, 1, &e) < 0)
+        PANIC("gn: %s", e.msg);
+}
+
+int main(int argc, char **argv)
+{
+    struct err e = {0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bq") && i + 1 < argc)
+            cpu_attn_bq = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bk") && i + 1 < argc)
+            cpu_attn_bk = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cols") && i + 1 < argc)
+            cpu_conv_cols_bytes = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_ops [--reps N] [--bq N] [--bk N] [--cols B] [--only S]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 15)
+        reps = 3;
+    if (dev_open("cpu", 0, &D, &e) < 0) {
+        fprintf(stderr, "bench_ops: %s\n", e.msg);
+        return 1;
+    }
+    const char *ct = getenv("OPENBLAS_CORETYPE"), *l2 = getenv("OPENBLAS_L2_SIZE");
+    printf("# threads %d, gemm backend %s, openblas core %s (OPENBLAS_CORETYPE=%s "
+           "OPENBLAS_L2_SIZE=%s), attention tiles %dx%d, im2col chunk %zu bytes\n",
+           tensor_threads_get(), cpu_gemm_backend(), openblas_get_corename(), ct ? ct : "(unset)",
+           l2 ? l2 : "(unset)", cpu_attn_bq, cpu_attn_bk, cpu_conv_cols_bytes);
+
+    struct gemm_ctx g = {2048, NULL, NULL, NULL, 0};
+    g.a = xmalloc_aligned(64, 2048u * 2048u * 4u);
+    g.b = xmalloc_aligned(64, 2048u * 2048u * 4u);
+    g.c = xmalloc_aligned(64, 2048u * 2048u * 4u);
+    for (int i = 0; i < 2048 * 2048; i++) {
+        g.a[i] = (float)((i * 7) % 13) * 0.1f - 0.6f;
+        g.b[i] = (float)((i * 5) % 11) * 0.1f - 0.5f;
+    }
+    double flops = 2.0 * 2048.0 * 2048.0 * 2048.0;
+    const char *so = only;
+    only = NULL;
+    double ob = bench("sgemm_openblas_2048", flops, run_gemm, &g, NULL);
+    g.ours = 1;
+    double ours = bench("sgemm_ours_2048", flops, run_gemm, &g, NULL);
+    only = so;
+    xfree_aligned(g.a);
+    xfree_aligned(g.b);
+    xfree_aligned(g.c);
+
+    conv_case("conv3x3_64x64x320", 320, 64, 320);
+    conv_case("conv3x3_32x32x640", 640, 32, 640);
+    conv_case("conv3x3_16x16x1280", 1280, 16, 1280);
+    attn_case("attn_self_4096tok_8x40", 4096, 4096, 320, 320);
+    attn_case("attn_self_1024tok_8x80", 1024, 1024, 640, 640);
+    attn_case("attn_self_256tok_8x160", 256, 256, 1280, 1280);
+    attn_case("attn_cross_4096x77_8x40", 4096, 77, 320, 768);
+    lin_case("clip_linear_77x768to3072", 77, 768, 3072);
+    lin_case("clip_linear_77x3072to768", 77, 3072, 768);
+    if (!only || strstr("groupnorm_silu_64x64x320", only)) {
+        struct gn_ctx gn = {rnd(4, (int64_t[]){1, 320, 64, 64}), rnd(1, (int64_t[]){320}),
+                            rnd(1, (int64_t[]){320})};
+        /* ~8 flops per element (two passes + affine + silu): reported for scale only */
+        bench("groupnorm_silu_64x64x320", 8.0 * 320 * 64 * 64, run_gn, &gn, NULL);
+        tensor_free(gn.x);
+        tensor_free(gn.g);
+        tensor_free(gn.b);
+    }
+
+    double best = ob > ours ? ob : ours;
+    printf("# ratios: case / openblas sgemm (%.1f GFLOP/s) and case / best sgemm in this run "
+           "(%.1f)\n", ob, best);
+    for (int i = 2; i < nres; i++)
+        printf("ratio %-34s %6.2f %6.2f\n", res[i].name, res[i].gflops / ob, res[i].gflops / best);
+    dev_close(D);
+    tensor_shutdown();
+    return 0;
+}
