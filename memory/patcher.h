@@ -130,6 +130,10 @@ int patcher_add_lora(struct patcher *p, const char *key, const void *up, const v
 
 int patcher_patch_count(const struct patcher *p); /* patch entries */
 
+/* Device scratch bytes that applying p's patches to one weight needs (the planner
+ * reserves it beside the activations); 0 without patches. */
+size_t patcher_patch_workspace_bytes(const struct patcher *p);
+
 /* ---- weight access (between mm_load_models and the end of the node) ---------------------- */
 
 /*

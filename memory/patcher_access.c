@@ -1,0 +1,222 @@
+/*
+ * patcher_access.c — weight access (patcher_acquire / patcher_release) and baking
+ * LoRA patches into device copies.
+ *
+ * A device copy of a layer (resident buffer or ring slot) carries the signature of
+ * the patches baked into it. Acquire compares it with the acquiring patcher's: equal
+ * means no work (full-load mode is free); different means upload the clean bytes
+ * from the host copy again and apply this patcher's patches. The host copy is never
+ * patched, so there is nothing to back up or restore.
+ */
+#include <string.h>
+
+#include "alloc.h"
+#include "log.h"
+#include "mm_internal.h"
+
+int pm__upload_layer(struct dev *d, const struct pm_layer *L, void *dst)
+{
+    for (int j = 0; j < L->nw; j++) {
+        const struct pm_weight *w = &L->w[j];
+        int rc = dev_copy(d, DEV_COPY_H2D, (char *)dst + w->off, w->host, w->bytes);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+size_t pm__patch_workspace(const struct patcher *p)
+{
+    size_t most = 0;
+    for (int i = 0; i < p->npatches; i++) {
+        const struct pm_lora *l = p->patches[i].lora;
+        if (p->patches[i].strength == 0.0f)
+            continue;
+        /* up + down + delta, f32; and a delta-sized margin for a backend that converts
+         * a half-precision W through device scratch. */
+        size_t n = (size_t)(l->out * l->rank + l->rank * l->in + 2 * l->out * l->in) * 4;
+        if (n > most)
+            most = n;
+    }
+    return most;
+}
+
+size_t patcher_patch_workspace_bytes(const struct patcher *p) { return pm__patch_workspace(p); }
+
+/* W += strength * scale * (up @ down), on the device, in the compute stream's order. */
+static int apply_one(struct dev *d, const struct pm_weight *w, void *wdata,
+                     const struct pm_patch *pp, struct err *e)
+{
+    const struct pm_lora *l = pp->lora;
+    int64_t ws[2] = {l->out, l->in}, us[2] = {l->out, l->rank}, ds[2] = {l->rank, l->in};
+    struct tensor *W = NULL, *U = NULL, *D = NULL, *delta = NULL;
+    int rc;
+    if ((rc = tensor_new_external(d, w->dt, 2, ws, wdata, NULL, NULL, &W, e)) < 0)
+        goto fail;
+    if ((rc = tensor_new(d, TENSOR_F32, 2, us, &U, e)) < 0)
+        goto fail;
+    if ((rc = tensor_new(d, TENSOR_F32, 2, ds, &D, e)) < 0)
+        goto fail;
+    if ((rc = tensor_new(d, TENSOR_F32, 2, ws, &delta, e)) < 0)
+        goto fail;
+    if ((rc = tensor_write_f32(U, l->up, l->out * l->rank, e)) < 0)
+        goto fail;
+    if ((rc = tensor_write_f32(D, l->down, l->rank * l->in, e)) < 0)
+        goto fail;
+    if ((rc = tensor_matmul(delta, U, D, 0, 0, pp->strength * l->scale, e)) < 0)
+        goto fail;
+    rc = tensor_add(W, W, delta, e);
+fail:
+    tensor_free(delta);
+    tensor_free(D);
+    tensor_free(U);
+    tensor_free(W);
+    if (rc < 0)
+        err_prefix(e, "lora patch of '%s'", w->key);
+    return rc;
+}
+
+int pm__apply_patches(struct patcher *p, int layer, void *buf, struct dev *d, struct err *e)
+{
+    const struct pm_layer *L = &p->model->layers[layer];
+    for (int i = 0; i < p->npatches; i++) {
+        const struct pm_patch *pp = &p->patches[i];
+        /* Strength 0 adds nothing: skipping it keeps the bytes identical to no LoRA. */
+        if (pp->layer != layer || pp->strength == 0.0f)
+            continue;
+        const struct pm_weight *w = &L->w[pp->index];
+        int rc = apply_one(d, w, (char *)buf + w->off, pp, e);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Make a resident layer's device copy match `sig`; returns the data base pointer. */
+static int prepare_resident(struct patcher *p, struct pm_layer *L, int layer, uint64_t sig,
+                            void **data, struct err *e)
+{
+    struct patcher_model *m = p->model;
+    if (m->zero_copy && sig == 0 && !L->dev_buf) {
+        *data = NULL; /* views point at the host copy itself */
+        return 0;
+    }
+    int rc;
+    if (!L->dev_buf) {
+        /* Zero-copy model whose layer now needs patches: give it its own copy. */
+        if ((rc = dev_alloc(m->dev, L->bytes, &L->dev_buf)) < 0)
+            return err_set(e, rc, "cannot patch layer '%s' of '%s': %zu bytes", L->name,
+                           m->name, L->bytes);
+        m->resident_bytes += L->bytes;
+        L->dev_sig = 1; /* force the upload below */
+    }
+    if (L->dev_sig != sig) {
+        if ((rc = pm__upload_layer(m->dev, L, L->dev_buf)) < 0)
+            return err_set(e, rc, "cannot upload layer '%s' of '%s'", L->name, m->name);
+        L->dev_sig = 0;
+        if (sig && (rc = pm__apply_patches(p, layer, L->dev_buf, m->dev, e)) < 0)
+            return rc;
+        L->dev_sig = sig;
+    }
+    *data = L->dev_buf;
+    return 0;
+}
+
+int pm__bake_resident(struct patcher *p, int layer, struct err *e)
+{
+    void *data;
+    return prepare_resident(p, &p->model->layers[layer], layer, pm__layer_sig(p, layer), &data,
+                            e);
+}
+
+int patcher_acquire(struct patcher *p, int layer, struct tensor *const **w, struct err *e)
+{
+    struct patcher_model *m = p->model;
+    *w = NULL;
+    if (!m->mm)
+        return err_set(e, ERR_INVALID, "model '%s' is not loaded (call mm_load_models first)",
+                       m->name);
+    if (layer < 0 || layer >= m->nlayers)
+        return err_set(e, ERR_INVALID, "model '%s' has no layer %d", m->name, layer);
+    struct pm_layer *L = &m->layers[layer];
+    if (L->holds > 0) {
+        L->holds++;
+        *w = L->views;
+        return 0;
+    }
+    uint64_t sig = pm__layer_sig(p, layer);
+    void *data = NULL;
+    int rc;
+    if (L->resident) {
+        rc = prepare_resident(p, L, layer, sig, &data, e);
+    } else if (!m->st) {
+        /* Partly unloaded for another model since this node's mm_load_models. */
+        return err_set(e, ERR_INVALID,
+                       "layer '%s' of '%s' is not on the device (call mm_load_models)",
+                       L->name, m->name);
+    } else {
+        rc = mm__stream_acquire(m, m->st, layer, &data, e);
+        if (rc >= 0) {
+            L->slot = rc;
+            uint64_t *ssig = mm__stream_slot_sig(m->st, rc);
+            if (*ssig != sig) {
+                /* The slot holds this layer patched for another clone: start clean. */
+                if (*ssig != 0 && (rc = pm__upload_layer(m->dev, L, data)) < 0) {
+                    err_set(e, rc, "cannot upload layer '%s' of '%s'", L->name, m->name);
+                } else {
+                    *ssig = 0;
+                    rc = sig ? pm__apply_patches(p, layer, data, m->dev, e) : 0;
+                    if (rc >= 0)
+                        *ssig = sig;
+                }
+            }
+            if (rc < 0) {
+                mm__stream_release(m, m->st, layer);
+                L->slot = -1;
+            }
+        }
+    }
+    if (rc < 0)
+        return rc;
+    L->views = xcalloc((size_t)(L->nw ? L->nw : 1), sizeof(*L->views));
+    for (int j = 0; j < L->nw; j++) {
+        const struct pm_weight *wt = &L->w[j];
+        void *ptr = data ? (char *)data + wt->off : (void *)wt->host;
+        if ((rc = tensor_new_external(m->dev, wt->dt, wt->ndim, wt->shape, ptr, NULL, NULL,
+                                      &L->views[j], e)) < 0) {
+            L->holds = 1;
+            patcher_release(p, layer);
+            return rc;
+        }
+    }
+    L->holds = 1;
+    L->t_acquired = mm__now_ms();
+    *w = L->views;
+    return 0;
+}
+
+void patcher_release(struct patcher *p, int layer)
+{
+    struct patcher_model *m = p->model;
+    if (layer < 0 || layer >= m->nlayers)
+        return;
+    struct pm_layer *L = &m->layers[layer];
+    if (L->holds <= 0 || --L->holds > 0)
+        return;
+    /* On host devices compute is synchronous, so acquire-to-release is the layer's
+     * compute time: the cost model uses it on the next plan. */
+    if (m->dev && dev_is_host(m->dev) && L->t_acquired > 0) {
+        double t = mm__now_ms() - L->t_acquired;
+        L->comp_ms = L->comp_ms < 0 ? t : 0.7 * L->comp_ms + 0.3 * t;
+    }
+    for (int j = 0; j < L->nw; j++)
+        tensor_free(L->views[j]);
+    xfree(L->views);
+    L->views = NULL;
+    if (L->slot >= 0) {
+        mm__stream_release(m, m->st, layer);
+        L->slot = -1;
+    }
+}
+
+struct dev *patcher_device(const struct patcher *p) { return p->model->mm ? p->model->dev : NULL; }
