@@ -4,3 +4,8 @@
 latentd_add_test(test_models_io SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_io.c
                  LIBS latentd_ckptgen latentd_models
                  ARGS ${PROJECT_SOURCE_DIR}/tests/fixtures/models LABELS unit TIMEOUT 120)
+latentd_add_test(test_models_tok SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_tok.c
+                 LIBS latentd_models PkgConfig::CJSON Threads::Threads
+                 ARGS ${PROJECT_SOURCE_DIR}/tests/fixtures/models
+                      ${PROJECT_SOURCE_DIR}/models/data/sd1_tokenizer
+                 LABELS unit TIMEOUT 60)

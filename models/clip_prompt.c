@@ -1,0 +1,367 @@
+/*
+ * ComfyUI prompt syntax and 77-token chunking (sd15.md §2.6-2.8). See clip_tokenizer.h.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "buf.h"
+#include "clip_tokenizer.h"
+#include "log.h"
+
+/* Escaped parentheses become these two-byte placeholders while parsing (ComfyUI
+ * uses "\0\1" and "\0\2"; NUL cannot live in a C string, so a rarer control pair). */
+#define ESC_CLOSE "\x1e\x01"
+#define ESC_OPEN "\x1e\x02"
+
+static char *replace_all(const char *s, const char *from, const char *to)
+{
+    struct buf b;
+    buf_init(&b);
+    size_t fl = strlen(from);
+    for (const char *p = s; *p;) {
+        if (strncmp(p, from, fl) == 0) {
+            buf_adds(&b, to);
+            p += fl;
+        } else {
+            buf_addc(&b, *p++);
+        }
+    }
+    char *r = buf_detach(&b, NULL);
+    buf_release(&b); /* detach re-initialises b */
+    return r;
+}
+
+/* The parenthesis grouping pass, literally as ComfyUI's parse_parentheses. */
+static void parse_parens(const char *s, char ***items, size_t *n)
+{
+    struct buf cur;
+    buf_init(&cur);
+    int depth = 0;
+    *items = NULL;
+    *n = 0;
+#define EMIT(str)                                                                  \
+    do {                                                                           \
+        *items = xrealloc(*items, (*n + 1) * sizeof(char *));                      \
+        (*items)[(*n)++] = (str);                                                  \
+    } while (0)
+    for (const char *p = s; *p; p++) {
+        char c = *p;
+        if (c == '(') {
+            if (depth == 0) {
+                if (cur.len)
+                    EMIT(buf_detach(&cur, NULL));
+                buf_reset(&cur);
+                buf_addc(&cur, '(');
+            } else {
+                buf_addc(&cur, '(');
+            }
+            depth++;
+        } else if (c == ')') {
+            depth--;
+            if (depth == 0) {
+                buf_addc(&cur, ')');
+                EMIT(buf_detach(&cur, NULL));
+            } else {
+                buf_addc(&cur, ')');
+            }
+        } else {
+            buf_addc(&cur, c);
+        }
+    }
+    if (cur.len)
+        EMIT(buf_detach(&cur, NULL));
+#undef EMIT
+    buf_release(&cur);
+}
+
+/* Python float(): surrounding whitespace, sign, digits with single underscores between
+ * digits, exponent, inf/nan; no hex. Returns 0 on success. */
+static int py_float(const char *s, double *out)
+{
+    struct buf b;
+    buf_init(&b);
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t len = strlen(s);
+    while (len && isspace((unsigned char)s[len - 1]))
+        len--;
+    int rc = -1;
+    if (len == 0)
+        goto done;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c == '_') {
+            if (i == 0 || i + 1 >= len || !isdigit((unsigned char)s[i - 1]) ||
+                !isdigit((unsigned char)s[i + 1]))
+                goto done;
+            continue;
+        }
+        if (c == 'x' || c == 'X' || c == 'p' || c == 'P')
+            goto done; /* strtod would take hex floats; Python does not */
+        buf_addc(&b, c);
+    }
+    char *end;
+    double v = strtod(b.ptr, &end);
+    if (end == b.ptr || *end)
+        goto done;
+    /* strtod accepts "infinity"/"nan(...)": Python accepts inf/infinity/nan only. */
+    if (strchr(b.ptr, '('))
+        goto done;
+    *out = v;
+    rc = 0;
+done:
+    buf_release(&b);
+    return rc;
+}
+
+struct segs {
+    struct clip_segment *v;
+    size_t n;
+};
+
+static void token_weights(const char *s, double w, struct segs *out)
+{
+    char **items;
+    size_t n;
+    parse_parens(s, &items, &n);
+    for (size_t i = 0; i < n; i++) {
+        char *x = items[i];
+        size_t len = strlen(x);
+        if (len >= 2 && x[0] == '(' && x[len - 1] == ')') {
+            char *inner = xstrndup(x + 1, len - 2);
+            double weight = w * 1.1;
+            char *colon = strrchr(inner, ':');
+            double v;
+            if (colon && colon > inner && py_float(colon + 1, &v) == 0) {
+                weight = v;
+                *colon = 0;
+            }
+            token_weights(inner, weight, out);
+            xfree(inner);
+            xfree(x);
+        } else {
+            out->v = xrealloc(out->v, (out->n + 1) * sizeof(*out->v));
+            out->v[out->n].text = x; /* ownership moves */
+            out->v[out->n].weight = w;
+            out->n++;
+        }
+    }
+    xfree(items);
+}
+
+void clip_prompt_parse(const char *prompt, struct clip_segment **segs, size_t *n)
+{
+    char *a = replace_all(prompt, "\\)", ESC_CLOSE);
+    char *b = replace_all(a, "\\(", ESC_OPEN);
+    struct segs out = {0};
+    token_weights(b, 1.0, &out);
+    xfree(a);
+    xfree(b);
+    for (size_t i = 0; i < out.n; i++) {
+        char *u1 = replace_all(out.v[i].text, ESC_CLOSE, ")");
+        char *u2 = replace_all(u1, ESC_OPEN, "(");
+        xfree(u1);
+        xfree(out.v[i].text);
+        out.v[i].text = u2;
+    }
+    *segs = out.v;
+    *n = out.n;
+}
+
+void clip_segments_free(struct clip_segment *segs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        xfree(segs[i].text);
+    xfree(segs);
+}
+
+/* ---- groups and chunks -------------------------------------------------------------------- */
+
+struct tok {
+    int32_t id;
+    double w;
+};
+
+struct chunks {
+    struct tok *v; /* flat, 77 per chunk */
+    size_t n;      /* tokens in all chunks, including the open one */
+};
+
+static void push(struct chunks *c, int32_t id, double w)
+{
+    if (c->n % 64 == 0)
+        c->v = xrealloc(c->v, (c->n + 64) * sizeof(*c->v));
+    c->v[c->n].id = id;
+    c->v[c->n].w = w;
+    c->n++;
+}
+
+/* Split a segment before each " embedding:" / "\nembedding:" (ComfyUI's re.split),
+ * then tokenize each piece as its own group. */
+static void segment_groups(struct clip_tokenizer *t, const char *text, double w,
+                           struct tok ***groups, size_t **glen, size_t *ng, int *skipped)
+{
+    static const char ident[] = "embedding:";
+    const size_t il = sizeof(ident) - 1;
+    const char *start = text;
+    int first = 1;
+    for (;;) {
+        const char *sep = NULL;
+        for (const char *p = start; *p; p++) {
+            if ((p[0] == ' ' || p[0] == '\n') && strncmp(p + 1, ident, il) == 0) {
+                sep = p;
+                break;
+            }
+        }
+        size_t len = sep ? (size_t)(sep - start) : strlen(start);
+        struct buf piece;
+        buf_init(&piece);
+        if (!first)
+            buf_adds(&piece, ident);
+        buf_add(&piece, start, len);
+        first = 0;
+        if (piece.len) {
+            const char *word = piece.ptr;
+            char *leftover = NULL;
+            if (strncmp(word, ident, il) == 0) {
+                /* Embeddings are not loaded: warn, keep the text after the name. */
+                const char *name = word + il;
+                while (*name == '\n')
+                    name++;
+                size_t nl = strcspn(name, " \t\n\r\f\v");
+                char *nm = xstrndup(name, nl);
+                size_t stripped = nl;
+                while (stripped && nm[stripped - 1] == ',')
+                    stripped--;
+                struct buf rest;
+                buf_init(&rest);
+                /* ' '.join(rest.split()) */
+                const char *r = name + nl;
+                for (;;) {
+                    while (*r && strchr(" \t\n\r\f\v", *r))
+                        r++;
+                    if (!*r)
+                        break;
+                    size_t wl = strcspn(r, " \t\n\r\f\v");
+                    if (rest.len)
+                        buf_addc(&rest, ' ');
+                    buf_add(&rest, r, wl);
+                    r += wl;
+                }
+                log_warn("warning, embedding:%s does not exist, ignoring", nm);
+                (*skipped)++;
+                if (stripped < nl) { /* trailing commas come back as text */
+                    struct buf lo;
+                    buf_init(&lo);
+                    buf_add(&lo, nm + stripped, nl - stripped);
+                    buf_addc(&lo, ' ');
+                    buf_adds(&lo, rest.ptr);
+                    leftover = buf_detach(&lo, NULL);
+                    buf_release(&lo);
+                    buf_release(&rest);
+                } else {
+                    leftover = buf_detach(&rest, NULL);
+                    buf_release(&rest);
+                }
+                xfree(nm);
+                word = leftover;
+            }
+            if (*word) {
+                int32_t *ids;
+                size_t nid;
+                clip_tokenizer_encode(t, word, &ids, &nid);
+                *groups = xrealloc(*groups, (*ng + 1) * sizeof(**groups));
+                *glen = xrealloc(*glen, (*ng + 1) * sizeof(**glen));
+                struct tok *g = xmalloc((nid ? nid : 1) * sizeof(*g));
+                for (size_t i = 0; i < nid; i++) {
+                    g[i].id = ids[i];
+                    g[i].w = w;
+                }
+                (*groups)[*ng] = g;
+                (*glen)[*ng] = nid;
+                (*ng)++;
+                xfree(ids);
+            }
+            xfree(leftover);
+        }
+        buf_release(&piece);
+        if (!sep)
+            break;
+        start = sep + 1 + il;
+    }
+}
+
+void clip_tokenize_prompt(struct clip_tokenizer *t, const char *prompt, struct clip_tokens *out)
+{
+    memset(out, 0, sizeof(*out));
+    struct clip_segment *segs;
+    size_t nseg;
+    clip_prompt_parse(prompt, &segs, &nseg);
+    struct tok **groups = NULL;
+    size_t *glen = NULL, ng = 0;
+    for (size_t i = 0; i < nseg; i++)
+        segment_groups(t, segs[i].text, segs[i].weight, &groups, &glen, &ng,
+                       &out->n_embedding_skipped);
+    clip_segments_free(segs, nseg);
+
+    /* §2.7 packing. */
+    const size_t L = CLIP_CHUNK_LEN;
+    struct chunks c = {0};
+    size_t open = 0; /* index where the open chunk starts */
+    push(&c, CLIP_TOKEN_BOS, 1.0);
+    for (size_t g = 0; g < ng; g++) {
+        struct tok *G = groups[g];
+        size_t len = glen[g];
+        int large = len >= 8;
+        while (len > 0) {
+            size_t cur = c.n - open;
+            if (len + cur > L - 1) {
+                size_t remaining = L - cur - 1;
+                if (large) {
+                    for (size_t k = 0; k < remaining; k++)
+                        push(&c, G[k].id, G[k].w);
+                    push(&c, CLIP_TOKEN_EOS, 1.0);
+                    G += remaining;
+                    len -= remaining;
+                } else {
+                    push(&c, CLIP_TOKEN_EOS, 1.0);
+                    for (size_t k = 0; k < remaining; k++)
+                        push(&c, CLIP_TOKEN_PAD, 1.0);
+                }
+                open = c.n;
+                push(&c, CLIP_TOKEN_BOS, 1.0);
+            } else {
+                for (size_t k = 0; k < len; k++)
+                    push(&c, G[k].id, G[k].w);
+                len = 0;
+            }
+        }
+        xfree(groups[g]);
+    }
+    xfree(groups);
+    xfree(glen);
+    push(&c, CLIP_TOKEN_EOS, 1.0);
+    while ((c.n - open) < L)
+        push(&c, CLIP_TOKEN_PAD, 1.0);
+    ASSERT(c.n % L == 0);
+    out->n_chunks = (int)(c.n / L);
+    out->ids = xmalloc(c.n * sizeof(int32_t));
+    out->weights = xmalloc(c.n * sizeof(float));
+    for (size_t i = 0; i < c.n; i++) {
+        out->ids[i] = c.v[i].id;
+        out->weights[i] = (float)c.v[i].w;
+        if (c.v[i].w != 1.0)
+            out->has_weights = 1;
+    }
+    xfree(c.v);
+}
+
+void clip_tokens_release(struct clip_tokens *tk)
+{
+    xfree(tk->ids);
+    xfree(tk->weights);
+    memset(tk, 0, sizeof(*tk));
+}
