@@ -46,7 +46,18 @@ int err_prefix(struct err *e, const char *fmt, ...)
     vsnprintf(ctx, sizeof(ctx), fmt, ap);
     va_end(ap);
     memcpy(old, e->msg, sizeof(old));
-    snprintf(e->msg, sizeof(e->msg), "%s: %s", ctx, old);
+    /* Both parts may be long; keep as much of the context as fits, then the cause. */
+    size_t n = strnlen(ctx, sizeof(e->msg) - 1);
+    memcpy(e->msg, ctx, n);
+    if (n + 2 < sizeof(e->msg)) {
+        memcpy(e->msg + n, ": ", 2);
+        n += 2;
+    }
+    size_t rest = strnlen(old, sizeof(old));
+    if (rest > sizeof(e->msg) - 1 - n)
+        rest = sizeof(e->msg) - 1 - n;
+    memcpy(e->msg + n, old, rest);
+    e->msg[n + rest] = '\0';
     return e->code;
 }
 
