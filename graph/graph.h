@@ -29,6 +29,8 @@
 
 #include "err.h"
 
+struct node_registry;
+
 enum graph_cache_mode {
     GRAPH_CACHE_CLASSIC, /* --cache-classic (default): keep the last run's outputs */
     GRAPH_CACHE_LRU,     /* --cache-lru N */
@@ -148,5 +150,30 @@ void graph_free_memory(struct graph_ctx *g, int unload_models, int free_memory);
 /* /system_stats "devices" entry for the active device, as a cJSON object (owned by the
  * caller). Any thread. */
 cJSON *graph_device_stats(struct graph_ctx *g);
+
+/* ---- additions (graph owner) ----------------------------------------------------------- */
+
+/*
+ * Parse JSON text like cJSON_ParseWithLength, but keep integer literals beyond
+ * 2^53 exact: they become cJSON raw items holding the literal (cJSON_IsRaw is true,
+ * cJSON_IsNumber false; they print back verbatim). Use it for POST /prompt bodies
+ * so seeds up to 18446744073709551615 survive. Returns NULL on a syntax error.
+ * Any thread.
+ */
+cJSON *graph_json_parse(const char *text, size_t len);
+
+/*
+ * graph_validate with POST /prompt's `partial_execution_targets`: only output
+ * nodes listed in `targets` (a JSON array of id strings; NULL = all) are used.
+ */
+int graph_validate_targets(struct graph_ctx *g, cJSON *prompt, const cJSON *targets,
+                           struct graph_validation *out);
+
+/* The context's node registry (nodes/node_registry.h). Tests and embedders may
+ * register extra classes before the context is shared; never after. */
+struct node_registry *graph_registry(struct graph_ctx *g);
+
+/* Number of node results in the output cache (tests, /free). Executor thread. */
+size_t graph_cache_count(struct graph_ctx *g);
 
 #endif

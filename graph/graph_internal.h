@@ -1,0 +1,158 @@
+/*
+ * graph_internal — what graph/'s files share: the parsed prompt, the context, the
+ * signature hash, the output cache and the JSON helpers. Not a public header
+ * (server/ includes only graph.h).
+ *
+ * Threads: gprompt_* and the JSON helpers are pure (any thread); the cache and
+ * the executor state belong to the executor thread.
+ */
+#ifndef LATENTD_GRAPH_GRAPH_INTERNAL_H
+#define LATENTD_GRAPH_GRAPH_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "buf.h"
+#include "graph.h"
+#include "node_registry.h"
+#include "node_run.h"
+#include "node_value.h"
+
+/* ---- the parsed prompt ------------------------------------------------------------- */
+
+/* One declared input of one node, as the prompt gives it. */
+struct gin {
+    cJSON *json;   /* borrowed from the prompt; NULL when the input is absent */
+    int32_t src;   /* index of the source node for a link, else -1 */
+    int32_t slot;  /* output slot of the link */
+};
+
+struct gnode {
+    const char *id;                 /* borrowed (the prompt's key) */
+    cJSON *json;                    /* borrowed: the node object */
+    const struct node_class *cls;   /* NULL when missing/unknown (validation reports it) */
+    int n_in, n_out;
+    struct gin *in;                 /* [n_in], declared order; points into gprompt.ins */
+    uint16_t *key_order;            /* [n_keys]: declared indices in JSON key order */
+    int n_keys;
+};
+
+struct gprompt {
+    struct gnode *nodes;   /* owned, prompt key order */
+    int n;
+    struct gin *ins;       /* owned, all nodes' inputs */
+    uint16_t *keys;        /* owned */
+    int32_t *slots;        /* owned, id -> index hash table */
+    size_t nslots;
+};
+
+/*
+ * Parse `prompt` (an object of node objects) into native structs. Nodes whose
+ * class_type is missing or unknown get cls == NULL (validation reports it).
+ * Links are resolved to node indices where possible: an input whose value is a
+ * 2-array [string, number] naming an existing node with an integral in-range slot
+ * gets src/slot; anything else keeps src = -1 (validation inspects the JSON).
+ * Returns 0, or ERR_INVALID when `prompt` is not an object.
+ */
+int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *prompt);
+void gprompt_release(struct gprompt *p);
+/* Node index by id, or -1. */
+int gprompt_find(const struct gprompt *p, const char *id);
+
+/* Whether `v` is a link at execution time: [string, number]. */
+int gjson_is_link(const cJSON *v);
+
+/* ---- JSON helpers (graph_json.c) ---------------------------------------------------- */
+
+/* Python repr()/str() of a JSON value, appended to `out`. `as_str`: str() (strings
+ * unquoted at top level) instead of repr(). */
+void gjson_py(const cJSON *v, int as_str, struct buf *out);
+/* Python repr of a string ('abc', "it's"). */
+void gjson_py_repr_str(const char *s, struct buf *out);
+/* Print compactly and escape every non-ASCII character as a \\u escape (PNG tEXt).
+ * Caller frees with xfree. */
+char *gjson_print_ascii(const cJSON *v);
+/* A JSON number item for an exact 64-bit integer (raw text beyond 2^53). */
+cJSON *gjson_int(int64_t i, int big);
+/* A JSON number item printing a double as Python does ("8.0"); NaN/inf as null. */
+cJSON *gjson_pyfloat(double d);
+/* Read a JSON number or raw number item exactly: returns 1 and sets *i and *big when it
+ * is an integer literal (within int64 or uint64), 0 for a non-integral number. */
+int gjson_get_int(const cJSON *v, int64_t *i, int *big, double *d);
+/* Numeric value of a number or raw number item. */
+double gjson_number(const cJSON *v);
+int gjson_is_number(const cJSON *v); /* cJSON number, or raw item holding a number */
+
+/* ---- object_info (graph_objinfo.c) ---------------------------------------------------- */
+
+/* The input spec as /object_info shows it (["INT", {...}], [[opts], {...}]).
+ * `always_opts`: include the options object even when empty (validation's
+ * input_config). */
+cJSON *gobj_input_spec(const struct node_env *env, const struct node_input_def *in,
+                       int always_opts);
+cJSON *gobj_node_info(const struct node_env *env, const struct node_class *cls);
+
+/* ---- signatures and the cache (graph_cache.c) --------------------------------------- */
+
+struct gsig {
+    uint64_t a, b;
+};
+
+struct gcache_entry {
+    struct gsig sig;
+    int n_out;
+    struct value **out; /* owned refs, [n_out] */
+    cJSON *ui;          /* owned; the node's UI output, NULL when none */
+    uint64_t gen;       /* prompt generation that last used it (LRU) */
+    uint64_t used_now;  /* generation of the last prompt that had this key (classic) */
+};
+
+struct gcache {
+    struct gcache_entry **e; /* open addressing, NULL = empty, TOMB = deleted */
+    size_t nslots, count, tombs;
+};
+
+void gcache_init(struct gcache *c);
+void gcache_release(struct gcache *c);
+void gcache_clear(struct gcache *c);
+struct gcache_entry *gcache_get(struct gcache *c, struct gsig sig);
+/* Insert (or replace) an entry for sig; takes ownership of `out` refs and `ui`. */
+struct gcache_entry *gcache_put(struct gcache *c, struct gsig sig, int n_out,
+                                struct value **out, cJSON *ui);
+void gcache_remove(struct gcache *c, struct gsig sig);
+/* Call fn on every entry; entries for which it returns non-zero are removed. */
+void gcache_filter(struct gcache *c, int (*drop)(struct gcache_entry *e, void *u), void *u);
+
+/* Streaming hash used for signatures. */
+struct ghash {
+    uint64_t a, b;
+};
+void ghash_init(struct ghash *h);
+void ghash_u64(struct ghash *h, uint64_t x);
+void ghash_bytes(struct ghash *h, const void *p, size_t n);
+void ghash_str(struct ghash *h, const char *s);
+struct gsig ghash_final(const struct ghash *h);
+
+/* ---- the context ------------------------------------------------------------------ */
+
+struct ginstance; /* per (node id, class) state, graph_exec.c */
+
+struct graph_ctx {
+    struct graph_config cfg;      /* strings borrowed */
+    struct node_env env;
+    struct node_registry *reg;    /* owned */
+    atomic_int interrupt;         /* set by graph_interrupt */
+    struct gcache cache;          /* executor thread */
+    uint64_t gen;                 /* prompt generation counter */
+    struct ginstance *inst;       /* executor thread */
+    int n_inst, cap_inst;
+    void *dev;                    /* struct dev * when the device layer is available */
+};
+
+int64_t graph__now_ms(void);
+void graph__instances_free(struct graph_ctx *g);
+
+#endif

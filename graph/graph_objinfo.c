@@ -1,0 +1,145 @@
+/*
+ * /object_info: node declarations rendered in ComfyUI's shape (comfy-api.md
+ * §3.6). Key order follows ComfyUI's node_info(); numbers print as Python does
+ * (FLOAT options as 8.0, INT options exact to 64 bits through raw items).
+ */
+#include <string.h>
+
+#include "alloc.h"
+#include "graph_internal.h"
+
+static cJSON *num_item(const struct node_num *n, int is_int)
+{
+    if (is_int)
+        return gjson_int(n->i, n->big);
+    return gjson_pyfloat(n->f);
+}
+
+cJSON *gobj_input_spec(const struct node_env *env, const struct node_input_def *in,
+                       int always_opts)
+{
+    cJSON *spec = cJSON_CreateArray();
+    int is_combo = strcmp(in->type, NODE_COMBO) == 0;
+    if (is_combo) {
+        struct node_strlist l;
+        node_strlist_init(&l);
+        node_input_options(env, in, &l);
+        cJSON *opts = cJSON_CreateArray();
+        for (size_t i = 0; i < l.n; i++)
+            cJSON_AddItemToArray(opts, cJSON_CreateString(l.items[i]));
+        node_strlist_release(&l);
+        cJSON_AddItemToArray(spec, opts);
+    } else {
+        cJSON_AddItemToArray(spec, cJSON_CreateString(in->type));
+    }
+    int is_int = strcmp(in->type, "INT") == 0;
+    cJSON *o = cJSON_CreateObject();
+    if (in->def.set)
+        cJSON_AddItemToObject(o, "default", num_item(&in->def, is_int));
+    else if (in->def_str)
+        cJSON_AddStringToObject(o, "default", in->def_str);
+    else if (in->has_def_bool)
+        cJSON_AddBoolToObject(o, "default", in->def_bool);
+    if (in->min.set)
+        cJSON_AddItemToObject(o, "min", num_item(&in->min, is_int));
+    if (in->max.set)
+        cJSON_AddItemToObject(o, "max", num_item(&in->max, is_int));
+    if (in->step.set)
+        cJSON_AddItemToObject(o, "step", num_item(&in->step, is_int));
+    if (in->round.set)
+        cJSON_AddItemToObject(o, "round", num_item(&in->round, is_int));
+    if (in->multiline)
+        cJSON_AddTrueToObject(o, "multiline");
+    if (in->dynamic_prompts)
+        cJSON_AddTrueToObject(o, "dynamicPrompts");
+    if (in->control_after_generate)
+        cJSON_AddTrueToObject(o, "control_after_generate");
+    if (in->image_upload)
+        cJSON_AddTrueToObject(o, "image_upload");
+    if (in->force_input)
+        cJSON_AddTrueToObject(o, "forceInput");
+    if (in->tooltip)
+        cJSON_AddStringToObject(o, "tooltip", in->tooltip);
+    if (always_opts || o->child)
+        cJSON_AddItemToArray(spec, o);
+    else
+        cJSON_Delete(o);
+    return spec;
+}
+
+static const char *group_name(enum node_input_group g)
+{
+    return g == NODE_INPUT_OPTIONAL ? "optional" : g == NODE_INPUT_HIDDEN ? "hidden" : "required";
+}
+
+cJSON *gobj_node_info(const struct node_env *env, const struct node_class *cls)
+{
+    cJSON *info = cJSON_CreateObject();
+    cJSON *input = cJSON_AddObjectToObject(info, "input");
+    cJSON *order = cJSON_AddObjectToObject(info, "input_order");
+    for (int g = NODE_INPUT_REQUIRED; g <= NODE_INPUT_HIDDEN; g++) {
+        cJSON *grp = NULL, *ord = NULL;
+        for (int i = 0; cls->inputs && cls->inputs[i].name; i++) {
+            const struct node_input_def *in = &cls->inputs[i];
+            if ((int)in->group != g)
+                continue;
+            if (!grp) {
+                grp = cJSON_AddObjectToObject(input, group_name(g));
+                ord = cJSON_AddArrayToObject(order, group_name(g));
+            }
+            if (g == NODE_INPUT_HIDDEN)
+                cJSON_AddStringToObject(grp, in->name, in->type);
+            else
+                cJSON_AddItemToObject(grp, in->name, gobj_input_spec(env, in, 0));
+            cJSON_AddItemToArray(ord, cJSON_CreateString(in->name));
+        }
+    }
+    cJSON *out = cJSON_AddArrayToObject(info, "output");
+    cJSON *is_list = cJSON_AddArrayToObject(info, "output_is_list");
+    cJSON *names = cJSON_AddArrayToObject(info, "output_name");
+    int any_tip = 0;
+    for (int i = 0; cls->outputs && cls->outputs[i].type; i++) {
+        const struct node_output_def *o = &cls->outputs[i];
+        cJSON_AddItemToArray(out, cJSON_CreateString(o->type));
+        cJSON_AddItemToArray(is_list, cJSON_CreateBool(o->is_list));
+        cJSON_AddItemToArray(names, cJSON_CreateString(o->name ? o->name : o->type));
+        any_tip |= o->tooltip != NULL;
+    }
+    cJSON_AddStringToObject(info, "name", cls->name);
+    cJSON_AddStringToObject(info, "display_name", cls->display_name ? cls->display_name : cls->name);
+    cJSON_AddStringToObject(info, "description", cls->description ? cls->description : "");
+    cJSON_AddStringToObject(info, "python_module", cls->python_module ? cls->python_module : "nodes");
+    cJSON_AddStringToObject(info, "category", cls->category ? cls->category : "");
+    cJSON_AddBoolToObject(info, "output_node", node_class_is_output(cls));
+    if (any_tip) {
+        cJSON *tips = cJSON_AddArrayToObject(info, "output_tooltips");
+        for (int i = 0; cls->outputs[i].type; i++)
+            cJSON_AddItemToArray(tips, cJSON_CreateString(cls->outputs[i].tooltip ? cls->outputs[i].tooltip : ""));
+    }
+    if (cls->flags & NODE_CLASS_DEPRECATED)
+        cJSON_AddTrueToObject(info, "deprecated");
+    if (cls->flags & NODE_CLASS_EXPERIMENTAL)
+        cJSON_AddTrueToObject(info, "experimental");
+    return info;
+}
+
+char *graph_object_info_json(struct graph_ctx *g, const char *class_name)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (class_name) {
+        const struct node_class *cls = node_registry_find(g->reg, class_name);
+        if (cls)
+            cJSON_AddItemToObject(root, cls->name, gobj_node_info(&g->env, cls));
+    } else {
+        size_t n = node_registry_count(g->reg);
+        for (size_t i = 0; i < n; i++) {
+            const struct node_class *cls = node_registry_at(g->reg, i);
+            cJSON_AddItemToObject(root, cls->name, gobj_node_info(&g->env, cls));
+        }
+    }
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    char *r = xstrdup(s ? s : "{}");
+    cJSON_free(s);
+    return r;
+}

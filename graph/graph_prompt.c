@@ -1,0 +1,131 @@
+/*
+ * The API-format prompt parsed into native structs: node array in prompt key
+ * order, inputs by declared index, links resolved to node indices. Everything the
+ * validator and executor need after this point is here; the JSON is only kept for
+ * constants (which validation coerces in place).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "graph_internal.h"
+
+static uint64_t hash_id(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+int gjson_is_link(const cJSON *v)
+{
+    return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 && cJSON_IsString(v->child) &&
+           gjson_is_number(v->child->next);
+}
+
+int gprompt_find(const struct gprompt *p, const char *id)
+{
+    if (!p->nslots || !id)
+        return -1;
+    size_t mask = p->nslots - 1;
+    for (size_t s = hash_id(id) & mask; p->slots[s] >= 0; s = (s + 1) & mask)
+        if (strcmp(p->nodes[p->slots[s]].id, id) == 0)
+            return p->slots[s];
+    return -1;
+}
+
+void gprompt_release(struct gprompt *p)
+{
+    xfree(p->nodes);
+    xfree(p->ins);
+    xfree(p->keys);
+    xfree(p->slots);
+    memset(p, 0, sizeof(*p));
+}
+
+int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *prompt)
+{
+    memset(p, 0, sizeof(*p));
+    if (!cJSON_IsObject(prompt))
+        return ERR_INVALID;
+    int n = 0;
+    for (cJSON *it = prompt->child; it; it = it->next)
+        n++;
+    p->n = n;
+    p->nodes = xcalloc(n ? n : 1, sizeof(*p->nodes));
+    p->nslots = 16;
+    while (p->nslots < 2 * (size_t)n)
+        p->nslots *= 2;
+    p->slots = xmalloc(p->nslots * sizeof(*p->slots));
+    memset(p->slots, 0xff, p->nslots * sizeof(*p->slots));
+
+    /* First pass: ids, classes, sizes. Duplicate keys (possible in JSON text) keep
+     * the first occurrence in the id table, as a dict would keep the last value;
+     * cJSON's lookup also returns the first, so we are consistent with it. */
+    size_t total_in = 0;
+    int i = 0;
+    for (cJSON *it = prompt->child; it; it = it->next, i++) {
+        struct gnode *g = &p->nodes[i];
+        g->id = it->string ? it->string : "";
+        g->json = it;
+        size_t mask = p->nslots - 1, s = hash_id(g->id) & mask;
+        int dup = 0;
+        for (; p->slots[s] >= 0; s = (s + 1) & mask)
+            if (strcmp(p->nodes[p->slots[s]].id, g->id) == 0) {
+                dup = 1;
+                break;
+            }
+        if (!dup)
+            p->slots[s] = i;
+        cJSON *ct = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "class_type") : NULL;
+        g->cls = cJSON_IsString(ct) ? node_registry_find(reg, ct->valuestring) : NULL;
+        if (g->cls) {
+            g->n_in = node_class_n_inputs(g->cls);
+            g->n_out = node_class_n_outputs(g->cls);
+            total_in += (size_t)g->n_in;
+        }
+    }
+    p->ins = xmalloc((total_in ? total_in : 1) * sizeof(*p->ins));
+    p->keys = xmalloc((total_in ? total_in : 1) * sizeof(*p->keys));
+
+    /* Second pass: inputs and links. */
+    size_t off = 0;
+    for (i = 0; i < n; i++) {
+        struct gnode *g = &p->nodes[i];
+        if (!g->cls)
+            continue;
+        g->in = p->ins + off;
+        g->key_order = p->keys + off;
+        off += (size_t)g->n_in;
+        for (int k = 0; k < g->n_in; k++) {
+            g->in[k].json = NULL;
+            g->in[k].src = -1;
+            g->in[k].slot = -1;
+        }
+        cJSON *inputs = cJSON_GetObjectItemCaseSensitive(g->json, "inputs");
+        if (!cJSON_IsObject(inputs))
+            continue;
+        for (cJSON *v = inputs->child; v; v = v->next) {
+            if (!v->string)
+                continue;
+            int k = node_class_input_index(g->cls, v->string);
+            if (k < 0 || g->cls->inputs[k].group == NODE_INPUT_HIDDEN || g->in[k].json)
+                continue;
+            g->in[k].json = v;
+            g->key_order[g->n_keys++] = (uint16_t)k;
+            if (!gjson_is_link(v))
+                continue;
+            int src = gprompt_find(p, v->child->valuestring);
+            double slot = gjson_number(v->child->next);
+            if (src < 0 || !p->nodes[src].cls || !(slot >= 0) || slot != floor(slot) ||
+                slot >= p->nodes[src].n_out)
+                continue;
+            g->in[k].src = src;
+            g->in[k].slot = (int32_t)slot;
+        }
+    }
+    return 0;
+}

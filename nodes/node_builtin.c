@@ -1,0 +1,7 @@
+#include "node_builtin.h"
+
+void node_registry_add_builtins(struct node_registry *r)
+{
+    nodes_image_register(r);
+    nodes_primitive_register(r);
+}

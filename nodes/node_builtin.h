@@ -1,0 +1,21 @@
+/*
+ * node_builtin — the list of node families shipped in latentd.
+ *
+ * node_registry_add_builtins() calls each family's register function. To add a
+ * family, declare its `void nodes_<family>_register(struct node_registry *r);`
+ * here and call it from node_builtin.c (see node_registry.h for a full example).
+ *
+ * Threads: call once, before the registry is shared.
+ */
+#ifndef LATENTD_NODES_NODE_BUILTIN_H
+#define LATENTD_NODES_NODE_BUILTIN_H
+
+#include "node_registry.h"
+
+void node_registry_add_builtins(struct node_registry *r);
+
+/* Families (one file each). */
+void nodes_image_register(struct node_registry *r);     /* nodes_image.c */
+void nodes_primitive_register(struct node_registry *r); /* nodes_primitive.c */
+
+#endif

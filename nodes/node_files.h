@@ -1,0 +1,52 @@
+/*
+ * node_files — the files nodes read and list: model folders, input images, and
+ * safe path resolution inside the input/output/temp folders.
+ *
+ * Listings are computed on every call (ComfyUI recomputes combo lists on each
+ * /object_info and validation, so new files appear without a restart).
+ *
+ * Threads: any (only reads the file system).
+ */
+#ifndef LATENTD_NODES_NODE_FILES_H
+#define LATENTD_NODES_NODE_FILES_H
+
+#include <stddef.h>
+
+#include "buf.h"
+#include "node_registry.h"
+#include "node_run.h"
+
+/* Extensions ComfyUI lists for model folders (supported_pt_extensions). */
+extern const char *const node_model_exts[];
+
+/*
+ * Append to `out` the files under <models_dir>/<folder> (recursive; relative paths
+ * with '/'; only names ending in one of `exts`, or node_model_exts when NULL),
+ * then the same under <output_dir>/<folder> for checkpoints, loras and vae as
+ * ComfyUI does; sorted byte-wise, without duplicates. A missing folder lists
+ * nothing.
+ */
+void node_files_list_models(const struct node_env *env, const char *folder,
+                            const char *const *exts, struct node_strlist *out);
+
+/* Find a model file by its listed name; fills `path` (reset first). Returns 0 or
+ * ERR_NOT_FOUND. Names with "..", absolute paths or backslashes are not found. */
+int node_files_find_model(const struct node_env *env, const char *folder, const char *name,
+                          struct buf *path);
+
+/* Regular files directly in the input folder whose extension is an image type,
+ * sorted (LoadImage's combo). */
+void node_files_list_input_images(const struct node_env *env, struct node_strlist *out);
+
+/*
+ * Resolve an annotated name as ComfyUI's folder_paths.get_annotated_filepath does:
+ * "x.png" and "sub/x.png" are in the input folder, "x.png [output]" in output and
+ * "x.png [temp]" in temp. Returns 0 and the path in `path`, ERR_DENIED when the
+ * name escapes its folder, or ERR_NOT_FOUND when it is not a regular file.
+ */
+int node_files_resolve_input(const struct node_env *env, const char *name, struct buf *path);
+
+/* mkdir -p. Returns 0 or ERR_IO. */
+int node_files_mkdirs(const char *path);
+
+#endif

@@ -1,0 +1,342 @@
+#include "node_imageio.h"
+
+#include <png.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+#include "alloc.h"
+
+void node_image_file_release(struct node_image_file *f)
+{
+    for (int i = 0; i < f->n_frames; i++)
+        xfree(f->frames[i].px);
+    xfree(f->frames);
+    f->frames = NULL;
+    f->n_frames = 0;
+}
+
+/* ---- EXIF ------------------------------------------------------------------------ */
+
+static unsigned rd16(const uint8_t *p, int le)
+{
+    return le ? (unsigned)(p[0] | p[1] << 8) : (unsigned)(p[0] << 8 | p[1]);
+}
+
+static uint32_t rd32(const uint8_t *p, int le)
+{
+    return le ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24
+              : (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+/* Orientation tag (0x0112) of a TIFF-structured EXIF block; 1 when absent. */
+static int exif_orientation(const uint8_t *t, size_t n)
+{
+    if (n < 8)
+        return 1;
+    int le;
+    if (t[0] == 'I' && t[1] == 'I')
+        le = 1;
+    else if (t[0] == 'M' && t[1] == 'M')
+        le = 0;
+    else
+        return 1;
+    uint32_t ifd = rd32(t + 4, le);
+    if (ifd > n - 2)
+        return 1;
+    unsigned cnt = rd16(t + ifd, le);
+    for (unsigned i = 0; i < cnt; i++) {
+        size_t off = ifd + 2 + 12 * (size_t)i;
+        if (off + 12 > n)
+            break;
+        if (rd16(t + off, le) == 0x0112) {
+            unsigned v = rd16(t + off + 8, le);
+            return v >= 1 && v <= 8 ? (int)v : 1;
+        }
+    }
+    return 1;
+}
+
+void node_pixels_orient(struct node_pixels *p, int o)
+{
+    if (o <= 1 || o > 8)
+        return;
+    int W = p->w, H = p->h, C = p->c;
+    int swap = o >= 5;
+    int ow = swap ? H : W, oh = swap ? W : H;
+    uint8_t *dst = xmalloc((size_t)ow * oh * C);
+    for (int y = 0; y < oh; y++) {
+        for (int x = 0; x < ow; x++) {
+            int sx, sy;
+            switch (o) {
+            case 2: sx = W - 1 - x; sy = y; break;
+            case 3: sx = W - 1 - x; sy = H - 1 - y; break;
+            case 4: sx = x; sy = H - 1 - y; break;
+            case 5: sx = y; sy = x; break;
+            case 6: sx = y; sy = H - 1 - x; break;
+            case 7: sx = W - 1 - y; sy = H - 1 - x; break;
+            default: sx = W - 1 - y; sy = x; break; /* 8 */
+            }
+            memcpy(dst + ((size_t)y * ow + x) * C, p->px + ((size_t)sy * W + sx) * C, (size_t)C);
+        }
+    }
+    xfree(p->px);
+    p->px = dst;
+    p->w = ow;
+    p->h = oh;
+}
+
+/* ---- PNG ------------------------------------------------------------------------- */
+
+struct png_err {
+    char msg[200];
+};
+
+static void png_on_error(png_structp png, png_const_charp msg)
+{
+    struct png_err *pe = png_get_error_ptr(png);
+    snprintf(pe->msg, sizeof(pe->msg), "%s", msg);
+    png_longjmp(png, 1);
+}
+
+static void png_on_warning(png_structp png, png_const_charp msg)
+{
+    (void)png;
+    (void)msg;
+}
+
+static int load_png(FILE *f, const char *path, struct node_image_file *out, struct err *e)
+{
+    struct png_err pe = {{0}};
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    uint8_t *volatile px = NULL;
+    png_bytep *volatile rows = NULL;
+    if (!info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        return err_set(e, ERR_INTERNAL, "cannot initialise libpng");
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_read_struct(&png, &info, NULL);
+        xfree(px);
+        xfree(rows);
+        return err_set(e, ERR_INVALID, "cannot decode '%s': %s", path, pe.msg);
+    }
+    png_set_user_limits(png, 1 << 15, 1 << 15);
+    png_init_io(png, f);
+    png_read_info(png, info);
+    png_set_expand(png);   /* palette -> RGB, low-bit gray -> 8, tRNS -> alpha */
+    png_set_strip_16(png);
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    int w = (int)png_get_image_width(png, info), h = (int)png_get_image_height(png, info);
+    int c = png_get_channels(png, info);
+    size_t stride = png_get_rowbytes(png, info);
+    if (stride != (size_t)w * c)
+        png_error(png, "unexpected row size");
+    px = xmalloc(stride * h);
+    rows = xmalloc(sizeof(png_bytep) * h);
+    for (int y = 0; y < h; y++)
+        rows[y] = px + stride * y;
+    png_read_image(png, rows);
+    png_read_end(png, info);
+    int orient = 1;
+#ifdef PNG_eXIf_SUPPORTED
+    png_bytep exif = NULL;
+    png_uint_32 nexif = 0;
+    if (png_get_eXIf_1(png, info, &nexif, &exif) && exif)
+        orient = exif_orientation(exif, nexif);
+#endif
+    png_destroy_read_struct(&png, &info, NULL);
+    xfree(rows);
+    out->frames = xcalloc(1, sizeof(*out->frames));
+    out->n_frames = 1;
+    out->frames[0] = (struct node_pixels){w, h, c, px};
+    node_pixels_orient(&out->frames[0], orient);
+    return 0;
+}
+
+/* ---- JPEG ------------------------------------------------------------------------ */
+
+struct jerr {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    char msg[JMSG_LENGTH_MAX];
+};
+
+static void jpeg_on_error(j_common_ptr cinfo)
+{
+    struct jerr *je = (struct jerr *)cinfo->err;
+    cinfo->err->format_message(cinfo, je->msg);
+    longjmp(je->jb, 1);
+}
+
+static int load_jpeg(FILE *f, const char *path, struct node_image_file *out, struct err *e)
+{
+    struct jpeg_decompress_struct ci;
+    struct jerr je;
+    uint8_t *volatile px = NULL;
+    ci.err = jpeg_std_error(&je.pub);
+    je.pub.error_exit = jpeg_on_error;
+    if (setjmp(je.jb)) {
+        jpeg_destroy_decompress(&ci);
+        xfree(px);
+        return err_set(e, ERR_INVALID, "cannot decode '%s': %s", path, je.msg);
+    }
+    jpeg_create_decompress(&ci);
+    jpeg_stdio_src(&ci, f);
+    jpeg_save_markers(&ci, JPEG_APP0 + 1, 0xffff);
+    jpeg_read_header(&ci, TRUE);
+    int orient = 1;
+    for (jpeg_saved_marker_ptr m = ci.marker_list; m; m = m->next)
+        if (m->marker == JPEG_APP0 + 1 && m->data_length > 6 && !memcmp(m->data, "Exif\0\0", 6))
+            orient = exif_orientation(m->data + 6, m->data_length - 6);
+    if (ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK) {
+        jpeg_destroy_decompress(&ci);
+        return err_set(e, ERR_UNSUPPORTED, "cannot decode '%s': CMYK JPEG is not supported", path);
+    }
+    ci.out_color_space = ci.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_start_decompress(&ci);
+    int w = (int)ci.output_width, h = (int)ci.output_height, c = ci.output_components;
+    if ((size_t)w * h > (size_t)1 << 28)
+        longjmp(je.jb, 1);
+    px = xmalloc((size_t)w * h * c);
+    while (ci.output_scanline < ci.output_height) {
+        JSAMPROW row = px + (size_t)ci.output_scanline * w * c;
+        jpeg_read_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_decompress(&ci);
+    jpeg_destroy_decompress(&ci);
+    out->frames = xcalloc(1, sizeof(*out->frames));
+    out->n_frames = 1;
+    out->frames[0] = (struct node_pixels){w, h, c, px};
+    node_pixels_orient(&out->frames[0], orient);
+    return 0;
+}
+
+int node_image_load(const char *path, struct node_image_file *out, struct err *e)
+{
+    memset(out, 0, sizeof(*out));
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return err_set(e, ERR_IO, "cannot open '%s'", path);
+    uint8_t sig[8] = {0};
+    size_t n = fread(sig, 1, sizeof(sig), f);
+    rewind(f);
+    int rc;
+    if (n == 8 && !png_sig_cmp(sig, 0, 8))
+        rc = load_png(f, path, out, e);
+    else if (n >= 3 && sig[0] == 0xff && sig[1] == 0xd8 && sig[2] == 0xff)
+        rc = load_jpeg(f, path, out, e);
+    else
+        rc = err_set(e, ERR_UNSUPPORTED, "cannot identify image file '%s'", path);
+    fclose(f);
+    return rc;
+}
+
+int node_png_write(const char *path, const uint8_t *px, int w, int h, int c, int level,
+                   const struct node_text_chunk *text, int n_text, struct err *e)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return err_set(e, ERR_IO, "cannot create '%s'", path);
+    struct png_err pe = {{0}};
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    png_textp volatile tx = NULL;
+    if (!info) {
+        png_destroy_write_struct(&png, NULL);
+        fclose(f);
+        return err_set(e, ERR_INTERNAL, "cannot initialise libpng");
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        fclose(f);
+        xfree(tx);
+        return err_set(e, ERR_IO, "cannot write '%s': %s", path, pe.msg);
+    }
+    png_init_io(png, f);
+    png_set_compression_level(png, level);
+    int ct = c == 4 ? PNG_COLOR_TYPE_RGBA : c == 3 ? PNG_COLOR_TYPE_RGB
+             : c == 2 ? PNG_COLOR_TYPE_GRAY_ALPHA : PNG_COLOR_TYPE_GRAY;
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, ct, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    if (n_text > 0) {
+        tx = xcalloc((size_t)n_text, sizeof(png_text));
+        for (int i = 0; i < n_text; i++) {
+            tx[i].compression = PNG_TEXT_COMPRESSION_NONE;
+            tx[i].key = (png_charp)text[i].key;
+            tx[i].text = (png_charp)text[i].value;
+            tx[i].text_length = strlen(text[i].value);
+        }
+        png_set_text(png, info, tx, n_text);
+    }
+    png_write_info(png, info); /* IHDR then the tEXt chunks, before IDAT */
+    for (int y = 0; y < h; y++)
+        png_write_row(png, (png_const_bytep)(px + (size_t)y * w * c));
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    xfree(tx);
+    if (fclose(f) != 0)
+        return err_set(e, ERR_IO, "cannot write '%s'", path);
+    return 0;
+}
+
+int node_imageio_preview_jpeg(const uint8_t *rgb, int w, int h, int size, uint8_t **out, size_t *n)
+{
+    if (w <= 0 || h <= 0)
+        return ERR_INVALID;
+    if (size <= 0)
+        size = 512;
+    /* Fit inside size x size, up or down (nearest neighbour: it is a preview). */
+    double s = (double)size / (w > h ? w : h);
+    int ow = (int)(w * s + 0.5), oh = (int)(h * s + 0.5);
+    if (ow < 1)
+        ow = 1;
+    if (oh < 1)
+        oh = 1;
+    uint8_t *px = xmalloc((size_t)ow * oh * 3);
+    for (int y = 0; y < oh; y++) {
+        int sy = (int)((y + 0.5) * h / oh);
+        for (int x = 0; x < ow; x++) {
+            int sx = (int)((x + 0.5) * w / ow);
+            memcpy(px + ((size_t)y * ow + x) * 3, rgb + ((size_t)sy * w + sx) * 3, 3);
+        }
+    }
+    struct jpeg_compress_struct ci;
+    struct jerr je;
+    unsigned char *mem = NULL;
+    unsigned long memn = 0;
+    ci.err = jpeg_std_error(&je.pub);
+    je.pub.error_exit = jpeg_on_error;
+    if (setjmp(je.jb)) {
+        jpeg_destroy_compress(&ci);
+        free(mem);
+        xfree(px);
+        return ERR_INTERNAL;
+    }
+    jpeg_create_compress(&ci);
+    jpeg_mem_dest(&ci, &mem, &memn);
+    ci.image_width = (JDIMENSION)ow;
+    ci.image_height = (JDIMENSION)oh;
+    ci.input_components = 3;
+    ci.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&ci);
+    jpeg_set_quality(&ci, 95, TRUE);
+    jpeg_start_compress(&ci, TRUE);
+    while (ci.next_scanline < ci.image_height) {
+        JSAMPROW row = px + (size_t)ci.next_scanline * ow * 3;
+        jpeg_write_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    *out = xmalloc(memn);
+    memcpy(*out, mem, memn);
+    *n = memn;
+    free(mem);
+    xfree(px);
+    return 0;
+}

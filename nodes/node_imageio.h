@@ -1,0 +1,59 @@
+/*
+ * node_imageio — PNG and JPEG files <-> 8-bit interleaved pixels (libpng,
+ * libjpeg-turbo), EXIF orientation, and JPEG previews.
+ *
+ * Pixels are 8-bit, row-major, interleaved, `c` channels: 1 (gray), 2 (gray +
+ * alpha), 3 (RGB) or 4 (RGBA). 16-bit PNGs are reduced to 8 bits, palettes and
+ * tRNS expanded (a tRNS chunk gives an alpha channel).
+ *
+ * Threads: any; functions share no state.
+ */
+#ifndef LATENTD_NODES_NODE_IMAGEIO_H
+#define LATENTD_NODES_NODE_IMAGEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "node_run.h"
+
+struct node_pixels {
+    int w, h, c;
+    uint8_t *px; /* owned, w*h*c bytes */
+};
+
+/* One decoded file: one or more frames of equal size. */
+struct node_image_file {
+    struct node_pixels *frames; /* owned */
+    int n_frames;
+};
+void node_image_file_release(struct node_image_file *f);
+
+/*
+ * Decode a PNG or JPEG file (sniffed by content, not by name) with its EXIF
+ * orientation applied. Returns 0, or ERR_IO / ERR_UNSUPPORTED / ERR_INVALID with a
+ * message. Multi-frame formats (APNG, GIF, TIFF, MPO) are decoded as their first
+ * frame: libpng and libjpeg have no frame API, and ComfyUI drops MPO's extra
+ * frames anyway.
+ */
+int node_image_load(const char *path, struct node_image_file *out, struct err *e);
+
+/* Apply an EXIF orientation (1..8) in place (dimensions may swap). */
+void node_pixels_orient(struct node_pixels *p, int orientation);
+
+/*
+ * Write a PNG: c = 1, 3 or 4; zlib `level` 0..9; tEXt chunks written after IHDR,
+ * before IDAT, in order (values must be Latin-1; the graph passes ASCII JSON).
+ * Returns 0 or ERR_IO with a message.
+ */
+int node_png_write(const char *path, const uint8_t *px, int w, int h, int c, int level,
+                   const struct node_text_chunk *text, int n_text, struct err *e);
+
+/*
+ * A preview JPEG (quality 95) of an RGB image scaled to fit inside size x size
+ * (up or down, aspect kept). *out is allocated with xmalloc; caller frees with
+ * xfree. Returns 0 or ERR_INTERNAL.
+ */
+int node_imageio_preview_jpeg(const uint8_t *rgb, int w, int h, int size, uint8_t **out, size_t *n);
+
+#endif

@@ -1,0 +1,161 @@
+#include "node_run.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "node_registry.h"
+
+void node_ctx_init(struct node_ctx *c, const struct node_class *cls, const char *node_id,
+                   const struct node_env *env, struct value **inputs, struct value **outputs)
+{
+    memset(c, 0, sizeof(*c));
+    c->cls = cls;
+    c->node_id = node_id;
+    c->env = env;
+    c->inputs = inputs;
+    c->outputs = outputs;
+    buf_init(&c->exc_message);
+}
+
+void node_ctx_release(struct node_ctx *c)
+{
+    for (int i = 0; i < c->n_ui_images; i++) {
+        xfree(c->ui_images[i].filename);
+        xfree(c->ui_images[i].subfolder);
+    }
+    xfree(c->ui_images);
+    c->ui_images = NULL;
+    c->n_ui_images = c->cap_ui_images = 0;
+    buf_release(&c->exc_message);
+}
+
+struct value *node_in_at(const struct node_ctx *c, int index)
+{
+    if (index < 0 || index >= node_class_n_inputs(c->cls))
+        return NULL;
+    return c->inputs[index];
+}
+
+static const struct node_input_def *in_def(const struct node_ctx *c, const char *name, int *idx)
+{
+    *idx = node_class_input_index(c->cls, name);
+    ASSERT(*idx >= 0); /* a node asking for an input it did not declare is a bug */
+    return &c->cls->inputs[*idx];
+}
+
+int64_t node_in_int(const struct node_ctx *c, const char *name)
+{
+    int idx;
+    const struct node_input_def *d = in_def(c, name, &idx);
+    struct value *v = c->inputs[idx];
+    if (!v)
+        return d->def.set ? d->def.i : 0;
+    return value_i64(v);
+}
+
+double node_in_float(const struct node_ctx *c, const char *name)
+{
+    int idx;
+    const struct node_input_def *d = in_def(c, name, &idx);
+    struct value *v = c->inputs[idx];
+    if (!v)
+        return d->def.set ? d->def.f : 0.0;
+    if (v->kind == VALUE_FLOAT)
+        return v->f;
+    return (double)v->i;
+}
+
+const char *node_in_str(const struct node_ctx *c, const char *name)
+{
+    int idx;
+    const struct node_input_def *d = in_def(c, name, &idx);
+    struct value *v = c->inputs[idx];
+    if (!v || v->kind != VALUE_STRING)
+        return d->def_str ? d->def_str : "";
+    return v->s;
+}
+
+int node_in_bool(const struct node_ctx *c, const char *name)
+{
+    int idx;
+    const struct node_input_def *d = in_def(c, name, &idx);
+    struct value *v = c->inputs[idx];
+    if (!v)
+        return d->has_def_bool ? d->def_bool : 0;
+    if (v->kind == VALUE_FLOAT)
+        return v->f != 0.0;
+    if (v->kind == VALUE_STRING)
+        return v->s[0] != '\0';
+    return v->i != 0;
+}
+
+struct value *node_in(const struct node_ctx *c, const char *name)
+{
+    int idx = node_class_input_index(c->cls, name);
+    return idx < 0 ? NULL : c->inputs[idx];
+}
+
+void node_set_output(struct node_ctx *c, int index, struct value *v)
+{
+    ASSERT(index >= 0 && index < node_class_n_outputs(c->cls));
+    value_unref(c->outputs[index]);
+    c->outputs[index] = v;
+}
+
+void node_ui_add_image(struct node_ctx *c, const char *filename, const char *subfolder,
+                       const char *type)
+{
+    if (c->n_ui_images == c->cap_ui_images) {
+        c->cap_ui_images = c->cap_ui_images ? 2 * c->cap_ui_images : 4;
+        c->ui_images = xrealloc(c->ui_images, c->cap_ui_images * sizeof(*c->ui_images));
+    }
+    struct node_ui_image *im = &c->ui_images[c->n_ui_images++];
+    im->filename = xstrdup(filename);
+    im->subfolder = xstrdup(subfolder ? subfolder : "");
+    im->type = type;
+    c->has_ui = 1;
+}
+
+int node_progress(struct node_ctx *c, double value, double max, const uint8_t *rgb, int w, int h)
+{
+    if (!c->hooks || !c->hooks->progress)
+        return 0;
+    return c->hooks->progress(c->hooks->user, value, max, rgb, w, h);
+}
+
+int node_interrupted(struct node_ctx *c)
+{
+    if (!c->hooks || !c->hooks->interrupted)
+        return 0;
+    return c->hooks->interrupted(c->hooks->user);
+}
+
+static int fail_v(struct node_ctx *c, int code, const char *exc_type, const char *fmt,
+                  va_list ap)
+{
+    if (c->exc_message.len == 0) {
+        snprintf(c->exc_type, sizeof(c->exc_type), "%s", exc_type ? exc_type : "RuntimeError");
+        buf_vprintf(&c->exc_message, fmt, ap);
+    }
+    return code;
+}
+
+int node_fail(struct node_ctx *c, const char *exc_type, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = fail_v(c, ERR_INVALID, exc_type, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int node_fail_code(struct node_ctx *c, int code, const char *exc_type, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = fail_v(c, code, exc_type, fmt, ap);
+    va_end(ap);
+    return rc;
+}

@@ -1,0 +1,222 @@
+#include "node_value.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "err.h"
+
+/* The refcount is declared as a plain int in the public struct (so the header
+ * needs no <stdatomic.h>); every access goes through these casts. */
+#define REFS(v) ((_Atomic int *)&(v)->_refs)
+
+static struct value *value_alloc(enum value_kind kind, const char *type)
+{
+    struct value *v = xcalloc(1, sizeof(*v));
+    v->kind = kind;
+    v->type = type;
+    atomic_init(REFS(v), 1);
+    return v;
+}
+
+struct value *value_new_int(int64_t x)
+{
+    struct value *v = value_alloc(VALUE_INT, "INT");
+    v->i = x;
+    return v;
+}
+
+struct value *value_new_u64(uint64_t x)
+{
+    struct value *v = value_alloc(VALUE_INT, "INT");
+    v->i = (int64_t)x;
+    v->big = x > (uint64_t)INT64_MAX;
+    return v;
+}
+
+struct value *value_new_float(double x)
+{
+    struct value *v = value_alloc(VALUE_FLOAT, "FLOAT");
+    v->f = x;
+    return v;
+}
+
+struct value *value_new_bool(int x)
+{
+    struct value *v = value_alloc(VALUE_BOOLEAN, "BOOLEAN");
+    v->i = x ? 1 : 0;
+    return v;
+}
+
+struct value *value_new_string(const char *s)
+{
+    struct value *v = value_alloc(VALUE_STRING, "STRING");
+    v->s = xstrdup(s ? s : "");
+    return v;
+}
+
+struct value *value_new_tensor(const char *type, int ndim, const int64_t *shape)
+{
+    ASSERT(ndim >= 1 && ndim <= VALUE_MAX_DIMS);
+    struct value *v = value_alloc(VALUE_TENSOR, type);
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        ASSERT(shape[d] > 0);
+        ASSERT((uint64_t)shape[d] <= SIZE_MAX / sizeof(float) / n);
+        n *= (size_t)shape[d];
+        v->shape[d] = shape[d];
+    }
+    v->ndim = ndim;
+    v->numel = n;
+    v->data = xcalloc(n, sizeof(float));
+    return v;
+}
+
+struct value *value_new_image(int64_t b, int64_t h, int64_t w, int64_t c)
+{
+    int64_t shape[4] = {b, h, w, c};
+    return value_new_tensor("IMAGE", 4, shape);
+}
+
+struct value *value_new_mask(int64_t b, int64_t h, int64_t w)
+{
+    int64_t shape[3] = {b, h, w};
+    return value_new_tensor("MASK", 3, shape);
+}
+
+struct value *value_new_object(const char *type, void *obj, void (*obj_free)(void *obj))
+{
+    struct value *v = value_alloc(VALUE_OBJECT, type);
+    v->obj = obj;
+    v->obj_free = obj_free;
+    return v;
+}
+
+struct value *value_ref(struct value *v)
+{
+    if (v)
+        atomic_fetch_add_explicit(REFS(v), 1, memory_order_relaxed);
+    return v;
+}
+
+void value_unref(struct value *v)
+{
+    if (!v)
+        return;
+    int prev = atomic_fetch_sub_explicit(REFS(v), 1, memory_order_acq_rel);
+    ASSERT(prev > 0);
+    if (prev != 1)
+        return;
+    xfree(v->s);
+    xfree(v->data);
+    if (v->obj_free)
+        v->obj_free(v->obj);
+    xfree(v);
+}
+
+int value_refcount(const struct value *v)
+{
+    return atomic_load(REFS((struct value *)v));
+}
+
+int64_t value_i64(const struct value *v)
+{
+    if (v->kind == VALUE_FLOAT)
+        return (int64_t)v->f;
+    return v->big ? INT64_MAX : v->i;
+}
+
+uint64_t value_u64(const struct value *v)
+{
+    return (uint64_t)v->i;
+}
+
+void value_format_pyfloat(double d, struct buf *out)
+{
+    if (isnan(d)) {
+        buf_adds(out, "nan");
+        return;
+    }
+    if (isinf(d)) {
+        buf_adds(out, d < 0 ? "-inf" : "inf");
+        return;
+    }
+    /* Python's repr: the shortest digit string that round-trips, written in
+     * fixed notation when the decimal exponent is in [-4, 16), else as
+     * d.ddde+XX. Find the digits with %.*e, then lay them out by hand. */
+    char tmp[48];
+    int prec;
+    for (prec = 0; prec < 17; prec++) {
+        snprintf(tmp, sizeof(tmp), "%.*e", prec, d);
+        if (strtod(tmp, NULL) == d)
+            break;
+    }
+    char digits[24];
+    int nd = 0, neg = tmp[0] == '-';
+    const char *p = tmp + neg;
+    for (; *p && *p != 'e'; p++)
+        if (*p >= '0' && *p <= '9')
+            digits[nd++] = *p;
+    int exp10 = atoi(p + 1);
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    digits[nd] = '\0';
+    if (neg)
+        buf_addc(out, '-');
+    if (exp10 >= -4 && exp10 < 16) {
+        if (exp10 < 0) {
+            buf_adds(out, "0.");
+            for (int k = 0; k < -exp10 - 1; k++)
+                buf_addc(out, '0');
+            buf_adds(out, digits);
+        } else {
+            for (int k = 0; k <= exp10; k++)
+                buf_addc(out, k < nd ? digits[k] : '0');
+            buf_addc(out, '.');
+            if (nd > exp10 + 1)
+                buf_adds(out, digits + exp10 + 1);
+            else
+                buf_addc(out, '0');
+        }
+        return;
+    }
+    buf_addc(out, digits[0]);
+    if (nd > 1) {
+        buf_addc(out, '.');
+        buf_adds(out, digits + 1);
+    }
+    buf_printf(out, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+}
+
+void value_describe(const struct value *v, struct buf *out)
+{
+    switch (v->kind) {
+    case VALUE_INT:
+        if (v->big)
+            buf_printf(out, "%llu", (unsigned long long)(uint64_t)v->i);
+        else
+            buf_printf(out, "%lld", (long long)v->i);
+        break;
+    case VALUE_FLOAT:
+        value_format_pyfloat(v->f, out);
+        break;
+    case VALUE_BOOLEAN:
+        buf_adds(out, v->i ? "True" : "False");
+        break;
+    case VALUE_STRING:
+        buf_adds(out, v->s);
+        break;
+    case VALUE_TENSOR:
+        buf_printf(out, "<%s [", v->type);
+        for (int d = 0; d < v->ndim; d++)
+            buf_printf(out, "%s%lld", d ? ", " : "", (long long)v->shape[d]);
+        buf_adds(out, "]>");
+        break;
+    case VALUE_OBJECT:
+        buf_printf(out, "<%s object>", v->type);
+        break;
+    }
+}

@@ -1,0 +1,668 @@
+/*
+ * Image nodes that need no model (comfy-api.md §7.3, §8): LoadImage,
+ * LoadImageMask, SaveImage, PreviewImage, ImageScale, ImageScaleBy, ImageInvert,
+ * EmptyImage, ImageBatch, ImageCrop, ImagePadForOutpaint. Inputs, outputs,
+ * titles and categories are ComfyUI's.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc.h"
+#include "node_builtin.h"
+#include "node_files.h"
+#include "node_imageio.h"
+#include "node_imgops.h"
+#include "node_registry.h"
+#include "sha256.h"
+
+#define MAX_RESOLUTION 16384
+
+static const char *const upscale_methods[] = {"nearest-exact", "bilinear", "area", "bicubic",
+                                              "lanczos", NULL};
+static const char *const crop_methods[] = {"disabled", "center", NULL};
+
+static int check_image(struct node_ctx *c, const struct value *v, const char *name)
+{
+    if (!v || v->kind != VALUE_TENSOR || v->ndim != 4)
+        return node_fail(c, "ValueError", "input '%s' is not an IMAGE [B,H,W,C]", name);
+    return 0;
+}
+
+/* ---- LoadImage / LoadImageMask ------------------------------------------------------ */
+
+static void input_images(const struct node_env *env, struct node_strlist *out)
+{
+    node_files_list_input_images(env, out);
+}
+
+static int validate_image_name(const struct node_env *env, const char *value, struct buf *reason)
+{
+    struct buf path;
+    buf_init(&path);
+    int rc = node_files_resolve_input(env, value, &path);
+    buf_release(&path);
+    if (rc < 0) {
+        buf_printf(reason, "Invalid image file: %s", value);
+        return rc;
+    }
+    return 0;
+}
+
+/* IS_CHANGED: the SHA-256 of the file, so a replaced file re-runs the node. */
+static int image_is_changed(struct node_ctx *c, struct buf *out)
+{
+    const struct value *v = node_in(c, "image");
+    if (!v || v->kind != VALUE_STRING)
+        return ERR_INVALID;
+    struct buf path;
+    buf_init(&path);
+    int rc = node_files_resolve_input(c->env, v->s, &path);
+    uint8_t digest[32];
+    if (rc == 0)
+        rc = sha256_file(path.ptr, digest);
+    buf_release(&path);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < 32; i++)
+        buf_printf(out, "%02x", digest[i]);
+    return 0;
+}
+
+static int load_file(struct node_ctx *c, struct node_image_file *f)
+{
+    const char *name = node_in_str(c, "image");
+    struct buf path;
+    buf_init(&path);
+    int rc = node_files_resolve_input(c->env, name, &path);
+    if (rc < 0) {
+        buf_release(&path);
+        return node_fail_code(c, ERR_NOT_FOUND, "FileNotFoundError",
+                              "[Errno 2] No such file or directory: '%s'", name);
+    }
+    struct err e = {0};
+    rc = node_image_load(path.ptr, f, &e);
+    buf_release(&path);
+    if (rc < 0)
+        return node_fail_code(c, rc, rc == ERR_IO ? "OSError" : "PIL.UnidentifiedImageError", "%s", e.msg);
+    return 0;
+}
+
+static int load_image_run(struct node_ctx *c)
+{
+    struct node_image_file f;
+    int rc = load_file(c, &f);
+    if (rc < 0)
+        return rc;
+    /* Frames of a different size than the first are skipped, as ComfyUI does. */
+    int w = f.frames[0].w, h = f.frames[0].h, n = 0;
+    for (int i = 0; i < f.n_frames; i++)
+        n += f.frames[i].w == w && f.frames[i].h == h;
+    int has_alpha = f.frames[0].c == 2 || f.frames[0].c == 4;
+    struct value *img = value_new_image(n, h, w, 3);
+    struct value *mask = has_alpha ? value_new_mask(n, h, w) : value_new_mask(n, 64, 64);
+    int b = 0;
+    for (int i = 0; i < f.n_frames; i++) {
+        const struct node_pixels *p = &f.frames[i];
+        if (p->w != w || p->h != h)
+            continue;
+        float *dst = img->data + (size_t)b * h * w * 3;
+        float *m = mask->data + (size_t)b * (has_alpha ? (size_t)h * w : 64 * 64);
+        for (size_t k = 0; k < (size_t)w * h; k++) {
+            const uint8_t *s = p->px + k * p->c;
+            if (p->c <= 2) {
+                dst[3 * k] = dst[3 * k + 1] = dst[3 * k + 2] = s[0] / 255.0f;
+            } else {
+                dst[3 * k] = s[0] / 255.0f;
+                dst[3 * k + 1] = s[1] / 255.0f;
+                dst[3 * k + 2] = s[2] / 255.0f;
+            }
+            if (has_alpha)
+                m[k] = 1.0f - s[p->c - 1] / 255.0f;
+        }
+        b++;
+    }
+    node_image_file_release(&f);
+    node_set_output(c, 0, img);
+    node_set_output(c, 1, mask);
+    return 0;
+}
+
+static int load_mask_run(struct node_ctx *c)
+{
+    struct node_image_file f;
+    int rc = load_file(c, &f);
+    if (rc < 0)
+        return rc;
+    const struct node_pixels *p = &f.frames[0];
+    const char *ch = node_in_str(c, "channel");
+    /* After PIL's convert("RGBA"): gray fills R, G and B; missing alpha is 255. */
+    int idx = !strcmp(ch, "red") ? 0 : !strcmp(ch, "green") ? 1 : !strcmp(ch, "blue") ? 2 : 3;
+    struct value *mask = value_new_mask(1, p->h, p->w);
+    for (size_t k = 0; k < (size_t)p->w * p->h; k++) {
+        const uint8_t *s = p->px + k * p->c;
+        uint8_t v;
+        if (idx == 3)
+            v = (p->c == 2 || p->c == 4) ? s[p->c - 1] : 255;
+        else
+            v = p->c <= 2 ? s[0] : s[idx];
+        mask->data[k] = idx == 3 ? 1.0f - v / 255.0f : v / 255.0f;
+    }
+    node_image_file_release(&f);
+    node_set_output(c, 0, mask);
+    return 0;
+}
+
+static const struct node_input_def load_image_in[] = {
+    {.name = "image", .type = NODE_COMBO, .options_fn = input_images, .image_upload = 1,
+     .validate = validate_image_name},
+    NODE_INPUTS_END};
+static const struct node_output_def load_image_out[] = {{.type = "IMAGE"}, {.type = "MASK"}, NODE_OUTPUTS_END};
+
+static const char *const mask_channels[] = {"alpha", "red", "green", "blue", NULL};
+static const struct node_input_def load_mask_in[] = {
+    {.name = "image", .type = NODE_COMBO, .options_fn = input_images, .image_upload = 1,
+     .validate = validate_image_name},
+    {.name = "channel", .type = NODE_COMBO, .options = mask_channels},
+    NODE_INPUTS_END};
+static const struct node_output_def mask_out[] = {{.type = "MASK"}, NODE_OUTPUTS_END};
+
+static const struct node_class load_image = {
+    .name = "LoadImage", .display_name = "Load Image", .category = "image",
+    .inputs = load_image_in, .outputs = load_image_out, .run = load_image_run,
+    .is_changed = image_is_changed};
+static const struct node_class load_image_mask = {
+    .name = "LoadImageMask", .display_name = "Load Image (as Mask)", .category = "mask",
+    .inputs = load_mask_in, .outputs = mask_out, .run = load_mask_run,
+    .is_changed = image_is_changed};
+
+/* ---- SaveImage / PreviewImage ------------------------------------------------------- */
+
+/* %width% %height% %year% ... (comfy-api.md §8.1 step 1). */
+static void expand_prefix(const char *prefix, int w, int h, struct buf *out)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    for (const char *p = prefix; *p;) {
+        struct {
+            const char *tok;
+            int val, pad;
+        } vars[] = {{"%width%", w, 0},           {"%height%", h, 0},
+                    {"%year%", tm.tm_year + 1900, 0}, {"%month%", tm.tm_mon + 1, 2},
+                    {"%day%", tm.tm_mday, 2},    {"%hour%", tm.tm_hour, 2},
+                    {"%minute%", tm.tm_min, 2},  {"%second%", tm.tm_sec, 2}};
+        int hit = 0;
+        if (*p == '%') {
+            for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && !hit; i++) {
+                size_t n = strlen(vars[i].tok);
+                if (!strncmp(p, vars[i].tok, n)) {
+                    buf_printf(out, "%0*d", vars[i].pad, vars[i].val);
+                    p += n;
+                    hit = 1;
+                }
+            }
+        }
+        if (!hit)
+            buf_addc(out, *p++);
+    }
+}
+
+/* os.path.normpath for a relative path; returns 0, or -1 when it climbs out. */
+static int normalize_rel(const char *in, struct buf *out)
+{
+    if (in[0] == '/')
+        return -1;
+    char *tmp = xstrdup(in);
+    char *parts[256];
+    int n = 0, rc = 0;
+    char *save;
+    for (char *t = strtok_r(tmp, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(t, "."))
+            continue;
+        if (!strcmp(t, "..")) {
+            if (n == 0) {
+                rc = -1;
+                break;
+            }
+            n--;
+            continue;
+        }
+        if (n == 256) {
+            rc = -1;
+            break;
+        }
+        parts[n++] = t;
+    }
+    for (int i = 0; rc == 0 && i < n; i++)
+        buf_printf(out, "%s%s", i ? "/" : "", parts[i]);
+    xfree(tmp);
+    return rc;
+}
+
+/* Next counter for `filename` in `dir` (comfy-api.md §8.1 step 4). */
+static int next_counter(const char *dir, const char *filename)
+{
+    DIR *d = opendir(dir);
+    int best = 0;
+    size_t fl = strlen(filename);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (strncmp(de->d_name, filename, fl) != 0 || de->d_name[fl] != '_')
+                continue;
+            const char *s = de->d_name + fl + 1;
+            const char *e = strchr(s, '_');
+            size_t n = e ? (size_t)(e - s) : strlen(s);
+            int digits = n > 0;
+            for (size_t i = 0; i < n; i++)
+                digits &= s[i] >= '0' && s[i] <= '9';
+            int v = digits && n < 10 ? atoi(s) : 0;
+            if (v > best)
+                best = v;
+        }
+        closedir(d);
+    }
+    return best + 1;
+}
+
+static const char batch_tok[] = "%batch_num%";
+
+static int save_images(struct node_ctx *c, const char *base, const char *prefix, const char *type,
+                       int level)
+{
+    const struct value *img = node_in(c, "images");
+    int rc = check_image(c, img, "images");
+    if (rc < 0)
+        return rc;
+    int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
+    if (C != 1 && C != 3 && C != 4)
+        return node_fail(c, "TypeError", "Cannot handle this data type: (1, 1, %lld), |u1", (long long)C);
+    struct buf pre, norm, sub, fname, dir, path;
+    buf_init(&pre);
+    buf_init(&norm);
+    buf_init(&sub);
+    buf_init(&fname);
+    buf_init(&dir);
+    buf_init(&path);
+    expand_prefix(prefix, (int)W, (int)H, &pre);
+    if (normalize_rel(pre.ptr, &norm) < 0) {
+        rc = node_fail(c, "Exception", "Saving image outside the output folder is not allowed.");
+        goto out;
+    }
+    const char *slash = strrchr(norm.ptr, '/');
+    if (slash) {
+        buf_add(&sub, norm.ptr, (size_t)(slash - norm.ptr));
+        buf_adds(&fname, slash + 1);
+    } else {
+        buf_adds(&fname, norm.ptr);
+    }
+    buf_printf(&dir, "%s%s%s", base, sub.len ? "/" : "", sub.ptr);
+    if (node_files_mkdirs(dir.ptr) < 0) {
+        rc = node_fail(c, "OSError", "cannot create folder '%s'", dir.ptr);
+        goto out;
+    }
+    int counter = next_counter(dir.ptr, fname.ptr);
+    struct node_text_chunk *text = NULL;
+    int n_text = 0;
+    if (!c->env->disable_metadata) {
+        text = xcalloc((size_t)(1 + c->n_pnginfo), sizeof(*text));
+        if (c->prompt_json)
+            text[n_text++] = (struct node_text_chunk){"prompt", c->prompt_json};
+        for (int i = 0; i < c->n_pnginfo; i++)
+            text[n_text++] = c->pnginfo[i];
+    }
+    uint8_t *px = xmalloc((size_t)H * W * C);
+    for (int64_t b = 0; b < B && rc == 0; b++, counter++) {
+        const float *s = img->data + (size_t)b * H * W * C;
+        for (size_t k = 0; k < (size_t)H * W * C; k++) {
+            float v = 255.0f * s[k];
+            px[k] = (uint8_t)(v <= 0 || v != v ? 0 : v >= 255 ? 255 : (int)v); /* truncates */
+        }
+        /* %batch_num% -> batch index, then "<name>_<counter:05d>_.png" */
+        struct buf name;
+        buf_init(&name);
+        for (const char *p = fname.ptr; *p;) {
+            if (!strncmp(p, batch_tok, sizeof(batch_tok) - 1)) {
+                buf_printf(&name, "%lld", (long long)b);
+                p += sizeof(batch_tok) - 1;
+            } else {
+                buf_addc(&name, *p++);
+            }
+        }
+        buf_printf(&name, "_%05d_.png", counter);
+        buf_reset(&path);
+        buf_printf(&path, "%s/%s", dir.ptr, name.ptr);
+        struct err e = {0};
+        if (node_png_write(path.ptr, px, (int)W, (int)H, (int)C, level, text, n_text, &e) < 0)
+            rc = node_fail(c, "OSError", "%s", e.msg);
+        else
+            node_ui_add_image(c, name.ptr, sub.ptr, type);
+        buf_release(&name);
+    }
+    xfree(px);
+    xfree(text);
+    if (rc == 0 && B == 0)
+        c->has_ui = 1;
+out:
+    buf_release(&pre);
+    buf_release(&norm);
+    buf_release(&sub);
+    buf_release(&fname);
+    buf_release(&dir);
+    buf_release(&path);
+    return rc;
+}
+
+static int save_image_run(struct node_ctx *c)
+{
+    return save_images(c, c->env->output_dir, node_in_str(c, "filename_prefix"), "output", 4);
+}
+
+/* ComfyUI's alphabet has no 'w' and two 'p's (a quirk kept for fidelity). */
+static const char preview_alphabet[] = "abcdefghijklmnopqrstupvxyz";
+
+static int preview_image_run(struct node_ctx *c)
+{
+    void **slot = node_instance(c);
+    if (!*slot) {
+        char *suffix = xmalloc(6);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t s = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)(uintptr_t)c;
+        for (int i = 0; i < 5; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            suffix[i] = preview_alphabet[(s >> 33) % (sizeof(preview_alphabet) - 1)];
+        }
+        suffix[5] = '\0';
+        *slot = suffix;
+    }
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "ComfyUI_temp_%s", (const char *)*slot);
+    return save_images(c, c->env->temp_dir, prefix, "temp", 1);
+}
+
+static const struct node_input_def save_image_in[] = {
+    {.name = "images", .type = "IMAGE", .tooltip = "The images to save."},
+    {.name = "filename_prefix", .type = "STRING", .def_str = "ComfyUI",
+     .tooltip = "The prefix for the file to save. This may include formatting information such as "
+                "%date:yyyy-MM-dd% or %Empty Latent Image.width% to include values from nodes."},
+    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},
+    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN},
+    NODE_INPUTS_END};
+static const struct node_input_def preview_image_in[] = {
+    {.name = "images", .type = "IMAGE"},
+    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},
+    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN},
+    NODE_INPUTS_END};
+static const struct node_output_def no_outputs[] = {NODE_OUTPUTS_END};
+
+#define SAVE_DESC "Saves the input images to your ComfyUI output directory."
+
+static const struct node_class save_image = {
+    .name = "SaveImage", .display_name = "Save Image", .description = SAVE_DESC,
+    .category = "image", .flags = NODE_CLASS_OUTPUT, .inputs = save_image_in,
+    .outputs = no_outputs, .run = save_image_run};
+static const struct node_class preview_image = {
+    .name = "PreviewImage", .display_name = "Preview Image", .description = SAVE_DESC,
+    .category = "image", .flags = NODE_CLASS_OUTPUT, .inputs = preview_image_in,
+    .outputs = no_outputs, .run = preview_image_run, .instance_free = xfree};
+
+/* ---- ImageScale / ImageScaleBy ------------------------------------------------------ */
+
+static int scale_to(struct node_ctx *c, const struct value *img, int64_t w, int64_t h,
+                    const char *method, int crop)
+{
+    if (w > MAX_RESOLUTION * 4 || h > MAX_RESOLUTION * 4 || w < 1 || h < 1)
+        return node_fail(c, "ValueError", "target size %lldx%lld is out of range", (long long)w, (long long)h);
+    struct value *out = value_new_image(img->shape[0], h, w, img->shape[3]);
+    if (node_img_resize(img->data, img->shape[0], img->shape[1], img->shape[2], img->shape[3],
+                        out->data, h, w, method, crop) < 0) {
+        value_unref(out);
+        return node_fail(c, "ValueError", "unknown upscale method '%s'", method);
+    }
+    node_set_output(c, 0, out);
+    return 0;
+}
+
+static int image_scale_run(struct node_ctx *c)
+{
+    const struct value *img = node_in(c, "image");
+    int rc = check_image(c, img, "image");
+    if (rc < 0)
+        return rc;
+    int64_t w = node_in_int(c, "width"), h = node_in_int(c, "height");
+    if (w == 0 && h == 0) {
+        node_set_output(c, 0, value_ref((struct value *)img));
+        return 0;
+    }
+    int64_t ih = img->shape[1], iw = img->shape[2];
+    if (w == 0) {
+        w = (int64_t)node_round_half_even((double)iw * (double)h / (double)ih);
+        if (w < 1)
+            w = 1;
+    } else if (h == 0) {
+        h = (int64_t)node_round_half_even((double)ih * (double)w / (double)iw);
+        if (h < 1)
+            h = 1;
+    }
+    return scale_to(c, img, w, h, node_in_str(c, "upscale_method"),
+                    !strcmp(node_in_str(c, "crop"), "center"));
+}
+
+static int image_scale_by_run(struct node_ctx *c)
+{
+    const struct value *img = node_in(c, "image");
+    int rc = check_image(c, img, "image");
+    if (rc < 0)
+        return rc;
+    double s = node_in_float(c, "scale_by");
+    int64_t w = (int64_t)node_round_half_even((double)img->shape[2] * s);
+    int64_t h = (int64_t)node_round_half_even((double)img->shape[1] * s);
+    return scale_to(c, img, w, h, node_in_str(c, "upscale_method"), 0);
+}
+
+static const struct node_input_def image_scale_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "upscale_method", .type = NODE_COMBO, .options = upscale_methods},
+    {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "crop", .type = NODE_COMBO, .options = crop_methods},
+    NODE_INPUTS_END};
+static const struct node_input_def image_scale_by_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "upscale_method", .type = NODE_COMBO, .options = upscale_methods},
+    {.name = "scale_by", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.01), .max = NODE_F(8.0),
+     .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+static const struct node_output_def image_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
+
+static const struct node_class image_scale = {
+    .name = "ImageScale", .display_name = "Upscale Image", .category = "image/upscaling",
+    .inputs = image_scale_in, .outputs = image_out, .run = image_scale_run};
+static const struct node_class image_scale_by = {
+    .name = "ImageScaleBy", .display_name = "Upscale Image By", .category = "image/upscaling",
+    .inputs = image_scale_by_in, .outputs = image_out, .run = image_scale_by_run};
+
+/* ---- ImageInvert / EmptyImage / ImageBatch / ImageCrop -------------------------------- */
+
+static int image_invert_run(struct node_ctx *c)
+{
+    const struct value *img = node_in(c, "image");
+    int rc = check_image(c, img, "image");
+    if (rc < 0)
+        return rc;
+    struct value *out = value_new_tensor("IMAGE", 4, img->shape);
+    for (size_t i = 0; i < img->numel; i++)
+        out->data[i] = 1.0f - img->data[i];
+    node_set_output(c, 0, out);
+    return 0;
+}
+
+static int empty_image_run(struct node_ctx *c)
+{
+    int64_t w = node_in_int(c, "width"), h = node_in_int(c, "height");
+    int64_t b = node_in_int(c, "batch_size"), color = node_in_int(c, "color");
+    struct value *out = value_new_image(b, h, w, 3);
+    float rgb[3] = {((color >> 16) & 0xff) / 255.0f, ((color >> 8) & 0xff) / 255.0f, (color & 0xff) / 255.0f};
+    for (size_t i = 0; i < out->numel; i++)
+        out->data[i] = rgb[i % 3];
+    node_set_output(c, 0, out);
+    return 0;
+}
+
+static int image_batch_run(struct node_ctx *c)
+{
+    const struct value *a = node_in(c, "image1"), *b = node_in(c, "image2");
+    int rc = check_image(c, a, "image1");
+    if (rc == 0)
+        rc = check_image(c, b, "image2");
+    if (rc < 0)
+        return rc;
+    if (a->shape[3] != b->shape[3])
+        return node_fail(c, "RuntimeError", "images have %lld and %lld channels", (long long)a->shape[3],
+                         (long long)b->shape[3]);
+    int64_t H = a->shape[1], W = a->shape[2], C = a->shape[3];
+    struct value *out = value_new_image(a->shape[0] + b->shape[0], H, W, C);
+    memcpy(out->data, a->data, a->numel * sizeof(float));
+    float *dst = out->data + a->numel;
+    if (b->shape[1] == H && b->shape[2] == W)
+        memcpy(dst, b->data, b->numel * sizeof(float));
+    else
+        node_img_resize(b->data, b->shape[0], b->shape[1], b->shape[2], C, dst, H, W, "bilinear", 1);
+    node_set_output(c, 0, out);
+    return 0;
+}
+
+static int image_crop_run(struct node_ctx *c)
+{
+    const struct value *img = node_in(c, "image");
+    int rc = check_image(c, img, "image");
+    if (rc < 0)
+        return rc;
+    int64_t H = img->shape[1], W = img->shape[2], C = img->shape[3];
+    int64_t x = node_in_int(c, "x"), y = node_in_int(c, "y");
+    int64_t w = node_in_int(c, "width"), h = node_in_int(c, "height");
+    if (x > W - 1)
+        x = W - 1;
+    if (y > H - 1)
+        y = H - 1;
+    int64_t tx = x + w > W ? W : x + w, ty = y + h > H ? H : y + h;
+    struct value *out = value_new_image(img->shape[0], ty - y, tx - x, C);
+    for (int64_t b = 0; b < img->shape[0]; b++)
+        for (int64_t r = y; r < ty; r++)
+            memcpy(out->data + ((size_t)(b * (ty - y) + (r - y)) * (tx - x)) * C,
+                   img->data + ((size_t)(b * H + r) * W + x) * C, (size_t)(tx - x) * C * sizeof(float));
+    node_set_output(c, 0, out);
+    return 0;
+}
+
+static int pad_outpaint_run(struct node_ctx *c)
+{
+    const struct value *img = node_in(c, "image");
+    int rc = check_image(c, img, "image");
+    if (rc < 0)
+        return rc;
+    int64_t l = node_in_int(c, "left"), t = node_in_int(c, "top"), r = node_in_int(c, "right"),
+            bo = node_in_int(c, "bottom"), f = node_in_int(c, "feathering");
+    int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
+    int64_t NH = H + t + bo, NW = W + l + r;
+    struct value *out = value_new_image(B, NH, NW, C);
+    for (size_t i = 0; i < out->numel; i++)
+        out->data[i] = 0.5f;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t y = 0; y < H; y++)
+            memcpy(out->data + ((size_t)(b * NH + y + t) * NW + l) * C, img->data + ((size_t)(b * H + y) * W) * C,
+                   (size_t)W * C * sizeof(float));
+    struct value *mask = value_new_mask(1, NH, NW);
+    for (size_t i = 0; i < mask->numel; i++)
+        mask->data[i] = 1.0f;
+    for (int64_t i = 0; i < H; i++) {
+        for (int64_t j = 0; j < W; j++) {
+            float v = 0;
+            if (f > 0 && f * 2 < H && f * 2 < W) {
+                int64_t dt = t ? i : H, db = bo ? H - i : H, dl = l ? j : W, dr = r ? W - j : W;
+                int64_t d = dt < db ? dt : db;
+                d = d < dl ? d : dl;
+                d = d < dr ? d : dr;
+                if (d < f) {
+                    float q = (float)(f - d) / (float)f;
+                    v = q * q;
+                }
+            }
+            mask->data[(size_t)(i + t) * NW + j + l] = v;
+        }
+    }
+    node_set_output(c, 0, out);
+    node_set_output(c, 1, mask);
+    return 0;
+}
+
+static const struct node_input_def image_invert_in[] = {{.name = "image", .type = "IMAGE"}, NODE_INPUTS_END};
+static const struct node_input_def empty_image_in[] = {
+    {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "batch_size", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(4096)},
+    {.name = "color", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(0xFFFFFF),
+     .step = NODE_I(1)},
+    NODE_INPUTS_END};
+static const struct node_input_def image_batch_in[] = {
+    {.name = "image1", .type = "IMAGE"}, {.name = "image2", .type = "IMAGE"}, NODE_INPUTS_END};
+static const struct node_input_def image_crop_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    NODE_INPUTS_END};
+static const struct node_input_def pad_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "left", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(8)},
+    {.name = "top", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(8)},
+    {.name = "right", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(8)},
+    {.name = "bottom", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(8)},
+    {.name = "feathering", .type = "INT", .def = NODE_I(40), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    NODE_INPUTS_END};
+static const struct node_output_def image_mask_out[] = {{.type = "IMAGE"}, {.type = "MASK"}, NODE_OUTPUTS_END};
+
+static const struct node_class image_invert = {
+    .name = "ImageInvert", .display_name = "Invert Image", .category = "image",
+    .inputs = image_invert_in, .outputs = image_out, .run = image_invert_run};
+static const struct node_class empty_image = {
+    .name = "EmptyImage", .display_name = "EmptyImage", .category = "image",
+    .inputs = empty_image_in, .outputs = image_out, .run = empty_image_run};
+static const struct node_class image_batch = {
+    .name = "ImageBatch", .display_name = "Batch Images", .category = "image",
+    .inputs = image_batch_in, .outputs = image_out, .run = image_batch_run};
+static const struct node_class image_crop = {
+    .name = "ImageCrop", .display_name = "Image Crop", .category = "image/transform",
+    .python_module = "comfy_extras.nodes_images", .inputs = image_crop_in, .outputs = image_out,
+    .run = image_crop_run};
+static const struct node_class pad_outpaint = {
+    .name = "ImagePadForOutpaint", .display_name = "Pad Image for Outpainting", .category = "image",
+    .inputs = pad_in, .outputs = image_mask_out, .run = pad_outpaint_run};
+
+static const struct node_class *const image_classes[] = {
+    &load_image,  &load_image_mask, &save_image,  &preview_image, &image_scale, &image_scale_by,
+    &image_invert, &empty_image,    &image_batch, &image_crop,    &pad_outpaint};
+
+void nodes_image_register(struct node_registry *r)
+{
+    node_registry_add_all(r, image_classes, sizeof(image_classes) / sizeof(image_classes[0]));
+}

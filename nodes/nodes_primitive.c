@@ -1,0 +1,60 @@
+/*
+ * The primitive nodes of current ComfyUI (comfy_extras/nodes_primitive.py):
+ * a widget value passed out as a typed output, so one value can feed many inputs.
+ */
+#include "node_builtin.h"
+#include "node_registry.h"
+
+#define PRIM_MODULE "comfy_extras.nodes_primitive"
+#define PRIM_CATEGORY "utils/primitive"
+
+static int prim_run(struct node_ctx *c)
+{
+    /* The declared input and output types are equal: pass the value through. */
+    node_set_output(c, 0, value_ref(node_in_at(c, 0)));
+    return 0;
+}
+
+static const struct node_input_def string_in[] = {{.name = "value", .type = "STRING"}, NODE_INPUTS_END};
+static const struct node_input_def string_ml_in[] = {
+    {.name = "value", .type = "STRING", .multiline = 1}, NODE_INPUTS_END};
+/* sys.maxsize bounds, as ComfyUI declares them. */
+static const struct node_input_def int_in[] = {
+    {.name = "value", .type = "INT", .min = NODE_I(-9223372036854775807LL),
+     .max = NODE_I(9223372036854775807LL), .control_after_generate = 1},
+    NODE_INPUTS_END};
+static const struct node_input_def float_in[] = {
+    {.name = "value", .type = "FLOAT", .min = NODE_F(-9223372036854775807.0),
+     .max = NODE_F(9223372036854775807.0)},
+    NODE_INPUTS_END};
+static const struct node_input_def bool_in[] = {{.name = "value", .type = "BOOLEAN"}, NODE_INPUTS_END};
+
+static const struct node_output_def string_out[] = {{.type = "STRING"}, NODE_OUTPUTS_END};
+static const struct node_output_def int_out[] = {{.type = "INT"}, NODE_OUTPUTS_END};
+static const struct node_output_def float_out[] = {{.type = "FLOAT"}, NODE_OUTPUTS_END};
+static const struct node_output_def bool_out[] = {{.type = "BOOLEAN"}, NODE_OUTPUTS_END};
+
+static const struct node_class prim_string = {
+    .name = "PrimitiveString", .display_name = "String", .category = PRIM_CATEGORY,
+    .python_module = PRIM_MODULE, .inputs = string_in, .outputs = string_out, .run = prim_run};
+static const struct node_class prim_string_ml = {
+    .name = "PrimitiveStringMultiline", .display_name = "String (Multiline)",
+    .category = PRIM_CATEGORY, .python_module = PRIM_MODULE, .inputs = string_ml_in,
+    .outputs = string_out, .run = prim_run};
+static const struct node_class prim_int = {
+    .name = "PrimitiveInt", .display_name = "Int", .category = PRIM_CATEGORY,
+    .python_module = PRIM_MODULE, .inputs = int_in, .outputs = int_out, .run = prim_run};
+static const struct node_class prim_float = {
+    .name = "PrimitiveFloat", .display_name = "Float", .category = PRIM_CATEGORY,
+    .python_module = PRIM_MODULE, .inputs = float_in, .outputs = float_out, .run = prim_run};
+static const struct node_class prim_bool = {
+    .name = "PrimitiveBoolean", .display_name = "Boolean", .category = PRIM_CATEGORY,
+    .python_module = PRIM_MODULE, .inputs = bool_in, .outputs = bool_out, .run = prim_run};
+
+static const struct node_class *const primitive_classes[] = {
+    &prim_string, &prim_string_ml, &prim_int, &prim_float, &prim_bool};
+
+void nodes_primitive_register(struct node_registry *r)
+{
+    node_registry_add_all(r, primitive_classes, sizeof(primitive_classes) / sizeof(primitive_classes[0]));
+}

@@ -1,0 +1,28 @@
+/*
+ * sd_nodes — the SD1.5 node family: latent nodes (EmptyLatentImage,
+ * LatentUpscale, LatentUpscaleBy, SetLatentNoiseMask) and the samplers
+ * (KSampler, KSamplerAdvanced). Payload types are in sd_types.h.
+ *
+ * nodes_sd_register() adds them to a registry; node_registry_add_builtins()
+ * must call it (node_builtin.c). The KSampler combos list exactly the
+ * samplers and schedulers models/sampling implements, in ComfyUI's order.
+ *
+ * Threads: register before the registry is shared; the nodes run on the
+ * executor thread.
+ */
+#ifndef LATENTD_NODES_SD_NODES_H
+#define LATENTD_NODES_SD_NODES_H
+
+#include "node_registry.h"
+
+void nodes_sd_register(struct node_registry *r);
+
+/* The classes, for tests that run a node directly. */
+extern const struct node_class sd_empty_latent_image;
+extern const struct node_class sd_latent_upscale;
+extern const struct node_class sd_latent_upscale_by;
+extern const struct node_class sd_set_latent_noise_mask;
+extern const struct node_class sd_ksampler;
+extern const struct node_class sd_ksampler_advanced;
+
+#endif

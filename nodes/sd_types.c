@@ -1,0 +1,161 @@
+/*
+ * sd_types — LATENT, CONDITIONING and MODEL payloads (see sd_types.h).
+ */
+#include "sd_types.h"
+
+#include <string.h>
+
+#include "alloc.h"
+
+/* ---- LATENT ---- */
+
+struct sd_latent *sd_latent_new(int64_t b, int64_t c, int64_t h, int64_t w)
+{
+    ASSERT(b > 0 && c > 0 && h > 0 && w > 0);
+    struct sd_latent *l = xcalloc(1, sizeof *l);
+    l->b = b;
+    l->c = c;
+    l->h = h;
+    l->w = w;
+    l->samples = xcalloc((size_t)(b * c * h * w), sizeof *l->samples);
+    return l;
+}
+
+struct sd_latent *sd_latent_new_like(const struct sd_latent *src, int64_t b, int64_t c,
+                                     int64_t h, int64_t w)
+{
+    struct sd_latent *l = sd_latent_new(b, c, h, w);
+    if (src->noise_mask) {
+        size_t n = (size_t)(src->mb * src->mh * src->mw);
+        l->noise_mask = xmalloc(n * sizeof *l->noise_mask);
+        memcpy(l->noise_mask, src->noise_mask, n * sizeof *l->noise_mask);
+        l->mb = src->mb;
+        l->mh = src->mh;
+        l->mw = src->mw;
+    }
+    if (src->batch_index) {
+        l->batch_index = xmalloc((size_t)src->n_batch_index * sizeof *l->batch_index);
+        memcpy(l->batch_index, src->batch_index,
+               (size_t)src->n_batch_index * sizeof *l->batch_index);
+        l->n_batch_index = src->n_batch_index;
+    }
+    return l;
+}
+
+void sd_latent_free(struct sd_latent *l)
+{
+    if (!l)
+        return;
+    xfree(l->samples);
+    xfree(l->noise_mask);
+    xfree(l->batch_index);
+    xfree(l);
+}
+
+static void latent_obj_free(void *p)
+{
+    sd_latent_free(p);
+}
+
+struct value *sd_latent_value(struct sd_latent *l)
+{
+    return value_new_object("LATENT", l, latent_obj_free);
+}
+
+const struct sd_latent *sd_latent_of(const struct value *v)
+{
+    if (!v || v->kind != VALUE_OBJECT || v->obj_free != latent_obj_free)
+        return NULL;
+    return v->obj;
+}
+
+/* ---- CONDITIONING ---- */
+
+struct sd_cond *sd_cond_new(const float *cond, int batch, int tokens, int dim,
+                            const float *pooled, int pooled_dim)
+{
+    ASSERT(batch > 0 && tokens > 0 && dim > 0);
+    struct sd_cond *c = xcalloc(1, sizeof *c);
+    c->n = 1;
+    c->entries = xcalloc(1, sizeof *c->entries);
+    struct sd_cond_entry *e = &c->entries[0];
+    size_t n = (size_t)batch * tokens * dim;
+    e->cond = xmalloc(n * sizeof *e->cond);
+    memcpy(e->cond, cond, n * sizeof *e->cond);
+    e->batch = batch;
+    e->tokens = tokens;
+    e->dim = dim;
+    e->strength = 1.0f;
+    if (pooled && pooled_dim > 0) {
+        e->pooled = xmalloc((size_t)batch * pooled_dim * sizeof *e->pooled);
+        memcpy(e->pooled, pooled, (size_t)batch * pooled_dim * sizeof *e->pooled);
+        e->pooled_dim = pooled_dim;
+    }
+    return c;
+}
+
+void sd_cond_free(struct sd_cond *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++) {
+        xfree(c->entries[i].cond);
+        xfree(c->entries[i].pooled);
+    }
+    xfree(c->entries);
+    xfree(c);
+}
+
+static void cond_obj_free(void *p)
+{
+    sd_cond_free(p);
+}
+
+struct value *sd_cond_value(struct sd_cond *c)
+{
+    return value_new_object("CONDITIONING", c, cond_obj_free);
+}
+
+const struct sd_cond *sd_cond_of(const struct value *v)
+{
+    if (!v || v->kind != VALUE_OBJECT || v->obj_free != cond_obj_free)
+        return NULL;
+    return v->obj;
+}
+
+/* ---- MODEL ---- */
+
+struct sd_model *sd_model_new(const struct sd_model_ops *ops, void *impl)
+{
+    struct sd_model *m = xcalloc(1, sizeof *m);
+    m->ops = ops;
+    m->impl = impl;
+    sampling_discrete_init_sd15(&m->ms);
+    return m;
+}
+
+void sd_model_free(struct sd_model *m)
+{
+    if (!m)
+        return;
+    if (m->ops && m->ops->free)
+        m->ops->free(m->impl);
+    xfree(m);
+}
+
+static void model_obj_free(void *p)
+{
+    sd_model_free(p);
+}
+
+struct value *sd_model_value(struct sd_model *m)
+{
+    return value_new_object("MODEL", m, model_obj_free);
+}
+
+const struct sd_model *sd_model_of(const struct value *v)
+{
+    if (!v || v->kind != VALUE_OBJECT || v->obj_free != model_obj_free)
+        return NULL;
+    return v->obj;
+}

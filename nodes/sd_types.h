@@ -1,0 +1,112 @@
+/*
+ * sd_types — the payloads of the SD1.5 link types LATENT, CONDITIONING and
+ * MODEL (comfy-api.md §7.1), as carried in VALUE_OBJECT values.
+ *
+ *   LATENT        struct sd_latent: samples [B, 4, h, w] (unscaled, as
+ *                 ComfyUI stores them), an optional pixel-space noise_mask
+ *                 [mb, 1, mh, mw] and an optional batch_index list.
+ *   CONDITIONING  struct sd_cond: entries of text-encoder output [b, tokens, dim]
+ *                 with a strength; the sampler averages the entries' x0
+ *                 predictions weighted by strength (full-area entries only:
+ *                 areas and masks are not supported yet).
+ *   MODEL         struct sd_model: the noise table plus a function-pointer
+ *                 backend predicting epsilon. CheckpointLoaderSimple (models
+ *                 side) fills `ops`/`impl` with the UNet; tests use an
+ *                 analytic model. Everything else the sampler needs (c_in,
+ *                 sigma -> t, x0 = x - eps·sigma, CFG) is done by KSampler with
+ *                 models/sampling.
+ *
+ * Values are immutable once published (node_value.h): a node that changes a
+ * LATENT makes a new one (sd_latent_clone copies what it keeps).
+ *
+ * Threads: the executor thread builds and reads these; refcounting of the
+ * enclosing values is atomic, so any thread may drop the last reference.
+ */
+#ifndef LATENTD_NODES_SD_TYPES_H
+#define LATENTD_NODES_SD_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "node_value.h"
+#include "sampling_sched.h"
+
+/* ---- LATENT ---- */
+
+struct sd_latent {
+    float *samples;        /* owned, [b, c, h, w] float32 */
+    int64_t b, c, h, w;    /* c is 4 for SD1.5 */
+    float *noise_mask;     /* owned or NULL, [mb, 1, mh, mw] in 0..1 (1 = resample) */
+    int64_t mb, mh, mw;
+    int64_t *batch_index;  /* owned or NULL, [n_batch_index] */
+    int n_batch_index;
+};
+
+/* A zero-filled latent [b, c, h, w] without mask or batch_index. Free with sd_latent_free. */
+struct sd_latent *sd_latent_new(int64_t b, int64_t c, int64_t h, int64_t w);
+/* A deep copy of the mask and batch_index of `src` with new zero samples [b, c, h, w]. */
+struct sd_latent *sd_latent_new_like(const struct sd_latent *src, int64_t b, int64_t c,
+                                     int64_t h, int64_t w);
+void sd_latent_free(struct sd_latent *l); /* NULL-safe */
+/* Wrap as a "LATENT" value (transfers ownership of l). */
+struct value *sd_latent_value(struct sd_latent *l);
+/* The latent inside a LATENT value; NULL when v is not one. Borrowed. */
+const struct sd_latent *sd_latent_of(const struct value *v);
+
+/* ---- CONDITIONING ---- */
+
+struct sd_cond_entry {
+    float *cond;          /* owned, [batch, tokens, dim] */
+    int batch, tokens, dim;
+    float *pooled;        /* owned or NULL, [batch, pooled_dim] (unused by SD1.5's UNet) */
+    int pooled_dim;
+    float strength;       /* weight in the average of the entries' predictions (1) */
+};
+
+struct sd_cond {
+    struct sd_cond_entry *entries; /* owned, [n] */
+    int n;
+};
+
+/*
+ * A conditioning with one entry, copying `cond` [batch, tokens, dim] (and
+ * `pooled` [batch, pooled_dim] when not NULL), strength 1.
+ */
+struct sd_cond *sd_cond_new(const float *cond, int batch, int tokens, int dim,
+                            const float *pooled, int pooled_dim);
+void sd_cond_free(struct sd_cond *c); /* NULL-safe */
+struct value *sd_cond_value(struct sd_cond *c);         /* "CONDITIONING", takes c */
+const struct sd_cond *sd_cond_of(const struct value *v); /* NULL if not one */
+
+/* ---- MODEL ---- */
+
+struct sd_model_ops {
+    /*
+     * Epsilon for a batch. x_in: [batch, 4, h, w], already divided by
+     * sqrt(sigma^2 + 1); timesteps: [batch] integer-valued model timesteps;
+     * context: [batch, tokens, dim]. Writes eps_out [batch, 4, h, w]. Returns 0
+     * or a negative ERR_* (ERR_DEVICE_OOM, ERR_INTERRUPTED...) with e filled.
+     * Called on the executor thread.
+     */
+    int (*apply_eps)(void *impl, const float *x_in, int batch, int h, int w,
+                     const float *timesteps, const float *context, int tokens, int dim,
+                     float *eps_out, struct err *e);
+    /* Frees impl when the MODEL value goes (optional: NULL = nothing to free). */
+    void (*free)(void *impl);
+};
+
+struct sd_model {
+    const struct sd_model_ops *ops; /* borrowed, static */
+    void *impl;                     /* owned through ops->free */
+    struct sampling_discrete ms;    /* noise table (sampling_discrete_init_sd15) */
+    int max_batch;                  /* largest batch per apply_eps call; 0 = any */
+};
+
+/* A model with the SD1.5 noise table around ops/impl (ownership of impl passes). */
+struct sd_model *sd_model_new(const struct sd_model_ops *ops, void *impl);
+void sd_model_free(struct sd_model *m); /* NULL-safe; calls ops->free(impl) */
+struct value *sd_model_value(struct sd_model *m);         /* "MODEL", takes m */
+const struct sd_model *sd_model_of(const struct value *v); /* NULL if not one */
+
+#endif
