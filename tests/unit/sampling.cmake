@@ -9,3 +9,7 @@ latentd_add_test(test_sampling
                          ${sampling_test_lib_sources}
                  LIBS latentd_util m LABELS unit TIMEOUT 120)
 target_include_directories(test_sampling PRIVATE ${PROJECT_SOURCE_DIR}/models/sampling)
+
+# The SD1.5 latent and sampler nodes (nodes/sd_*.c) on an analytic MODEL backend.
+latentd_add_test(test_sd_nodes SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sd_nodes.c
+                 LIBS latentd_nodes LABELS unit TIMEOUT 120)

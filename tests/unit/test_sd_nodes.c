@@ -1,0 +1,512 @@
+/*
+ * test_sd_nodes — the SD1.5 latent and sampler nodes (nodes/sd_*.c), run
+ * directly through node_ctx with an analytic MODEL backend. KSampler is
+ * checked against the same pipeline written out with models/sampling calls,
+ * so the test covers the node's plumbing: batching of cond/uncond, CFG, noise
+ * and seeds, masks, KSamplerAdvanced cutting, progress, previews, interrupt.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "harness.h"
+#include "node_registry.h"
+#include "node_run.h"
+#include "sampling.h"
+#include "sampling_sched.h"
+#include "sd_nodes.h"
+#include "sd_types.h"
+#include "sd_upscale.h"
+
+/* ---- running a node ---- */
+
+struct run {
+    struct value *in[16];
+    struct value *out[4];
+    struct node_ctx c;
+    int rc;
+};
+
+static void set_in(struct run *r, const struct node_class *cls, const char *name, struct value *v)
+{
+    int i = node_class_input_index(cls, name);
+    ASSERT(i >= 0);
+    value_unref(r->in[i]);
+    r->in[i] = v;
+}
+
+static struct node_env env = {.preview_size = 512};
+
+struct hook_state {
+    int progress_calls;
+    double last_value, last_max;
+    int previews, pw, ph;
+    int interrupt_after; /* -1: never */
+};
+
+static int hook_progress(void *user, double value, double max, const uint8_t *rgb, int w, int h)
+{
+    struct hook_state *s = user;
+    s->progress_calls++;
+    s->last_value = value;
+    s->last_max = max;
+    if (rgb) {
+        s->previews++;
+        s->pw = w;
+        s->ph = h;
+    }
+    return s->interrupt_after >= 0 && s->progress_calls > s->interrupt_after ? ERR_INTERRUPTED : 0;
+}
+
+static int hook_interrupted(void *user)
+{
+    (void)user;
+    return 0;
+}
+
+static void node_go(struct run *r, const struct node_class *cls, struct hook_state *hs)
+{
+    static struct node_hooks hooks;
+    hooks.user = hs;
+    hooks.progress = hook_progress;
+    hooks.interrupted = hook_interrupted;
+    node_ctx_init(&r->c, cls, "1", &env, r->in, r->out);
+    r->c.hooks = hs ? &hooks : NULL;
+    r->rc = cls->run(&r->c);
+}
+
+static void run_release(struct run *r)
+{
+    node_ctx_release(&r->c);
+    for (int i = 0; i < 16; i++)
+        value_unref(r->in[i]);
+    for (int i = 0; i < 4; i++)
+        value_unref(r->out[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- an analytic MODEL: eps = x_in · mean(context) + t/1000 ---- */
+
+struct fake {
+    int calls;
+    int max_batch_seen;
+    int total_batch;
+};
+
+static int fake_eps(void *impl, const float *x_in, int batch, int h, int w, const float *ts,
+                    const float *ctx, int tokens, int dim, float *eps, struct err *e)
+{
+    struct fake *f = impl;
+    f->calls++;
+    f->total_batch += batch;
+    if (batch > f->max_batch_seen)
+        f->max_batch_seen = batch;
+    size_t per = (size_t)4 * h * w;
+    for (int b = 0; b < batch; b++) {
+        double m = 0;
+        for (int i = 0; i < tokens * dim; i++)
+            m += ctx[(size_t)b * tokens * dim + i];
+        m /= tokens * dim;
+        for (size_t p = 0; p < per; p++)
+            eps[b * per + p] = (float)(x_in[b * per + p] * m + ts[b] / 1000.0);
+    }
+    (void)e;
+    return 0;
+}
+
+static void fake_free(void *impl)
+{
+    xfree(impl);
+}
+
+static const struct sd_model_ops fake_ops = {.apply_eps = fake_eps, .free = fake_free};
+
+/* The same model as a sampling denoiser, written against models/sampling only. */
+struct direct {
+    const struct sampling_discrete *ms;
+    double mpos, mneg, cfg;
+};
+
+static int direct_denoise(void *user, const float *x, float sigma, float *out, size_t n)
+{
+    struct direct *d = user;
+    float *xin = xmalloc(n * sizeof *xin), *p = xmalloc(n * sizeof *p), *q = xmalloc(n * sizeof *q);
+    sampling_scale_input(x, sigma, xin, n);
+    float t = (float)sampling_discrete_timestep(d->ms, sigma);
+    for (size_t i = 0; i < n; i++) {
+        float ep = (float)(xin[i] * d->mpos + t / 1000.0);
+        float en = (float)(xin[i] * d->mneg + t / 1000.0);
+        p[i] = x[i] - ep * sigma;
+        q[i] = x[i] - en * sigma;
+    }
+    if (sampling_cfg_is_one(d->cfg))
+        memcpy(out, p, n * sizeof *p);
+    else
+        sampling_cfg_combine(p, q, d->cfg, out, n);
+    xfree(xin);
+    xfree(p);
+    xfree(q);
+    return 0;
+}
+
+static struct value *const_cond(float v, int tokens, int dim)
+{
+    float *c = xmalloc((size_t)tokens * dim * sizeof *c);
+    for (int i = 0; i < tokens * dim; i++)
+        c[i] = v;
+    struct sd_cond *cond = sd_cond_new(c, 1, tokens, dim, NULL, 0);
+    xfree(c);
+    return sd_cond_value(cond);
+}
+
+static struct value *make_latent(int b, int h, int w, float v)
+{
+    struct sd_latent *l = sd_latent_new(b, 4, h, w);
+    for (int64_t i = 0; i < (int64_t)b * 4 * h * w; i++)
+        l->samples[i] = v == 0.0f ? 0.0f : v * sinf((float)i);
+    return sd_latent_value(l);
+}
+
+/* ---- tests ---- */
+
+static void test_latent_nodes(void)
+{
+    struct run r = {0};
+    set_in(&r, &sd_empty_latent_image, "width", value_new_int(64));
+    set_in(&r, &sd_empty_latent_image, "height", value_new_int(48));
+    set_in(&r, &sd_empty_latent_image, "batch_size", value_new_int(2));
+    node_go(&r, &sd_empty_latent_image, NULL);
+    const struct sd_latent *l = sd_latent_of(r.out[0]);
+    int zero = l != NULL;
+    for (int i = 0; zero && i < 2 * 4 * 6 * 8; i++)
+        zero = l->samples[i] == 0.0f;
+    ok(r.rc == 0 && l && l->b == 2 && l->c == 4 && l->h == 6 && l->w == 8 && zero,
+       "EmptyLatentImage 64x48x2 -> zeros [2,4,6,8]");
+    run_release(&r);
+
+    /* Upscale every method: a constant latent stays constant, sizes follow ComfyUI. */
+    for (int m = 0; sd_upscale_methods[m]; m++) {
+        struct sd_latent *src = sd_latent_new(1, 4, 6, 8);
+        for (int i = 0; i < 4 * 6 * 8; i++)
+            src->samples[i] = (float)(1 + i / 48); /* channel k = k + 1 */
+        memset(&r, 0, sizeof r);
+        set_in(&r, &sd_latent_upscale, "samples", sd_latent_value(src));
+        set_in(&r, &sd_latent_upscale, "upscale_method", value_new_string(sd_upscale_methods[m]));
+        set_in(&r, &sd_latent_upscale, "width", value_new_int(128));
+        set_in(&r, &sd_latent_upscale, "height", value_new_int(0));
+        set_in(&r, &sd_latent_upscale, "crop", value_new_string("disabled"));
+        node_go(&r, &sd_latent_upscale, NULL);
+        const struct sd_latent *o = sd_latent_of(r.out[0]);
+        int good = r.rc == 0 && o && o->h == 12 && o->w == 16; /* 96x128 px keeps 6:8 */
+        for (int i = 0; good && i < 4 * 12 * 16; i++)
+            good = fabsf(o->samples[i] - (float)(1 + i / 192)) < 1e-5f;
+        ok(good, "LatentUpscale %s, width 128 height 0: 16x12 latent, constants kept",
+           sd_upscale_methods[m]);
+        run_release(&r);
+    }
+    /* Known values: bilinear 1x2 -> 1x4 row (align_corners=False), nearest-exact 2 -> 4. */
+    float row[2] = {0.0f, 1.0f}, o4[4];
+    struct err e = {0};
+    sd_upscale(row, 1, 1, 1, 2, "bilinear", 0, o4, 1, 4, &e);
+    ok(o4[0] == 0.0f && o4[1] == 0.25f && o4[2] == 0.75f && o4[3] == 1.0f,
+       "bilinear 2->4: 0 .25 .75 1");
+    sd_upscale(row, 1, 1, 1, 2, "nearest-exact", 0, o4, 1, 4, &e);
+    ok(o4[0] == 0.0f && o4[1] == 0.0f && o4[2] == 1.0f && o4[3] == 1.0f, "nearest-exact 2->4");
+    float area_in[4] = {1, 3, 5, 7}, a2[2];
+    sd_upscale(area_in, 1, 1, 1, 4, "area", 0, a2, 1, 2, &e);
+    ok(a2[0] == 2.0f && a2[1] == 6.0f, "area 4->2 averages pairs");
+    /* bislerp keeps the norm of channel vectors that only rotate. */
+    float vec[2 * 1 * 2] = {1, 0, 0, 1}; /* c=2, h=1, w=2: pixel0 (1,0), pixel1 (0,1) */
+    float sl[2 * 1 * 3];
+    EXPECT_OK(sd_upscale(vec, 1, 2, 1, 2, "bislerp", 0, sl, 1, 3, &e));
+    double nmid = sqrt(sl[1] * sl[1] + sl[4] * sl[4]);
+    ok(fabs(nmid - 1.0) < 1e-5 && fabsf(sl[1] - sl[4]) < 1e-5f,
+       "bislerp midpoint of (1,0),(0,1) is on the unit circle (%.4f, %.4f)", sl[1], sl[4]);
+    ok(sd_upscale(row, 1, 1, 1, 2, "lanczos", 0, o4, 1, 4, &e) == ERR_INVALID,
+       "unknown method rejected: %s", e.msg);
+
+    /* LatentUpscaleBy 1.5: 8x6 -> 12x9; the noise mask travels along. */
+    struct sd_latent *src = sd_latent_new(1, 4, 6, 8);
+    src->noise_mask = xcalloc(16, sizeof(float));
+    src->mb = 1;
+    src->mh = 4;
+    src->mw = 4;
+    memset(&r, 0, sizeof r);
+    set_in(&r, &sd_latent_upscale_by, "samples", sd_latent_value(src));
+    set_in(&r, &sd_latent_upscale_by, "upscale_method", value_new_string("nearest-exact"));
+    set_in(&r, &sd_latent_upscale_by, "scale_by", value_new_float(1.5));
+    node_go(&r, &sd_latent_upscale_by, NULL);
+    const struct sd_latent *o = sd_latent_of(r.out[0]);
+    ok(r.rc == 0 && o && o->w == 12 && o->h == 9 && o->noise_mask && o->mh == 4,
+       "LatentUpscaleBy 1.5: 12x9, noise_mask kept");
+    run_release(&r);
+
+    /* SetLatentNoiseMask: MASK [1,16,16] -> noise_mask [1,1,16,16], samples copied. */
+    memset(&r, 0, sizeof r);
+    struct value *mask = value_new_mask(1, 16, 16);
+    for (size_t i = 0; i < mask->numel; i++)
+        mask->data[i] = (i % 16) < 8 ? 0.0f : 1.0f;
+    struct value *lat = make_latent(1, 2, 2, 1.0f);
+    set_in(&r, &sd_set_latent_noise_mask, "samples", lat);
+    set_in(&r, &sd_set_latent_noise_mask, "mask", mask);
+    node_go(&r, &sd_set_latent_noise_mask, NULL);
+    o = sd_latent_of(r.out[0]);
+    ok(r.rc == 0 && o && o->mb == 1 && o->mh == 16 && o->mw == 16 && o->noise_mask[9] == 1.0f &&
+           memcmp(o->samples, sd_latent_of(lat)->samples, 16 * sizeof(float)) == 0,
+       "SetLatentNoiseMask: mask [1,1,16,16] attached, samples copied");
+    run_release(&r);
+}
+
+struct ks {
+    const char *sampler, *scheduler;
+    int steps;
+    double cfg, denoise;
+    uint64_t seed;
+    int advanced, add_noise, start, end, leftover;
+    int batch;
+    int max_batch;
+    int interrupt_after;
+};
+
+/* Run KSampler(Advanced) on the fake model; returns the node rc, fills out (n floats). */
+static int run_ks(const struct ks *k, struct value *latent, float *out, struct fake **fk,
+                  struct hook_state *hs)
+{
+    struct fake *f = xcalloc(1, sizeof *f);
+    struct sd_model *m = sd_model_new(&fake_ops, f);
+    m->max_batch = k->max_batch;
+    const struct node_class *cls = k->advanced ? &sd_ksampler_advanced : &sd_ksampler;
+    struct run r = {0};
+    set_in(&r, cls, "model", sd_model_value(m));
+    set_in(&r, cls, k->advanced ? "noise_seed" : "seed", value_new_u64(k->seed));
+    set_in(&r, cls, "steps", value_new_int(k->steps));
+    set_in(&r, cls, "cfg", value_new_float(k->cfg));
+    set_in(&r, cls, "sampler_name", value_new_string(k->sampler));
+    set_in(&r, cls, "scheduler", value_new_string(k->scheduler));
+    set_in(&r, cls, "positive", const_cond(0.9f, 77, 8));
+    set_in(&r, cls, "negative", const_cond(0.5f, 77, 8));
+    set_in(&r, cls, "latent_image", value_ref(latent));
+    if (k->advanced) {
+        set_in(&r, cls, "add_noise", value_new_string(k->add_noise ? "enable" : "disable"));
+        set_in(&r, cls, "start_at_step", value_new_int(k->start));
+        set_in(&r, cls, "end_at_step", value_new_int(k->end));
+        set_in(&r, cls, "return_with_leftover_noise",
+               value_new_string(k->leftover ? "enable" : "disable"));
+    } else {
+        set_in(&r, cls, "denoise", value_new_float(k->denoise));
+    }
+    node_go(&r, cls, hs);
+    int rc = r.rc;
+    const struct sd_latent *o = sd_latent_of(r.out[0]);
+    if (rc == 0 && o)
+        memcpy(out, o->samples, (size_t)(o->b * o->c * o->h * o->w) * sizeof *out);
+    if (fk) {
+        **fk = *f;
+    }
+    run_release(&r);
+    return rc;
+}
+
+/* The same run through models/sampling directly. */
+static int run_direct(const struct ks *k, const struct sd_latent *lat, float *out)
+{
+    struct sampling_discrete ms;
+    sampling_discrete_init_sd15(&ms);
+    enum sampling_sampler s;
+    enum sampling_scheduler sc;
+    sampling_sampler_from_name(k->sampler, &s);
+    sampling_scheduler_from_name(k->scheduler, &sc);
+    float *sig;
+    int ns;
+    struct err e = {0};
+    sampling_sigmas_for_ksampler(&ms, sc, sampling_sampler_discards_penultimate(s), k->steps,
+                                 k->advanced ? 1.0 : k->denoise, k->advanced ? k->start : -1,
+                                 k->advanced ? k->end : -1, k->advanced ? !k->leftover : 0, &sig,
+                                 &ns, &e);
+    size_t per = (size_t)(4 * lat->h * lat->w), n = per * lat->b;
+    float *noise = xcalloc(n, sizeof *noise);
+    if (!k->advanced || k->add_noise)
+        sampling_prepare_noise(k->seed, lat->batch_index, lat->n_batch_index, (int)lat->b, per,
+                               SAMPLING_RANDN_V2, noise, &e);
+    float *mask = NULL;
+    if (lat->noise_mask) {
+        mask = xmalloc(n * sizeof *mask);
+        sampling_mask_prepare(lat->noise_mask, (int)lat->mb, (int)lat->mh, (int)lat->mw,
+                              (int)lat->b, 4, (int)lat->h, (int)lat->w, mask, &e);
+    }
+    struct direct d = {.ms = &ms, .mpos = 0.9f, .mneg = 0.5f, .cfg = k->cfg};
+    struct sampling_request req = {.sampler = s, .sigmas = sig, .n_sigmas = ns, .noise = noise,
+                                   .seed = k->seed, .variant = SAMPLING_RANDN_V2,
+                                   .noise_mask = mask, .sigma_max = ms.sigma_max,
+                                   .denoise = direct_denoise, .denoise_user = &d};
+    int rc = sampling_sample_latent(&req, lat->samples, out, n, &e);
+    xfree(sig);
+    xfree(noise);
+    xfree(mask);
+    return rc;
+}
+
+static double maxdiff(const float *a, const float *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+static void test_ksampler(void)
+{
+    const int h = 4, w = 4;
+    size_t n1 = 4 * h * w;
+    float *a = xmalloc(2 * n1 * sizeof *a), *b = xmalloc(2 * n1 * sizeof *b);
+    struct value *zero = make_latent(2, h, w, 0.0f);
+    struct value *img = make_latent(2, h, w, 0.8f);
+
+    /* The combos list exactly models/sampling's samplers and schedulers. */
+    int good = 1;
+    const struct node_input_def *sn = &sd_ksampler.inputs[node_class_input_index(&sd_ksampler, "sampler_name")];
+    const struct node_input_def *sc = &sd_ksampler.inputs[node_class_input_index(&sd_ksampler, "scheduler")];
+    int i;
+    for (i = 0; sn->options[i]; i++)
+        good &= i < SAMPLING_SAMPLER_COUNT &&
+                !strcmp(sn->options[i], sampling_sampler_name((enum sampling_sampler)i));
+    good &= i == SAMPLING_SAMPLER_COUNT;
+    for (i = 0; sc->options[i]; i++)
+        good &= i < SAMPLING_SCHEDULER_COUNT &&
+                !strcmp(sc->options[i], sampling_scheduler_name((enum sampling_scheduler)i));
+    good &= i == SAMPLING_SCHEDULER_COUNT;
+    ok(good, "KSampler combos = the implemented samplers and schedulers, in order");
+
+    /* Every sampler, batch 2, cfg 6: node == direct pipeline; cond+uncond in one call. */
+    for (int s = 0; s < SAMPLING_SAMPLER_COUNT; s++) {
+        struct ks k = {.sampler = sampling_sampler_name((enum sampling_sampler)s),
+                       .scheduler = "karras", .steps = 5, .cfg = 6.0, .denoise = 1.0,
+                       .seed = 1234, .interrupt_after = -1};
+        struct fake f, *fp = &f;
+        struct hook_state hs = {.interrupt_after = -1};
+        int rc = run_ks(&k, zero, a, &fp, &hs);
+        run_direct(&k, sd_latent_of(zero), b);
+        double d = maxdiff(a, b, 2 * n1);
+        ok(rc == 0 && d == 0.0 && f.max_batch_seen == 4 && hs.progress_calls == hs.last_max &&
+               hs.previews == hs.progress_calls && hs.pw == 512,
+           "KSampler %s: equals the direct pipeline (diff %.3g), calls of batch 4 (%d), "
+           "%d progress events with previews",
+           k.sampler, d, f.max_batch_seen, hs.progress_calls);
+    }
+    /* cfg 1: only the positive side runs (batch 2). */
+    struct ks k = {.sampler = "euler", .scheduler = "normal", .steps = 4, .cfg = 1.0,
+                   .denoise = 1.0, .seed = 7, .interrupt_after = -1};
+    struct fake f, *fp = &f;
+    run_ks(&k, zero, a, &fp, NULL);
+    run_direct(&k, sd_latent_of(zero), b);
+    ok(f.max_batch_seen == 2 && f.calls == 4 && maxdiff(a, b, 2 * n1) == 0.0,
+       "cfg 1: uncond skipped (4 calls of batch %d)", f.max_batch_seen);
+    /* max_batch 3 splits the 4 evaluations of a step: same result. */
+    k.cfg = 3.0;
+    k.max_batch = 3;
+    run_ks(&k, zero, a, &fp, NULL);
+    run_direct(&k, sd_latent_of(zero), b);
+    ok(f.max_batch_seen == 3 && f.calls == 8 && maxdiff(a, b, 2 * n1) == 0.0,
+       "max_batch 3: 2 calls per step, same result");
+    k.max_batch = 0;
+    /* img2img denoise 0.5, and seeds. */
+    k.denoise = 0.5;
+    run_ks(&k, img, a, NULL, NULL);
+    run_direct(&k, sd_latent_of(img), b);
+    ok(maxdiff(a, b, 2 * n1) == 0.0, "denoise 0.5 on an image latent equals the pipeline");
+    k.seed = 8;
+    run_ks(&k, img, b, NULL, NULL);
+    ok(maxdiff(a, b, 2 * n1) > 0.01, "another seed gives another result");
+    k.denoise = 0.0;
+    run_ks(&k, img, a, NULL, NULL);
+    ok(memcmp(a, sd_latent_of(img)->samples, 2 * n1 * sizeof *a) == 0,
+       "denoise 0: the latent passes through");
+
+    /* KSamplerAdvanced: add_noise disabled, steps 3..7 of 10 with leftover noise. */
+    struct ks adv = {.sampler = "dpmpp_2m", .scheduler = "normal", .steps = 10, .cfg = 5.0,
+                     .seed = 3, .advanced = 1, .add_noise = 0, .start = 3, .end = 7,
+                     .leftover = 1, .interrupt_after = -1};
+    struct hook_state hs = {.interrupt_after = -1};
+    int rc = run_ks(&adv, img, a, NULL, &hs);
+    run_direct(&adv, sd_latent_of(img), b);
+    ok(rc == 0 && maxdiff(a, b, 2 * n1) == 0.0 && hs.last_max == 4 && hs.last_value == 4,
+       "KSamplerAdvanced 3..7 of 10, no noise, leftover: equals the pipeline, progress 4/4");
+    adv.add_noise = 1;
+    adv.leftover = 0;
+    adv.sampler = "euler_ancestral";
+    run_ks(&adv, img, a, NULL, NULL);
+    run_direct(&adv, sd_latent_of(img), b);
+    ok(maxdiff(a, b, 2 * n1) == 0.0, "KSamplerAdvanced with noise, full denoise: equals the pipeline");
+
+    /* Inpainting through SetLatentNoiseMask's LATENT: kept area unchanged. */
+    struct sd_latent *ml = sd_latent_new_like(sd_latent_of(img), 2, 4, h, w);
+    memcpy(ml->samples, sd_latent_of(img)->samples, 2 * n1 * sizeof(float));
+    ml->noise_mask = xmalloc(32 * 32 * sizeof(float));
+    for (int p = 0; p < 32 * 32; p++)
+        ml->noise_mask[p] = (p % 32) < 16 ? 0.0f : 1.0f;
+    ml->mb = 1;
+    ml->mh = 32;
+    ml->mw = 32;
+    struct value *mv = sd_latent_value(ml);
+    struct ks in = {.sampler = "dpmpp_2m", .scheduler = "karras", .steps = 6, .cfg = 4.0,
+                    .denoise = 1.0, .seed = 9, .interrupt_after = -1};
+    run_ks(&in, mv, a, NULL, NULL);
+    run_direct(&in, ml, b);
+    double kept = 0;
+    for (int bb = 0; bb < 2; bb++)
+        for (int c = 0; c < 4; c++)
+            for (int y = 0; y < h; y++)
+                for (int x = 0; x < 2; x++) {
+                    size_t idx = ((size_t)(bb * 4 + c) * h + y) * w + x;
+                    kept = fmax(kept, fabs(a[idx] - ml->samples[idx]));
+                }
+    ok(maxdiff(a, b, 2 * n1) == 0.0 && kept < 1e-6,
+       "noise mask: equals the pipeline, unmasked half kept (max diff %.2g)", kept);
+    value_unref(mv);
+
+    /* Interrupt from the progress hook: the node fails with ERR_INTERRUPTED. */
+    long live = alloc_live_count();
+    struct ks it = {.sampler = "heun", .scheduler = "normal", .steps = 10, .cfg = 4.0,
+                    .denoise = 1.0, .seed = 9};
+    struct hook_state his = {.interrupt_after = 2};
+    rc = run_ks(&it, zero, a, NULL, &his);
+    ok(rc == ERR_INTERRUPTED && his.progress_calls == 3 && alloc_live_count() == live,
+       "interrupt after 2 steps: ERR_INTERRUPTED at step 3, nothing leaked (rc %d)", rc);
+
+    /* Bad input: a latent with 3 channels. */
+    struct sd_latent *bad = sd_latent_new(1, 3, 4, 4);
+    struct value *bv = sd_latent_value(bad);
+    rc = run_ks(&k, bv, a, NULL, NULL);
+    ok(rc < 0, "3-channel latent: clear failure");
+    value_unref(bv);
+
+    value_unref(zero);
+    value_unref(img);
+    xfree(a);
+    xfree(b);
+}
+
+static void test_register(void)
+{
+    struct node_registry *r = node_registry_new();
+    nodes_sd_register(r);
+    ok(node_registry_find(r, "KSampler") == &sd_ksampler &&
+           node_registry_find(r, "KSamplerAdvanced") == &sd_ksampler_advanced &&
+           node_registry_find(r, "EmptyLatentImage") && node_registry_find(r, "LatentUpscale") &&
+           node_registry_find(r, "LatentUpscaleBy") && node_registry_find(r, "SetLatentNoiseMask"),
+       "nodes_sd_register adds the six classes");
+    EXPECT_EQ(node_class_input_index(&sd_ksampler, "denoise"), 9);
+    EXPECT_EQ(node_class_input_index(&sd_ksampler_advanced, "return_with_leftover_noise"), 12);
+    node_registry_free(r);
+}
+
+int main(void)
+{
+    long live = alloc_live_count();
+    test_register();
+    test_latent_nodes();
+    test_ksampler();
+    ok(alloc_live_count() == live, "no allocation left live (%ld)", alloc_live_count() - live);
+    return harness_done();
+}
