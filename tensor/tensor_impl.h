@@ -139,45 +139,6 @@ void cpu_lincomb(float *y, int n_in, const float *coef, const float *const *in, 
 
 /* ---- CUDA backend (tensor/cuda/, only in builds with TENSOR_HAVE_CUDA) ------------------ */
 
-enum tensor__unary {
-    TENSOR__SILU,
-    TENSOR__GELU,
-    TENSOR__QUICK_GELU,
-    TENSOR__SCALE, /* p0 = factor */
-    TENSOR__CLAMP, /* [p0, p1] */
-};
-
-/* Same contracts as the public ops; arguments are already checked, every operand is on
- * the same CUDA device. */
-int tensor__cuda_copy(struct tensor *dst, const struct tensor *src, struct err *e);
-int tensor__cuda_fill(struct tensor *t, float value, struct err *e);
-int tensor__cuda_matmul(struct tensor *out, const struct tensor *a, const struct tensor *b,
-                        int trans_a, int trans_b, float alpha, struct err *e);
-int tensor__cuda_linear(struct tensor *out, const struct tensor *x, const struct tensor *w,
-                        const struct tensor *bias, struct err *e);
-int tensor__cuda_conv2d(struct tensor *out, const struct tensor *x, const struct tensor *w,
-                        const struct tensor *bias, const struct tensor_conv2d_opts *o,
-                        struct err *e);
-int tensor__cuda_group_norm(struct tensor *out, const struct tensor *x, int groups,
-                            const struct tensor *gamma, const struct tensor *beta, float eps,
-                            int fuse_silu, struct err *e);
-int tensor__cuda_layer_norm(struct tensor *out, const struct tensor *x,
-                            const struct tensor *gamma, const struct tensor *beta, float eps,
-                            struct err *e);
-int tensor__cuda_unary(struct tensor *out, const struct tensor *x, enum tensor__unary kind,
-                       float p0, float p1, struct err *e);
-int tensor__cuda_geglu(struct tensor *out, const struct tensor *x, struct err *e);
-int tensor__cuda_softmax(struct tensor *out, const struct tensor *x, struct err *e);
-int tensor__cuda_attention(struct tensor *out, const struct tensor *q, const struct tensor *k,
-                           const struct tensor *v, int heads, float scale, unsigned flags,
-                           struct err *e);
-int tensor__cuda_binary(struct tensor *out, const struct tensor *a, const struct tensor *b,
-                        int mul, struct err *e);
-int tensor__cuda_lincomb(struct tensor *out, int n, const float *coef,
-                         const struct tensor *const *in, struct err *e);
-int tensor__cuda_upsample(struct tensor *out, const struct tensor *x, struct err *e);
-int tensor__cuda_embedding(struct tensor *out, const struct tensor *table, const int32_t *ids,
-                           int64_t n, struct err *e);
-void tensor__cuda_shutdown(void);
+#include "cuda/tensor_cuda.h"
 
 #endif
