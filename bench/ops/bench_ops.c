@@ -9,7 +9,9 @@
  * checksums agree and prints medians.
  *
  * Options: --reps N (default 3, median taken), --bq N --bk N (attention tiles),
- * --cols BYTES (im2col chunk), --only SUBSTR.
+ * --cols BYTES (im2col chunk), --only SUBSTR, --gpu (also the CUDA cases: f16 GEMM,
+ * conv and attention as a fraction of cuBLAS's f16 GEMM rate, and pinned vs pageable
+ * host-to-device GB/s; "none" without a GPU).
  */
 #include <cblas.h>
 #include <math.h>
@@ -24,6 +26,7 @@
 #include "tensor_impl.h"
 
 static struct dev *D;
+static struct dev *G; /* CUDA device when present */
 static int reps = 3;
 static const char *only;
 
@@ -210,9 +213,104 @@ static void run_gn(void *p)
         PANIC("gn: %s", e.msg);
 }
 
+
+/* ---- GPU (only when a CUDA device is usable) ---------------------------------------- */
+
+struct gpu_ctx {
+    int kind; /* 0 matmul, 1 conv, 2 attention */
+    struct tensor *a, *b, *c, *o;
+    struct tensor_conv2d_opts opt;
+};
+
+static void run_gpu(void *p)
+{
+    struct gpu_ctx *g = p;
+    struct err e = {0};
+    int rc = g->kind == 0 ? tensor_matmul(g->o, g->a, g->b, 0, 0, 1.0f, &e)
+             : g->kind == 1 ? tensor_conv2d(g->o, g->a, g->b, g->c, &g->opt, &e)
+                            : tensor_attention(g->o, g->a, g->b, g->c, 8, 0.0f, 0, &e);
+    if (rc < 0)
+        PANIC("gpu op: %s", e.msg);
+    dev_stream_sync(dev_compute_stream(G));
+}
+
+static struct tensor *gnew(int nd, const int64_t *sh)
+{
+    struct tensor *t;
+    if (tensor_new(G, TENSOR_F16, nd, sh, &t, NULL) < 0)
+        PANIC("gpu alloc");
+    tensor_fill(t, 0.01f, NULL);
+    return t;
+}
+
+static void gpu_section(void)
+{
+    struct err e = {0};
+    if (dev_cuda_count() <= 0 || dev_open("cuda", 0, &G, &e) < 0) {
+        printf("# gpu: none (%s)\n", e.msg[0] ? e.msg : "no CUDA device");
+        return;
+    }
+    printf("# gpu: %s, f16 storage, f32 accumulation\n", dev_name(G));
+    int saved = nres;
+    struct gpu_ctx g = {0};
+    g.kind = 0;
+    g.a = gnew(2, (int64_t[]){8192, 8192});
+    g.b = gnew(2, (int64_t[]){8192, 8192});
+    g.o = gnew(2, (int64_t[]){8192, 8192});
+    double peak = bench("gpu_cublas_gemm_8192_f16", 2.0 * 8192.0 * 8192.0 * 8192.0, run_gpu, &g, NULL);
+    tensor_free(g.a);
+    tensor_free(g.b);
+    tensor_free(g.o);
+    g.kind = 1;
+    g.opt = (struct tensor_conv2d_opts){1, 1, 1, 1, 1};
+    g.a = gnew(4, (int64_t[]){2, 320, 64, 64});
+    g.b = gnew(4, (int64_t[]){320, 320, 3, 3});
+    g.c = gnew(1, (int64_t[]){320});
+    g.o = gnew(4, (int64_t[]){2, 320, 64, 64});
+    bench("gpu_conv3x3_64x64x320_b2", 2.0 * 2 * 320 * 320 * 9 * 64 * 64, run_gpu, &g, NULL);
+    tensor_free(g.a);
+    tensor_free(g.b);
+    tensor_free(g.c);
+    tensor_free(g.o);
+    g.kind = 2;
+    g.a = gnew(3, (int64_t[]){2, 4096, 320});
+    g.b = gnew(3, (int64_t[]){2, 4096, 320});
+    g.c = gnew(3, (int64_t[]){2, 4096, 320});
+    g.o = gnew(3, (int64_t[]){2, 4096, 320});
+    bench("gpu_attn_self_4096tok_8x40_b2", 4.0 * 2 * 4096.0 * 4096.0 * 320, run_gpu, &g, NULL);
+    tensor_free(g.a);
+    tensor_free(g.b);
+    tensor_free(g.c);
+    tensor_free(g.o);
+    for (int i = saved + 1; i < nres; i++)
+        printf("ratio %-34s %6.2f (of cuBLAS f16 GEMM)\n", res[i].name, res[i].gflops / peak);
+    /* host -> device bandwidth, pinned vs pageable, 256 MiB */
+    size_t bytes = (size_t)256 << 20;
+    void *dmem = NULL, *pinned = NULL;
+    int is_pinned = 0;
+    char *pageable = xmalloc(bytes);
+    memset(pageable, 1, bytes);
+    if (dev_alloc(G, bytes, &dmem) == 0 && dev_host_alloc(G, bytes, &pinned, &is_pinned) == 0) {
+        memset(pinned, 1, bytes);
+        for (int w = 0; w < 2; w++) {
+            double t0 = now();
+            for (int r = 0; r < 3; r++)
+                dev_copy(G, DEV_COPY_H2D, dmem, w ? pinned : pageable, bytes);
+            double gbs = 3.0 * (double)bytes / (now() - t0) / 1e9;
+            printf("case %-34s %8.1f GB/s\n", w ? "gpu_h2d_pinned" : "gpu_h2d_pageable", gbs);
+        }
+        printf("# pinned allocation really pinned: %s\n", is_pinned ? "yes" : "no");
+    }
+    dev_host_free(G, pinned);
+    dev_free(G, dmem);
+    xfree(pageable);
+    dev_close(G);
+}
+
 int main(int argc, char **argv)
 {
     struct err e = {0};
+    int do_gpu = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -224,8 +322,10 @@ int main(int argc, char **argv)
             cpu_conv_cols_bytes = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--gpu"))
+            do_gpu = 1;
         else {
-            fprintf(stderr, "usage: bench_ops [--reps N] [--bq N] [--bk N] [--cols B] [--only S]\n");
+            fprintf(stderr, "usage: bench_ops [--reps N] [--bq N] [--bk N] [--cols B] [--only S] [--gpu]\n");
             return 2;
         }
     }
@@ -284,6 +384,8 @@ int main(int argc, char **argv)
            "(%.1f)\n", ob, best);
     for (int i = 2; i < nres; i++)
         printf("ratio %-34s %6.2f %6.2f\n", res[i].name, res[i].gflops / ob, res[i].gflops / best);
+    if (do_gpu)
+        gpu_section();
     dev_close(D);
     tensor_shutdown();
     return 0;
