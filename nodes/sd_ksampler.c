@@ -4,9 +4,10 @@
  *
  * The denoiser given to the sampler runs the MODEL's epsilon backend for the
  * positive entries and, unless cfg is 1, the negative ones, batched into as
- * few calls as the token counts and the model's max_batch allow (cond and
- * uncond in one call when their token counts match), turns eps into x0,
- * averages each side's entries by strength and mixes them with CFG.
+ * few calls as the token counts, area sizes and the model's max_batch allow
+ * (cond and uncond in one call when their token counts match), turns eps into
+ * x0, averages each side's entries by strength and area feathering as
+ * ComfyUI's calc_cond_batch does, and mixes the sides with CFG.
  * Each step reports progress (step + 1 of the steps actually run) with a
  * Latent2RGB preview of x0, and stops on /interrupt.
  */
@@ -30,10 +31,15 @@ static const char *const scheduler_options[] = {
     "simple", "sgm_uniform", "karras", "exponential", "ddim_uniform", "beta", "normal",
     "linear_quadratic", "kl_optimal", NULL};
 
-/* One evaluation job: a conditioning entry on one side of CFG. */
+/*
+ * One evaluation job: a conditioning entry on one side of CFG, with the latent
+ * rectangle it sees and its weight there (ComfyUI get_area_and_mult).
+ */
 struct job {
     const struct sd_cond_entry *entry;
     int negative;
+    int y0, x0, rh, rw; /* region in latent pixels, clipped to the latent */
+    float *mult;        /* owned, [rh · rw]: strength with area feathering */
 };
 
 struct kctx {
@@ -44,12 +50,79 @@ struct kctx {
     double cfg;
     int batch, h, w;
     size_t per;      /* floats per sample: 4·h·w */
-    float *x_in;     /* [batch · per] */
+    float *x_in;     /* [batch · per] the state divided by sqrt(σ² + 1) */
     float *x;        /* [batch · per] copy of the state being denoised */
-    float *pos, *neg;
+    float *acc[2];   /* [batch · per] Σ x0·mult, positive and negative side */
+    float *count[2]; /* [h · w] 1e-37 + Σ mult */
     struct err err;
     int preview;
 };
+
+/* Python's a[start:stop] on a length-len axis: the clamped [*lo, *hi). */
+static void py_slice(int start, int stop, int len, int *lo, int *hi)
+{
+    if (start < 0)
+        start += len;
+    if (stop < 0)
+        stop += len;
+    *lo = start < 0 ? 0 : start > len ? len : start;
+    *hi = stop < 0 ? 0 : stop > len ? len : stop;
+}
+
+/* Multiply rows [lo, hi) (or columns when cols) of mult [rh, rw] by f. */
+static void scale_slice(float *mult, int rh, int rw, int cols, int start, int stop, float f)
+{
+    int lo, hi;
+    py_slice(start, stop, cols ? rw : rh, &lo, &hi);
+    for (int i = lo; i < hi; i++) {
+        if (cols)
+            for (int y = 0; y < rh; y++)
+                mult[y * rw + i] *= f;
+        else
+            for (int x = 0; x < rw; x++)
+                mult[i * rw + x] *= f;
+    }
+}
+
+/*
+ * The region and weights of an entry (ComfyUI get_area_and_mult): the area
+ * slice of the latent, strength everywhere, and a linear ramp over 8 latent
+ * pixels on every area border that is not a latent border. Returns 0 when the
+ * region is empty (the entry does not take part).
+ */
+static int job_setup(struct job *j, int h, int w)
+{
+    const struct sd_cond_entry *e = j->entry;
+    int ah = h, aw = w, ay = 0, ax = 0;
+    if (e->has_area) {
+        ah = e->area_h;
+        aw = e->area_w;
+        ay = e->area_y;
+        ax = e->area_x;
+    }
+    int y1, x1;
+    py_slice(ay, ay + ah, h, &j->y0, &y1);
+    py_slice(ax, ax + aw, w, &j->x0, &x1);
+    j->rh = y1 - j->y0;
+    j->rw = x1 - j->x0;
+    if (j->rh <= 0 || j->rw <= 0)
+        return 0;
+    j->mult = xmalloc((size_t)j->rh * j->rw * sizeof *j->mult);
+    for (int i = 0; i < j->rh * j->rw; i++)
+        j->mult[i] = e->strength;
+    if (e->has_area) {
+        const int rr = 8;
+        for (int t = 0; t < rr && ay != 0; t++)
+            scale_slice(j->mult, j->rh, j->rw, 0, t, t + 1, (float)((1.0 / rr) * (t + 1)));
+        for (int t = 0; t < rr && ah + ay < h; t++)
+            scale_slice(j->mult, j->rh, j->rw, 0, ah - 1 - t, ah - t, (float)((1.0 / rr) * (t + 1)));
+        for (int t = 0; t < rr && ax != 0; t++)
+            scale_slice(j->mult, j->rh, j->rw, 1, t, t + 1, (float)((1.0 / rr) * (t + 1)));
+        for (int t = 0; t < rr && aw + ax < w; t++)
+            scale_slice(j->mult, j->rh, j->rw, 1, aw - 1 - t, aw - t, (float)((1.0 / rr) * (t + 1)));
+    }
+    return 1;
+}
 
 /* context for sample k of a batch from an entry (repeat_to_batch_size semantics) */
 static const float *entry_context(const struct sd_cond_entry *e, int k)
@@ -58,45 +131,55 @@ static const float *entry_context(const struct sd_cond_entry *e, int k)
 }
 
 /*
- * Run the jobs idx[0..count) (same token count and width) in batched calls
- * of at most max_batch samples, writing job idx[q]'s x0 into outs[q]
- * (batch · per floats each).
+ * Run the jobs idx[0..count) (same token count, width and region size) in
+ * batched calls of at most max_batch samples, adding each job's x0·mult into
+ * its side's accumulator.
  */
-static int run_group(struct kctx *k, const int *idx, int count, float sigma, float **outs)
+static int run_group(struct kctx *k, const int *idx, int count, float sigma)
 {
     const struct sd_model *m = k->model;
-    int tokens = k->jobs[idx[0]].entry->tokens, dim = k->jobs[idx[0]].entry->dim;
+    const struct job *j0 = &k->jobs[idx[0]];
+    int tokens = j0->entry->tokens, dim = j0->entry->dim, rh = j0->rh, rw = j0->rw;
     int total = count * k->batch;
     int chunk = m->max_batch > 0 ? m->max_batch : total;
     float t = (float)sampling_discrete_timestep(&m->ms, sigma);
-    size_t ctx_per = (size_t)tokens * dim;
-    float *xin = xmalloc((size_t)chunk * k->per * sizeof *xin);
+    size_t ctx_per = (size_t)tokens * dim, rper = (size_t)4 * rh * rw;
+    float *xin = xmalloc((size_t)chunk * rper * sizeof *xin);
     float *ctx = xmalloc((size_t)chunk * ctx_per * sizeof *ctx);
-    float *eps = xmalloc((size_t)chunk * k->per * sizeof *eps);
+    float *eps = xmalloc((size_t)chunk * rper * sizeof *eps);
     float *ts = xmalloc((size_t)chunk * sizeof *ts);
     int rc = 0;
     for (int s0 = 0; s0 < total && rc == 0; s0 += chunk) {
         int nb = total - s0 < chunk ? total - s0 : chunk;
         for (int i = 0; i < nb; i++) {
-            int g = s0 + i, job = idx[g / k->batch], smp = g % k->batch;
-            memcpy(xin + (size_t)i * k->per, k->x_in + (size_t)smp * k->per,
-                   k->per * sizeof *xin);
-            memcpy(ctx + (size_t)i * ctx_per, entry_context(k->jobs[job].entry, smp),
+            int g = s0 + i, smp = g % k->batch;
+            const struct job *jb = &k->jobs[idx[g / k->batch]];
+            for (int c = 0; c < 4; c++)
+                for (int y = 0; y < rh; y++)
+                    memcpy(xin + i * rper + ((size_t)c * rh + y) * rw,
+                           k->x_in + smp * k->per + ((size_t)c * k->h + jb->y0 + y) * k->w + jb->x0,
+                           (size_t)rw * sizeof *xin);
+            memcpy(ctx + (size_t)i * ctx_per, entry_context(jb->entry, smp),
                    ctx_per * sizeof *ctx);
             ts[i] = t;
         }
-        rc = m->ops->apply_eps(m->impl, xin, nb, k->h, k->w, ts, ctx, tokens, dim, eps,
-                               &k->err);
+        rc = m->ops->apply_eps(m->impl, xin, nb, rh, rw, ts, ctx, tokens, dim, eps, &k->err);
         if (rc < 0)
             break;
         for (int i = 0; i < nb; i++) {
             int g = s0 + i, smp = g % k->batch;
-            /* x0 = x − eps·σ on the state x (EPS.calculate_denoised). */
-            float *o = outs[g / k->batch] + (size_t)smp * k->per;
-            const float *e = eps + (size_t)i * k->per;
-            const float *xs = k->x + (size_t)smp * k->per;
-            for (size_t p = 0; p < k->per; p++)
-                o[p] = xs[p] - e[p] * sigma;
+            const struct job *jb = &k->jobs[idx[g / k->batch]];
+            float *acc = k->acc[jb->negative] + smp * k->per;
+            for (int c = 0; c < 4; c++) {
+                for (int y = 0; y < rh; y++) {
+                    for (int x = 0; x < rw; x++) {
+                        size_t li = ((size_t)c * k->h + jb->y0 + y) * k->w + jb->x0 + x;
+                        /* x0 = x − eps·σ (EPS.calculate_denoised), then ·mult */
+                        float x0 = k->x[smp * k->per + li] - eps[i * rper + ((size_t)c * rh + y) * rw + x] * sigma;
+                        acc[li] = acc[li] + x0 * jb->mult[y * rw + x];
+                    }
+                }
+            }
         }
     }
     xfree(xin);
@@ -109,58 +192,50 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma, flo
 static int denoise(void *user, const float *x, float sigma, float *out, size_t n)
 {
     struct kctx *k = user;
+    size_t plane = (size_t)k->h * k->w;
     sampling_scale_input(x, sigma, k->x_in, n);
     memcpy(k->x, x, n * sizeof *x);
-    float **outs = xmalloc((size_t)k->n_jobs * sizeof *outs);
     int *done = xcalloc((size_t)k->n_jobs, sizeof *done);
     int *idx = xmalloc((size_t)k->n_jobs * sizeof *idx);
     int rc = 0;
-    for (int j = 0; j < k->n_jobs; j++)
-        outs[j] = xmalloc(n * sizeof **outs);
-    /* Group jobs by (tokens, dim): each group is one batched model call (or chunks). */
+    for (int side = 0; side < 2; side++) {
+        memset(k->acc[side], 0, n * sizeof *k->acc[side]);
+        /* ComfyUI starts the counts at 1e-37: uncovered pixels come out as 0. */
+        for (size_t p = 0; p < plane; p++)
+            k->count[side][p] = 1e-37f;
+    }
+    /* Group jobs by (tokens, dim, region size): one batched model call per group. */
     for (int j = 0; j < k->n_jobs && rc == 0; j++) {
         if (done[j])
             continue;
         int cnt = 0;
-        float **gouts = xmalloc((size_t)k->n_jobs * sizeof *gouts);
+        const struct job *a = &k->jobs[j];
         for (int q = j; q < k->n_jobs; q++) {
-            if (!done[q] && k->jobs[q].entry->tokens == k->jobs[j].entry->tokens &&
-                k->jobs[q].entry->dim == k->jobs[j].entry->dim) {
+            const struct job *b = &k->jobs[q];
+            if (!done[q] && b->entry->tokens == a->entry->tokens &&
+                b->entry->dim == a->entry->dim && b->rh == a->rh && b->rw == a->rw) {
                 done[q] = 1;
-                gouts[cnt] = outs[q];
                 idx[cnt++] = q;
             }
         }
-        rc = run_group(k, idx, cnt, sigma, gouts);
-        xfree(gouts);
+        rc = run_group(k, idx, cnt, sigma);
     }
     if (rc == 0) {
-        /* Each side: Σ strength·x0 / Σ strength (ComfyUI's out_cond / out_count). */
-        for (int side = 0; side < 2; side++) {
-            float *acc = side ? k->neg : k->pos;
-            float count = 0.0f;
-            int any = 0;
-            for (int j = 0; j < k->n_jobs; j++) {
-                if (k->jobs[j].negative != side)
-                    continue;
-                float s = k->jobs[j].entry->strength;
-                for (size_t p = 0; p < n; p++)
-                    acc[p] = (any ? acc[p] : 0.0f) + outs[j][p] * s;
-                count += s;
-                any = 1;
-            }
-            if (any)
-                for (size_t p = 0; p < n; p++)
-                    acc[p] = acc[p] / count;
+        for (int j = 0; j < k->n_jobs; j++) {
+            const struct job *jb = &k->jobs[j];
+            float *cnt = k->count[jb->negative];
+            for (int y = 0; y < jb->rh; y++)
+                for (int xx = 0; xx < jb->rw; xx++)
+                    cnt[(size_t)(jb->y0 + y) * k->w + jb->x0 + xx] += jb->mult[y * jb->rw + xx];
         }
+        for (int side = 0; side < 2; side++)
+            for (size_t p = 0; p < n; p++)
+                k->acc[side][p] = k->acc[side][p] / k->count[side][p % plane];
         if (k->n_jobs == k->n_pos)
-            memcpy(out, k->pos, n * sizeof *out);
+            memcpy(out, k->acc[0], n * sizeof *out);
         else
-            sampling_cfg_combine(k->pos, k->neg, k->cfg, out, n);
+            sampling_cfg_combine(k->acc[0], k->acc[1], k->cfg, out, n);
     }
-    for (int j = 0; j < k->n_jobs; j++)
-        xfree(outs[j]);
-    xfree(outs);
     xfree(done);
     xfree(idx);
     return rc;
@@ -178,16 +253,17 @@ static int on_step(void *user, int step, int total, const float *x0, const float
     return rc < 0 || node_interrupted(k->node);
 }
 
-static int add_jobs(struct kctx *k, const struct sd_cond *cond, int negative, int cap)
+/* Add the entries of one side; entries whose area misses the latent are dropped. */
+static void add_jobs(struct kctx *k, const struct sd_cond *cond, int negative)
 {
     for (int i = 0; i < cond->n; i++) {
-        if (k->n_jobs >= cap)
-            return -1;
-        k->jobs[k->n_jobs].entry = &cond->entries[i];
-        k->jobs[k->n_jobs].negative = negative;
-        k->n_jobs++;
+        struct job *j = &k->jobs[k->n_jobs];
+        memset(j, 0, sizeof *j);
+        j->entry = &cond->entries[i];
+        j->negative = negative;
+        if (j->entry->batch >= 1 && j->entry->tokens >= 1 && job_setup(j, k->h, k->w))
+            k->n_jobs++;
     }
-    return 0;
 }
 
 struct ksampler_args {
@@ -249,22 +325,17 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
                                         mask, &e)) < 0)
             goto fail;
     }
-    int cap = pos->n + neg->n;
-    k.jobs = xmalloc((size_t)cap * sizeof *k.jobs);
-    add_jobs(&k, pos, 0, cap);
+    k.jobs = xcalloc((size_t)(pos->n + neg->n), sizeof *k.jobs);
+    add_jobs(&k, pos, 0);
     k.n_pos = k.n_jobs;
     if (!sampling_cfg_is_one(a->cfg))
-        add_jobs(&k, neg, 1, cap);
-    for (int j = 0; j < k.n_jobs; j++) {
-        if (k.jobs[j].entry->batch < 1 || k.jobs[j].entry->tokens < 1) {
-            rc = err_set(&e, ERR_INVALID, "empty conditioning entry");
-            goto fail;
-        }
-    }
+        add_jobs(&k, neg, 1);
     k.x_in = xmalloc(n * sizeof *k.x_in);
     k.x = xmalloc(n * sizeof *k.x);
-    k.pos = xmalloc(n * sizeof *k.pos);
-    k.neg = xmalloc(n * sizeof *k.neg);
+    for (int side = 0; side < 2; side++) {
+        k.acc[side] = xmalloc(n * sizeof *k.acc[side]);
+        k.count[side] = xmalloc((size_t)(lat->h * lat->w) * sizeof *k.count[side]);
+    }
     k.preview = c->env && c->env->preview_size > 0 && c->hooks && c->hooks->progress;
 
     out = sd_latent_new_like(lat, lat->b, lat->c, lat->h, lat->w);
@@ -282,11 +353,15 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
     out = NULL;
 fail:
     sd_latent_free(out);
+    for (int j = 0; k.jobs && j < pos->n + neg->n; j++)
+        xfree(k.jobs[j].mult);
     xfree(k.jobs);
     xfree(k.x_in);
     xfree(k.x);
-    xfree(k.pos);
-    xfree(k.neg);
+    for (int side = 0; side < 2; side++) {
+        xfree(k.acc[side]);
+        xfree(k.count[side]);
+    }
     xfree(mask);
     xfree(noise);
     xfree(sigmas);

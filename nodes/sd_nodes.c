@@ -3,9 +3,17 @@
  */
 #include "sd_nodes.h"
 
+/* ComfyUI's NODE_CLASS_MAPPINGS order for these classes. */
 static const struct node_class *const sd_classes[] = {
-    &sd_ksampler,          &sd_empty_latent_image,   &sd_latent_upscale,
-    &sd_latent_upscale_by, &sd_ksampler_advanced,    &sd_set_latent_noise_mask,
+    &sd_ksampler,
+    &sd_conditioning_combine,
+    &sd_conditioning_set_area,
+    &sd_empty_latent_image,
+    &sd_latent_upscale,
+    &sd_latent_upscale_by,
+    &sd_ksampler_advanced,
+    &sd_set_latent_noise_mask,
+    &sd_conditioning_zero_out,
 };
 
 void nodes_sd_register(struct node_registry *r)

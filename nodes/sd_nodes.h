@@ -1,7 +1,8 @@
 /*
  * sd_nodes — the SD1.5 node family: latent nodes (EmptyLatentImage,
- * LatentUpscale, LatentUpscaleBy, SetLatentNoiseMask) and the samplers
- * (KSampler, KSamplerAdvanced). Payload types are in sd_types.h.
+ * LatentUpscale, LatentUpscaleBy, SetLatentNoiseMask), conditioning edits
+ * (ConditioningCombine, ConditioningSetArea, ConditioningZeroOut) and the
+ * samplers (KSampler, KSamplerAdvanced). Payload types are in sd_types.h.
  *
  * nodes_sd_register() adds them to a registry; node_registry_add_builtins()
  * must call it (node_builtin.c). The KSampler combos list exactly the
@@ -24,5 +25,8 @@ extern const struct node_class sd_latent_upscale_by;
 extern const struct node_class sd_set_latent_noise_mask;
 extern const struct node_class sd_ksampler;
 extern const struct node_class sd_ksampler_advanced;
+extern const struct node_class sd_conditioning_combine;
+extern const struct node_class sd_conditioning_set_area;
+extern const struct node_class sd_conditioning_zero_out;
 
 #endif

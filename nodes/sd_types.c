@@ -106,6 +106,36 @@ void sd_cond_free(struct sd_cond *c)
     xfree(c);
 }
 
+static void entry_copy(struct sd_cond_entry *d, const struct sd_cond_entry *s)
+{
+    *d = *s;
+    size_t n = (size_t)s->batch * s->tokens * s->dim;
+    d->cond = xmalloc(n * sizeof *d->cond);
+    memcpy(d->cond, s->cond, n * sizeof *d->cond);
+    if (s->pooled) {
+        size_t m = (size_t)s->batch * s->pooled_dim;
+        d->pooled = xmalloc(m * sizeof *d->pooled);
+        memcpy(d->pooled, s->pooled, m * sizeof *d->pooled);
+    }
+}
+
+void sd_cond_append(struct sd_cond *dst, const struct sd_cond *src)
+{
+    if (src->n == 0)
+        return;
+    dst->entries = xrealloc(dst->entries, (size_t)(dst->n + src->n) * sizeof *dst->entries);
+    for (int i = 0; i < src->n; i++)
+        entry_copy(&dst->entries[dst->n + i], &src->entries[i]);
+    dst->n += src->n;
+}
+
+struct sd_cond *sd_cond_clone(const struct sd_cond *c)
+{
+    struct sd_cond *d = xcalloc(1, sizeof *d);
+    sd_cond_append(d, c);
+    return d;
+}
+
 static void cond_obj_free(void *p)
 {
     sd_cond_free(p);

@@ -6,9 +6,10 @@
  *                 ComfyUI stores them), an optional pixel-space noise_mask
  *                 [mb, 1, mh, mw] and an optional batch_index list.
  *   CONDITIONING  struct sd_cond: entries of text-encoder output [b, tokens, dim]
- *                 with a strength; the sampler averages the entries' x0
- *                 predictions weighted by strength (full-area entries only:
- *                 areas and masks are not supported yet).
+ *                 with a strength and an optional latent-space area; the
+ *                 sampler averages the entries' x0 predictions weighted by
+ *                 strength and area feathering, as ComfyUI's calc_cond_batch
+ *                 (masks and timestep ranges are not supported yet).
  *   MODEL         struct sd_model: the noise table plus a function-pointer
  *                 backend predicting epsilon. CheckpointLoaderSimple (models
  *                 side) fills `ops`/`impl` with the UNet; tests use an
@@ -62,6 +63,8 @@ struct sd_cond_entry {
     float *pooled;        /* owned or NULL, [batch, pooled_dim] (unused by SD1.5's UNet) */
     int pooled_dim;
     float strength;       /* weight in the average of the entries' predictions (1) */
+    int has_area;         /* ConditioningSetArea: only this latent rectangle */
+    int area_h, area_w, area_y, area_x; /* latent units (pixels / 8) */
 };
 
 struct sd_cond {
@@ -76,6 +79,10 @@ struct sd_cond {
 struct sd_cond *sd_cond_new(const float *cond, int batch, int tokens, int dim,
                             const float *pooled, int pooled_dim);
 void sd_cond_free(struct sd_cond *c); /* NULL-safe */
+/* A deep copy of `c` (nodes that change a CONDITIONING copy it first). */
+struct sd_cond *sd_cond_clone(const struct sd_cond *c);
+/* Append deep copies of src's entries to dst. */
+void sd_cond_append(struct sd_cond *dst, const struct sd_cond *src);
 struct value *sd_cond_value(struct sd_cond *c);         /* "CONDITIONING", takes c */
 const struct sd_cond *sd_cond_of(const struct value *v); /* NULL if not one */
 

@@ -487,6 +487,117 @@ static void test_ksampler(void)
     xfree(b);
 }
 
+static struct value *run_cond_node(const struct node_class *cls, const char **names,
+                                   struct value **vals, int n)
+{
+    struct run r = {0};
+    for (int i = 0; i < n; i++)
+        set_in(&r, cls, names[i], vals[i]);
+    node_go(&r, cls, NULL);
+    struct value *out = r.rc == 0 ? value_ref(r.out[0]) : NULL;
+    run_release(&r);
+    return out;
+}
+
+static void test_conditioning(void)
+{
+    /* Combine and ZeroOut. */
+    struct value *a = const_cond(0.9f, 77, 8), *b = const_cond(0.2f, 77, 8);
+    const char *cn[] = {"conditioning_1", "conditioning_2"};
+    struct value *cv[] = {value_ref(a), value_ref(b)};
+    struct value *comb = run_cond_node(&sd_conditioning_combine, cn, cv, 2);
+    const struct sd_cond *cc = sd_cond_of(comb);
+    ok(cc && cc->n == 2 && cc->entries[0].cond[5] == 0.9f && cc->entries[1].cond[5] == 0.2f &&
+           cc->entries[0].cond != sd_cond_of(a)->entries[0].cond,
+       "ConditioningCombine: two entries, deep copies");
+    const char *zn[] = {"conditioning"};
+    struct value *zv[] = {value_ref(comb)};
+    struct value *zero = run_cond_node(&sd_conditioning_zero_out, zn, zv, 1);
+    const struct sd_cond *zc = sd_cond_of(zero);
+    int allz = zc && zc->n == 2;
+    for (int e = 0; allz && e < 2; e++)
+        for (int i = 0; i < 77 * 8; i++)
+            allz &= zc->entries[e].cond[i] == 0.0f;
+    ok(allz && cc->entries[0].cond[0] == 0.9f, "ConditioningZeroOut zeros a copy");
+
+    /* SetArea: 64x64 px at x 64 -> latent area (8, 8, 0, 8). */
+    const char *an[] = {"conditioning", "width", "height", "x", "y", "strength"};
+    struct value *av[] = {value_ref(b), value_new_int(64), value_new_int(64), value_new_int(64),
+                          value_new_int(0), value_new_float(1.0)};
+    struct value *area = run_cond_node(&sd_conditioning_set_area, an, av, 6);
+    const struct sd_cond *ac = sd_cond_of(area);
+    ok(ac && ac->entries[0].has_area && ac->entries[0].area_h == 8 && ac->entries[0].area_w == 8 &&
+           ac->entries[0].area_y == 0 && ac->entries[0].area_x == 8 && !sd_cond_of(b)->entries[0].has_area,
+       "ConditioningSetArea: area (8, 8, 0, 8) in latent units on a copy");
+    struct value *cv2[] = {value_ref(a), value_ref(area)};
+    struct value *pos = run_cond_node(&sd_conditioning_combine, cn, cv2, 2);
+
+    /*
+     * KSampler with full-area 0.9 + area 0.2 over columns 8..15 of a 16x8
+     * latent: one euler step returns the denoiser's x0, which is
+     * (x0_a + f·x0_b) / (1 + f) there with the left-border ramp f = (t+1)/8.
+     */
+    const int h = 8, w = 16;
+    size_t per = (size_t)4 * h * w;
+    struct value *lat = make_latent(1, h, w, 0.0f);
+    struct fake *f = xcalloc(1, sizeof *f);
+    struct sd_model *m = sd_model_new(&fake_ops, f);
+    struct run r = {0};
+    set_in(&r, &sd_ksampler, "model", sd_model_value(m));
+    set_in(&r, &sd_ksampler, "seed", value_new_int(21));
+    set_in(&r, &sd_ksampler, "steps", value_new_int(1));
+    set_in(&r, &sd_ksampler, "cfg", value_new_float(1.0));
+    set_in(&r, &sd_ksampler, "sampler_name", value_new_string("euler"));
+    set_in(&r, &sd_ksampler, "scheduler", value_new_string("karras"));
+    set_in(&r, &sd_ksampler, "positive", value_ref(pos));
+    set_in(&r, &sd_ksampler, "negative", value_ref(b));
+    set_in(&r, &sd_ksampler, "latent_image", value_ref(lat));
+    set_in(&r, &sd_ksampler, "denoise", value_new_float(1.0));
+    node_go(&r, &sd_ksampler, NULL);
+    const struct sd_latent *o = sd_latent_of(r.out[0]);
+    struct sampling_discrete ms;
+    sampling_discrete_init_sd15(&ms);
+    float *sig, *noise = xmalloc(per * sizeof *noise);
+    int ns;
+    struct err e = {0};
+    sampling_sigmas_for_ksampler(&ms, SAMPLING_SCHEDULER_KARRAS, 0, 1, 1.0, -1, -1, 0, &sig, &ns, &e);
+    sampling_prepare_noise(21, NULL, 0, 1, per, SAMPLING_RANDN_V2, noise, &e);
+    double s0 = sig[0], t = sampling_discrete_timestep(&ms, sig[0]), worst = 0, scale = 0;
+    double ma = (double)0.9f, mb = (double)0.2f;
+    for (int c = 0; c < 4; c++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                size_t i = ((size_t)c * h + y) * w + x;
+                double xt = noise[i] * (double)sqrtf(1.0f + sig[0] * sig[0]);
+                double xin = xt / sqrt(s0 * s0 + 1);
+                double x0a = xt - (xin * ma + t / 1000) * s0;
+                double x0b = xt - (xin * mb + t / 1000) * s0;
+                double den = x0a;
+                if (x >= 8) {
+                    double fr = (x - 8 + 1) / 8.0;
+                    den = (x0a + fr * x0b) / (1 + fr);
+                }
+                double want = den / 0.18215;
+                scale = fmax(scale, fabs(want));
+                if (o)
+                    worst = fmax(worst, fabs(o->samples[i] - want));
+            }
+    ok(r.rc == 0 && o && worst < 1e-4 * fmax(scale, 1.0),
+       "area conditioning: feathered average of the entries (max err %.3g of %.3g)", worst, scale);
+    ok(f->max_batch_seen == 1 && f->calls == 2,
+       "full and area entries run as separate calls (%d calls)", f->calls);
+    run_release(&r);
+    xfree(sig);
+    xfree(noise);
+    value_unref(lat);
+    value_unref(pos);
+    value_unref(area);
+    value_unref(zero);
+    value_unref(comb);
+    value_unref(a);
+    value_unref(b);
+}
+
 static void test_register(void)
 {
     struct node_registry *r = node_registry_new();
@@ -494,8 +605,11 @@ static void test_register(void)
     ok(node_registry_find(r, "KSampler") == &sd_ksampler &&
            node_registry_find(r, "KSamplerAdvanced") == &sd_ksampler_advanced &&
            node_registry_find(r, "EmptyLatentImage") && node_registry_find(r, "LatentUpscale") &&
-           node_registry_find(r, "LatentUpscaleBy") && node_registry_find(r, "SetLatentNoiseMask"),
-       "nodes_sd_register adds the six classes");
+           node_registry_find(r, "LatentUpscaleBy") && node_registry_find(r, "SetLatentNoiseMask") &&
+           node_registry_find(r, "ConditioningCombine") &&
+           node_registry_find(r, "ConditioningSetArea") &&
+           node_registry_find(r, "ConditioningZeroOut") && node_registry_count(r) == 9,
+       "nodes_sd_register adds the nine classes");
     EXPECT_EQ(node_class_input_index(&sd_ksampler, "denoise"), 9);
     EXPECT_EQ(node_class_input_index(&sd_ksampler_advanced, "return_with_leftover_noise"), 12);
     node_registry_free(r);
@@ -507,6 +621,7 @@ int main(void)
     test_register();
     test_latent_nodes();
     test_ksampler();
+    test_conditioning();
     ok(alloc_live_count() == live, "no allocation left live (%ld)", alloc_live_count() - live);
     return harness_done();
 }
