@@ -1,0 +1,115 @@
+/*
+ * srv — the server's shared state and the internal interfaces between its parts
+ * (listener, HTTP routes, WebSocket hub, executor). Private to server/.
+ *
+ * Ownership: main() owns the struct srv; every part borrows it for the process lifetime.
+ * Threads:
+ *   - listener thread: accepts, peeks the request head, hands sockets to MHD or lws;
+ *   - MHD's threads: run routes (srv_http.c, routes*.c);
+ *   - the lws service thread: owns every WebSocket (srv_ws.c);
+ *   - one executor thread: pops jobs and runs graph_execute (srv_exec.c).
+ * Shared mutable state is the queue (own lock), the store (own lock) and the WS inbox
+ * (own lock). The graph context is called per graph.h's thread rules.
+ */
+#ifndef LATENTD_SERVER_SRV_H
+#define LATENTD_SERVER_SRV_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <cjson/cJSON.h>
+
+#include "graph.h"
+#include "srv_config.h"
+#include "srv_queue.h"
+#include "srv_store.h"
+
+struct srv_ws;
+struct srv_http;
+struct srv_listener;
+
+struct srv {
+    struct srv_config *cfg;     /* borrowed (owned by main) */
+    struct graph_ctx *graph;    /* owned by main */
+    struct srv_store *store;    /* owned by main */
+    struct srv_queue queue;
+    struct srv_ws *ws;
+    struct srv_http *http;
+    struct srv_listener *listener;
+    pthread_t exec_thread;
+    atomic_int free_unload;     /* deferred POST /free flags, consumed by the executor */
+    atomic_int free_memory;
+    atomic_int free_pending;
+    int64_t start_ms;           /* process start, for /system_stats-free uptime logs */
+};
+
+/* ---- WebSocket hub (srv_ws.c) ----------------------------------------------------- */
+
+/* Create the lws context (no listen socket) and start its service thread. */
+struct srv_ws *srv_ws_new(struct srv *s, struct err *e);
+void srv_ws_free(struct srv_ws *ws);
+
+/* Any thread: hand an accepted socket whose head is a WebSocket upgrade to lws. */
+void srv_ws_adopt(struct srv_ws *ws, int fd);
+
+/* Any thread: queue a text message {"type","data"} for one sid (sid NULL = every socket).
+ * Takes ownership of `data`. */
+void srv_ws_send(struct srv_ws *ws, const char *sid, const char *type, cJSON *data);
+
+/* Any thread: a preview image; clients that negotiated supports_preview_metadata get
+ * the type-4 frame, others type 1 (comfy-api.md §4.6). sid NULL = every socket. */
+void srv_ws_send_preview(struct srv_ws *ws, const char *sid, int image_type, const void *bytes,
+                         size_t n, const char *node_id, const char *prompt_id);
+
+/* Executor thread: remember who runs what, for the reconnect message of §4.1. node NULL
+ * clears it. */
+void srv_ws_set_executing(struct srv_ws *ws, const char *client_id, const char *node);
+
+/* Number of open WebSocket connections (tests, logs). */
+int srv_ws_count(struct srv_ws *ws);
+
+/* Broadcast {"type":"status","data":{"status":{"exec_info":{"queue_remaining":N}}}}. */
+void srv_broadcast_status(struct srv *s);
+
+/* ---- HTTP (srv_http.c) --------------------------------------------------------------- */
+
+struct srv_http *srv_http_new(struct srv *s, struct err *e);
+void srv_http_free(struct srv_http *h);
+/* Any thread: hand an accepted socket to libmicrohttpd. Closes fd on failure. */
+void srv_http_add(struct srv_http *h, int fd, const struct sockaddr *sa, socklen_t len);
+
+/* 0 when the origin guard of comfy-api.md §1.4 rejects Host/Origin (either may be NULL). */
+int srv_origin_allowed(const char *host, const char *origin);
+
+/* ---- listener (srv_listen.c) ----------------------------------------------------------- */
+
+struct srv_listen_handlers {
+    void *user;
+    void (*http)(void *user, int fd, const struct sockaddr *sa, socklen_t len);
+    void (*ws)(void *user, int fd);
+};
+
+/* Bind every address on `port` (0 = pick one; all addresses then share it). */
+struct srv_listener *srv_listen_new(char *const *addrs, int n_addrs, int port, struct err *e);
+int srv_listen_port(const struct srv_listener *l);
+/* Start the accept thread. */
+int srv_listen_start(struct srv_listener *l, const struct srv_listen_handlers *h, struct err *e);
+/* Stop the accept thread, close listening and half-peeked sockets. */
+void srv_listen_free(struct srv_listener *l);
+
+/* ---- executor (srv_exec.c) ---------------------------------------------------------------- */
+
+int srv_exec_start(struct srv *s, struct err *e);
+/* Stops after the running prompt (it is interrupted first). */
+void srv_exec_stop(struct srv *s);
+
+/* ---- misc ------------------------------------------------------------------------------ */
+
+int64_t srv_now_ms(void);
+/* A random UUID4: dashed (prompt ids) or 32 hex chars (WebSocket sids). buf >= 37 bytes. */
+void srv_uuid4(char *buf, int dashed);
+
+#endif

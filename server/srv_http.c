@@ -1,0 +1,495 @@
+/*
+ * HTTP side: a libmicrohttpd daemon without a listen socket (the listener hands it
+ * connections with MHD_add_connection), one thread per connection so that a slow route
+ * (a large upload, a long history) never delays the others.
+ *
+ * Per request: the path is kept raw by an identity unescape callback and split on '/'
+ * before each segment is percent-decoded (clients send "workflows%2Fa.json" as ONE
+ * segment, comfy-api.md §1.2); the body is collected up to --max-upload-size (413 past
+ * it, the rest discarded); then the route runs once.
+ */
+#include <microhttpd.h>
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "srv_buf.h"
+#include "log.h"
+#include "srv_path.h"
+#include "srv_req.h"
+
+struct srv_http {
+    struct srv *srv;
+    struct MHD_Daemon *d;
+};
+
+/* ---- request helpers ---------------------------------------------------------------- */
+
+const char *req_query(const struct srv_req *r, const char *key)
+{
+    for (int i = 0; i < r->n_query; i++)
+        if (strcmp(r->qk[i], key) == 0)
+            return r->qv[i];
+    return NULL;
+}
+
+const char *req_header(const struct srv_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+cJSON *req_json(const struct srv_req *r, int *empty)
+{
+    size_t i = 0;
+    while (i < r->body.len && strchr(" \t\r\n", r->body.ptr[i]))
+        i++;
+    *empty = i == r->body.len;
+    if (*empty)
+        return NULL;
+    return cJSON_ParseWithLength(r->body.ptr, r->body.len);
+}
+
+static void set_resp(struct srv_req *r, unsigned status, struct MHD_Response *resp)
+{
+    if (r->resp)
+        MHD_destroy_response(r->resp);
+    r->resp = resp;
+    r->status = status;
+}
+
+void resp_bytes(struct srv_req *r, unsigned status, const char *ctype, const void *p, size_t n)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(n, (void *)(n ? p : ""), MHD_RESPMEM_MUST_COPY);
+    if (ctype)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    set_resp(r, status, resp);
+}
+
+void resp_json_text(struct srv_req *r, unsigned status, char *text)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer_with_free_callback(strlen(text), text, xfree);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json; charset=utf-8");
+    set_resp(r, status, resp);
+}
+
+void resp_json(struct srv_req *r, unsigned status, cJSON *j)
+{
+    char *p = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    resp_bytes(r, status, "application/json; charset=utf-8", p, strlen(p));
+    cJSON_free(p);
+}
+
+void resp_empty(struct srv_req *r, unsigned status)
+{
+    resp_bytes(r, status, "application/octet-stream", NULL, 0);
+}
+
+void resp_text(struct srv_req *r, unsigned status, const char *text)
+{
+    resp_bytes(r, status, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+void resp_error(struct srv_req *r, unsigned status, const char *type, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "type", type);
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "details", msg);
+    cJSON_AddObjectToObject(e, "extra_info");
+    cJSON_AddObjectToObject(o, "node_errors");
+    resp_json(r, status, o);
+}
+
+void resp_fd(struct srv_req *r, unsigned status, int fd, size_t size, const char *ctype)
+{
+    struct MHD_Response *resp = MHD_create_response_from_fd(size, fd);
+    if (!resp) {
+        close(fd);
+        resp_error(r, 500, "internal_error", "cannot send file");
+        return;
+    }
+    if (ctype)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    set_resp(r, status, resp);
+}
+
+void resp_header(struct srv_req *r, const char *name, const char *value)
+{
+    if (r->resp)
+        MHD_add_response_header(r->resp, name, value);
+}
+
+/* ---- origin guard (comfy-api.md §1.4) ------------------------------------------------- */
+
+/* Split "host[:port]" / "[v6]:port" into hostname and port (-1 when absent). */
+static void split_hostport(const char *s, char *host, size_t hn, int *port)
+{
+    *port = -1;
+    const char *colon;
+    if (s[0] == '[') {
+        const char *end = strchr(s, ']');
+        size_t n = end ? (size_t)(end - s - 1) : strlen(s + 1);
+        snprintf(host, hn, "%.*s", (int)n, s + 1);
+        colon = end && end[1] == ':' ? end + 1 : NULL;
+    } else {
+        colon = strrchr(s, ':');
+        size_t n = colon ? (size_t)(colon - s) : strlen(s);
+        snprintf(host, hn, "%.*s", (int)n, s);
+    }
+    if (colon && colon[1])
+        *port = atoi(colon + 1);
+    for (char *p = host; *p; p++)
+        *p = (char)((*p >= 'A' && *p <= 'Z') ? *p + 32 : *p);
+}
+
+/*
+ * ComfyUI resolves the Host name to decide whether it is loopback; a DNS lookup on an
+ * HTTP thread could stall, so we treat literal loopback addresses and "localhost" (and
+ * its subdomains, which resolve to loopback by RFC 6761) as loopback and any other name
+ * as not.
+ */
+static int host_is_loopback(const char *h)
+{
+    unsigned char b[16];
+    if (inet_pton(AF_INET, h, b) == 1)
+        return b[0] == 127;
+    if (inet_pton(AF_INET6, h, b) == 1) {
+        static const unsigned char lo[16] = {[15] = 1};
+        static const unsigned char v4map[12] = {[10] = 0xff, [11] = 0xff};
+        return memcmp(b, lo, 16) == 0 || (memcmp(b, v4map, 12) == 0 && b[12] == 127);
+    }
+    size_t n = strlen(h);
+    return strcmp(h, "localhost") == 0 || (n > 10 && strcmp(h + n - 10, ".localhost") == 0);
+}
+
+int srv_origin_allowed(const char *host, const char *origin)
+{
+    if (!host || !origin || !host[0] || !origin[0])
+        return 1;
+    /* Origin's netloc: after "scheme://", up to the next '/'. */
+    const char *p = strstr(origin, "://");
+    p = p ? p + 3 : origin;
+    char netloc[512];
+    snprintf(netloc, sizeof(netloc), "%.*s", (int)strcspn(p, "/?#"), p);
+    char ohost[512], hhost[512];
+    int oport, hport;
+    split_hostport(netloc, ohost, sizeof(ohost), &oport);
+    split_hostport(host, hhost, sizeof(hhost), &hport);
+    char a[600], b[600];
+    /* Compare with ports only when both sides carry one (ComfyUI's rule). */
+    if (oport >= 0 && hport >= 0) {
+        snprintf(a, sizeof(a), "%s:%d", hhost, hport);
+        snprintf(b, sizeof(b), "%s:%d", ohost, oport);
+    } else {
+        snprintf(a, sizeof(a), "%s", hhost);
+        snprintf(b, sizeof(b), "%s", ohost);
+    }
+    if (!a[0] || !b[0] || strcmp(a, b) == 0)
+        return 1;
+    return !host_is_loopback(hhost);
+}
+
+/* ---- request lifecycle ------------------------------------------------------------------- */
+
+static size_t unescape_identity(void *cls, struct MHD_Connection *c, char *s)
+{
+    return strlen(s);
+}
+
+static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    struct srv_req *r = cls;
+    if (r->n_query >= SRV_MAX_QUERY || !key)
+        return MHD_YES;
+    char *k = srv_url_decode(key, strlen(key), 1);
+    char *v = srv_url_decode(value ? value : "", value ? strlen(value) : 0, 1);
+    if (!k || !v) { /* undecodable parameters are ignored like unknown ones */
+        xfree(k);
+        xfree(v);
+        return MHD_YES;
+    }
+    if (req_query(r, k)) { /* first occurrence wins (aiohttp's .get) */
+        xfree(k);
+        xfree(v);
+        return MHD_YES;
+    }
+    r->qk[r->n_query] = k;
+    r->qv[r->n_query++] = v;
+    return MHD_YES;
+}
+
+static enum srv_method parse_method(const char *m)
+{
+    static const struct {
+        const char *name;
+        enum srv_method m;
+    } t[] = {{"GET", SRV_GET},       {"POST", SRV_POST},   {"DELETE", SRV_DELETE},
+             {"PUT", SRV_PUT},       {"PATCH", SRV_PATCH}, {"HEAD", SRV_GET},
+             {"OPTIONS", SRV_OPTIONS}};
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (strcmp(m, t[i].name) == 0)
+            return t[i].m;
+    return SRV_OTHER;
+}
+
+static void parse_path(struct srv_req *r, const char *url)
+{
+    const char *p = url;
+    if (strncmp(p, "/api/", 5) == 0) {
+        r->api_prefixed = 1;
+        p += 4;
+    }
+    while (*p == '/')
+        p++;
+    while (*p) {
+        size_t n = strcspn(p, "/");
+        if (r->n_segs >= SRV_MAX_SEGS) {
+            r->bad_path = 1;
+            return;
+        }
+        char *seg = srv_url_decode(p, n, 0);
+        if (!seg) {
+            r->bad_path = 1;
+            return;
+        }
+        r->segs[r->n_segs++] = seg;
+        p += n;
+        if (*p == '/') {
+            p++;
+            if (!*p) /* trailing slash: an empty last segment ("/models/" != "/models") */
+                r->segs[r->n_segs++] = xstrdup("");
+        }
+    }
+}
+
+static void req_free(struct srv_req *r)
+{
+    for (int i = 0; i < r->n_segs; i++)
+        xfree(r->segs[i]);
+    for (int i = 0; i < r->n_query; i++) {
+        xfree(r->qk[i]);
+        xfree(r->qv[i]);
+    }
+    xfree(r->raw_url);
+    buf_release(&r->body);
+    if (r->resp)
+        MHD_destroy_response(r->resp);
+    xfree(r);
+}
+
+static int route_match(const char *pattern, const struct srv_req *r)
+{
+    const char *p = pattern;
+    int i = 0;
+    while (*p == '/')
+        p++;
+    while (*p) {
+        size_t n = strcspn(p, "/");
+        if (i >= r->n_segs)
+            return 0;
+        if (!(n == 1 && p[0] == '*') &&
+            (strlen(r->segs[i]) != n || memcmp(r->segs[i], p, n) != 0))
+            return 0;
+        i++;
+        p += n;
+        while (*p == '/')
+            p++;
+    }
+    return i == r->n_segs;
+}
+
+static void dispatch(struct srv_req *r)
+{
+    if (r->bad_path) {
+        resp_error(r, 400, "invalid_path", "malformed request path");
+        return;
+    }
+    if (r->method == SRV_OPTIONS) {
+        resp_empty(r, 200);
+        return;
+    }
+    const struct srv_route *tables[] = {srv_routes_core, srv_routes_files, srv_routes_user};
+    unsigned allowed = 0;
+    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++) {
+        for (const struct srv_route *rt = tables[t]; rt->pattern; rt++) {
+            if (rt->no_api && r->api_prefixed)
+                continue;
+            if (!route_match(rt->pattern, r))
+                continue;
+            if (rt->methods & r->method) {
+                rt->fn(r);
+                if (!r->resp)
+                    resp_error(r, 500, "internal_error", "route produced no response");
+                return;
+            }
+            allowed |= rt->methods;
+        }
+    }
+    if (allowed) {
+        char allow[64] = "";
+        const char *names[] = {"GET", "POST", "DELETE", "PUT", "PATCH"};
+        for (int i = 0; i < 5; i++)
+            if (allowed & (1u << i))
+                snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
+                         allow[0] ? ", " : "", names[i]);
+        resp_error(r, 405, "method_not_allowed", "method '%s' is not allowed for '%s'",
+                   r->method_name, r->raw_url);
+        resp_header(r, "Allow", allow);
+        return;
+    }
+    if (r->method == SRV_GET && !r->api_prefixed) {
+        srv_static_serve(r);
+        return;
+    }
+    resp_error(r, 404, "not_found", "no route for '%s %s'", r->method_name, r->raw_url);
+}
+
+static enum MHD_Result send_resp(struct srv_req *r)
+{
+    const struct srv_config *cfg = r->srv->cfg;
+    if (cfg->cors_origin) {
+        MHD_add_response_header(r->resp, "Access-Control-Allow-Origin", cfg->cors_origin);
+        MHD_add_response_header(r->resp, "Access-Control-Allow-Methods",
+                                "POST, GET, DELETE, PUT, OPTIONS");
+        MHD_add_response_header(r->resp, "Access-Control-Allow-Headers",
+                                "Content-Type, Authorization");
+        MHD_add_response_header(r->resp, "Access-Control-Allow-Credentials", "true");
+    }
+    return MHD_queue_response(r->conn, r->status, r->resp);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    struct srv_http *h = cls;
+    struct srv_req *r = *con_cls;
+    if (!r) {
+        r = xcalloc(1, sizeof(*r));
+        *con_cls = r;
+        r->srv = h->srv;
+        r->conn = conn;
+        r->method = parse_method(method);
+        r->method_name = method;
+        buf_init(&r->body);
+        parse_path(r, url);
+        struct buf raw;
+        buf_init(&raw);
+        buf_adds(&raw, url);
+        r->raw_url = srv_buf_take(&raw);
+        MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_query, r);
+        if (!h->srv->cfg->cors_origin &&
+            !srv_origin_allowed(req_header(r, "Host"), req_header(r, "Origin"))) {
+            resp_empty(r, 403);
+            return send_resp(r);
+        }
+        const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > h->srv->cfg->max_upload_bytes) {
+            resp_error(r, 413, "request_too_large",
+                       "request body of %s bytes exceeds --max-upload-size (%zu bytes)", cl,
+                       h->srv->cfg->max_upload_bytes);
+            return send_resp(r);
+        }
+        return MHD_YES;
+    }
+    if (r->resp) { /* answered early (403/413): discard whatever body still arrives */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        if (!r->body_too_large &&
+            r->body.len + *upload_data_size > h->srv->cfg->max_upload_bytes) {
+            r->body_too_large = 1;
+            buf_release(&r->body);
+            buf_init(&r->body);
+        }
+        if (!r->body_too_large)
+            buf_add(&r->body, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (r->body_too_large)
+        resp_error(r, 413, "request_too_large", "request body exceeds --max-upload-size (%zu bytes)",
+                   h->srv->cfg->max_upload_bytes);
+    else
+        dispatch(r);
+    return send_resp(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct srv_req *r = *con_cls;
+    if (!r)
+        return;
+    if (log_get_level() <= LOG_DEBUG)
+        log_debug("%s %s%s%s -> %u%s", r->method_name, r->raw_url, r->n_query ? "?" : "",
+                  r->n_query ? "..." : "", r->status,
+                  toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
+    req_free(r);
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[512];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n')
+        line[--n] = '\0';
+    log_debug("mhd: %s", line);
+}
+
+struct srv_http *srv_http_new(struct srv *s, struct err *e)
+{
+    struct srv_http *h = xcalloc(1, sizeof(*h));
+    h->srv = s;
+    h->d = MHD_start_daemon(MHD_USE_NO_LISTEN_SOCKET | MHD_USE_INTERNAL_POLLING_THREAD |
+                                MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                            0, NULL, NULL, on_request, h,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                            MHD_OPTION_UNESCAPE_CALLBACK, unescape_identity, NULL,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_END);
+    if (!h->d) {
+        err_set(e, ERR_INTERNAL, "cannot start the HTTP daemon");
+        xfree(h);
+        return NULL;
+    }
+    return h;
+}
+
+void srv_http_free(struct srv_http *h)
+{
+    if (!h)
+        return;
+    MHD_stop_daemon(h->d);
+    xfree(h);
+}
+
+void srv_http_add(struct srv_http *h, int fd, const struct sockaddr *sa, socklen_t len)
+{
+    if (MHD_add_connection(h->d, fd, sa, len) != MHD_YES) {
+        /* MHD closes the socket itself on failure (documented for 0.9.x). */
+        log_warn("http: cannot add connection (too many?)");
+    }
+}

@@ -1,0 +1,245 @@
+#include "srv_image.h"
+
+#include <png.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+#include "alloc.h"
+
+static int decode_png(const void *p, size_t n, struct srv_image *out, struct err *e)
+{
+    png_image im;
+    memset(&im, 0, sizeof(im));
+    im.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(&im, p, n))
+        return err_set(e, ERR_INVALID, "cannot decode PNG: %s", im.message);
+    out->had_alpha = (im.format & PNG_FORMAT_FLAG_ALPHA) != 0;
+    im.format = PNG_FORMAT_RGBA;
+    if (im.width > 32768 || im.height > 32768) {
+        png_image_free(&im);
+        return err_set(e, ERR_TOO_LARGE, "image is too large (%ux%u)", im.width, im.height);
+    }
+    out->w = (int)im.width;
+    out->h = (int)im.height;
+    out->channels = 4;
+    out->px = xmalloc(PNG_IMAGE_SIZE(im));
+    if (!png_image_finish_read(&im, NULL, out->px, 0, NULL)) {
+        xfree(out->px);
+        out->px = NULL;
+        return err_set(e, ERR_INVALID, "cannot decode PNG: %s", im.message);
+    }
+    return 0;
+}
+
+struct jerr {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jb;
+    int failed;
+};
+
+/* libjpeg's default error_exit calls exit(); unwind to the caller's setjmp instead. */
+static void jpeg_fail(j_common_ptr c)
+{
+    struct jerr *je = (struct jerr *)c->err;
+    je->failed = 1;
+    longjmp(je->jb, 1);
+}
+
+static void jpeg_silent(j_common_ptr c, int level)
+{
+    (void)c;
+    (void)level;
+}
+
+static int decode_jpeg(const void *p, size_t n, struct srv_image *out, struct err *e)
+{
+    struct jpeg_decompress_struct d;
+    struct jerr je;
+    memset(&je, 0, sizeof(je));
+    d.err = jpeg_std_error(&je.mgr);
+    je.mgr.error_exit = jpeg_fail;
+    je.mgr.emit_message = jpeg_silent;
+    uint8_t *volatile rgb = NULL;
+    jpeg_create_decompress(&d);
+    if (setjmp(je.jb)) {
+        jpeg_destroy_decompress(&d);
+        xfree(rgb);
+        return err_set(e, ERR_INVALID, "cannot decode JPEG");
+    }
+    jpeg_mem_src(&d, (const unsigned char *)p, (unsigned long)n);
+    if (jpeg_read_header(&d, TRUE) != JPEG_HEADER_OK || je.failed) {
+        jpeg_destroy_decompress(&d);
+        return err_set(e, ERR_INVALID, "cannot decode JPEG");
+    }
+    d.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&d);
+    if (je.failed || d.output_width > 32768 || d.output_height > 32768) {
+        jpeg_destroy_decompress(&d);
+        return err_set(e, ERR_INVALID, "cannot decode JPEG");
+    }
+    int w = (int)d.output_width, h = (int)d.output_height;
+    rgb = xmalloc((size_t)w * h * 3);
+    while (d.output_scanline < d.output_height && !je.failed) {
+        JSAMPROW row = rgb + (size_t)d.output_scanline * w * 3;
+        if (jpeg_read_scanlines(&d, &row, 1) != 1)
+            break;
+    }
+    int ok = !je.failed && d.output_scanline == d.output_height;
+    if (ok)
+        jpeg_finish_decompress(&d);
+    jpeg_destroy_decompress(&d);
+    if (!ok) {
+        xfree(rgb);
+        return err_set(e, ERR_INVALID, "cannot decode JPEG");
+    }
+    out->w = w;
+    out->h = h;
+    out->channels = 4;
+    out->had_alpha = 0;
+    out->px = xmalloc((size_t)w * h * 4);
+    for (size_t i = 0; i < (size_t)w * h; i++) {
+        memcpy(out->px + i * 4, rgb + i * 3, 3);
+        out->px[i * 4 + 3] = 255;
+    }
+    xfree(rgb);
+    return 0;
+}
+
+int srv_image_decode(const void *p, size_t n, struct srv_image *out, struct err *e)
+{
+    memset(out, 0, sizeof(*out));
+    const unsigned char *b = p;
+    if (n >= 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0)
+        return decode_png(p, n, out, e);
+    if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff)
+        return decode_jpeg(p, n, out, e);
+    return err_set(e, ERR_UNSUPPORTED, "not a PNG or JPEG image");
+}
+
+int srv_image_load(const char *path, struct srv_image *out, struct err *e)
+{
+    memset(out, 0, sizeof(*out));
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return err_set(e, ERR_NOT_FOUND, "cannot open '%s'", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (n <= 0 || n > (1L << 30)) {
+        fclose(f);
+        return err_set(e, ERR_INVALID, "cannot read '%s'", path);
+    }
+    void *p = xmalloc((size_t)n);
+    size_t got = fread(p, 1, (size_t)n, f);
+    fclose(f);
+    int rc = got == (size_t)n ? srv_image_decode(p, (size_t)n, out, e)
+                              : err_set(e, ERR_IO, "cannot read '%s'", path);
+    xfree(p);
+    return rc;
+}
+
+void srv_image_release(struct srv_image *img)
+{
+    xfree(img->px);
+    memset(img, 0, sizeof(*img));
+}
+
+void srv_image_alpha_only(struct srv_image *img)
+{
+    for (size_t i = 0; i < (size_t)img->w * img->h; i++) {
+        uint8_t *q = img->px + i * 4;
+        q[0] = q[1] = q[2] = 0;
+        if (!img->had_alpha)
+            q[3] = 255;
+    }
+}
+
+int srv_image_drop_alpha(struct srv_image *img)
+{
+    if (img->channels == 4)
+        for (size_t i = 0; i < (size_t)img->w * img->h; i++)
+            memmove(img->px + i * 3, img->px + i * 4, 3);
+    img->channels = 3;
+    return 3;
+}
+
+void srv_image_set_alpha_from(struct srv_image *img, const struct srv_image *mask)
+{
+    for (size_t i = 0; i < (size_t)img->w * img->h; i++)
+        img->px[i * 4 + 3] = mask->px[i * 4 + 3];
+}
+
+void srv_image_png(const struct srv_image *img, int want_channels, void **out, size_t *n)
+{
+    (void)want_channels;
+    *out = NULL;
+    *n = 0;
+    png_image im;
+    memset(&im, 0, sizeof(im));
+    im.version = PNG_IMAGE_VERSION;
+    im.width = (png_uint_32)img->w;
+    im.height = (png_uint_32)img->h;
+    im.format = img->channels == 4 ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB;
+    png_alloc_size_t size = 0;
+    if (!png_image_write_to_memory(&im, NULL, &size, 0, img->px, 0, NULL))
+        return;
+    void *buf = xmalloc(size);
+    if (!png_image_write_to_memory(&im, buf, &size, 0, img->px, 0, NULL)) {
+        xfree(buf);
+        return;
+    }
+    *out = buf;
+    *n = size;
+}
+
+void srv_image_jpeg(const struct srv_image *img, int quality, void **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    struct jpeg_compress_struct c;
+    struct jerr je;
+    memset(&je, 0, sizeof(je));
+    c.err = jpeg_std_error(&je.mgr);
+    je.mgr.error_exit = jpeg_fail;
+    je.mgr.emit_message = jpeg_silent;
+    unsigned char *mem = NULL;
+    unsigned long mem_n = 0;
+    uint8_t *volatile row = NULL;
+    jpeg_create_compress(&c);
+    if (setjmp(je.jb)) {
+        jpeg_destroy_compress(&c);
+        xfree(row);
+        free(mem);
+        return;
+    }
+    jpeg_mem_dest(&c, &mem, &mem_n);
+    c.image_width = (JDIMENSION)img->w;
+    c.image_height = (JDIMENSION)img->h;
+    c.input_components = 3;
+    c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, quality, TRUE);
+    jpeg_start_compress(&c, TRUE);
+    row = xmalloc((size_t)img->w * 3);
+    for (int y = 0; y < img->h && !je.failed; y++) {
+        const uint8_t *src = img->px + (size_t)y * img->w * img->channels;
+        for (int x = 0; x < img->w; x++)
+            memcpy(row + x * 3, src + x * img->channels, 3);
+        JSAMPROW rp = row;
+        jpeg_write_scanlines(&c, &rp, 1);
+    }
+    xfree(row);
+    if (!je.failed)
+        jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    if (!je.failed && mem) {
+        *out = xmalloc(mem_n);
+        memcpy(*out, mem, mem_n);
+        *n = mem_n;
+    }
+    free(mem); /* allocated by libjpeg with malloc */
+}

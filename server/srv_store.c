@@ -1,0 +1,466 @@
+#include "srv_store.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "alloc.h"
+#include "graph.h"
+#include "log.h"
+
+struct srv_store {
+    sqlite3 *db;
+    pthread_mutex_t lock; /* leaf: guards db */
+};
+
+static const char *const schema =
+    "PRAGMA journal_mode=WAL;"
+    "PRAGMA synchronous=NORMAL;" /* WAL + NORMAL survives a process crash (kill -9) */
+    "CREATE TABLE IF NOT EXISTS jobs("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " prompt_id TEXT NOT NULL,"
+    " number REAL NOT NULL,"
+    " number_text TEXT NOT NULL,"
+    " prompt TEXT NOT NULL,"
+    " extra_data TEXT NOT NULL,"
+    " outputs_to_execute TEXT NOT NULL,"
+    " client_id TEXT,"
+    " status TEXT NOT NULL," /* pending|running|success|error|interrupted */
+    " outputs TEXT, messages TEXT, meta TEXT,"
+    " created_ms INTEGER, started_ms INTEGER, completed_ms INTEGER,"
+    " history_seq INTEGER);"
+    "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);"
+    "CREATE INDEX IF NOT EXISTS jobs_history ON jobs(history_seq);";
+
+static int64_t now_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+void srv_store_job_release(struct srv_store_job *j)
+{
+    xfree(j->prompt_id);
+    xfree(j->number_text);
+    xfree(j->prompt);
+    xfree(j->extra_data);
+    xfree(j->outputs_to_execute);
+    xfree(j->client_id);
+    memset(j, 0, sizeof(*j));
+}
+
+static char *col_dup(sqlite3_stmt *s, int i)
+{
+    const unsigned char *t = sqlite3_column_text(s, i);
+    return t ? xstrdup((const char *)t) : NULL;
+}
+
+static int64_t next_history_seq(struct srv_store *st)
+{
+    sqlite3_stmt *s;
+    int64_t seq = 1;
+    if (sqlite3_prepare_v2(st->db, "SELECT COALESCE(MAX(history_seq),0)+1 FROM jobs", -1, &s,
+                           NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW)
+            seq = sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    return seq;
+}
+
+/* Drop older finished rows with the same prompt_id, and history beyond the cap. */
+static void history_trim(struct srv_store *st, int64_t id)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db,
+                           "DELETE FROM jobs WHERE id<>?1 AND history_seq IS NOT NULL AND "
+                           "prompt_id=(SELECT prompt_id FROM jobs WHERE id=?1)",
+                           -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, id);
+        sqlite3_step(s);
+        sqlite3_finalize(s);
+    }
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "DELETE FROM jobs WHERE history_seq IS NOT NULL AND history_seq <= "
+             "(SELECT MAX(history_seq) FROM jobs) - %d",
+             SRV_STORE_HISTORY_MAX);
+    sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+}
+
+static int finish_locked(struct srv_store *st, int64_t id, const char *status_str,
+                         const char *outputs, const char *messages, const char *meta)
+{
+    /* Secrets for API nodes are stripped before the job becomes history (comfy-api §3.5). */
+    char *extra = NULL;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db, "SELECT extra_data FROM jobs WHERE id=?", -1, &s, NULL) ==
+        SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, id);
+        if (sqlite3_step(s) == SQLITE_ROW) {
+            cJSON *x = cJSON_Parse((const char *)sqlite3_column_text(s, 0));
+            if (x) {
+                cJSON_DeleteItemFromObjectCaseSensitive(x, "auth_token_comfy_org");
+                cJSON_DeleteItemFromObjectCaseSensitive(x, "api_key_comfy_org");
+                char *p = cJSON_PrintUnformatted(x);
+                extra = xstrdup(p);
+                cJSON_free(p);
+                cJSON_Delete(x);
+            }
+        }
+        sqlite3_finalize(s);
+    }
+    int rc = -1;
+    if (sqlite3_prepare_v2(st->db,
+                           "UPDATE jobs SET status=?, outputs=?, messages=?, meta=?, "
+                           "completed_ms=?, history_seq=?, extra_data=COALESCE(?, extra_data) "
+                           "WHERE id=?",
+                           -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, status_str, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, outputs ? outputs : "{}", -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 3, messages ? messages : "[]", -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 4, meta ? meta : "{}", -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 5, now_ms());
+        sqlite3_bind_int64(s, 6, next_history_seq(st));
+        if (extra)
+            sqlite3_bind_text(s, 7, extra, -1, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(s, 7);
+        sqlite3_bind_int64(s, 8, id);
+        rc = sqlite3_step(s) == SQLITE_DONE ? 0 : -1;
+        sqlite3_finalize(s);
+    }
+    if (rc == 0)
+        history_trim(st, id);
+    else
+        log_error("job store: cannot finish job %lld: %s", (long long)id, sqlite3_errmsg(st->db));
+    xfree(extra);
+    return rc < 0 ? ERR_IO : 0;
+}
+
+/* Jobs left "running" by a process that died: failed history entries. */
+static void recover_running(struct srv_store *st)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT id, prompt_id, COALESCE(started_ms, created_ms) FROM jobs "
+                           "WHERE status='running' ORDER BY id",
+                           -1, &s, NULL) != SQLITE_OK)
+        return;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(s, 0);
+        const char *pid = (const char *)sqlite3_column_text(s, 1);
+        int64_t started = sqlite3_column_int64(s, 2);
+        cJSON *msgs = cJSON_CreateArray();
+        cJSON *m = cJSON_CreateArray();
+        cJSON_AddItemToArray(m, cJSON_CreateString("execution_start"));
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "prompt_id", pid);
+        cJSON_AddNumberToObject(d, "timestamp", (double)started);
+        cJSON_AddItemToArray(m, d);
+        cJSON_AddItemToArray(msgs, m);
+        m = cJSON_CreateArray();
+        cJSON_AddItemToArray(m, cJSON_CreateString("execution_error"));
+        d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "prompt_id", pid);
+        cJSON_AddNullToObject(d, "node_id");
+        cJSON_AddNullToObject(d, "node_type");
+        cJSON_AddItemToObject(d, "executed", cJSON_CreateArray());
+        cJSON_AddStringToObject(d, "exception_message",
+                                "latentd stopped while this prompt was running\n");
+        cJSON_AddStringToObject(d, "exception_type", "RuntimeError");
+        cJSON_AddItemToObject(d, "traceback", cJSON_CreateArray());
+        cJSON_AddItemToObject(d, "current_inputs", cJSON_CreateObject());
+        cJSON_AddItemToObject(d, "current_outputs", cJSON_CreateArray());
+        cJSON_AddNumberToObject(d, "timestamp", (double)now_ms());
+        cJSON_AddItemToArray(m, d);
+        cJSON_AddItemToArray(msgs, m);
+        char *text = cJSON_PrintUnformatted(msgs);
+        cJSON_Delete(msgs);
+        log_warn("job store: prompt '%s' was running when latentd stopped; marked as failed",
+                 pid);
+        finish_locked(st, id, "error", "{}", text, "{}");
+        cJSON_free(text);
+    }
+    sqlite3_finalize(s);
+}
+
+struct srv_store *srv_store_open(const char *path, struct err *e)
+{
+    struct srv_store *st = xcalloc(1, sizeof(*st));
+    pthread_mutex_init(&st->lock, NULL);
+    if (sqlite3_open_v2(path, &st->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                        NULL) != SQLITE_OK) {
+        err_set(e, ERR_IO, "cannot open job store '%s': %s", path,
+                st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        goto fail;
+    }
+    sqlite3_busy_timeout(st->db, 5000);
+    char *msg = NULL;
+    if (sqlite3_exec(st->db, schema, NULL, NULL, &msg) != SQLITE_OK) {
+        err_set(e, ERR_IO, "cannot initialise job store '%s': %s", path, msg ? msg : "?");
+        sqlite3_free(msg);
+        goto fail;
+    }
+    recover_running(st);
+    return st;
+fail:
+    srv_store_close(st);
+    return NULL;
+}
+
+void srv_store_close(struct srv_store *st)
+{
+    if (!st)
+        return;
+    if (st->db)
+        sqlite3_close(st->db);
+    pthread_mutex_destroy(&st->lock);
+    xfree(st);
+}
+
+int srv_store_add(struct srv_store *st, struct srv_store_job *j, struct err *e)
+{
+    sqlite3_stmt *s;
+    int rc = 0;
+    pthread_mutex_lock(&st->lock);
+    if (sqlite3_prepare_v2(st->db,
+                           "INSERT INTO jobs(prompt_id, number, number_text, prompt, extra_data, "
+                           "outputs_to_execute, client_id, status, created_ms) "
+                           "VALUES(?,?,?,?,?,?,?,'pending',?)",
+                           -1, &s, NULL) != SQLITE_OK) {
+        rc = err_set(e, ERR_IO, "cannot store job: %s", sqlite3_errmsg(st->db));
+        goto out;
+    }
+    sqlite3_bind_text(s, 1, j->prompt_id, -1, SQLITE_STATIC);
+    sqlite3_bind_double(s, 2, j->number);
+    sqlite3_bind_text(s, 3, j->number_text, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 4, j->prompt, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 5, j->extra_data, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 6, j->outputs_to_execute, -1, SQLITE_STATIC);
+    if (j->client_id)
+        sqlite3_bind_text(s, 7, j->client_id, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(s, 7);
+    sqlite3_bind_int64(s, 8, now_ms());
+    if (sqlite3_step(s) != SQLITE_DONE)
+        rc = err_set(e, ERR_IO, "cannot store job: %s", sqlite3_errmsg(st->db));
+    else
+        j->id = sqlite3_last_insert_rowid(st->db);
+    sqlite3_finalize(s);
+out:
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+int srv_store_load_pending(struct srv_store *st, void (*fn)(void *user, struct srv_store_job *j),
+                           void *user)
+{
+    sqlite3_stmt *s;
+    pthread_mutex_lock(&st->lock);
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT id, prompt_id, number, number_text, prompt, extra_data, "
+                           "outputs_to_execute, client_id FROM jobs WHERE status='pending' "
+                           "ORDER BY number, prompt_id, id",
+                           -1, &s, NULL) != SQLITE_OK) {
+        pthread_mutex_unlock(&st->lock);
+        return ERR_IO;
+    }
+    int n = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        struct srv_store_job j = {
+            .id = sqlite3_column_int64(s, 0),
+            .prompt_id = col_dup(s, 1),
+            .number = sqlite3_column_double(s, 2),
+            .number_text = col_dup(s, 3),
+            .prompt = col_dup(s, 4),
+            .extra_data = col_dup(s, 5),
+            .outputs_to_execute = col_dup(s, 6),
+            .client_id = col_dup(s, 7),
+        };
+        fn(user, &j);
+        srv_store_job_release(&j);
+        n++;
+    }
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->lock);
+    return n;
+}
+
+int64_t srv_store_next_counter(struct srv_store *st)
+{
+    sqlite3_stmt *s;
+    int64_t next = 0;
+    pthread_mutex_lock(&st->lock);
+    /* Only counter-assigned numbers (n or -n for front) look like plain integers; client
+     * numbers are Python floats and always carry '.' or 'e'. */
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT COALESCE(MAX(ABS(CAST(number_text AS INTEGER))), -1) + 1 FROM jobs "
+                           "WHERE number_text NOT LIKE '%.%' AND number_text NOT LIKE '%e%'",
+                           -1, &s, NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW)
+            next = sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return next;
+}
+
+static int exec_id(struct srv_store *st, const char *sql, int64_t id)
+{
+    sqlite3_stmt *s;
+    int rc = ERR_IO;
+    pthread_mutex_lock(&st->lock);
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, id);
+        sqlite3_bind_int64(s, 2, now_ms());
+        if (sqlite3_step(s) == SQLITE_DONE)
+            rc = 0;
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+int srv_store_mark_running(struct srv_store *st, int64_t id)
+{
+    return exec_id(st, "UPDATE jobs SET status='running', started_ms=?2 WHERE id=?1", id);
+}
+
+int srv_store_delete_pending(struct srv_store *st, int64_t id)
+{
+    return exec_id(st, "DELETE FROM jobs WHERE id=?1 AND status='pending' AND ?2 IS NOT NULL", id);
+}
+
+int srv_store_finish(struct srv_store *st, int64_t id, const char *status_str,
+                     const char *outputs, const char *messages, const char *meta)
+{
+    pthread_mutex_lock(&st->lock);
+    int rc = finish_locked(st, id, status_str, outputs, messages, meta);
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+static cJSON *parse_or(const unsigned char *t, cJSON *(*dflt)(void))
+{
+    /* graph_json_parse keeps 64-bit seeds exact in the stored prompt. */
+    cJSON *j = t ? graph_json_parse((const char *)t, strlen((const char *)t)) : NULL;
+    return j ? j : dflt();
+}
+
+/* Row columns: prompt_id, number_text, prompt, extra_data, outputs_to_execute, status,
+ * outputs, messages, meta. */
+static void add_entry(cJSON *obj, sqlite3_stmt *s)
+{
+    const char *pid = (const char *)sqlite3_column_text(s, 0);
+    cJSON *entry = cJSON_CreateObject();
+    cJSON *p = cJSON_CreateArray();
+    cJSON_AddItemToArray(p, cJSON_CreateRaw((const char *)sqlite3_column_text(s, 1)));
+    cJSON_AddItemToArray(p, cJSON_CreateString(pid));
+    cJSON_AddItemToArray(p, parse_or(sqlite3_column_text(s, 2), cJSON_CreateObject));
+    cJSON_AddItemToArray(p, parse_or(sqlite3_column_text(s, 3), cJSON_CreateObject));
+    cJSON_AddItemToArray(p, parse_or(sqlite3_column_text(s, 4), cJSON_CreateArray));
+    cJSON_AddItemToObject(entry, "prompt", p);
+    cJSON_AddItemToObject(entry, "outputs", parse_or(sqlite3_column_text(s, 6), cJSON_CreateObject));
+    const char *status = (const char *)sqlite3_column_text(s, 5);
+    int success = status && strcmp(status, "success") == 0;
+    cJSON *st = cJSON_CreateObject();
+    cJSON_AddStringToObject(st, "status_str", success ? "success" : "error");
+    cJSON_AddBoolToObject(st, "completed", success);
+    cJSON_AddItemToObject(st, "messages", parse_or(sqlite3_column_text(s, 7), cJSON_CreateArray));
+    cJSON_AddItemToObject(entry, "status", st);
+    cJSON_AddItemToObject(entry, "meta", parse_or(sqlite3_column_text(s, 8), cJSON_CreateObject));
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, pid);
+    cJSON_AddItemToObject(obj, pid, entry);
+}
+
+#define HISTORY_COLS                                                                       \
+    "SELECT prompt_id, number_text, prompt, extra_data, outputs_to_execute, status, "     \
+    "outputs, messages, meta FROM jobs WHERE history_seq IS NOT NULL "
+
+cJSON *srv_store_history(struct srv_store *st, long max_items, long offset)
+{
+    cJSON *obj = cJSON_CreateObject();
+    pthread_mutex_lock(&st->lock);
+    long count = 0;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db, "SELECT COUNT(*) FROM jobs WHERE history_seq IS NOT NULL", -1,
+                           &s, NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW)
+            count = (long)sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    /* ComfyUI: max_items alone takes the newest N; offset counts from the oldest. */
+    if (offset < 0)
+        offset = max_items >= 0 && max_items < count ? count - max_items : 0;
+    long limit = max_items >= 0 ? max_items : -1;
+    if (sqlite3_prepare_v2(st->db, HISTORY_COLS "ORDER BY history_seq LIMIT ? OFFSET ?", -1, &s,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, limit);
+        sqlite3_bind_int64(s, 2, offset);
+        while (sqlite3_step(s) == SQLITE_ROW)
+            add_entry(obj, s);
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return obj;
+}
+
+cJSON *srv_store_history_one(struct srv_store *st, const char *prompt_id)
+{
+    cJSON *obj = cJSON_CreateObject();
+    sqlite3_stmt *s;
+    pthread_mutex_lock(&st->lock);
+    if (sqlite3_prepare_v2(st->db, HISTORY_COLS "AND prompt_id=? ORDER BY history_seq DESC LIMIT 1",
+                           -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, prompt_id, -1, SQLITE_STATIC);
+        if (sqlite3_step(s) == SQLITE_ROW)
+            add_entry(obj, s);
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return obj;
+}
+
+int srv_store_history_clear(struct srv_store *st)
+{
+    pthread_mutex_lock(&st->lock);
+    int rc = sqlite3_exec(st->db, "DELETE FROM jobs WHERE history_seq IS NOT NULL", NULL, NULL,
+                          NULL) == SQLITE_OK ? 0 : ERR_IO;
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+int srv_store_history_delete(struct srv_store *st, const char *prompt_id)
+{
+    sqlite3_stmt *s;
+    int rc = ERR_IO;
+    pthread_mutex_lock(&st->lock);
+    if (sqlite3_prepare_v2(st->db, "DELETE FROM jobs WHERE history_seq IS NOT NULL AND prompt_id=?",
+                           -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, prompt_id, -1, SQLITE_STATIC);
+        rc = sqlite3_step(s) == SQLITE_DONE ? 0 : ERR_IO;
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+long srv_store_history_count(struct srv_store *st)
+{
+    sqlite3_stmt *s;
+    long n = 0;
+    pthread_mutex_lock(&st->lock);
+    if (sqlite3_prepare_v2(st->db, "SELECT COUNT(*) FROM jobs WHERE history_seq IS NOT NULL", -1,
+                           &s, NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW)
+            n = (long)sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return n;
+}
