@@ -20,6 +20,7 @@
 #include "sampling_preview.h"
 #include "sampling_sched.h"
 #include "sd_nodes.h"
+#include "sd_progress.h"
 #include "sd_types.h"
 
 /* Exactly the implemented subset, in ComfyUI's order (tests compare with models/sampling). */
@@ -56,6 +57,7 @@ struct kctx {
     float *count[2]; /* [h · w] 1e-37 + Σ mult */
     struct err err;
     int preview;
+    struct sd_progress bar;
 };
 
 /* Python's a[start:stop] on a length-len axis: the clamped [*lo, *hi). */
@@ -250,6 +252,7 @@ static int on_step(void *user, int step, int total, const float *x0, const float
         sampling_preview_make(x0, k->h, k->w, k->node->env->preview_size, &rgb, &pw, &ph, NULL);
     int rc = node_progress(k->node, step + 1, total, rgb, pw, ph);
     xfree(rgb);
+    sd_progress_update(&k->bar, step + 1);
     return rc < 0 || node_interrupted(k->node);
 }
 
@@ -344,7 +347,9 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
         .seed = a->seed, .variant = SAMPLING_RANDN_V2, .noise_mask = mask,
         .sigma_max = model->ms.sigma_max, .denoise = denoise, .denoise_user = &k,
         .step = on_step, .step_user = &k};
+    sd_progress_begin(&k.bar, n_sigmas - 1);
     rc = sampling_sample_latent(&req, lat->samples, out->samples, n, &e);
+    sd_progress_end(&k.bar);
     if (rc < 0 && k.err.code != 0)
         e = k.err; /* the model's own message is the useful one */
     if (rc < 0)

@@ -16,6 +16,7 @@
 #include "sampling.h"
 #include "sampling_sched.h"
 #include "sd_nodes.h"
+#include "sd_progress.h"
 #include "sd_types.h"
 #include "sd_upscale.h"
 
@@ -598,6 +599,19 @@ static void test_conditioning(void)
     value_unref(b);
 }
 
+static void test_progress_bar(void)
+{
+    char b[256];
+    sd_progress_format(b, sizeof b, 8, 20, 2.08);
+    EXPECT_STR(b, " 40%|████      | 8/20 [00:02<00:03,  3.85it/s]");
+    sd_progress_format(b, sizeof b, 0, 20, 0.0);
+    EXPECT_STR(b, "  0%|          | 0/20 [00:00<?, ?it/s]");
+    sd_progress_format(b, sizeof b, 3, 4, 6.0);
+    EXPECT_STR(b, " 75%|███████▌  | 3/4 [00:06<00:02,  2.00s/it]");
+    sd_progress_format(b, sizeof b, 20, 20, 3661.0);
+    EXPECT_STR(b, "100%|██████████| 20/20 [1:01:01<00:00, 183.05s/it]");
+}
+
 static void test_register(void)
 {
     struct node_registry *r = node_registry_new();
@@ -622,6 +636,7 @@ int main(void)
     test_latent_nodes();
     test_ksampler();
     test_conditioning();
+    test_progress_bar();
     ok(alloc_live_count() == live, "no allocation left live (%ld)", alloc_live_count() - live);
     return harness_done();
 }
