@@ -2,12 +2,13 @@
 // latentd binary (server, graph and txt2img e2e tests all use it).
 //
 // API (all async unless noted):
-//   startLatentd({ args, setup, baseDir, env, readyPath }) -> server
+//   startLatentd({ args, setup, baseDir, env, readyPath, nofile }) -> server
 //       Starts build/latentd (or $LATENTD_BIN) on 127.0.0.1 with --port 0 and a fresh temp
 //       base directory (models/, input/, output/, user/ created; temp is <base>/temp). The
 //       bound port is read from --port-file <base>/port; resolves once GET /system_stats
 //       answers 200. `setup(dir)` runs before the start (put checkpoints, inputs there).
 //       `baseDir` reuses an existing directory (restart tests). `args` are extra flags.
+//       `nofile` runs it under `ulimit -n nofile` (descriptor exhaustion tests).
 //       server = { url, port, dir, proc, log(), stop(), kill9(), exitCode }
 //         stop(): SIGTERM, waits for exit, returns { code, signal }; the dir is kept
 //         (removeDir(dir) cleans up); kill9(): SIGKILL, waits.
@@ -54,7 +55,7 @@ function removeDir(dir) {
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
 }
 
-async function startLatentd({ args = [], setup, baseDir, env, readyPath = "/system_stats" } = {}) {
+async function startLatentd({ args = [], setup, baseDir, env, readyPath = "/system_stats", nofile } = {}) {
   const dir = baseDir || fs.mkdtempSync(path.join(os.tmpdir(), "latentd-e2e-"));
   for (const d of ["input", "output", "user", "models/checkpoints"]) fs.mkdirSync(path.join(dir, d), { recursive: true });
   if (setup) await setup(dir);
@@ -62,8 +63,11 @@ async function startLatentd({ args = [], setup, baseDir, env, readyPath = "/syst
   fs.rmSync(portFile, { force: true });
   const logPath = path.join(dir, "latentd.log");
   const logFd = fs.openSync(logPath, "a");
-  const proc = spawn(latentdBin(), ["--listen", "127.0.0.1", "--port", "0", "--port-file", portFile,
-    "--base-directory", dir, "--cpu", ...args], { cwd: dir, stdio: ["ignore", logFd, logFd], env: { ...process.env, ...env } });
+  const argv = ["--listen", "127.0.0.1", "--port", "0", "--port-file", portFile, "--base-directory", dir, "--cpu", ...args];
+  // `nofile` lowers the descriptor limit (EMFILE tests) through the shell's ulimit.
+  const proc = nofile
+    ? spawn("/bin/sh", ["-c", `ulimit -n ${nofile} && exec "$0" "$@"`, latentdBin(), ...argv], { cwd: dir, stdio: ["ignore", logFd, logFd], env: { ...process.env, ...env } })
+    : spawn(latentdBin(), argv, { cwd: dir, stdio: ["ignore", logFd, logFd], env: { ...process.env, ...env } });
   fs.closeSync(logFd);
   const server = { dir, proc, port: 0, url: null, exitCode: null, exitSignal: null };
   const exited = new Promise((resolve) => proc.on("exit", (code, signal) => {
