@@ -211,7 +211,7 @@ static void find_dir(const char *dir, char *out, size_t size)
         snprintf(out, size, "%s", env);
         return;
     }
-    char exe[PATH_MAX];
+    char exe[PATH_MAX - 256];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n > 0) {
         exe[n] = 0;
@@ -310,7 +310,7 @@ static int load_merges(struct clip_tokenizer *t, const char *path, struct err *e
 
 int clip_tokenizer_load(const char *dir, struct clip_tokenizer **out, struct err *e)
 {
-    char d[PATH_MAX], path[PATH_MAX + 32];
+    char d[PATH_MAX + 256], path[PATH_MAX + 300];
     find_dir(dir, d, sizeof(d));
     struct clip_tokenizer *t = xcalloc(1, sizeof(*t));
     pthread_mutex_init(&t->lock, NULL);

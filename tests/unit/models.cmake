@@ -9,3 +9,8 @@ latentd_add_test(test_models_tok SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_t
                  ARGS ${PROJECT_SOURCE_DIR}/tests/fixtures/models
                       ${PROJECT_SOURCE_DIR}/models/data/sd1_tokenizer
                  LABELS unit TIMEOUT 60)
+latentd_add_test(test_models_fwd SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_fwd.c
+                 LIBS latentd_ckptgen latentd_models
+                 ARGS ${PROJECT_SOURCE_DIR}/tests/fixtures/models
+                      ${PROJECT_SOURCE_DIR}/models/data/sd1_tokenizer
+                 LABELS unit TIMEOUT 120)

@@ -1,0 +1,169 @@
+/*
+ * CLIP ViT-L/14 text encoder forward pass (sd15.md §2.10-2.13). See sd15_models.h.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "sd_nn.h"
+
+/* One pre-LN encoder layer, in place on x [S, 77, D]. */
+static int clip_layer(struct sdw *w, const struct sd15_config *c, int l, struct tensor *x,
+                      struct err *e)
+{
+    struct dev *d = tensor_dev(x);
+    int64_t S = x->shape[0], T = x->shape[1], D = x->shape[2];
+    const struct tensor *l1w, *l1b, *qw, *qb, *kw, *kb, *vw, *vb, *ow, *ob, *l2w, *l2b, *f1w, *f1b,
+        *f2w, *f2b;
+    struct tensor *h = NULL, *q = NULL, *k = NULL, *v = NULL, *a = NULL, *f = NULL;
+    int rc;
+    const char *P = "encoder.layers";
+    SD_W(l1w, w, "%s.%d.layer_norm1.weight", P, l);
+    SD_W(l1b, w, "%s.%d.layer_norm1.bias", P, l);
+    SD_W(qw, w, "%s.%d.self_attn.q_proj.weight", P, l);
+    SD_W(qb, w, "%s.%d.self_attn.q_proj.bias", P, l);
+    SD_W(kw, w, "%s.%d.self_attn.k_proj.weight", P, l);
+    SD_W(kb, w, "%s.%d.self_attn.k_proj.bias", P, l);
+    SD_W(vw, w, "%s.%d.self_attn.v_proj.weight", P, l);
+    SD_W(vb, w, "%s.%d.self_attn.v_proj.bias", P, l);
+    SD_W(ow, w, "%s.%d.self_attn.out_proj.weight", P, l);
+    SD_W(ob, w, "%s.%d.self_attn.out_proj.bias", P, l);
+    SD_W(l2w, w, "%s.%d.layer_norm2.weight", P, l);
+    SD_W(l2b, w, "%s.%d.layer_norm2.bias", P, l);
+    SD_W(f1w, w, "%s.%d.mlp.fc1.weight", P, l);
+    SD_W(f1b, w, "%s.%d.mlp.fc1.bias", P, l);
+    SD_W(f2w, w, "%s.%d.mlp.fc2.weight", P, l);
+    SD_W(f2b, w, "%s.%d.mlp.fc2.bias", P, l);
+    SD_TRY(sd_new(d, &h, e, 3, S, T, D));
+    SD_TRY(tensor_layer_norm(h, x, l1w, l1b, 1e-5f, e));
+    SD_TRY(sd_new(d, &q, e, 3, S, T, D));
+    SD_TRY(sd_new(d, &k, e, 3, S, T, D));
+    SD_TRY(sd_new(d, &v, e, 3, S, T, D));
+    SD_TRY(tensor_linear(q, h, qw, qb, e));
+    SD_TRY(tensor_linear(k, h, kw, kb, e));
+    SD_TRY(tensor_linear(v, h, vw, vb, e));
+    SD_TRY(sd_new(d, &a, e, 3, S, T, D));
+    SD_TRY(tensor_attention(a, q, k, v, c->clip_heads, 0.0f, TENSOR_ATTN_CAUSAL, e));
+    SD_TRY(tensor_linear(h, a, ow, ob, e));
+    SD_TRY(tensor_add(x, x, h, e));
+    SD_TRY(tensor_layer_norm(h, x, l2w, l2b, 1e-5f, e));
+    SD_TRY(sd_new(d, &f, e, 3, S, T, (int64_t)f1w->shape[0]));
+    SD_TRY(tensor_linear(f, h, f1w, f1b, e));
+    SD_TRY(tensor_quick_gelu(f, f, e));
+    SD_TRY(tensor_linear(h, f, f2w, f2b, e));
+    SD_TRY(tensor_add(x, x, h, e));
+fail:
+    tensor_free(h);
+    tensor_free(q);
+    tensor_free(k);
+    tensor_free(v);
+    tensor_free(a);
+    tensor_free(f);
+    return rc;
+}
+
+int sd15_clip_encode(struct patcher *clip, const struct sd15_config *cfg,
+                     const struct clip_tokens *tk, int clip_skip, float **cond_out,
+                     float **pooled_out, struct sd15_probe *probe, struct err *e)
+{
+    struct dev *d = patcher_device(clip);
+    *cond_out = NULL;
+    if (pooled_out)
+        *pooled_out = NULL;
+    if (!d)
+        return err_set(e, ERR_INVALID, "clip: model is not loaded (call mm_load_models first)");
+    if (tk->n_chunks < 1)
+        return err_set(e, ERR_INVALID, "clip: no tokens");
+    const int64_t T = CLIP_CHUNK_LEN, D = cfg->clip_width, L = cfg->clip_layers;
+    const int n = tk->n_chunks, S = n + (tk->has_weights ? 1 : 0);
+    int32_t *ids = xmalloc((size_t)S * T * sizeof(int32_t));
+    memcpy(ids, tk->ids, (size_t)n * T * sizeof(int32_t));
+    if (tk->has_weights) { /* the "empty" sequence of §2.8 */
+        ids[n * T] = CLIP_TOKEN_BOS;
+        for (int64_t j = 1; j < T; j++)
+            ids[n * T + j] = CLIP_TOKEN_EOS;
+    }
+    /* Layer to keep: -1/0 -> last (after final LN); -k (k <= L) -> output of layer L-k+1. */
+    int keep = (clip_skip < 0 && -clip_skip <= L) ? (int)(L + clip_skip + 1) : (int)L;
+    struct sdw w;
+    sdw_init(&w, clip, SD15_PREFIX_CLIP, e);
+    struct tensor *x = NULL, *pe = NULL, *sel = NULL, *last = NULL;
+    float *hs = NULL, *hl = NULL;
+    int rc;
+    const struct tensor *tok_w, *pos_w, *fw, *fb;
+    SD_W(tok_w, &w, "embeddings.token_embedding.weight");
+    SD_W(pos_w, &w, "embeddings.position_embedding.weight");
+    SD_TRY(sd_new(d, &x, e, 3, (int64_t)S, T, D));
+    SD_TRY(tensor_embedding(x, tok_w, ids, (int64_t)S * T, e));
+    SD_TRY(tensor_slice(pos_w, 0, 0, T, &pe, e));
+    SD_TRY(tensor_add(x, x, pe, e));
+    tensor_free(pe);
+    pe = NULL;
+    sd_probe(probe, "embeddings", x);
+    for (int l = 0; l < L; l++) {
+        SD_TRY(clip_layer(&w, cfg, l, x, e));
+        if (l == 0)
+            sd_probe(probe, "layer.0", x);
+        if (l + 1 == keep && keep != L) {
+            SD_TRY(sd_new(d, &sel, e, 3, (int64_t)S, T, D));
+            SD_TRY(tensor_copy(sel, x, e));
+        }
+    }
+    SD_W(fw, &w, "final_layer_norm.weight");
+    SD_W(fb, &w, "final_layer_norm.bias");
+    SD_TRY(sd_new(d, &last, e, 3, (int64_t)S, T, D));
+    SD_TRY(tensor_layer_norm(last, x, fw, fb, 1e-5f, e));
+    if (sel)
+        SD_TRY(tensor_layer_norm(sel, sel, fw, fb, 1e-5f, e));
+    sdw_release(&w);
+    sd_probe(probe, "last", last);
+    if (sel)
+        sd_probe(probe, "selected", sel);
+
+    size_t per = (size_t)T * D;
+    hs = xmalloc((size_t)S * per * sizeof(float));
+    SD_TRY(tensor_read_f32(sel ? sel : last, hs, (int64_t)(S * per), e));
+    if (pooled_out) {
+        hl = xmalloc((size_t)S * per * sizeof(float));
+        SD_TRY(tensor_read_f32(last, hl, (int64_t)(S * per), e));
+        int pos = 0;
+        for (int j = 0; j < T; j++)
+            if (tk->ids[j] == CLIP_TOKEN_EOS) {
+                pos = j;
+                break;
+            }
+        *pooled_out = xmalloc((size_t)D * sizeof(float));
+        memcpy(*pooled_out, hl + (size_t)pos * D, (size_t)D * sizeof(float));
+    }
+    if (tk->has_weights) { /* §2.12: out = (out - E) * w + E, per position */
+        const float *E = hs + (size_t)n * per;
+        for (int c = 0; c < n; c++)
+            for (int64_t j = 0; j < T; j++) {
+                float wt = tk->weights[c * T + j];
+                if (wt == 1.0f)
+                    continue;
+                float *z = hs + (size_t)c * per + (size_t)j * D;
+                for (int64_t f = 0; f < D; f++)
+                    z[f] = (z[f] - E[j * D + f]) * wt + E[j * D + f];
+            }
+    }
+    *cond_out = hs;
+    hs = NULL;
+fail:
+    sdw_release(&w);
+    xfree(ids);
+    xfree(hs);
+    xfree(hl);
+    tensor_free(x);
+    tensor_free(pe);
+    tensor_free(sel);
+    tensor_free(last);
+    return rc;
+}
+
+size_t sd15_clip_plan_bytes(const struct sd15_config *c, int n_seq)
+{
+    /* x, selected, last, h, q, k, v, attention out, and the MLP (4 D wide) per token. */
+    size_t tok = (size_t)n_seq * CLIP_CHUNK_LEN;
+    return tok * (size_t)(8 * c->clip_width + c->clip_mlp) * 4 + ((size_t)16 << 20);
+}

