@@ -70,6 +70,7 @@ struct run {
     int n_pnginfo, pnginfo_done;
     int cur;          /* node running now, -1 none */
     int64_t last_progress_ms, last_preview_ms;
+    struct node_hooks hooks; /* user = this run */
 };
 
 int64_t graph__now_ms(void)
@@ -87,6 +88,9 @@ static int64_t mono_ms(void)
 }
 
 /* ---- events ------------------------------------------------------------------------- */
+
+static int hook_progress(void *user, double value, double max, const uint8_t *rgb, int w, int h);
+static int hook_interrupted(void *user);
 
 static int want_events(const struct run *r)
 {
@@ -626,10 +630,6 @@ static int hook_progress(void *user, double value, double max, const uint8_t *rg
     return 0;
 }
 
-static const struct node_hooks run_hooks = {
-    .progress = hook_progress,
-    .interrupted = hook_interrupted,
-};
 
 static void fill_hidden(struct run *r, struct node_ctx *c, int n)
 {
@@ -844,7 +844,7 @@ static int execute_node(struct run *r, int n)
     struct node_ctx c;
     node_ctx_init(&c, gn->cls, gn->id, &r->g->env, in, out);
     c.prompt_id = r->job->prompt_id;
-    c.hooks = &run_hooks;
+    c.hooks = &r->hooks;
     int stop = 0, rc = 0;
     const char *bad_input = NULL;
     for (int k = 0; k < gn->n_in; k++) {
@@ -978,6 +978,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
 
     struct run r = {.g = g, .job = job, .ev = ev, .res = out, .cur = -1};
     r.executed = cJSON_CreateArray();
+    r.hooks = (struct node_hooks){.user = &r, .progress = hook_progress, .interrupted = hook_interrupted};
     cJSON *d = base_data(&r);
     cJSON_AddNumberToObject(d, "timestamp", (double)graph__now_ms());
     send_ev(&r, "execution_start", d, 1);

@@ -313,6 +313,16 @@ static int cmp_int(int64_t i, int big, int overflow, const struct node_num *b)
 
 static void replace_value(cJSON *inputs, cJSON **slot, cJSON *nv)
 {
+    /* ReplaceItemViaPointer keeps the position but not the key: copy it. */
+    const char *key = (*slot)->string;
+    if (key) {
+        size_t n = strlen(key) + 1;
+        if (nv->string && !(nv->type & cJSON_StringIsConst))
+            cJSON_free(nv->string);
+        nv->string = cJSON_malloc(n);
+        memcpy(nv->string, key, n);
+        nv->type &= ~cJSON_StringIsConst;
+    }
     cJSON_ReplaceItemViaPointer(inputs, *slot, nv);
     *slot = nv;
 }
@@ -479,6 +489,35 @@ static void check_custom(struct vstate *vs, int n)
     }
 }
 
+/*
+ * ComfyUI reads prompt[id]['inputs'] first: a missing member is a KeyError, and a
+ * number or null is a TypeError on the first `x not in inputs`. (A string or a
+ * list is searchable in Python, so every input is then simply missing.)
+ * Returns 1 when the top frame raised and is gone.
+ */
+static int bad_inputs_member(struct vstate *vs)
+{
+    const struct gnode *gn = &vs->p->nodes[vs->st[vs->sp - 1].node];
+    cJSON *inputs = cJSON_GetObjectItemCaseSensitive(gn->json, "inputs");
+    if (!inputs) {
+        raise_top(vs, "KeyError", "'inputs'");
+        return 1;
+    }
+    if (cJSON_IsObject(inputs) || cJSON_IsString(inputs) || cJSON_IsArray(inputs))
+        return 0;
+    int declared = 0;
+    for (int k = 0; k < gn->n_in; k++)
+        declared |= gn->cls->inputs[k].group != NODE_INPUT_HIDDEN;
+    if (!declared)
+        return 0;
+    struct buf m;
+    buf_init(&m);
+    buf_printf(&m, "argument of type '%s' is not iterable", gco_pytype(inputs));
+    raise_top(vs, "TypeError", m.ptr);
+    buf_release(&m);
+    return 1;
+}
+
 /* Validate output `o` and everything it reaches. */
 static void validate_output(struct vstate *vs, int o)
 {
@@ -489,6 +528,8 @@ static void validate_output(struct vstate *vs, int o)
         struct vframe *f = &vs->st[vs->sp - 1];
         const struct gnode *gn = &vs->p->nodes[f->node];
         int pushed = 0;
+        if (f->k == 0 && bad_inputs_member(vs))
+            continue;
         while (f->k < gn->n_in && !pushed) {
             int k = f->k++;
             const struct node_input_def *in = &gn->cls->inputs[k];
@@ -531,6 +572,7 @@ int graph_validate_targets(struct graph_ctx *g, cJSON *prompt, const cJSON *targ
     buf_init(&d);
     if (gprompt_parse(&p, g->reg, prompt) < 0) {
         out->error = top_error("invalid_prompt", "Cannot execute because the prompt is not an object.", "");
+        buf_release(&d);
         return 0;
     }
     /* Step 1: every node needs a known class_type. */
@@ -616,7 +658,7 @@ int graph_validate_targets(struct graph_ctx *g, cJSON *prompt, const cJSON *targ
             if (stamp[x] == i + 1)
                 continue;
             stamp[x] = i + 1;
-            if (vs.errs[x]) {
+            if (vs.errs[x] || entry[x]) {
                 if (!entry[x]) {
                     entry[x] = cJSON_CreateObject();
                     cJSON_AddItemToObject(entry[x], "errors", vs.errs[x]);

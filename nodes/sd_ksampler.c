@@ -27,7 +27,8 @@
 static const char *const sampler_options[] = {
     "euler", "euler_ancestral", "heun", "dpm_2", "dpm_2_ancestral", "lms",
     "dpmpp_2s_ancestral", "dpmpp_sde", "dpmpp_sde_gpu", "dpmpp_2m", "dpmpp_2m_sde",
-    "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu", "lcm", "ddim", NULL};
+    "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu", "dpmpp_3m_sde",
+    "dpmpp_3m_sde_gpu", "ddpm", "lcm", "ddim", NULL};
 static const char *const scheduler_options[] = {
     "simple", "sgm_uniform", "karras", "exponential", "ddim_uniform", "beta", "normal",
     "linear_quadratic", "kl_optimal", NULL};
