@@ -5,12 +5,13 @@
  *   - Initial noise: ComfyUI's prepare_noise — torch.manual_seed(seed), then
  *     one randn of the whole latent, or one randn per sample when the LATENT
  *     carries a batch_index.
- *   - Per-step noise (ancestral samplers, lcm, the SDE samplers): a separate
+ *   - Per-step noise (ancestral samplers, ddpm, lcm, the SDE samplers): a separate
  *     generator seeded with the same seed, one full-latent randn per request,
  *     in request order. This equals ComfyUI sampling on the CPU for the
  *     ancestral samplers and lcm (§6.8: the first per-step draw equals the
  *     initial noise when there is no batch_index).
- *   - dpmpp_sde / dpmpp_2m_sde: ComfyUI asks a torchsde Brownian tree for the
+ *   - dpmpp_sde / dpmpp_2m_sde / dpmpp_3m_sde (and their _gpu, _heun
+ *     variants): ComfyUI asks a torchsde Brownian tree for the
  *     increment over (sigma, sigma_next). We use the interim of §6.9: an
  *     independent standard normal per request from the same per-run stream.
  *     Statistically right for non-overlapping intervals but NOT

@@ -78,7 +78,7 @@ void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_
     for (int i = 0; i < 4; i++)
         hist[i] = malloc(n * sizeof(double));
     int have_prev = 0, nh = 0;
-    double h_last = 0;
+    double h_last = 0, h_hist[2] = {0, 0};
     for (int i = 0; i + 1 < ns_count; i++) {
         double s = sig[i], sn = sig[i + 1];
         den(&r, x, s, d0); /* d0 = D(x, σ) */
@@ -227,6 +227,49 @@ void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_
             memcpy(prev, d0, n * sizeof *prev);
             have_prev = 1;
             h_last = h;
+        } else if (!strncmp(name, "dpmpp_3m_sde", 12)) {
+            /* ComfyUI's sample_dpmpp_3m_sde for eps models (alpha = 1), eta = 1. */
+            double h = h_last;
+            if (sn == 0) {
+                memcpy(x, d0, n * sizeof *x);
+            } else {
+                h = log(s / sn);
+                double he = 2 * h, phi2 = expm1(-he) / he + 1, phi3 = phi2 / he - 0.5;
+                for (size_t k = 0; k < n; k++)
+                    x[k] = sn / s * exp(-h) * x[k] - expm1(-he) * d0[k];
+                if (nh >= 2) {
+                    double r0 = h_hist[0] / h, r1 = h_hist[1] / h;
+                    for (size_t k = 0; k < n; k++) {
+                        double a = (d0[k] - hist[0][k]) / r0, b = (hist[0][k] - hist[1][k]) / r1;
+                        double D1 = a + (a - b) * r0 / (r0 + r1), D2 = (a - b) / (r0 + r1);
+                        x[k] += phi2 * D1 - phi3 * D2;
+                    }
+                } else if (nh == 1) {
+                    double rr = h_hist[0] / h;
+                    for (size_t k = 0; k < n; k++)
+                        x[k] += phi2 * (d0[k] - hist[0][k]) / rr;
+                }
+                const double *z = draw(&r);
+                double a = sn * sqrt(-expm1(-2 * h));
+                for (size_t k = 0; k < n; k++)
+                    x[k] += z[k] * a;
+            }
+            memcpy(hist[1], hist[0], n * sizeof(double));
+            memcpy(hist[0], d0, n * sizeof(double));
+            nh = nh < 2 ? nh + 1 : 2;
+            h_hist[1] = h_hist[0];
+            h_hist[0] = h;
+            h_last = h;
+        } else if (!strcmp(name, "ddpm")) {
+            double ac = 1 / (s * s + 1), acp = 1 / (sn * sn + 1), al = ac / acp;
+            const double *z = sn > 0 ? draw(&r) : NULL;
+            for (size_t k = 0; k < n; k++) {
+                double eps = (x[k] - d0[k]) / s;
+                double mu = sqrt(1 / al) * (x[k] / sqrt(1 + s * s) - (1 - al) * eps / sqrt(1 - ac));
+                if (z)
+                    mu += sqrt((1 - al) * (1 - acp) / (1 - ac)) * z[k];
+                x[k] = sn != 0 ? mu * sqrt(1 + sn * sn) : mu;
+            }
         } else if (!strcmp(name, "lcm")) {
             memcpy(x, d0, n * sizeof *x);
             if (sn > 0) {
