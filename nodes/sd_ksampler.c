@@ -196,6 +196,9 @@ static int denoise(void *user, const float *x, float sigma, float *out, size_t n
 {
     struct kctx *k = user;
     size_t plane = (size_t)k->h * k->w;
+    /* A UNet call can take seconds on a CPU: honour /interrupt before each. */
+    if (node_interrupted(k->node))
+        return ERR_INTERRUPTED;
     sampling_scale_input(x, sigma, k->x_in, n);
     memcpy(k->x, x, n * sizeof *x);
     int *done = xcalloc((size_t)k->n_jobs, sizeof *done);
@@ -342,6 +345,26 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
     }
     k.preview = c->env && c->env->preview_size > 0 && c->hooks && c->hooks->progress;
 
+    if (model->ops->prepare && n_sigmas > 1) {
+        /* The largest call: every job of the biggest group at once, capped by max_batch. */
+        int max_tokens = 0, biggest = 0;
+        for (int j = 0; j < k.n_jobs; j++) {
+            int same = 0;
+            for (int q = 0; q < k.n_jobs; q++)
+                same += k.jobs[q].rh == k.jobs[j].rh && k.jobs[q].rw == k.jobs[j].rw &&
+                        k.jobs[q].entry->tokens == k.jobs[j].entry->tokens &&
+                        k.jobs[q].entry->dim == k.jobs[j].entry->dim;
+            biggest = same > biggest ? same : biggest;
+            max_tokens = k.jobs[j].entry->tokens > max_tokens ? k.jobs[j].entry->tokens : max_tokens;
+        }
+        int mb = biggest * k.batch;
+        if (model->max_batch > 0 && mb > model->max_batch)
+            mb = model->max_batch;
+        if ((rc = model->ops->prepare(model->impl, mb, k.h, k.w, max_tokens, &k.err)) < 0) {
+            e = k.err;
+            goto fail;
+        }
+    }
     out = sd_latent_new_like(lat, lat->b, lat->c, lat->h, lat->w);
     struct sampling_request req = {
         .sampler = smp, .sigmas = sigmas, .n_sigmas = n_sigmas, .noise = noise,

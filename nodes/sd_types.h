@@ -99,6 +99,13 @@ struct sd_model_ops {
     int (*apply_eps)(void *impl, const float *x_in, int batch, int h, int w,
                      const float *timesteps, const float *context, int tokens, int dim,
                      float *eps_out, struct err *e);
+    /*
+     * Optional (NULL = nothing to do): called once before sampling with the
+     * largest batch, latent size and token count apply_eps will see, so that
+     * the backend can ask the memory planner for its plan and load the
+     * weights. Returns 0 or a negative ERR_* (ERR_DEVICE_OOM) with e filled.
+     */
+    int (*prepare)(void *impl, int max_batch, int h, int w, int max_tokens, struct err *e);
     /* Frees impl when the MODEL value goes (optional: NULL = nothing to free). */
     void (*free)(void *impl);
 };

@@ -60,10 +60,12 @@ static int hook_progress(void *user, double value, double max, const uint8_t *rg
     return s->interrupt_after >= 0 && s->progress_calls > s->interrupt_after ? ERR_INTERRUPTED : 0;
 }
 
+static int interrupt_flag; /* what the executor's /interrupt flag would say */
+
 static int hook_interrupted(void *user)
 {
     (void)user;
-    return 0;
+    return interrupt_flag;
 }
 
 static void node_go(struct run *r, const struct node_class *cls, struct hook_state *hs)
@@ -90,6 +92,7 @@ static void run_release(struct run *r)
 /* ---- an analytic MODEL: eps = x_in · mean(context) + t/1000 ---- */
 
 struct fake {
+    int prepared, prep_batch, prep_tokens;
     int calls;
     int max_batch_seen;
     int total_batch;
@@ -116,12 +119,25 @@ static int fake_eps(void *impl, const float *x_in, int batch, int h, int w, cons
     return 0;
 }
 
+static int fake_prepare(void *impl, int max_batch, int h, int w, int max_tokens, struct err *e)
+{
+    struct fake *f = impl;
+    (void)h;
+    (void)w;
+    (void)e;
+    f->prepared++;
+    f->prep_batch = max_batch;
+    f->prep_tokens = max_tokens;
+    return 0;
+}
+
 static void fake_free(void *impl)
 {
     xfree(impl);
 }
 
-static const struct sd_model_ops fake_ops = {.apply_eps = fake_eps, .free = fake_free};
+static const struct sd_model_ops fake_ops = {.apply_eps = fake_eps, .prepare = fake_prepare,
+                                             .free = fake_free};
 
 /* The same model as a sampling denoiser, written against models/sampling only. */
 struct direct {
@@ -389,7 +405,8 @@ static void test_ksampler(void)
         int rc = run_ks(&k, zero, a, &fp, &hs);
         run_direct(&k, sd_latent_of(zero), b);
         double d = maxdiff(a, b, 2 * n1);
-        ok(rc == 0 && d == 0.0 && f.max_batch_seen == 4 && hs.progress_calls == hs.last_max &&
+        ok(rc == 0 && d == 0.0 && f.max_batch_seen == 4 && f.prepared == 1 && f.prep_batch == 4 &&
+               f.prep_tokens == 77 && hs.progress_calls == hs.last_max &&
                hs.previews == hs.progress_calls && hs.pw == 512,
            "KSampler %s: equals the direct pipeline (diff %.3g), calls of batch 4 (%d), "
            "%d progress events with previews",
@@ -408,8 +425,8 @@ static void test_ksampler(void)
     k.max_batch = 3;
     run_ks(&k, zero, a, &fp, NULL);
     run_direct(&k, sd_latent_of(zero), b);
-    ok(f.max_batch_seen == 3 && f.calls == 8 && maxdiff(a, b, 2 * n1) == 0.0,
-       "max_batch 3: 2 calls per step, same result");
+    ok(f.max_batch_seen == 3 && f.calls == 8 && f.prep_batch == 3 && maxdiff(a, b, 2 * n1) == 0.0,
+       "max_batch 3: prepared for 3, 2 calls per step, same result");
     k.max_batch = 0;
     /* img2img denoise 0.5, and seeds. */
     k.denoise = 0.5;
@@ -474,6 +491,15 @@ static void test_ksampler(void)
     rc = run_ks(&it, zero, a, NULL, &his);
     ok(rc == ERR_INTERRUPTED && his.progress_calls == 3 && alloc_live_count() == live,
        "interrupt after 2 steps: ERR_INTERRUPTED at step 3, nothing leaked (rc %d)", rc);
+
+    /* The /interrupt flag already set: no model call at all. */
+    struct fake fi, *fip = &fi;
+    struct hook_state his2 = {.interrupt_after = -1};
+    interrupt_flag = 1;
+    rc = run_ks(&it, zero, a, &fip, &his2);
+    interrupt_flag = 0;
+    ok(rc == ERR_INTERRUPTED && fi.calls == 0 && his2.progress_calls == 0,
+       "interrupt flag set: stops before the first model call");
 
     /* Bad input: a latent with 3 channels. */
     struct sd_latent *bad = sd_latent_new(1, 3, 4, 4);
