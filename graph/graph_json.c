@@ -237,7 +237,9 @@ char *gjson_print_ascii(const cJSON *v)
         }
     }
     cJSON_free(s);
-    return buf_detach(&b, NULL);
+    char *r = buf_detach(&b, NULL);
+    buf_release(&b); /* buf_detach re-initialises b, which allocates */
+    return r;
 }
 
 /* ---- exact-integer parsing ---------------------------------------------------------- */

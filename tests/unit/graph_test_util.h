@@ -20,7 +20,7 @@ struct tdirs {
     char base[256], models[300], input[300], output[300], temp[300];
 };
 
-static void tdirs_make(struct tdirs *d)
+static inline void tdirs_make(struct tdirs *d)
 {
     snprintf(d->base, sizeof(d->base), "/tmp/latentd-graph-XXXXXX");
     if (!mkdtemp(d->base)) {
@@ -37,7 +37,7 @@ static void tdirs_make(struct tdirs *d)
     mkdir(d->temp, 0755);
 }
 
-static void tdirs_remove(struct tdirs *d)
+static inline void tdirs_remove(struct tdirs *d)
 {
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->base);
@@ -45,7 +45,7 @@ static void tdirs_remove(struct tdirs *d)
         fprintf(stderr, "cannot remove %s\n", d->base);
 }
 
-static struct graph_ctx *tgraph_new(const struct tdirs *d, enum graph_cache_mode mode, int lru)
+static inline struct graph_ctx *tgraph_new(const struct tdirs *d, enum graph_cache_mode mode, int lru)
 {
     struct graph_config cfg = {0};
     cfg.base_dir = d->base;
@@ -75,7 +75,7 @@ struct sink {
     int previews;
 };
 
-static void sink_send(void *user, const char *type, cJSON *data)
+static inline void sink_send(void *user, const char *type, cJSON *data)
 {
     struct sink *s = user;
     if (s->n < SINK_MAX) {
@@ -87,7 +87,7 @@ static void sink_send(void *user, const char *type, cJSON *data)
     }
 }
 
-static void sink_preview(void *user, int image_type, const void *bytes, size_t n, const char *node_id,
+static inline void sink_preview(void *user, int image_type, const void *bytes, size_t n, const char *node_id,
                          const char *prompt_id)
 {
     (void)image_type;
@@ -98,7 +98,7 @@ static void sink_preview(void *user, int image_type, const void *bytes, size_t n
     ((struct sink *)user)->previews++;
 }
 
-static void sink_clear(struct sink *s)
+static inline void sink_clear(struct sink *s)
 {
     for (int i = 0; i < s->n; i++) {
         free(s->type[i]);
@@ -109,7 +109,7 @@ static void sink_clear(struct sink *s)
 }
 
 /* Compact "type:node" trace of the events (progress_state omitted). */
-static void sink_trace(const struct sink *s, char *out, size_t cap)
+static inline void sink_trace(const struct sink *s, char *out, size_t cap)
 {
     out[0] = '\0';
     size_t len = 0;
@@ -130,7 +130,7 @@ static void sink_trace(const struct sink *s, char *out, size_t cap)
     }
 }
 
-static int sink_count(const struct sink *s, const char *type)
+static inline int sink_count(const struct sink *s, const char *type)
 {
     int c = 0;
     for (int i = 0; i < s->n; i++)
@@ -138,7 +138,7 @@ static int sink_count(const struct sink *s, const char *type)
     return c;
 }
 
-static const cJSON *sink_find(const struct sink *s, const char *type)
+static inline const cJSON *sink_find(const struct sink *s, const char *type)
 {
     for (int i = 0; i < s->n; i++)
         if (!strcmp(s->type[i], type))
@@ -147,7 +147,7 @@ static const cJSON *sink_find(const struct sink *s, const char *type)
 }
 
 /* Run a prompt given as JSON text (validated first; exits on invalid). */
-static enum graph_status trun(struct graph_ctx *g, struct sink *s, const char *id, const char *text,
+static inline enum graph_status trun(struct graph_ctx *g, struct sink *s, const char *id, const char *text,
                               const char *extra, cJSON **out_outputs)
 {
     cJSON *prompt = graph_json_parse(text, strlen(text));
