@@ -156,7 +156,9 @@ static int choose(const struct mm *mm, struct model_plan *mp, ssize_b allow, int
     unsigned char *cand = xcalloc((size_t)(n ? n : 1), 1);
     double best_score = INFINITY;
     int depths[3] = {mm->prefetch, mm->prefetch > 1 ? 1 : -1, 0};
-    for (int di = 0; di < 3; di++) {
+    /* The configured depth (k >= 2 by default) first; a shallower ring only when no
+     * plan fits with it (a budget of a few layers). */
+    for (int di = 0; di < 3 && best_score == INFINITY; di++) {
         int k = depths[di];
         if (k < 0 || (di > 0 && k == depths[0]))
             continue;
