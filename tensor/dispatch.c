@@ -155,8 +155,15 @@ int tensor_copy(struct tensor *dst, const struct tensor *src, struct err *e)
         return tensor__cuda_copy(dst, src, e);
     }
     /* Host <-> device: move bytes of a contiguous tensor in the device-side dtype,
-     * converting and re-laying out on whichever side is cheaper to stage. */
+     * converting and re-laying out on whichever side is cheaper to stage. The compute
+     * stream is drained first: dev_copy need not be ordered after the kernels queued
+     * there (a non-blocking stream), and they may still read or write these bytes. */
     struct tensor *stage = NULL;
+    {
+        struct dev *cd = hd ? src->_storage->dev : dst->_storage->dev;
+        if ((rc = dev_stream_sync(dev_compute_stream(cd))) < 0)
+            return err_set(e, rc, "copy: cannot synchronise '%s'", dev_name(cd));
+    }
     if (hd) { /* device -> host */
         const struct tensor *s = src;
         struct tensor *tmp = NULL;

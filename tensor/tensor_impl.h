@@ -56,8 +56,9 @@ void tensor__nearest_map(int64_t *map, int64_t in, int64_t out);
 
 /* ---- CPU thread pool (cpu/pool.c) ----------------------------------------------------- */
 
-/* Run fn(ctx, begin, end, tid) over [0, n) split into contiguous chunks, one per thread
- * (the caller is thread 0). Returns when all chunks are done. Not reentrant: a task
+/* Run fn(ctx, begin, end, tid) over [0, n) in contiguous pieces shared out dynamically
+ * (tid: 0 for the caller, 1.. for workers; a thread may get several pieces). Returns
+ * when all pieces are done. Not reentrant: a task
  * must not call tensor__pool_for itself (it runs the nested loop inline instead). */
 typedef void (*tensor_pool_fn)(void *ctx, int64_t begin, int64_t end, int tid);
 void tensor__pool_for(int64_t n, tensor_pool_fn fn, void *ctx);
@@ -69,9 +70,10 @@ void tensor__pool_shutdown(void);
 /*
  * Row-major C[M,N] = alpha * op(A) op(B) + beta * C with leading dims in elements,
  * like cblas_sgemm. Uses oneDNN's sgemm when built with it (it picks AVX-512 kernels
- * from cpuid whatever OPENBLAS_CORETYPE says), else OpenBLAS. `threads` 0: the BLAS
- * library's own threading (caller is the executor); 1: single-threaded (caller is a
- * pool worker).
+ * from cpuid whatever OPENBLAS_CORETYPE says), else OpenBLAS (or when the environment
+ * has LATENTD_GEMM=openblas). `threads` 0: split into panels over the pool's threads,
+ * each running the library single-threaded (caller is the executor); 1: one
+ * single-threaded call on the calling thread (caller is a pool task).
  */
 void cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,

@@ -9,12 +9,8 @@
  * use oneDNN when the build found it and OpenBLAS otherwise (or when
  * LATENTD_GEMM=openblas is set, for comparisons).
  *
- * Threads: with threads == 0 the library uses its own team (OpenMP for
- * oneDNN, OpenBLAS's pthreads), sized to the cores: the caller is the executor
- * and our pool sleeps meanwhile. With threads == 1 the call is
- * single-threaded, for pool workers that each run their own small GEMMs
- * (attention tiles); otherwise each worker would spawn a full team and the
- * cores would be oversubscribed.
+ * Threads: every library call is single-threaded; parallelism comes from our
+ * pool only (see cpu_sgemm below), so the cores are never oversubscribed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,20 +67,10 @@ void cpu_gemm_pool_leave(void)
     }
 }
 
-void cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-               int64_t ldc, int threads)
+static void sgemm1(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                   int64_t ldc, int threads)
 {
-    if (use_dnnl < 0)
-        pick();
-    if (m <= 0 || n <= 0)
-        return;
-    if (k <= 0) {
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++)
-                c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-        return;
-    }
 #ifdef LATENTD_HAVE_DNNL
     if (use_dnnl) {
         int saved = 0;
@@ -105,4 +91,69 @@ void cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float 
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, alpha, a,
                 (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
+}
+
+/*
+ * The pool splits a large GEMM into one panel of C per thread (columns when C is wide,
+ * rows otherwise) and each panel runs single-threaded. So the BLAS library never
+ * starts its own team: OpenMP workers that spin after a parallel region would fight
+ * the pool's workers for the two cores on every GEMM / elementwise alternation (we
+ * measured a 3x slowdown of a chunked convolution on a loaded machine).
+ */
+struct gemm_job {
+    int ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    int by_cols;
+    int64_t step;
+};
+
+static void gemm_task(void *ctx, int64_t beg, int64_t end, int tid)
+{
+    struct gemm_job *j = ctx;
+    for (int64_t p = beg; p < end; p++) {
+        int64_t lo = p * j->step, len = (j->by_cols ? j->n : j->m) - lo;
+        len = len < j->step ? len : j->step;
+        if (len <= 0)
+            continue;
+        if (j->by_cols)
+            sgemm1(j->ta, j->tb, j->m, len, j->k, j->alpha, j->a, j->lda,
+                   j->b + (j->tb ? lo * j->ldb : lo), j->ldb, j->beta, j->c + lo, j->ldc, 1);
+        else
+            sgemm1(j->ta, j->tb, len, j->n, j->k, j->alpha, j->a + (j->ta ? lo : lo * j->lda),
+                   j->lda, j->b, j->ldb, j->beta, j->c + lo * j->ldc, j->ldc, 1);
+    }
+}
+
+void cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+               int64_t ldc, int threads)
+{
+    if (use_dnnl < 0)
+        pick();
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0) {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return;
+    }
+    int nt = tensor__pool_threads();
+    if (threads == 1 || nt == 1 || (double)m * (double)n * (double)k < 4e6) {
+        sgemm1(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1);
+        return;
+    }
+    struct gemm_job j = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c,
+                         n >= m || n >= 64 * nt, 0};
+    int64_t len = j.by_cols ? n : m;
+    /* panels of 16-multiple width keep the kernels' vector tails out of the split */
+    /* two panels per thread so a descheduled thread's work can be taken over */
+    j.step = ((len + 2 * nt - 1) / (2 * nt) + 15) / 16 * 16;
+    int64_t parts = (len + j.step - 1) / j.step;
+    cpu_gemm_pool_enter();
+    tensor__pool_for(parts, gemm_task, &j);
+    cpu_gemm_pool_leave();
 }

@@ -1,11 +1,14 @@
 /*
  * pool.c — the one persistent CPU worker pool behind every CPU op.
  *
- * Workers sleep on a condition variable between jobs (never spin), because the
- * BLAS library runs its own threads during GEMMs and spinning workers would
- * steal its cores. A job is a range [0, n) cut into one contiguous chunk per
- * thread; the calling thread runs chunk 0 itself, so a 1-thread pool costs
- * nothing. Nested calls (a task calling tensor__pool_for) run inline.
+ * Workers sleep on a condition variable between jobs (never spin): on a shared
+ * machine a spinning worker steals the core another process (or a straggling
+ * sibling) needs. A job is a range [0, n); threads take pieces of `grain`
+ * items from a shared atomic cursor until it runs out, so when one thread is
+ * descheduled the others do its share instead of waiting for it (static
+ * halves made an op as slow as its slowest thread on a loaded machine). The
+ * calling thread takes part, so a 1-thread pool costs nothing. Nested calls (a
+ * task calling tensor__pool_for) run inline.
  *
  * Threads: tensor__pool_for is called by one thread at a time (the executor);
  * the pool's lock is a leaf.
@@ -32,16 +35,23 @@ static struct pool {
     tensor_pool_fn fn;
     void *ctx;
     int64_t n;
+    int64_t grain;
+    atomic_llong next;       /* cursor into [0, n) */
 } P = {.mu = PTHREAD_MUTEX_INITIALIZER,
          .wake = PTHREAD_COND_INITIALIZER,
          .done = PTHREAD_COND_INITIALIZER};
 
 static _Thread_local int in_task;
 
-static void chunk(int64_t n, int nt, int i, int64_t *b, int64_t *e)
+/* Take pieces from the cursor until the range is exhausted. */
+static void drain(tensor_pool_fn fn, void *ctx, int64_t n, int64_t grain, int tid)
 {
-    *b = n * i / nt;
-    *e = n * (i + 1) / nt;
+    for (;;) {
+        int64_t b = atomic_fetch_add(&P.next, grain);
+        if (b >= n)
+            return;
+        fn(ctx, b, b + grain < n ? b + grain : n, tid);
+    }
 }
 
 static void *worker(void *arg)
@@ -58,11 +68,9 @@ static void *worker(void *arg)
         seen = P.gen;
         tensor_pool_fn fn = P.fn;
         void *ctx = P.ctx;
-        int64_t b, e;
-        chunk(P.n, P.nthreads, id, &b, &e);
+        int64_t n = P.n, grain = P.grain;
         pthread_mutex_unlock(&P.mu);
-        if (b < e)
-            fn(ctx, b, e, id);
+        drain(fn, ctx, n, grain, id);
         pthread_mutex_lock(&P.mu);
         if (--P.pending == 0)
             pthread_cond_signal(&P.done);
@@ -134,20 +142,22 @@ void tensor__pool_for(int64_t n, tensor_pool_fn fn, void *ctx)
         fn(ctx, 0, n, 0);
         return;
     }
+    /* ~4 pieces per thread: enough to rebalance, few enough to keep pieces large */
+    int64_t grain = n / ((int64_t)P.nthreads * 4);
+    grain = grain < 1 ? 1 : grain;
     pthread_mutex_lock(&P.mu);
     P.fn = fn;
     P.ctx = ctx;
     P.n = n;
+    P.grain = grain;
+    atomic_store(&P.next, 0);
     P.pending = P.nthreads - 1;
     P.gen++;
     pthread_cond_broadcast(&P.wake);
     pthread_mutex_unlock(&P.mu);
 
-    int64_t b, e;
-    chunk(n, P.nthreads, 0, &b, &e);
     in_task = 1;
-    if (b < e)
-        fn(ctx, b, e, 0);
+    drain(fn, ctx, n, grain, 0);
     in_task = 0;
 
     pthread_mutex_lock(&P.mu);

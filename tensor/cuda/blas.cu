@@ -136,17 +136,18 @@ int tensor__cuda_linear(struct tensor *out, const struct tensor *x, const struct
                         const struct tensor *bias, struct err *e)
 {
     enum tensor_dtype dt = out->dtype;
-    struct tensor *tx = NULL, *tw = NULL, *to = NULL;
-    const struct tensor *cx, *cw, *co;
+    struct tensor *tx = NULL, *tw = NULL, *to = NULL, *tb = NULL;
+    const struct tensor *cx, *cw, *co, *cb;
     int rc;
     if ((rc = cu_contig(x, dt, &tx, &cx, e)) < 0 || (rc = cu_contig(w, dt, &tw, &cw, e)) < 0 ||
-        (rc = cu_contig(out, dt, &to, &co, e)) < 0)
+        (rc = cu_contig(out, dt, &to, &co, e)) < 0 ||
+        (rc = cu_contig(bias, bias ? bias->dtype : dt, &tb, &cb, e)) < 0)
         goto out;
     {
         int64_t k = w->shape[1], n = w->shape[0], rows = tensor_numel(x) / k;
         int64_t total = rows * n;
         k_bias_rows<<<cu_blocks(total, 256), 256, 0, cu_stream(out)>>>(
-            tensor_data(co), dt, bias ? tensor_data(bias) : NULL, bias ? bias->dtype : 0, n, total);
+            tensor_data(co), dt, cb ? tensor_data(cb) : NULL, cb ? cb->dtype : 0, n, total);
         LAUNCH_CHECK();
         gemm_rm(cu_blas(out), 0, 1, rows, n, k, 1.0f, tensor_data(cx), cu_dtype(dt), k, 0,
                 tensor_data(cw), cu_dtype(dt), k, 0, 1.0f, tensor_data(co), cu_dtype(dt), n, 0, 1);
@@ -157,6 +158,7 @@ out:
     tensor_free(tx);
     tensor_free(tw);
     tensor_free(to);
+    tensor_free(tb);
     return rc;
 }
 
@@ -189,11 +191,12 @@ int tensor__cuda_conv2d(struct tensor *out, const struct tensor *x, const struct
                         struct err *e)
 {
     enum tensor_dtype dt = out->dtype;
-    struct tensor *tx = NULL, *tw = NULL, *to = NULL, *cols = NULL;
-    const struct tensor *cx, *cw, *co;
+    struct tensor *tx = NULL, *tw = NULL, *to = NULL, *tb = NULL, *cols = NULL;
+    const struct tensor *cx, *cw, *co, *cb;
     int rc;
     if ((rc = cu_contig(x, dt, &tx, &cx, e)) < 0 || (rc = cu_contig(w, dt, &tw, &cw, e)) < 0 ||
-        (rc = cu_contig(out, dt, &to, &co, e)) < 0)
+        (rc = cu_contig(out, dt, &to, &co, e)) < 0 ||
+        (rc = cu_contig(bias, bias ? bias->dtype : dt, &tb, &cb, e)) < 0)
         goto out;
     {
         int64_t n = x->shape[0], ci = x->shape[1], h = x->shape[2], wd = x->shape[3];
@@ -207,8 +210,7 @@ int tensor__cuda_conv2d(struct tensor *out, const struct tensor *x, const struct
             goto out;
         int64_t total = n * cout * p;
         k_bias_planes<<<cu_blocks(total, 256), 256, 0, cu_stream(out)>>>(
-            tensor_data(co), dt, bias ? tensor_data(bias) : NULL, bias ? bias->dtype : 0, cout, p,
-            total);
+            tensor_data(co), dt, cb ? tensor_data(cb) : NULL, cb ? cb->dtype : 0, cout, p, total);
         LAUNCH_CHECK();
         cublasHandle_t hb = cu_blas(out);
         for (int64_t b = 0; b < n; b++) {
@@ -231,6 +233,7 @@ int tensor__cuda_conv2d(struct tensor *out, const struct tensor *x, const struct
         tensor__cuda_copy(out, to, e);
 out:
     tensor_free(cols);
+    tensor_free(tb);
     tensor_free(tx);
     tensor_free(tw);
     tensor_free(to);

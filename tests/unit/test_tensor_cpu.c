@@ -225,6 +225,35 @@ static void test_matmul(void)
             tensor_free(b);
             tensor_free(o);
         }
+    /* big enough (>= 4e6 flops) to be split into panels over the pool: by columns
+     * (wide C) and by rows (tall C), with both transposes */
+    for (int tall = 0; tall < 2; tall++)
+        for (int tr = 0; tr < 4; tr += 3) {
+            int ta = tr & 1, tb = tr >> 1;
+            int64_t m2 = tall ? 611 : 37, n2 = tall ? 29 : 517, k2 = tall ? 230 : 260;
+            float *va2, *vb2;
+            struct tensor *a2 = mk(TENSOR_F32, 2, ta ? (int64_t[]){k2, m2} : (int64_t[]){m2, k2}, 1, &va2);
+            struct tensor *b2 = mk(TENSOR_F32, 2, tb ? (int64_t[]){n2, k2} : (int64_t[]){k2, n2}, 1, &vb2);
+            struct tensor *o3;
+            tensor_new(D, TENSOR_F32, 2, (int64_t[]){m2, n2}, &o3, NULL);
+            EXPECT_OK(tensor_matmul(o3, a2, b2, ta, tb, 1.0f, &e));
+            double *ref = xmalloc((size_t)(m2 * n2) * sizeof(double));
+            for (int64_t i = 0; i < m2; i++)
+                for (int64_t j = 0; j < n2; j++) {
+                    double s = 0;
+                    for (int64_t k = 0; k < k2; k++)
+                        s += (double)(ta ? va2[k * m2 + i] : va2[i * k2 + k]) *
+                             (tb ? vb2[j * k2 + k] : vb2[k * n2 + j]);
+                    ref[i * n2 + j] = s;
+                }
+            check(tall ? "matmul split by rows" : "matmul split by columns", o3, ref, 1e-5);
+            xfree(ref);
+            xfree(va2);
+            xfree(vb2);
+            tensor_free(a2);
+            tensor_free(b2);
+            tensor_free(o3);
+        }
     /* a transposed *view* (stride trick) must match the explicit transpose flag */
     float *va;
     struct tensor *a = mk(TENSOR_F32, 2, (int64_t[]){K, M}, 1, &va), *at = NULL, *o, *o2;
