@@ -65,7 +65,7 @@ struct mm_config {
     int lowvram, novram, highvram, gpu_only, normalvram; /* the exclusive group */
     size_t vram_budget;       /* --vram-budget: hard cap, bytes; 0 = none */
     size_t reserve_vram;      /* --reserve-vram, bytes; used only when reserve_set */
-    int reserve_set;
+    int reserve_set;          /* the flag was given (default: 400 MiB on CUDA, 0 on sim) */
     int disable_smart_memory; /* unload everything else before each load, all at prompt end */
     int async_offload;        /* prefetch depth k (copy streams); -1 default (2), 0 = sync */
     int disable_pinned_memory;

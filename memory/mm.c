@@ -238,6 +238,8 @@ void mm__unload_model(struct patcher_model *m)
 {
     if (!m->mm)
         return;
+    /* Kernels queued by the last node may still read these buffers (CUDA). */
+    dev_stream_sync(dev_compute_stream(m->dev));
     for (int i = 0; i < m->nlayers; i++) {
         struct pm_layer *L = &m->layers[i];
         if (L->holds > 0) {

@@ -492,6 +492,8 @@ int mm_load_models(struct mm *mm, const struct mm_request *req, struct mm_report
         req->n_later > MM_MAX_MODELS)
         return err_set(e, ERR_INVALID, "load request: bad model count");
     double t0 = mm__now_ms();
+    /* Evicting frees buffers the previous node's queued kernels may still read. */
+    dev_stream_sync(dev_compute_stream(mm->dev));
     mm->tick++;
     mm->ncur = 0;
     dev_peak_reset(mm->dev);

@@ -18,6 +18,7 @@
  * the same layer is asked for again before the slot is recycled).
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "log.h"
@@ -37,6 +38,7 @@ struct mm_stream {
     unsigned char *pack;         /* owned: streamed layers, device layout */
     size_t pack_bytes;
     int pinned;                  /* pack from dev_host_alloc (else xmalloc_aligned) */
+    int direct;                  /* no pack (RAM short): copy each weight from its host copy */
     int *order, n;               /* streamed layers in execution order */
     int *pos_of;                 /* layer -> position in order, -1 if resident */
     int nlayers;
@@ -60,6 +62,8 @@ void mm__stream_free(struct patcher_model *m, struct mm_stream *st)
     (void)m;
     if (st->copy)
         dev_stream_sync(st->copy); /* nothing may be copying into a slot we free */
+    /* Nor computing from one (CUDA kernels queued by the last node). */
+    dev_stream_sync(dev_compute_stream(st->d));
     for (int s = 0; s < st->nslots; s++) {
         if (st->copy_done)
             dev_event_free(st->copy_done[s]);
@@ -141,9 +145,20 @@ int mm__stream_new(struct patcher_model *m, int slots, int prefetch, int use_pin
         err_set(e, rc, "cannot create a copy stream for '%s'", m->name);
         goto fail;
     }
-    /* The pack: pinned so uploads are asynchronous DMA (pageable falls back, logged once
-     * by the device). Filled once here, from the host copy. */
-    if (use_pinned) {
+    /*
+     * The pack: pinned so uploads are asynchronous DMA (pageable falls back, logged once
+     * by the device). Filled once here, from the host copy. It is a second host copy
+     * of the streamed layers, so it is made only when available RAM keeps 2 GiB of
+     * headroom (memory.md §6.5); otherwise each weight is copied from the host copy
+     * itself (mmap / pageable: slower, one copy per weight, but no RAM).
+     */
+    long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    size_t avail = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : SIZE_MAX;
+    if (avail < st->pack_bytes + ((size_t)2 << 30) && dev_kind(st->d) == DEV_KIND_CUDA) {
+        log_info("streaming '%s' straight from its host copy: %zu MiB would not leave "
+                 "RAM headroom", m->name, st->pack_bytes >> 20);
+        st->direct = 1;
+    } else if (use_pinned) {
         int pinned = 0;
         if ((rc = dev_host_alloc(st->d, st->pack_bytes, (void **)&st->pack, &pinned)) < 0) {
             err_set(e, rc, "cannot allocate %zu bytes of host memory for streaming '%s'",
@@ -154,7 +169,7 @@ int mm__stream_new(struct patcher_model *m, int slots, int prefetch, int use_pin
     } else {
         st->pack = xmalloc_aligned(4096, st->pack_bytes);
     }
-    for (int k = 0; k < st->n; k++) {
+    for (int k = 0; !st->direct && k < st->n; k++) {
         const struct pm_layer *L = &m->layers[st->order[k]];
         for (int j = 0; j < L->nw; j++)
             memcpy(st->pack + L->pack_off + L->w[j].off, L->w[j].host, L->w[j].bytes);
@@ -202,6 +217,19 @@ static int issue_copy(struct patcher_model *m, struct mm_stream *st, int s, int 
 {
     const struct pm_layer *L = layer_of(m, layer);
     int rc;
+    if (st->direct) {
+        for (int j = 0; j < L->nw; j++) {
+            char *dst = (char *)st->slot_buf[s] + L->w[j].off;
+            rc = st->copy ? dev_copy_async(st->d, st->copy, DEV_COPY_H2D, dst, L->w[j].host,
+                                           L->w[j].bytes)
+                          : dev_copy(st->d, DEV_COPY_H2D, dst, L->w[j].host, L->w[j].bytes);
+            if (rc < 0)
+                return rc;
+        }
+        if (st->copy && (rc = dev_event_record(st->copy_done[s], st->copy)) < 0)
+            return rc;
+        goto done;
+    }
     const void *src = st->pack + L->pack_off;
     if (st->copy) {
         if ((rc = dev_stream_wait_event(st->copy, st->compute_done[s])) < 0 ||
@@ -215,6 +243,7 @@ static int issue_copy(struct patcher_model *m, struct mm_stream *st, int s, int 
         if ((rc = dev_copy(st->d, DEV_COPY_H2D, st->slot_buf[s], src, L->bytes)) < 0)
             return rc;
     }
+done:
     st->slot_layer[s] = layer;
     st->slot_state[s] = SLOT_READY;
     st->slot_sig[s] = 0;

@@ -569,6 +569,72 @@ static void test_cycles(void)
     EXPECT_EQ(alloc_live_count(), live0);
 }
 
+/* ---- CUDA (skipped without a GPU) ------------------------------------------------------- */
+
+static void test_cuda(void)
+{
+    if (dev_cuda_count() == 0) {
+        printf("# no CUDA GPU: cuda planner cases skipped\n");
+        return;
+    }
+    struct synth s;
+    struct patcher_model *m = synth_build(&s, "synth", 128, 112, 7, 42, NULL, NULL);
+    struct patcher *p = patcher_new(m);
+    struct lora_spec ls = {.rank = 4, .alpha = 2.0f, .strength = 0.7f, .seed = 99};
+    struct patcher *pl = patcher_clone(p);
+    add_loras(pl, &s, &ls);
+    size_t total = patcher_model_bytes(m), nout = B * (size_t)s.d;
+    float *in = xmalloc(nout * 4), *ref = xmalloc(nout * 4), *o = xmalloc(nout * 4);
+    float *refl = xmalloc(nout * 4), *host = xmalloc(nout * 4);
+    synth_input(&s, in, B, 7);
+    struct mm *mm;
+    struct err e = {0};
+    EXPECT_OK(open_mm("cpu", &mm, NULL));
+    EXPECT_OK(run_node(mm, &s, p, in, host, 1, NULL, &e));
+    mm_free(mm);
+    int pcts[4] = {100, 50, 25, 5};
+    for (int k = 0; k < 4; k++) {
+        struct mm_config c;
+        mm_config_init(&c);
+        c.device_spec = "cuda:0";
+        size_t budget = total * (size_t)pcts[k] / 100 + synth_activation_bytes(&s, B) +
+                        patcher_patch_workspace_bytes(pl);
+        c.vram_budget = budget + ((size_t)400 << 20); /* + the default reserve */
+        if (mm_new(&c, &mm, &e) < 0) {
+            ok(0, "cuda: mm_new: %s", e.msg);
+            break;
+        }
+        struct mm_report rep;
+        int rc = run_node(mm, &s, p, in, k ? o : ref, 2, &rep, &e);
+        ok(rc == 0, "cuda %d%%: runs (%s)", pcts[k], e.msg);
+        if (k == 0) {
+            double d = max_rel_diff(ref, host, nout);
+            ok(d < 1e-2, "cuda: full residency matches the cpu (rel %.3g)", d);
+        } else {
+            ok(memcmp(o, ref, nout * 4) == 0, "cuda %d%%: bit-identical to full residency",
+               pcts[k]);
+            ok(rep.bytes_streamed > 0, "cuda %d%%: streams %zu bytes", pcts[k],
+               rep.bytes_streamed);
+        }
+        ok(dev_bytes_peak(mm_device(mm)) <= budget + ((size_t)400 << 20),
+           "cuda %d%%: peak within budget", pcts[k]);
+        rc = run_node(mm, &s, pl, in, k ? o : refl, 1, &rep, &e);
+        ok(rc == 0 && (k == 0 || memcmp(o, refl, nout * 4) == 0),
+           "cuda %d%%: lora identical to resident lora (%s)", pcts[k], e.msg);
+        mm_unload_all(mm);
+        EXPECT_EQ(dev_bytes_used(mm_device(mm)), 0);
+        mm_free(mm);
+    }
+    patcher_unref(pl);
+    patcher_unref(p);
+    patcher_model_unref(m);
+    xfree(in);
+    xfree(ref);
+    xfree(o);
+    xfree(refl);
+    xfree(host);
+}
+
 int main(void)
 {
     long live0 = alloc_live_count();
@@ -579,6 +645,7 @@ int main(void)
     test_eviction();
     test_errors_and_flags();
     test_cycles();
+    test_cuda();
     tensor_shutdown();
     EXPECT_EQ(alloc_live_count(), live0);
     return harness_done();

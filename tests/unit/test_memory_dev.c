@@ -236,6 +236,29 @@ static void test_sim_overlap(void)
     dev_close(d);
 }
 
+/* The budget on CUDA: exact accounting of what callers asked for, whatever the
+ * sub-allocator rounds to, and empty blocks go back to the driver. */
+static void test_cuda_budget(void)
+{
+    struct dev *d;
+    struct err e = {0};
+    EXPECT_OK(dev_open("cuda:0", 1 << 20, &d, &e));
+    void *a, *b, *c;
+    EXPECT_OK(dev_alloc(d, 1000, &a));
+    EXPECT_OK(dev_alloc(d, (1 << 20) - 1000, &b));
+    EXPECT_EQ(dev_bytes_used(d), 1 << 20);
+    EXPECT_EQ(dev_alloc(d, 1, &c), ERR_DEVICE_OOM);
+    size_t fr0, fr1, tot;
+    EXPECT_OK(dev_mem_info(d, &fr0, &tot));
+    EXPECT_EQ(fr0, 0); /* budget-capped */
+    dev_free(d, a);
+    dev_free(d, b);
+    EXPECT_EQ(dev_bytes_used(d), 0);
+    EXPECT_OK(dev_mem_info(d, &fr1, &tot));
+    EXPECT_EQ(fr1, 1 << 20);
+    dev_close(d);
+}
+
 int main(void)
 {
     long live0 = alloc_live_count();
@@ -248,6 +271,7 @@ int main(void)
     test_async_order("cpu");
     test_sim_overlap();
     if (dev_cuda_count() > 0) {
+        test_cuda_budget();
         test_no_leak_cycles("cuda:0");
         test_async_order("cuda:0");
     } else {
