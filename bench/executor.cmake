@@ -1,0 +1,10 @@
+# bench/executor: the executor's own overhead in microseconds per node for a 10k-node
+# chain and a 10k-node wide DAG of trivial nodes (goal <= 2 us/node), fresh and fully
+# cached, with and without event building, and the time to validate the default
+# workflow (with stand-in SD node declarations registered by the benchmark only).
+# One command: build/bench/bench_executor (or the target bench_executor_run).
+add_executable(bench_executor ${CMAKE_CURRENT_LIST_DIR}/executor/bench_executor.c)
+target_link_libraries(bench_executor PRIVATE latentd_graph)
+target_compile_definitions(bench_executor PRIVATE LATENTD_SPEC_DIR="/work/shared/spec")
+add_custom_target(bench_executor_run COMMAND $<TARGET_FILE:bench_executor>
+                  DEPENDS bench_executor USES_TERMINAL)
