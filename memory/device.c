@@ -132,7 +132,7 @@ int dev_open(const char *spec, size_t budget, struct dev **out, struct err *e)
         return err_set(e, rc, "cannot open device '%s': compute stream", spec);
     }
     if (d->budget != SIZE_MAX)
-        log_info("device %s: budget %zu MiB", d->name, d->budget >> 20);
+        log_debug("device %s: budget %zu bytes", d->name, d->budget);
     *out = d;
     return 0;
 }

@@ -65,6 +65,8 @@ struct patcher_model {
     int nlayers, caplayers;
     struct pm_keep *keeps; /* owned array */
     int nkeeps;
+    int32_t *index;        /* owned: open-addressing key -> (layer << 16 | weight) + 1 */
+    size_t index_cap;      /* slots (power of two), 0 while not built */
 
     /* Device state: managed by mm_plan.c / mm.c. */
     struct mm *mm;         /* borrowed: the manager it is loaded on, NULL if none */

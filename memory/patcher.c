@@ -15,6 +15,9 @@ static atomic_uint_fast64_t lora_ids = 1;
 
 static size_t align_up(size_t n) { return (n + MM_ALIGN - 1) & ~(size_t)(MM_ALIGN - 1); }
 
+static int L_weights_full(const struct patcher_model *m, int layer);
+static void index_add(struct patcher_model *m, int layer, int w);
+
 /* ---- models ------------------------------------------------------------------------ */
 
 struct patcher_model *patcher_model_new(const char *name, enum patcher_role role)
@@ -45,6 +48,7 @@ void patcher_model_unref(struct patcher_model *m)
         xfree(L->name);
     }
     xfree(m->layers);
+    xfree(m->index);
     for (int i = m->nkeeps - 1; i >= 0; i--)
         m->keeps[i].release(m->keeps[i].user);
     xfree(m->keeps);
@@ -84,6 +88,9 @@ int patcher_model_add_weight(struct patcher_model *m, int layer, const char *key
     int l2, i2;
     if (patcher_model_find(m, key, &l2, &i2) == 0)
         return err_set(e, ERR_EXISTS, "model '%s': duplicate weight '%s'", m->name, key);
+    if (L_weights_full(m, layer))
+        return err_set(e, ERR_TOO_LARGE, "model '%s': too many weights in layer %d", m->name,
+                       layer);
     size_t numel = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 1)
@@ -113,7 +120,9 @@ int patcher_model_add_weight(struct patcher_model *m, int layer, const char *key
     }
     w->off = align_up(L->bytes);
     L->bytes = w->off + w->bytes;
-    return L->nw++;
+    L->nw++;
+    index_add(m, layer, L->nw - 1);
+    return L->nw - 1;
 }
 
 void patcher_model_keep(struct patcher_model *m, void (*release)(void *user), void *user)
@@ -144,15 +153,66 @@ size_t patcher_model_bytes(const struct patcher_model *m)
     return n;
 }
 
+static uint64_t key_hash(const char *k)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *k; k++) {
+        h ^= (unsigned char)*k;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static int L_weights_full(const struct patcher_model *m, int layer)
+{
+    return m->layers[layer].nw >= 0xffff || layer >= 0x7fff;
+}
+
+static void index_insert(struct patcher_model *m, int layer, int w)
+{
+    size_t mask = m->index_cap - 1;
+    size_t i = (size_t)key_hash(m->layers[layer].w[w].key) & mask;
+    while (m->index[i])
+        i = (i + 1) & mask;
+    m->index[i] = (int32_t)(((uint32_t)layer << 16 | (uint32_t)w) + 1);
+}
+
+/* Model code looks weights up by name on every access: keep it O(1). The table is
+ * rebuilt whenever it would pass half full. */
+static void index_add(struct patcher_model *m, int layer, int w)
+{
+    size_t n = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        n += (size_t)m->layers[i].nw;
+    if (2 * n > m->index_cap) {
+        size_t cap = 64;
+        while (cap < 4 * n)
+            cap *= 2;
+        xfree(m->index);
+        m->index = xcalloc(cap, sizeof(*m->index));
+        m->index_cap = cap;
+        for (int i = 0; i < m->nlayers; i++)
+            for (int j = 0; j < m->layers[i].nw; j++)
+                index_insert(m, i, j);
+        return;
+    }
+    index_insert(m, layer, w);
+}
+
 int patcher_model_find(const struct patcher_model *m, const char *key, int *layer, int *index)
 {
-    for (int i = 0; i < m->nlayers; i++)
-        for (int j = 0; j < m->layers[i].nw; j++)
-            if (strcmp(m->layers[i].w[j].key, key) == 0) {
-                *layer = i;
-                *index = j;
-                return 0;
-            }
+    if (!m->index_cap)
+        return ERR_NOT_FOUND;
+    size_t mask = m->index_cap - 1;
+    for (size_t i = (size_t)key_hash(key) & mask; m->index[i]; i = (i + 1) & mask) {
+        uint32_t v = (uint32_t)(m->index[i] - 1);
+        int l = (int)(v >> 16), j = (int)(v & 0xffff);
+        if (strcmp(m->layers[l].w[j].key, key) == 0) {
+            *layer = l;
+            *index = j;
+            return 0;
+        }
+    }
     return ERR_NOT_FOUND;
 }
 
