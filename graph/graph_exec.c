@@ -255,7 +255,11 @@ static void sig_one(struct run *r, int n)
         ghash_str(&h, fp.ptr);
         buf_release(&fp);
     }
-    if (gn->cls->flags & NODE_CLASS_NOT_IDEMPOTENT)
+    /* The node id joins the key only for classes that see it (§6.5). */
+    int sees_id = (gn->cls->flags & NODE_CLASS_NOT_IDEMPOTENT) != 0;
+    for (int k = 0; k < gn->n_in && !sees_id; k++)
+        sees_id = gn->cls->inputs[k].group == NODE_INPUT_HIDDEN && !strcmp(gn->cls->inputs[k].type, "UNIQUE_ID");
+    if (sees_id)
         ghash_str(&h, gn->id);
     int idx_small[16];
     int *idx = gn->n_in <= 16 ? idx_small : xmalloc((size_t)gn->n_in * sizeof(int));
@@ -602,23 +606,23 @@ static int hook_progress(void *user, double value, double max, const uint8_t *rg
         return 0;
     int64_t now = mono_ms();
     int last = value >= max;
+    /* Throttle: a fast loop must not flood the socket. The first and the last
+     * step always go out. */
+    if (!last && r->last_progress_ms && now - r->last_progress_ms < PROGRESS_MIN_INTERVAL_MS)
+        return 0;
+    r->last_progress_ms = now;
+    /* ComfyUI's order: progress_state, then the preview, then progress. */
+    pstate_set(r, n, X_RUNNING, value, max);
     if (rgb && r->g->cfg.preview_method != GRAPH_PREVIEW_NONE && r->ev && r->ev->preview &&
-        (last || now - r->last_preview_ms >= PREVIEW_MIN_INTERVAL_MS)) {
+        (last || !r->last_preview_ms || now - r->last_preview_ms >= PREVIEW_MIN_INTERVAL_MS)) {
         r->last_preview_ms = now;
-        struct value *img = NULL;
-        size_t nb = 0;
         uint8_t *jpg = NULL;
-        (void)img;
+        size_t nb = 0;
         if (node_imageio_preview_jpeg(rgb, w, h, r->g->cfg.preview_size, &jpg, &nb) == 0) {
-            pstate_set(r, n, X_RUNNING, value, max);
             r->ev->preview(r->ev->user, 1, jpg, nb, r->p.nodes[n].id, r->job->prompt_id);
             xfree(jpg);
         }
     }
-    if (!last && r->last_progress_ms && now - r->last_progress_ms < PROGRESS_MIN_INTERVAL_MS)
-        return 0;
-    r->last_progress_ms = now;
-    pstate_set(r, n, X_RUNNING, value, max);
     if (want_events(r)) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddNumberToObject(d, "value", value);
@@ -629,7 +633,6 @@ static int hook_progress(void *user, double value, double max, const uint8_t *rg
     }
     return 0;
 }
-
 
 static void fill_hidden(struct run *r, struct node_ctx *c, int n)
 {
@@ -887,6 +890,7 @@ static int execute_node(struct run *r, int n)
     } else {
         r->cur = n;
         r->last_progress_ms = 0;
+        r->last_preview_ms = 0;
         rc = gn->cls->run(&c);
         r->cur = -1;
     }
