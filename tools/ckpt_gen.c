@@ -118,6 +118,8 @@ static void on_key(void *user, const struct sd15_key *k)
         return;
     if (k->comp == SD15_VAE && (o->flags & CKPT_GEN_NO_VAE))
         return;
+    if (k->comp == SD15_CLIP && (o->flags & CKPT_GEN_NO_CLIP))
+        return;
     if (o->drop_tensor && strcmp(o->drop_tensor, k->name) == 0)
         return;
     struct gen_entry *g = push(l);

@@ -29,6 +29,7 @@ enum ckpt_gen_flags {
     CKPT_GEN_OPENCLIP = 1 << 5,      /* SD2-style text encoder keys cond_stage_model.model.* */
     CKPT_GEN_NO_VAE = 1 << 6,        /* leave the VAE out */
     CKPT_GEN_EMBED_F16 = 1 << 7,     /* store the token embedding table as F16 regardless */
+    CKPT_GEN_NO_CLIP = 1 << 8,       /* leave out the text encoder */
 };
 
 struct ckpt_gen_opts {

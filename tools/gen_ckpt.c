@@ -31,6 +31,7 @@ static void usage(FILE *fp)
           "  --drop NAME         leave tensor NAME out\n"
           "  --extra NAME        add an unexpected tensor NAME\n"
           "  --no-vae            leave out the VAE\n"
+          "  --no-clip           leave out the text encoder\n"
           "  --truncate N        cut the written file to N bytes (N < 0: drop -N bytes)\n"
           "  --corrupt-header    overwrite the start of the JSON header with garbage\n"
           "  --if-missing        do nothing if OUT already exists\n",
@@ -106,6 +107,8 @@ int main(int argc, char **argv)
             o.flags |= CKPT_GEN_EMBED_F16;
         } else if (!strcmp(a, "--no-vae")) {
             o.flags |= CKPT_GEN_NO_VAE;
+        } else if (!strcmp(a, "--no-clip")) {
+            o.flags |= CKPT_GEN_NO_CLIP;
         } else if (!strcmp(a, "--arch")) {
             NEED();
             arch = next;

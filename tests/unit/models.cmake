@@ -14,3 +14,7 @@ latentd_add_test(test_models_fwd SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_f
                  ARGS ${PROJECT_SOURCE_DIR}/tests/fixtures/models
                       ${PROJECT_SOURCE_DIR}/models/data/sd1_tokenizer
                  LABELS unit TIMEOUT 120)
+# Full-size SD1.5 UNet (1.7 GB fp16, generated and deleted by the test): label `model`
+# so that local runs can skip it with -LE model; ~75 s on 2 cores, mostly generation.
+latentd_add_test(test_models_full SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_full.c
+                 LIBS latentd_ckptgen latentd_models LABELS model TIMEOUT 600)
