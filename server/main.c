@@ -40,7 +40,7 @@ static void on_pending(void *user, struct srv_store_job *sj)
         srv_job_free(j);
         return;
     }
-    srv_queue_push(&s->queue, j);
+    srv_queue_push(&s->queue, j, NULL, NULL);
 }
 
 static void on_http(void *user, int fd, const struct sockaddr *sa, socklen_t len)

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/sysinfo.h>
+#include <time.h>
 
 #include "alloc.h"
 #include "srv_buf.h"
@@ -91,13 +93,19 @@ static int parse_long(const char *s, long *out)
     return 0;
 }
 
-void srv_broadcast_status(struct srv *s)
+static void broadcast_count(void *user, int remaining)
 {
+    struct srv *s = user;
     cJSON *d = cJSON_CreateObject();
     cJSON *st = cJSON_AddObjectToObject(d, "status");
     cJSON *ei = cJSON_AddObjectToObject(st, "exec_info");
-    cJSON_AddNumberToObject(ei, "queue_remaining", srv_queue_remaining(&s->queue));
+    cJSON_AddNumberToObject(ei, "queue_remaining", remaining);
     srv_ws_send(s->ws, NULL, "status", d);
+}
+
+void srv_broadcast_status(struct srv *s)
+{
+    broadcast_count(s, srv_queue_remaining(&s->queue));
 }
 
 /* ---- POST /prompt ---------------------------------------------------------------------- */
@@ -221,9 +229,8 @@ static void route_prompt_post(struct srv_req *r)
     cJSON_AddItemToObject(resp, "node_errors", v.node_errors ? v.node_errors : cJSON_CreateObject());
     v.node_errors = NULL;
     log_debug("prompt '%s' queued (number %s)", job->prompt_id, job->number_text);
-    srv_queue_push(&s->queue, job);
+    srv_queue_push(&s->queue, job, broadcast_count, s); /* status queued before any run event */
     job = NULL;
-    srv_broadcast_status(s);
     resp_json(r, 200, resp);
 out:
     srv_job_free(job);
@@ -397,9 +404,46 @@ static long long meminfo_kb(const char *key)
     return v;
 }
 
+/*
+ * /system_stats is polled by every UI and SDK; reading /proc/meminfo and the device's
+ * memory counters on each call is most of its cost. The formatted answer is reused for
+ * STATS_TTL_MS, so figures are at most that old (memory changes slower than clients poll).
+ */
+#define STATS_TTL_MS 250
+static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *stats_text;     /* owned (xmalloc); guarded by stats_lock */
+static int64_t stats_at_ms;  /* monotonic ms of stats_text */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static char *system_stats_text(struct srv *s);
+
 static void route_system_stats(struct srv_req *r)
 {
-    struct srv *s = r->srv;
+    int64_t now = mono_ms();
+    char *text = NULL;
+    pthread_mutex_lock(&stats_lock);
+    if (stats_text && now - stats_at_ms < STATS_TTL_MS)
+        text = xstrdup(stats_text);
+    pthread_mutex_unlock(&stats_lock);
+    if (!text) {
+        text = system_stats_text(r->srv);
+        pthread_mutex_lock(&stats_lock);
+        xfree(stats_text);
+        stats_text = xstrdup(text);
+        stats_at_ms = now;
+        pthread_mutex_unlock(&stats_lock);
+    }
+    resp_json_text(r, 200, text);
+}
+
+static char *system_stats_text(struct srv *s)
+{
     cJSON *o = cJSON_CreateObject();
     cJSON *sys = cJSON_AddObjectToObject(o, "system");
     cJSON_AddStringToObject(sys, "os", "posix");
@@ -420,7 +464,11 @@ static void route_system_stats(struct srv_req *r)
     cJSON *d = graph_device_stats(s->graph);
     if (d)
         cJSON_AddItemToArray(devs, d);
-    resp_json(r, 200, o);
+    char *p = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    char *text = xstrdup(p);
+    cJSON_free(p);
+    return text;
 }
 
 static void route_features(struct srv_req *r)

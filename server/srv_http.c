@@ -84,8 +84,11 @@ void resp_json(struct srv_req *r, unsigned status, cJSON *j)
 {
     char *p = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
-    resp_bytes(r, status, "application/json; charset=utf-8", p, strlen(p));
-    cJSON_free(p);
+    /* Handed to MHD as is (no copy); MHD frees it with cJSON's allocator. */
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer_with_free_callback(strlen(p), p, cJSON_free);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json; charset=utf-8");
+    set_resp(r, status, resp);
 }
 
 void resp_empty(struct srv_req *r, unsigned status)

@@ -51,7 +51,8 @@ static int job_cmp(const struct srv_job *a, const struct srv_job *b)
     return strcmp(a->prompt_id, b->prompt_id);
 }
 
-int srv_queue_push(struct srv_queue *q, struct srv_job *j)
+int srv_queue_push(struct srv_queue *q, struct srv_job *j, void (*notify)(void *user, int remaining),
+                   void *user)
 {
     pthread_mutex_lock(&q->lock);
     if (q->n_pending == q->cap_pending) {
@@ -67,6 +68,8 @@ int srv_queue_push(struct srv_queue *q, struct srv_job *j)
     q->pending[i] = j;
     q->n_pending++;
     int remaining = q->n_pending + (q->running != NULL);
+    if (notify)
+        notify(user, remaining);
     pthread_cond_signal(&q->cond);
     pthread_mutex_unlock(&q->lock);
     return remaining;

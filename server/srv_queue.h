@@ -46,8 +46,16 @@ void srv_queue_release(struct srv_queue *q);
 /* Take the next priority number (counter++) or its negation for `front`. */
 int64_t srv_queue_take_number(struct srv_queue *q, int front);
 
-/* Push a job (ownership passes to the queue). Returns queue_remaining after the push. */
-int srv_queue_push(struct srv_queue *q, struct srv_job *j);
+/*
+ * Push a job (ownership passes to the queue). Returns queue_remaining after the push.
+ * `notify` (may be NULL) is called with that count while the queue lock is still held,
+ * before the executor can pop the job: POST /prompt uses it to queue its status broadcast
+ * so that it cannot arrive after the executor's messages for the same job (ComfyUI calls
+ * queue_updated() under its queue mutex too). The callback may only take leaf locks that
+ * are never held while taking the queue lock (the WS inbox lock).
+ */
+int srv_queue_push(struct srv_queue *q, struct srv_job *j, void (*notify)(void *user, int remaining),
+                   void *user);
 
 /*
  * Executor thread: wait until a job is pending, the queue stops, or srv_queue_wake is

@@ -3,7 +3,7 @@
 # Needs Node 20 and `npm ci` in tests/ (ws).
 find_program(LATENTD_NODE_EXE node)
 if(LATENTD_NODE_EXE AND TARGET latentd)
-  foreach(t routes files ws persist bad)
+  foreach(t routes files ws persist bad cli)
     set(f ${CMAKE_CURRENT_LIST_DIR}/server_${t}.test.js)
     if(EXISTS ${f})
       add_test(NAME e2e_server_${t} COMMAND ${LATENTD_NODE_EXE} --test --test-reporter=spec ${f}

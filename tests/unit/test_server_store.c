@@ -135,10 +135,10 @@ static void test_queue(void)
     srv_queue_init(&q, 5);
     EXPECT_EQ(srv_queue_take_number(&q, 0), 5);
     EXPECT_EQ(srv_queue_take_number(&q, 1), -6);
-    srv_queue_push(&q, job("z", 1, "1"));
-    srv_queue_push(&q, job("y", 1, "1"));
-    srv_queue_push(&q, job("x", -6, "-6"));
-    srv_queue_push(&q, job("w", 2.5, "2.5"));
+    srv_queue_push(&q, job("z", 1, "1"), NULL, NULL);
+    srv_queue_push(&q, job("y", 1, "1"), NULL, NULL);
+    srv_queue_push(&q, job("x", -6, "-6"), NULL, NULL);
+    srv_queue_push(&q, job("w", 2.5, "2.5"), NULL, NULL);
     EXPECT_EQ(srv_queue_remaining(&q), 4);
     cJSON *js = srv_queue_json(&q);
     char *t = cJSON_PrintUnformatted(js);

@@ -1,0 +1,72 @@
+// bench/http driver (see run.sh). Runs are interleaved A B B A per route so that drift on
+// a noisy machine hits both sides alike; each figure is the mean of its two runs.
+"use strict";
+const fs = require("fs");
+const os = require("os");
+const path = require("path");
+const http = require("http");
+const { spawn, execFileSync } = require("child_process");
+
+const [latentdBin, mhdBin] = process.argv.slice(2);
+const seconds = process.env.BENCH_SECONDS || "3";
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function get(port, p) {
+  return new Promise((resolve) => {
+    const req = http.get({ host: "127.0.0.1", port, path: p, agent: false }, (res) => { res.resume(); res.on("end", () => resolve(res.statusCode)); });
+    req.on("error", () => resolve(0));
+  });
+}
+
+function rssMiB(pid) {
+  const s = fs.readFileSync(`/proc/${pid}/status`, "utf8");
+  return parseInt(s.match(/VmRSS:\s+(\d+)/)[1], 10) / 1024;
+}
+
+// Spawn and poll the port file + GET path as fast as possible; returns ms to the first 200.
+async function start(bin, args, portFile) {
+  const t0 = process.hrtime.bigint();
+  const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "inherit"] });
+  let port = 0;
+  for (;;) {
+    if (!port && fs.existsSync(portFile)) port = parseInt(fs.readFileSync(portFile, "utf8"), 10) || 0;
+    if (port && (await get(port, "/system_stats")) === 200) break;
+    if (proc.exitCode !== null) throw new Error(`${bin} exited`);
+    await sleep(1);
+  }
+  const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+  return { proc, port, ms };
+}
+
+function wrk(port, p) {
+  const out = execFileSync("wrk", ["-t2", "-c16", `-d${seconds}s`, `http://127.0.0.1:${port}${p}`], { encoding: "utf8" });
+  const m = out.match(/Requests\/sec:\s+([\d.]+)/);
+  const non2xx = out.match(/Non-2xx or 3xx responses:\s+(\d+)/);
+  if (non2xx) throw new Error(`wrk saw errors on ${p}: ${non2xx[1]}`);
+  return parseFloat(m[1]);
+}
+
+(async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "latentd-bench-"));
+  const lat = await start(latentdBin, ["--port", "0", "--port-file", path.join(dir, "port"), "--base-directory", dir, "--cpu", "--dont-print-server"], path.join(dir, "port"));
+  const mhd = await start(mhdBin, [path.join(dir, "mhd-port")], path.join(dir, "mhd-port"));
+  await sleep(1000);
+  const idle = rssMiB(lat.proc.pid);
+  const rows = [];
+  for (const p of ["/system_stats", "/queue"]) {
+    const a1 = wrk(lat.port, p), b1 = wrk(mhd.port, p), b2 = wrk(mhd.port, p), a2 = wrk(lat.port, p);
+    const a = (a1 + a2) / 2, b = (b1 + b2) / 2;
+    rows.push({ p, a, b });
+  }
+  const after = rssMiB(lat.proc.pid);
+  lat.proc.kill("SIGTERM"); mhd.proc.kill("SIGTERM");
+  await sleep(300);
+  fs.rmSync(dir, { recursive: true, force: true });
+  console.log(`bench/http (wrk -t2 -c16 -d${seconds}s, runs interleaved A B B A)`);
+  for (const r of rows) {
+    const ratio = r.a / r.b;
+    console.log(`  GET ${r.p.padEnd(14)} latentd ${r.a.toFixed(0).padStart(7)} req/s   minimal MHD ${r.b.toFixed(0).padStart(7)} req/s   ratio ${ratio.toFixed(2)} (goal >= 0.8) ${ratio >= 0.8 ? "ok" : "MISSED"}`);
+  }
+  console.log(`  exec -> first 200: latentd ${lat.ms.toFixed(1)} ms (goal <= 100) ${lat.ms <= 100 ? "ok" : "MISSED"}; minimal MHD ${mhd.ms.toFixed(1)} ms`);
+  console.log(`  idle RSS: ${idle.toFixed(1)} MiB after start (goal <= 30) ${idle <= 30 ? "ok" : "MISSED"}; ${after.toFixed(1)} MiB after the load`);
+})().catch((e) => { console.error(e); process.exit(1); });
