@@ -8,6 +8,7 @@
 
 #include "alloc.h"
 #include "graph_internal.h"
+#include "memmgr.h"
 #include "node_builtin.h"
 
 struct graph_ctx *graph_new(const struct graph_config *cfg, struct err *e)
@@ -30,6 +31,27 @@ struct graph_ctx *graph_new(const struct graph_config *cfg, struct err *e)
     g->env.disable_metadata = cfg->disable_metadata;
     g->env.preview_size = g->cfg.preview_size;
     atomic_init(&g->interrupt, 0);
+    /* The memory manager opens the compute device (memory/memmgr.h); nodes reach it
+     * through node_env.mm. */
+    struct mm_config mc;
+    mm_config_init(&mc);
+    mc.device_spec = cfg->device_spec;
+    mc.cpu = cfg->device_spec && !strcmp(cfg->device_spec, "cpu");
+    mc.vram_budget = cfg->vram_budget;
+    if (cfg->reserve_vram) {
+        mc.reserve_vram = cfg->reserve_vram;
+        mc.reserve_set = 1;
+    }
+    mc.disable_smart_memory = cfg->disable_smart_memory;
+    mc.async_offload = cfg->async_offload ? -1 : 0; /* graph_config: a switch; -1 = default depth */
+    mc.disable_pinned_memory = cfg->disable_pinned_memory;
+    struct mm *mm = NULL;
+    if (mm_config_set_state(&mc, cfg->vram_state, e) < 0 || mm_new(&mc, &mm, e) < 0) {
+        xfree(g);
+        return NULL;
+    }
+    g->mm = mm;
+    g->env.mm = mm;
     g->reg = node_registry_new();
     node_registry_add_builtins(g->reg);
     gcache_init(&g->cache);
@@ -43,6 +65,7 @@ void graph_free(struct graph_ctx *g)
     gcache_release(&g->cache);
     graph__instances_free(g);
     node_registry_free(g->reg);
+    mm_free(g->mm); /* after the cache: cached MODEL values may hold loaded models */
     xfree(g);
 }
 
@@ -58,9 +81,10 @@ void graph_interrupt(struct graph_ctx *g)
 
 void graph_free_memory(struct graph_ctx *g, int unload_models, int free_memory)
 {
-    (void)unload_models; /* TODO(graph): unload through memory/ once models exist */
     if (free_memory)
         gcache_clear(&g->cache);
+    if (unload_models)
+        mm_unload_all(g->mm);
 }
 
 size_t graph_cache_count(struct graph_ctx *g)
@@ -88,17 +112,42 @@ static void ram_info(double *total, double *avail)
 
 cJSON *graph_device_stats(struct graph_ctx *g)
 {
-    (void)g;
-    /* CPU until the device layer is wired in: VRAM = RAM (comfy-api.md §3.9). */
-    double total, avail;
-    ram_info(&total, &avail);
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddStringToObject(d, "name", "cpu");
-    cJSON_AddStringToObject(d, "type", "cpu");
-    cJSON_AddNullToObject(d, "index");
-    cJSON_AddNumberToObject(d, "vram_total", total);
-    cJSON_AddNumberToObject(d, "vram_free", avail);
-    cJSON_AddNumberToObject(d, "torch_vram_total", total);
-    cJSON_AddNumberToObject(d, "torch_vram_free", avail);
-    return d;
+    /* comfy-api.md §3.9. CPU: vram = RAM. GPU and simulated devices: our
+     * allocator's view (budget-capped); the "torch" pool is what we allocated. */
+    struct dev *d = mm_device(g->mm);
+    cJSON *o = cJSON_CreateObject();
+    double total, avail, used = 0;
+    if (dev_kind(d) == DEV_KIND_CPU) {
+        ram_info(&total, &avail);
+        cJSON_AddStringToObject(o, "name", "cpu");
+        cJSON_AddStringToObject(o, "type", "cpu");
+        cJSON_AddNullToObject(o, "index");
+        used = avail;
+    } else {
+        struct mm_stats st;
+        mm_stats(g->mm, &st);
+        total = (double)st.vram_total;
+        avail = (double)st.vram_free;
+        used = (double)dev_bytes_used(d);
+        const char *name = dev_name(d);
+        if (dev_kind(d) == DEV_KIND_CUDA) {
+            char buf[160];
+            snprintf(buf, sizeof(buf), "%s : latentd", name);
+            cJSON_AddStringToObject(o, "name", buf);
+            cJSON_AddStringToObject(o, "type", "cuda");
+            int idx = 0;
+            if (sscanf(name, "cuda:%d", &idx) != 1)
+                idx = 0;
+            cJSON_AddNumberToObject(o, "index", idx);
+        } else {
+            cJSON_AddStringToObject(o, "name", name);
+            cJSON_AddStringToObject(o, "type", "sim");
+            cJSON_AddNullToObject(o, "index");
+        }
+    }
+    cJSON_AddNumberToObject(o, "vram_total", total);
+    cJSON_AddNumberToObject(o, "vram_free", avail);
+    cJSON_AddNumberToObject(o, "torch_vram_total", dev_kind(d) == DEV_KIND_CPU ? total : used);
+    cJSON_AddNumberToObject(o, "torch_vram_free", dev_kind(d) == DEV_KIND_CPU ? avail : 0);
+    return o;
 }

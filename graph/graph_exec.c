@@ -19,12 +19,14 @@
  * frontend only draws running nodes' bars).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "alloc.h"
 #include "graph_internal.h"
+#include "memmgr.h"
 #include "node_imageio.h"
 
 #define PROGRESS_SNAPSHOT_MAX 100
@@ -907,6 +909,15 @@ static int execute_node(struct run *r, int n)
     if (rc < 0) {
         if (!c.exc_message.len)
             buf_printf(&c.exc_message, "node %s (%s) failed: %s", gn->id, gn->cls->name, err_str(rc));
+        if (rc == ERR_DEVICE_OOM || !strcmp(c.exc_type, "torch.OutOfMemoryError")) {
+            /* As ComfyUI: free every model and add its hint (§6.4). */
+            if (!c.exc_type[0] || !strcmp(c.exc_type, "RuntimeError"))
+                snprintf(c.exc_type, sizeof(c.exc_type), "torch.OutOfMemoryError");
+            mm_unload_all(r->g->mm);
+            buf_adds(&c.exc_message, "\nThis error means you ran out of memory on your GPU.\n\nTIPS: If the "
+                                     "workflow worked before you might have accidentally set the batch_size to "
+                                     "a large number.");
+        }
         send_failure(r, n, 0, c.exc_type[0] ? c.exc_type : "RuntimeError", c.exc_message.ptr, in);
         stop = 1;
         goto out;
@@ -1028,6 +1039,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     }
     build_history(&r);
     apply_policy_end(&r);
+    mm_prompt_end(g->mm);
 
     for (int i = 0; i < n; i++) {
         struct xnode *x = &r.x[i];

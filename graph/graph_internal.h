@@ -139,6 +139,7 @@ struct gsig ghash_final(const struct ghash *h);
 /* ---- the context ------------------------------------------------------------------ */
 
 struct ginstance; /* per (node id, class) state, graph_exec.c */
+struct mm;
 
 struct graph_ctx {
     struct graph_config cfg;      /* strings borrowed */
@@ -149,7 +150,7 @@ struct graph_ctx {
     uint64_t gen;                 /* prompt generation counter */
     struct ginstance *inst;       /* executor thread */
     int n_inst, cap_inst;
-    void *dev;                    /* struct dev * when the device layer is available */
+    struct mm *mm;                /* owned: memory manager + compute device */
 };
 
 int64_t graph__now_ms(void);

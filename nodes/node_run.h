@@ -30,6 +30,7 @@
 #include "node_value.h"
 
 struct node_class;
+struct mm; /* memory/memmgr.h */
 
 /* Folders and settings (borrowed from the server's config). */
 struct node_env {
@@ -39,6 +40,8 @@ struct node_env {
     const char *temp_dir;
     int disable_metadata;   /* no PNG text chunks */
     int preview_size;       /* px */
+    struct mm *mm;          /* borrowed: the executor's memory manager; NULL = no model
+                               may run (model nodes then fail with a clear error) */
 };
 
 /* A PNG/tEXt key-value pair handed to SaveImage (hidden inputs). */
