@@ -3,13 +3,13 @@
 # Needs Node 20 and `npm ci` in tests/ (ws).
 find_program(LATENTD_NODE_EXE node)
 if(LATENTD_NODE_EXE AND TARGET latentd)
-  foreach(t routes files ws persist bad cli)
+  foreach(t routes files ws persist bad cli preview)
     set(f ${CMAKE_CURRENT_LIST_DIR}/server_${t}.test.js)
     if(EXISTS ${f})
       add_test(NAME e2e_server_${t} COMMAND ${LATENTD_NODE_EXE} --test --test-reporter=spec ${f}
                WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
       set_tests_properties(e2e_server_${t} PROPERTIES LABELS e2e TIMEOUT 180
-        ENVIRONMENT "LATENTD_BIN=${PROJECT_BINARY_DIR}/latentd")
+        ENVIRONMENT "LATENTD_BIN=${PROJECT_BINARY_DIR}/latentd;LATENTD_GEN_CKPT=${PROJECT_BINARY_DIR}/gen_ckpt")
     endif()
   endforeach()
 endif()
