@@ -18,3 +18,5 @@ latentd_add_test(test_models_fwd SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_f
 # so that local runs can skip it with -LE model; ~75 s on 2 cores, mostly generation.
 latentd_add_test(test_models_full SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_full.c
                  LIBS latentd_ckptgen latentd_models LABELS model TIMEOUT 600)
+latentd_add_test(test_models_lora SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_lora.c
+                 LIBS latentd_ckptgen latentd_models LABELS unit TIMEOUT 60)

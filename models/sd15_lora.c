@@ -1,0 +1,425 @@
+/*
+ * LoRA key mapping and patch loading for SD1.x (see sd15_lora.h).
+ */
+#include "sd15_lora.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "buf.h"
+#include "log.h"
+#include "safetensors.h"
+#include "tensor.h"
+
+/* ---- forward map: module prefix -> checkpoint key ------------------------------------------ */
+
+struct fwd {
+    char *prefix; /* owned */
+    char *key;    /* owned: full checkpoint name */
+    int comp;
+};
+
+struct fmap {
+    struct fwd *v;
+    size_t n, cap;
+};
+
+static void fmap_add(struct fmap *m, const char *prefix, const char *key, int comp)
+{
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 4096;
+        m->v = xrealloc(m->v, m->cap * sizeof(*m->v));
+    }
+    m->v[m->n].prefix = xstrdup(prefix);
+    m->v[m->n].key = xstrdup(key);
+    m->v[m->n].comp = comp;
+    m->n++;
+}
+
+static int cmp_fwd(const void *a, const void *b)
+{
+    return strcmp(((const struct fwd *)a)->prefix, ((const struct fwd *)b)->prefix);
+}
+
+static void fmap_release(struct fmap *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        xfree(m->v[i].prefix);
+        xfree(m->v[i].key);
+    }
+    xfree(m->v);
+}
+
+static const struct fwd *fmap_find(const struct fmap *m, const char *prefix)
+{
+    struct fwd k = {.prefix = (char *)prefix};
+    return bsearch(&k, m->v, m->n, sizeof(*m->v), cmp_fwd);
+}
+
+static void mangle(const char *in, char *out, size_t size)
+{
+    snprintf(out, size, "%s", in);
+    for (char *p = out; *p; p++)
+        if (*p == '.')
+            *p = '_';
+}
+
+static int starts_with(const char *s, const char *p)
+{
+    return strncmp(s, p, strlen(p)) == 0;
+}
+
+/* Resnet sub-module names, ldm -> diffusers. */
+static const char *res_sub(const char *s, const char **rest)
+{
+    static const char *const map[][2] = {
+        {"in_layers.0", "norm1"},       {"in_layers.2", "conv1"},  {"emb_layers.1", "time_emb_proj"},
+        {"out_layers.0", "norm2"},      {"out_layers.3", "conv2"}, {"skip_connection", "conv_shortcut"},
+    };
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+        size_t l = strlen(map[i][0]);
+        if (strncmp(s, map[i][0], l) == 0 && (s[l] == 0 || s[l] == '.')) {
+            *rest = s + l;
+            return map[i][1];
+        }
+    }
+    return NULL;
+}
+
+/* The diffusers path of an ldm module path (without ".weight"); 0 on success. */
+static int ldm_to_diffusers(const char *x, char *out, size_t size)
+{
+    int n, sub, len;
+    const char *rest;
+    if (!strcmp(x, "input_blocks.0.0"))
+        return snprintf(out, size, "conv_in"), 0;
+    if (!strcmp(x, "time_embed.0"))
+        return snprintf(out, size, "time_embedding.linear_1"), 0;
+    if (!strcmp(x, "time_embed.2"))
+        return snprintf(out, size, "time_embedding.linear_2"), 0;
+    if (!strcmp(x, "out.0"))
+        return snprintf(out, size, "conv_norm_out"), 0;
+    if (!strcmp(x, "out.2"))
+        return snprintf(out, size, "conv_out"), 0;
+    if (sscanf(x, "input_blocks.%d.%d.%n", &n, &sub, &len) == 2 && n >= 1) {
+        int lvl = (n - 1) / 3, i = (n - 1) % 3;
+        const char *s = x + len;
+        if (i == 2) /* downsampler */
+            return !strcmp(s, "op") ? (snprintf(out, size, "down_blocks.%d.downsamplers.0.conv", lvl), 0)
+                                    : -1;
+        if (sub == 0) {
+            const char *d = res_sub(s, &rest);
+            return d ? (snprintf(out, size, "down_blocks.%d.resnets.%d.%s%s", lvl, i, d, rest), 0) : -1;
+        }
+        return snprintf(out, size, "down_blocks.%d.attentions.%d.%s", lvl, i, s), 0;
+    }
+    if (sscanf(x, "middle_block.%d.%n", &sub, &len) == 1) {
+        const char *s = x + len;
+        if (sub == 1)
+            return snprintf(out, size, "mid_block.attentions.0.%s", s), 0;
+        const char *d = res_sub(s, &rest);
+        return d ? (snprintf(out, size, "mid_block.resnets.%d.%s%s", sub / 2, d, rest), 0) : -1;
+    }
+    if (sscanf(x, "output_blocks.%d.%d.%n", &n, &sub, &len) == 2) {
+        int lvl = n / 3, i = n % 3;
+        const char *s = x + len;
+        if (!strcmp(s, "conv") && sub >= 1)
+            return snprintf(out, size, "up_blocks.%d.upsamplers.0.conv", lvl), 0;
+        if (sub == 0) {
+            const char *d = res_sub(s, &rest);
+            return d ? (snprintf(out, size, "up_blocks.%d.resnets.%d.%s%s", lvl, i, d, rest), 0) : -1;
+        }
+        return snprintf(out, size, "up_blocks.%d.attentions.%d.%s", lvl, i, s), 0;
+    }
+    return -1;
+}
+
+/* diffusers attention-processor spelling: ".to_q" -> ".processor.to_q", ".to_out.0" ->
+ * ".processor.to_out". Returns 0 if y names an attention projection. */
+static int processor_style(const char *y, char *out, size_t size)
+{
+    const char *p = strstr(y, ".to_");
+    if (!p)
+        return -1;
+    size_t pre = (size_t)(p - y);
+    const char *tail = p + 1; /* "to_q" or "to_out.0" */
+    if (!strcmp(tail, "to_out.0"))
+        tail = "to_out";
+    snprintf(out, size, "%.*s.processor.%s", (int)pre, y, tail);
+    return 0;
+}
+
+struct build_ctx {
+    struct fmap *m;
+};
+
+static void on_key(void *user, const struct sd15_key *k)
+{
+    struct fmap *m = ((struct build_ctx *)user)->m;
+    char base[192], mg[256], y[192], yp[224], buf[320];
+    size_t nl = strlen(k->name);
+    if (k->ndim < 2 || nl < 7 || strcmp(k->name + nl - 7, ".weight") != 0)
+        return; /* LoRA adapts linears and convs */
+    if (k->comp == SD15_UNET) {
+        const char *x = k->name + strlen(SD15_PREFIX_UNET);
+        snprintf(base, sizeof(base), "%.*s", (int)(strlen(x) - 7), x);
+        mangle(base, mg, sizeof(mg));
+        snprintf(buf, sizeof(buf), "lora_unet_%s", mg);
+        fmap_add(m, buf, k->name, SD15_UNET);
+        snprintf(buf, sizeof(buf), "diffusion_model.%s", base);
+        fmap_add(m, buf, k->name, SD15_UNET);
+        if (ldm_to_diffusers(base, y, sizeof(y)) == 0) {
+            mangle(y, mg, sizeof(mg));
+            snprintf(buf, sizeof(buf), "lora_unet_%s", mg);
+            fmap_add(m, buf, k->name, SD15_UNET);
+            snprintf(buf, sizeof(buf), "lycoris_%s", mg);
+            fmap_add(m, buf, k->name, SD15_UNET);
+            snprintf(buf, sizeof(buf), "unet.%s", y);
+            fmap_add(m, buf, k->name, SD15_UNET);
+            if (processor_style(y, yp, sizeof(yp)) == 0) {
+                fmap_add(m, yp, k->name, SD15_UNET);
+                snprintf(buf, sizeof(buf), "unet.%s", yp);
+                fmap_add(m, buf, k->name, SD15_UNET);
+            }
+        }
+    } else if (k->comp == SD15_CLIP) {
+        const char *x = k->name + strlen(SD15_PREFIX_CLIP);
+        if (!starts_with(x, "encoder.layers."))
+            return;
+        snprintf(base, sizeof(base), "text_model.%.*s", (int)(strlen(x) - 7), x);
+        mangle(base, mg, sizeof(mg));
+        snprintf(buf, sizeof(buf), "lora_te_%s", mg);
+        fmap_add(m, buf, k->name, SD15_CLIP);
+        snprintf(buf, sizeof(buf), "lora_te1_%s", mg);
+        fmap_add(m, buf, k->name, SD15_CLIP);
+        snprintf(buf, sizeof(buf), "text_encoder.%s", base);
+        fmap_add(m, buf, k->name, SD15_CLIP);
+        snprintf(buf, sizeof(buf), "text_encoders.clip_l.transformer.%s", base);
+        fmap_add(m, buf, k->name, SD15_CLIP);
+    }
+}
+
+static void fmap_build(const struct sd15_config *cfg, struct fmap *m)
+{
+    memset(m, 0, sizeof(*m));
+    struct build_ctx c = {.m = m};
+    sd15_layout_build(cfg, on_key, &c);
+    qsort(m->v, m->n, sizeof(*m->v), cmp_fwd);
+}
+
+int sd15_lora_map_prefix(const struct sd15_config *cfg, const char *prefix, char *out, size_t size)
+{
+    struct fmap m;
+    fmap_build(cfg, &m);
+    const struct fwd *f = fmap_find(&m, prefix);
+    int comp = -1;
+    if (f) {
+        snprintf(out, size, "%s", f->key);
+        comp = f->comp;
+    }
+    fmap_release(&m);
+    return comp;
+}
+
+/* ---- file side -------------------------------------------------------------------------------- */
+
+enum part { PART_UP, PART_DOWN, PART_ALPHA, PART_OTHER };
+
+static const struct {
+    const char *suffix;
+    enum part part;
+} suffixes[] = {
+    {".lora_up.weight", PART_UP},       {".lora_down.weight", PART_DOWN},
+    {"_lora.up.weight", PART_UP},       {"_lora.down.weight", PART_DOWN},
+    {".lora_B.weight", PART_UP},        {".lora_A.weight", PART_DOWN},
+    {".lora.up.weight", PART_UP},       {".lora.down.weight", PART_DOWN},
+    {".lora_linear_layer.up.weight", PART_UP}, {".lora_linear_layer.down.weight", PART_DOWN},
+    {".alpha", PART_ALPHA},
+};
+
+struct module {
+    char *prefix; /* owned */
+    const struct st_tensor *up, *down, *alpha;
+};
+
+static int cmp_module(const void *a, const void *b)
+{
+    return strcmp(((const struct module *)a)->prefix, ((const struct module *)b)->prefix);
+}
+
+static int to_tdt(enum st_dtype d, enum tensor_dtype *out)
+{
+    switch (d) {
+    case ST_DTYPE_F32: *out = TENSOR_F32; return 0;
+    case ST_DTYPE_F16: *out = TENSOR_F16; return 0;
+    case ST_DTYPE_BF16: *out = TENSOR_BF16; return 0;
+    default: return -1;
+    }
+}
+
+static int add_module(const struct st_file *f, const struct module *md, const struct fwd *fw,
+                      struct patcher *p, float strength, struct err *e)
+{
+    const struct st_tensor *up = md->up, *down = md->down;
+    enum tensor_dtype dt_up, dt_down;
+    if (to_tdt(up->dtype, &dt_up) < 0 || to_tdt(down->dtype, &dt_down) < 0)
+        return err_set(e, ERR_INVALID, "lora '%s': tensor '%s' is not a float tensor", f->path,
+                       up->name);
+    if (up->ndim < 2 || down->ndim < 2 || up->shape[1] != down->shape[0])
+        return err_set(e, ERR_INVALID,
+                       "lora '%s': tensors '%s' and '%s' do not form a low-rank pair", f->path,
+                       up->name, down->name);
+    int64_t rank = down->shape[0];
+    /* The factors must rebuild W's shape: up [out, r(,1,1)], down [r, in(,kh,kw)]. */
+    struct patcher_model *pm = patcher_model_of(p);
+    int layer, idx, wnd;
+    enum tensor_dtype wdt;
+    int64_t wsh[4];
+    if (patcher_model_find(pm, fw->key, &layer, &idx) < 0 ||
+        !patcher_model_host_data(pm, layer, idx, &wdt, &wnd, wsh))
+        return err_set(e, ERR_INVALID, "lora '%s': weight '%s' not in the model", f->path, fw->key);
+    uint64_t wn = 1;
+    for (int i = 0; i < wnd; i++)
+        wn *= (uint64_t)wsh[i];
+    if ((int64_t)(st_tensor_numel(up) / (uint64_t)rank) != wsh[0] ||
+        st_tensor_numel(down) / (uint64_t)rank * (uint64_t)wsh[0] != wn)
+        return err_set(e, ERR_INVALID,
+                       "lora '%s': tensor '%s' (rank %lld) does not fit weight '%s' (a LoRA for "
+                       "another model type?)",
+                       f->path, up->name, (long long)rank, fw->key);
+    float alpha = 0;
+    int has_alpha = 0;
+    if (md->alpha && st_tensor_numel(md->alpha) == 1) {
+        if (st_tensor_to_f32(f, md->alpha, &alpha, e) < 0)
+            return err_prefix(e, "lora");
+        has_alpha = 1;
+    }
+    const void *u = st_tensor_data(f, up), *d = st_tensor_data(f, down);
+    float *uf = NULL, *df = NULL;
+    enum tensor_dtype dt = dt_up;
+    if (dt_up != dt_down) { /* one factor dtype per patch: widen both */
+        uf = xmalloc(st_tensor_numel(up) * 4);
+        df = xmalloc(st_tensor_numel(down) * 4);
+        st_tensor_to_f32(f, up, uf, e);
+        st_tensor_to_f32(f, down, df, e);
+        u = uf;
+        d = df;
+        dt = TENSOR_F32;
+    }
+    int rc = patcher_add_lora(p, fw->key, u, d, dt, rank, alpha, has_alpha, strength, e);
+    xfree(uf);
+    xfree(df);
+    if (rc < 0) {
+        err_clear(e);
+        return err_set(e, ERR_INVALID,
+                       "lora '%s': tensor '%s' (rank %lld) does not fit weight '%s' (a LoRA for "
+                       "another model type?)",
+                       f->path, up->name, (long long)rank, fw->key);
+    }
+    return 0;
+}
+
+int sd15_lora_apply(const char *path, const struct sd15_config *cfg, struct patcher *unet,
+                    float strength_model, struct patcher *clip, float strength_clip,
+                    struct sd15_lora_stats *stats, struct err *e)
+{
+    struct st_file *f = NULL;
+    struct sd15_lora_stats st = {0};
+    struct fmap m = {0};
+    struct module *mods = NULL;
+    size_t nm = 0;
+    struct buf unknown;
+    buf_init(&unknown);
+    int rc;
+    if ((rc = st_open(path, &f, e)) < 0)
+        goto out;
+    fmap_build(cfg, &m);
+    mods = xcalloc(f->n_tensors ? f->n_tensors : 1, sizeof(*mods));
+    /* Group tensors by module prefix. */
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const struct st_tensor *t = &f->tensors[i];
+        size_t tl = strlen(t->name);
+        int found = -1;
+        for (size_t s = 0; s < sizeof(suffixes) / sizeof(suffixes[0]); s++) {
+            size_t sl = strlen(suffixes[s].suffix);
+            if (tl > sl && !strcmp(t->name + tl - sl, suffixes[s].suffix)) {
+                found = (int)s;
+                break;
+            }
+        }
+        if (found < 0) {
+            st.unmatched++;
+            if (unknown.len < 400)
+                buf_printf(&unknown, "%s'%s'", unknown.len ? ", " : "", t->name);
+            continue;
+        }
+        char *prefix = xstrndup(t->name, tl - strlen(suffixes[found].suffix));
+        struct module *md = NULL;
+        for (size_t k = 0; k < nm; k++)
+            if (!strcmp(mods[k].prefix, prefix)) {
+                md = &mods[k];
+                break;
+            }
+        if (!md) {
+            md = &mods[nm++];
+            md->prefix = prefix;
+        } else {
+            xfree(prefix);
+        }
+        switch (suffixes[found].part) {
+        case PART_UP: md->up = t; break;
+        case PART_DOWN: md->down = t; break;
+        case PART_ALPHA: md->alpha = t; break;
+        default: break;
+        }
+    }
+    qsort(mods, nm, sizeof(*mods), cmp_module);
+    st.modules = (int)nm;
+    int matched = 0;
+    for (size_t k = 0; k < nm; k++) {
+        const struct module *md = &mods[k];
+        const struct fwd *fw = fmap_find(&m, md->prefix);
+        if (!fw || !md->up || !md->down) {
+            st.unmatched++;
+            if (unknown.len < 400)
+                buf_printf(&unknown, "%s'%s'", unknown.len ? ", " : "", md->prefix);
+            continue;
+        }
+        matched++;
+        struct patcher *p = fw->comp == SD15_UNET ? unet : clip;
+        if (!p)
+            continue;
+        float s = fw->comp == SD15_UNET ? strength_model : strength_clip;
+        if ((rc = add_module(f, md, fw, p, s, e)) < 0)
+            goto out;
+        if (fw->comp == SD15_UNET)
+            st.unet_patched++;
+        else
+            st.clip_patched++;
+    }
+    if (matched == 0) {
+        rc = err_set(e, ERR_INVALID,
+                     "lora '%s': none of its %zu tensors address an SD1.x weight (a LoRA for "
+                     "another model type?)",
+                     path, f->n_tensors);
+        goto out;
+    }
+    if (st.unmatched)
+        log_warn("lora '%s': %d keys not loaded: %s%s", path, st.unmatched, unknown.ptr,
+                 unknown.len >= 400 ? ", ..." : "");
+    log_info("lora '%s': %d unet and %d text encoder patches", path, st.unet_patched,
+             st.clip_patched);
+    rc = 0;
+out:
+    for (size_t k = 0; k < nm; k++)
+        xfree(mods[k].prefix);
+    xfree(mods);
+    fmap_release(&m);
+    buf_release(&unknown);
+    st_close(f);
+    if (stats)
+        *stats = st;
+    return rc;
+}
