@@ -43,6 +43,7 @@ struct xnode {
     int32_t order;      /* pending insertion index */
     int32_t block;      /* pending sources not yet done */
     int32_t dep_off, n_dep; /* dependents in run.deps */
+    int32_t remaining;      /* dependents not yet run (--cache-none frees at 0) */
     struct value **out; /* refs held for this run, [n_out] */
     cJSON *ui;          /* borrowed from the cache entry, or owned when ui_owned */
     uint8_t ui_owned;
@@ -504,6 +505,7 @@ static int build_pending(struct run *r)
     for (size_t e = 0; e < n_edges; e++) {
         struct xnode *s = &r->x[esrc[e]];
         r->deps[s->dep_off + s->n_dep++] = edst[e];
+        s->remaining++;
     }
     xfree(esrc);
     xfree(edst);
@@ -545,10 +547,39 @@ static int pick_next(struct run *r)
     return -1;
 }
 
+/*
+ * --cache-none: a result is freed as soon as every consumer in this prompt has
+ * run (§6.5), so a long graph does not hold every intermediate at once. Output
+ * nodes and nodes with a UI result are kept for the history.
+ */
+static void release_sources(struct run *r, int n)
+{
+    const struct gnode *gn = &r->p.nodes[n];
+    for (int k = 0; k < gn->n_in; k++) {
+        int s = gn->in[k].src;
+        if (s < 0 || !r->x[s].pending)
+            continue;
+        int dup = 0;
+        for (int j = 0; j < k && !dup; j++)
+            dup = gn->in[j].src == s;
+        struct xnode *x = &r->x[s];
+        if (dup || --x->remaining > 0 || x->ui || node_class_is_output(r->p.nodes[s].cls) || !x->out)
+            continue;
+        for (int o = 0; o < r->p.nodes[s].n_out; o++)
+            value_unref(x->out[o]);
+        xfree(x->out);
+        x->out = NULL;
+        if (x->has_sig)
+            gcache_remove(&r->g->cache, x->sig);
+    }
+}
+
 static void mark_done(struct run *r, int n)
 {
     struct xnode *x = &r->x[n];
     x->done = 1;
+    if (r->g->cfg.cache_mode == GRAPH_CACHE_NONE)
+        release_sources(r, n);
     for (int d = 0; d < x->n_dep; d++) {
         int m = r->deps[x->dep_off + d];
         if (--r->x[m].block == 0)
@@ -1030,12 +1061,21 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     cJSON_Delete(d);
     send_ev(&r, "execution_cached", dd, 1);
 
-    build_pending(&r);
+    int n_pending = build_pending(&r), n_done = 0, stopped = 0;
     int next;
     while ((next = pick_next(&r)) >= 0) {
-        if (execute_node(&r, next))
+        if ((stopped = execute_node(&r, next)))
             break;
         mark_done(&r, next);
+        n_done++;
+    }
+    if (!stopped && n_done < n_pending) {
+        /* Only an unvalidated prompt gets here: nodes left blocked on each other. */
+        for (int i = 0; i < n; i++)
+            if (r.x[i].pending && !r.x[i].done) {
+                send_failure(&r, i, 0, "RuntimeError", "Dependency cycle detected", NULL);
+                break;
+            }
     }
     build_history(&r);
     apply_policy_end(&r);

@@ -78,6 +78,23 @@ static int tfail_run(struct node_ctx *c)
     return node_fail(c, "ValueError", "boom %lld", (long long)node_in_int(c, "x"));
 }
 
+/* Interrupts without a progress call: the next node must not start. */
+static int tintr_run(struct node_ctx *c)
+{
+    log_run(c);
+    graph_interrupt(G);
+    node_set_output(c, 0, value_new_int(1));
+    return 0;
+}
+
+/* Outputs the number of cached results at the moment it runs. */
+static int tcc_run(struct node_ctx *c)
+{
+    log_run(c);
+    node_set_output(c, 0, value_new_int((int64_t)graph_cache_count(G)));
+    return 0;
+}
+
 static const struct node_input_def tcount_in[] = {
     {.name = "x", .type = "INT", .def = NODE_I(0)},
     {.name = "a", .type = "INT", .group = NODE_INPUT_OPTIONAL},
@@ -156,7 +173,12 @@ static const struct node_class s_vae = {.name = "T_VAEDecode", .inputs = vae_in,
 static const struct node_class s_save = {.name = "T_SaveImage", .flags = NODE_CLASS_OUTPUT,
                                          .inputs = save_in, .outputs = no_out, .run = standin_run};
 
-static const struct node_class *const test_classes[] = {&tcount, &tout,   &tslow,   &tfail, &tseed,
+static const struct node_class tintr = {.name = "TIntr", .category = "test", .inputs = tfail_in,
+                                        .outputs = int_out, .run = tintr_run};
+static const struct node_class tcc = {.name = "TCacheCount", .category = "test", .inputs = tfail_in,
+                                      .outputs = int_out, .run = tcc_run};
+
+static const struct node_class *const test_classes[] = {&tintr, &tcc, &tcount, &tout, &tslow, &tfail, &tseed,
                                                         &s_ckpt, &s_clip, &s_latent, &s_ks, &s_vae,
                                                         &s_save};
 
@@ -756,8 +778,61 @@ static void test_events_and_cache(const struct tdirs *d)
     /* An interrupt while idle is discarded; the next prompt runs. */
     graph_interrupt(g);
     ok(run_chain(g, &s, 8, 8) == GRAPH_STATUS_SUCCESS, "prompt after an interrupt runs");
-    /* Interrupt between nodes: set before the run starts is cleared; set by a node
-     * without progress calls stops before the next node. */
+    /* An interrupt raised by a node without progress calls stops the next node. */
+    t = jq("{'1': {'class_type': 'TIntr', 'inputs': {'x': 60}}, '2': {'class_type': 'TCount', 'inputs': {'x': 1, 'a': ['1', 0]}},"
+           " '9': {'class_type': 'TOut', 'inputs': {'v': ['2', 0]}}}");
+    sink_clear(&s);
+    log_reset();
+    ok(trun(g, &s, "int2", t, NULL, NULL) == GRAPH_STATUS_INTERRUPTED, "interrupt between nodes");
+    free(t);
+    EXPECT_STR(run_log, "1");
+    j = cJSON_PrintUnformatted(sink_find(&s, "execution_interrupted"));
+    ok(strstr(j, "\"node_id\":\"2\",\"node_type\":\"TCount\",\"executed\":[\"1\"]") != NULL, "interrupted at node 2 (%s)", j);
+    free(j);
+
+    /* History data of a run: messages and outputs (cached outputs included). */
+    t = jq("{'1': {'class_type': 'TCount', 'inputs': {'x': 1}}, '2': {'class_type': 'TFail', 'inputs': {'x': 2, 'a': ['1', 0]}},"
+           " '8': {'class_type': 'TOut', 'inputs': {'v': ['1', 0]}}, '9': {'class_type': 'TOut', 'inputs': {'v': ['2', 0]}}}");
+    cJSON *prompt = cJSON_Parse(t);
+    free(t);
+    struct graph_validation v;
+    graph_validate(g, prompt, &v);
+    struct graph_job job = {.prompt_id = "h", .prompt = prompt, .outputs_to_execute = v.outputs};
+    struct graph_result res;
+    graph_execute(g, &job, NULL, &res);
+    ok(res.status == GRAPH_STATUS_ERROR, "error run without an event sink");
+    j = cJSON_PrintUnformatted(res.messages);
+    ok(strstr(j, "[[\"execution_start\",{\"prompt_id\":\"h\",\"timestamp\":") == j &&
+           strstr(j, "],[\"execution_cached\",{\"nodes\":") && strstr(j, "],[\"execution_error\",{\"prompt_id\":\"h\""),
+       "history messages: start, cached, error (%.80s...)", j);
+    free(j);
+    j = cJSON_PrintUnformatted(res.outputs);
+    EXPECT_STR(j, "{\"8\":{\"images\":[{\"filename\":\"v=1\",\"subfolder\":\"\",\"type\":\"output\"}]}}");
+    free(j);
+    j = cJSON_PrintUnformatted(res.meta);
+    EXPECT_STR(j, "{\"8\":{\"node_id\":\"8\",\"display_node\":\"8\",\"parent_node\":null,\"real_node_id\":\"8\"}}");
+    free(j);
+    graph_result_release(&res);
+    graph_execute(g, &job, NULL, &res); /* 1 and 8 are cached now; 2 fails again */
+    j = cJSON_PrintUnformatted(res.outputs);
+    EXPECT_STR(j, "{\"8\":{\"images\":[{\"filename\":\"v=1\",\"subfolder\":\"\",\"type\":\"output\"}]}}");
+    free(j);
+    graph_result_release(&res);
+    graph_validation_release(&v);
+    cJSON_Delete(prompt);
+
+    /* An unvalidated prompt with a cycle fails instead of hanging or succeeding. */
+    t = jq("{'1': {'class_type': 'TCount', 'inputs': {'x': 1, 'a': ['2', 0]}}, '2': {'class_type': 'TCount', 'inputs': {'x': 1, 'a': ['1', 0]}},"
+           " '9': {'class_type': 'TOut', 'inputs': {'v': ['2', 0]}}}");
+    prompt = cJSON_Parse(t);
+    free(t);
+    cJSON *outs = cJSON_Parse("[\"9\"]");
+    job = (struct graph_job){.prompt_id = "cyc", .prompt = prompt, .outputs_to_execute = outs};
+    graph_execute(g, &job, NULL, &res);
+    ok(res.status == GRAPH_STATUS_ERROR, "cycle at execution is an error");
+    graph_result_release(&res);
+    cJSON_Delete(outs);
+    cJSON_Delete(prompt);
     sink_clear(&s);
     sink_clear(&s);
     graph_free(g);
@@ -775,6 +850,18 @@ static void test_cache_modes(const struct tdirs *d)
     EXPECT_STR(j, "[]");
     free(j);
     EXPECT_EQ(graph_cache_count(g), 0);
+    /* --cache-none frees a result once its consumers ran: when node 3 runs, node 1's
+     * output is gone and only node 2's is held. */
+    G = g;
+    char *t = jq("{'1': {'class_type': 'TCount', 'inputs': {'x': 1}}, '2': {'class_type': 'TCount', 'inputs': {'x': 1, 'a': ['1', 0]}},"
+                 " '3': {'class_type': 'TCacheCount', 'inputs': {'x': 0, 'a': ['2', 0]}}, '9': {'class_type': 'TOut', 'inputs': {'v': ['3', 0]}}}");
+    cJSON *outs = NULL;
+    trun(g, &s, "none", t, NULL, &outs);
+    free(t);
+    j = cJSON_PrintUnformatted(outs);
+    EXPECT_STR(j, "{\"9\":{\"images\":[{\"filename\":\"v=1\",\"subfolder\":\"\",\"type\":\"output\"}]}}");
+    free(j);
+    cJSON_Delete(outs);
     graph_free(g);
 
     /* LRU: A, B, A reuses A while it fits; a small cache evicts it. */
