@@ -314,6 +314,7 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
     struct kctx k = {.node = c, .model = model, .cfg = a->cfg, .batch = (int)lat->b,
                      .h = (int)lat->h, .w = (int)lat->w, .per = per};
     struct sd_latent *out = NULL;
+    int prepared = 0;
 
     if ((rc = sampling_sigmas_for_ksampler(&model->ms, sch,
                                            sampling_sampler_discards_penultimate(smp), a->steps,
@@ -360,10 +361,12 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
         int mb = biggest * k.batch;
         if (model->max_batch > 0 && mb > model->max_batch)
             mb = model->max_batch;
-        if ((rc = model->ops->prepare(model->impl, mb, k.h, k.w, max_tokens, &k.err)) < 0) {
+        if ((rc = model->ops->prepare(model->impl, c->env ? c->env->mm : NULL, mb, k.h, k.w,
+                                      max_tokens, &k.err)) < 0) {
             e = k.err;
             goto fail;
         }
+        prepared = 1;
     }
     out = sd_latent_new_like(lat, lat->b, lat->c, lat->h, lat->w);
     struct sampling_request req = {
@@ -381,6 +384,8 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
     node_set_output(c, 0, sd_latent_value(out));
     out = NULL;
 fail:
+    if (prepared && model->ops->finish)
+        model->ops->finish(model->impl, c->env ? c->env->mm : NULL);
     sd_latent_free(out);
     for (int j = 0; k.jobs && j < pos->n + neg->n; j++)
         xfree(k.jobs[j].mult);

@@ -6,13 +6,19 @@
 /* ComfyUI's NODE_CLASS_MAPPINGS order for these classes. */
 static const struct node_class *const sd_classes[] = {
     &sd_ksampler,
-    &sd_conditioning_combine,
-    &sd_conditioning_set_area,
+    &sd_checkpoint_loader_simple,
+    &sd_clip_text_encode,
+    &sd_clip_set_last_layer,
+    &sd_vae_decode,
+    &sd_vae_encode,
     &sd_empty_latent_image,
     &sd_latent_upscale,
     &sd_latent_upscale_by,
+    &sd_conditioning_combine,
+    &sd_conditioning_set_area,
     &sd_ksampler_advanced,
     &sd_set_latent_noise_mask,
+    &sd_vae_decode_tiled,
     &sd_conditioning_zero_out,
 };
 

@@ -1,5 +1,7 @@
 /*
- * sd_nodes — the SD1.5 node family: latent nodes (EmptyLatentImage,
+ * sd_nodes — the SD1.5 node family: model nodes (CheckpointLoaderSimple,
+ * CLIPTextEncode, CLIPSetLastLayer, VAEDecode, VAEDecodeTiled, VAEEncode),
+ * latent nodes (EmptyLatentImage,
  * LatentUpscale, LatentUpscaleBy, SetLatentNoiseMask), conditioning edits
  * (ConditioningCombine, ConditioningSetArea, ConditioningZeroOut) and the
  * samplers (KSampler, KSamplerAdvanced). Payload types are in sd_types.h.
@@ -28,5 +30,11 @@ extern const struct node_class sd_ksampler_advanced;
 extern const struct node_class sd_conditioning_combine;
 extern const struct node_class sd_conditioning_set_area;
 extern const struct node_class sd_conditioning_zero_out;
+extern const struct node_class sd_checkpoint_loader_simple;
+extern const struct node_class sd_clip_text_encode;
+extern const struct node_class sd_clip_set_last_layer;
+extern const struct node_class sd_vae_decode;
+extern const struct node_class sd_vae_decode_tiled;
+extern const struct node_class sd_vae_encode;
 
 #endif

@@ -33,6 +33,8 @@
 #include "node_value.h"
 #include "sampling_sched.h"
 
+struct mm; /* memory/memmgr.h */
+
 /* ---- LATENT ---- */
 
 struct sd_latent {
@@ -101,11 +103,15 @@ struct sd_model_ops {
                      float *eps_out, struct err *e);
     /*
      * Optional (NULL = nothing to do): called once before sampling with the
-     * largest batch, latent size and token count apply_eps will see, so that
-     * the backend can ask the memory planner for its plan and load the
-     * weights. Returns 0 or a negative ERR_* (ERR_DEVICE_OOM) with e filled.
+     * node's memory manager (node_env.mm, may be NULL) and the largest batch,
+     * latent size and token count apply_eps will see, so that the backend can
+     * ask the planner for its plan and load the weights. Returns 0 or a
+     * negative ERR_* (ERR_DEVICE_OOM) with e filled.
      */
-    int (*prepare)(void *impl, int max_batch, int h, int w, int max_tokens, struct err *e);
+    int (*prepare)(void *impl, struct mm *mm, int max_batch, int h, int w, int max_tokens,
+                   struct err *e);
+    /* Optional: sampling is over (after a successful prepare), e.g. mm_node_end. */
+    void (*finish)(void *impl, struct mm *mm);
     /* Frees impl when the MODEL value goes (optional: NULL = nothing to free). */
     void (*free)(void *impl);
 };

@@ -13,3 +13,7 @@ target_include_directories(test_sampling PRIVATE ${PROJECT_SOURCE_DIR}/models/sa
 # The SD1.5 latent and sampler nodes (nodes/sd_*.c) on an analytic MODEL backend.
 latentd_add_test(test_sd_nodes SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sd_nodes.c
                  LIBS latentd_nodes LABELS unit TIMEOUT 120)
+
+# The default txt2img workflow at node level on a generated tiny checkpoint (CPU).
+latentd_add_test(test_sd_pipeline SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sd_pipeline.c
+                 LIBS latentd_nodes latentd_ckptgen LABELS unit TIMEOUT 120)

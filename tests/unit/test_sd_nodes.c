@@ -119,9 +119,11 @@ static int fake_eps(void *impl, const float *x_in, int batch, int h, int w, cons
     return 0;
 }
 
-static int fake_prepare(void *impl, int max_batch, int h, int w, int max_tokens, struct err *e)
+static int fake_prepare(void *impl, struct mm *mm, int max_batch, int h, int w, int max_tokens,
+                        struct err *e)
 {
     struct fake *f = impl;
+    (void)mm;
     (void)h;
     (void)w;
     (void)e;
@@ -648,8 +650,12 @@ static void test_register(void)
            node_registry_find(r, "LatentUpscaleBy") && node_registry_find(r, "SetLatentNoiseMask") &&
            node_registry_find(r, "ConditioningCombine") &&
            node_registry_find(r, "ConditioningSetArea") &&
-           node_registry_find(r, "ConditioningZeroOut") && node_registry_count(r) == 9,
-       "nodes_sd_register adds the nine classes");
+           node_registry_find(r, "ConditioningZeroOut") &&
+           node_registry_find(r, "CheckpointLoaderSimple") && node_registry_find(r, "CLIPTextEncode") &&
+           node_registry_find(r, "CLIPSetLastLayer") && node_registry_find(r, "VAEDecode") &&
+           node_registry_find(r, "VAEDecodeTiled") && node_registry_find(r, "VAEEncode") &&
+           node_registry_count(r) == 15,
+       "nodes_sd_register adds the fifteen classes");
     EXPECT_EQ(node_class_input_index(&sd_ksampler, "denoise"), 9);
     EXPECT_EQ(node_class_input_index(&sd_ksampler_advanced, "return_with_leftover_noise"), 12);
     node_registry_free(r);

@@ -1,0 +1,470 @@
+/*
+ * sd_backend — MODEL / CLIP / VAE payloads over models/sd15_models.h and the
+ * memory manager (see sd_backend.h).
+ */
+#include "sd_backend.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "clip_tokenizer.h"
+#include "memmgr.h"
+#include "sd15_models.h"
+#include "tensor.h"
+
+static int no_mm(struct err *e)
+{
+    return err_set(e, ERR_INVALID, "no memory manager: models cannot run here");
+}
+
+/* A new device tensor filled from host floats (data NULL: left undefined). */
+static int dev_tensor(struct dev *d, int ndim, const int64_t *shape, const float *data,
+                      struct tensor **out, struct err *e)
+{
+    int rc = tensor_new(d, TENSOR_F32, ndim, shape, out, e);
+    if (rc < 0)
+        return rc;
+    if (data && (rc = tensor_write_f32(*out, data, tensor_numel(*out), e)) < 0) {
+        tensor_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* Load one model for a node with `activation` bytes of activations. */
+static int load_one(struct mm *mm, struct patcher *p, size_t activation, struct mm_report *rep,
+                    struct err *e)
+{
+    struct mm_request req = {.n_models = 1, .activation_bytes = activation};
+    req.models[0] = p;
+    return mm_load_models(mm, &req, rep, e);
+}
+
+/* ---- MODEL: the UNet ---- */
+
+struct unet_impl {
+    struct patcher *p;          /* owned reference */
+    struct sd15_config cfg;
+    struct mm_report rep;       /* of the current sampling node */
+};
+
+static int unet_apply(void *impl, const float *x_in, int batch, int h, int w, const float *ts,
+                      const float *ctx, int tokens, int dim, float *eps_out, struct err *e)
+{
+    struct unet_impl *u = impl;
+    struct dev *d = patcher_device(u->p);
+    struct tensor *x = NULL, *c = NULL, *eps = NULL;
+    int64_t xs[4] = {batch, 4, h, w}, cs[3] = {batch, tokens, dim};
+    int rc;
+    if ((rc = dev_tensor(d, 4, xs, x_in, &x, e)) < 0 || (rc = dev_tensor(d, 3, cs, ctx, &c, e)) < 0 ||
+        (rc = dev_tensor(d, 4, xs, NULL, &eps, e)) < 0)
+        goto out;
+    if ((rc = sd15_unet_eval(u->p, &u->cfg, x, ts, c, eps, NULL, e)) < 0)
+        goto out;
+    rc = tensor_read_f32(eps, eps_out, tensor_numel(eps), e);
+out:
+    tensor_free(x);
+    tensor_free(c);
+    tensor_free(eps);
+    return rc;
+}
+
+static int unet_prepare(void *impl, struct mm *mm, int max_batch, int h, int w, int max_tokens,
+                        struct err *e)
+{
+    struct unet_impl *u = impl;
+    if (!mm)
+        return no_mm(e);
+    /* The UNet's own peak plus the x, context and eps tensors of one call. */
+    size_t io = (size_t)max_batch * ((size_t)8 * h * w + (size_t)max_tokens * u->cfg.ctx_dim) * 4;
+    size_t act = sd15_unet_plan_bytes(&u->cfg, max_batch, h, w, max_tokens) + io;
+    return load_one(mm, u->p, act, &u->rep, e);
+}
+
+static void unet_finish(void *impl, struct mm *mm)
+{
+    struct unet_impl *u = impl;
+    if (mm)
+        mm_node_end(mm, &u->rep);
+}
+
+static void unet_free(void *impl)
+{
+    struct unet_impl *u = impl;
+    patcher_unref(u->p);
+    xfree(u);
+}
+
+static const struct sd_model_ops unet_ops = {
+    .apply_eps = unet_apply,
+    .prepare = unet_prepare,
+    .finish = unet_finish,
+    .free = unet_free,
+};
+
+struct sd_model *sd_unet_model_new(struct patcher *unet, const struct sd15_config *cfg)
+{
+    struct unet_impl *u = xcalloc(1, sizeof *u);
+    u->p = unet;
+    u->cfg = *cfg;
+    return sd_model_new(&unet_ops, u);
+}
+
+/* ---- CLIP ---- */
+
+struct sd_clip_shared {
+    atomic_int refs;
+    struct clip_tokenizer *tok; /* owned */
+};
+
+int sd_clip_new(struct patcher *clip, const struct sd15_config *cfg, struct sd_clip **out,
+                struct err *e)
+{
+    struct clip_tokenizer *tok = NULL;
+    int rc = clip_tokenizer_load(NULL, &tok, e);
+    if (rc < 0) {
+        patcher_unref(clip);
+        return rc;
+    }
+    struct sd_clip *c = xcalloc(1, sizeof *c);
+    c->p = clip;
+    c->cfg = *cfg;
+    c->clip_skip = -1;
+    c->_shared = xcalloc(1, sizeof *c->_shared);
+    atomic_init(&c->_shared->refs, 1);
+    c->_shared->tok = tok;
+    *out = c;
+    return 0;
+}
+
+struct sd_clip *sd_clip_clone(const struct sd_clip *src)
+{
+    struct sd_clip *c = xcalloc(1, sizeof *c);
+    *c = *src;
+    patcher_ref(c->p);
+    atomic_fetch_add(&c->_shared->refs, 1);
+    return c;
+}
+
+void sd_clip_free(struct sd_clip *c)
+{
+    if (!c)
+        return;
+    patcher_unref(c->p);
+    if (atomic_fetch_sub(&c->_shared->refs, 1) == 1) {
+        clip_tokenizer_free(c->_shared->tok);
+        xfree(c->_shared);
+    }
+    xfree(c);
+}
+
+static void clip_obj_free(void *p)
+{
+    sd_clip_free(p);
+}
+
+struct value *sd_clip_value(struct sd_clip *c)
+{
+    return value_new_object("CLIP", c, clip_obj_free);
+}
+
+const struct sd_clip *sd_clip_of(const struct value *v)
+{
+    if (!v || v->kind != VALUE_OBJECT || v->obj_free != clip_obj_free)
+        return NULL;
+    return v->obj;
+}
+
+int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *text,
+                        struct sd_cond **out, struct err *e)
+{
+    if (!mm)
+        return no_mm(e);
+    struct clip_tokens tk;
+    struct mm_report rep;
+    float *cond = NULL, *pooled = NULL;
+    clip_tokenize_prompt(clip->_shared->tok, text ? text : "", &tk);
+    int rc = load_one(mm, clip->p, sd15_clip_plan_bytes(&clip->cfg, tk.n_chunks), &rep, e);
+    if (rc >= 0) {
+        rc = sd15_clip_encode(clip->p, &clip->cfg, &tk, clip->clip_skip, &cond, &pooled, NULL, e);
+        mm_node_end(mm, &rep);
+    }
+    if (rc >= 0) {
+        int width = clip->cfg.clip_width;
+        *out = sd_cond_new(cond, 1, tk.n_chunks * CLIP_CHUNK_LEN, width, pooled, width);
+    }
+    xfree(cond);
+    xfree(pooled);
+    clip_tokens_release(&tk);
+    return rc;
+}
+
+/* ---- VAE ---- */
+
+struct sd_vae *sd_vae_new(struct patcher *p, const struct sd15_config *cfg)
+{
+    struct sd_vae *v = xcalloc(1, sizeof *v);
+    v->p = p;
+    v->cfg = *cfg;
+    return v;
+}
+
+void sd_vae_free(struct sd_vae *v)
+{
+    if (!v)
+        return;
+    patcher_unref(v->p);
+    xfree(v);
+}
+
+static void vae_obj_free(void *p)
+{
+    sd_vae_free(p);
+}
+
+struct value *sd_vae_value(struct sd_vae *v)
+{
+    return value_new_object("VAE", v, vae_obj_free);
+}
+
+const struct sd_vae *sd_vae_of(const struct value *v)
+{
+    if (!v || v->kind != VALUE_OBJECT || v->obj_free != vae_obj_free)
+        return NULL;
+    return v->obj;
+}
+
+/* Decode z [1, c, h, w] (host) into out [3, 8h, 8w] (host) in one call. */
+static int decode_whole(const struct sd_vae *vae, const float *z, int64_t c, int64_t h,
+                        int64_t w, float *out, struct err *e)
+{
+    struct dev *d = patcher_device(vae->p);
+    struct tensor *zt = NULL, *o = NULL;
+    int64_t zs[4] = {1, c, h, w}, os[4] = {1, 3, 8 * h, 8 * w};
+    int rc;
+    if ((rc = dev_tensor(d, 4, zs, z, &zt, e)) >= 0 && (rc = dev_tensor(d, 4, os, NULL, &o, e)) >= 0 &&
+        (rc = sd15_vae_decode(vae->p, &vae->cfg, zt, o, NULL, e)) >= 0)
+        rc = tensor_read_f32(o, out, 3 * 64 * h * w, e);
+    tensor_free(zt);
+    tensor_free(o);
+    return rc;
+}
+
+/* Tile starts along an axis of length L for tile t and overlap o (sd15.md §4.5). */
+static int tile_starts(int64_t L, int64_t t, int64_t o, int64_t *starts, int cap)
+{
+    if (L <= t) {
+        starts[0] = 0;
+        return 1;
+    }
+    int64_t step = t - o > 0 ? t - o : 1, n = 0;
+    for (int64_t p = 0; p < L - o && n < cap; p += step) {
+        int64_t q = p < L - o ? p : L - o;
+        starts[n++] = q < 0 ? 0 : q;
+    }
+    return (int)n;
+}
+
+/*
+ * ComfyUI's tiled_scale for one pass with tile th x tw (latent pixels) and
+ * overlap o: feathered tiles accumulated into sum / weight. out [3, 8h, 8w].
+ */
+static int decode_pass(const struct sd_vae *vae, const float *z, int64_t c, int64_t h, int64_t w,
+                       int64_t th, int64_t tw, int64_t o, float *out, struct err *e)
+{
+    if (th < 1)
+        th = 1;
+    if (tw < 1)
+        tw = 1;
+    if (h <= th && w <= tw)
+        return decode_whole(vae, z, c, h, w, out, e);
+    int64_t H = 8 * h, W = 8 * w, ys[4096], xs[4096];
+    int ny = tile_starts(h, th, o, ys, 4096), nx = tile_starts(w, tw, o, xs, 4096);
+    float *sum = xcalloc((size_t)(3 * H * W), sizeof *sum);
+    float *wsum = xcalloc((size_t)(H * W), sizeof *wsum);
+    float *sub = xmalloc((size_t)(c * th * tw) * sizeof *sub);
+    float *dec = xmalloc((size_t)(3 * 64 * th * tw) * sizeof *dec);
+    float *mask = xmalloc((size_t)(64 * th * tw) * sizeof *mask);
+    int rc = 0;
+    for (int iy = 0; iy < ny && rc >= 0; iy++) {
+        for (int ix = 0; ix < nx && rc >= 0; ix++) {
+            int64_t y0 = ys[iy], x0 = xs[ix];
+            int64_t lh = th < h - y0 ? th : h - y0, lw = tw < w - x0 ? tw : w - x0;
+            for (int64_t k = 0; k < c; k++)
+                for (int64_t y = 0; y < lh; y++)
+                    memcpy(sub + (k * lh + y) * lw, z + (k * h + y0 + y) * w + x0,
+                           (size_t)lw * sizeof *sub);
+            if ((rc = decode_whole(vae, sub, c, lh, lw, dec, e)) < 0)
+                break;
+            int64_t oh = 8 * lh, ow = 8 * lw, f = 8 * o;
+            for (int64_t i = 0; i < oh * ow; i++)
+                mask[i] = 1.0f;
+            if (f < oh)
+                for (int64_t t = 0; t < f; t++) {
+                    float a = (float)((double)(t + 1) / (double)f);
+                    for (int64_t x = 0; x < ow; x++) {
+                        mask[t * ow + x] *= a;
+                        mask[(oh - 1 - t) * ow + x] *= a;
+                    }
+                }
+            if (f < ow)
+                for (int64_t t = 0; t < f; t++) {
+                    float a = (float)((double)(t + 1) / (double)f);
+                    for (int64_t y = 0; y < oh; y++) {
+                        mask[y * ow + t] *= a;
+                        mask[y * ow + ow - 1 - t] *= a;
+                    }
+                }
+            for (int64_t y = 0; y < oh; y++)
+                for (int64_t x = 0; x < ow; x++) {
+                    size_t pi = (size_t)((8 * y0 + y) * W + 8 * x0 + x);
+                    float m = mask[y * ow + x];
+                    for (int64_t k = 0; k < 3; k++)
+                        sum[k * H * W + pi] += dec[(k * oh + y) * ow + x] * m;
+                    wsum[pi] += m;
+                }
+        }
+    }
+    if (rc >= 0)
+        for (int64_t k = 0; k < 3; k++)
+            for (int64_t p = 0; p < H * W; p++)
+                out[k * H * W + p] = sum[k * H * W + p] / wsum[p];
+    xfree(sum);
+    xfree(wsum);
+    xfree(sub);
+    xfree(dec);
+    xfree(mask);
+    return rc;
+}
+
+/*
+ * The 2-D tiled decode of sd15.md §4.5 (ComfyUI decode_tiled_): three passes
+ * with tiles (T/2 wide, 2T high), (2T wide, T/2 high) and T x T, averaged.
+ * Written here on top of sd15_vae_decode per tile.
+ */
+static int decode_tiled(const struct sd_vae *vae, const float *z, int64_t c, int64_t h,
+                        int64_t w, int64_t tile, int64_t overlap, float *out, struct err *e)
+{
+    size_t n = (size_t)(3 * 64 * h * w);
+    float *acc = xcalloc(n, sizeof *acc), *pass = xmalloc(n * sizeof *pass);
+    const int64_t shapes[3][2] = {{tile * 2, tile / 2}, {tile / 2, tile * 2}, {tile, tile}};
+    int rc = 0;
+    for (int i = 0; i < 3 && rc >= 0; i++) {
+        if ((rc = decode_pass(vae, z, c, h, w, shapes[i][0], shapes[i][1], overlap, pass, e)) < 0)
+            break;
+        for (size_t p = 0; p < n; p++)
+            acc[p] += pass[p];
+    }
+    if (rc >= 0)
+        for (size_t p = 0; p < n; p++)
+            out[p] = acc[p] / 3.0f;
+    xfree(acc);
+    xfree(pass);
+    return rc;
+}
+
+int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct sd_latent *lat,
+                         int tile, int overlap, struct value **image, struct err *e)
+{
+    *image = NULL;
+    if (!mm)
+        return no_mm(e);
+    if (lat->c != vae->cfg.vae_embed)
+        return err_set(e, ERR_INVALID, "the latent has %lld channels; this VAE expects %d",
+                       (long long)lat->c, vae->cfg.vae_embed);
+    int64_t h = lat->h, w = lat->w, H = 8 * h, W = 8 * w;
+    size_t per = (size_t)(lat->c * h * w), px = (size_t)(3 * H * W);
+    size_t act = sd15_vae_plan_bytes(&vae->cfg, 1, (int)h, (int)w) + (per + px) * 4;
+    struct mm_report rep;
+    int rc = load_one(mm, vae->p, act, &rep, e);
+    if (rc < 0)
+        return rc;
+    struct value *img = value_new_image(lat->b, H, W, 3);
+    float *host = xmalloc(px * sizeof *host);
+    for (int64_t b = 0; b < lat->b && rc >= 0; b++) {
+        const float *z = lat->samples + b * per;
+        if (tile > 0) {
+            rc = decode_tiled(vae, z, lat->c, h, w, tile, overlap, host, e);
+        } else {
+            rc = decode_whole(vae, z, lat->c, h, w, host, e);
+            if (rc == ERR_DEVICE_OOM) {
+                /* ComfyUI retries a decode that ran out of memory in 64/16 tiles. */
+                err_clear(e);
+                rc = decode_tiled(vae, z, lat->c, h, w, 64, 16, host, e);
+            }
+        }
+        if (rc >= 0) {
+            /* [3, H, W] in ~[-1, 1] -> [H, W, 3] = clamp((v + 1) / 2, 0, 1) */
+            float *dst = img->data + (size_t)b * px;
+            for (int64_t c = 0; c < 3; c++)
+                for (int64_t p = 0; p < H * W; p++) {
+                    float v = (host[c * H * W + p] + 1.0f) / 2.0f;
+                    v = v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
+                    if (isnan(v))
+                        v = 0.0f;
+                    dst[p * 3 + c] = v;
+                }
+        }
+    }
+    mm_node_end(mm, &rep);
+    xfree(host);
+    if (rc < 0) {
+        value_unref(img);
+        return rc;
+    }
+    *image = img;
+    return 0;
+}
+
+int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct value *image,
+                        struct sd_latent **out, struct err *e)
+{
+    *out = NULL;
+    if (!mm)
+        return no_mm(e);
+    if (!image || image->kind != VALUE_TENSOR || image->ndim != 4 || image->shape[3] < 3)
+        return err_set(e, ERR_INVALID, "pixels must be an IMAGE [B, H, W, 3]");
+    int64_t B = image->shape[0], H0 = image->shape[1], W0 = image->shape[2], C = image->shape[3];
+    /* vae_encode_crop_pixels: multiples of 8, offset (remainder) / 2 */
+    int64_t H = H0 / 8 * 8, W = W0 / 8 * 8, oy = (H0 % 8) / 2, ox = (W0 % 8) / 2;
+    if (H < 8 || W < 8)
+        return err_set(e, ERR_INVALID, "image %lldx%lld is too small to encode", (long long)W0,
+                       (long long)H0);
+    int64_t h = H / 8, w = W / 8;
+    size_t px = (size_t)(3 * H * W), per = (size_t)(vae->cfg.vae_embed * h * w);
+    size_t act = sd15_vae_plan_bytes(&vae->cfg, 1, (int)h, (int)w) + (px + per) * 4;
+    struct mm_report rep;
+    int rc = load_one(mm, vae->p, act, &rep, e);
+    if (rc < 0)
+        return rc;
+    struct dev *d = patcher_device(vae->p);
+    struct sd_latent *lat = sd_latent_new(B, vae->cfg.vae_embed, h, w);
+    float *host = xmalloc(px * sizeof *host);
+    int64_t is[4] = {1, 3, H, W}, ms[4] = {1, vae->cfg.vae_embed, h, w};
+    for (int64_t b = 0; b < B && rc >= 0; b++) {
+        const float *src = image->data + (size_t)b * H0 * W0 * C;
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++)
+                for (int64_t c = 0; c < 3; c++) {
+                    float v = src[((y + oy) * W0 + (x + ox)) * C + c];
+                    host[(c * H + y) * W + x] = v * 2.0f - 1.0f; /* process_input */
+                }
+        struct tensor *t = NULL, *m = NULL;
+        if ((rc = dev_tensor(d, 4, is, host, &t, e)) >= 0 &&
+            (rc = dev_tensor(d, 4, ms, NULL, &m, e)) >= 0 &&
+            (rc = sd15_vae_encode(vae->p, &vae->cfg, t, m, NULL, e)) >= 0)
+            rc = tensor_read_f32(m, lat->samples + (size_t)b * per, (int64_t)per, e);
+        tensor_free(t);
+        tensor_free(m);
+    }
+    mm_node_end(mm, &rep);
+    xfree(host);
+    if (rc < 0) {
+        sd_latent_free(lat);
+        return rc;
+    }
+    *out = lat;
+    return 0;
+}

@@ -1,0 +1,95 @@
+/*
+ * sd_backend — the SD1.5 models behind the MODEL, CLIP and VAE link types,
+ * and the runs the model nodes make with them (models/sd15_models.h through
+ * the memory manager).
+ *
+ *   MODEL  an sd_model (sd_types.h) whose ops run sd15_unet_eval on a UNet
+ *          patcher; prepare() asks the planner for the exact plan of the
+ *          largest call, finish() closes the node's memory report.
+ *   CLIP   struct sd_clip: a text-encoder patcher, its config, the tokenizer
+ *          (shared between clones) and the "stop at layer" setting.
+ *   VAE    struct sd_vae: a VAE patcher and its config.
+ *
+ * Every run takes the node's memory manager (node_env.mm); each model call is
+ * preceded by mm_load_models() with the call's exact activation bytes
+ * (sd15_*_plan_bytes plus the input and output tensors) and followed by
+ * mm_node_end(). Weights are stored f32 (sd15.md §8.5's CPU policy; the CUDA
+ * fp16 UNet policy is the models layer's to add).
+ *
+ * Threads: executor thread only. The values may be released on any thread.
+ */
+#ifndef LATENTD_NODES_SD_BACKEND_H
+#define LATENTD_NODES_SD_BACKEND_H
+
+#include "err.h"
+#include "node_value.h"
+#include "patcher.h"
+#include "sd15_layout.h"
+#include "sd_types.h"
+
+struct mm;
+struct clip_tokenizer;
+struct sd_clip_shared;
+
+struct sd_clip {
+    struct patcher *p;             /* owned reference */
+    struct sd15_config cfg;
+    int clip_skip;                 /* -1 = last layer, -2 = penultimate, ... */
+    struct sd_clip_shared *_shared; /* refcounted tokenizer */
+};
+
+struct sd_vae {
+    struct patcher *p;             /* owned reference */
+    struct sd15_config cfg;
+};
+
+/*
+ * A MODEL over a UNet patcher (takes over the caller's reference to `unet`).
+ * Free with sd_model_free (through the value).
+ */
+struct sd_model *sd_unet_model_new(struct patcher *unet, const struct sd15_config *cfg);
+
+/*
+ * A CLIP over a text-encoder patcher (takes over the reference) with a
+ * tokenizer loaded from the default search path (clip_tokenizer.h).
+ * Returns 0 or the tokenizer's error.
+ */
+int sd_clip_new(struct patcher *clip, const struct sd15_config *cfg, struct sd_clip **out,
+                struct err *e);
+/* A copy sharing the patcher and tokenizer (CLIPSetLastLayer). */
+struct sd_clip *sd_clip_clone(const struct sd_clip *c);
+void sd_clip_free(struct sd_clip *c); /* NULL-safe */
+struct value *sd_clip_value(struct sd_clip *c);           /* "CLIP", takes c */
+const struct sd_clip *sd_clip_of(const struct value *v);  /* NULL if not one */
+
+struct sd_vae *sd_vae_new(struct patcher *vae, const struct sd15_config *cfg); /* takes p */
+void sd_vae_free(struct sd_vae *v); /* NULL-safe */
+struct value *sd_vae_value(struct sd_vae *v);             /* "VAE", takes v */
+const struct sd_vae *sd_vae_of(const struct value *v);    /* NULL if not one */
+
+/*
+ * CLIPTextEncode: tokenize `text` (ComfyUI prompt syntax), encode it with the
+ * CLIP's layer setting, and return a one-entry conditioning [1, 77·chunks,
+ * width] with its pooled vector (caller frees with sd_cond_free).
+ */
+int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *text,
+                        struct sd_cond **out, struct err *e);
+
+/*
+ * VAEDecode / VAEDecodeTiled: decode every sample of `lat` one at a time into
+ * a new IMAGE value [B, 8h, 8w, 3] in 0..1. tile > 0 decodes in tiles of
+ * tile × tile latent pixels with `overlap`; otherwise whole, falling back to
+ * 64/16 tiles when the device runs out of memory (as ComfyUI does).
+ */
+int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct sd_latent *lat,
+                         int tile, int overlap, struct value **image, struct err *e);
+
+/*
+ * VAEEncode: IMAGE [B, H, W, C] (first 3 channels; H and W cropped to
+ * multiples of 8 around the centre as ComfyUI does) into a new latent of the
+ * encoder mean [B, 4, H/8, W/8] (caller frees with sd_latent_free).
+ */
+int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct value *image,
+                        struct sd_latent **out, struct err *e);
+
+#endif

@@ -1,0 +1,254 @@
+/*
+ * test_sd_pipeline — the default txt2img workflow at node level on a tiny
+ * random-weight checkpoint (sd15.md §9.1): CheckpointLoaderSimple ->
+ * CLIPTextEncode (x2) -> EmptyLatentImage -> KSampler -> VAEDecode, on the
+ * CPU through the memory manager; plus CLIPSetLastLayer, VAEEncode,
+ * VAEDecodeTiled, img2img, and the errors users see.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "ckpt_gen.h"
+#include "harness.h"
+#include "memmgr.h"
+#include "node_registry.h"
+#include "node_run.h"
+#include "sd_backend.h"
+#include "sd_nodes.h"
+#include "sd_types.h"
+#include "tensor.h"
+
+static struct node_env env;
+
+/* Run `cls` with named inputs (references taken over); returns rc, outputs in out[]. */
+static int run_node(const struct node_class *cls, const char *const *names, struct value **vals,
+                    int n, struct value **out, char *msg, size_t msg_size)
+{
+    struct value *in[16] = {0};
+    struct value *outs[4] = {0};
+    for (int i = 0; i < n; i++) {
+        int k = node_class_input_index(cls, names[i]);
+        ASSERT(k >= 0);
+        in[k] = vals[i];
+    }
+    struct node_ctx c;
+    node_ctx_init(&c, cls, "1", &env, in, outs);
+    int rc = cls->run(&c);
+    if (msg)
+        snprintf(msg, msg_size, "%s: %s", c.exc_type, c.exc_message.ptr);
+    node_ctx_release(&c);
+    for (int i = 0; i < 16; i++)
+        value_unref(in[i]);
+    for (int i = 0; i < 4; i++) {
+        if (out)
+            out[i] = outs[i];
+        else
+            value_unref(outs[i]);
+    }
+    return rc;
+}
+
+static struct value *encode(struct value *clip, const char *text)
+{
+    const char *names[] = {"text", "clip"};
+    struct value *v[] = {value_new_string(text), value_ref(clip)};
+    struct value *out[4];
+    if (run_node(&sd_clip_text_encode, names, v, 2, out, NULL, 0) < 0)
+        return NULL;
+    return out[0];
+}
+
+static struct value *ksample(struct value *model, struct value *pos, struct value *neg,
+                             struct value *latent, uint64_t seed, double denoise,
+                             const char *sampler)
+{
+    const char *names[] = {"model", "seed", "steps", "cfg", "sampler_name", "scheduler",
+                           "positive", "negative", "latent_image", "denoise"};
+    struct value *v[] = {value_ref(model), value_new_u64(seed), value_new_int(3),
+                         value_new_float(7.0), value_new_string(sampler),
+                         value_new_string("normal"), value_ref(pos), value_ref(neg),
+                         value_ref(latent), value_new_float(denoise)};
+    struct value *out[4];
+    char msg[256];
+    if (run_node(&sd_ksampler, names, v, 10, out, msg, sizeof msg) < 0) {
+        printf("# KSampler: %s\n", msg);
+        return NULL;
+    }
+    return out[0];
+}
+
+static struct value *decode(struct value *vae, struct value *latent)
+{
+    const char *names[] = {"samples", "vae"};
+    struct value *v[] = {value_ref(latent), value_ref(vae)};
+    struct value *out[4];
+    char msg[256];
+    if (run_node(&sd_vae_decode, names, v, 2, out, msg, sizeof msg) < 0) {
+        printf("# VAEDecode: %s\n", msg);
+        return NULL;
+    }
+    return out[0];
+}
+
+static int image_ok(const struct value *img, int h, int w)
+{
+    if (!img || img->kind != VALUE_TENSOR || img->ndim != 4 || img->shape[1] != h ||
+        img->shape[2] != w || img->shape[3] != 3)
+        return 0;
+    for (size_t i = 0; i < img->numel; i++)
+        if (!(img->data[i] >= 0.0f && img->data[i] <= 1.0f))
+            return 0;
+    return 1;
+}
+
+static double image_diff(const struct value *a, const struct value *b)
+{
+    double m = 0;
+    for (size_t i = 0; a && b && i < a->numel && i < b->numel; i++)
+        m = fmax(m, fabs((double)a->data[i] - b->data[i]));
+    return m;
+}
+
+int main(void)
+{
+    long live0 = alloc_live_count();
+    char dir[] = "/tmp/test_sd_pipeline.XXXXXX", sub[320], path[400];
+    if (!mkdtemp(dir))
+        PANIC("mkdtemp");
+    snprintf(sub, sizeof sub, "%s/checkpoints", dir);
+    mkdir(sub, 0755);
+    snprintf(path, sizeof path, "%s/tiny.safetensors", sub);
+    struct ckpt_gen_opts o;
+    ckpt_gen_opts_default(&o);
+    struct err e = {0};
+    EXPECT_OK(ckpt_gen_write(&o, path, &e));
+
+    struct mm_config mc;
+    mm_config_init(&mc);
+    mc.device_spec = "cpu";
+    mc.cpu = 1;
+    struct mm *mm = NULL;
+    if (mm_new(&mc, &mm, &e) < 0) {
+        ok(0, "mm_new: %s", e.msg);
+        return harness_done();
+    }
+    env.models_dir = dir;
+    env.mm = mm;
+    env.preview_size = 512;
+
+    /* A missing checkpoint: ComfyUI's FileNotFoundError text. */
+    char msg[512];
+    const char *cn[] = {"ckpt_name"};
+    struct value *cv[] = {value_new_string("nope.safetensors")};
+    int rc = run_node(&sd_checkpoint_loader_simple, cn, cv, 1, NULL, msg, sizeof msg);
+    ok(rc < 0 && strstr(msg, "FileNotFoundError: Model in folder 'checkpoints' with filename "
+                             "'nope.safetensors' not found."),
+       "missing checkpoint: %s", msg);
+
+    struct value *mcv[4] = {0};
+    struct value *cv2[] = {value_new_string("tiny.safetensors")};
+    rc = run_node(&sd_checkpoint_loader_simple, cn, cv2, 1, mcv, msg, sizeof msg);
+    struct value *model = mcv[0], *clip = mcv[1], *vae = mcv[2];
+    ok(rc == 0 && sd_model_of(model) && sd_clip_of(clip) && sd_vae_of(vae),
+       "CheckpointLoaderSimple: MODEL, CLIP, VAE (%s)", rc ? msg : "ok");
+    if (rc < 0)
+        goto done;
+
+    struct value *pos = encode(clip, "a (photo:1.2) of a cat");
+    struct value *neg = encode(clip, "blurry");
+    const struct sd_cond *pc = sd_cond_of(pos);
+    ok(pc && pc->n == 1 && pc->entries[0].tokens == 77 &&
+           pc->entries[0].dim == sd_clip_of(clip)->cfg.clip_width && pc->entries[0].pooled,
+       "CLIPTextEncode: [1, 77, width] with a pooled vector");
+
+    /* CLIPSetLastLayer -2 changes the conditioning. */
+    const char *ln[] = {"clip", "stop_at_clip_layer"};
+    struct value *lv[] = {value_ref(clip), value_new_int(-2)};
+    struct value *lo[4];
+    run_node(&sd_clip_set_last_layer, ln, lv, 2, lo, NULL, 0);
+    struct value *pos2 = encode(lo[0], "a (photo:1.2) of a cat");
+    double cd = 0;
+    for (int i = 0; pos2 && i < 77 * pc->entries[0].dim; i++)
+        cd = fmax(cd, fabs(sd_cond_of(pos2)->entries[0].cond[i] - pc->entries[0].cond[i]));
+    ok(pos2 && cd > 1e-3 && sd_clip_of(lo[0])->clip_skip == -2 && sd_clip_of(clip)->clip_skip == -1,
+       "CLIPSetLastLayer -2: another conditioning (max diff %.3g), input CLIP unchanged", cd);
+
+    const char *en[] = {"width", "height", "batch_size"};
+    struct value *ev[] = {value_new_int(64), value_new_int(64), value_new_int(1)};
+    struct value *eo[4];
+    run_node(&sd_empty_latent_image, en, ev, 3, eo, NULL, 0);
+    struct value *empty = eo[0];
+
+    struct value *s1 = ksample(model, pos, neg, empty, 5, 1.0, "euler");
+    struct value *s1b = ksample(model, pos, neg, empty, 5, 1.0, "euler");
+    struct value *s2 = ksample(model, pos, neg, empty, 6, 1.0, "euler");
+    struct value *img1 = s1 ? decode(vae, s1) : NULL;
+    struct value *img1b = s1b ? decode(vae, s1b) : NULL;
+    struct value *img2 = s2 ? decode(vae, s2) : NULL;
+    ok(image_ok(img1, 64, 64), "txt2img 64x64, 3 euler steps, decoded to a [1,64,64,3] image");
+    ok(img1 && img1b && image_diff(img1, img1b) == 0.0, "same seed: identical pixels");
+    ok(img1 && img2 && image_diff(img1, img2) > 1e-3, "different seed: different pixels (%.3g)",
+       image_diff(img1, img2));
+    ok(mm_loaded_count(mm) >= 1, "models stay loaded between nodes (%d)", mm_loaded_count(mm));
+
+    /* img2img: encode the image, denoise 0.5 with an ancestral sampler. */
+    const char *vn[] = {"pixels", "vae"};
+    struct value *vv[] = {value_ref(img1), value_ref(vae)};
+    struct value *vo[4] = {0};
+    rc = run_node(&sd_vae_encode, vn, vv, 2, vo, msg, sizeof msg);
+    const struct sd_latent *enc = sd_latent_of(vo[0]);
+    ok(rc == 0 && enc && enc->b == 1 && enc->c == 4 && enc->h == 8 && enc->w == 8,
+       "VAEEncode: [1,4,8,8] (%s)", rc ? msg : "ok");
+    struct value *s3 = enc ? ksample(model, pos, neg, vo[0], 5, 0.5, "euler_ancestral") : NULL;
+    struct value *img3 = s3 ? decode(vae, s3) : NULL;
+    ok(image_ok(img3, 64, 64) && image_diff(img3, img1) > 1e-4,
+       "img2img denoise 0.5 runs and changes the image");
+
+    /* VAEDecodeTiled with 32 px tiles (4 latent px) and 8 px overlap. */
+    const char *tn[] = {"samples", "vae", "tile_size", "overlap", "temporal_size", "temporal_overlap"};
+    struct value *tv[] = {value_ref(s1), value_ref(vae), value_new_int(32), value_new_int(8),
+                          value_new_int(64), value_new_int(8)};
+    struct value *to[4] = {0};
+    rc = run_node(&sd_vae_decode_tiled, tn, tv, 6, to, msg, sizeof msg);
+    ok(rc == 0 && image_ok(to[0], 64, 64), "VAEDecodeTiled: [1,64,64,3] (%s)", rc ? msg : "ok");
+
+    /* No memory manager: a clear error, not a crash. */
+    env.mm = NULL;
+    struct value *none = encode(clip, "x");
+    ok(none == NULL, "CLIPTextEncode without a memory manager fails cleanly");
+    env.mm = mm;
+
+    value_unref(to[0]);
+    value_unref(img3);
+    value_unref(s3);
+    value_unref(vo[0]);
+    value_unref(img1);
+    value_unref(img1b);
+    value_unref(img2);
+    value_unref(s1);
+    value_unref(s1b);
+    value_unref(s2);
+    value_unref(empty);
+    value_unref(pos2);
+    value_unref(lo[0]);
+    value_unref(pos);
+    value_unref(neg);
+    value_unref(model);
+    value_unref(clip);
+    value_unref(vae);
+done:
+    mm_unload_all(mm);
+    mm_free(mm);
+    unlink(path);
+    rmdir(sub);
+    rmdir(dir);
+    tensor_shutdown();
+    ok(alloc_live_count() == live0, "no allocation left live (%ld)", alloc_live_count() - live0);
+    return harness_done();
+}
