@@ -15,6 +15,7 @@
 #include "alloc.h"
 #include "srv_buf.h"
 #include "log.h"
+#include "srv_buf.h"
 #include "srv_fs.h"
 #include "srv_image.h"
 #include "srv_path.h"
@@ -495,7 +496,28 @@ static void route_upload_mask(struct srv_req *r)
         goto out;
     }
     srv_image_set_alpha_from(&orig, &mask);
-    srv_image_png(&orig, 4, &png, &png_n);
+    {
+        /* Keep the original's text chunks (its prompt/workflow); zlib level 4 as ComfyUI. */
+        size_t on = 0;
+        char *obytes = NULL;
+        FILE *fp = fopen(opath, "rb");
+        if (fp) {
+            struct buf ob;
+            buf_init(&ob);
+            char chunk[65536];
+            size_t k;
+            while ((k = fread(chunk, 1, sizeof(chunk), fp)) > 0)
+                buf_add(&ob, chunk, k);
+            fclose(fp);
+            on = ob.len;
+            obytes = srv_buf_take(&ob);
+        }
+        struct srv_png_text *texts = NULL;
+        int nt = obytes ? srv_png_text_read(obytes, on, &texts) : 0;
+        srv_image_png_ex(&orig, 4, texts, nt, &png, &png_n);
+        srv_png_text_free(texts, nt);
+        xfree(obytes);
+    }
     if (!png) {
         resp_error(r, 500, "internal_error", "cannot encode the mask");
         goto out;

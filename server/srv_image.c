@@ -9,6 +9,7 @@
 #include <jpeglib.h>
 
 #include "alloc.h"
+#include "srv_buf.h"
 
 static int decode_png(const void *p, size_t n, struct srv_image *out, struct err *e)
 {
@@ -242,4 +243,120 @@ void srv_image_jpeg(const struct srv_image *img, int quality, void **out, size_t
         *n = mem_n;
     }
     free(mem); /* allocated by libjpeg with malloc */
+}
+
+/* ---- full libpng API: text chunks ------------------------------------------------------ */
+
+struct png_mem {
+    const unsigned char *p;
+    size_t n, off;
+};
+
+static void png_mem_read(png_structp png, png_bytep dst, png_size_t len)
+{
+    struct png_mem *m = png_get_io_ptr(png);
+    if (m->off + len > m->n)
+        png_error(png, "truncated PNG");
+    memcpy(dst, m->p + m->off, len);
+    m->off += len;
+}
+
+int srv_png_text_read(const void *p, size_t n, struct srv_png_text **out)
+{
+    *out = NULL;
+    if (n < 8 || memcmp(p, "\x89PNG\r\n\x1a\n", 8) != 0)
+        return 0;
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        return 0;
+    }
+    struct png_mem m = {p, n, 0};
+    struct srv_png_text *volatile res = NULL;
+    volatile int count = 0;
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_read_struct(&png, &info, NULL);
+        *out = res;
+        return count;
+    }
+    png_set_read_fn(png, &m, png_mem_read);
+    png_read_info(png, info);
+    png_textp text = NULL;
+    int nt = 0;
+    png_get_text(png, info, &text, &nt);
+    if (nt > 0) {
+        res = xcalloc((size_t)nt, sizeof(*res));
+        for (int i = 0; i < nt; i++) {
+            res[i].key = xstrdup(text[i].key);
+            res[i].text = xstrndup(text[i].text ? text[i].text : "", text[i].text_length);
+            count = i + 1;
+        }
+    }
+    png_destroy_read_struct(&png, &info, NULL);
+    *out = res;
+    return count;
+}
+
+void srv_png_text_free(struct srv_png_text *t, int count)
+{
+    for (int i = 0; i < count; i++) {
+        xfree(t[i].key);
+        xfree(t[i].text);
+    }
+    xfree(t);
+}
+
+static void png_mem_write(png_structp png, png_bytep data, png_size_t len)
+{
+    struct buf *b = png_get_io_ptr(png);
+    buf_add(b, data, len);
+}
+
+static void png_mem_flush(png_structp png)
+{
+    (void)png;
+}
+
+void srv_image_png_ex(const struct srv_image *img, int level, const struct srv_png_text *t,
+                      int count, void **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info) {
+        png_destroy_write_struct(&png, NULL);
+        return;
+    }
+    struct buf b;
+    buf_init(&b);
+    png_textp volatile texts = count > 0 ? xcalloc((size_t)count, sizeof(png_text)) : NULL;
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        xfree(texts);
+        buf_release(&b);
+        return;
+    }
+    png_set_write_fn(png, &b, png_mem_write, png_mem_flush);
+    png_set_compression_level(png, level);
+    png_set_IHDR(png, info, (png_uint_32)img->w, (png_uint_32)img->h, 8,
+                 img->channels == 4 ? PNG_COLOR_TYPE_RGBA : PNG_COLOR_TYPE_RGB,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    for (int i = 0; i < count; i++) {
+        texts[i].compression = PNG_TEXT_COMPRESSION_NONE;
+        texts[i].key = t[i].key;
+        texts[i].text = t[i].text;
+        texts[i].text_length = strlen(t[i].text);
+    }
+    if (count > 0)
+        png_set_text(png, info, texts, count);
+    png_write_info(png, info);
+    for (int y = 0; y < img->h; y++)
+        png_write_row(png, img->px + (size_t)y * img->w * img->channels);
+    png_write_end(png, info);
+    png_destroy_write_struct(&png, &info);
+    xfree(texts);
+    *n = b.len;
+    *out = srv_buf_take(&b);
 }

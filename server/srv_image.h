@@ -31,6 +31,22 @@ int srv_image_drop_alpha(struct srv_image *img);
 /* Replace img's alpha by mask's alpha (same size, both RGBA). */
 void srv_image_set_alpha_from(struct srv_image *img, const struct srv_image *mask);
 
+/* PNG text chunks (tEXt/zTXt/iTXt) as key/value pairs. */
+struct srv_png_text {
+    char *key;  /* owned */
+    char *text; /* owned */
+};
+
+/* Read the text chunks of PNG bytes (none for other formats). *out owned by the caller:
+ * free with srv_png_text_free. Returns the count. */
+int srv_png_text_read(const void *p, size_t n, struct srv_png_text **out);
+void srv_png_text_free(struct srv_png_text *t, int count);
+
+/* Encode RGBA/RGB as PNG with zlib `level` and the given tEXt chunks (written before
+ * IDAT, like ComfyUI's). *out is xmalloc'ed or NULL on failure. */
+void srv_image_png_ex(const struct srv_image *img, int level, const struct srv_png_text *t,
+                      int count, void **out, size_t *n);
+
 /* Encode; *out is xmalloc'ed (caller frees with xfree) or NULL on failure. png: channels
  * as in img (3 or 4; `want_channels` is a hint ignored when img has 3). */
 void srv_image_png(const struct srv_image *img, int want_channels, void **out, size_t *n);

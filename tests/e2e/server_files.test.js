@@ -182,7 +182,7 @@ test("/upload/image bad inputs: 400 with JSON, traversal refused", async () => {
 });
 
 test("/upload/mask merges the alpha channel into the original", async () => {
-  const orig = L.pngRGBA(3, 2, (x) => [10 * x, 20, 30, 255]);
+  const orig = L.pngRGBA(3, 2, (x) => [10 * x, 20, 30, 255], { prompt: '{"1":{}}', workflow: '{"nodes":[]}' });
   fs.writeFileSync(path.join(srv.dir, "output", "orig.png"), orig);
   const mask = L.pngRGBA(3, 2, (x, y) => [0, 0, 0, x === 0 && y === 0 ? 0 : 200]);
   const m = L.multipart({ image: { filename: "clipspace-mask-1.png", data: mask }, original_ref: JSON.stringify({ filename: "orig.png", subfolder: "", type: "output" }), type: "input" });
@@ -192,6 +192,7 @@ test("/upload/mask merges the alpha channel into the original", async () => {
   const d = L.decodePng(fs.readFileSync(path.join(srv.dir, "input", "clipspace-mask-1.png")));
   assert.deepEqual([...d.pixels.subarray(0, 4)], [0, 20, 30, 0]);
   assert.deepEqual([...d.pixels.subarray(4, 8)], [10, 20, 30, 200]);
+  assert.deepEqual(d.text, { prompt: '{"1":{}}', workflow: '{"nodes":[]}' }, "the original's text chunks are kept");
   // A missing original: nothing written, still 200 (ComfyUI quirk).
   const m2 = L.multipart({ image: { filename: "m2.png", data: mask }, original_ref: JSON.stringify({ filename: "missing.png" }) });
   r = await L.request(srv, "POST", "/upload/mask", { body: m2.body, headers: { "Content-Type": m2.contentType } });

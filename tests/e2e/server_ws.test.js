@@ -63,11 +63,12 @@ test("a small prompt: message order, routing and the completion contract", async
   await other.waitFor((m) => m.type === "status");
   // On the final status broadcast, history must already hold the entry and /queue must not.
   const checks = [];
-  let promptId = null;
+  // Known before the POST: a tiny prompt may finish before the HTTP answer arrives.
+  const promptId = "order-1";
   a.ws.on("message", (data, bin) => {
     if (bin) return;
     const m = JSON.parse(data.toString());
-    if (m.type === "status" && m.data.status.exec_info.queue_remaining === 0 && promptId) {
+    if (m.type === "status" && m.data.status.exec_info.queue_remaining === 0 && a.messages.some((x) => x.type === "execution_start")) {
       checks.push((async () => {
         const q = (await L.request(srv, "GET", "/queue")).json();
         const h = (await L.request(srv, "GET", `/history/${promptId}`)).json();
@@ -79,7 +80,6 @@ test("a small prompt: message order, routing and the completion contract", async
   assert.equal(r.status, 200, r.text);
   assert.deepEqual(r.json, { prompt_id: "order-1", number: r.json.number, node_errors: {} });
   assert.equal(typeof r.json.number, "number");
-  promptId = "order-1";
   const done = await a.waitFor((m) => m.type === "executing" && m.data.node === null, 20000);
   assert.equal(done.data.prompt_id, "order-1");
   const types = a.messages.map((m) => m.type);
@@ -243,4 +243,33 @@ test("/history max_items and offset after several runs", async () => {
   assert.deepEqual((await L.request(srv, "GET", `/history/${all[0]}`)).json(), {});
   r = await L.request(srv, "POST", "/history", { json: { clear: true } });
   assert.deepEqual((await L.request(srv, "GET", "/history")).json(), {});
+});
+
+test("reconnect during a run gets a bare executing{node}; /interrupt stops the prompt", async () => {
+  const chain = { 1: { class_type: "EmptyImage", inputs: { width: 2048, height: 2048, batch_size: 2, color: 77 } } };
+  for (let i = 2; i <= 6; i++) chain[i] = { class_type: "ImageInvert", inputs: { image: [String(i - 1), 0] } };
+  chain[7] = { class_type: "SaveImage", inputs: { images: ["6", 0], filename_prefix: "chain" } };
+  const first = await L.openWs(srv, { clientId: "rc" });
+  await first.waitFor((m) => m.type === "status");
+  const r = await L.postPrompt(srv, chain, { client_id: "rc", prompt_id: "rc1" });
+  assert.equal(r.status, 200, r.text);
+  await first.waitFor((m) => m.type === "executing" && m.data.node);
+  const second = await L.openWs(srv, { clientId: "rc" });
+  const hello = await second.waitFor((m) => m.type === "status");
+  assert.equal(hello.data.sid, "rc");
+  const again = await second.waitFor((m) => m.type === "executing", 5000);
+  assert.deepEqual(Object.keys(again.data), ["node"], "bare executing on reconnect (no prompt_id)");
+  assert.equal(typeof again.data.node, "string");
+  const ir = await L.request(srv, "POST", "/interrupt", { json: { prompt_id: "rc1" } });
+  assert.equal(ir.status, 200);
+  const stop = await second.waitFor((m) => m.type === "execution_interrupted", 20000);
+  assert.equal(stop.data.prompt_id, "rc1");
+  const tail = await second.waitFor((m) => m.type === "executing" && m.data.node === null);
+  assert.equal(tail.data.prompt_id, "rc1");
+  const h = (await L.request(srv, "GET", "/history/rc1")).json().rc1;
+  assert.equal(h.status.status_str, "error");
+  assert.equal(h.status.completed, false);
+  assert.equal(h.status.messages[h.status.messages.length - 1][0], "execution_interrupted");
+  assert.ok(!first.messages.some((m) => m.type === "execution_interrupted"), "the replaced socket is not routed");
+  await first.close(); await second.close();
 });

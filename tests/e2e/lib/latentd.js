@@ -26,7 +26,9 @@
 //       timeoutMs), send(objOrString), close(), closed (promise)
 //   multipart(fields) -> { body: Buffer, contentType }   fields: { name: string |
 //       { filename, data: Buffer, type } }
-//   pngRGBA(w, h, pixelFn) -> Buffer  (a valid PNG; pixelFn(x, y) -> [r, g, b, a])
+//   pngRGBA(w, h, pixelFn, text) -> Buffer  (a valid PNG; pixelFn(x, y) -> [r, g, b, a];
+//       text: { key: value } written as tEXt chunks)
+//   decodePng(buf) -> { width, height, channels, pixels, text }  (8-bit, non-interlaced)
 //   removeDir(dir)
 "use strict";
 const fs = require("fs");
@@ -243,7 +245,7 @@ function pngChunk(type, data) {
   return Buffer.concat([len, td, crc]);
 }
 
-function pngRGBA(w, h, pixelFn = () => [255, 0, 0, 255]) {
+function pngRGBA(w, h, pixelFn = () => [255, 0, 0, 255], text = {}) {
   const raw = Buffer.alloc((w * 4 + 1) * h);
   for (let y = 0; y < h; y++) {
     raw[y * (w * 4 + 1)] = 0;
@@ -256,7 +258,9 @@ function pngRGBA(w, h, pixelFn = () => [255, 0, 0, 255]) {
   ihdr.writeUInt32BE(w, 0); ihdr.writeUInt32BE(h, 4);
   ihdr[8] = 8; ihdr[9] = 6; ihdr[10] = 0; ihdr[11] = 0; ihdr[12] = 0;
   return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
-    pngChunk("IHDR", ihdr), pngChunk("IDAT", zlib.deflateSync(raw)), pngChunk("IEND", Buffer.alloc(0))]);
+    pngChunk("IHDR", ihdr),
+    ...Object.entries(text).map(([k, v]) => pngChunk("tEXt", Buffer.concat([Buffer.from(k, "latin1"), Buffer.from([0]), Buffer.from(v, "latin1")]))),
+    pngChunk("IDAT", zlib.deflateSync(raw)), pngChunk("IEND", Buffer.alloc(0))]);
 }
 
 // Decode the RGBA (colour type 6) / RGB (2) 8-bit PNGs latentd writes; returns
