@@ -891,8 +891,12 @@ static int execute_node(struct run *r, int n)
                 in[k] = value_new_string(gn->id);
             continue;
         }
-        if (!v)
+        if (!v) {
+            /* Validation guarantees required inputs; an unvalidated prompt may not. */
+            if (d->group == NODE_INPUT_REQUIRED && !bad_input)
+                bad_input = d->name;
             continue;
+        }
         if (cJSON_IsArray(v)) {
             in[k] = gn->in[k].src >= 0 ? value_ref(source_value(r, gn->in[k].src, gn->in[k].slot)) : NULL;
             if (!in[k] && !bad_input)
@@ -904,13 +908,8 @@ static int execute_node(struct run *r, int n)
         }
     }
     fill_hidden(r, &c, n);
-    if (gn->cls->instance_free)
-        c.instance = instance_slot(r->g, gn);
-    else {
-        static void *no_state;
-        no_state = NULL;
-        c.instance = &no_state;
-    }
+    void *no_state = NULL; /* classes without instance state get a scratch slot */
+    c.instance = gn->cls->instance_free ? instance_slot(r->g, gn) : &no_state;
     if (atomic_exchange(&r->g->interrupt, 0)) {
         send_failure(r, n, 1, NULL, NULL, NULL);
         stop = 1;

@@ -536,6 +536,37 @@ static void test_validation_details(struct graph_ctx *g)
     vres_release(&r);
 }
 
+/* Deeply nested values: cJSON's depth limit rejects absurd nesting at parse time;
+ * what parses is validated without trouble. Bare NaN is not JSON. */
+static void test_nesting(struct graph_ctx *g)
+{
+    struct buf b;
+    buf_init(&b);
+    for (int depth = 500; depth <= 5000; depth += 4500) {
+        buf_reset(&b);
+        buf_adds(&b, "{\"1\": {\"class_type\": \"PrimitiveString\", \"inputs\": {\"value\": {\"__value__\": ");
+        for (int i = 0; i < depth; i++)
+            buf_addc(&b, '[');
+        for (int i = 0; i < depth; i++)
+            buf_addc(&b, ']');
+        buf_adds(&b, "}}}, \"9\": {\"class_type\": \"TOut\", \"inputs\": {\"v\": 1}}}");
+        cJSON *p = graph_json_parse(b.ptr, b.len);
+        if (depth == 500) {
+            struct graph_validation v;
+            ok(p != NULL, "500-deep value parses");
+            graph_validate(g, p, &v);
+            ok(v.ok, "500-deep value validates (str() of it)");
+            graph_validation_release(&v);
+        } else {
+            ok(p == NULL, "5000-deep value is a parse error, not a crash");
+        }
+        cJSON_Delete(p);
+    }
+    buf_release(&b);
+    const char *nan = "{\"1\": {\"class_type\": \"PrimitiveFloat\", \"inputs\": {\"value\": NaN}}}";
+    ok(graph_json_parse(nan, strlen(nan)) == NULL, "bare NaN literal is a JSON error");
+}
+
 /* Huge and deep graphs validate without recursion and without crashing. */
 static void test_huge(struct graph_ctx *g)
 {
@@ -950,6 +981,7 @@ int main(int argc, char **argv)
     test_validation_details(g);
     test_object_info(g);
     test_default_order(g, LATENTD_SPEC_DIR "/default_workflow_api.json");
+    test_nesting(g);
     test_huge(g);
     graph_free(g);
     test_events_and_cache(&d);
