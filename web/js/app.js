@@ -41,7 +41,8 @@ class App {
     Object.assign(this.canvas.default_connection_color_byType, typeColors);
     Object.assign(LG.LGraphCanvas.link_type_colors, typeColors);
     this.resizeCanvas();
-    window.addEventListener("resize", () => this.resizeCanvas());
+    // The canvas follows its container (window resizes, the missing-node banner appearing).
+    new ResizeObserver(() => this.resizeCanvas()).observe(el.parentElement);
     this.graph.start();
 
     this.panels = new Panels(this);

@@ -322,7 +322,12 @@ export function registerMissingType(type) {
       this.color = "#622"; this.bgcolor = "#311";
       this.size = [240, 80];
     }
-    onConfigure(info) { this.savedWidgetValues = info.widgets_values; }
+    onConfigure(info) {
+      this.savedWidgetValues = info.widgets_values;
+      const slots = Math.max(this.inputs?.length || 0, this.outputs?.length || 0) * LG.NODE_SLOT_HEIGHT;
+      const need = slots + 24 + 14 * Math.min(6, (this.savedWidgetValues || []).length);
+      if (this.size[1] < need) this.size[1] = need;
+    }
     onSerialize(o) { if (this.savedWidgetValues) o.widgets_values = this.savedWidgetValues; }
     onDrawForeground(ctx) {
       drawOverlays(this, ctx);

@@ -124,13 +124,18 @@ export function apiPromptToGraph(graph, prompt) {
       src.connect(v[1], node, slot);
     }
   }
-  const colY = {};
+  // Columns by depth; long chains wrap into bands of COLS columns stacked downwards.
+  const COLS = 5, colY = {}, bandH = {};
+  const place = [];
   for (const id of Object.keys(nodes)) {
-    const d = depthOf(id);
-    const node = nodes[id];
-    node.pos = [40 + d * 330, 40 + (colY[d] || 0)];
+    const d = depthOf(id), node = nodes[id];
+    place.push([node, d, colY[d] || 0]);
     colY[d] = (colY[d] || 0) + node.size[1] + 60;
+    const band = Math.floor(d / COLS);
+    bandH[band] = Math.max(bandH[band] || 0, colY[d]);
   }
+  const bandTop = (b) => { let y = 40; for (let i = 0; i < b; i++) y += (bandH[i] || 0) + 40; return y; };
+  for (const [node, d, y] of place) node.pos = [40 + (d % COLS) * 330, bandTop(Math.floor(d / COLS)) + y];
   graph.setDirtyCanvas(true, true);
   return [...new Set(missing)];
 }
