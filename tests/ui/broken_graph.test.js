@@ -61,3 +61,28 @@ test("validation errors highlight the offending nodes and inputs", async () => {
   assert.strictEqual(q.queue_running.length + q.queue_pending.length, 0);
   assert.deepStrictEqual(ui.errors, []);
 });
+
+test("an execution error is shown with its message on the failing node", async () => {
+  const { page } = ui;
+  // A file that exists (so validation passes) but is not an image: LoadImage fails at run time.
+  const form = new FormData();
+  form.append("image", new Blob([Buffer.from("this is not a png")], { type: "image/png" }), "not-an-image.png");
+  const up = await fetch(`${srv.url}/api/upload/image`, { method: "POST", body: form });
+  assert.strictEqual(up.status, 200);
+  await h.loadPrompt(page, {
+    "1": { class_type: "LoadImage", inputs: { image: "not-an-image.png" } },
+    "2": { class_type: "SaveImage", inputs: { images: ["1", 0], filename_prefix: "ui_exec_error" } },
+  });
+  await page.click("#btn-queue");
+  const err = await h.waitForEvent(page, "execution_error", "true", 30000);
+  assert.strictEqual(err.node_id, "1");
+  await page.waitForSelector("#error-dialog:not([hidden])", { timeout: 10000 });
+  const text = await page.textContent("#error-dialog");
+  assert.match(text, /LoadImage/);
+  assert.ok(text.includes(err.exception_message.trim().split("\n")[0]), "the exception message is shown");
+  await h.screenshot(page, "execution_error_dialog");
+  await page.click("#error-close");
+  assert.ok(await redNear(page, 1, -4, 20), "LoadImage outlined in red");
+  await h.screenshot(page, "execution_error");
+  assert.deepStrictEqual(ui.errors, []);
+});

@@ -21,6 +21,7 @@ test("edit a widget, queue, see the image on the node and in history", async () 
     "1": { class_type: "EmptyImage", inputs: { width: 64, height: 48, batch_size: 1, color: 0x3366cc } },
     "2": { class_type: "ImageInvert", inputs: { image: ["1", 0] } },
     "3": { class_type: "SaveImage", inputs: { images: ["2", 0], filename_prefix: "ui_queue" } },
+    "4": { class_type: "PreviewImage", inputs: { images: ["1", 0] } },
   });
   await page.waitForTimeout(200); // one frame so widgets have positions
   // Click the middle of EmptyImage's width widget: litegraph opens its value prompt.
@@ -56,6 +57,10 @@ test("edit a widget, queue, see the image on the node and in history", async () 
   });
   for (const [a, b] of px.map((v, k) => [v, [0xcc, 0x99, 0x33][k]])) assert.ok(Math.abs(a - b) <= 2, `pixel ${px} ~ cc9933`);
 
+  // PreviewImage shows its temp image (the un-inverted colour).
+  await page.waitForFunction(() => { const n = window.app.graph.getNodeById(4); return n.imgs && n.imgs[0] && n.imgs[0].complete && n.imgs[0].naturalWidth > 0; });
+  assert.match(await page.evaluate(() => window.app.graph.getNodeById(4).imgs[0].src), /type=temp/);
+
   // History panel lists the prompt with a thumbnail; the gallery has the image.
   await page.click('#tabs button[data-tab="history"]');
   const item = page.locator(`#history-list .item[data-prompt-id="${done.prompt_id}"]`);
@@ -83,7 +88,7 @@ test("a history entry's workflow can be loaded back", async () => {
   await page.waitForFunction(() => window.app.graph._nodes.length === 7);
   await page.click('#tabs button[data-tab="history"]');
   await page.locator("#history-list .item button:text('load')").first().click();
-  await page.waitForFunction(() => window.app.graph._nodes.length === 3);
+  await page.waitForFunction(() => window.app.graph._nodes.length === 4);
   assert.deepStrictEqual(await page.evaluate(() => window.app.graph._nodes.map((n) => n.type).sort()), want);
   const w = await page.evaluate(() => window.app.graph.getNodeById(1).widgets.find((x) => x.name === "width").value);
   assert.strictEqual(w, 80, "the edited value comes back with the workflow");

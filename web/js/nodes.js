@@ -258,8 +258,13 @@ function commonPrototype(proto) {
   proto.onDrawForeground = function (ctx) { if (!this.flags.collapsed) drawOverlays(this, ctx); };
   proto.setImages = function (urls) {
     this.previewImg = null;
-    this.imgs = urls.map((u) => { const i = new Image(); i.onload = () => this.setDirtyCanvas(true, true); i.src = u; return i; });
-    if (urls.length) ensureImageSpace(this);
+    // Room for the images is made once one has loaded (a broken URL leaves the node as is).
+    this.imgs = urls.map((u) => {
+      const i = new Image();
+      i.onload = () => { ensureImageSpace(this); this.setDirtyCanvas(true, true); };
+      i.src = u;
+      return i;
+    });
     this.setDirtyCanvas(true, true);
   };
   proto.setPreviewUrl = function (url) {
