@@ -112,6 +112,16 @@ struct sd_model *sd_unet_model_new(struct patcher *unet, const struct sd15_confi
     return sd_model_new(&unet_ops, u);
 }
 
+struct patcher *sd_model_unet_patcher(const struct sd_model *m, struct sd15_config *cfg)
+{
+    if (!m || m->ops != &unet_ops)
+        return NULL;
+    const struct unet_impl *u = m->impl;
+    if (cfg)
+        *cfg = u->cfg;
+    return u->p;
+}
+
 /* ---- CLIP ---- */
 
 struct sd_clip_shared {

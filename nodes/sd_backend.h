@@ -50,6 +50,12 @@ struct sd_vae {
 struct sd_model *sd_unet_model_new(struct patcher *unet, const struct sd15_config *cfg);
 
 /*
+ * The UNet patcher (borrowed) and config of a MODEL made by sd_unet_model_new,
+ * for LoRA nodes that clone and patch it; NULL when `m` is another backend.
+ */
+struct patcher *sd_model_unet_patcher(const struct sd_model *m, struct sd15_config *cfg);
+
+/*
  * A CLIP over a text-encoder patcher (takes over the reference) with a
  * tokenizer loaded from the default search path (clip_tokenizer.h).
  * Returns 0 or the tokenizer's error.

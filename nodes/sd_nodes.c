@@ -20,6 +20,8 @@ static const struct node_class *const sd_classes[] = {
     &sd_set_latent_noise_mask,
     &sd_vae_decode_tiled,
     &sd_conditioning_zero_out,
+    &sd_lora_loader,
+    &sd_lora_loader_model_only,
 };
 
 void nodes_sd_register(struct node_registry *r)

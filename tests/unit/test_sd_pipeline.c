@@ -17,6 +17,7 @@
 #include "ckpt_gen.h"
 #include "harness.h"
 #include "memmgr.h"
+#include "safetensors.h"
 #include "node_registry.h"
 #include "node_run.h"
 #include "sd_backend.h"
@@ -94,6 +95,37 @@ static struct value *decode(struct value *vae, struct value *latent)
         return NULL;
     }
     return out[0];
+}
+
+/* A LoRA with one UNet module (level-0 attn1 to_q, 32x32) and one CLIP module. */
+static void write_lora(const char *path)
+{
+    struct {
+        const char *name;
+        int64_t shape[2];
+    } t[] = {
+        {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.lora_up.weight", {32, 4}},
+        {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.lora_down.weight", {4, 32}},
+        {"lora_te_text_model_encoder_layers_1_mlp_fc1.lora_up.weight", {256, 4}},
+        {"lora_te_text_model_encoder_layers_1_mlp_fc1.lora_down.weight", {4, 64}},
+    };
+    struct err e = {0};
+    struct st_writer *w = st_writer_new();
+    for (int i = 0; i < 4; i++)
+        st_writer_add(w, t[i].name, ST_DTYPE_F32, 2, t[i].shape);
+    if (st_writer_begin(w, path, &e) < 0)
+        PANIC("lora: %s", e.msg);
+    for (int i = 0; i < 4; i++) {
+        size_t n = (size_t)(t[i].shape[0] * t[i].shape[1]);
+        float *v = xmalloc(n * sizeof *v);
+        for (size_t k = 0; k < n; k++)
+            v[k] = 0.5f * sinf(0.37f * (float)k + (float)i);
+        st_writer_write(w, v, n * 4, &e);
+        xfree(v);
+    }
+    if (st_writer_finish(w, &e) < 0)
+        PANIC("lora: %s", e.msg);
+    st_writer_free(w);
 }
 
 static int image_ok(const struct value *img, int h, int w)
@@ -217,6 +249,48 @@ int main(void)
     struct value *to[4] = {0};
     rc = run_node(&sd_vae_decode_tiled, tn, tv, 6, to, msg, sizeof msg);
     ok(rc == 0 && image_ok(to[0], 64, 64), "VAEDecodeTiled: [1,64,64,3] (%s)", rc ? msg : "ok");
+
+    /* LoRA: strength 0 is the input itself, 1.0 changes the image, the base is untouched. */
+    char ldir[320], lpath[400];
+    snprintf(ldir, sizeof ldir, "%s/loras", dir);
+    mkdir(ldir, 0755);
+    snprintf(lpath, sizeof lpath, "%s/l.safetensors", ldir);
+    write_lora(lpath);
+    const char *lrn[] = {"model", "clip", "lora_name", "strength_model", "strength_clip"};
+    struct value *l0v[] = {value_ref(model), value_ref(clip), value_new_string("l.safetensors"),
+                           value_new_float(0.0), value_new_float(0.0)};
+    struct value *l0[4] = {0};
+    rc = run_node(&sd_lora_loader, lrn, l0v, 5, l0, msg, sizeof msg);
+    ok(rc == 0 && l0[0] == model && l0[1] == clip, "LoraLoader at strength 0: inputs passed through");
+    struct value *l1v[] = {value_ref(model), value_ref(clip), value_new_string("l.safetensors"),
+                           value_new_float(1.0), value_new_float(1.0)};
+    struct value *l1[4] = {0};
+    rc = run_node(&sd_lora_loader, lrn, l1v, 5, l1, msg, sizeof msg);
+    struct value *lpos = rc == 0 ? encode(l1[1], "a (photo:1.2) of a cat") : NULL;
+    struct value *ls = lpos ? ksample(l1[0], lpos, neg, empty, 5, 1.0, "euler") : NULL;
+    struct value *limg = ls ? decode(vae, ls) : NULL;
+    ok(rc == 0 && limg && image_diff(limg, img1) > 1e-4,
+       "LoraLoader at 1.0 changes the image (%.3g) (%s)", image_diff(limg, img1), rc ? msg : "ok");
+    struct value *bs = ksample(model, pos, neg, empty, 5, 1.0, "euler");
+    struct value *bimg = bs ? decode(vae, bs) : NULL;
+    ok(bimg && image_diff(bimg, img1) == 0.0, "the unpatched MODEL still gives the same pixels");
+    const char *lmn[] = {"model", "lora_name", "strength_model"};
+    struct value *lmv[] = {value_ref(model), value_new_string("missing.safetensors"),
+                           value_new_float(1.0)};
+    rc = run_node(&sd_lora_loader_model_only, lmn, lmv, 3, NULL, msg, sizeof msg);
+    ok(rc < 0 && strstr(msg, "FileNotFoundError: Model in folder 'loras'"),
+       "LoraLoaderModelOnly with a missing file: %s", msg);
+    value_unref(bimg);
+    value_unref(bs);
+    value_unref(limg);
+    value_unref(ls);
+    value_unref(lpos);
+    for (int i = 0; i < 4; i++) {
+        value_unref(l0[i]);
+        value_unref(l1[i]);
+    }
+    unlink(lpath);
+    rmdir(ldir);
 
     /* No memory manager: a clear error, not a crash. */
     env.mm = NULL;

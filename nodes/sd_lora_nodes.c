@@ -1,0 +1,125 @@
+/*
+ * sd_lora_nodes — LoraLoader and LoraLoaderModelOnly (comfy-api.md §7.3):
+ * clone the UNet / text-encoder patchers and add the file's patches
+ * (models/sd15_lora.h), so the unpatched model stays available to other
+ * branches of the graph. Both strengths 0 passes the inputs through.
+ */
+#include <string.h>
+
+#include "buf.h"
+#include "node_files.h"
+#include "node_registry.h"
+#include "sd15_lora.h"
+#include "sd_backend.h"
+#include "sd_nodes.h"
+
+#define LORA_DESC                                                                              \
+    "LoRAs are used to modify diffusion and CLIP models, altering the way in which latents "  \
+    "are denoised such as applying styles. Multiple LoRA nodes can be linked together."
+
+static const struct node_input_def lora_inputs[] = {
+    {.name = "model", .type = "MODEL", .tooltip = "The diffusion model the LoRA will be applied to."},
+    {.name = "clip", .type = "CLIP", .tooltip = "The CLIP model the LoRA will be applied to."},
+    {.name = "lora_name", .type = NODE_COMBO, .options_folder = "loras",
+     .tooltip = "The name of the LoRA."},
+    {.name = "strength_model", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(-100.0),
+     .max = NODE_F(100.0), .step = NODE_F(0.01),
+     .tooltip = "How strongly to modify the diffusion model. This value can be negative."},
+    {.name = "strength_clip", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(-100.0),
+     .max = NODE_F(100.0), .step = NODE_F(0.01),
+     .tooltip = "How strongly to modify the CLIP model. This value can be negative."},
+    NODE_INPUTS_END};
+static const struct node_output_def lora_outputs[] = {
+    {.type = "MODEL", .tooltip = "The modified diffusion model."},
+    {.type = "CLIP", .tooltip = "The modified CLIP model."},
+    NODE_OUTPUTS_END};
+
+/* Patch copies of model (and clip, when given); outputs set on success. */
+static int lora_common(struct node_ctx *c, int with_clip)
+{
+    struct value *mv = node_in(c, "model"), *cv = with_clip ? node_in(c, "clip") : NULL;
+    const struct sd_model *model = sd_model_of(mv);
+    const struct sd_clip *clip = with_clip ? sd_clip_of(cv) : NULL;
+    double sm = node_in_float(c, "strength_model");
+    double sc = with_clip ? node_in_float(c, "strength_clip") : 0.0;
+    const char *name = node_in_str(c, "lora_name");
+    if (!model)
+        return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
+    if (with_clip && !clip)
+        return node_fail(c, "RuntimeError", "input 'clip' is not a CLIP");
+    if (sm == 0.0 && sc == 0.0) {
+        node_set_output(c, 0, value_ref(mv));
+        if (with_clip)
+            node_set_output(c, 1, value_ref(cv));
+        return 0;
+    }
+    struct sd15_config cfg;
+    struct patcher *up = sd_model_unet_patcher(model, &cfg);
+    if (!up)
+        return node_fail(c, "RuntimeError", "this MODEL cannot take a LoRA");
+    struct buf path;
+    buf_init(&path);
+    if (node_files_find_model(c->env, "loras", name, &path) < 0) {
+        buf_release(&path);
+        return node_fail_code(c, ERR_NOT_FOUND, "FileNotFoundError",
+                              "Model in folder 'loras' with filename '%s' not found.", name);
+    }
+    struct patcher *u2 = patcher_clone(up), *c2 = clip ? patcher_clone(clip->p) : NULL;
+    struct err e = {0};
+    int rc = sd15_lora_apply(path.ptr, &cfg, u2, (float)sm, c2, (float)sc, NULL, &e);
+    buf_release(&path);
+    if (rc < 0) {
+        patcher_unref(u2);
+        patcher_unref(c2);
+        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+    }
+    struct sd_model *m2 = sd_unet_model_new(u2, &cfg);
+    m2->max_batch = model->max_batch;
+    node_set_output(c, 0, sd_model_value(m2));
+    if (clip) {
+        struct sd_clip *cl = sd_clip_clone(clip);
+        patcher_unref(cl->p);
+        cl->p = c2;
+        node_set_output(c, 1, sd_clip_value(cl));
+    }
+    return 0;
+}
+
+static int lora_run(struct node_ctx *c)
+{
+    return lora_common(c, 1);
+}
+
+const struct node_class sd_lora_loader = {
+    .name = "LoraLoader",
+    .display_name = "Load LoRA",
+    .description = LORA_DESC,
+    .category = "loaders",
+    .inputs = lora_inputs,
+    .outputs = lora_outputs,
+    .run = lora_run,
+};
+
+static const struct node_input_def lora_model_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "lora_name", .type = NODE_COMBO, .options_folder = "loras"},
+    {.name = "strength_model", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(-100.0),
+     .max = NODE_F(100.0), .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+/* QUIRK kept from ComfyUI: the class inherits LoraLoader's two output tooltips. */
+static const struct node_output_def lora_model_outputs[] = {
+    {.type = "MODEL", .tooltip = "The modified diffusion model."}, NODE_OUTPUTS_END};
+
+static int lora_model_run(struct node_ctx *c)
+{
+    return lora_common(c, 0);
+}
+
+const struct node_class sd_lora_loader_model_only = {
+    .name = "LoraLoaderModelOnly",
+    .description = LORA_DESC,
+    .category = "loaders",
+    .inputs = lora_model_inputs,
+    .outputs = lora_model_outputs,
+    .run = lora_model_run,
+};
