@@ -118,13 +118,24 @@ struct srv_listener *srv_listen_new(char *const *addrs, int n_addrs, int port, s
     l->reserve_fd = -1;
     for (int i = 0; i < n_addrs && i < SRV_MAX_LISTEN; i++) {
         int bound = 0;
+        struct err e1 = {0};
         /* With port 0 the first socket picks the port and the others share it. */
-        int fd = bind_one(addrs[i], l->n_fds ? l->port : port, &bound, e);
-        if (fd < 0)
-            goto fail;
+        int fd = bind_one(addrs[i], l->n_fds ? l->port : port, &bound, &e1);
+        if (fd < 0) {
+            /* One address of several may be unusable (no IPv6 on this host for the bare
+             * --listen's "::"): serve on the others, fail only when none works. */
+            log_warn("listener: %s", e1.msg);
+            if (e && !e->code)
+                err_set(e, e1.code, "%s", e1.msg);
+            continue;
+        }
         l->fds[l->n_fds++] = fd;
         l->port = bound;
     }
+    if (l->n_fds == 0)
+        goto fail;
+    if (e)
+        err_clear(e);
     if (pipe2(l->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
         err_set(e, ERR_IO, "cannot create pipe: %s", strerror(errno));
         goto fail;

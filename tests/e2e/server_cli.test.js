@@ -103,3 +103,32 @@ test("directory flags, --database-url, --max-upload-size, --enable-cors-header",
     L.removeDir(srv.dir); L.removeDir(root);
   }
 });
+
+test("--multi-user: users are created and picked by the comfy-user header", async () => {
+  const srv = await L.startLatentd({ args: ["--multi-user"] });
+  try {
+    let r = await L.request(srv, "GET", "/api/users");
+    assert.deepEqual(r.json(), { storage: "server", users: {} });
+    r = await L.request(srv, "POST", "/api/users", { json: { username: "ann" } });
+    assert.equal(r.status, 200);
+    const id = r.json();
+    assert.match(id, /^ann_/);
+    r = await L.request(srv, "POST", "/api/users", { json: { username: "ann" } });
+    assert.equal(r.status, 400);
+    assert.deepEqual(r.json(), { error: "Duplicate username." });
+    r = await L.request(srv, "GET", "/api/users");
+    assert.deepEqual(r.json().users, { [id]: "ann" });
+    r = await L.request(srv, "POST", "/api/settings", { json: { x: 1 }, headers: { "comfy-user": id } });
+    assert.equal(r.status, 200);
+    assert.ok(fs.existsSync(path.join(srv.dir, "user", id, "comfy.settings.json")));
+    r = await L.request(srv, "GET", "/api/settings", { headers: { "comfy-user": id } });
+    assert.deepEqual(r.json(), { x: 1 });
+    r = await L.request(srv, "GET", "/api/settings", { headers: { "comfy-user": "nobody" } });
+    assert.equal(r.status, 400);
+    r = await L.request(srv, "GET", "/api/settings", { headers: { "comfy-user": "../../etc" } });
+    assert.equal(r.status, 400);
+  } finally {
+    await srv.stop();
+    L.removeDir(srv.dir);
+  }
+});
