@@ -98,8 +98,17 @@ void cpu_attention(float *out, int64_t o_rs, const float *q, int64_t q_rs, const
 {
     int nt = tensor__pool_threads();
     int bq = cpu_attn_bq, bk = cpu_attn_bk;
-    if (bk > tk)
+    if (bk > tk) {
+        /* Few keys (cross-attention: 77): grow the query tile instead, so that each
+         * sgemm call still has a worthwhile amount of work, while keeping at least two
+         * tiles per thread. */
+        int64_t grow = (int64_t)bq * bk / tk, cap = (tq * heads) / (2 * nt) / heads;
+        if (grow > cap)
+            grow = cap;
+        if (grow > bq)
+            bq = (int)(grow > 4096 ? 4096 : grow);
         bk = (int)tk;
+    }
     struct attn_job j = {out, q, k, v, o_rs, q_rs, k_rs, v_rs, tq, tk, d, dv,
                          (tq + bq - 1) / bq, heads, causal, bq, bk, scale, NULL, NULL, NULL};
     j.s_buf = xcalloc((size_t)nt, sizeof(float *));

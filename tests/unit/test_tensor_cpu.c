@@ -584,6 +584,10 @@ static void test_attention(void)
         double *ref = xmalloc((size_t)(B * TQ * H * dv) * sizeof(double));
         attn_ref(ref, vq, vk, vv, B, TQ, TK, H, d, dv, H * d, H * d, H * dv, 0);
         check("attention cross (Tq 37, Tk 53, 3 heads)", o, ref, 2e-6);
+        cpu_attn_bk = 64; /* more keys per tile than Tk: the query tile grows instead */
+        EXPECT_OK(tensor_attention(o, q, k, v, H, 0.0f, 0, &e));
+        check("attention cross, grown query tile", o, ref, 2e-6);
+        cpu_attn_bk = 16;
         xfree(ref);
         xfree(vq);
         xfree(vk);
