@@ -14,8 +14,8 @@
  *
  * Events: progress_state carries a snapshot of every started node, as ComfyUI
  * sends it. That is quadratic in the number of nodes, so above
- * PROGRESS_SNAPSHOT_MAX started nodes we send only the running nodes and the one
- * that changed (a decision: ComfyUI has no answer for huge graphs, and the
+ * PROGRESS_SNAPSHOT_MAX started nodes we send only the node that changed, which
+ * is the running one (a decision: ComfyUI has no answer for huge graphs, and the
  * frontend only draws running nodes' bars).
  */
 #include <math.h>
@@ -137,11 +137,12 @@ static void send_progress_state(struct run *r, int changed)
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "prompt_id", r->job->prompt_id);
     cJSON *nodes = cJSON_AddObjectToObject(d, "nodes");
-    int full = r->n_started <= PROGRESS_SNAPSHOT_MAX;
-    for (int i = 0; i < r->n_started; i++) {
-        int n = r->started[i];
-        if (full || n == changed || r->x[n].pstate == X_RUNNING)
-            cJSON_AddItemToObject(nodes, r->p.nodes[n].id, pstate_entry(r, n));
+    if (r->n_started <= PROGRESS_SNAPSHOT_MAX) {
+        for (int i = 0; i < r->n_started; i++)
+            cJSON_AddItemToObject(nodes, r->p.nodes[r->started[i]].id, pstate_entry(r, r->started[i]));
+    } else {
+        /* Nodes run one at a time, so the changed node is the only running one. */
+        cJSON_AddItemToObject(nodes, r->p.nodes[changed].id, pstate_entry(r, changed));
     }
     send_ev(r, "progress_state", d, 0);
 }
