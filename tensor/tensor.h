@@ -175,7 +175,8 @@ int tensor_fill(struct tensor *t, float value, struct err *e);
  * Batched matmul: out[..., M, N] = alpha * op(a)[..., M, K] @ op(b)[..., K, N], where
  * op(x) is x or its last-two-dims transpose (trans_a / trans_b). Leading (batch) dims
  * broadcast numpy-style (a batch dim of 1 repeats). Operands may be strided views as
- * long as one of their last two dims has stride 1.
+ * long as one of their last two dims has stride 1 (others are copied first). out must
+ * not alias a or b.
  */
 int tensor_matmul(struct tensor *out, const struct tensor *a, const struct tensor *b,
                   int trans_a, int trans_b, float alpha, struct err *e);
@@ -270,14 +271,15 @@ int tensor_lincomb(struct tensor *out, int n, const float *coef,
 
 /* ---- shape ops ------------------------------------------------------------------------ */
 
-/* out = concat(a, b) along dim (channels: dim 1 for NCHW); other dims must match. */
+/* out = concat(a, b) along dim (channels: dim 1 for NCHW; a first, then b); other dims
+ * must match. out must not alias a or b. */
 int tensor_concat(struct tensor *out, const struct tensor *a, const struct tensor *b, int dim,
                   struct err *e);
 
 /*
  * Nearest-neighbour resize of x [N, C, H, W] to out's [N, C, Ho, Wo] with PyTorch's
  * rule per axis: src = min(floor(dst * (float)in / out), in - 1) (sd15.md §3.5); exactly
- * 2x gives src = dst / 2.
+ * 2x gives src = dst / 2. out must not alias x.
  */
 int tensor_upsample_nearest(struct tensor *out, const struct tensor *x, struct err *e);
 
