@@ -24,6 +24,19 @@ async function drop(page, buf, name) {
   }, { b64: buf.toString("base64"), name });
 }
 
+// tEXt chunks inserted after IHDR, as ComfyUI writes them.
+function withText(png, texts) {
+  const zlib = require("zlib");
+  const chunks = Object.entries(texts).map(([k, v]) => {
+    const data = Buffer.from(k + "\0" + v, "latin1");
+    const len = Buffer.alloc(4); len.writeUInt32BE(data.length);
+    const td = Buffer.concat([Buffer.from("tEXt", "latin1"), data]);
+    const crc = Buffer.alloc(4); crc.writeUInt32BE(zlib.crc32 ? zlib.crc32(td) : 0);
+    return Buffer.concat([len, td, crc]);
+  });
+  return Buffer.concat([png.subarray(0, 33), ...chunks, png.subarray(33)]);
+}
+
 function summary(page) {
   return page.evaluate(() => window.app.graph._nodes.map((n) => `${n.type}:${(n.widgets || []).filter((w) => w.options?.serialize !== false).map((w) => w.value).join(",")}`).sort());
 }
@@ -69,6 +82,54 @@ test("drop a saved PNG to restore its workflow", async () => {
   await drop(page, h.encodePng(4, 4, () => [0, 0, 0]), "plain.png");
   await page.waitForSelector("#error-dialog:not([hidden])");
   assert.match(await page.textContent("#error-message"), /no workflow or prompt/);
+  await page.click("#error-close");
   assert.deepStrictEqual(await summary(page), want);
   assert.deepStrictEqual(ui.errors, []);
+});
+
+// A workflow in the shape ComfyUI's current frontend (1.2x) writes: a socket entry for every
+// widget ({widget: {name}}), localized_name, cnr_id/ver properties, extra.frontendVersion.
+function comfyFrontendWorkflow() {
+  const w = (name, type) => ({ localized_name: name, name, type, widget: { name }, link: null });
+  return {
+    id: "5b0e2a4e-3f43-4c2f-9a35-6b1f0c0e9d11", revision: 0, last_node_id: 3, last_link_id: 2,
+    nodes: [
+      { id: 1, type: "EmptyImage", pos: [40, 60], size: [270, 130], flags: {}, order: 0, mode: 0,
+        inputs: [w("width", "INT"), w("height", "INT"), w("batch_size", "INT"), w("color", "INT")],
+        outputs: [{ localized_name: "IMAGE", name: "IMAGE", type: "IMAGE", links: [1] }],
+        properties: { cnr_id: "comfy-core", ver: "0.3.64", "Node name for S&R": "EmptyImage" },
+        widgets_values: [56, 24, 1, 0x00ff00] },
+      { id: 2, type: "ImageInvert", pos: [360, 60], size: [140, 26], flags: {}, order: 1, mode: 0,
+        inputs: [{ localized_name: "image", name: "image", type: "IMAGE", link: 1 }],
+        outputs: [{ localized_name: "IMAGE", name: "IMAGE", type: "IMAGE", links: [2] }],
+        properties: { cnr_id: "comfy-core", ver: "0.3.64", "Node name for S&R": "ImageInvert" } },
+      { id: 3, type: "SaveImage", pos: [560, 60], size: [270, 270], flags: {}, order: 2, mode: 0,
+        inputs: [{ localized_name: "images", name: "images", type: "IMAGE", link: 2 }, w("filename_prefix", "STRING")],
+        outputs: [], properties: { cnr_id: "comfy-core", ver: "0.3.64", "Node name for S&R": "SaveImage" },
+        widgets_values: ["comfy_made"] },
+    ],
+    links: [[1, 1, 0, 2, 0, "IMAGE"], [2, 2, 0, 3, 0, "IMAGE"]],
+    groups: [], config: {}, extra: { ds: { scale: 1, offset: [0, 0] }, frontendVersion: "1.27.10" }, version: 0.4,
+  };
+}
+
+test("drop a PNG written by ComfyUI's frontend and run its workflow", async () => {
+  const { page } = ui;
+  const wf = comfyFrontendWorkflow();
+  const png = withText(h.encodePng(8, 8, () => [0, 0, 0]), { prompt: "{}", workflow: JSON.stringify(wf) });
+  await page.click("#btn-default");
+  await page.waitForFunction(() => window.app.graph._nodes.length === 7);
+  await drop(page, png, "ComfyUI_00001_.png");
+  await page.waitForFunction(() => window.app.graph._nodes.length === 3, null, { timeout: 10000 });
+  const g = await page.evaluate(() => ({
+    inputs: window.app.graph._nodes.map((n) => [n.id, (n.inputs || []).map((i) => i.name)]).sort(),
+    summary: window.app.graph._nodes.map((n) => `${n.type}:${(n.widgets || []).filter((w) => w.options?.serialize !== false).map((w) => w.value).join(",")}`).sort(),
+  }));
+  assert.deepStrictEqual(g.inputs, [[1, []], [2, ["image"]], [3, ["images"]]], "unlinked widget sockets dropped, links kept");
+  assert.deepStrictEqual(g.summary, ["EmptyImage:56,24,1,65280", "ImageInvert:", "SaveImage:comfy_made"]);
+  await page.click("#btn-queue");
+  const ex = await h.waitForEvent(page, "executed", "d.node === '3'");
+  assert.match(ex.output.images[0].filename, /^comfy_made_/);
+  await page.waitForFunction(() => { const i = window.app.graph.getNodeById(3).imgs?.[0]; return i && i.complete && i.naturalWidth === 56 && i.naturalHeight === 24; }, null, { timeout: 10000 });
+  await h.screenshot(page, "png_drop_comfyui");
 });

@@ -300,7 +300,16 @@ export function registerNodeTypes(objectInfo) {
         this.size = [Math.max(MIN_WIDTH, s[0]), s[1]];
         if (info.output_node && this.size[1] < 120) this.size[1] = 120;
       }
-      onConfigure() { if (this.onConfigureDone) setTimeout(() => this.onConfigureDone(), 0); }
+      onConfigure() {
+        // Newer ComfyUI frontends save a socket for every widget ({widget: {name}}). Unlinked
+        // ones add nothing here (the widget holds the value): drop them and renumber the
+        // target slots of the links that remain. Linked ones stay and win over the widget.
+        if (this.inputs && this.inputs.some((i) => i.widget && i.link == null)) {
+          this.inputs = this.inputs.filter((i) => !(i.widget && i.link == null));
+          this.inputs.forEach((inp, idx) => { const l = inp.link != null && this.graph && this.graph.links[inp.link]; if (l) l.target_slot = idx; });
+        }
+        if (this.onConfigureDone) setTimeout(() => this.onConfigureDone(), 0);
+      }
     }
     ComfyNode.title = info.display_name || name;
     ComfyNode.comfyClass = name;
