@@ -102,6 +102,15 @@ int sd15_vae_decode_tiled(struct patcher *vae, const struct sd15_config *cfg,
                           const struct tensor *z, struct tensor *img, int tile, int overlap,
                           struct err *e);
 
+/*
+ * Tiled encode as ComfyUI's encode_tiled_ (§4.5 applied to the encoder): tile and
+ * overlap in pixels (defaults 512 / 64; tile a multiple of 16, overlap of 8). Same
+ * contract as sd15_vae_encode.
+ */
+int sd15_vae_encode_tiled(struct patcher *vae, const struct sd15_config *cfg,
+                          const struct tensor *img, struct tensor *mean, int tile, int overlap,
+                          struct err *e);
+
 /* Activation peak (bytes, f32) of a whole-image decode / encode at latent size h x w. */
 size_t sd15_vae_plan_bytes(const struct sd15_config *cfg, int b, int h, int w);
 double sd15_vae_decode_flops(const struct sd15_config *cfg, int b, int h, int w);

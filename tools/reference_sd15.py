@@ -552,6 +552,51 @@ class Ref:
         return h[:, :4], probes
 
 
+def tiled_scale(s, fn, ty, tx, o, scale, out_ch):
+    """sd15.md §4.5 for one sample s [1, C, H, W]; scale = output/input size."""
+    torch = __import__('torch')
+    H, W = s.shape[2], s.shape[3]
+    OH, OW = round(H * scale), round(W * scale)
+    if H <= ty and W <= tx:
+        return fn(s)
+    out = torch.zeros(1, out_ch, OH, OW, dtype=s.dtype)
+    wsum = torch.zeros(1, 1, OH, OW, dtype=s.dtype)
+    def starts(L, T):
+        return [0] if L <= T else list(range(0, L - o, T - o))
+    for sy in starts(H, ty):
+        for sx in starts(W, tx):
+            py, px = max(0, min(H - o, sy)), max(0, min(W - o, sx))
+            ly, lx = min(ty, H - py), min(tx, W - px)
+            ps = fn(s[:, :, py:py + ly, px:px + lx])
+            oh, ow = ps.shape[2], ps.shape[3]
+            mask = torch.ones(1, 1, oh, ow, dtype=s.dtype)
+            F = round(o * scale)
+            for k in range(F):
+                f = (k + 1) / F
+                if F < oh:
+                    mask[:, :, k, :] *= f
+                    mask[:, :, oh - 1 - k, :] *= f
+                if F < ow:
+                    mask[:, :, :, k] *= f
+                    mask[:, :, :, ow - 1 - k] *= f
+            oy, ox = round(py * scale), round(px * scale)
+            out[:, :, oy:oy + oh, ox:ox + ow] += ps * mask
+            wsum[:, :, oy:oy + oh, ox:ox + ow] += mask
+    return out / wsum
+
+
+def tiled3(x, fn, T, o, scale, out_ch):
+    torch = __import__('torch')
+    res = []
+    for b in range(x.shape[0]):
+        s = x[b:b + 1]
+        acc = (tiled_scale(s, fn, 2 * T, T // 2, o, scale, out_ch) +
+               tiled_scale(s, fn, T // 2, 2 * T, o, scale, out_ch) +
+               tiled_scale(s, fn, T, T, o, scale, out_ch)) / 3.0
+        res.append(acc)
+    return torch.cat(res, 0)
+
+
 def fixture_line(name, t, nsamp=24):
     import numpy as np
     a = np.asarray(t.detach().numpy(), dtype=np.float64)
@@ -605,6 +650,13 @@ def cmd_models(path):
     # Round trip: encode(decode(z)) mean
     mean2, _ = r.encode(img.clamp(-1, 1))
     lines.append(fixture_line('vaert.mean', mean2))
+    # Tiled decode (tile 4, overlap 1 latent px) and tiled encode (tile 32, overlap 8 px)
+    zt = torch.tensor(wave(2 * 4 * 7 * 9, 0.19, 0.4)).reshape(2, 4, 7, 9)
+    dec = tiled3(zt, lambda a: r.decode(a)[0], 4, 1, 8, 3)
+    lines.append(fixture_line('vaetiled.dec', dec))
+    it = torch.tensor(wave(3 * 48 * 64, 0.043, 0.6)).reshape(1, 3, 48, 64)
+    enc = tiled3(it, lambda a: r.encode(a)[0], 32, 8, 1 / 8, 4)
+    lines.append(fixture_line('vaetiled.enc', enc))
     with open(os.path.join(FIX, 'sd15_tiny_expected.txt'), 'w') as f:
         f.write('# tools/reference_sd15.py models <gen_ckpt --tiny, seed 42, f32>: name ndim shape... '
                 'mean|x| sum nsamples (index value)...\n')

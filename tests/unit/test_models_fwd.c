@@ -313,6 +313,27 @@ static void test_vae(struct loaded *L)
     compare_tensor("vaert.mean", m2, 2e-4);
     ok(sd15_vae_encode(L->p[SD15_VAE], &L->ck.cfg, z, m2, NULL, &e) == ERR_INVALID,
        "encode of a 4-channel input refused");
+    err_clear(&e);
+    /* Tiled decode (batch 2, 7x9 latents, tile 4, overlap 1) and tiled encode (48x64,
+     * tile 32, overlap 8) against the reference's tiled versions. */
+    int64_t zts[4] = {2, 4, 7, 9}, its[4] = {2, 3, 56, 72};
+    struct tensor *zt = new_wave(d, 4, zts, 0.19, 0.4), *dt = NULL;
+    tensor_new(d, TENSOR_F32, 4, its, &dt, &e);
+    ok(sd15_vae_decode_tiled(L->p[SD15_VAE], &L->ck.cfg, zt, dt, 4, 1, &e) == 0,
+       "tiled decode (%s)", e.msg);
+    compare_tensor("vaetiled.dec", dt, 1e-4);
+    int64_t ies[4] = {1, 3, 48, 64}, mes[4] = {1, 4, 6, 8};
+    struct tensor *ie = new_wave(d, 4, ies, 0.043, 0.6), *me = NULL;
+    tensor_new(d, TENSOR_F32, 4, mes, &me, &e);
+    ok(sd15_vae_encode_tiled(L->p[SD15_VAE], &L->ck.cfg, ie, me, 32, 8, &e) == 0,
+       "tiled encode (%s)", e.msg);
+    compare_tensor("vaetiled.enc", me, 1e-4);
+    ok(sd15_vae_encode_tiled(L->p[SD15_VAE], &L->ck.cfg, ie, me, 30, 8, &e) == ERR_INVALID,
+       "tiled encode with tile 30 refused");
+    tensor_free(zt);
+    tensor_free(dt);
+    tensor_free(ie);
+    tensor_free(me);
     tensor_free(cl);
     tensor_free(m2);
     tensor_free(z);
