@@ -46,7 +46,7 @@ static const struct flag flags[] = {
     {"--tls-certfile", FLAG_ONE, F_TLS_CERT, "PATH  TLS certificate (accepted; plain HTTP only)"},
     {"--enable-cors-header", FLAG_OPTIONAL, F_CORS, "[ORIGIN]  send CORS headers (default *); disables the origin guard"},
     {"--max-upload-size", FLAG_ONE, F_MAX_UPLOAD, "MB  max request body (default 100)"},
-    {"--enable-compress-response-body", FLAG_NONE, F_COMPRESS, "accepted; responses are not compressed"},
+    {"--enable-compress-response-body", FLAG_NONE, F_COMPRESS, "gzip JSON/text responses for clients that accept it"},
     {"--multi-user", FLAG_NONE, F_MULTI_USER, "per-user settings/userdata (comfy-user header)"},
     {"--dont-print-server", FLAG_NONE, F_DONT_PRINT, "quieter startup output"},
     {"--verbose", FLAG_OPTIONAL, F_VERBOSE, "[LEVEL]  DEBUG|INFO|WARNING|ERROR|CRITICAL (bare = DEBUG); DEBUG logs each request"},
@@ -293,10 +293,7 @@ static int apply(struct srv_config *cfg, const struct flag *f, char **vals, int 
             return err_set(e, ERR_INVALID, "invalid --max-upload-size '%s'", v);
         cfg->max_upload_bytes = (size_t)(d * 1024 * 1024);
         break;
-    case F_COMPRESS:
-        cfg->compress = 1;
-        log_info("notice: '%s' accepted; latentd does not compress responses", f->name);
-        break;
+    case F_COMPRESS: cfg->compress = 1; break;
     case F_MULTI_USER: cfg->multi_user = 1; break;
     case F_DONT_PRINT: cfg->dont_print_server = 1; break;
     case F_VERBOSE:

@@ -27,7 +27,7 @@ struct srv_config {
     char *tls_keyfile, *tls_certfile; /* owned or NULL (accepted, not served: notice) */
     char *cors_origin;          /* owned or NULL: --enable-cors-header [ORIGIN] */
     size_t max_upload_bytes;    /* --max-upload-size MB -> bytes */
-    int compress;               /* --enable-compress-response-body (accepted; not applied) */
+    int compress;               /* --enable-compress-response-body: gzip JSON/text */
     int multi_user;
     int dont_print_server;
     enum log_level log_level;

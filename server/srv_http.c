@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "alloc.h"
 #include "srv_buf.h"
@@ -63,32 +64,88 @@ static void set_resp(struct srv_req *r, unsigned status, struct MHD_Response *re
     r->status = status;
 }
 
-void resp_bytes(struct srv_req *r, unsigned status, const char *ctype, const void *p, size_t n)
+/* gzip `n` bytes (zlib's gzip wrapper); NULL when zlib fails. Caller frees with xfree. */
+static void *gzip_bytes(const void *p, size_t n, size_t *out_n)
 {
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return NULL;
+    size_t cap = deflateBound(&z, (uLong)n) + 32;
+    unsigned char *out = xmalloc(cap);
+    z.next_in = (Bytef *)p;
+    z.avail_in = (uInt)n;
+    z.next_out = out;
+    z.avail_out = (uInt)cap;
+    int rc = deflate(&z, Z_FINISH);
+    *out_n = z.total_out;
+    deflateEnd(&z);
+    if (rc != Z_STREAM_END) {
+        xfree(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* --enable-compress-response-body: JSON and text, when the client accepts gzip. */
+static int want_gzip(const struct srv_req *r, const char *ctype, size_t n)
+{
+    if (!r->srv->cfg->compress || n < 256 || !ctype)
+        return 0;
+    if (strncmp(ctype, "application/json", 16) != 0 && strncmp(ctype, "text/", 5) != 0)
+        return 0;
+    const char *ae = req_header(r, "Accept-Encoding");
+    return ae && strstr(ae, "gzip") != NULL;
+}
+
+/*
+ * The one place a body becomes a response. `p` is handed over with `fr` as its free
+ * function, or copied when fr is NULL.
+ */
+static void set_body(struct srv_req *r, unsigned status, const char *ctype, void *p, size_t n,
+                     void (*fr)(void *))
+{
+    int gz = 0;
+    if (want_gzip(r, ctype, n)) {
+        size_t zn = 0;
+        void *z = gzip_bytes(p, n, &zn);
+        if (z) {
+            if (fr)
+                fr(p);
+            p = z;
+            n = zn;
+            fr = xfree;
+            gz = 1;
+        }
+    }
     struct MHD_Response *resp =
-        MHD_create_response_from_buffer(n, (void *)(n ? p : ""), MHD_RESPMEM_MUST_COPY);
+        fr ? MHD_create_response_from_buffer_with_free_callback(n, p, fr)
+           : MHD_create_response_from_buffer(n, n ? p : (void *)"", MHD_RESPMEM_MUST_COPY);
     if (ctype)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (gz) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Accept-Encoding");
+    }
     set_resp(r, status, resp);
+}
+
+void resp_bytes(struct srv_req *r, unsigned status, const char *ctype, const void *p, size_t n)
+{
+    set_body(r, status, ctype, (void *)p, n, NULL);
 }
 
 void resp_json_text(struct srv_req *r, unsigned status, char *text)
 {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer_with_free_callback(strlen(text), text, xfree);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json; charset=utf-8");
-    set_resp(r, status, resp);
+    set_body(r, status, "application/json; charset=utf-8", text, strlen(text), xfree);
 }
 
 void resp_json(struct srv_req *r, unsigned status, cJSON *j)
 {
     char *p = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
-    /* Handed to MHD as is (no copy); MHD frees it with cJSON's allocator. */
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer_with_free_callback(strlen(p), p, cJSON_free);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json; charset=utf-8");
-    set_resp(r, status, resp);
+    /* Handed to MHD as is (no copy); freed with cJSON's allocator. */
+    set_body(r, status, "application/json; charset=utf-8", p, strlen(p), cJSON_free);
 }
 
 void resp_empty(struct srv_req *r, unsigned status)

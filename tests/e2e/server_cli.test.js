@@ -104,6 +104,23 @@ test("directory flags, --database-url, --max-upload-size, --enable-cors-header",
   }
 });
 
+test("--enable-compress-response-body gzips JSON for clients that accept it", async () => {
+  const zlib = require("zlib");
+  const srv = await L.startLatentd({ args: ["--enable-compress-response-body"] });
+  try {
+    let r = await L.request(srv, "GET", "/object_info", { headers: { "Accept-Encoding": "gzip, deflate" } });
+    assert.equal(r.headers["content-encoding"], "gzip");
+    const plain = JSON.parse(zlib.gunzipSync(r.body).toString());
+    assert.ok(Object.keys(plain).length > 0);
+    r = await L.request(srv, "GET", "/object_info");
+    assert.equal(r.headers["content-encoding"], undefined, "no gzip unless accepted");
+    assert.deepEqual(r.json(), plain);
+  } finally {
+    await srv.stop();
+    L.removeDir(srv.dir);
+  }
+});
+
 test("--multi-user: users are created and picked by the comfy-user header", async () => {
   const srv = await L.startLatentd({ args: ["--multi-user"] });
   try {
