@@ -7,6 +7,7 @@
  * output cache keeps the MODEL/CLIP/VAE values, so a cached checkpoint is
  * never read again. Device memory is planned by each node that runs a model.
  */
+#include <math.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -16,6 +17,7 @@
 #include "sd15_ckpt.h"
 #include "sd_backend.h"
 #include "sd_nodes.h"
+#include "sampling.h"
 
 /* ---- CheckpointLoaderSimple ---- */
 
@@ -265,4 +267,117 @@ const struct node_class sd_vae_encode = {
     .inputs = vae_encode_inputs,
     .outputs = latent_out,
     .run = vae_encode_run,
+};
+
+/* ---- VAEEncodeForInpaint ---- */
+
+static const struct node_input_def inpaint_inputs[] = {
+    {.name = "pixels", .type = "IMAGE"},
+    {.name = "vae", .type = "VAE"},
+    {.name = "mask", .type = "MASK"},
+    {.name = "grow_mask_by", .type = "INT", .def = NODE_I(6), .min = NODE_I(0), .max = NODE_I(64),
+     .step = NODE_I(1)},
+    NODE_INPUTS_END};
+
+/* torch.round: half to even. */
+static float round_even(float v)
+{
+    return nearbyintf(v);
+}
+
+/*
+ * ComfyUI's VAEEncodeForInpaint: the mask resized (bilinear) to the image,
+ * both cropped to multiples of 8, masked pixels set to grey (0.5) before
+ * encoding, and the noise mask = the rounded mask grown by a box filter of
+ * grow_mask_by pixels (clamped to 1).
+ */
+static int inpaint_run(struct node_ctx *c)
+{
+    const struct sd_vae *vae = sd_vae_of(node_in(c, "vae"));
+    const struct value *px = node_in(c, "pixels"), *mk = node_in(c, "mask");
+    int64_t g = node_in_int(c, "grow_mask_by");
+    if (!vae)
+        return node_fail(c, "RuntimeError", "input 'vae' is not a VAE");
+    if (!px || px->kind != VALUE_TENSOR || px->ndim != 4 || px->shape[3] < 3)
+        return node_fail(c, "RuntimeError", "pixels must be an IMAGE [B, H, W, 3]");
+    if (!mk || mk->kind != VALUE_TENSOR || mk->ndim < 2 || mk->ndim > 4)
+        return node_fail(c, "RuntimeError", "input 'mask' is not a MASK");
+    if (g < 0 || g > 64)
+        return node_fail(c, "ValueError", "grow_mask_by %lld is not in 0..64", (long long)g);
+    int64_t B = px->shape[0], H0 = px->shape[1], W0 = px->shape[2], C = px->shape[3];
+    int64_t mh = mk->shape[mk->ndim - 2], mw = mk->shape[mk->ndim - 1];
+    int64_t mb = (int64_t)mk->numel / (mh * mw);
+    int64_t H = H0 / 8 * 8, W = W0 / 8 * 8, oy = (H0 % 8) / 2, ox = (W0 % 8) / 2;
+    if (H < 8 || W < 8)
+        return node_fail(c, "RuntimeError", "image %lldx%lld is too small to encode",
+                         (long long)W0, (long long)H0);
+    /* Mask to image size (bilinear, align_corners = False), then cropped and rounded. */
+    float *full = xmalloc((size_t)(mb * H0 * W0) * sizeof *full);
+    struct err e = {0};
+    for (int64_t b = 0; b < mb; b++)
+        sampling_mask_prepare(mk->data + b * mh * mw, 1, (int)mh, (int)mw, 1, 1, (int)H0, (int)W0,
+                              full + b * H0 * W0, &e);
+    float *m = xmalloc((size_t)(mb * H * W) * sizeof *m);
+    for (int64_t b = 0; b < mb; b++)
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++)
+                m[(b * H + y) * W + x] = round_even(full[(b * H0 + y + oy) * W0 + x + ox]);
+    xfree(full);
+    /* Grey out the masked pixels: (p - 0.5) * (1 - m) + 0.5. */
+    struct value *img = value_new_image(B, H, W, 3);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++) {
+                float keep = 1.0f - m[((b % mb) * H + y) * W + x];
+                for (int64_t k = 0; k < 3; k++) {
+                    float v = px->data[((b * H0 + y + oy) * W0 + x + ox) * C + k] - 0.5f;
+                    v = v * keep;
+                    img->data[((b * H + y) * W + x) * 3 + k] = v + 0.5f;
+                }
+            }
+    struct sd_latent *lat = NULL;
+    int rc = sd_vae_encode_image(vae, c->env->mm, img, &lat, &e);
+    value_unref(img);
+    if (rc < 0) {
+        xfree(m);
+        if (rc == ERR_DEVICE_OOM)
+            return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
+        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+    }
+    /* Grow: conv2d with a g x g ones kernel, padding ceil((g - 1) / 2), cut to H x W. */
+    lat->noise_mask = xmalloc((size_t)(mb * H * W) * sizeof *lat->noise_mask);
+    lat->mb = mb;
+    lat->mh = H;
+    lat->mw = W;
+    int64_t pad = (g - 1 + 1) / 2;
+    for (int64_t b = 0; b < mb; b++)
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++) {
+                float v;
+                if (g == 0) {
+                    v = m[(b * H + y) * W + x];
+                } else {
+                    v = 0.0f;
+                    for (int64_t ky = 0; ky < g; ky++)
+                        for (int64_t kx = 0; kx < g; kx++) {
+                            int64_t sy = y - pad + ky, sx = x - pad + kx;
+                            if (sy >= 0 && sy < H && sx >= 0 && sx < W)
+                                v += m[(b * H + sy) * W + sx];
+                        }
+                    v = v > 1.0f ? 1.0f : v;
+                }
+                lat->noise_mask[(b * H + y) * W + x] = round_even(v);
+            }
+    xfree(m);
+    node_set_output(c, 0, sd_latent_value(lat));
+    return 0;
+}
+
+const struct node_class sd_vae_encode_for_inpaint = {
+    .name = "VAEEncodeForInpaint",
+    .display_name = "VAE Encode (for Inpainting)",
+    .category = "latent/inpaint",
+    .inputs = inpaint_inputs,
+    .outputs = latent_out,
+    .run = inpaint_run,
 };

@@ -242,6 +242,31 @@ int main(void)
     ok(image_ok(img3, 64, 64) && image_diff(img3, img1) > 1e-4,
        "img2img denoise 0.5 runs and changes the image");
 
+    /* VAEEncodeForInpaint: right half masked, grown by 6 -> noise mask from column 30. */
+    struct value *mask = value_new_mask(1, 64, 64);
+    for (int i = 0; i < 64 * 64; i++)
+        mask->data[i] = (i % 64) >= 32 ? 1.0f : 0.0f;
+    const char *ipn[] = {"pixels", "vae", "mask", "grow_mask_by"};
+    struct value *ipv[] = {value_ref(img1), value_ref(vae), mask, value_new_int(6)};
+    struct value *ipo[4] = {0};
+    rc = run_node(&sd_vae_encode_for_inpaint, ipn, ipv, 4, ipo, msg, sizeof msg);
+    const struct sd_latent *il = sd_latent_of(ipo[0]);
+    int mask_ok = il && il->noise_mask && il->mb == 1 && il->mh == 64 && il->mw == 64;
+    for (int y = 0; mask_ok && y < 64; y++)
+        for (int x = 0; x < 64; x++)
+            mask_ok &= il->noise_mask[y * 64 + x] == (x >= 30 ? 1.0f : 0.0f);
+    double ld = 0;
+    for (int i = 0; il && enc && i < 4 * 8 * 8; i++)
+        ld = fmax(ld, fabs(il->samples[i] - enc->samples[i]));
+    ok(rc == 0 && mask_ok && ld > 1e-4,
+       "VAEEncodeForInpaint: grey-filled encode, noise mask grown to column 30 (%s)",
+       rc ? msg : "ok");
+    struct value *s4 = il ? ksample(model, pos, neg, ipo[0], 5, 1.0, "dpmpp_2m") : NULL;
+    const struct sd_latent *o4 = sd_latent_of(s4);
+    ok(o4 && o4->noise_mask && o4->mh == 64, "KSampler on the inpaint latent keeps its noise mask");
+    value_unref(s4);
+    value_unref(ipo[0]);
+
     /* VAEDecodeTiled with 32 px tiles (4 latent px) and 8 px overlap. */
     const char *tn[] = {"samples", "vae", "tile_size", "overlap", "temporal_size", "temporal_overlap"};
     struct value *tv[] = {value_ref(s1), value_ref(vae), value_new_int(32), value_new_int(8),
