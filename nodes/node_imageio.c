@@ -9,6 +9,7 @@
 #include <jpeglib.h>
 
 #include "alloc.h"
+#include "node_gif.h"
 
 void node_image_file_release(struct node_image_file *f)
 {
@@ -217,6 +218,24 @@ static int load_jpeg(FILE *f, const char *path, struct node_image_file *out, str
     return 0;
 }
 
+static int load_gif(FILE *f, const char *path, struct node_image_file *out, struct err *e)
+{
+    if (fseek(f, 0, SEEK_END) < 0)
+        return err_set(e, ERR_IO, "cannot read '%s'", path);
+    long n = ftell(f);
+    rewind(f);
+    if (n <= 0 || n > (1L << 30))
+        return err_set(e, ERR_INVALID, "cannot decode '%s': bad GIF size", path);
+    uint8_t *data = xmalloc((size_t)n);
+    int rc;
+    if (fread(data, 1, (size_t)n, f) != (size_t)n)
+        rc = err_set(e, ERR_IO, "cannot read '%s'", path);
+    else
+        rc = node__gif_load(data, (size_t)n, path, out, e);
+    xfree(data);
+    return rc;
+}
+
 int node_image_load(const char *path, struct node_image_file *out, struct err *e)
 {
     memset(out, 0, sizeof(*out));
@@ -231,6 +250,8 @@ int node_image_load(const char *path, struct node_image_file *out, struct err *e
         rc = load_png(f, path, out, e);
     else if (n >= 3 && sig[0] == 0xff && sig[1] == 0xd8 && sig[2] == 0xff)
         rc = load_jpeg(f, path, out, e);
+    else if (n >= 6 && !memcmp(sig, "GIF8", 4))
+        rc = load_gif(f, path, out, e);
     else
         rc = err_set(e, ERR_UNSUPPORTED, "cannot identify image file '%s'", path);
     fclose(f);

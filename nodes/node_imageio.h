@@ -30,11 +30,11 @@ struct node_image_file {
 void node_image_file_release(struct node_image_file *f);
 
 /*
- * Decode a PNG or JPEG file (sniffed by content, not by name) with its EXIF
- * orientation applied. Returns 0, or ERR_IO / ERR_UNSUPPORTED / ERR_INVALID with a
- * message. Multi-frame formats (APNG, GIF, TIFF, MPO) are decoded as their first
- * frame: libpng and libjpeg have no frame API, and ComfyUI drops MPO's extra
- * frames anyway.
+ * Decode a PNG, JPEG or GIF file (sniffed by content, not by name) with its EXIF
+ * orientation applied. GIF gives every frame (RGBA, composited as PIL does).
+ * Returns 0, or ERR_IO / ERR_UNSUPPORTED / ERR_INVALID with a message. APNG is
+ * decoded as its first frame (libpng has no frame API), and MPO's extra frames
+ * are dropped as ComfyUI drops them. WebP and TIFF are not supported.
  */
 int node_image_load(const char *path, struct node_image_file *out, struct err *e);
 

@@ -213,6 +213,88 @@ static void test_imageio(const struct tdirs *d)
     ok(node_image_load(path, &f, &e) < 0 && e.msg[0], "corrupt PNG is an error: %s", e.msg);
 }
 
+/* A GIF with literal-only LZW codes (a clear code every two pixels keeps the code
+ * size at 3 bits), enough to test the decoder's framing, compositing and
+ * transparency without an encoder. */
+static void gif_frame_data(struct buf *g, const uint8_t *idx, int n)
+{
+    uint32_t acc = 0;
+    int bits = 0;
+    uint8_t bytes[64];
+    int nb = 0;
+    for (int i = 0; i <= n; i++) {
+        int codes[2], nc = 0;
+        if (i % 2 == 0)
+            codes[nc++] = 4; /* clear */
+        codes[nc++] = i < n ? idx[i] : 5; /* pixel or end */
+        for (int k = 0; k < nc; k++) {
+            acc |= (uint32_t)codes[k] << bits;
+            bits += 3;
+            while (bits >= 8) {
+                bytes[nb++] = (uint8_t)acc;
+                acc >>= 8;
+                bits -= 8;
+            }
+        }
+    }
+    if (bits)
+        bytes[nb++] = (uint8_t)acc;
+    buf_addc(g, 2); /* min code size */
+    buf_addc(g, (char)nb);
+    buf_add(g, bytes, (size_t)nb);
+    buf_addc(g, 0);
+}
+
+static void write_gif(const char *path)
+{
+    struct buf g;
+    buf_init(&g);
+    const uint8_t head[] = {'G', 'I', 'F', '8', '9', 'a', 2, 0, 2, 0, 0x81, 0, 0,
+                            0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255};
+    buf_add(&g, head, sizeof(head));
+    /* frame 1: 2x2, index 3 transparent, disposal 1 */
+    const uint8_t gce1[] = {0x21, 0xf9, 4, (1 << 2) | 1, 0, 0, 3, 0};
+    buf_add(&g, gce1, sizeof(gce1));
+    const uint8_t im1[] = {0x2c, 0, 0, 0, 0, 2, 0, 2, 0, 0};
+    buf_add(&g, im1, sizeof(im1));
+    const uint8_t px1[] = {1, 2, 3, 1};
+    gif_frame_data(&g, px1, 4);
+    /* frame 2: 1x1 at (1,1), green */
+    const uint8_t im2[] = {0x2c, 1, 0, 1, 0, 1, 0, 1, 0, 0};
+    buf_add(&g, im2, sizeof(im2));
+    const uint8_t px2[] = {2};
+    gif_frame_data(&g, px2, 1);
+    buf_addc(&g, 0x3b);
+    FILE *f = fopen(path, "wb");
+    fwrite(g.ptr, 1, g.len, f);
+    fclose(f);
+    buf_release(&g);
+}
+
+static void test_gif(const struct tdirs *d)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/anim.gif", d->input);
+    write_gif(path);
+    struct node_image_file f;
+    struct err e = {0};
+    int rc = node_image_load(path, &f, &e);
+    ok(rc == 0 && f.n_frames == 2, "GIF: two frames (%s)", e.msg);
+    if (rc == 0 && f.n_frames == 2) {
+        const uint8_t *a = f.frames[0].px, *b = f.frames[1].px;
+        ok(a[0] == 255 && a[1] == 0 && a[3] == 255 && a[4 + 1] == 255 && a[8 + 3] == 0 && a[12] == 255, "GIF frame 1 pixels and transparency");
+        ok(b[12] == 0 && b[12 + 1] == 255 && b[0] == 255 && b[8 + 3] == 0, "GIF frame 2 composited over frame 1");
+    }
+    node_image_file_release(&f);
+    /* truncated after the header: an error, not a crash */
+    FILE *t = fopen(path, "r+b");
+    if (ftruncate(fileno(t), 20) != 0)
+        ok(0, "truncate");
+    fclose(t);
+    ok(node_image_load(path, &f, &e) < 0, "truncated GIF is an error");
+    write_gif(path);
+}
+
 static void test_resize(void)
 {
     float row[2] = {0, 1}, out[4];
@@ -436,6 +518,11 @@ static void test_small_nodes(const struct tdirs *d)
     ok(v && v->shape[0] == 1 && v->shape[3] == 3, "LoadImage IMAGE is [1,H,W,3]");
     value_unref(v);
     sink_clear(&s);
+    v = probe_slot(g, "\"9\": {\"class_type\": \"LoadImage\", \"inputs\": {\"image\": \"anim.gif\"}}", 1, &s);
+    ok(v && v->shape[0] == 2 && v->shape[1] == 2 && v->data[2] == 1.0f && v->data[0] == 0.0f,
+       "animated GIF -> batch of 2, mask from transparency");
+    value_unref(v);
+    sink_clear(&s);
     v = probe(g, "\"1\": {\"class_type\": \"EmptyImage\", \"inputs\": {\"width\": 10, \"height\": 6, \"batch_size\": 1, \"color\": 0}},"
                  " \"9\": {\"class_type\": \"ImageCrop\", \"inputs\": {\"image\": [\"1\", 0], \"width\": 8, \"height\": 8, \"x\": 4, \"y\": 2}}", &s);
     ok(v && v->shape[1] == 4 && v->shape[2] == 6, "ImageCrop clamps to the image (%lldx%lld)", (long long)v->shape[2],
@@ -490,6 +577,7 @@ int main(void)
     test_registry();
     test_imageio(&d);
     test_resize();
+    test_gif(&d);
     test_pipeline(&d);
     test_small_nodes(&d);
     EXPECT_EQ(alloc_live_count(), live0);
