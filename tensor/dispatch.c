@@ -87,8 +87,9 @@ static const char *shp(const struct tensor *t, char *buf)
     return t ? tensor_shape_str(t, buf, 96) : "(null)";
 }
 
-/* All non-NULL tensors on one device; returns that device's kind via *cuda. */
-static int check_devs(const char *op, struct err *e, int *cuda, int n, ...)
+/* The first nreq of the n tensors must be present; all present ones must be on one
+ * device, whose kind is returned via *cuda. */
+static int check_devs(const char *op, struct err *e, int *cuda, int nreq, int n, ...)
 {
     va_list ap;
     struct dev *d = NULL;
@@ -97,6 +98,10 @@ static int check_devs(const char *op, struct err *e, int *cuda, int n, ...)
     va_start(ap, n);
     for (int i = 0; i < n; i++) {
         const struct tensor *t = va_arg(ap, const struct tensor *);
+        if (!t && i < nreq) {
+            va_end(ap);
+            return err_set(e, ERR_INVALID, "%s: operand %d is missing", op, i);
+        }
         if (!t)
             continue;
         if (first) {
@@ -134,6 +139,8 @@ int tensor_copy(struct tensor *dst, const struct tensor *src, struct err *e)
 {
     char b1[96], b2[96];
     int rc = 0;
+    if (!dst || !src)
+        return err_set(e, ERR_INVALID, "copy: missing tensor");
     if (tensor_numel(dst) != tensor_numel(src) || !tensor_same_shape(dst, src))
         return err_set(e, ERR_INVALID, "copy: shape %s into %s", shp(src, b1), shp(dst, b2));
     int hs = is_host(src), hd = is_host(dst);
@@ -229,6 +236,8 @@ out_h2d:
 
 int tensor_write_f32(struct tensor *t, const float *src, int64_t n, struct err *e)
 {
+    if (!t || !src)
+        return err_set(e, ERR_INVALID, "write: missing tensor or buffer");
     if (n != tensor_numel(t))
         return err_set(e, ERR_INVALID, "write: %lld values for %lld elements", (long long)n,
                        (long long)tensor_numel(t));
@@ -245,6 +254,8 @@ int tensor_write_f32(struct tensor *t, const float *src, int64_t n, struct err *
 
 int tensor_read_f32(const struct tensor *t, float *dst, int64_t n, struct err *e)
 {
+    if (!t || !dst)
+        return err_set(e, ERR_INVALID, "read: missing tensor or buffer");
     if (n != tensor_numel(t))
         return err_set(e, ERR_INVALID, "read: %lld values for %lld elements", (long long)n,
                        (long long)tensor_numel(t));
@@ -262,7 +273,7 @@ int tensor_read_f32(const struct tensor *t, float *dst, int64_t n, struct err *e
 int tensor_fill(struct tensor *t, float value, struct err *e)
 {
     int cuda, rc;
-    if ((rc = check_devs("fill", e, &cuda, 1, t)) < 0)
+    if ((rc = check_devs("fill", e, &cuda, 1, 1, t)) < 0)
         return rc;
     if (cuda)
         CUDA_OR(tensor__cuda_fill(t, value, e));
@@ -327,7 +338,7 @@ int tensor_matmul(struct tensor *out, const struct tensor *a, const struct tenso
 {
     char b1[96], b2[96], b3[96];
     int cuda, rc;
-    if ((rc = check_devs("matmul", e, &cuda, 3, out, a, b)) < 0)
+    if ((rc = check_devs("matmul", e, &cuda, 3, 3, out, a, b)) < 0)
         return rc;
     if (a->ndim < 2 || b->ndim < 2 || out->ndim < 2)
         goto bad;
@@ -382,7 +393,7 @@ int tensor_linear(struct tensor *out, const struct tensor *x, const struct tenso
 {
     char b1[96], b2[96], b3[96];
     int cuda, rc;
-    if ((rc = check_devs("linear", e, &cuda, 4, out, x, w, bias)) < 0)
+    if ((rc = check_devs("linear", e, &cuda, 3, 4, out, x, w, bias)) < 0)
         return rc;
     int64_t k = x->shape[x->ndim - 1];
     if (w->ndim != 2 || w->shape[1] != k || out->shape[out->ndim - 1] != w->shape[0] ||
@@ -420,8 +431,10 @@ int tensor_conv2d(struct tensor *out, const struct tensor *x, const struct tenso
 {
     char b1[96], b2[96], b3[96];
     int cuda, rc;
-    if ((rc = check_devs("conv2d", e, &cuda, 4, out, x, w, bias)) < 0)
+    if ((rc = check_devs("conv2d", e, &cuda, 3, 4, out, x, w, bias)) < 0)
         return rc;
+    if (!o)
+        return err_set(e, ERR_INVALID, "conv2d: no options");
     if (o->stride < 1 || o->stride > 8 || o->pad_top < 0 || o->pad_bottom < 0 ||
         o->pad_left < 0 || o->pad_right < 0)
         return err_set(e, ERR_INVALID, "conv2d: stride %d or negative padding", o->stride);
@@ -459,7 +472,7 @@ int tensor_group_norm(struct tensor *out, const struct tensor *x, int groups,
 {
     char b1[96], b2[96];
     int cuda, rc;
-    if ((rc = check_devs("group_norm", e, &cuda, 4, out, x, gamma, beta)) < 0)
+    if ((rc = check_devs("group_norm", e, &cuda, 2, 4, out, x, gamma, beta)) < 0)
         return rc;
     int64_t c = x->ndim >= 2 ? x->shape[1] : 0;
     if (x->ndim < 2 || !tensor_same_shape(out, x) || groups < 1 || c % groups ||
@@ -485,7 +498,7 @@ int tensor_layer_norm(struct tensor *out, const struct tensor *x, const struct t
 {
     char b1[96], b2[96];
     int cuda, rc;
-    if ((rc = check_devs("layer_norm", e, &cuda, 4, out, x, gamma, beta)) < 0)
+    if ((rc = check_devs("layer_norm", e, &cuda, 2, 4, out, x, gamma, beta)) < 0)
         return rc;
     int64_t c = x->shape[x->ndim - 1];
     if (!tensor_same_shape(out, x) || (gamma && tensor_numel(gamma) != c) ||
@@ -509,7 +522,7 @@ static int unary(const char *op, struct tensor *out, const struct tensor *x,
 {
     char b1[96], b2[96];
     int cuda, rc;
-    if ((rc = check_devs(op, e, &cuda, 2, out, x)) < 0)
+    if ((rc = check_devs(op, e, &cuda, 2, 2, out, x)) < 0)
         return rc;
     if (!tensor_same_shape(out, x))
         return err_set(e, ERR_INVALID, "%s: %s into %s", op, shp(x, b1), shp(out, b2));
@@ -565,7 +578,7 @@ int tensor_geglu(struct tensor *out, const struct tensor *x, struct err *e)
 {
     char b1[96], b2[96];
     int cuda, rc;
-    if ((rc = check_devs("geglu", e, &cuda, 2, out, x)) < 0)
+    if ((rc = check_devs("geglu", e, &cuda, 2, 2, out, x)) < 0)
         return rc;
     int64_t c2 = x->shape[x->ndim - 1];
     int ok = out->ndim == x->ndim && c2 % 2 == 0 && out->shape[out->ndim - 1] == c2 / 2 &&
@@ -589,7 +602,7 @@ int tensor_softmax(struct tensor *out, const struct tensor *x, struct err *e)
 {
     char b1[96], b2[96];
     int cuda, rc;
-    if ((rc = check_devs("softmax", e, &cuda, 2, out, x)) < 0)
+    if ((rc = check_devs("softmax", e, &cuda, 2, 2, out, x)) < 0)
         return rc;
     if (!tensor_same_shape(out, x))
         return err_set(e, ERR_INVALID, "softmax: %s into %s", shp(x, b1), shp(out, b2));
@@ -619,7 +632,7 @@ int tensor_attention(struct tensor *out, const struct tensor *q, const struct te
 {
     char b1[96], b2[96], b3[96], b4[96];
     int cuda, rc;
-    if ((rc = check_devs("attention", e, &cuda, 4, out, q, k, v)) < 0)
+    if ((rc = check_devs("attention", e, &cuda, 4, 4, out, q, k, v)) < 0)
         return rc;
     if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || out->ndim != 3 || heads < 1)
         goto bad;
@@ -743,7 +756,7 @@ static int binary(const char *op, struct tensor *out, const struct tensor *a,
     char b1[96], b2[96], b3[96];
     int cuda, rc;
     int64_t osh[4], ost[4], sa[4], sb[4];
-    if ((rc = check_devs(op, e, &cuda, 3, out, a, b)) < 0)
+    if ((rc = check_devs(op, e, &cuda, 3, 3, out, a, b)) < 0)
         return rc;
     tensor__as4d(out, osh, ost);
     if (bcast_strides(a, osh, out->ndim, sa) < 0 || bcast_strides(b, osh, out->ndim, sb) < 0)
@@ -782,10 +795,10 @@ int tensor_lincomb(struct tensor *out, int n, const float *coef, const struct te
 {
     char b1[96], b2[96];
     int cuda = 0, rc;
-    if (n < 1 || n > 8)
+    if (n < 1 || n > 8 || !coef || !in)
         return err_set(e, ERR_INVALID, "lincomb: %d inputs (1..8)", n);
     for (int i = 0; i < n; i++) {
-        if ((rc = check_devs("lincomb", e, &cuda, 2, out, in[i])) < 0)
+        if ((rc = check_devs("lincomb", e, &cuda, 2, 2, out, in[i])) < 0)
             return rc;
         if (!tensor_same_shape(out, in[i]))
             return err_set(e, ERR_INVALID, "lincomb: input %d %s into %s", i, shp(in[i], b1),
@@ -820,7 +833,7 @@ int tensor_concat(struct tensor *out, const struct tensor *a, const struct tenso
 {
     char b1[96], b2[96], b3[96];
     int cuda, rc;
-    if ((rc = check_devs("concat", e, &cuda, 3, out, a, b)) < 0)
+    if ((rc = check_devs("concat", e, &cuda, 3, 3, out, a, b)) < 0)
         return rc;
     int ok = a->ndim == b->ndim && a->ndim == out->ndim && dim >= 0 && dim < a->ndim;
     for (int i = 0; ok && i < a->ndim; i++)
@@ -848,7 +861,7 @@ int tensor_upsample_nearest(struct tensor *out, const struct tensor *x, struct e
 {
     char b1[96], b2[96];
     int cuda, rc;
-    if ((rc = check_devs("upsample", e, &cuda, 2, out, x)) < 0)
+    if ((rc = check_devs("upsample", e, &cuda, 2, 2, out, x)) < 0)
         return rc;
     if (x->ndim != 4 || out->ndim != 4 || out->shape[0] != x->shape[0] ||
         out->shape[1] != x->shape[1])
@@ -894,9 +907,9 @@ int tensor_embedding(struct tensor *out, const struct tensor *table, const int32
 {
     char b1[96], b2[96];
     int cuda, rc;
-    if ((rc = check_devs("embedding", e, &cuda, 2, out, table)) < 0)
+    if ((rc = check_devs("embedding", e, &cuda, 2, 2, out, table)) < 0)
         return rc;
-    if (table->ndim != 2 || out->shape[out->ndim - 1] != table->shape[1] ||
+    if (!ids || table->ndim != 2 || out->shape[out->ndim - 1] != table->shape[1] ||
         tensor_numel(out) != n * table->shape[1] || !tensor_is_contiguous(table))
         return err_set(e, ERR_INVALID, "embedding: %lld ids from table %s into %s",
                        (long long)n, shp(table, b1), shp(out, b2));
@@ -922,7 +935,7 @@ int tensor_embedding(struct tensor *out, const struct tensor *table, const int32
 int tensor_timestep_embedding(struct tensor *out, const float *t, int64_t b, struct err *e)
 {
     char b1[96];
-    if (out->ndim != 2 || out->shape[0] != b || out->shape[1] % 2)
+    if (!out || !t || out->ndim != 2 || out->shape[0] != b || out->shape[1] % 2)
         return err_set(e, ERR_INVALID, "timestep_embedding: %lld steps into %s", (long long)b,
                        shp(out, b1));
     int64_t dim = out->shape[1], half = dim / 2;

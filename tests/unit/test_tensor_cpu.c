@@ -298,6 +298,8 @@ static void test_linear(void)
             }
         check("linear", o, ref, 1e-5);
         EXPECT_EQ(tensor_linear(o, x, b, NULL, &e), ERR_INVALID);
+        EXPECT_EQ(tensor_linear(o, NULL, w, b, &e), ERR_INVALID); /* never a crash */
+        EXPECT_EQ(tensor_conv2d(o, x, w, b, NULL, &e), ERR_INVALID);
         xfree(ref);
         xfree(vx);
         xfree(vw);
