@@ -8,3 +8,8 @@ if(TARGET latentd_server)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_server_store.c
     LIBS latentd_server LABELS unit TIMEOUT 60)
 endif()
+if(TARGET latentd_server)
+  latentd_add_test(test_server_ws
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_server_ws.c
+    LIBS latentd_server LABELS unit TIMEOUT 60)
+endif()
