@@ -127,6 +127,8 @@ struct mm_report {
     size_t peak_bytes;         /* device peak during the node (set by mm_node_end) */
     double predicted_ms;       /* one pass over every layer, from the cost model */
     double load_ms, measured_ms; /* loading; node run (load end to mm_node_end) */
+    int passes;                /* forward passes seen (acquires of layer 0), e.g. steps */
+    double measured_pass_ms;   /* measured_ms / passes: compare with predicted_ms */
     int retried;               /* an allocation failed and the plan shrank once */
 };
 

@@ -75,6 +75,7 @@ struct patcher_model {
     struct mm_stream *st;  /* owned: streaming state, NULL on full load */
     size_t resident_bytes; /* device bytes of resident layer buffers */
     uint64_t last_use;     /* mm tick of the last mm_load_models naming it */
+    int passes;            /* acquires of layer 0 since the last load */
 };
 
 struct pm_lora {

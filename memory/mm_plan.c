@@ -387,6 +387,7 @@ static int apply_grow(struct mm *mm, struct model_plan *mp, struct mm_report *re
         (rc = mm__stream_new(m, mp->slots, mp->prefetch, mm->use_pinned, &m->st, e)) < 0)
         return rc;
     mm__stream_take_copied(m->st);
+    m->passes = 0;
     return 0;
 }
 
@@ -589,14 +590,18 @@ void mm_node_end(struct mm *mm, struct mm_report *rep)
             continue;
         mm__stream_sync(m->st);
         rep->bytes_copied += mm__stream_take_copied(m->st);
+        if (m->passes > rep->passes)
+            rep->passes = m->passes;
     }
     mm->ncur = 0;
     rep->measured_ms = mm__now_ms() - mm->node_t0;
     rep->peak_bytes = dev_bytes_peak(mm->dev);
+    rep->measured_pass_ms = rep->passes ? rep->measured_ms / rep->passes : 0;
     log_info("memory plan: %.1f MiB resident, %.1f MiB streamed, activations %.1f MiB, "
-             "copied %.1f MiB, peak %.1f of %.1f MiB, predicted %.1f ms, measured %.1f ms",
+             "copied %.1f MiB, peak %.1f of %.1f MiB; per pass predicted %.1f ms, measured "
+             "%.1f ms (%d passes, %.1f ms in all)",
              rep->bytes_resident / 1048576.0, rep->bytes_streamed / 1048576.0,
              rep->activation_bytes / 1048576.0, rep->bytes_copied / 1048576.0,
              rep->peak_bytes / 1048576.0, rep->budget / 1048576.0, rep->predicted_ms,
-             rep->measured_ms);
+             rep->measured_pass_ms, rep->passes, rep->measured_ms);
 }

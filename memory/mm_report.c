@@ -28,11 +28,12 @@ void mm_report_json(const struct mm_report *r, struct buf *b)
                "\"patch_workspace_bytes\":%zu,\"bytes_unloaded\":%zu,\"models_unloaded\":%d,"
                "\"bytes_resident\":%zu,\"bytes_streamed\":%zu,\"bytes_loaded\":%zu,"
                "\"bytes_copied\":%zu,\"peak_bytes\":%zu,\"predicted_ms\":%.3f,"
-               "\"load_ms\":%.3f,\"measured_ms\":%.3f,\"retried\":%s,\"models\":[",
+               "\"load_ms\":%.3f,\"measured_ms\":%.3f,\"passes\":%d,\"measured_pass_ms\":%.3f,"
+               "\"retried\":%s,\"models\":[",
                r->budget, r->activation_bytes, r->workspace_bytes, r->patch_workspace_bytes,
                r->bytes_unloaded, r->models_unloaded, r->bytes_resident, r->bytes_streamed,
                r->bytes_loaded, r->bytes_copied, r->peak_bytes, r->predicted_ms, r->load_ms,
-               r->measured_ms, r->retried ? "true" : "false");
+               r->measured_ms, r->passes, r->measured_pass_ms, r->retried ? "true" : "false");
     for (int i = 0; i < r->n_models; i++) {
         const struct mm_model_plan *m = &r->models[i];
         buf_adds(b, i ? ",{\"name\":" : "{\"name\":");

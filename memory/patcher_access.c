@@ -191,6 +191,8 @@ int patcher_acquire(struct patcher *p, int layer, struct tensor *const **w, stru
     }
     L->holds = 1;
     L->t_acquired = mm__now_ms();
+    if (layer == 0)
+        m->passes++;
     *w = L->views;
     return 0;
 }

@@ -110,6 +110,7 @@ static void test_budgets(void)
                rep.bytes_streamed);
             ok(rep.models[0].prefetch >= 2, "%d%%: prefetch depth %d >= 2", pcts[k],
                rep.models[0].prefetch);
+            EXPECT_EQ(rep.passes, 2);
         }
         mm_free(mm);
     }
