@@ -286,6 +286,7 @@ struct ks {
     int batch;
     int max_batch;
     int interrupt_after;
+    int pos_tokens; /* 0 = 77 */
 };
 
 /* Run KSampler(Advanced) on the fake model; returns the node rc, fills out (n floats). */
@@ -303,7 +304,7 @@ static int run_ks(const struct ks *k, struct value *latent, float *out, struct f
     set_in(&r, cls, "cfg", value_new_float(k->cfg));
     set_in(&r, cls, "sampler_name", value_new_string(k->sampler));
     set_in(&r, cls, "scheduler", value_new_string(k->scheduler));
-    set_in(&r, cls, "positive", const_cond(0.9f, 77, 8));
+    set_in(&r, cls, "positive", const_cond(0.9f, k->pos_tokens ? k->pos_tokens : 77, 8));
     set_in(&r, cls, "negative", const_cond(0.5f, 77, 8));
     set_in(&r, cls, "latent_image", value_ref(latent));
     if (k->advanced) {
@@ -422,6 +423,14 @@ static void test_ksampler(void)
     run_direct(&k, sd_latent_of(zero), b);
     ok(f.max_batch_seen == 2 && f.calls == 4 && maxdiff(a, b, 2 * n1) == 0.0,
        "cfg 1: uncond skipped (4 calls of batch %d)", f.max_batch_seen);
+    /* 154-token positive, 77-token negative: two calls per step, same result. */
+    k.pos_tokens = 154;
+    k.cfg = 3.0;
+    run_ks(&k, zero, a, &fp, NULL);
+    run_direct(&k, sd_latent_of(zero), b);
+    ok(f.calls == 8 && f.max_batch_seen == 2 && f.prep_tokens == 154 && maxdiff(a, b, 2 * n1) == 0.0,
+       "154 vs 77 tokens: separate calls of batch 2 (%d calls), same result", f.calls);
+    k.pos_tokens = 0;
     /* max_batch 3 splits the 4 evaluations of a step: same result. */
     k.cfg = 3.0;
     k.max_batch = 3;
