@@ -51,7 +51,7 @@ static const struct flag flags[] = {
     {"--dont-print-server", FLAG_NONE, F_DONT_PRINT, "quieter startup output"},
     {"--verbose", FLAG_OPTIONAL, F_VERBOSE, "[LEVEL]  DEBUG|INFO|WARNING|ERROR|CRITICAL (bare = DEBUG); DEBUG logs each request"},
     {"--log-stdout", FLAG_NONE, F_LOG_STDOUT, "log to stdout instead of stderr"},
-    {"--base-directory", FLAG_ONE, F_BASE_DIR, "DIR  root of models/ input/ output/ temp/ user/ (default: current directory)"},
+    {"--base-directory", FLAG_ONE, F_BASE_DIR, "DIR  root of models/ input/ output/ temp/ user/ (default: the binary's directory)"},
     {"--output-directory", FLAG_ONE, F_OUTPUT_DIR, "DIR  output root"},
     {"--input-directory", FLAG_ONE, F_INPUT_DIR, "DIR  input root (uploads, LoadImage)"},
     {"--temp-directory", FLAG_ONE, F_TEMP_DIR, "DIR  temp root is DIR/temp; wiped at start"},
@@ -439,7 +439,24 @@ int srv_config_parse(struct srv_config *cfg, int argc, char **argv, const char *
     if (cfg->tls_keyfile || cfg->tls_certfile)
         log_info("notice: TLS flags accepted; latentd serves plain HTTP (put a TLS proxy in front)");
 
-    cfg->base_dir = dirs[0] ? abs_path(dirs[0]) : abs_path(".");
+    /* ComfyUI's default base is the program's directory; ours is the directory of the
+     * latentd binary (build/ for build/latentd). The current directory would be wrong:
+     * run from the source tree, models/ would land inside the C sources' models/. */
+    if (dirs[0]) {
+        cfg->base_dir = abs_path(dirs[0]);
+    } else {
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n > 0) {
+            exe[n] = '\0';
+            char *slash = strrchr(exe, '/');
+            if (slash && slash != exe)
+                *slash = '\0';
+            cfg->base_dir = abs_path(exe);
+        } else {
+            cfg->base_dir = abs_path(".");
+        }
+    }
     cfg->models_dir = join(cfg->base_dir, "models");
     cfg->output_dir = dirs[1] ? abs_path(dirs[1]) : join(cfg->base_dir, "output");
     cfg->input_dir = dirs[2] ? abs_path(dirs[2]) : join(cfg->base_dir, "input");
