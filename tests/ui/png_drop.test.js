@@ -92,13 +92,18 @@ test("drop a saved PNG to restore its workflow", async () => {
 function comfyFrontendWorkflow() {
   const w = (name, type) => ({ localized_name: name, name, type, widget: { name }, link: null });
   return {
-    id: "5b0e2a4e-3f43-4c2f-9a35-6b1f0c0e9d11", revision: 0, last_node_id: 3, last_link_id: 2,
+    id: "5b0e2a4e-3f43-4c2f-9a35-6b1f0c0e9d11", revision: 0, last_node_id: 4, last_link_id: 3,
     nodes: [
       { id: 1, type: "EmptyImage", pos: [40, 60], size: [270, 130], flags: {}, order: 0, mode: 0,
-        inputs: [w("width", "INT"), w("height", "INT"), w("batch_size", "INT"), w("color", "INT")],
+        inputs: [{ ...w("width", "INT"), link: 3 }, w("height", "INT"), w("batch_size", "INT"), w("color", "INT")],
         outputs: [{ localized_name: "IMAGE", name: "IMAGE", type: "IMAGE", links: [1] }],
         properties: { cnr_id: "comfy-core", ver: "0.3.64", "Node name for S&R": "EmptyImage" },
-        widgets_values: [56, 24, 1, 0x00ff00] },
+        widgets_values: [999, 24, 1, 0x00ff00] }, // width comes from the link, not 999
+      { id: 4, type: "PrimitiveInt", pos: [40, 260], size: [270, 82], flags: {}, order: 3, mode: 0,
+        inputs: [w("value", "INT")],
+        outputs: [{ localized_name: "INT", name: "INT", type: "INT", links: [3] }],
+        properties: { cnr_id: "comfy-core", ver: "0.3.64", "Node name for S&R": "PrimitiveInt" },
+        widgets_values: [56, "fixed"] },
       { id: 2, type: "ImageInvert", pos: [360, 60], size: [140, 26], flags: {}, order: 1, mode: 0,
         inputs: [{ localized_name: "image", name: "image", type: "IMAGE", link: 1 }],
         outputs: [{ localized_name: "IMAGE", name: "IMAGE", type: "IMAGE", links: [2] }],
@@ -108,7 +113,7 @@ function comfyFrontendWorkflow() {
         outputs: [], properties: { cnr_id: "comfy-core", ver: "0.3.64", "Node name for S&R": "SaveImage" },
         widgets_values: ["comfy_made"] },
     ],
-    links: [[1, 1, 0, 2, 0, "IMAGE"], [2, 2, 0, 3, 0, "IMAGE"]],
+    links: [[1, 1, 0, 2, 0, "IMAGE"], [2, 2, 0, 3, 0, "IMAGE"], [3, 4, 0, 1, 0, "INT"]],
     groups: [], config: {}, extra: { ds: { scale: 1, offset: [0, 0] }, frontendVersion: "1.27.10" }, version: 0.4,
   };
 }
@@ -120,13 +125,15 @@ test("drop a PNG written by ComfyUI's frontend and run its workflow", async () =
   await page.click("#btn-default");
   await page.waitForFunction(() => window.app.graph._nodes.length === 7);
   await drop(page, png, "ComfyUI_00001_.png");
-  await page.waitForFunction(() => window.app.graph._nodes.length === 3, null, { timeout: 10000 });
+  await page.waitForFunction(() => window.app.graph._nodes.length === 4, null, { timeout: 10000 });
   const g = await page.evaluate(() => ({
     inputs: window.app.graph._nodes.map((n) => [n.id, (n.inputs || []).map((i) => i.name)]).sort(),
     summary: window.app.graph._nodes.map((n) => `${n.type}:${(n.widgets || []).filter((w) => w.options?.serialize !== false).map((w) => w.value).join(",")}`).sort(),
   }));
-  assert.deepStrictEqual(g.inputs, [[1, []], [2, ["image"]], [3, ["images"]]], "unlinked widget sockets dropped, links kept");
-  assert.deepStrictEqual(g.summary, ["EmptyImage:56,24,1,65280", "ImageInvert:", "SaveImage:comfy_made"]);
+  assert.deepStrictEqual(g.inputs, [[1, ["width"]], [2, ["image"]], [3, ["images"]], [4, []]], "unlinked widget sockets dropped, links kept");
+  assert.deepStrictEqual(g.summary, ["EmptyImage:999,24,1,65280", "ImageInvert:", "PrimitiveInt:56", "SaveImage:comfy_made"]);
+  const api = await page.evaluate(async () => (await import("./js/workflow.js")).graphToPrompt(window.app.graph).output);
+  assert.deepStrictEqual(api["1"].inputs.width, ["4", 0], "a linked widget socket is sent as a link");
   await page.click("#btn-queue");
   const ex = await h.waitForEvent(page, "executed", "d.node === '3'");
   assert.match(ex.output.images[0].filename, /^comfy_made_/);

@@ -94,6 +94,33 @@ test("a history entry's workflow can be loaded back", async () => {
   assert.strictEqual(w, 80, "the edited value comes back with the workflow");
 });
 
+test("a widget converted to an input is fed by a link; seed control increments", async (t) => {
+  const { page } = ui;
+  const has = await page.evaluate(() => !!window.app.objectInfo.PrimitiveInt);
+  if (!has) return t.skip("no PrimitiveInt node on this server");
+  await h.loadPrompt(page, {
+    "1": { class_type: "EmptyImage", inputs: { width: 64, height: 20, batch_size: 1, color: 0 } },
+    "2": { class_type: "PrimitiveInt", inputs: { value: 44 } },
+    "3": { class_type: "SaveImage", inputs: { images: ["1", 0], filename_prefix: "ui_convert" } },
+  });
+  await page.waitForTimeout(200);
+  // Right-click EmptyImage's title, pick "Convert width to input" from the node menu.
+  const p = await page.evaluate(() => { const app = window.app; const n = app.graph.getNodeById(1); const c = app.canvas.ds.convertOffsetToCanvas([n.pos[0] + 60, n.pos[1] - 12]); const r = app.canvas.canvas.getBoundingClientRect(); return { x: r.left + c[0], y: r.top + c[1] }; });
+  await page.mouse.click(p.x, p.y, { button: "right" });
+  await page.locator('.litemenu-entry:has-text("Convert width to input")').click();
+  const linked = await page.evaluate(() => { const a = window.app.graph.getNodeById(2), b = window.app.graph.getNodeById(1); return !!a.connect(0, b, b.inputs.findIndex((i) => i.name === "width")); });
+  assert.ok(linked, "INT output connects to the converted width socket");
+  assert.ok(await page.evaluate(() => window.app.graph.getNodeById(1).widgets.find((w) => w.name === "width").disabled), "the fed widget is greyed out");
+  // The Int node's control: increment after each queue.
+  await page.evaluate(() => { window.app.graph.getNodeById(2).widgets.find((w) => w.name === "control_after_generate").value = "increment"; });
+  await page.click("#btn-queue");
+  const ex = await h.waitForEvent(page, "executed", "d.node === '3' && d.output.images[0].filename.startsWith('ui_convert')");
+  assert.ok(ex);
+  await page.waitForFunction(() => { const i = window.app.graph.getNodeById(3).imgs?.[0]; return i && i.complete && i.naturalWidth === 44 && i.naturalHeight === 20; }, null, { timeout: 10000 });
+  assert.strictEqual(await page.evaluate(() => window.app.graph.getNodeById(2).widgets[0].value), 45);
+  await h.screenshot(page, "queue_image_converted_widget");
+});
+
 test("batch count queues that many prompts", async () => {
   const { page } = ui;
   await page.fill("#batch-count", "2");

@@ -87,18 +87,15 @@ function addSeedControl(node, target) {
 
 export function applySeedControl(w) {
   const t = w.linkedWidget;
-  if (!t) return;
-  const min = t.options.min ?? 0;
-  let max = t.options.max ?? 0xffffffff;
-  max = Math.min(max, Number.MAX_SAFE_INTEGER); // doubles cannot step above 2^53
-  const step = 1;
+  if (!t || t.disabled) return; // a linked seed is not ours to change
+  // Like ComfyUI: stay within +-2^50 so the value survives doubles and JSON.
+  const LIM = 1125899906842624;
+  const min = Math.max(-LIM, t.options.min ?? 0);
+  const max = Math.min(LIM, t.options.max ?? LIM);
   switch (w.value) {
-    case "increment": t.value = Math.min(max, t.value + step); break;
-    case "decrement": t.value = Math.max(min, t.value - step); break;
-    case "randomize": {
-      const hi = Math.min(max, 0xffffffffffff); // 48 random bits, like ComfyUI's 1125899906842624 range
-      t.value = Math.floor(Math.random() * (hi - min + 1)) + min; break;
-    }
+    case "increment": t.value = Math.min(max, t.value + 1); break;
+    case "decrement": t.value = Math.max(min, t.value - 1); break;
+    case "randomize": t.value = Math.floor(Math.random() * (max - min + 1)) + min; break;
     default: break;
   }
 }
@@ -308,7 +305,35 @@ export function registerNodeTypes(objectInfo) {
           this.inputs = this.inputs.filter((i) => !(i.widget && i.link == null));
           this.inputs.forEach((inp, idx) => { const l = inp.link != null && this.graph && this.graph.links[inp.link]; if (l) l.target_slot = idx; });
         }
+        this.syncWidgetInputs();
         if (this.onConfigureDone) setTimeout(() => this.onConfigureDone(), 0);
+      }
+      // A widget whose socket is linked is greyed out: the link provides the value.
+      syncWidgetInputs() {
+        for (const w of this.widgets || []) {
+          const inp = (this.inputs || []).find((i) => i.widget && i.widget.name === w.name);
+          w.disabled = !!(inp && inp.link != null);
+        }
+        this.setDirtyCanvas(true, true);
+      }
+      onConnectionsChange() { if (this.graph) this.syncWidgetInputs(); }
+      // Right-click: turn a widget into a socket (to feed it from e.g. a primitive) and back.
+      getExtraMenuOptions(canvas, options) {
+        const add = [];
+        for (const w of this.widgets || []) {
+          if (!isComfyWidget(w)) continue;
+          const idx = (this.inputs || []).findIndex((i) => i.widget && i.widget.name === w.name);
+          if (idx < 0) {
+            add.push({ content: `Convert ${w.name} to input`, callback: () => {
+              this.addInput(w.name, w.comfyType === "COMBO" ? "COMBO" : w.comfyType || "*", { widget: { name: w.name } });
+              this.setSize([this.size[0], Math.max(this.size[1], this.computeSize()[1])]);
+              this.syncWidgetInputs();
+            } });
+          } else if (this.inputs[idx].link == null) {
+            add.push({ content: `Convert ${w.name} back to widget`, callback: () => { this.removeInput(idx); this.syncWidgetInputs(); } });
+          }
+        }
+        return add.length ? add : null; // litegraph puts these at the top of the node menu
       }
     }
     ComfyNode.title = info.display_name || name;
