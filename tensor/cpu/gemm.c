@@ -142,8 +142,14 @@ void cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float 
         return;
     }
     int nt = tensor__pool_threads();
-    if (threads == 1 || nt == 1 || (double)m * (double)n * (double)k < 4e6) {
+    if (threads == 1) { /* a pool task: the executor already bracketed the job */
         sgemm1(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1);
+        return;
+    }
+    if (nt == 1 || (double)m * (double)n * (double)k < 4e6) {
+        cpu_gemm_pool_enter(); /* OpenBLAS would otherwise thread (and spin) on its own */
+        sgemm1(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1);
+        cpu_gemm_pool_leave();
         return;
     }
     struct gemm_job j = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c,
