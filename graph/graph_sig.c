@@ -1,0 +1,262 @@
+/*
+ * Node signatures (the cache key, comfy-api.md §6.5) and the cache policy per
+ * mode (classic, LRU, none).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "graph_run.h"
+
+/* ---- running one node ---------------------------------------------------------------- */
+
+/* A validated constant as a value of the input's declared type. */
+struct value *graph__const_value(const struct node_input_def *in, const cJSON *v)
+{
+    const char *t = in->type;
+    if (!strcmp(t, "INT")) {
+        int64_t i;
+        int big;
+        double d;
+        if (cJSON_IsBool(v))
+            return value_new_int(cJSON_IsTrue(v));
+        if (gjson_get_int(v, &i, &big, &d))
+            return big ? value_new_u64((uint64_t)i) : value_new_int(i);
+        return value_new_int((int64_t)d);
+    }
+    if (!strcmp(t, "FLOAT")) {
+        if (cJSON_IsString(v))
+            return value_new_float(strtod(v->valuestring, NULL));
+        return value_new_float(cJSON_IsBool(v) ? cJSON_IsTrue(v) : gjson_number(v));
+    }
+    if (!strcmp(t, "BOOLEAN"))
+        return value_new_bool(cJSON_IsTrue(v) || (gjson_is_number(v) && gjson_number(v) != 0));
+    if (cJSON_IsString(v))
+        return value_new_string(v->valuestring);
+    if (!strcmp(t, "STRING") || !strcmp(t, NODE_COMBO)) {
+        struct buf b;
+        buf_init(&b);
+        gjson_py(v, 1, &b);
+        struct value *r = value_new_string(b.ptr);
+        buf_release(&b);
+        return r;
+    }
+    return NULL; /* a constant on a socket input: the caller reports it */
+}
+
+/* ---- signatures ---------------------------------------------------------------------- */
+
+static void hash_json(struct ghash *h, const cJSON *v)
+{
+    if (cJSON_IsString(v)) {
+        ghash_u64(h, 1);
+        ghash_str(h, v->valuestring);
+    } else if (cJSON_IsRaw(v)) {
+        ghash_u64(h, 2);
+        ghash_str(h, v->valuestring);
+    } else if (cJSON_IsNumber(v)) {
+        uint64_t bits;
+        double d = v->valuedouble;
+        memcpy(&bits, &d, 8);
+        ghash_u64(h, 3);
+        ghash_u64(h, bits);
+    } else if (cJSON_IsBool(v)) {
+        ghash_u64(h, cJSON_IsTrue(v) ? 4 : 5);
+    } else if (cJSON_IsNull(v)) {
+        ghash_u64(h, 6);
+    } else {
+        char *s = cJSON_PrintUnformatted(v);
+        ghash_u64(h, 7);
+        ghash_str(h, s ? s : "");
+        cJSON_free(s);
+    }
+}
+
+/* IS_CHANGED: the node's fingerprint of outside state, from its constant inputs. */
+static int node_fingerprint(struct run *r, int n, struct buf *out)
+{
+    const struct gnode *gn = &r->p.nodes[n];
+    struct value **in = xcalloc((size_t)(gn->n_in ? gn->n_in : 1), sizeof(*in));
+    for (int k = 0; k < gn->n_in; k++)
+        if (gn->in[k].json && !cJSON_IsArray(gn->in[k].json))
+            in[k] = graph__const_value(&gn->cls->inputs[k], gn->in[k].json);
+    struct node_ctx c;
+    node_ctx_init(&c, gn->cls, gn->id, &r->g->env, in, NULL);
+    c.prompt_id = r->job->prompt_id;
+    int rc = gn->cls->is_changed(&c, out);
+    node_ctx_release(&c);
+    for (int k = 0; k < gn->n_in; k++)
+        value_unref(in[k]);
+    xfree(in);
+    return rc;
+}
+
+static void sort_inputs(const struct gnode *gn, int *idx)
+{
+    for (int k = 0; k < gn->n_in; k++) {
+        int j = k;
+        while (j > 0 && strcmp(gn->cls->inputs[idx[j - 1]].name, gn->cls->inputs[k].name) > 0) {
+            idx[j] = idx[j - 1];
+            j--;
+        }
+        idx[j] = k;
+    }
+}
+
+/* Compute node n's signature once its sources have theirs. */
+static void sig_one(struct run *r, int n)
+{
+    const struct gnode *gn = &r->p.nodes[n];
+    struct xnode *x = &r->x[n];
+    struct ghash h;
+    ghash_init(&h);
+    ghash_str(&h, gn->cls->name);
+    if (gn->cls->is_changed) {
+        struct buf fp;
+        buf_init(&fp);
+        if (node_fingerprint(r, n, &fp) < 0) {
+            buf_release(&fp);
+            x->has_sig = 0; /* ComfyUI's NaN: never equal, always re-run */
+            return;
+        }
+        ghash_str(&h, fp.ptr);
+        buf_release(&fp);
+    }
+    /* The node id joins the key only for classes that see it (§6.5). */
+    int sees_id = (gn->cls->flags & NODE_CLASS_NOT_IDEMPOTENT) != 0;
+    for (int k = 0; k < gn->n_in && !sees_id; k++)
+        sees_id = gn->cls->inputs[k].group == NODE_INPUT_HIDDEN && !strcmp(gn->cls->inputs[k].type, "UNIQUE_ID");
+    if (sees_id)
+        ghash_str(&h, gn->id);
+    int idx_small[16];
+    int *idx = gn->n_in <= 16 ? idx_small : xmalloc((size_t)gn->n_in * sizeof(int));
+    sort_inputs(gn, idx);
+    int ok = 1;
+    for (int j = 0; j < gn->n_in && ok; j++) {
+        int k = idx[j];
+        const struct gin *in = &gn->in[k];
+        if (!in->json || gn->cls->inputs[k].group == NODE_INPUT_HIDDEN)
+            continue;
+        ghash_str(&h, gn->cls->inputs[k].name);
+        if (cJSON_IsArray(in->json)) {
+            if (in->src < 0 || !r->x[in->src].has_sig) {
+                ok = 0;
+                break;
+            }
+            ghash_u64(&h, r->x[in->src].sig.a);
+            ghash_u64(&h, r->x[in->src].sig.b);
+            ghash_u64(&h, (uint64_t)in->slot);
+        } else {
+            hash_json(&h, in->json);
+        }
+    }
+    if (idx != idx_small)
+        xfree(idx);
+    x->has_sig = (uint8_t)ok;
+    if (ok)
+        x->sig = ghash_final(&h);
+}
+
+/* Signatures for every node (iterative post-order; nodes in cycles get none). */
+void graph__compute_sigs(struct run *r)
+{
+    int n = r->p.n;
+    int32_t *st = xmalloc((size_t)(n ? n : 1) * 2 * sizeof(int32_t));
+    for (int root = 0; root < n; root++) {
+        if (r->x[root].sig_state)
+            continue;
+        int sp = 0;
+        st[sp++] = root;
+        st[sp++] = 0;
+        r->x[root].sig_state = 1;
+        while (sp > 0) {
+            int node = st[sp - 2], k = st[sp - 1];
+            const struct gnode *gn = &r->p.nodes[node];
+            int pushed = 0;
+            while (k < gn->n_in) {
+                int s = gn->in[k++].src;
+                if (s >= 0 && r->x[s].sig_state == 0) {
+                    st[sp - 1] = k;
+                    r->x[s].sig_state = 1;
+                    st[sp++] = s;
+                    st[sp++] = 0;
+                    pushed = 1;
+                    break;
+                }
+            }
+            if (pushed)
+                continue;
+            sp -= 2;
+            sig_one(r, node); /* a source still "computing" is in a cycle: no sig */
+            r->x[node].sig_state = 2;
+        }
+    }
+    /* Sources that were still computing when read left has_sig = 0: correct. */
+    xfree(st);
+}
+
+struct gcache_entry *graph__cached(struct run *r, int n)
+{
+    return r->x[n].has_sig ? gcache_get(&r->g->cache, r->x[n].sig) : NULL;
+}
+
+/* ---- cache policy ------------------------------------------------------------------- */
+
+static int drop_unused(struct gcache_entry *e, void *u)
+{
+    return e->used_now != *(uint64_t *)u;
+}
+
+void graph__policy_start(struct run *r)
+{
+    struct graph_ctx *g = r->g;
+    if (g->cfg.cache_mode == GRAPH_CACHE_NONE) {
+        gcache_clear(&g->cache);
+        return;
+    }
+    for (int i = 0; i < r->p.n; i++) {
+        struct gcache_entry *e = graph__cached(r, i);
+        if (e) {
+            e->used_now = g->gen;
+            e->gen = g->gen;
+        }
+    }
+    if (g->cfg.cache_mode == GRAPH_CACHE_CLASSIC)
+        gcache_filter(&g->cache, drop_unused, &g->gen);
+}
+
+struct lru_arg {
+    uint64_t min_gen;
+};
+
+static int drop_gen(struct gcache_entry *e, void *u)
+{
+    return e->gen <= ((struct lru_arg *)u)->min_gen;
+}
+
+static int find_min_gen(struct gcache_entry *e, void *u)
+{
+    uint64_t *m = u;
+    if (e->gen < *m)
+        *m = e->gen;
+    return 0;
+}
+
+void graph__policy_end(struct run *r)
+{
+    struct graph_ctx *g = r->g;
+    if (g->cfg.cache_mode == GRAPH_CACHE_NONE) {
+        gcache_clear(&g->cache);
+    } else if (g->cfg.cache_mode == GRAPH_CACHE_LRU) {
+        size_t max = g->cfg.cache_lru_size > 0 ? (size_t)g->cfg.cache_lru_size : 1;
+        /* Drop whole generations, oldest first, but never the current prompt's. */
+        while (g->cache.count > max) {
+            uint64_t m = UINT64_MAX;
+            gcache_filter(&g->cache, find_min_gen, &m);
+            if (m >= g->gen)
+                break;
+            struct lru_arg a = {m};
+            gcache_filter(&g->cache, drop_gen, &a);
+        }
+    }
+}
