@@ -45,6 +45,11 @@ function png(w, h, rgb, texts = {}) {
 }
 
 const IMG = ["IMAGE"];
+const ckpts = () => {
+  const i = process.argv.indexOf("--base-directory");
+  const dir = i > 0 ? path.join(process.argv[i + 1], "models/checkpoints") : null;
+  return dir && fs.existsSync(dir) ? fs.readdirSync(dir).sort() : ["tiny.safetensors"];
+};
 const objectInfo = () => {
   const mk = (name, display, category, required, output, outputNode = false) => ({
     input: { required }, input_order: { required: Object.keys(required) }, output, output_is_list: output.map(() => false),
@@ -52,7 +57,7 @@ const objectInfo = () => {
   });
   const files = fs.readdirSync(INPUT).sort();
   const sd = process.env.MOCK_SD ? {
-    CheckpointLoaderSimple: mk("CheckpointLoaderSimple", "Load Checkpoint", "loaders", { ckpt_name: [["tiny.safetensors"]] }, ["MODEL", "CLIP", "VAE"]),
+    CheckpointLoaderSimple: mk("CheckpointLoaderSimple", "Load Checkpoint", "loaders", { ckpt_name: [ckpts()] }, ["MODEL", "CLIP", "VAE"]),
     CLIPTextEncode: mk("CLIPTextEncode", "CLIP Text Encode (Prompt)", "conditioning", { text: ["STRING", { multiline: true, dynamicPrompts: true }], clip: ["CLIP"] }, ["CONDITIONING"]),
     EmptyLatentImage: mk("EmptyLatentImage", "Empty Latent Image", "latent", { width: ["INT", { default: 512, min: 16, max: 16384, step: 8 }], height: ["INT", { default: 512, min: 16, max: 16384, step: 8 }], batch_size: ["INT", { default: 1, min: 1, max: 4096 }] }, ["LATENT"]),
     KSampler: mk("KSampler", "KSampler", "sampling", { model: ["MODEL"], seed: ["INT", { default: 0, min: 0, max: 18446744073709551615, control_after_generate: true }], steps: ["INT", { default: 20, min: 1, max: 10000 }], cfg: ["FLOAT", { default: 8.0, min: 0.0, max: 100.0, step: 0.1, round: 0.01 }], sampler_name: [["euler", "ddim"]], scheduler: [["normal", "karras"]], positive: ["CONDITIONING"], negative: ["CONDITIONING"], latent_image: ["LATENT"], denoise: ["FLOAT", { default: 1.0, min: 0.0, max: 1.0, step: 0.01 }] }, ["LATENT"]),
@@ -103,7 +108,7 @@ async function worker() {
   interrupted = false; const outputs = {}; let result = "success";
   for (const [id, n] of Object.entries(prompt)) {
     send(sid, { type: "executing", data: { node: id, display_node: id, prompt_id: pid } });
-    if (n.class_type === "SlowSampler") {
+    if (n.class_type === "SlowSampler" || n.class_type === "KSampler") {
       for (let i = 1; i <= n.inputs.steps; i++) {
         await sleep(150);
         if (interrupted) break;
@@ -115,7 +120,8 @@ async function worker() {
     if (interrupted) { result = "interrupted"; const d = { prompt_id: pid, node_id: id, node_type: n.class_type, executed: [], timestamp: ts() }; messages.push(["execution_interrupted", d]); send(sid, { type: "execution_interrupted", data: d }); break; }
     if (n.class_type === "SaveImage" || n.class_type === "PreviewImage") {
       const name = `ComfyUI_${String(fileCounter++).padStart(5, "0")}_.png`;
-      fs.writeFileSync(path.join(OUTPUT, name), png(128, 128, [200, 80, 255], { prompt: JSON.stringify(prompt), ...Object.fromEntries(Object.entries(extra.extra_pnginfo || {}).map(([k, v]) => [k, JSON.stringify(v)])) }));
+      const side = prompt["5"] && prompt["5"].class_type === "EmptyLatentImage" ? prompt["5"].inputs.width : 128;
+      fs.writeFileSync(path.join(OUTPUT, name), png(side, side, [200, 80, 255], { prompt: JSON.stringify(prompt), ...Object.fromEntries(Object.entries(extra.extra_pnginfo || {}).map(([k, v]) => [k, JSON.stringify(v)])) }));
       outputs[id] = { images: [{ filename: name, subfolder: "", type: "output" }] };
       send(sid, { type: "executed", data: { node: id, display_node: id, output: outputs[id], prompt_id: pid } });
     }

@@ -32,8 +32,7 @@ after(async () => { if (ui) await ui.browser.close(); if (srv) await srv.stop();
 
 test("default graph runs with progress and a live preview on the sampler", async () => {
   const { page } = ui;
-  await page.click("#btn-default");
-  await page.waitForFunction(() => window.app.graph._nodes.length === 7);
+  await page.evaluate(() => window.app.loadDefault()); // (a fresh page has it already; this waits for it)
   const ckpt = await page.evaluate(() => window.app.graph.getNodeById(4).widgets[0].value);
   assert.strictEqual(ckpt, "tiny-ui.safetensors", "the default graph picked the installed checkpoint");
   await page.evaluate(() => {
@@ -48,7 +47,7 @@ test("default graph runs with progress and a live preview on the sampler", async
   await h.screenshot(page, "sampler_preview_running");
   await h.waitForEvent(page, "executed", "d.node === '9'", 120000);
   await page.waitForFunction(() => { const i = window.app.graph.getNodeById(9).imgs?.[0]; return i && i.complete && i.naturalWidth === 64; }, null, { timeout: 10000 });
-  const texts = await page.evaluate(() => window.__events.filter((e) => e.type === "progress").map((e) => e.data.value));
+  const texts = await page.evaluate(() => window.__events.filter((e) => e.type === "progress" && e.data.node === "3").map((e) => e.data.value));
   assert.deepStrictEqual(texts, [1, 2, 3, 4, 5, 6]);
   await h.screenshot(page, "sampler_preview");
   assert.deepStrictEqual(ui.errors, []);
