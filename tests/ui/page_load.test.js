@@ -94,6 +94,50 @@ test("slots are typed: only matching types connect", async () => {
   assert.strictEqual(r.bad, false, `${r.type} -> ${r.badType} is refused`);
 });
 
+test("add-node menu by category, and the search box", async () => {
+  const { page } = ui;
+  const info = await h.objectInfo(srv.url);
+  const [cls, def] = Object.entries(info).find(([, d]) => d.category && !d.category.includes("/"));
+  const count = () => page.evaluate(() => window.app.graph._nodes.length);
+  const n0 = await count();
+  const box = await page.evaluate(() => { const r = window.app.canvas.canvas.getBoundingClientRect(); return { x: r.left, y: r.top, w: r.width, h: r.height }; });
+  // Right-click empty canvas (bottom-left corner) -> Add Node -> <category> -> <display name>.
+  await page.mouse.click(box.x + 30, box.y + box.h - 30, { button: "right" });
+  await page.locator(".litemenu-entry:text-is('Add Node')").click();
+  await page.locator(`.litemenu-entry:text-is('${def.category}')`).click();
+  await page.locator(`.litemenu-entry:text-is('${def.display_name || cls}')`).click();
+  await page.waitForFunction((n) => window.app.graph._nodes.length === n + 1, n0);
+  assert.strictEqual(await page.evaluate(() => window.app.graph._nodes.at(-1).type), cls);
+  // Double-click empty canvas -> search box -> type the class name -> Enter.
+  await page.mouse.dblclick(box.x + 60, box.y + box.h - 60);
+  const input = page.locator(".litesearchbox input").first();
+  await input.waitFor();
+  await input.type(cls);
+  await page.waitForSelector(".litesearchbox .litegraph.lite-search-item");
+  await h.screenshot(page, "page_load_search");
+  await input.press("Enter");
+  await page.waitForFunction((n) => window.app.graph._nodes.length === n + 2, n0);
+  assert.strictEqual(await page.evaluate(() => window.app.graph._nodes.at(-1).type), cls);
+});
+
+test("save the workflow as JSON and load it back", async () => {
+  const { page } = ui;
+  const before = await page.evaluate(() => window.app.graph._nodes.map((n) => `${n.id}:${n.type}`).sort());
+  const [dl] = await Promise.all([page.waitForEvent("download"), page.click("#btn-save")]);
+  const text = require("fs").readFileSync(await dl.path(), "utf8");
+  const wf = JSON.parse(text);
+  assert.strictEqual(wf.version, 0.4);
+  assert.ok(Array.isArray(wf.nodes) && Array.isArray(wf.links) && wf.extra && wf.extra.ds, "litegraph 0.4 shape with extra.ds");
+  assert.deepStrictEqual(wf.nodes.map((n) => `${n.id}:${n.type}`).sort(), before);
+  await page.click("#btn-clear");
+  assert.strictEqual(await page.evaluate(() => window.app.graph._nodes.length), 0);
+  const [chooser] = await Promise.all([page.waitForEvent("filechooser"), page.click("#btn-load")]);
+  await chooser.setFiles({ name: "workflow.json", mimeType: "application/json", buffer: Buffer.from(text) });
+  await page.waitForFunction((n) => window.app.graph._nodes.length === n, before.length);
+  assert.deepStrictEqual(await page.evaluate(() => window.app.graph._nodes.map((n) => `${n.id}:${n.type}`).sort()), before);
+  assert.strictEqual(await page.evaluate(() => Object.keys(window.app.graph.links).length), wf.links.length);
+});
+
 test("side panels answer from the server", async () => {
   await ui.page.click('#tabs button[data-tab="system"]');
   await ui.page.waitForSelector("#system-info table");

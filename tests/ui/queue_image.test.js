@@ -121,6 +121,20 @@ test("a widget converted to an input is fed by a link; seed control increments",
   await h.screenshot(page, "queue_image_converted_widget");
 });
 
+test("history entries can be deleted and cleared", async () => {
+  const { page } = ui;
+  await page.click('#tabs button[data-tab="history"]');
+  const first = page.locator("#history-list .item").first();
+  await first.waitFor();
+  const id = await first.getAttribute("data-prompt-id");
+  await first.locator("button:text('delete')").click();
+  await page.waitForFunction((id) => !document.querySelector(`#history-list .item[data-prompt-id="${id}"]`), id);
+  assert.deepStrictEqual(await (await fetch(`${srv.url}/api/history/${id}`)).json(), {});
+  await page.click("#btn-history-clear");
+  await page.waitForSelector("#history-list .empty");
+  assert.deepStrictEqual(await (await fetch(`${srv.url}/api/history`)).json(), {});
+});
+
 test("batch count queues that many prompts", async () => {
   const { page } = ui;
   await page.fill("#batch-count", "2");
