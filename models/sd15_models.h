@@ -111,6 +111,19 @@ int sd15_vae_encode_tiled(struct patcher *vae, const struct sd15_config *cfg,
                           const struct tensor *img, struct tensor *mean, int tile, int overlap,
                           struct err *e);
 
+/*
+ * Decode / encode whole, and when that runs out of device memory (ERR_DEVICE_OOM from
+ * an activation), log a warning and retry tiled, as ComfyUI does (its fallback tiles are
+ * 64 / 16 latent px for decode and 512 / 64 px for encode; pass those, or smaller for a
+ * tight budget). Other errors are returned as they are.
+ */
+int sd15_vae_decode_auto(struct patcher *vae, const struct sd15_config *cfg,
+                         const struct tensor *z, struct tensor *img, int tile, int overlap,
+                         struct err *e);
+int sd15_vae_encode_auto(struct patcher *vae, const struct sd15_config *cfg,
+                         const struct tensor *img, struct tensor *mean, int tile, int overlap,
+                         struct err *e);
+
 /* Activation peak (bytes, f32) of a whole-image decode / encode at latent size h x w. */
 size_t sd15_vae_plan_bytes(const struct sd15_config *cfg, int b, int h, int w);
 double sd15_vae_decode_flops(const struct sd15_config *cfg, int b, int h, int w);

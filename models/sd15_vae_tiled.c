@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "log.h"
 #include "sd15_models.h"
 #include "sd_nn.h"
 
@@ -219,4 +220,28 @@ int sd15_vae_encode_tiled(struct patcher *vae, const struct sd15_config *cfg,
     struct vae_fn_ctx c = {.vae = vae, .cfg = cfg};
     struct tiler t = {.d = d, .fn = enc_fn, .ctx = &c, .out_ch = cfg->vae_embed, .num = 1, .den = 8};
     return tiled_run(&t, img, mean, tile, overlap, e);
+}
+
+int sd15_vae_decode_auto(struct patcher *vae, const struct sd15_config *cfg,
+                         const struct tensor *z, struct tensor *img, int tile, int overlap,
+                         struct err *e)
+{
+    int rc = sd15_vae_decode(vae, cfg, z, img, NULL, e);
+    if (rc != ERR_DEVICE_OOM)
+        return rc;
+    log_warn("ran out of memory when regular VAE decoding, retrying with tiled VAE decoding");
+    err_clear(e);
+    return sd15_vae_decode_tiled(vae, cfg, z, img, tile, overlap, e);
+}
+
+int sd15_vae_encode_auto(struct patcher *vae, const struct sd15_config *cfg,
+                         const struct tensor *img, struct tensor *mean, int tile, int overlap,
+                         struct err *e)
+{
+    int rc = sd15_vae_encode(vae, cfg, img, mean, NULL, e);
+    if (rc != ERR_DEVICE_OOM)
+        return rc;
+    log_warn("ran out of memory when regular VAE encoding, retrying with tiled VAE encoding");
+    err_clear(e);
+    return sd15_vae_encode_tiled(vae, cfg, img, mean, tile, overlap, e);
 }

@@ -2,7 +2,7 @@
  * bench_sd15 — SD1.5 model throughput on the CPU with the full-size random-weight
  * checkpoint (generated on first use: tools/ckpt_gen.c, fp16, ~2 GiB; loaded as f32
  * per sd15.md §8.5). One command; prints, for each case, the wall time, the achieved
- * GFLOP/s and its fraction of an sgemm (1024^3 through tensor_matmul, 2 threads)
+ * GFLOP/s and its fraction of an sgemm (1024^3 through tensor_linear, 2 threads)
  * measured right before and after that case in the same run (the machine is shared).
  *
  * usage: bench_sd15 [--ckpt PATH] [--quick] [--threads N]
@@ -47,7 +47,7 @@ static struct tensor *filled(struct dev *d, int ndim, const int64_t *shape, doub
     return t;
 }
 
-/* sgemm GFLOP/s through tensor_matmul (what the models' GEMMs run on). */
+/* sgemm GFLOP/s through tensor_linear (the GEMM path the models' linears run on). */
 static double sgemm_rate(struct dev *d)
 {
     const int64_t n = 1024;
@@ -55,11 +55,11 @@ static double sgemm_rate(struct dev *d)
     struct tensor *a = filled(d, 2, s, 0.1), *b = filled(d, 2, s, 0.2), *c = NULL;
     struct err e = {0};
     tensor_new(d, TENSOR_F32, 2, s, &c, &e);
-    tensor_matmul(c, a, b, 0, 0, 1.0f, &e); /* warm */
+    tensor_linear(c, a, b, NULL, &e); /* warm */
     double best = 0;
     for (int r = 0; r < 3; r++) {
         double t0 = now_s();
-        tensor_matmul(c, a, b, 0, 0, 1.0f, &e);
+        tensor_linear(c, a, b, NULL, &e);
         double dt = now_s() - t0;
         best = fmax(best, 2.0 * n * n * n / dt / 1e9);
     }

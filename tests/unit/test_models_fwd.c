@@ -342,6 +342,136 @@ static void test_vae(struct loaded *L)
     tensor_free(mean);
 }
 
+/* UNet case A's eps for a checkpoint stored as `sdt`, loaded with UNet dtype `udt`. */
+static int eps_for(struct mm *mm, const char *dir, enum st_dtype sdt, enum tensor_dtype udt,
+                   float *out)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/d%d.safetensors", dir, (int)sdt);
+    struct ckpt_gen_opts o;
+    ckpt_gen_opts_default(&o);
+    o.dtype = sdt;
+    o.flags = CKPT_GEN_NO_VAE | CKPT_GEN_NO_CLIP;
+    struct err e = {0};
+    struct sd15_ckpt ck;
+    enum tensor_dtype dts[3] = {udt, TENSOR_F32, TENSOR_F32};
+    int rc = ckpt_gen_write(&o, path, &e);
+    if (rc == 0)
+        rc = sd15_ckpt_load(path, SD15_LOAD_UNET, dts, &ck, &e);
+    unlink(path);
+    if (rc < 0) {
+        printf("# %s\n", e.msg);
+        return rc;
+    }
+    struct patcher *p = patcher_new(ck.model[SD15_UNET]);
+    struct mm_request req = {.n_models = 1, .models = {p}, .activation_bytes = 64 << 20};
+    struct mm_report rep;
+    rc = mm_load_models(mm, &req, &rep, &e);
+    struct dev *d = patcher_device(p);
+    int64_t xs[4] = {1, 4, 8, 8}, cs[3] = {1, 77, ck.cfg.ctx_dim};
+    struct tensor *x = new_wave(d, 4, xs, 0.37, 0.1), *ctx = new_wave(d, 3, cs, 0.011, 0.5), *eps = NULL;
+    float t = 500;
+    tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
+    if (rc == 0)
+        rc = sd15_unet_eval(p, &ck.cfg, x, &t, ctx, eps, NULL, &e);
+    if (rc == 0)
+        rc = tensor_read_f32(eps, out, 256, &e);
+    if (rc < 0)
+        printf("# %s\n", e.msg);
+    tensor_free(x);
+    tensor_free(ctx);
+    tensor_free(eps);
+    mm_unload(mm, ck.model[SD15_UNET]);
+    patcher_unref(p);
+    sd15_ckpt_release(&ck);
+    return rc;
+}
+
+static double rel_diff(const float *a, const float *b, int n)
+{
+    double m = 0, s = 0;
+    for (int i = 0; i < n; i++) {
+        m = fmax(m, fabs(a[i] - b[i]));
+        s += fabs(b[i]) / n;
+    }
+    return m / s;
+}
+
+/* fp16 / bf16 checkpoints: kept in their dtype (borrowed, converted per op) or converted
+ * to f32 at load give the same eps; and both stay near the f32 checkpoint's. */
+static void test_dtypes(struct mm *mm, const char *dir)
+{
+    float ref[256], a[256], b[256];
+    if (eps_for(mm, dir, ST_DTYPE_F32, TENSOR_F32, ref) < 0) {
+        ok(0, "f32 eps");
+        return;
+    }
+    static const enum st_dtype sdts[2] = {ST_DTYPE_F16, ST_DTYPE_BF16};
+    static const enum tensor_dtype tdts[2] = {TENSOR_F16, TENSOR_BF16};
+    for (int i = 0; i < 2; i++) {
+        int r1 = eps_for(mm, dir, sdts[i], tdts[i], a), r2 = eps_for(mm, dir, sdts[i], TENSOR_F32, b);
+        ok(r1 == 0 && r2 == 0 && rel_diff(a, b, 256) < 1e-5,
+           "%s checkpoint: same eps kept as %s or converted to f32 (%.2e)", st_dtype_name(sdts[i]),
+           tensor_dtype_name(tdts[i]), r1 == 0 && r2 == 0 ? rel_diff(a, b, 256) : -1.0);
+        double dd = rel_diff(b, ref, 256);
+        ok(r2 == 0 && dd < (i == 0 ? 3e-2 : 0.2) && dd > 0,
+           "%s checkpoint eps near the f32 checkpoint's (%.2e)", st_dtype_name(sdts[i]), dd);
+    }
+}
+
+/* A device budget too small for a whole 256x256 decode: plain decode reports
+ * ERR_DEVICE_OOM (no crash, nothing leaked), the auto path falls back to tiles and gives
+ * exactly the explicit tiled result. */
+static void test_vae_oom(const char *path)
+{
+    struct mm_config mc;
+    mm_config_init(&mc);
+    mc.device_spec = "sim:40M";
+    struct mm *mm = NULL;
+    struct err e = {0};
+    if (mm_new(&mc, &mm, &e) < 0) {
+        ok(0, "mm_new sim: %s", e.msg);
+        return;
+    }
+    struct sd15_ckpt ck;
+    static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
+    if (sd15_ckpt_load(path, SD15_LOAD_VAE, f32, &ck, &e) < 0) {
+        ok(0, "load vae: %s", e.msg);
+        mm_free(mm);
+        return;
+    }
+    struct patcher *p = patcher_new(ck.model[SD15_VAE]);
+    struct mm_request req = {.n_models = 1, .models = {p}, .activation_bytes = 1 << 20};
+    struct mm_report rep;
+    EXPECT_OK(mm_load_models(mm, &req, &rep, &e));
+    struct dev *d = patcher_device(p);
+    int64_t zs[4] = {1, 4, 32, 32}, is[4] = {1, 3, 256, 256};
+    struct tensor *z = new_wave(d, 4, zs, 0.29, 0.1), *a = NULL, *b = NULL;
+    tensor_new(d, TENSOR_F32, 4, is, &a, &e);
+    tensor_new(d, TENSOR_F32, 4, is, &b, &e);
+    err_clear(&e);
+    int rc = sd15_vae_decode(p, &ck.cfg, z, a, NULL, &e);
+    ok(rc == ERR_DEVICE_OOM, "whole decode over the 40M budget: ERR_DEVICE_OOM (%s)", e.msg);
+    err_clear(&e);
+    ok(sd15_vae_decode_auto(p, &ck.cfg, z, a, 8, 2, &e) == 0, "auto decode falls back to tiles (%s)",
+       e.msg);
+    ok(sd15_vae_decode_tiled(p, &ck.cfg, z, b, 8, 2, &e) == 0, "explicit tiled decode");
+    float *va = xmalloc(256 * 256 * 3 * 4), *vb = xmalloc(256 * 256 * 3 * 4);
+    tensor_read_f32(a, va, 256 * 256 * 3, &e);
+    tensor_read_f32(b, vb, 256 * 256 * 3, &e);
+    ok(memcmp(va, vb, 256 * 256 * 3 * 4) == 0, "auto result equals the tiled decode");
+    xfree(va);
+    xfree(vb);
+    tensor_free(z);
+    tensor_free(a);
+    tensor_free(b);
+    mm_node_end(mm, &rep);
+    mm_unload(mm, ck.model[SD15_VAE]);
+    patcher_unref(p);
+    sd15_ckpt_release(&ck);
+    mm_free(mm);
+}
+
 int main(int argc, char **argv)
 {
     fixtures = argc > 1 ? argv[1] : "tests/fixtures/models";
@@ -376,6 +506,8 @@ int main(int argc, char **argv)
         test_vae(&L);
     }
     unload(mm, &L);
+    test_vae_oom(path);
+    test_dtypes(mm, dir);
     mm_free(mm);
     clip_tokenizer_free(tok);
     unlink(path);
