@@ -262,6 +262,15 @@ static int decode_whole(const struct sd_vae *vae, const float *z, int64_t c, int
     return rc;
 }
 
+/* Python round() (half to even). */
+static double sd_round_half_even_backend(double x)
+{
+    double r = floor(x), f = x - r;
+    if (f > 0.5 || (f == 0.5 && fmod(r, 2.0) != 0.0))
+        r += 1.0;
+    return r;
+}
+
 /* Tile starts along an axis of length L for tile t and overlap o (sd15.md §4.5). */
 static int tile_starts(int64_t L, int64_t t, int64_t o, int64_t *starts, int cap)
 {
@@ -428,8 +437,123 @@ int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct s
     return 0;
 }
 
+/* Encode img [3, H, W] in [-1, 1] (host; H, W multiples of 8) into out [z, H/8, W/8]. */
+static int encode_whole(const struct sd_vae *vae, const float *img, int64_t H, int64_t W,
+                        float *out, struct err *e)
+{
+    struct dev *d = patcher_device(vae->p);
+    int64_t zc = vae->cfg.vae_embed, is[4] = {1, 3, H, W}, ms[4] = {1, zc, H / 8, W / 8};
+    struct tensor *t = NULL, *m = NULL;
+    int rc;
+    if ((rc = dev_tensor(d, 4, is, img, &t, e)) >= 0 && (rc = dev_tensor(d, 4, ms, NULL, &m, e)) >= 0 &&
+        (rc = sd15_vae_encode(vae->p, &vae->cfg, t, m, NULL, e)) >= 0)
+        rc = tensor_read_f32(m, out, zc * (H / 8) * (W / 8), e);
+    tensor_free(t);
+    tensor_free(m);
+    return rc;
+}
+
+/*
+ * One tiled_scale pass of the encoder (ComfyUI encode_tiled_, upscale 1/8):
+ * pixel tiles th x tw with overlap o, each encoded, feathered over o/8 latent
+ * pixels and accumulated as sum / weight. out [z, H/8, W/8].
+ */
+static int encode_pass(const struct sd_vae *vae, const float *img, int64_t H, int64_t W,
+                       int64_t th, int64_t tw, int64_t o, float *out, struct err *e)
+{
+    th = th < 8 ? 8 : th / 8 * 8;
+    tw = tw < 8 ? 8 : tw / 8 * 8;
+    if (H <= th && W <= tw)
+        return encode_whole(vae, img, H, W, out, e);
+    int64_t zc = vae->cfg.vae_embed, h = H / 8, w = W / 8, ys[4096], xs[4096];
+    int ny = tile_starts(H, th, o, ys, 4096), nx = tile_starts(W, tw, o, xs, 4096);
+    float *sum = xcalloc((size_t)(zc * h * w), sizeof *sum);
+    float *wsum = xcalloc((size_t)(h * w), sizeof *wsum);
+    float *sub = xmalloc((size_t)(3 * th * tw) * sizeof *sub);
+    float *enc = xmalloc((size_t)(zc * th * tw / 64 + 1) * sizeof *enc);
+    float *mask = xmalloc((size_t)(th * tw / 64 + 1) * sizeof *mask);
+    int64_t f = (int64_t)sd_round_half_even_backend((double)o / 8.0);
+    int rc = 0;
+    for (int iy = 0; iy < ny && rc >= 0; iy++) {
+        for (int ix = 0; ix < nx && rc >= 0; ix++) {
+            /* Pixel starts are multiples of 8 when tile and overlap are (the node's steps). */
+            int64_t y0 = ys[iy] / 8 * 8, x0 = xs[ix] / 8 * 8;
+            int64_t lh = th < H - y0 ? th : H - y0, lw = tw < W - x0 ? tw : W - x0;
+            lh = lh / 8 * 8;
+            lw = lw / 8 * 8;
+            if (lh < 8 || lw < 8)
+                continue;
+            for (int64_t k = 0; k < 3; k++)
+                for (int64_t y = 0; y < lh; y++)
+                    memcpy(sub + (k * lh + y) * lw, img + (k * H + y0 + y) * W + x0,
+                           (size_t)lw * sizeof *sub);
+            if ((rc = encode_whole(vae, sub, lh, lw, enc, e)) < 0)
+                break;
+            int64_t oh = lh / 8, ow = lw / 8;
+            for (int64_t i = 0; i < oh * ow; i++)
+                mask[i] = 1.0f;
+            if (f < oh)
+                for (int64_t t = 0; t < f; t++) {
+                    float a = (float)((double)(t + 1) / (double)f);
+                    for (int64_t x = 0; x < ow; x++) {
+                        mask[t * ow + x] *= a;
+                        mask[(oh - 1 - t) * ow + x] *= a;
+                    }
+                }
+            if (f < ow)
+                for (int64_t t = 0; t < f; t++) {
+                    float a = (float)((double)(t + 1) / (double)f);
+                    for (int64_t y = 0; y < oh; y++) {
+                        mask[y * ow + t] *= a;
+                        mask[y * ow + ow - 1 - t] *= a;
+                    }
+                }
+            for (int64_t y = 0; y < oh; y++)
+                for (int64_t x = 0; x < ow; x++) {
+                    size_t pi = (size_t)((y0 / 8 + y) * w + x0 / 8 + x);
+                    float m = mask[y * ow + x];
+                    for (int64_t k = 0; k < zc; k++)
+                        sum[k * h * w + pi] += enc[(k * oh + y) * ow + x] * m;
+                    wsum[pi] += m;
+                }
+        }
+    }
+    if (rc >= 0)
+        for (int64_t k = 0; k < zc; k++)
+            for (int64_t p = 0; p < h * w; p++)
+                out[k * h * w + p] = wsum[p] > 0.0f ? sum[k * h * w + p] / wsum[p] : 0.0f;
+    xfree(sum);
+    xfree(wsum);
+    xfree(sub);
+    xfree(enc);
+    xfree(mask);
+    return rc;
+}
+
+/* The three passes of encode_tiled_: T x T, (2T wide, T/2 high), (T/2 wide, 2T high). */
+static int encode_tiled(const struct sd_vae *vae, const float *img, int64_t H, int64_t W,
+                        int64_t tile, int64_t overlap, float *out, struct err *e)
+{
+    size_t n = (size_t)(vae->cfg.vae_embed * (H / 8) * (W / 8));
+    float *acc = xcalloc(n, sizeof *acc), *pass = xmalloc(n * sizeof *pass);
+    const int64_t shapes[3][2] = {{tile, tile}, {tile / 2, tile * 2}, {tile * 2, tile / 2}};
+    int rc = 0;
+    for (int i = 0; i < 3 && rc >= 0; i++) {
+        if ((rc = encode_pass(vae, img, H, W, shapes[i][0], shapes[i][1], overlap, pass, e)) < 0)
+            break;
+        for (size_t p = 0; p < n; p++)
+            acc[p] += pass[p];
+    }
+    if (rc >= 0)
+        for (size_t p = 0; p < n; p++)
+            out[p] = acc[p] / 3.0f;
+    xfree(acc);
+    xfree(pass);
+    return rc;
+}
+
 int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct value *image,
-                        struct sd_latent **out, struct err *e)
+                        int tile, int overlap, struct sd_latent **out, struct err *e)
 {
     *out = NULL;
     if (!mm)
@@ -449,10 +573,8 @@ int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct va
     int rc = load_one(mm, vae->p, act, &rep, e);
     if (rc < 0)
         return rc;
-    struct dev *d = patcher_device(vae->p);
     struct sd_latent *lat = sd_latent_new(B, vae->cfg.vae_embed, h, w);
     float *host = xmalloc(px * sizeof *host);
-    int64_t is[4] = {1, 3, H, W}, ms[4] = {1, vae->cfg.vae_embed, h, w};
     for (int64_t b = 0; b < B && rc >= 0; b++) {
         const float *src = image->data + (size_t)b * H0 * W0 * C;
         for (int64_t y = 0; y < H; y++)
@@ -461,13 +583,11 @@ int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct va
                     float v = src[((y + oy) * W0 + (x + ox)) * C + c];
                     host[(c * H + y) * W + x] = v * 2.0f - 1.0f; /* process_input */
                 }
-        struct tensor *t = NULL, *m = NULL;
-        if ((rc = dev_tensor(d, 4, is, host, &t, e)) >= 0 &&
-            (rc = dev_tensor(d, 4, ms, NULL, &m, e)) >= 0 &&
-            (rc = sd15_vae_encode(vae->p, &vae->cfg, t, m, NULL, e)) >= 0)
-            rc = tensor_read_f32(m, lat->samples + (size_t)b * per, (int64_t)per, e);
-        tensor_free(t);
-        tensor_free(m);
+        float *dst = lat->samples + (size_t)b * per;
+        if (tile > 0)
+            rc = encode_tiled(vae, host, H, W, tile, overlap, dst, e);
+        else
+            rc = encode_whole(vae, host, H, W, dst, e);
     }
     mm_node_end(mm, &rep);
     xfree(host);

@@ -91,11 +91,13 @@ int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct s
                          int tile, int overlap, struct value **image, struct err *e);
 
 /*
- * VAEEncode: IMAGE [B, H, W, C] (first 3 channels; H and W cropped to
- * multiples of 8 around the centre as ComfyUI does) into a new latent of the
- * encoder mean [B, 4, H/8, W/8] (caller frees with sd_latent_free).
+ * VAEEncode / VAEEncodeTiled: IMAGE [B, H, W, C] (first 3 channels; H and W
+ * cropped to multiples of 8 around the centre as ComfyUI does) into a new
+ * latent of the encoder mean [B, 4, H/8, W/8] (caller frees with
+ * sd_latent_free). tile > 0 encodes in tiles of tile × tile pixels with
+ * `overlap` pixels (ComfyUI encode_tiled_: three passes averaged).
  */
 int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct value *image,
-                        struct sd_latent **out, struct err *e);
+                        int tile, int overlap, struct sd_latent **out, struct err *e);
 
 #endif

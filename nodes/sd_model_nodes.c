@@ -242,7 +242,7 @@ static const struct node_input_def vae_encode_inputs[] = {
     {.name = "pixels", .type = "IMAGE"}, {.name = "vae", .type = "VAE"}, NODE_INPUTS_END};
 static const struct node_output_def latent_out[] = {{.type = "LATENT"}, NODE_OUTPUTS_END};
 
-static int vae_encode_run(struct node_ctx *c)
+static int vae_encode_common(struct node_ctx *c, int tile, int overlap)
 {
     const struct sd_vae *vae = sd_vae_of(node_in(c, "vae"));
     if (!vae)
@@ -251,13 +251,18 @@ static int vae_encode_run(struct node_ctx *c)
                          "node your checkpoint does not contain a valid VAE.");
     struct sd_latent *lat = NULL;
     struct err e = {0};
-    int rc = sd_vae_encode_image(vae, c->env->mm, node_in(c, "pixels"), &lat, &e);
+    int rc = sd_vae_encode_image(vae, c->env->mm, node_in(c, "pixels"), tile, overlap, &lat, &e);
     if (rc == ERR_DEVICE_OOM)
         return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     if (rc < 0)
         return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
     node_set_output(c, 0, sd_latent_value(lat));
     return 0;
+}
+
+static int vae_encode_run(struct node_ctx *c)
+{
+    return vae_encode_common(c, 0, 0);
 }
 
 const struct node_class sd_vae_encode = {
@@ -336,7 +341,7 @@ static int inpaint_run(struct node_ctx *c)
                 }
             }
     struct sd_latent *lat = NULL;
-    int rc = sd_vae_encode_image(vae, c->env->mm, img, &lat, &e);
+    int rc = sd_vae_encode_image(vae, c->env->mm, img, 0, 0, &lat, &e);
     value_unref(img);
     if (rc < 0) {
         xfree(m);
@@ -380,4 +385,39 @@ const struct node_class sd_vae_encode_for_inpaint = {
     .inputs = inpaint_inputs,
     .outputs = latent_out,
     .run = inpaint_run,
+};
+
+/* ---- VAEEncodeTiled ---- */
+
+static const struct node_input_def encode_tiled_inputs[] = {
+    {.name = "pixels", .type = "IMAGE"},
+    {.name = "vae", .type = "VAE"},
+    {.name = "tile_size", .type = "INT", .def = NODE_I(512), .min = NODE_I(64),
+     .max = NODE_I(4096), .step = NODE_I(64)},
+    {.name = "overlap", .type = "INT", .def = NODE_I(64), .min = NODE_I(0), .max = NODE_I(4096),
+     .step = NODE_I(32)},
+    {.name = "temporal_size", .type = "INT", .def = NODE_I(64), .min = NODE_I(8),
+     .max = NODE_I(4096), .step = NODE_I(4),
+     .tooltip = "Only used for video VAEs: Amount of frames to encode at a time."},
+    {.name = "temporal_overlap", .type = "INT", .def = NODE_I(8), .min = NODE_I(4),
+     .max = NODE_I(4096), .step = NODE_I(4),
+     .tooltip = "Only used for video VAEs: Amount of frames to overlap."},
+    NODE_INPUTS_END};
+
+static int vae_encode_tiled_run(struct node_ctx *c)
+{
+    int64_t tile = node_in_int(c, "tile_size"), overlap = node_in_int(c, "overlap");
+    if (tile < 16 || overlap < 0 || tile > 4096 || overlap > 4096)
+        return node_fail(c, "ValueError", "invalid tile size %lld / overlap %lld",
+                         (long long)tile, (long long)overlap);
+    return vae_encode_common(c, (int)tile, (int)overlap);
+}
+
+const struct node_class sd_vae_encode_tiled = {
+    .name = "VAEEncodeTiled",
+    .display_name = "VAE Encode (Tiled)",
+    .category = "_for_testing",
+    .inputs = encode_tiled_inputs,
+    .outputs = latent_out,
+    .run = vae_encode_tiled_run,
 };

@@ -20,6 +20,7 @@ static const struct node_class *const sd_classes[] = {
     &sd_ksampler_advanced,
     &sd_set_latent_noise_mask,
     &sd_vae_decode_tiled,
+    &sd_vae_encode_tiled,
     &sd_conditioning_zero_out,
     &sd_lora_loader,
     &sd_lora_loader_model_only,

@@ -1,7 +1,7 @@
 /*
  * sd_nodes — the SD1.5 node family: model nodes (CheckpointLoaderSimple,
  * CLIPTextEncode, CLIPSetLastLayer, VAEDecode, VAEDecodeTiled, VAEEncode,
- * VAEEncodeForInpaint,
+ * VAEEncodeForInpaint, VAEEncodeTiled,
  * LoraLoader, LoraLoaderModelOnly),
  * latent nodes (EmptyLatentImage,
  * LatentUpscale, LatentUpscaleBy, SetLatentNoiseMask), conditioning edits
@@ -39,6 +39,7 @@ extern const struct node_class sd_vae_decode;
 extern const struct node_class sd_vae_decode_tiled;
 extern const struct node_class sd_vae_encode;
 extern const struct node_class sd_vae_encode_for_inpaint;
+extern const struct node_class sd_vae_encode_tiled;
 extern const struct node_class sd_lora_loader;
 extern const struct node_class sd_lora_loader_model_only;
 

@@ -267,6 +267,36 @@ int main(void)
     value_unref(s4);
     value_unref(ipo[0]);
 
+    /* VAEEncodeTiled: a 128x128 image in 64 px tiles with 16 px overlap; and one tile
+     * covering everything, which must equal the plain encode (up to the /3 average). */
+    struct value *big = value_new_image(1, 128, 128, 3);
+    for (int y = 0; y < 128; y++)
+        for (int x = 0; x < 128; x++)
+            for (int k = 0; k < 3; k++)
+                big->data[(y * 128 + x) * 3 + k] = img1->data[((y / 2) * 64 + x / 2) * 3 + k];
+    const char *etn[] = {"pixels", "vae", "tile_size", "overlap", "temporal_size", "temporal_overlap"};
+    struct value *etv[] = {value_ref(big), value_ref(vae), value_new_int(64), value_new_int(16),
+                           value_new_int(64), value_new_int(8)};
+    struct value *eto[4] = {0};
+    rc = run_node(&sd_vae_encode_tiled, etn, etv, 6, eto, msg, sizeof msg);
+    const struct sd_latent *tl = sd_latent_of(eto[0]);
+    int fin = tl && tl->b == 1 && tl->c == 4 && tl->h == 16 && tl->w == 16;
+    for (int i = 0; fin && i < 4 * 16 * 16; i++)
+        fin = isfinite(tl->samples[i]);
+    ok(rc == 0 && fin, "VAEEncodeTiled 128x128 in 64/16 tiles: finite [1,4,16,16] (%s)",
+       rc ? msg : "ok");
+    struct value *etv2[] = {value_ref(img1), value_ref(vae), value_new_int(512), value_new_int(64),
+                            value_new_int(64), value_new_int(8)};
+    struct value *eto2[4] = {0};
+    run_node(&sd_vae_encode_tiled, etn, etv2, 6, eto2, NULL, 0);
+    double td = 0;
+    for (int i = 0; enc && sd_latent_of(eto2[0]) && i < 4 * 8 * 8; i++)
+        td = fmax(td, fabs(sd_latent_of(eto2[0])->samples[i] - enc->samples[i]));
+    ok(sd_latent_of(eto2[0]) && td < 1e-5, "VAEEncodeTiled with one tile equals VAEEncode (%.2g)", td);
+    value_unref(eto[0]);
+    value_unref(eto2[0]);
+    value_unref(big);
+
     /* VAEDecodeTiled with 32 px tiles (4 latent px) and 8 px overlap. */
     const char *tn[] = {"samples", "vae", "tile_size", "overlap", "temporal_size", "temporal_overlap"};
     struct value *tv[] = {value_ref(s1), value_ref(vae), value_new_int(32), value_new_int(8),
