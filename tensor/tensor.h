@@ -297,6 +297,21 @@ int tensor_embedding(struct tensor *out, const struct tensor *table, const int32
  */
 int tensor_timestep_embedding(struct tensor *out, const float *t, int64_t b, struct err *e);
 
+/* ---- workspace (for the memory planner) -------------------------------------------------- */
+
+/*
+ * Bytes of device memory the op allocates temporarily while it runs on a device of
+ * `kind`, for contiguous operands that share the output's dtype (other operands add a
+ * converted copy of themselves). 0 on cpu/sim, whose scratch is host memory.
+ * conv2d: the im2col buffer (none for an unpadded stride-1 1x1 conv).
+ * attention: the query-chunk score (f32) and probability (dt) buffers.
+ */
+size_t tensor_conv2d_workspace_bytes(enum dev_kind kind, enum tensor_dtype dt, int64_t ci,
+                                     int64_t kh, int64_t kw, int64_t out_h, int64_t out_w,
+                                     const struct tensor_conv2d_opts *o);
+size_t tensor_attention_workspace_bytes(enum dev_kind kind, enum tensor_dtype dt, int heads,
+                                        int64_t tq, int64_t tk);
+
 /* ---- runtime -------------------------------------------------------------------------- */
 
 /* Number of CPU worker threads for ops (default: online cores). Call from the executor

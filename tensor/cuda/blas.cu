@@ -18,7 +18,7 @@
 
 #include "cuda_common.cuh"
 
-#define ATTN_SCORE_BYTES ((size_t)64 << 20)
+#define ATTN_SCORE_BYTES TENSOR__CUDA_ATTN_SCORE_BYTES
 #define MAX_DEVS 16
 
 static struct {
@@ -295,8 +295,7 @@ int tensor__cuda_attention(struct tensor *out, const struct tensor *q, const str
     {
         int64_t B = q->shape[0], TQ = q->shape[1], TK = k->shape[1];
         int64_t C = q->shape[2], CV = v->shape[2], d = C / heads, dv = CV / heads;
-        int64_t chunk = (int64_t)(ATTN_SCORE_BYTES / ((size_t)heads * (size_t)TK * 4));
-        chunk = chunk < 1 ? 1 : chunk > TQ ? TQ : chunk;
+        int64_t chunk = tensor__cuda_attn_chunk(heads, TQ, TK);
         struct dev *dd = tensor_dev(out);
         int64_t sshape[3] = {heads, chunk, TK};
         if ((rc = tensor_new(dd, TENSOR_F32, 3, sshape, &S, e)) < 0 ||

@@ -61,6 +61,15 @@ int tensor__cuda_embedding(struct tensor *out, const struct tensor *table, const
                            int64_t n, struct err *e);
 void tensor__cuda_shutdown(void);
 
+/* Attention score buffer cap and the query chunk it implies (shared with the
+ * workspace estimate in dispatch.c, so the planner's numbers match what runs). */
+#define TENSOR__CUDA_ATTN_SCORE_BYTES ((size_t)64 << 20)
+static inline int64_t tensor__cuda_attn_chunk(int heads, int64_t tq, int64_t tk)
+{
+    int64_t chunk = (int64_t)(TENSOR__CUDA_ATTN_SCORE_BYTES / ((size_t)heads * (size_t)tk * 4));
+    return chunk < 1 ? 1 : chunk > tq ? tq : chunk;
+}
+
 /* PyTorch nearest index map (also used by the CPU path, defined in dispatch.c). */
 void tensor__nearest_map(int64_t *map, int64_t in, int64_t out);
 

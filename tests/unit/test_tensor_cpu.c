@@ -781,6 +781,19 @@ static void test_shape_ops(void)
     }
 }
 
+static void test_workspace(void)
+{
+    struct tensor_conv2d_opts p1 = {1, 1, 1, 1, 1}, none = {1, 0, 0, 0, 0};
+    EXPECT_EQ(tensor_conv2d_workspace_bytes(DEV_KIND_CPU, TENSOR_F32, 320, 3, 3, 64, 64, &p1), 0);
+    EXPECT_EQ(tensor_conv2d_workspace_bytes(DEV_KIND_CUDA, TENSOR_F16, 320, 3, 3, 64, 64, &p1),
+              320 * 9 * 4096 * 2);
+    EXPECT_EQ(tensor_conv2d_workspace_bytes(DEV_KIND_CUDA, TENSOR_F16, 320, 1, 1, 64, 64, &none), 0);
+    /* 8 heads x 4096 keys: chunks of 512 queries, f32 scores + f16 probabilities */
+    EXPECT_EQ(tensor_attention_workspace_bytes(DEV_KIND_CUDA, TENSOR_F16, 8, 4096, 4096),
+              (size_t)8 * 512 * 4096 * 6);
+    EXPECT_EQ(tensor_attention_workspace_bytes(DEV_KIND_SIM, TENSOR_F16, 8, 4096, 4096), 0);
+}
+
 int main(void)
 {
     struct err e = {0};
@@ -805,6 +818,7 @@ int main(void)
     test_attention();
     test_elementwise();
     test_shape_ops();
+    test_workspace();
     EXPECT_EQ(dev_bytes_used(D), 0);
     dev_close(D);
     tensor_shutdown();
