@@ -16,7 +16,7 @@ class App {
     this.runningPromptId = null;
     this.nodeProgress = {};   // node id -> {value, max, state}
     this.nodeErrors = {};     // node id -> node_errors entry of the last failed queue
-    this.myPrompts = {};      // prompt id -> {nodes: count, done: Set}
+    this.myPrompts = {};      // prompt id -> {total: nodes sent, done: Set of finished ids, cached: count}
     this.lastError = null;
     this.missingTypes = [];
     this.objectInfo = {};
@@ -43,7 +43,6 @@ class App {
     this.resizeCanvas();
     // The canvas follows its container (window resizes, the missing-node banner appearing).
     new ResizeObserver(() => this.resizeCanvas()).observe(el.parentElement);
-    this.graph.start();
 
     this.panels = new Panels(this);
     this.bindToolbar();
