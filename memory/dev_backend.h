@@ -62,6 +62,7 @@ struct dev {
     atomic_size_t used;        /* bytes, live allocations */
     atomic_size_t peak;        /* bytes */
     atomic_long n_allocs;      /* live allocations */
+    int inject_skip, inject_count; /* dev_inject_oom */
     struct dev_stream compute; /* the compute stream */
     struct dev_stream *streams; /* owned: user streams not yet freed */
     void *impl;                /* owned by the backend */

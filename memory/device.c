@@ -158,9 +158,23 @@ int dev_is_host(const struct dev *d) { return d->kind != DEV_KIND_CUDA; }
 
 /* ---- memory ---------------------------------------------------------------------- */
 
+void dev_inject_oom(struct dev *d, int skip, int count)
+{
+    d->inject_skip = skip > 0 ? skip : 0;
+    d->inject_count = count > 0 ? count : 0;
+}
+
 int dev_alloc(struct dev *d, size_t bytes, void **out)
 {
     *out = NULL;
+    if (d->inject_count > 0) {
+        if (d->inject_skip > 0) {
+            d->inject_skip--;
+        } else {
+            d->inject_count--;
+            return ERR_DEVICE_OOM;
+        }
+    }
     /*
      * Reserve first, then allocate: the executor is the only allocator, but
      * readers on other threads must never see used above budget, and a failed

@@ -83,6 +83,11 @@ size_t dev_bytes_budget(const struct dev *d); /* hard cap, bytes (SIZE_MAX: none
 void dev_peak_reset(struct dev *d);
 long dev_alloc_count(const struct dev *d);    /* live allocations (leak checks) */
 
+/* Fault injection for tests (SQLite's test_control in spirit): after `skip` more
+ * successful allocations, the next `count` dev_alloc calls fail with ERR_DEVICE_OOM
+ * as if the device had run out (another process took the memory). count 0 disables. */
+void dev_inject_oom(struct dev *d, int skip, int count);
+
 /* Free and total memory as the device reports it (cudaMemGetInfo on CUDA; budget on sim;
  * physical RAM on cpu), both in bytes. */
 int dev_mem_info(struct dev *d, size_t *free_bytes, size_t *total_bytes);

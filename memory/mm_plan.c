@@ -435,7 +435,8 @@ static int cmp_plan_size(const void *a, const void *b)
 }
 
 static int plan_and_load(struct mm *mm, const struct mm_request *req, struct model_plan *mp,
-                         int n, ssize_b cap, struct mm_report *rep, struct err *e)
+                         int n, ssize_b cap, struct mm_report *rep, int *alloc_failed,
+                         struct err *e)
 {
     int full = full_only(mm, req), rc;
     size_t extra = req->activation_bytes + req->workspace_bytes + rep->patch_workspace_bytes;
@@ -477,8 +478,10 @@ static int plan_and_load(struct mm *mm, const struct mm_request *req, struct mod
     for (int i = 0; i < n; i++)
         apply_shrink(mm, &mp[i]);
     for (int i = 0; i < n; i++)
-        if ((rc = apply_grow(mm, &mp[i], rep, e)) < 0)
+        if ((rc = apply_grow(mm, &mp[i], rep, e)) < 0) {
+            *alloc_failed = rc == ERR_DEVICE_OOM;
             return rc;
+        }
     return 0;
 }
 
@@ -525,12 +528,14 @@ int mm_load_models(struct mm *mm, const struct mm_request *req, struct mm_report
 
     ssize_b cap = capacity(mm);
     rep->budget = cap > 0 ? (size_t)cap : 0;
-    int rc = plan_and_load(mm, req, mp, n, cap, rep, e);
-    if (rc == ERR_DEVICE_OOM && dev_kind(mm->dev) != DEV_KIND_CPU) {
+    int alloc_failed = 0;
+    int rc = plan_and_load(mm, req, mp, n, cap, rep, &alloc_failed, e);
+    if (rc < 0 && alloc_failed) {
         /*
-         * The device had less than it reported (another process, fragmentation) or the
-         * plan did not fit: drop what this request loaded, shrink the capacity to what
-         * is really free now, less a margin, and try once more.
+         * A plan that fit on paper failed to allocate: the device had less than it
+         * reported (another process, fragmentation). Drop what this request loaded,
+         * shrink the capacity to what is really free now, less a margin, and try once
+         * more. (A plan that does not fit on paper fails at once: retrying is moot.)
          */
         log_warn("load failed (%s); shrinking the plan and retrying once", e ? e->msg : "");
         for (int i = 0; i < n; i++)
@@ -542,7 +547,7 @@ int mm_load_models(struct mm *mm, const struct mm_request *req, struct mm_report
         cap = (cap2 < cap ? cap2 : cap) - margin;
         rep->retried = 1;
         rep->budget = cap > 0 ? (size_t)cap : 0;
-        rc = plan_and_load(mm, req, mp, n, cap, rep, e);
+        rc = plan_and_load(mm, req, mp, n, cap, rep, &alloc_failed, e);
     }
     if (rc < 0) {
         for (int i = 0; i < n; i++)

@@ -497,6 +497,28 @@ static void test_errors_and_flags(void)
     EXPECT_EQ(dev_kind(mm_device(mm)), DEV_KIND_CPU);
     mm_free(mm);
     /* --lowvram: text encoders run on the CPU, the rest on the device. */
+    /* An allocation that fails although the plan fit: shrink, retry once, succeed. */
+    EXPECT_OK(open_mm("sim:30M", &mm, NULL));
+    struct mm_report rr;
+    req.models[0] = p;
+    req.activation_bytes = mib(1);
+    dev_inject_oom(mm_device(mm), 5, 1);
+    err_clear(&e);
+    EXPECT_OK(mm_load_models(mm, &req, &rr, &e));
+    mm_node_end(mm, &rr);
+    EXPECT_EQ(rr.retried, 1);
+    EXPECT_EQ(mm_model_loaded_bytes(mm, m), mib(8));
+    /* ... and if the retry fails too, a clear error and nothing half-loaded. */
+    mm_unload_all(mm);
+    dev_inject_oom(mm_device(mm), 2, 1000);
+    err_clear(&e);
+    EXPECT_EQ(mm_load_models(mm, &req, &rr, &e), ERR_DEVICE_OOM);
+    ok(strstr(e.msg, "cannot allocate") && strstr(e.msg, "'E'"), "retry failure: %s", e.msg);
+    EXPECT_EQ(mm_loaded_count(mm), 0);
+    EXPECT_EQ(dev_bytes_used(mm_device(mm)), 0);
+    dev_inject_oom(mm_device(mm), 0, 0);
+    mm_free(mm);
+
     struct patcher_model *te = patcher_model_new("te", PATCHER_ROLE_TEXT_ENCODER);
     int64_t n = 1024;
     int l = patcher_model_add_layer(te, "emb", 0);
