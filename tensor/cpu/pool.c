@@ -8,7 +8,10 @@
  * descheduled the others do its share instead of waiting for it (static
  * halves made an op as slow as its slowest thread on a loaded machine). The
  * calling thread takes part, so a 1-thread pool costs nothing. Nested calls (a
- * task calling tensor__pool_for) run inline.
+ * task calling tensor__pool_for) run inline, and so does a job submitted
+ * while another thread's job is running (ops are meant for one thread at a
+ * time, but a second caller must degrade to single-threaded, not corrupt the
+ * pool).
  *
  * Threads: tensor__pool_for is called by one thread at a time (the executor);
  * the pool's lock is a leaf.
@@ -42,6 +45,7 @@ static struct pool {
          .done = PTHREAD_COND_INITIALIZER};
 
 static _Thread_local int in_task;
+static pthread_mutex_t job_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
 
 /* Take pieces from the cursor until the range is exhausted. */
 static void drain(tensor_pool_fn fn, void *ctx, int64_t n, int64_t grain, int tid)
@@ -100,8 +104,11 @@ static void pool_start(void)
 
 void tensor__pool_shutdown(void)
 {
-    if (!P.started)
+    pthread_mutex_lock(&job_mu);
+    if (!P.started) {
+        pthread_mutex_unlock(&job_mu);
         return;
+    }
     pthread_mutex_lock(&P.mu);
     P.stop = 1;
     pthread_cond_broadcast(&P.wake);
@@ -110,6 +117,7 @@ void tensor__pool_shutdown(void)
         pthread_join(P.tid[i], NULL);
     P.started = 0;
     P.nthreads = 0;
+    pthread_mutex_unlock(&job_mu);
 }
 
 void tensor_threads_set(int n)
@@ -136,10 +144,15 @@ void tensor__pool_for(int64_t n, tensor_pool_fn fn, void *ctx)
         fn(ctx, 0, n, 0);
         return;
     }
+    if (pthread_mutex_trylock(&job_mu) != 0) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
     if (!P.started)
         pool_start();
     if (P.nthreads == 1 || n == 1) {
         fn(ctx, 0, n, 0);
+        pthread_mutex_unlock(&job_mu);
         return;
     }
     /* ~4 pieces per thread: enough to rebalance, few enough to keep pieces large */
@@ -164,4 +177,5 @@ void tensor__pool_for(int64_t n, tensor_pool_fn fn, void *ctx)
     while (P.pending > 0)
         pthread_cond_wait(&P.done, &P.mu);
     pthread_mutex_unlock(&P.mu);
+    pthread_mutex_unlock(&job_mu);
 }

@@ -5,6 +5,7 @@
  * so that blocked code paths (conv chunks, attention key blocks) really run.
  */
 #include <math.h>
+#include <pthread.h>
 
 #include "alloc.h"
 #include "device.h"
@@ -781,6 +782,52 @@ static void test_shape_ops(void)
     }
 }
 
+/* Two threads running ops at once must both get right results (the second one's pool
+ * jobs degrade to single-threaded instead of corrupting the pool). */
+struct conc {
+    struct tensor *x, *o;
+    int bad;
+};
+
+static void *conc_run(void *arg)
+{
+    struct conc *c = arg;
+    int64_t n = tensor_numel(c->x);
+    float *xv = xmalloc((size_t)n * sizeof(float)), *ov = xmalloc((size_t)n * sizeof(float));
+    tensor_read_f32(c->x, xv, n, NULL);
+    for (int r = 0; r < 20; r++) {
+        if (tensor_silu(c->o, c->x, NULL) < 0) {
+            c->bad++;
+            continue;
+        }
+        tensor_read_f32(c->o, ov, n, NULL);
+        for (int64_t i = 0; i < n; i += 97)
+            if (fabs(ov[i] - xv[i] / (1 + exp(-(double)xv[i]))) > 1e-5)
+                c->bad++;
+    }
+    xfree(xv);
+    xfree(ov);
+    return NULL;
+}
+
+static void test_concurrent(void)
+{
+    struct conc a = {mk(TENSOR_F32, 1, (int64_t[]){300001}, 5, NULL), NULL, 0};
+    struct conc b = {mk(TENSOR_F32, 1, (int64_t[]){300001}, 5, NULL), NULL, 0};
+    tensor_new(D, TENSOR_F32, 1, (int64_t[]){300001}, &a.o, NULL);
+    tensor_new(D, TENSOR_F32, 1, (int64_t[]){300001}, &b.o, NULL);
+    pthread_t th;
+    pthread_create(&th, NULL, conc_run, &a);
+    conc_run(&b);
+    pthread_join(th, NULL);
+    ok(a.bad == 0 && b.bad == 0, "ops from two threads at once are correct (%d, %d bad)", a.bad,
+       b.bad);
+    tensor_free(a.x);
+    tensor_free(a.o);
+    tensor_free(b.x);
+    tensor_free(b.o);
+}
+
 static void test_workspace(void)
 {
     struct tensor_conv2d_opts p1 = {1, 1, 1, 1, 1}, none = {1, 0, 0, 0, 0};
@@ -819,6 +866,7 @@ int main(void)
     test_elementwise();
     test_shape_ops();
     test_workspace();
+    test_concurrent();
     EXPECT_EQ(dev_bytes_used(D), 0);
     dev_close(D);
     tensor_shutdown();
