@@ -246,141 +246,28 @@ const struct sd_vae *sd_vae_of(const struct value *v)
     return v->obj;
 }
 
-/* Decode z [1, c, h, w] (host) into out [3, 8h, 8w] (host) in one call. */
-static int decode_whole(const struct sd_vae *vae, const float *z, int64_t c, int64_t h,
-                        int64_t w, float *out, struct err *e)
+/*
+ * Decode z [1, c, h, w] (host) into out [3, 8h, 8w] (host): tiled with tile /
+ * overlap latent pixels when tile > 0, else whole with ComfyUI's 64/16 tiled
+ * retry on device OOM (models/sd15_models.h does both).
+ */
+static int decode_one(const struct sd_vae *vae, const float *z, int64_t c, int64_t h, int64_t w,
+                      int tile, int overlap, float *out, struct err *e)
 {
     struct dev *d = patcher_device(vae->p);
     struct tensor *zt = NULL, *o = NULL;
     int64_t zs[4] = {1, c, h, w}, os[4] = {1, 3, 8 * h, 8 * w};
     int rc;
-    if ((rc = dev_tensor(d, 4, zs, z, &zt, e)) >= 0 && (rc = dev_tensor(d, 4, os, NULL, &o, e)) >= 0 &&
-        (rc = sd15_vae_decode(vae->p, &vae->cfg, zt, o, NULL, e)) >= 0)
-        rc = tensor_read_f32(o, out, 3 * 64 * h * w, e);
+    if ((rc = dev_tensor(d, 4, zs, z, &zt, e)) >= 0 && (rc = dev_tensor(d, 4, os, NULL, &o, e)) >= 0) {
+        if (tile > 0)
+            rc = sd15_vae_decode_tiled(vae->p, &vae->cfg, zt, o, tile, overlap, e);
+        else
+            rc = sd15_vae_decode_auto(vae->p, &vae->cfg, zt, o, 64, 16, e);
+        if (rc >= 0)
+            rc = tensor_read_f32(o, out, 3 * 64 * h * w, e);
+    }
     tensor_free(zt);
     tensor_free(o);
-    return rc;
-}
-
-/* Python round() (half to even). */
-static double sd_round_half_even_backend(double x)
-{
-    double r = floor(x), f = x - r;
-    if (f > 0.5 || (f == 0.5 && fmod(r, 2.0) != 0.0))
-        r += 1.0;
-    return r;
-}
-
-/* Tile starts along an axis of length L for tile t and overlap o (sd15.md §4.5). */
-static int tile_starts(int64_t L, int64_t t, int64_t o, int64_t *starts, int cap)
-{
-    if (L <= t) {
-        starts[0] = 0;
-        return 1;
-    }
-    int64_t step = t - o > 0 ? t - o : 1, n = 0;
-    for (int64_t p = 0; p < L - o && n < cap; p += step) {
-        int64_t q = p < L - o ? p : L - o;
-        starts[n++] = q < 0 ? 0 : q;
-    }
-    return (int)n;
-}
-
-/*
- * ComfyUI's tiled_scale for one pass with tile th x tw (latent pixels) and
- * overlap o: feathered tiles accumulated into sum / weight. out [3, 8h, 8w].
- */
-static int decode_pass(const struct sd_vae *vae, const float *z, int64_t c, int64_t h, int64_t w,
-                       int64_t th, int64_t tw, int64_t o, float *out, struct err *e)
-{
-    if (th < 1)
-        th = 1;
-    if (tw < 1)
-        tw = 1;
-    if (h <= th && w <= tw)
-        return decode_whole(vae, z, c, h, w, out, e);
-    int64_t H = 8 * h, W = 8 * w, ys[4096], xs[4096];
-    int ny = tile_starts(h, th, o, ys, 4096), nx = tile_starts(w, tw, o, xs, 4096);
-    float *sum = xcalloc((size_t)(3 * H * W), sizeof *sum);
-    float *wsum = xcalloc((size_t)(H * W), sizeof *wsum);
-    float *sub = xmalloc((size_t)(c * th * tw) * sizeof *sub);
-    float *dec = xmalloc((size_t)(3 * 64 * th * tw) * sizeof *dec);
-    float *mask = xmalloc((size_t)(64 * th * tw) * sizeof *mask);
-    int rc = 0;
-    for (int iy = 0; iy < ny && rc >= 0; iy++) {
-        for (int ix = 0; ix < nx && rc >= 0; ix++) {
-            int64_t y0 = ys[iy], x0 = xs[ix];
-            int64_t lh = th < h - y0 ? th : h - y0, lw = tw < w - x0 ? tw : w - x0;
-            for (int64_t k = 0; k < c; k++)
-                for (int64_t y = 0; y < lh; y++)
-                    memcpy(sub + (k * lh + y) * lw, z + (k * h + y0 + y) * w + x0,
-                           (size_t)lw * sizeof *sub);
-            if ((rc = decode_whole(vae, sub, c, lh, lw, dec, e)) < 0)
-                break;
-            int64_t oh = 8 * lh, ow = 8 * lw, f = 8 * o;
-            for (int64_t i = 0; i < oh * ow; i++)
-                mask[i] = 1.0f;
-            if (f < oh)
-                for (int64_t t = 0; t < f; t++) {
-                    float a = (float)((double)(t + 1) / (double)f);
-                    for (int64_t x = 0; x < ow; x++) {
-                        mask[t * ow + x] *= a;
-                        mask[(oh - 1 - t) * ow + x] *= a;
-                    }
-                }
-            if (f < ow)
-                for (int64_t t = 0; t < f; t++) {
-                    float a = (float)((double)(t + 1) / (double)f);
-                    for (int64_t y = 0; y < oh; y++) {
-                        mask[y * ow + t] *= a;
-                        mask[y * ow + ow - 1 - t] *= a;
-                    }
-                }
-            for (int64_t y = 0; y < oh; y++)
-                for (int64_t x = 0; x < ow; x++) {
-                    size_t pi = (size_t)((8 * y0 + y) * W + 8 * x0 + x);
-                    float m = mask[y * ow + x];
-                    for (int64_t k = 0; k < 3; k++)
-                        sum[k * H * W + pi] += dec[(k * oh + y) * ow + x] * m;
-                    wsum[pi] += m;
-                }
-        }
-    }
-    if (rc >= 0)
-        for (int64_t k = 0; k < 3; k++)
-            for (int64_t p = 0; p < H * W; p++)
-                out[k * H * W + p] = sum[k * H * W + p] / wsum[p];
-    xfree(sum);
-    xfree(wsum);
-    xfree(sub);
-    xfree(dec);
-    xfree(mask);
-    return rc;
-}
-
-/*
- * The 2-D tiled decode of sd15.md §4.5 (ComfyUI decode_tiled_): three passes
- * with tiles (T/2 wide, 2T high), (2T wide, T/2 high) and T x T, averaged.
- * Written here on top of sd15_vae_decode per tile.
- */
-static int decode_tiled(const struct sd_vae *vae, const float *z, int64_t c, int64_t h,
-                        int64_t w, int64_t tile, int64_t overlap, float *out, struct err *e)
-{
-    size_t n = (size_t)(3 * 64 * h * w);
-    float *acc = xcalloc(n, sizeof *acc), *pass = xmalloc(n * sizeof *pass);
-    const int64_t shapes[3][2] = {{tile * 2, tile / 2}, {tile / 2, tile * 2}, {tile, tile}};
-    int rc = 0;
-    for (int i = 0; i < 3 && rc >= 0; i++) {
-        if ((rc = decode_pass(vae, z, c, h, w, shapes[i][0], shapes[i][1], overlap, pass, e)) < 0)
-            break;
-        for (size_t p = 0; p < n; p++)
-            acc[p] += pass[p];
-    }
-    if (rc >= 0)
-        for (size_t p = 0; p < n; p++)
-            out[p] = acc[p] / 3.0f;
-    xfree(acc);
-    xfree(pass);
     return rc;
 }
 
@@ -403,17 +290,7 @@ int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct s
     struct value *img = value_new_image(lat->b, H, W, 3);
     float *host = xmalloc(px * sizeof *host);
     for (int64_t b = 0; b < lat->b && rc >= 0; b++) {
-        const float *z = lat->samples + b * per;
-        if (tile > 0) {
-            rc = decode_tiled(vae, z, lat->c, h, w, tile, overlap, host, e);
-        } else {
-            rc = decode_whole(vae, z, lat->c, h, w, host, e);
-            if (rc == ERR_DEVICE_OOM) {
-                /* ComfyUI retries a decode that ran out of memory in 64/16 tiles. */
-                err_clear(e);
-                rc = decode_tiled(vae, z, lat->c, h, w, 64, 16, host, e);
-            }
-        }
+        rc = decode_one(vae, lat->samples + b * per, lat->c, h, w, tile, overlap, host, e);
         if (rc >= 0) {
             /* [3, H, W] in ~[-1, 1] -> [H, W, 3] = clamp((v + 1) / 2, 0, 1) */
             float *dst = img->data + (size_t)b * px;
@@ -437,118 +314,28 @@ int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct s
     return 0;
 }
 
-/* Encode img [3, H, W] in [-1, 1] (host; H, W multiples of 8) into out [z, H/8, W/8]. */
-static int encode_whole(const struct sd_vae *vae, const float *img, int64_t H, int64_t W,
-                        float *out, struct err *e)
+/*
+ * Encode img [3, H, W] in [-1, 1] (host; H, W multiples of 8) into out
+ * [z, H/8, W/8]: tiled with tile / overlap pixels when tile > 0, else whole
+ * with ComfyUI's 512/64 tiled retry on device OOM.
+ */
+static int encode_one(const struct sd_vae *vae, const float *img, int64_t H, int64_t W, int tile,
+                      int overlap, float *out, struct err *e)
 {
     struct dev *d = patcher_device(vae->p);
     int64_t zc = vae->cfg.vae_embed, is[4] = {1, 3, H, W}, ms[4] = {1, zc, H / 8, W / 8};
     struct tensor *t = NULL, *m = NULL;
     int rc;
-    if ((rc = dev_tensor(d, 4, is, img, &t, e)) >= 0 && (rc = dev_tensor(d, 4, ms, NULL, &m, e)) >= 0 &&
-        (rc = sd15_vae_encode(vae->p, &vae->cfg, t, m, NULL, e)) >= 0)
-        rc = tensor_read_f32(m, out, zc * (H / 8) * (W / 8), e);
+    if ((rc = dev_tensor(d, 4, is, img, &t, e)) >= 0 && (rc = dev_tensor(d, 4, ms, NULL, &m, e)) >= 0) {
+        if (tile > 0)
+            rc = sd15_vae_encode_tiled(vae->p, &vae->cfg, t, m, tile, overlap, e);
+        else
+            rc = sd15_vae_encode_auto(vae->p, &vae->cfg, t, m, 512, 64, e);
+        if (rc >= 0)
+            rc = tensor_read_f32(m, out, zc * (H / 8) * (W / 8), e);
+    }
     tensor_free(t);
     tensor_free(m);
-    return rc;
-}
-
-/*
- * One tiled_scale pass of the encoder (ComfyUI encode_tiled_, upscale 1/8):
- * pixel tiles th x tw with overlap o, each encoded, feathered over o/8 latent
- * pixels and accumulated as sum / weight. out [z, H/8, W/8].
- */
-static int encode_pass(const struct sd_vae *vae, const float *img, int64_t H, int64_t W,
-                       int64_t th, int64_t tw, int64_t o, float *out, struct err *e)
-{
-    th = th < 8 ? 8 : th / 8 * 8;
-    tw = tw < 8 ? 8 : tw / 8 * 8;
-    if (H <= th && W <= tw)
-        return encode_whole(vae, img, H, W, out, e);
-    int64_t zc = vae->cfg.vae_embed, h = H / 8, w = W / 8, ys[4096], xs[4096];
-    int ny = tile_starts(H, th, o, ys, 4096), nx = tile_starts(W, tw, o, xs, 4096);
-    float *sum = xcalloc((size_t)(zc * h * w), sizeof *sum);
-    float *wsum = xcalloc((size_t)(h * w), sizeof *wsum);
-    float *sub = xmalloc((size_t)(3 * th * tw) * sizeof *sub);
-    float *enc = xmalloc((size_t)(zc * th * tw / 64 + 1) * sizeof *enc);
-    float *mask = xmalloc((size_t)(th * tw / 64 + 1) * sizeof *mask);
-    int64_t f = (int64_t)sd_round_half_even_backend((double)o / 8.0);
-    int rc = 0;
-    for (int iy = 0; iy < ny && rc >= 0; iy++) {
-        for (int ix = 0; ix < nx && rc >= 0; ix++) {
-            /* Pixel starts are multiples of 8 when tile and overlap are (the node's steps). */
-            int64_t y0 = ys[iy] / 8 * 8, x0 = xs[ix] / 8 * 8;
-            int64_t lh = th < H - y0 ? th : H - y0, lw = tw < W - x0 ? tw : W - x0;
-            lh = lh / 8 * 8;
-            lw = lw / 8 * 8;
-            if (lh < 8 || lw < 8)
-                continue;
-            for (int64_t k = 0; k < 3; k++)
-                for (int64_t y = 0; y < lh; y++)
-                    memcpy(sub + (k * lh + y) * lw, img + (k * H + y0 + y) * W + x0,
-                           (size_t)lw * sizeof *sub);
-            if ((rc = encode_whole(vae, sub, lh, lw, enc, e)) < 0)
-                break;
-            int64_t oh = lh / 8, ow = lw / 8;
-            for (int64_t i = 0; i < oh * ow; i++)
-                mask[i] = 1.0f;
-            if (f < oh)
-                for (int64_t t = 0; t < f; t++) {
-                    float a = (float)((double)(t + 1) / (double)f);
-                    for (int64_t x = 0; x < ow; x++) {
-                        mask[t * ow + x] *= a;
-                        mask[(oh - 1 - t) * ow + x] *= a;
-                    }
-                }
-            if (f < ow)
-                for (int64_t t = 0; t < f; t++) {
-                    float a = (float)((double)(t + 1) / (double)f);
-                    for (int64_t y = 0; y < oh; y++) {
-                        mask[y * ow + t] *= a;
-                        mask[y * ow + ow - 1 - t] *= a;
-                    }
-                }
-            for (int64_t y = 0; y < oh; y++)
-                for (int64_t x = 0; x < ow; x++) {
-                    size_t pi = (size_t)((y0 / 8 + y) * w + x0 / 8 + x);
-                    float m = mask[y * ow + x];
-                    for (int64_t k = 0; k < zc; k++)
-                        sum[k * h * w + pi] += enc[(k * oh + y) * ow + x] * m;
-                    wsum[pi] += m;
-                }
-        }
-    }
-    if (rc >= 0)
-        for (int64_t k = 0; k < zc; k++)
-            for (int64_t p = 0; p < h * w; p++)
-                out[k * h * w + p] = wsum[p] > 0.0f ? sum[k * h * w + p] / wsum[p] : 0.0f;
-    xfree(sum);
-    xfree(wsum);
-    xfree(sub);
-    xfree(enc);
-    xfree(mask);
-    return rc;
-}
-
-/* The three passes of encode_tiled_: T x T, (2T wide, T/2 high), (T/2 wide, 2T high). */
-static int encode_tiled(const struct sd_vae *vae, const float *img, int64_t H, int64_t W,
-                        int64_t tile, int64_t overlap, float *out, struct err *e)
-{
-    size_t n = (size_t)(vae->cfg.vae_embed * (H / 8) * (W / 8));
-    float *acc = xcalloc(n, sizeof *acc), *pass = xmalloc(n * sizeof *pass);
-    const int64_t shapes[3][2] = {{tile, tile}, {tile / 2, tile * 2}, {tile * 2, tile / 2}};
-    int rc = 0;
-    for (int i = 0; i < 3 && rc >= 0; i++) {
-        if ((rc = encode_pass(vae, img, H, W, shapes[i][0], shapes[i][1], overlap, pass, e)) < 0)
-            break;
-        for (size_t p = 0; p < n; p++)
-            acc[p] += pass[p];
-    }
-    if (rc >= 0)
-        for (size_t p = 0; p < n; p++)
-            out[p] = acc[p] / 3.0f;
-    xfree(acc);
-    xfree(pass);
     return rc;
 }
 
@@ -584,10 +371,7 @@ int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct va
                     host[(c * H + y) * W + x] = v * 2.0f - 1.0f; /* process_input */
                 }
         float *dst = lat->samples + (size_t)b * per;
-        if (tile > 0)
-            rc = encode_tiled(vae, host, H, W, tile, overlap, dst, e);
-        else
-            rc = encode_whole(vae, host, H, W, dst, e);
+        rc = encode_one(vae, host, H, W, tile, overlap, dst, e);
     }
     mm_node_end(mm, &rep);
     xfree(host);

@@ -84,8 +84,9 @@ int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *t
 /*
  * VAEDecode / VAEDecodeTiled: decode every sample of `lat` one at a time into
  * a new IMAGE value [B, 8h, 8w, 3] in 0..1. tile > 0 decodes in tiles of
- * tile × tile latent pixels with `overlap`; otherwise whole, falling back to
- * 64/16 tiles when the device runs out of memory (as ComfyUI does).
+ * tile × tile latent pixels with `overlap` (sd15_vae_decode_tiled: overlap
+ * below tile / 2); otherwise whole, falling back to 64/16 tiles when the
+ * device runs out of memory (as ComfyUI does).
  */
 int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct sd_latent *lat,
                          int tile, int overlap, struct value **image, struct err *e);
@@ -95,7 +96,8 @@ int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct s
  * cropped to multiples of 8 around the centre as ComfyUI does) into a new
  * latent of the encoder mean [B, 4, H/8, W/8] (caller frees with
  * sd_latent_free). tile > 0 encodes in tiles of tile × tile pixels with
- * `overlap` pixels (ComfyUI encode_tiled_: three passes averaged).
+ * `overlap` pixels (sd15_vae_encode_tiled: tile a multiple of 16, overlap of
+ * 8 and below tile / 2); otherwise whole with the 512/64 tiled retry on OOM.
  */
 int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct value *image,
                         int tile, int overlap, struct sd_latent **out, struct err *e);
