@@ -265,7 +265,18 @@ class App {
       el.textContent = e.detail.connected ? "connected" : "reconnecting…";
       el.className = e.detail.connected ? "ok" : "bad";
     });
-    api.addEventListener("reconnected", () => this.panels.refreshAll());
+    api.addEventListener("reconnected", async () => {
+      this.panels.refreshAll();
+      // The server was down when the page loaded: node types come now, then the graph again.
+      if (!Object.keys(this.objectInfo).length) {
+        try {
+          const wf = this.serializeWorkflow();
+          await this.loadNodeDefs();
+          this.panels.hideErrorDialog();
+          if (wf.nodes.length) await this.loadGraphData(wf); else await this.loadDefault();
+        } catch (e) { this.showError(`could not load node definitions: ${e.message}`); }
+      }
+    });
     api.addEventListener("status", (e) => {
       const q = e.detail.status?.exec_info?.queue_remaining;
       if (q != null) this.$("queue-size").textContent = `queue: ${q}`;
