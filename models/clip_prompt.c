@@ -10,6 +10,8 @@
 #include "buf.h"
 #include "clip_tokenizer.h"
 #include "log.h"
+#include "clip_tokenizer_impl.h"
+#include "safetensors.h"
 
 /* Escaped parentheses become these two-byte placeholders while parsing (ComfyUI
  * uses "\0\1" and "\0\2"; NUL cannot live in a C string, so a rarer control pair). */
@@ -199,10 +201,87 @@ static void push(struct chunks *c, int32_t id, double w)
     c->n++;
 }
 
+/* Load embedding `name` from the tokenizer's directory: 0 and a new f32 array of n x width,
+ * or -1 (not found / not usable; logged at debug level). */
+static int load_embedding(struct clip_tokenizer *t, const char *name, float **vec, int *n,
+                          int *width)
+{
+    const char *dir = clip__embedding_dir(t);
+    if (!dir || !*name || strchr(name, '/') || name[0] == '.')
+        return -1;
+    static const char *const ext[] = {"", ".safetensors"};
+    for (int i = 0; i < 2; i++) {
+        struct buf path;
+        buf_init(&path);
+        buf_printf(&path, "%s/%s%s", dir, name, ext[i]);
+        struct st_file *f = NULL;
+        struct err e = {0};
+        int rc = st_open(path.ptr, &f, &e);
+        buf_release(&path);
+        if (rc < 0) {
+            log_debug("embedding '%s': %s", name, e.msg);
+            continue;
+        }
+        const struct st_tensor *tt = st_find(f, "emb_params");
+        if (!tt)
+            tt = st_find(f, "clip_l");
+        if (!tt && f->n_tensors == 1)
+            tt = &f->tensors[0];
+        if (tt && (tt->ndim == 1 || tt->ndim == 2) && st_tensor_numel(tt) > 0) {
+            int64_t rows = tt->ndim == 2 ? tt->shape[0] : 1, cols = tt->shape[tt->ndim - 1];
+            float *v = xmalloc(st_tensor_numel(tt) * sizeof(float));
+            if (st_tensor_to_f32(f, tt, v, &e) == 0) {
+                *vec = v;
+                *n = (int)rows;
+                *width = (int)cols;
+                st_close(f);
+                return 0;
+            }
+            xfree(v);
+        }
+        log_warn("embedding '%s': no usable tensor (emb_params, clip_l or a single [n, width])",
+                 name);
+        st_close(f);
+        return -1;
+    }
+    return -1;
+}
+
+static void add_group(struct tok ***groups, size_t **glen, size_t *ng, const int32_t *ids,
+                      size_t nid, double w)
+{
+    *groups = xrealloc(*groups, (*ng + 1) * sizeof(**groups));
+    *glen = xrealloc(*glen, (*ng + 1) * sizeof(**glen));
+    struct tok *g = xmalloc((nid ? nid : 1) * sizeof(*g));
+    for (size_t i = 0; i < nid; i++) {
+        g[i].id = ids[i];
+        g[i].w = w;
+    }
+    (*groups)[*ng] = g;
+    (*glen)[*ng] = nid;
+    (*ng)++;
+}
+
+/* ' '.join(s.split()) into b. */
+static void join_words(struct buf *b, const char *r)
+{
+    for (;;) {
+        while (*r && strchr(" \t\n\r\f\v", *r))
+            r++;
+        if (!*r)
+            break;
+        size_t wl = strcspn(r, " \t\n\r\f\v");
+        if (b->len)
+            buf_addc(b, ' ');
+        buf_add(b, r, wl);
+        r += wl;
+    }
+}
+
 /* Split a segment before each " embedding:" / "\nembedding:" (ComfyUI's re.split),
- * then tokenize each piece as its own group. */
+ * then tokenize each piece as its own group; embedding pieces become vector groups. */
 static void segment_groups(struct clip_tokenizer *t, const char *text, double w,
-                           struct tok ***groups, size_t **glen, size_t *ng, int *skipped)
+                           struct tok ***groups, size_t **glen, size_t *ng, struct clip_tokens *out)
 {
     static const char ident[] = "embedding:";
     const size_t il = sizeof(ident) - 1;
@@ -227,45 +306,55 @@ static void segment_groups(struct clip_tokenizer *t, const char *text, double w,
             const char *word = piece.ptr;
             char *leftover = NULL;
             if (strncmp(word, ident, il) == 0) {
-                /* Embeddings are not loaded: warn, keep the text after the name. */
                 const char *name = word + il;
                 while (*name == '\n')
                     name++;
                 size_t nl = strcspn(name, " \t\n\r\f\v");
                 char *nm = xstrndup(name, nl);
+                struct buf rest;
+                buf_init(&rest);
+                join_words(&rest, name + nl);
+                float *vec = NULL;
+                int nv = 0, width = 0;
+                int found = load_embedding(t, nm, &vec, &nv, &width) == 0;
+                struct buf lo;
+                buf_init(&lo);
                 size_t stripped = nl;
                 while (stripped && nm[stripped - 1] == ',')
                     stripped--;
-                struct buf rest;
-                buf_init(&rest);
-                /* ' '.join(rest.split()) */
-                const char *r = name + nl;
-                for (;;) {
-                    while (*r && strchr(" \t\n\r\f\v", *r))
-                        r++;
-                    if (!*r)
-                        break;
-                    size_t wl = strcspn(r, " \t\n\r\f\v");
-                    if (rest.len)
-                        buf_addc(&rest, ' ');
-                    buf_add(&rest, r, wl);
-                    r += wl;
-                }
-                log_warn("warning, embedding:%s does not exist, ignoring", nm);
-                (*skipped)++;
-                if (stripped < nl) { /* trailing commas come back as text */
-                    struct buf lo;
-                    buf_init(&lo);
+                if (!found && stripped < nl) {
+                    /* ComfyUI retries without trailing commas, which come back as text. */
+                    char *sn = xstrndup(nm, stripped);
+                    found = load_embedding(t, sn, &vec, &nv, &width) == 0;
+                    xfree(sn);
                     buf_add(&lo, nm + stripped, nl - stripped);
                     buf_addc(&lo, ' ');
-                    buf_adds(&lo, rest.ptr);
-                    leftover = buf_detach(&lo, NULL);
-                    buf_release(&lo);
-                    buf_release(&rest);
-                } else {
-                    leftover = buf_detach(&rest, NULL);
-                    buf_release(&rest);
                 }
+                buf_adds(&lo, rest.ptr);
+                if (found && (out->embed_width == 0 || out->embed_width == width)) {
+                    out->embed_width = width;
+                    out->embeds = xrealloc(out->embeds, (size_t)(out->n_embeds + nv) *
+                                                            (size_t)width * sizeof(float));
+                    memcpy(out->embeds + (size_t)out->n_embeds * width, vec,
+                           (size_t)nv * width * sizeof(float));
+                    int32_t *ids = xmalloc((size_t)nv * sizeof(int32_t));
+                    for (int k = 0; k < nv; k++)
+                        ids[k] = CLIP_EMBED_ID_BASE + out->n_embeds + k;
+                    out->n_embeds += nv;
+                    add_group(groups, glen, ng, ids, (size_t)nv, w);
+                    xfree(ids);
+                } else {
+                    if (found)
+                        log_warn("embedding:%s has width %d, unlike the other embeddings; ignoring",
+                                 nm, width);
+                    else
+                        log_warn("warning, embedding:%s does not exist, ignoring", nm);
+                    out->n_embedding_skipped++;
+                }
+                xfree(vec);
+                leftover = buf_detach(&lo, NULL);
+                buf_release(&lo);
+                buf_release(&rest);
                 xfree(nm);
                 word = leftover;
             }
@@ -273,16 +362,7 @@ static void segment_groups(struct clip_tokenizer *t, const char *text, double w,
                 int32_t *ids;
                 size_t nid;
                 clip_tokenizer_encode(t, word, &ids, &nid);
-                *groups = xrealloc(*groups, (*ng + 1) * sizeof(**groups));
-                *glen = xrealloc(*glen, (*ng + 1) * sizeof(**glen));
-                struct tok *g = xmalloc((nid ? nid : 1) * sizeof(*g));
-                for (size_t i = 0; i < nid; i++) {
-                    g[i].id = ids[i];
-                    g[i].w = w;
-                }
-                (*groups)[*ng] = g;
-                (*glen)[*ng] = nid;
-                (*ng)++;
+                add_group(groups, glen, ng, ids, nid, w);
                 xfree(ids);
             }
             xfree(leftover);
@@ -303,8 +383,7 @@ void clip_tokenize_prompt(struct clip_tokenizer *t, const char *prompt, struct c
     struct tok **groups = NULL;
     size_t *glen = NULL, ng = 0;
     for (size_t i = 0; i < nseg; i++)
-        segment_groups(t, segs[i].text, segs[i].weight, &groups, &glen, &ng,
-                       &out->n_embedding_skipped);
+        segment_groups(t, segs[i].text, segs[i].weight, &groups, &glen, &ng, out);
     clip_segments_free(segs, nseg);
 
     /* §2.7 packing. */
@@ -363,5 +442,6 @@ void clip_tokens_release(struct clip_tokens *tk)
 {
     xfree(tk->ids);
     xfree(tk->weights);
+    xfree(tk->embeds);
     memset(tk, 0, sizeof(*tk));
 }

@@ -14,6 +14,7 @@
 
 #include "alloc.h"
 #include "buf.h"
+#include "clip_tokenizer_impl.h"
 #include "clip_unicode_tables.h"
 #include "log.h"
 
@@ -138,7 +139,19 @@ struct clip_tokenizer {
     struct smap cache_idx;      /* pre-token -> index into cache */
     struct cache_entry *cache;
     int n_cache;
+    char *embedding_dir;        /* owned, or NULL */
 };
+
+void clip_tokenizer_set_embedding_dir(struct clip_tokenizer *t, const char *dir)
+{
+    xfree(t->embedding_dir);
+    t->embedding_dir = dir ? xstrdup(dir) : NULL;
+}
+
+const char *clip__embedding_dir(const struct clip_tokenizer *t)
+{
+    return t->embedding_dir;
+}
 
 /* §2.4: byte -> code point of its "byte character". */
 static unsigned byte_char(int b)
@@ -365,6 +378,7 @@ void clip_tokenizer_free(struct clip_tokenizer *t)
     }
     smap_release(&t->cache_idx);
     pthread_mutex_destroy(&t->lock);
+    xfree(t->embedding_dir);
     xfree(t);
 }
 

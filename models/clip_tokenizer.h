@@ -19,9 +19,13 @@
  * NFD/base+marks, which is what prompts contain), and Greek final-sigma
  * context lower-casing is not applied (Σ always becomes σ).
  *
- * Textual-inversion embeddings are not loaded: an `embedding:NAME` piece is
- * logged as a warning and skipped (ComfyUI's behaviour for a missing file), the
- * text after the name is tokenized normally; grouping stays as ComfyUI's.
+ * Textual-inversion embeddings: an `embedding:NAME` piece loads NAME.safetensors
+ * (or NAME) from the directory set with clip_tokenizer_set_embedding_dir(): the
+ * tensor "emb_params", else "clip_l", else the file's only tensor, shaped [n, width]
+ * or [width]; its n vectors become n tokens (ids CLIP_EMBED_ID_BASE + k, vectors in
+ * clip_tokens.embeds) carrying the segment's weight. A missing or unreadable
+ * embedding is logged as a warning and skipped, the text after the name is
+ * tokenized normally (ComfyUI's behaviour). Pickle embeddings (.pt) are not read.
  *
  * Data files: vocab.json and merges.txt (models/data/sd1_tokenizer/). The
  * directory is, in order: the `dir` argument, $LATENTD_TOKENIZER_DIR,
@@ -44,6 +48,7 @@
 #define CLIP_TOKEN_EOS 49407
 #define CLIP_TOKEN_PAD 49407 /* ComfyUI pads SD1.x prompts with the end token */
 #define CLIP_CHUNK_LEN 77
+#define CLIP_EMBED_ID_BASE 0x40000000 /* ids >= this index clip_tokens.embeds */
 
 struct clip_tokenizer; /* opaque */
 
@@ -54,6 +59,10 @@ struct clip_tokenizer; /* opaque */
  */
 int clip_tokenizer_load(const char *dir, struct clip_tokenizer **out, struct err *e);
 void clip_tokenizer_free(struct clip_tokenizer *t);
+
+/* Directory of textual-inversion embeddings (copied; NULL = none). Call before the
+ * tokenizer is shared between threads. */
+void clip_tokenizer_set_embedding_dir(struct clip_tokenizer *t, const char *dir);
 
 /* Vocabulary size (49408) and the id of a token string, or -1. */
 int clip_tokenizer_vocab_size(const struct clip_tokenizer *t);
@@ -82,7 +91,10 @@ struct clip_tokens {
     int32_t *ids;     /* owned: n_chunks * 77 */
     float *weights;   /* owned: n_chunks * 77 (float32 as ComfyUI applies them) */
     int has_weights;  /* any weight != 1.0 (§2.8) */
-    int n_embedding_skipped; /* embedding:NAME pieces ignored (not loaded) */
+    int n_embedding_skipped; /* embedding:NAME pieces not found (warned about, skipped) */
+    float *embeds;    /* owned: n_embeds * embed_width floats (textual inversion) */
+    int n_embeds;
+    int embed_width;  /* 0 when no embedding was loaded */
 };
 
 /* Tokenize a whole prompt (§2.6-2.8). Fills *out (release with clip_tokens_release). */

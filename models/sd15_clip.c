@@ -93,8 +93,37 @@ int sd15_clip_encode(struct patcher *clip, const struct sd15_config *cfg,
     const struct tensor *tok_w, *pos_w, *fw, *fb;
     SD_W(tok_w, &w, "embeddings.token_embedding.weight");
     SD_W(pos_w, &w, "embeddings.position_embedding.weight");
-    SD_TRY(sd_new(d, &x, e, 3, (int64_t)S, T, D));
-    SD_TRY(tensor_embedding(x, tok_w, ids, (int64_t)S * T, e));
+    if (tk->n_embeds && tk->embed_width != D) {
+        rc = err_set(e, ERR_INVALID,
+                     "clip: textual-inversion embedding has width %d but the text encoder %lld",
+                     tk->embed_width, (long long)D);
+        goto fail;
+    }
+    /* Embedding vectors replace the token embedding of their positions (ComfyUI inserts
+     * them before the position embedding is added). Gather id 0 there first. */
+    int32_t *gids = xmalloc((size_t)S * T * sizeof(int32_t));
+    for (int64_t i = 0; i < S * T; i++)
+        gids[i] = ids[i] >= CLIP_EMBED_ID_BASE ? 0 : ids[i];
+    rc = sd_new(d, &x, e, 3, (int64_t)S, T, D);
+    if (rc == 0)
+        rc = tensor_embedding(x, tok_w, gids, (int64_t)S * T, e);
+    xfree(gids);
+    if (rc < 0)
+        goto fail;
+    for (int64_t i = 0; i < S * T; i++) {
+        if (ids[i] < CLIP_EMBED_ID_BASE)
+            continue;
+        int k = ids[i] - CLIP_EMBED_ID_BASE;
+        struct tensor *row = NULL;
+        rc = k < tk->n_embeds ? tensor_view(x, 1, (const int64_t[]){D}, (const int64_t[]){1},
+                                            x->offset + i * D, &row, e)
+                              : err_set(e, ERR_INVALID, "clip: embedding token %d out of range", k);
+        if (rc == 0)
+            rc = tensor_write_f32(row, tk->embeds + (size_t)k * D, D, e);
+        tensor_free(row);
+        if (rc < 0)
+            goto fail;
+    }
     SD_TRY(tensor_slice(pos_w, 0, 0, T, &pe, e));
     SD_TRY(tensor_add(x, x, pe, e));
     tensor_free(pe);

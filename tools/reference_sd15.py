@@ -183,7 +183,7 @@ def token_weights(s, w):
     return out
 
 
-def tokenize_prompt(tok, text):
+def tokenize_prompt(tok, text, embeds=None):
     text = text.replace('\\)', '\0\1').replace('\\(', '\0\2')
     groups = []
     for seg, w in token_weights(text, 1.0):
@@ -196,9 +196,13 @@ def tokenize_prompt(tok, text):
                 sp = name.split()
                 name0 = sp[0] if sp else ''
                 leftover = ' '.join(sp[1:])
+                emb = (embeds or {}).get(name0)
                 stripped = name0.rstrip(',')
-                if len(stripped) < len(name0):
+                if emb is None and len(stripped) < len(name0):
+                    emb = (embeds or {}).get(stripped)
                     leftover = '{} {}'.format(name0[len(stripped):], leftover)
+                if emb is not None:
+                    groups.append([(('E', emb[k]), w) for k in range(emb.shape[0])])
                 if leftover == '':
                     continue
                 word = leftover
@@ -346,9 +350,12 @@ class Ref:
     def clip(self, ids, clip_skip=-1):
         torch = self.torch
         P = 'cond_stage_model.transformer.text_model.'
-        ids = torch.tensor(ids, dtype=torch.long)
-        x = self.W(P + 'embeddings.token_embedding.weight')[ids] + \
-            self.W(P + 'embeddings.position_embedding.weight')[:ids.shape[1]]
+        tokw = self.W(P + 'embeddings.token_embedding.weight')
+        rows = []
+        for seq in ids:
+            rows.append(torch.stack([torch.tensor(t[1], dtype=torch.float64) if isinstance(t, tuple)
+                                     else tokw[t] for t in seq]))
+        x = torch.stack(rows) + self.W(P + 'embeddings.position_embedding.weight')[:len(ids[0])]
         probes = {'embeddings': x.clone()}
         L = 0
         while self.has(P + 'encoder.layers.%d.layer_norm1.weight' % L):
@@ -372,9 +379,9 @@ class Ref:
         sel = self.ln(sel, P + 'final_layer_norm')
         return sel, last, probes
 
-    def encode_prompt(self, tok, text, clip_skip=-1):
+    def encode_prompt(self, tok, text, clip_skip=-1, embeds=None):
         import numpy as np
-        chunks = tokenize_prompt(tok, text)
+        chunks = tokenize_prompt(tok, text, embeds)
         ids = [[t for t, _ in c] for c in chunks]
         ws = [[w for _, w in c] for c in chunks]
         hw = any(w != 1.0 for c in ws for w in c)
@@ -628,6 +635,12 @@ def cmd_models(path):
             for n in ('embeddings', 'layer.0'):
                 lines.append(fixture_line('clip%d.%s' % (k, n), probes[n]))
     D = r.W('cond_stage_model.transformer.text_model.final_layer_norm.weight').shape[0]
+    # Textual inversion: a 2-vector embedding 'myemb' (wave 0.77, 0.2), one missing name.
+    embeds = {'myemb': wave(2 * D, 0.77, 0.2).reshape(2, D)}
+    cond, pooled, _ = r.encode_prompt(tok, 'a (embedding:myemb:1.2) photo, embedding:missing cat', -1,
+                                      embeds)
+    lines.append(fixture_line('clip4.cond', cond))
+    lines.append(fixture_line('clip4.pooled', pooled))
     # UNet case A: B=1, 8x8, t=500, 77 tokens
     cases = [('unetA', 1, 8, 8, [500.0], 77), ('unetB', 2, 9, 7, [999.0, 1.0], 154)]
     for name, B, H, Wd, t, T in cases:

@@ -240,6 +240,45 @@ static void test_clip(struct loaded *L, struct clip_tokenizer *tok)
     buf_release(&longp);
 }
 
+/* Textual inversion: embedding:myemb (2 vectors, weight 1.2) loads from the directory,
+ * embedding:missing is warned about; the result matches the reference's. */
+static void test_clip_embedding(struct loaded *L, struct clip_tokenizer *tok, const char *dir)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/myemb.safetensors", dir);
+    int64_t D = L->ck.cfg.clip_width, shape[2] = {2, D};
+    float *v = xmalloc((size_t)(2 * D) * 4);
+    wave(v, 2 * D, 0.77, 0.2);
+    struct st_writer *w = st_writer_new();
+    struct err e = {0};
+    st_writer_add(w, "emb_params", ST_DTYPE_F32, 2, shape);
+    st_writer_begin(w, path, &e);
+    st_writer_write(w, v, (uint64_t)(2 * D) * 4, &e);
+    st_writer_finish(w, &e);
+    st_writer_free(w);
+    xfree(v);
+    clip_tokenizer_set_embedding_dir(tok, dir);
+    struct clip_tokens tk;
+    clip_tokenize_prompt(tok, "a (embedding:myemb:1.2) photo, embedding:missing cat", &tk);
+    ok(tk.n_embeds == 2 && tk.embed_width == D && tk.n_embedding_skipped == 1 &&
+           tk.ids[2] == CLIP_EMBED_ID_BASE && tk.ids[3] == CLIP_EMBED_ID_BASE + 1 &&
+           tk.weights[2] == 1.2f,
+       "embedding:myemb gives 2 vector tokens at weight 1.2; embedding:missing skipped");
+    float *cond = NULL, *pooled = NULL;
+    int rc = sd15_clip_encode(L->p[SD15_CLIP], &L->ck.cfg, &tk, -1, &cond, &pooled, NULL, &e);
+    ok(rc == 0, "clip encode with an embedding (%s)", e.msg);
+    if (rc == 0) {
+        int64_t cs[3] = {1, 77, D}, ps[1] = {D};
+        compare("clip4.cond", cond, 3, cs, 1e-5);
+        compare("clip4.pooled", pooled, 1, ps, 1e-5);
+    }
+    xfree(cond);
+    xfree(pooled);
+    clip_tokens_release(&tk);
+    clip_tokenizer_set_embedding_dir(tok, NULL);
+    unlink(path);
+}
+
 static void test_unet(struct loaded *L)
 {
     static const char *const names[] = {"t_emb", "time_embed", "input_blocks.0", "input_blocks.1",
@@ -502,6 +541,7 @@ int main(int argc, char **argv)
     struct loaded L;
     if (load(mm, path, &L) == 0) {
         test_clip(&L, tok);
+        test_clip_embedding(&L, tok, dir);
         test_unet(&L);
         test_vae(&L);
     }
