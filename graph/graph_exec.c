@@ -235,7 +235,7 @@ static int execute_node(struct run *r, int n)
     c.prompt_id = r->job->prompt_id;
     c.hooks = &r->hooks;
     int stop = 0, rc = 0;
-    const char *bad_input = NULL;
+    const char *bad_input = NULL, *bad_why = "";
     for (int k = 0; k < gn->n_in; k++) {
         const struct node_input_def *d = &gn->cls->inputs[k];
         const cJSON *v = gn->in[k].json;
@@ -246,18 +246,24 @@ static int execute_node(struct run *r, int n)
         }
         if (!v) {
             /* Validation guarantees required inputs; an unvalidated prompt may not. */
-            if (d->group == NODE_INPUT_REQUIRED && !bad_input)
+            if (d->group == NODE_INPUT_REQUIRED && !bad_input) {
                 bad_input = d->name;
+                bad_why = "is missing";
+            }
             continue;
         }
-        if (cJSON_IsArray(v)) {
+        if (gjson_is_link(v)) {
             in[k] = gn->in[k].src >= 0 ? value_ref(source_value(r, gn->in[k].src, gn->in[k].slot)) : NULL;
-            if (!in[k] && !bad_input)
+            if (!in[k] && !bad_input) {
                 bad_input = d->name;
+                bad_why = "is linked to a missing output";
+            }
         } else {
             in[k] = graph__const_value(d, v);
-            if (!in[k] && !bad_input)
+            if (!in[k] && !bad_input) {
                 bad_input = d->name;
+                bad_why = "needs a link, not a constant";
+            }
         }
     }
     fill_hidden(r, &c, n);
@@ -269,8 +275,9 @@ static int execute_node(struct run *r, int n)
         goto out;
     }
     if (bad_input) {
-        node_fail(&c, "RuntimeError", "input '%s' of node %s (%s) has no value of type %s", bad_input,
-                  gn->id, gn->cls->name, gn->cls->inputs[node_class_input_index(gn->cls, bad_input)].type);
+        node_fail(&c, "RuntimeError", "input '%s' (%s) of node %s (%s) %s", bad_input,
+                  gn->cls->inputs[node_class_input_index(gn->cls, bad_input)].type, gn->id, gn->cls->name,
+                  bad_why);
         rc = ERR_INVALID;
     } else {
         r->cur = n;

@@ -22,8 +22,9 @@ static uint64_t hash_id(const char *s)
 
 int gjson_is_link(const cJSON *v)
 {
+    /* Python's bool is an int, so [id, true] is a link to slot 1 in ComfyUI too. */
     return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 && cJSON_IsString(v->child) &&
-           gjson_is_number(v->child->next);
+           (gjson_is_number(v->child->next) || cJSON_IsBool(v->child->next));
 }
 
 int gprompt_find(const struct gprompt *p, const char *id)
@@ -119,9 +120,13 @@ int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *pro
             if (!gjson_is_link(v))
                 continue;
             int src = gprompt_find(p, v->child->valuestring);
-            double slot = gjson_number(v->child->next);
-            if (src < 0 || !p->nodes[src].cls || !(slot >= 0) || slot != floor(slot) ||
-                slot >= p->nodes[src].n_out)
+            const cJSON *sl = v->child->next;
+            double slot = cJSON_IsBool(sl) ? (double)cJSON_IsTrue(sl) : gjson_number(sl);
+            if (src < 0 || !p->nodes[src].cls || slot != floor(slot))
+                continue;
+            if (slot < 0)
+                slot += p->nodes[src].n_out; /* Python's negative indices, as validation allows */
+            if (!(slot >= 0) || slot >= p->nodes[src].n_out)
                 continue;
             g->in[k].src = src;
             g->in[k].slot = (int32_t)slot;

@@ -31,9 +31,23 @@ struct value *graph__const_value(const struct node_input_def *in, const cJSON *v
     }
     if (!strcmp(t, "BOOLEAN"))
         return value_new_bool(cJSON_IsTrue(v) || (gjson_is_number(v) && gjson_number(v) != 0));
-    if (cJSON_IsString(v))
-        return value_new_string(v->valuestring);
+    if (!strcmp(t, "*")) {
+        /* A wildcard socket takes a constant as it is, as ComfyUI passes it. */
+        int64_t i;
+        int big;
+        double d;
+        if (cJSON_IsString(v))
+            return value_new_string(v->valuestring);
+        if (cJSON_IsBool(v))
+            return value_new_bool(cJSON_IsTrue(v));
+        if (gjson_is_number(v))
+            return gjson_get_int(v, &i, &big, &d) ? (big ? value_new_u64((uint64_t)i) : value_new_int(i))
+                                                   : value_new_float(d);
+        return NULL;
+    }
     if (!strcmp(t, "STRING") || !strcmp(t, NODE_COMBO)) {
+        if (cJSON_IsString(v))
+            return value_new_string(v->valuestring);
         struct buf b;
         buf_init(&b);
         gjson_py(v, 1, &b);
@@ -78,7 +92,7 @@ static int node_fingerprint(struct run *r, int n, struct buf *out)
     const struct gnode *gn = &r->p.nodes[n];
     struct value **in = xcalloc((size_t)(gn->n_in ? gn->n_in : 1), sizeof(*in));
     for (int k = 0; k < gn->n_in; k++)
-        if (gn->in[k].json && !cJSON_IsArray(gn->in[k].json))
+        if (gn->in[k].json && !gjson_is_link(gn->in[k].json))
             in[k] = graph__const_value(&gn->cls->inputs[k], gn->in[k].json);
     struct node_ctx c;
     node_ctx_init(&c, gn->cls, gn->id, &r->g->env, in, NULL);
@@ -138,7 +152,7 @@ static void sig_one(struct run *r, int n)
         if (!in->json || gn->cls->inputs[k].group == NODE_INPUT_HIDDEN)
             continue;
         ghash_str(&h, gn->cls->inputs[k].name);
-        if (cJSON_IsArray(in->json)) {
+        if (gjson_is_link(in->json)) {
             if (in->src < 0 || !r->x[in->src].has_sig) {
                 ok = 0;
                 break;

@@ -1,6 +1,7 @@
 #include "node_run.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -158,4 +159,54 @@ int node_fail_code(struct node_ctx *c, int code, const char *exc_type, const cha
     int rc = fail_v(c, code, exc_type, fmt, ap);
     va_end(ap);
     return rc;
+}
+
+/* MemAvailable in bytes (0 when unknown: then only the overflow check applies). */
+static uint64_t host_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[128];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+struct value *node_new_tensor(struct node_ctx *c, const char *type, int ndim, const int64_t *shape)
+{
+    uint64_t n = 1;
+    int overflow = ndim < 1 || ndim > VALUE_MAX_DIMS;
+    for (int d = 0; d < ndim && !overflow; d++) {
+        if (shape[d] <= 0) {
+            node_fail(c, "RuntimeError", "invalid %s shape: dimension %d is %lld", type, d, (long long)shape[d]);
+            return NULL;
+        }
+        overflow = (uint64_t)shape[d] > (UINT64_MAX / sizeof(float)) / n;
+        n *= (uint64_t)shape[d];
+    }
+    uint64_t bytes = overflow ? UINT64_MAX : n * sizeof(float);
+    uint64_t avail = host_available();
+    if (overflow || bytes > SIZE_MAX / 2 || (avail && bytes > avail)) {
+        node_fail_code(c, ERR_TOO_LARGE, "RuntimeError",
+                       "[enforce fail at alloc_cpu.cpp] DefaultCPUAllocator: not enough memory: you "
+                       "tried to allocate %llu bytes.", (unsigned long long)bytes);
+        return NULL;
+    }
+    return value_new_tensor(type, ndim, shape);
+}
+
+struct value *node_new_image(struct node_ctx *c, int64_t b, int64_t h, int64_t w, int64_t ch)
+{
+    int64_t shape[4] = {b, h, w, ch};
+    return node_new_tensor(c, "IMAGE", 4, shape);
+}
+
+struct value *node_new_mask(struct node_ctx *c, int64_t b, int64_t h, int64_t w)
+{
+    int64_t shape[3] = {b, h, w};
+    return node_new_tensor(c, "MASK", 3, shape);
 }

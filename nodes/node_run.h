@@ -103,6 +103,17 @@ double node_in_float(const struct node_ctx *c, const char *name);
 const char *node_in_str(const struct node_ctx *c, const char *name);
 int node_in_bool(const struct node_ctx *c, const char *name);
 
+/*
+ * A zero-filled host tensor for this node (node_value.h shapes), or NULL after
+ * node_fail() when a dimension is not positive or the tensor would not fit in
+ * the host memory available now (ComfyUI's CPU allocator error, RuntimeError).
+ * Use these for every allocation whose size comes from user input, so a huge
+ * EmptyImage is an execution_error rather than an aborted server.
+ */
+struct value *node_new_tensor(struct node_ctx *c, const char *type, int ndim, const int64_t *shape);
+struct value *node_new_image(struct node_ctx *c, int64_t b, int64_t h, int64_t w, int64_t ch);
+struct value *node_new_mask(struct node_ctx *c, int64_t b, int64_t h, int64_t w);
+
 /* Set output `index`, taking over the caller's reference to v. */
 void node_set_output(struct node_ctx *c, int index, struct value *v);
 

@@ -102,8 +102,13 @@ static int load_image_run(struct node_ctx *c)
     for (int i = 0; i < f.n_frames; i++)
         n += f.frames[i].w == w && f.frames[i].h == h;
     int has_alpha = f.frames[0].c == 2 || f.frames[0].c == 4;
-    struct value *img = value_new_image(n, h, w, 3);
-    struct value *mask = has_alpha ? value_new_mask(n, h, w) : value_new_mask(n, 64, 64);
+    struct value *img = node_new_image(c, n, h, w, 3);
+    struct value *mask = img ? (has_alpha ? node_new_mask(c, n, h, w) : node_new_mask(c, n, 64, 64)) : NULL;
+    if (!mask) {
+        value_unref(img);
+        node_image_file_release(&f);
+        return ERR_TOO_LARGE;
+    }
     int b = 0;
     for (int i = 0; i < f.n_frames; i++) {
         const struct node_pixels *p = &f.frames[i];
@@ -141,7 +146,11 @@ static int load_mask_run(struct node_ctx *c)
     const char *ch = node_in_str(c, "channel");
     /* After PIL's convert("RGBA"): gray fills R, G and B; missing alpha is 255. */
     int idx = !strcmp(ch, "red") ? 0 : !strcmp(ch, "green") ? 1 : !strcmp(ch, "blue") ? 2 : 3;
-    struct value *mask = value_new_mask(1, p->h, p->w);
+    struct value *mask = node_new_mask(c, 1, p->h, p->w);
+    if (!mask) {
+        node_image_file_release(&f);
+        return ERR_TOO_LARGE;
+    }
     for (size_t k = 0; k < (size_t)p->w * p->h; k++) {
         const uint8_t *s = p->px + k * p->c;
         uint8_t v;
@@ -418,7 +427,9 @@ static int scale_to(struct node_ctx *c, const struct value *img, int64_t w, int6
 {
     if (w > MAX_RESOLUTION * 4 || h > MAX_RESOLUTION * 4 || w < 1 || h < 1)
         return node_fail(c, "ValueError", "target size %lldx%lld is out of range", (long long)w, (long long)h);
-    struct value *out = value_new_image(img->shape[0], h, w, img->shape[3]);
+    struct value *out = node_new_image(c, img->shape[0], h, w, img->shape[3]);
+    if (!out)
+        return ERR_TOO_LARGE;
     if (node_img_resize(img->data, img->shape[0], img->shape[1], img->shape[2], img->shape[3],
                         out->data, h, w, method, crop) < 0) {
         value_unref(out);
@@ -497,7 +508,9 @@ static int image_invert_run(struct node_ctx *c)
     int rc = check_image(c, img, "image");
     if (rc < 0)
         return rc;
-    struct value *out = value_new_tensor("IMAGE", 4, img->shape);
+    struct value *out = node_new_tensor(c, "IMAGE", 4, img->shape);
+    if (!out)
+        return ERR_TOO_LARGE;
     for (size_t i = 0; i < img->numel; i++)
         out->data[i] = 1.0f - img->data[i];
     node_set_output(c, 0, out);
@@ -508,7 +521,9 @@ static int empty_image_run(struct node_ctx *c)
 {
     int64_t w = node_in_int(c, "width"), h = node_in_int(c, "height");
     int64_t b = node_in_int(c, "batch_size"), color = node_in_int(c, "color");
-    struct value *out = value_new_image(b, h, w, 3);
+    struct value *out = node_new_image(c, b, h, w, 3);
+    if (!out)
+        return ERR_TOO_LARGE;
     float rgb[3] = {((color >> 16) & 0xff) / 255.0f, ((color >> 8) & 0xff) / 255.0f, (color & 0xff) / 255.0f};
     for (size_t i = 0; i < out->numel; i++)
         out->data[i] = rgb[i % 3];
@@ -528,7 +543,9 @@ static int image_batch_run(struct node_ctx *c)
         return node_fail(c, "RuntimeError", "images have %lld and %lld channels", (long long)a->shape[3],
                          (long long)b->shape[3]);
     int64_t H = a->shape[1], W = a->shape[2], C = a->shape[3];
-    struct value *out = value_new_image(a->shape[0] + b->shape[0], H, W, C);
+    struct value *out = node_new_image(c, a->shape[0] + b->shape[0], H, W, C);
+    if (!out)
+        return ERR_TOO_LARGE;
     memcpy(out->data, a->data, a->numel * sizeof(float));
     float *dst = out->data + a->numel;
     if (b->shape[1] == H && b->shape[2] == W)
@@ -548,12 +565,16 @@ static int image_crop_run(struct node_ctx *c)
     int64_t H = img->shape[1], W = img->shape[2], C = img->shape[3];
     int64_t x = node_in_int(c, "x"), y = node_in_int(c, "y");
     int64_t w = node_in_int(c, "width"), h = node_in_int(c, "height");
+    x = x < 0 ? 0 : x; /* validation enforces min 0; unvalidated prompts may not */
+    y = y < 0 ? 0 : y;
     if (x > W - 1)
         x = W - 1;
     if (y > H - 1)
         y = H - 1;
     int64_t tx = x + w > W ? W : x + w, ty = y + h > H ? H : y + h;
-    struct value *out = value_new_image(img->shape[0], ty - y, tx - x, C);
+    struct value *out = node_new_image(c, img->shape[0], ty - y, tx - x, C);
+    if (!out)
+        return ERR_TOO_LARGE;
     for (int64_t b = 0; b < img->shape[0]; b++)
         for (int64_t r = y; r < ty; r++)
             memcpy(out->data + ((size_t)(b * (ty - y) + (r - y)) * (tx - x)) * C,
@@ -570,16 +591,25 @@ static int pad_outpaint_run(struct node_ctx *c)
         return rc;
     int64_t l = node_in_int(c, "left"), t = node_in_int(c, "top"), r = node_in_int(c, "right"),
             bo = node_in_int(c, "bottom"), f = node_in_int(c, "feathering");
+    if (l < 0 || t < 0 || r < 0 || bo < 0 || l > MAX_RESOLUTION || t > MAX_RESOLUTION || r > MAX_RESOLUTION ||
+        bo > MAX_RESOLUTION)
+        return node_fail(c, "ValueError", "padding must be within 0..%d", MAX_RESOLUTION);
     int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
     int64_t NH = H + t + bo, NW = W + l + r;
-    struct value *out = value_new_image(B, NH, NW, C);
+    struct value *out = node_new_image(c, B, NH, NW, C);
+    if (!out)
+        return ERR_TOO_LARGE;
     for (size_t i = 0; i < out->numel; i++)
         out->data[i] = 0.5f;
     for (int64_t b = 0; b < B; b++)
         for (int64_t y = 0; y < H; y++)
             memcpy(out->data + ((size_t)(b * NH + y + t) * NW + l) * C, img->data + ((size_t)(b * H + y) * W) * C,
                    (size_t)W * C * sizeof(float));
-    struct value *mask = value_new_mask(1, NH, NW);
+    struct value *mask = node_new_mask(c, 1, NH, NW);
+    if (!mask) {
+        value_unref(out);
+        return ERR_TOO_LARGE;
+    }
     for (size_t i = 0; i < mask->numel; i++)
         mask->data[i] = 1.0f;
     for (int64_t i = 0; i < H; i++) {

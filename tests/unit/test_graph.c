@@ -620,6 +620,132 @@ static void test_huge(struct graph_ctx *g)
     graph_free_memory(g, 0, 1);
 }
 
+/* ---- random prompts: validation and execution never crash -------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static unsigned rnd(unsigned n)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (unsigned)(rng_state >> 33) % n;
+}
+
+static const char *const fuzz_classes[] = {
+    "EmptyImage", "ImageInvert", "ImageScale", "ImageScaleBy", "ImageCrop", "ImagePadForOutpaint",
+    "ImageBatch", "SaveImage", "PreviewImage", "PrimitiveInt", "PrimitiveFloat", "PrimitiveString",
+    "TCount", "TOut", "LoadImage", "LoadImageMask"};
+static const char *const fuzz_values[] = {
+    "0", "1", "2", "3", "7", "64", "-1", "20000", "9223372036854775808", "18446744073709551615",
+    "1e20", "0.5", "8.0", "9.5", "-0.0", "\"nan\"", "\"inf\"", "\"abc\"", "\" 3 \"", "\"2\"",
+    "null", "true", "false", "{}", "{\"__value__\": 5}", "{\"__value__\": [1, 2]}", "[]", "[1]",
+    "[1, 2, 3]", "\"nearest-exact\"", "\"lanczos\"", "\"center\"", "\"disabled\"", "\"alpha\"",
+    "\"in.png\"", "\"missing.png\"", "\"../x.png\"", "\"sub/%width%/p\""};
+static const char *const fuzz_slots[] = {"0", "1", "2", "-1", "\"0\"", "0.5", "true", "null", "[0]"};
+
+static void test_random_prompts(const struct tdirs *d)
+{
+    struct graph_ctx *g = tgraph_new(d, GRAPH_CACHE_CLASSIC, 0);
+    register_test_nodes(g);
+    G = g;
+    /* LoadImage needs one real file. */
+    char path[512];
+    snprintf(path, sizeof(path), "%s/in.png", d->input);
+    FILE *f = fopen(path, "wb");
+    static const unsigned char png1x1[] = {
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+        0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+        0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+        0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+        0x4e, 0x44, 0xae, 0x42, 0x60, 0x82};
+    fwrite(png1x1, 1, sizeof(png1x1), f);
+    fclose(f);
+    int n_valid = 0, n_ok = 0, n_err = 0, bad_rc = 0, n_linked_missing = 0;
+    struct buf b;
+    buf_init(&b);
+    for (int it = 0; it < 1500; it++) {
+        int nn = 2 + (int)rnd(7);
+        buf_reset(&b);
+        buf_addc(&b, '{');
+        for (int i = 0; i < nn; i++) {
+            const char *cls = fuzz_classes[rnd(sizeof(fuzz_classes) / sizeof(fuzz_classes[0]))];
+            buf_printf(&b, "%s\"%d\": ", i ? ", " : "", i);
+            if (rnd(60) == 0) {
+                buf_adds(&b, "{\"inputs\": {}}");
+                continue;
+            }
+            buf_printf(&b, "{\"class_type\": \"%s\", \"inputs\": ", cls);
+            if (rnd(40) == 0) {
+                buf_adds(&b, "7}");
+                continue;
+            }
+            buf_addc(&b, '{');
+            const struct node_class *k = node_registry_find(graph_registry(g), cls);
+            int first = 1;
+            for (int j = 0; k->inputs && k->inputs[j].name; j++) {
+                if (k->inputs[j].group == NODE_INPUT_HIDDEN || rnd(12) == 0)
+                    continue;
+                buf_printf(&b, "%s\"%s\": ", first ? "" : ", ", k->inputs[j].name);
+                first = 0;
+                if (rnd(2) == 0)
+                    buf_printf(&b, "[\"%u\", %s]", rnd((unsigned)nn + 2),
+                               fuzz_slots[rnd(sizeof(fuzz_slots) / sizeof(fuzz_slots[0]))]);
+                else
+                    buf_adds(&b, fuzz_values[rnd(sizeof(fuzz_values) / sizeof(fuzz_values[0]))]);
+            }
+            buf_adds(&b, "}}");
+        }
+        buf_addc(&b, '}');
+        cJSON *p = graph_json_parse(b.ptr, b.len);
+        if (!p) {
+            bad_rc++;
+            continue;
+        }
+        struct graph_validation v;
+        if (graph_validate(g, p, &v) < 0 || !v.node_errors || !v.outputs)
+            bad_rc++;
+        if (v.ok) {
+            n_valid++;
+            struct graph_job job = {.prompt_id = "fuzz", .prompt = p, .outputs_to_execute = v.outputs};
+            struct graph_result r;
+            if (graph_execute(g, &job, NULL, &r) < 0)
+                bad_rc++;
+            if (r.status == GRAPH_STATUS_ERROR) {
+                const cJSON *dd = cJSON_GetArrayItem(cJSON_GetArrayItem(r.messages, 2), 1);
+                n_linked_missing += strstr(estr(dd, "exception_message"), "missing output") != NULL;
+                if (getenv("FUZZ_DEBUG"))
+                    fprintf(stderr, "ERR %s %s\n", estr(dd, "node_type"), estr(dd, "exception_message"));
+            }
+            n_ok += r.status == GRAPH_STATUS_SUCCESS;
+            n_err += r.status == GRAPH_STATUS_ERROR;
+            graph_result_release(&r);
+        } else if (!v.error) {
+            bad_rc++;
+        }
+        graph_validation_release(&v);
+        /* The same prompt executed without validation must not crash either. */
+        if (it % 3 == 0) {
+            cJSON *outs = cJSON_CreateArray();
+            for (int i = 0; i < nn; i++) {
+                char id[16];
+                snprintf(id, sizeof(id), "%d", i);
+                cJSON_AddItemToArray(outs, cJSON_CreateString(id));
+            }
+            struct graph_job job = {.prompt_id = "raw", .prompt = p, .outputs_to_execute = outs};
+            struct graph_result r;
+            if (graph_execute(g, &job, NULL, &r) < 0)
+                bad_rc++;
+            graph_result_release(&r);
+            cJSON_Delete(outs);
+        }
+        cJSON_Delete(p);
+    }
+    buf_release(&b);
+    ok(n_linked_missing == 0, "validated prompts never reach a node with a dangling link");
+    ok(bad_rc == 0, "1500 random prompts: no internal errors (%d valid, %d ran, %d failed cleanly)", n_valid, n_ok,
+       n_err);
+    ok(n_valid > 20 && n_ok > 10, "the random corpus reaches execution (%d valid, %d ran)", n_valid, n_ok);
+    graph_free(g);
+}
+
 /* ---- execution ---------------------------------------------------------------------- */
 
 static char *load_file_text(const char *path)
@@ -986,6 +1112,7 @@ int main(int argc, char **argv)
     graph_free(g);
     test_events_and_cache(&d);
     test_cache_modes(&d);
+    test_random_prompts(&d);
     EXPECT_EQ(alloc_live_count(), live0);
     tdirs_remove(&d);
     return harness_done();
