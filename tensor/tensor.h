@@ -27,7 +27,8 @@
  * on CUDA: that can fail with ERR_DEVICE_OOM). Unless an op says otherwise,
  * `out` may alias an input exactly (in place) but must not partly overlap one.
  * Every operand of one op must live on the same device; that device's kind
- * picks the backend (the one dispatch point is tensor/dispatch.c).
+ * picks the backend (decided in one place: check_devs in
+ * tensor/dispatch_impl.h).
  *
  * Errors: every op returns 0, or a negative ERR_* code (util/err.h) and fills
  * `e` (may be NULL) with a message such as

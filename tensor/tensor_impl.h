@@ -3,7 +3,7 @@
  * tensor/cpu/ and the CUDA backend in tensor/cuda/. Not for other layers.
  *
  * The CPU kernels work on raw, contiguous f32 host buffers (so they are tested
- * without any device); tensor/dispatch.c turns tensors into such buffers
+ * without any device); the op entry points (dispatch_impl.h) turn tensors into such buffers
  * (converting dtypes and strides through temporaries when needed) and picks the
  * backend by the storage device's kind.
  *

@@ -1,5 +1,6 @@
 /*
- * tensor_cuda — the CUDA backend's entry points, called only from tensor/dispatch.c
+ * tensor_cuda — the CUDA backend's entry points, called only from the op entry points
+ * (tensor/ops_*.c, copy.c)
  * (private to tensor/). C and C++ (nvcc) both include it.
  *
  * Each function has the contract of the public op of the same name (tensor.h) with
@@ -62,7 +63,7 @@ int tensor__cuda_embedding(struct tensor *out, const struct tensor *table, const
 void tensor__cuda_shutdown(void);
 
 /* Attention score buffer cap and the query chunk it implies (shared with the
- * workspace estimate in dispatch.c, so the planner's numbers match what runs). */
+ * workspace estimate in ops_elem.c, so the planner's numbers match what runs). */
 #define TENSOR__CUDA_ATTN_SCORE_BYTES ((size_t)64 << 20)
 static inline int64_t tensor__cuda_attn_chunk(int heads, int64_t tq, int64_t tk)
 {
@@ -70,7 +71,7 @@ static inline int64_t tensor__cuda_attn_chunk(int heads, int64_t tq, int64_t tk)
     return chunk < 1 ? 1 : chunk > tq ? tq : chunk;
 }
 
-/* PyTorch nearest index map (also used by the CPU path, defined in dispatch.c). */
+/* PyTorch nearest index map (also used by the CPU path, defined in ops_elem.c). */
 void tensor__nearest_map(int64_t *map, int64_t in, int64_t out);
 
 #ifdef __cplusplus
