@@ -157,9 +157,11 @@ int tensor_view(const struct tensor *t, int ndim, const int64_t *shape, const in
 /* ---- data movement -------------------------------------------------------------------- */
 
 /*
- * dst = src element by element: same shape, any dtypes (converted), any strides, any
- * two devices (host<->device through dev_copy; a permuted view becomes contiguous).
- * Synchronous with respect to the host when either side is host memory.
+ * dst = src element by element: same shape, any dtypes (converted), any strides, and any
+ * pair of devices except two different CUDA devices (ERR_UNSUPPORTED): host<->device
+ * goes through dev_copy after draining the device's compute stream; a permuted view
+ * becomes contiguous. Synchronous with respect to the host when either side is host
+ * memory. dst must not partly overlap src.
  */
 int tensor_copy(struct tensor *dst, const struct tensor *src, struct err *e);
 
