@@ -140,3 +140,49 @@ test("drop a PNG written by ComfyUI's frontend and run its workflow", async () =
   await page.waitForFunction(() => { const i = window.app.graph.getNodeById(3).imgs?.[0]; return i && i.complete && i.naturalWidth === 56 && i.naturalHeight === 24; }, null, { timeout: 10000 });
   await h.screenshot(page, "png_drop_comfyui");
 });
+
+test("frontend-only nodes (Reroute, Note, PrimitiveNode) load and are resolved away on queue", async () => {
+  const { page } = ui;
+  const wf = {
+    last_node_id: 7, last_link_id: 5,
+    nodes: [
+      { id: 1, type: "EmptyImage", pos: [40, 60], size: [270, 130], flags: {}, order: 1, mode: 0,
+        inputs: [{ name: "height", type: "INT", widget: { name: "height" }, link: 5 }],
+        outputs: [{ name: "IMAGE", type: "IMAGE", links: [1] }],
+        properties: { "Node name for S&R": "EmptyImage" }, widgets_values: [30, 999, 1, 0] },
+      { id: 5, type: "Reroute", pos: [340, 80], size: [75, 26], flags: {}, order: 2, mode: 0,
+        inputs: [{ name: "", type: "*", link: 1 }], outputs: [{ name: "", type: "IMAGE", links: [2] }],
+        properties: { showOutputText: false, horizontal: false } },
+      { id: 2, type: "ImageInvert", pos: [460, 60], size: [140, 26], flags: {}, order: 3, mode: 0,
+        inputs: [{ name: "image", type: "IMAGE", link: 2 }], outputs: [{ name: "IMAGE", type: "IMAGE", links: [3] }],
+        properties: { "Node name for S&R": "ImageInvert" } },
+      { id: 3, type: "SaveImage", pos: [660, 60], size: [270, 270], flags: {}, order: 4, mode: 0,
+        inputs: [{ name: "images", type: "IMAGE", link: 3 }, { name: "filename_prefix", type: "STRING", widget: { name: "filename_prefix" }, link: 4 }],
+        properties: { "Node name for S&R": "SaveImage" }, widgets_values: ["ignored"] },
+      { id: 6, type: "PrimitiveNode", pos: [340, 300], size: [210, 58], flags: {}, order: 0, mode: 0,
+        outputs: [{ name: "STRING", type: "STRING", widget: { name: "filename_prefix" }, links: [4] }],
+        properties: { "Run widget replace on values": false }, widgets_values: ["from_primitive"] },
+      { id: 7, type: "PrimitiveNode", pos: [40, 300], size: [210, 82], flags: {}, order: 0, mode: 0,
+        outputs: [{ name: "INT", type: "INT", widget: { name: "height" }, links: [5] }],
+        properties: { "Run widget replace on values": false }, widgets_values: [12, "fixed"] },
+      { id: 4, type: "Note", pos: [40, 420], size: [300, 90], flags: {}, order: 5, mode: 0,
+        properties: { text: "" }, widgets_values: ["a comment that is never sent"], color: "#432", bgcolor: "#653" },
+    ],
+    links: [[1, 1, 0, 5, 0, "*"], [2, 5, 0, 2, 0, "IMAGE"], [3, 2, 0, 3, 0, "IMAGE"], [4, 6, 0, 3, 1, "STRING"], [5, 7, 0, 1, 0, "INT"]],
+    groups: [], config: {}, extra: {}, version: 0.4,
+  };
+  await drop(page, withText(h.encodePng(2, 2, () => [0, 0, 0]), { workflow: JSON.stringify(wf) }), "virtual.png");
+  await page.waitForFunction(() => window.app.graph._nodes.length === 7, null, { timeout: 10000 });
+  assert.strictEqual(await page.evaluate(() => document.getElementById("missing-banner").hidden), true, "nothing is missing");
+  const api = await page.evaluate(async () => (await import("./js/workflow.js")).graphToPrompt(window.app.graph).output);
+  assert.deepStrictEqual(Object.keys(api).sort(), ["1", "2", "3"]);
+  assert.deepStrictEqual(api["2"].inputs.image, ["1", 0], "the Reroute is linked through");
+  assert.strictEqual(api["3"].inputs.filename_prefix, "from_primitive");
+  assert.strictEqual(api["1"].inputs.height, 12);
+  await page.click("#btn-queue");
+  const ex = await h.waitForEvent(page, "executed", "d.node === '3' && d.output.images[0].filename.startsWith('from_primitive')");
+  assert.ok(ex);
+  await page.waitForFunction(() => { const i = window.app.graph.getNodeById(3).imgs?.[0]; return i && i.complete && i.naturalWidth === 30 && i.naturalHeight === 12; }, null, { timeout: 10000 });
+  await h.screenshot(page, "png_drop_virtual_nodes");
+  assert.deepStrictEqual(ui.errors, []);
+});

@@ -6,6 +6,7 @@ import { registerNodeTypes, applySeedControl } from "./nodes.js";
 import { graphToPrompt, apiPromptToGraph, isApiPrompt, isWorkflow, registerMissingTypes } from "./workflow.js";
 import { readComfyMetadata } from "./png.js";
 import { Panels } from "./panels.js";
+import { registerVirtualNodes } from "./virtual.js";
 
 const LG = window.LiteGraph;
 const STORE_KEY = "latentd.workflow";
@@ -79,6 +80,7 @@ class App {
   async loadNodeDefs() {
     this.objectInfo = await api.getObjectInfo();
     registerNodeTypes(this.objectInfo);
+    registerVirtualNodes(this.objectInfo);
     this.setStatus(`${Object.keys(this.objectInfo).length} node types`);
   }
 

@@ -38,7 +38,7 @@ function addNumberWidget(node, name, type, opts) {
 }
 
 // Multi-line text: drawn as a box of wrapped lines, edited in litegraph's multiline prompt.
-function addMultilineWidget(node, name, value) {
+export function addMultilineWidget(node, name, value) {
   const w = {
     type: "customtext", name, value, options: { multiline: true }, comfyType: "STRING",
     computeSize(width) { return [width, 76]; },

@@ -15,15 +15,22 @@ export function isWorkflow(data) {
   return !!data && typeof data === "object" && Array.isArray(data.nodes) && ("links" in data);
 }
 
-// Follow a link to the node that really produces the value: bypassed nodes pass through
-// their first input of the same type (ComfyUI's bypass); muted nodes produce nothing.
+// Follow a link to what really produces the value: bypassed nodes pass through their first
+// input of the same type (ComfyUI's bypass), Reroutes pass through, a legacy PrimitiveNode
+// yields its value. Returns {link}, {value} or null (muted / unconnected: nothing to send).
 function resolveLink(graph, linkId) {
   let link = graph.links[linkId];
   for (let guard = 0; link && guard < 100; guard++) {
     const src = graph.getNodeById(link.origin_id);
-    if (!src) return null;
-    if (src.mode === MODE_NEVER) return null;
-    if (src.mode !== MODE_BYPASS) return link;
+    if (!src || src.mode === MODE_NEVER) return null;
+    if (src.isVirtual) {
+      if (src.primitiveValue) return { value: src.primitiveValue() };
+      const inp = (src.inputs || [])[0];
+      if (!inp || inp.link == null) return null;
+      link = graph.links[inp.link];
+      continue;
+    }
+    if (src.mode !== MODE_BYPASS) return { link };
     const outType = src.outputs?.[link.origin_slot]?.type;
     const inp = (src.inputs || []).find((i) => i.link != null && i.type === outType);
     if (!inp) return null;
@@ -45,7 +52,7 @@ export function graphToPrompt(graph) {
   const output = {};
   const order = graph.computeExecutionOrder(false) || graph._nodes;
   for (const node of order) {
-    if (node.mode === MODE_NEVER || node.mode === MODE_BYPASS || !node.comfyClass) continue;
+    if (node.mode === MODE_NEVER || node.mode === MODE_BYPASS || node.isVirtual || !node.comfyClass) continue;
     const inputs = {};
     for (const w of node.widgets || []) {
       if (!isComfyWidget(w)) continue;
@@ -56,9 +63,9 @@ export function graphToPrompt(graph) {
     }
     for (const slot of node.inputs || []) {
       if (slot.link == null) continue;
-      const link = resolveLink(graph, slot.link);
-      if (!link) continue;
-      inputs[slot.widget?.name || slot.name] = [String(link.origin_id), link.origin_slot];
+      const r = resolveLink(graph, slot.link);
+      if (!r) continue;
+      inputs[slot.widget?.name || slot.name] = r.link ? [String(r.link.origin_id), r.link.origin_slot] : r.value;
     }
     output[String(node.id)] = { inputs, class_type: node.comfyClass, _meta: { title: node.title } };
   }
