@@ -34,20 +34,20 @@ static int clip_layer(struct sdw *w, const struct sd15_config *c, int l, struct 
     SD_W(f1b, w, "%s.%d.mlp.fc1.bias", P, l);
     SD_W(f2w, w, "%s.%d.mlp.fc2.weight", P, l);
     SD_W(f2b, w, "%s.%d.mlp.fc2.bias", P, l);
-    SD_TRY(sd_new(d, &h, e, 3, S, T, D));
+    SD_TRY(sd__new(d, &h, e, 3, S, T, D));
     SD_TRY(tensor_layer_norm(h, x, l1w, l1b, 1e-5f, e));
-    SD_TRY(sd_new(d, &q, e, 3, S, T, D));
-    SD_TRY(sd_new(d, &k, e, 3, S, T, D));
-    SD_TRY(sd_new(d, &v, e, 3, S, T, D));
+    SD_TRY(sd__new(d, &q, e, 3, S, T, D));
+    SD_TRY(sd__new(d, &k, e, 3, S, T, D));
+    SD_TRY(sd__new(d, &v, e, 3, S, T, D));
     SD_TRY(tensor_linear(q, h, qw, qb, e));
     SD_TRY(tensor_linear(k, h, kw, kb, e));
     SD_TRY(tensor_linear(v, h, vw, vb, e));
-    SD_TRY(sd_new(d, &a, e, 3, S, T, D));
+    SD_TRY(sd__new(d, &a, e, 3, S, T, D));
     SD_TRY(tensor_attention(a, q, k, v, c->clip_heads, 0.0f, TENSOR_ATTN_CAUSAL, e));
     SD_TRY(tensor_linear(h, a, ow, ob, e));
     SD_TRY(tensor_add(x, x, h, e));
     SD_TRY(tensor_layer_norm(h, x, l2w, l2b, 1e-5f, e));
-    SD_TRY(sd_new(d, &f, e, 3, S, T, (int64_t)f1w->shape[0]));
+    SD_TRY(sd__new(d, &f, e, 3, S, T, (int64_t)f1w->shape[0]));
     SD_TRY(tensor_linear(f, h, f1w, f1b, e));
     SD_TRY(tensor_quick_gelu(f, f, e));
     SD_TRY(tensor_linear(h, f, f2w, f2b, e));
@@ -86,7 +86,7 @@ int sd15_clip_encode(struct patcher *clip, const struct sd15_config *cfg,
     /* Layer to keep: -1/0 -> last (after final LN); -k (k <= L) -> output of layer L-k+1. */
     int keep = (clip_skip < 0 && -clip_skip <= L) ? (int)(L + clip_skip + 1) : (int)L;
     struct sdw w;
-    sdw_init(&w, clip, SD15_PREFIX_CLIP, e);
+    sd__w_init(&w, clip, SD15_PREFIX_CLIP, e);
     struct tensor *x = NULL, *pe = NULL, *sel = NULL, *last = NULL;
     float *hs = NULL, *hl = NULL;
     int rc;
@@ -104,7 +104,7 @@ int sd15_clip_encode(struct patcher *clip, const struct sd15_config *cfg,
     int32_t *gids = xmalloc((size_t)S * T * sizeof(int32_t));
     for (int64_t i = 0; i < S * T; i++)
         gids[i] = ids[i] >= CLIP_EMBED_ID_BASE ? 0 : ids[i];
-    rc = sd_new(d, &x, e, 3, (int64_t)S, T, D);
+    rc = sd__new(d, &x, e, 3, (int64_t)S, T, D);
     if (rc == 0)
         rc = tensor_embedding(x, tok_w, gids, (int64_t)S * T, e);
     xfree(gids);
@@ -128,26 +128,26 @@ int sd15_clip_encode(struct patcher *clip, const struct sd15_config *cfg,
     SD_TRY(tensor_add(x, x, pe, e));
     tensor_free(pe);
     pe = NULL;
-    sd_probe(probe, "embeddings", x);
+    sd__probe(probe, "embeddings", x);
     for (int l = 0; l < L; l++) {
         SD_TRY(clip_layer(&w, cfg, l, x, e));
         if (l == 0)
-            sd_probe(probe, "layer.0", x);
+            sd__probe(probe, "layer.0", x);
         if (l + 1 == keep && keep != L) {
-            SD_TRY(sd_new(d, &sel, e, 3, (int64_t)S, T, D));
+            SD_TRY(sd__new(d, &sel, e, 3, (int64_t)S, T, D));
             SD_TRY(tensor_copy(sel, x, e));
         }
     }
     SD_W(fw, &w, "final_layer_norm.weight");
     SD_W(fb, &w, "final_layer_norm.bias");
-    SD_TRY(sd_new(d, &last, e, 3, (int64_t)S, T, D));
+    SD_TRY(sd__new(d, &last, e, 3, (int64_t)S, T, D));
     SD_TRY(tensor_layer_norm(last, x, fw, fb, 1e-5f, e));
     if (sel)
         SD_TRY(tensor_layer_norm(sel, sel, fw, fb, 1e-5f, e));
-    sdw_release(&w);
-    sd_probe(probe, "last", last);
+    sd__w_release(&w);
+    sd__probe(probe, "last", last);
     if (sel)
-        sd_probe(probe, "selected", sel);
+        sd__probe(probe, "selected", sel);
 
     size_t per = (size_t)T * D;
     hs = xmalloc((size_t)S * per * sizeof(float));
@@ -179,7 +179,7 @@ int sd15_clip_encode(struct patcher *clip, const struct sd15_config *cfg,
     *cond_out = hs;
     hs = NULL;
 fail:
-    sdw_release(&w);
+    sd__w_release(&w);
     xfree(ids);
     xfree(hs);
     xfree(hl);

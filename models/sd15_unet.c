@@ -41,25 +41,25 @@ static int resblock(struct unet_ctx *u, const char *p, const struct tensor *x, s
     SD_W(c2_w, &u->w, "%s.out_layers.3.weight", p);
     SD_W(c2_b, &u->w, "%s.out_layers.3.bias", p);
     int64_t Co = c1_w->shape[0];
-    SD_TRY(sd_new(u->d, &h, e, 4, B, Ci, H, W));
+    SD_TRY(sd__new(u->d, &h, e, 4, B, Ci, H, W));
     SD_TRY(tensor_group_norm(h, x, 32, gn_w, gn_b, 1e-5f, 1, e));
-    SD_TRY(sd_new(u->d, &h2, e, 4, B, Co, H, W));
-    SD_TRY(sd_conv3(h2, h, c1_w, c1_b, e));
+    SD_TRY(sd__new(u->d, &h2, e, 4, B, Co, H, W));
+    SD_TRY(sd__conv3(h2, h, c1_w, c1_b, e));
     tensor_free(h);
     h = NULL;
-    SD_TRY(sd_new(u->d, &emb, e, 2, B, Co));
+    SD_TRY(sd__new(u->d, &emb, e, 2, B, Co));
     SD_TRY(tensor_linear(emb, u->temb_silu, em_w, em_b, e));
     SD_TRY(tensor_reshape(emb, 4, (const int64_t[]){B, Co, 1, 1}, &emb4, e));
     SD_TRY(tensor_add(h2, h2, emb4, e));
-    SD_TRY(sd_new(u->d, &h, e, 4, B, Co, H, W));
+    SD_TRY(sd__new(u->d, &h, e, 4, B, Co, H, W));
     SD_TRY(tensor_group_norm(h, h2, 32, g2_w, g2_b, 1e-5f, 1, e));
-    SD_TRY(sd_conv3(h2, h, c2_w, c2_b, e));
+    SD_TRY(sd__conv3(h2, h, c2_w, c2_b, e));
     if (Ci != Co) {
         const struct tensor *sk_w, *sk_b;
         SD_W(sk_w, &u->w, "%s.skip_connection.weight", p);
         SD_W(sk_b, &u->w, "%s.skip_connection.bias", p);
-        SD_TRY(sd_new(u->d, &skip, e, 4, B, Co, H, W));
-        SD_TRY(sd_conv1(skip, x, sk_w, sk_b, e));
+        SD_TRY(sd__new(u->d, &skip, e, 4, B, Co, H, W));
+        SD_TRY(sd__conv1(skip, x, sk_w, sk_b, e));
         SD_TRY(tensor_add(h2, h2, skip, e));
     } else {
         SD_TRY(tensor_add(h2, h2, x, e));
@@ -89,15 +89,15 @@ static int attn_block(struct unet_ctx *u, const char *p, struct tensor *h, const
     SD_W(wv, &u->w, "%s.to_v.weight", p);
     SD_W(wo, &u->w, "%s.to_out.0.weight", p);
     SD_W(bo, &u->w, "%s.to_out.0.bias", p);
-    SD_TRY(sd_new(u->d, &q, e, 3, B, T, C));
-    SD_TRY(sd_new(u->d, &k, e, 3, B, S, C));
-    SD_TRY(sd_new(u->d, &v, e, 3, B, S, C));
+    SD_TRY(sd__new(u->d, &q, e, 3, B, T, C));
+    SD_TRY(sd__new(u->d, &k, e, 3, B, S, C));
+    SD_TRY(sd__new(u->d, &v, e, 3, B, S, C));
     SD_TRY(tensor_linear(q, n, wq, NULL, e));
     SD_TRY(tensor_linear(k, src, wk, NULL, e));
     SD_TRY(tensor_linear(v, src, wv, NULL, e));
-    SD_TRY(sd_new(u->d, &a, e, 3, B, T, C));
+    SD_TRY(sd__new(u->d, &a, e, 3, B, T, C));
     SD_TRY(tensor_attention(a, q, k, v, u->cfg->unet_heads, 0.0f, 0, e));
-    SD_TRY(sd_new(u->d, &o, e, 3, B, T, C));
+    SD_TRY(sd__new(u->d, &o, e, 3, B, T, C));
     SD_TRY(tensor_linear(o, a, wo, bo, e));
     SD_TRY(tensor_add(h, h, o, e));
 fail:
@@ -123,14 +123,14 @@ static int transformer(struct unet_ctx *u, const char *p, struct tensor *x)
     SD_W(gn_b, &u->w, "%s.norm.bias", p);
     SD_W(pi_w, &u->w, "%s.proj_in.weight", p);
     SD_W(pi_b, &u->w, "%s.proj_in.bias", p);
-    SD_TRY(sd_new(u->d, &g, e, 4, B, C, H, W));
+    SD_TRY(sd__new(u->d, &g, e, 4, B, C, H, W));
     SD_TRY(tensor_group_norm(g, x, 32, gn_w, gn_b, 1e-6f, 0, e));
-    SD_TRY(sd_to_tokens(g, &tok, e));
+    SD_TRY(sd__to_tokens(g, &tok, e));
     tensor_free(g);
     g = NULL;
-    SD_TRY(sd_new(u->d, &h, e, 3, B, T, C));
-    SD_TRY(sd_linear(h, tok, pi_w, pi_b, e)); /* a 1x1 conv is a Linear over channels */
-    SD_TRY(sd_new(u->d, &n, e, 3, B, T, C));
+    SD_TRY(sd__new(u->d, &h, e, 3, B, T, C));
+    SD_TRY(sd__linear(h, tok, pi_w, pi_b, e)); /* a 1x1 conv is a Linear over channels */
+    SD_TRY(sd__new(u->d, &n, e, 3, B, T, C));
     for (int d = 0; d < u->cfg->unet_depth; d++) {
         const struct tensor *lw, *lb, *f0w, *f0b, *f2w, *f2b;
         SD_W(lw, &u->w, "%s.transformer_blocks.%d.norm1.weight", p, d);
@@ -150,9 +150,9 @@ static int transformer(struct unet_ctx *u, const char *p, struct tensor *x)
         SD_W(f0b, &u->w, "%s.transformer_blocks.%d.ff.net.0.proj.bias", p, d);
         SD_W(f2w, &u->w, "%s.transformer_blocks.%d.ff.net.2.weight", p, d);
         SD_W(f2b, &u->w, "%s.transformer_blocks.%d.ff.net.2.bias", p, d);
-        SD_TRY(sd_new(u->d, &f, e, 3, B, T, 8 * C));
+        SD_TRY(sd__new(u->d, &f, e, 3, B, T, 8 * C));
         SD_TRY(tensor_linear(f, n, f0w, f0b, e));
-        SD_TRY(sd_new(u->d, &gg, e, 3, B, T, 4 * C));
+        SD_TRY(sd__new(u->d, &gg, e, 3, B, T, 4 * C));
         SD_TRY(tensor_geglu(gg, f, e));
         tensor_free(f);
         f = NULL;
@@ -163,9 +163,9 @@ static int transformer(struct unet_ctx *u, const char *p, struct tensor *x)
     }
     SD_W(po_w, &u->w, "%s.proj_out.weight", p);
     SD_W(po_b, &u->w, "%s.proj_out.bias", p);
-    SD_TRY(sd_linear(n, h, po_w, po_b, e));
-    SD_TRY(sd_new(u->d, &back, e, 4, B, C, H, W));
-    SD_TRY(sd_from_tokens(n, back, e));
+    SD_TRY(sd__linear(n, h, po_w, po_b, e));
+    SD_TRY(sd__new(u->d, &back, e, 4, B, C, H, W));
+    SD_TRY(sd__from_tokens(n, back, e));
     SD_TRY(tensor_add(x, x, back, e));
 fail:
     tensor_free(g);
@@ -190,7 +190,7 @@ static int downsample(struct unet_ctx *u, const char *p, const struct tensor *x,
                                    .pad_right = 1};
     int64_t ho, wo;
     tensor_conv2d_out_hw(&o, x->shape[2], x->shape[3], 3, 3, &ho, &wo);
-    SD_TRY(sd_new(u->d, out, u->e, 4, x->shape[0], x->shape[1], ho, wo));
+    SD_TRY(sd__new(u->d, out, u->e, 4, x->shape[0], x->shape[1], ho, wo));
     SD_TRY(tensor_conv2d(*out, x, w, b, &o, u->e));
     return 0;
 fail:
@@ -209,10 +209,10 @@ static int upsample(struct unet_ctx *u, const char *p, const struct tensor *x, i
     *out = NULL;
     SD_W(w, &u->w, "%s.conv.weight", p);
     SD_W(b, &u->w, "%s.conv.bias", p);
-    SD_TRY(sd_new(u->d, &up, u->e, 4, x->shape[0], x->shape[1], th, tw));
+    SD_TRY(sd__new(u->d, &up, u->e, 4, x->shape[0], x->shape[1], th, tw));
     SD_TRY(tensor_upsample_nearest(up, x, u->e));
-    SD_TRY(sd_new(u->d, out, u->e, 4, x->shape[0], x->shape[1], th, tw));
-    SD_TRY(sd_conv3(*out, up, w, b, u->e));
+    SD_TRY(sd__new(u->d, out, u->e, 4, x->shape[0], x->shape[1], th, tw));
+    SD_TRY(sd__conv3(*out, up, w, b, u->e));
     tensor_free(up);
     return 0;
 fail:
@@ -229,19 +229,19 @@ static int time_embed(struct unet_ctx *u, const float *t, int64_t B)
     struct tensor *emb = NULL, *h = NULL;
     int rc;
     int64_t mc = u->cfg->unet_mc, te = 4 * mc;
-    SD_TRY(sd_new(u->d, &emb, e, 2, B, mc));
+    SD_TRY(sd__new(u->d, &emb, e, 2, B, mc));
     SD_TRY(tensor_timestep_embedding(emb, t, B, e));
-    sd_probe(u->probe, "t_emb", emb);
+    sd__probe(u->probe, "t_emb", emb);
     SD_W(w0, &u->w, "time_embed.0.weight");
     SD_W(b0, &u->w, "time_embed.0.bias");
     SD_W(w2, &u->w, "time_embed.2.weight");
     SD_W(b2, &u->w, "time_embed.2.bias");
-    SD_TRY(sd_new(u->d, &h, e, 2, B, te));
+    SD_TRY(sd__new(u->d, &h, e, 2, B, te));
     SD_TRY(tensor_linear(h, emb, w0, b0, e));
     SD_TRY(tensor_silu(h, h, e));
-    SD_TRY(sd_new(u->d, &u->temb_silu, e, 2, B, te));
+    SD_TRY(sd__new(u->d, &u->temb_silu, e, 2, B, te));
     SD_TRY(tensor_linear(u->temb_silu, h, w2, b2, e));
-    sd_probe(u->probe, "time_embed", u->temb_silu);
+    sd__probe(u->probe, "time_embed", u->temb_silu);
     SD_TRY(tensor_silu(u->temb_silu, u->temb_silu, e));
 fail:
     tensor_free(emb);
@@ -264,7 +264,7 @@ int sd15_unet_eval(struct patcher *unet, const struct sd15_config *cfg, const st
         return err_set(e, ERR_INVALID,
                        "unet: bad shapes (x [B,%d,h,w], context [B,T,%d], eps like x expected)",
                        cfg->unet_in_ch, cfg->ctx_dim);
-    sdw_init(&u.w, unet, SD15_PREFIX_UNET, e);
+    sd__w_init(&u.w, unet, SD15_PREFIX_UNET, e);
     int64_t B = x->shape[0];
     SD_TRY(time_embed(&u, t, B));
 
@@ -272,9 +272,9 @@ int sd15_unet_eval(struct patcher *unet, const struct sd15_config *cfg, const st
     const struct tensor *cw, *cb;
     SD_W(cw, &u.w, "input_blocks.0.0.weight");
     SD_W(cb, &u.w, "input_blocks.0.0.bias");
-    SD_TRY(sd_new(u.d, &h, e, 4, B, (int64_t)cfg->unet_mc, x->shape[2], x->shape[3]));
-    SD_TRY(sd_conv3(h, x, cw, cb, e));
-    sd_probe(probe, "input_blocks.0", h);
+    SD_TRY(sd__new(u.d, &h, e, 4, B, (int64_t)cfg->unet_mc, x->shape[2], x->shape[3]));
+    SD_TRY(sd__conv3(h, x, cw, cb, e));
+    sd__probe(probe, "input_blocks.0", h);
     skips[ns++] = h;
     int idx = 1;
     for (int l = 0; l < 4; l++) {
@@ -289,7 +289,7 @@ int sd15_unet_eval(struct patcher *unet, const struct sd15_config *cfg, const st
                 SD_TRY(transformer(&u, p, h));
             }
             snprintf(name, sizeof(name), "input_blocks.%d", idx);
-            sd_probe(probe, name, h);
+            sd__probe(probe, name, h);
         }
         if (l < 3) {
             snprintf(p, sizeof(p), "input_blocks.%d.0", idx);
@@ -298,7 +298,7 @@ int sd15_unet_eval(struct patcher *unet, const struct sd15_config *cfg, const st
             nh = NULL;
             skips[ns++] = h;
             snprintf(name, sizeof(name), "input_blocks.%d", idx);
-            sd_probe(probe, name, h);
+            sd__probe(probe, name, h);
             idx++;
         }
     }
@@ -311,14 +311,14 @@ int sd15_unet_eval(struct patcher *unet, const struct sd15_config *cfg, const st
     tensor_free(h);
     h = nh;
     nh = NULL;
-    sd_probe(probe, "middle_block", h);
+    sd__probe(probe, "middle_block", h);
 
     idx = 0;
     for (int l = 3; l >= 0; l--) {
         for (int r = 0; r < 3; r++, idx++) {
             struct tensor *s = skips[--ns];
             skips[ns] = NULL;
-            SD_TRY(sd_new(u.d, &cat, e, 4, B, h->shape[1] + s->shape[1], h->shape[2], h->shape[3]));
+            SD_TRY(sd__new(u.d, &cat, e, 4, B, h->shape[1] + s->shape[1], h->shape[2], h->shape[3]));
             rc = tensor_concat(cat, h, s, 1, e);
             tensor_free(s);
             if (rc < 0)
@@ -345,7 +345,7 @@ int sd15_unet_eval(struct patcher *unet, const struct sd15_config *cfg, const st
                 nh = NULL;
             }
             snprintf(name, sizeof(name), "output_blocks.%d", idx);
-            sd_probe(probe, name, h);
+            sd__probe(probe, name, h);
         }
     }
     const struct tensor *ow, *ob, *cw2, *cb2;
@@ -355,10 +355,10 @@ int sd15_unet_eval(struct patcher *unet, const struct sd15_config *cfg, const st
     SD_W(cb2, &u.w, "out.2.bias");
     SD_TRY(tensor_new_like(h, TENSOR_F32, &nh, e));
     SD_TRY(tensor_group_norm(nh, h, 32, ow, ob, 1e-5f, 1, e));
-    SD_TRY(sd_conv3(eps, nh, cw2, cb2, e));
-    sd_probe(probe, "eps", eps);
+    SD_TRY(sd__conv3(eps, nh, cw2, cb2, e));
+    sd__probe(probe, "eps", eps);
 fail:
-    sdw_release(&u.w);
+    sd__w_release(&u.w);
     for (int i = 0; i < 12; i++)
         if (skips[i] != h)
             tensor_free(skips[i]);

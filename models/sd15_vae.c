@@ -33,20 +33,20 @@ static int resnet(struct vae_ctx *v, const char *p, const struct tensor *x, stru
     SD_W(c2w, &v->w, "%s.conv2.weight", p);
     SD_W(c2b, &v->w, "%s.conv2.bias", p);
     int64_t Co = c1w->shape[0];
-    SD_TRY(sd_new(v->d, &h, e, 4, B, Ci, H, W));
+    SD_TRY(sd__new(v->d, &h, e, 4, B, Ci, H, W));
     SD_TRY(tensor_group_norm(h, x, 32, n1w, n1b, 1e-6f, 1, e));
-    SD_TRY(sd_new(v->d, &h2, e, 4, B, Co, H, W));
-    SD_TRY(sd_conv3(h2, h, c1w, c1b, e));
+    SD_TRY(sd__new(v->d, &h2, e, 4, B, Co, H, W));
+    SD_TRY(sd__conv3(h2, h, c1w, c1b, e));
     tensor_free(h);
-    SD_TRY(sd_new(v->d, &h, e, 4, B, Co, H, W));
+    SD_TRY(sd__new(v->d, &h, e, 4, B, Co, H, W));
     SD_TRY(tensor_group_norm(h, h2, 32, n2w, n2b, 1e-6f, 1, e));
-    SD_TRY(sd_conv3(h2, h, c2w, c2b, e));
+    SD_TRY(sd__conv3(h2, h, c2w, c2b, e));
     if (Ci != Co) {
         const struct tensor *sw, *sb;
         SD_W(sw, &v->w, "%s.nin_shortcut.weight", p);
         SD_W(sb, &v->w, "%s.nin_shortcut.bias", p);
-        SD_TRY(sd_new(v->d, &sc, e, 4, B, Co, H, W));
-        SD_TRY(sd_conv1(sc, x, sw, sb, e));
+        SD_TRY(sd__new(v->d, &sc, e, 4, B, Co, H, W));
+        SD_TRY(sd__conv1(sc, x, sw, sb, e));
         SD_TRY(tensor_add(h2, h2, sc, e));
     } else {
         SD_TRY(tensor_add(h2, h2, x, e));
@@ -78,19 +78,19 @@ static int attn(struct vae_ctx *v, const char *p, struct tensor *x)
     SD_W(vb, &v->w, "%s.v.bias", p);
     SD_W(pw, &v->w, "%s.proj_out.weight", p);
     SD_W(pb, &v->w, "%s.proj_out.bias", p);
-    SD_TRY(sd_new(v->d, &g, e, 4, B, C, H, W));
+    SD_TRY(sd__new(v->d, &g, e, 4, B, C, H, W));
     SD_TRY(tensor_group_norm(g, x, 32, nw, nb, 1e-6f, 0, e));
-    SD_TRY(sd_to_tokens(g, &t, e));
-    SD_TRY(sd_new(v->d, &q, e, 3, B, T, C));
-    SD_TRY(sd_new(v->d, &k, e, 3, B, T, C));
-    SD_TRY(sd_new(v->d, &vv, e, 3, B, T, C));
-    SD_TRY(sd_linear(q, t, qw, qb, e));
-    SD_TRY(sd_linear(k, t, kw, kb, e));
-    SD_TRY(sd_linear(vv, t, vw, vb, e));
-    SD_TRY(sd_new(v->d, &a, e, 3, B, T, C));
+    SD_TRY(sd__to_tokens(g, &t, e));
+    SD_TRY(sd__new(v->d, &q, e, 3, B, T, C));
+    SD_TRY(sd__new(v->d, &k, e, 3, B, T, C));
+    SD_TRY(sd__new(v->d, &vv, e, 3, B, T, C));
+    SD_TRY(sd__linear(q, t, qw, qb, e));
+    SD_TRY(sd__linear(k, t, kw, kb, e));
+    SD_TRY(sd__linear(vv, t, vw, vb, e));
+    SD_TRY(sd__new(v->d, &a, e, 3, B, T, C));
     SD_TRY(tensor_attention(a, q, k, vv, 1, 0.0f, 0, e));
-    SD_TRY(sd_linear(t, a, pw, pb, e));
-    SD_TRY(sd_from_tokens(t, g, e));
+    SD_TRY(sd__linear(t, a, pw, pb, e));
+    SD_TRY(sd__from_tokens(t, g, e));
     SD_TRY(tensor_add(x, x, g, e));
 fail:
     tensor_free(g);
@@ -136,7 +136,7 @@ static int norm_out_conv(struct vae_ctx *v, const char *side, const struct tenso
     SD_W(cb, &v->w, "%s.conv_out.bias", side);
     SD_TRY(tensor_new_like(x, TENSOR_F32, &g, v->e));
     SD_TRY(tensor_group_norm(g, x, 32, nw, nb, 1e-6f, 1, v->e));
-    SD_TRY(sd_conv3(out, g, cw, cb, v->e));
+    SD_TRY(sd__conv3(out, g, cw, cb, v->e));
 fail:
     tensor_free(g);
     return rc;
@@ -156,19 +156,19 @@ int sd15_vae_decode(struct patcher *vae, const struct sd15_config *cfg, const st
         img->shape[3] != 8 * z->shape[3])
         return err_set(e, ERR_INVALID, "vae decode: bad shapes (z [B,%d,h,w] -> img [B,3,8h,8w])",
                        cfg->vae_embed);
-    sdw_init(&v.w, vae, SD15_PREFIX_VAE, e);
+    sd__w_init(&v.w, vae, SD15_PREFIX_VAE, e);
     int64_t B = z->shape[0], H = z->shape[2], W = z->shape[3];
     const struct tensor *pw, *pb, *cw, *cb;
     SD_W(pw, &v.w, "post_quant_conv.weight");
     SD_W(pb, &v.w, "post_quant_conv.bias");
-    SD_TRY(sd_new(v.d, &zz, e, 4, B, (int64_t)cfg->vae_z, H, W));
-    SD_TRY(sd_conv1(zz, z, pw, pb, e));
+    SD_TRY(sd__new(v.d, &zz, e, 4, B, (int64_t)cfg->vae_z, H, W));
+    SD_TRY(sd__conv1(zz, z, pw, pb, e));
     SD_W(cw, &v.w, "decoder.conv_in.weight");
     SD_W(cb, &v.w, "decoder.conv_in.bias");
-    SD_TRY(sd_new(v.d, &h, e, 4, B, (int64_t)cw->shape[0], H, W));
-    SD_TRY(sd_conv3(h, zz, cw, cb, e));
+    SD_TRY(sd__new(v.d, &h, e, 4, B, (int64_t)cw->shape[0], H, W));
+    SD_TRY(sd__conv3(h, zz, cw, cb, e));
     SD_TRY(mid(&v, "decoder", &h));
-    sd_probe(probe, "decoder.mid", h);
+    sd__probe(probe, "decoder.mid", h);
     for (int l = 3; l >= 0; l--) {
         for (int b = 0; b < 3; b++) {
             snprintf(p, sizeof(p), "decoder.up.%d.block.%d", l, b);
@@ -181,22 +181,22 @@ int sd15_vae_decode(struct patcher *vae, const struct sd15_config *cfg, const st
             const struct tensor *uw, *ub;
             SD_W(uw, &v.w, "decoder.up.%d.upsample.conv.weight", l);
             SD_W(ub, &v.w, "decoder.up.%d.upsample.conv.bias", l);
-            SD_TRY(sd_new(v.d, &nh, e, 4, B, h->shape[1], 2 * h->shape[2], 2 * h->shape[3]));
+            SD_TRY(sd__new(v.d, &nh, e, 4, B, h->shape[1], 2 * h->shape[2], 2 * h->shape[3]));
             SD_TRY(tensor_upsample_nearest(nh, h, e));
             tensor_free(h);
             h = NULL;
             SD_TRY(tensor_new_like(nh, TENSOR_F32, &h, e));
-            SD_TRY(sd_conv3(h, nh, uw, ub, e));
+            SD_TRY(sd__conv3(h, nh, uw, ub, e));
             tensor_free(nh);
             nh = NULL;
         }
         snprintf(p, sizeof(p), "decoder.up.%d", l);
-        sd_probe(probe, p, h);
+        sd__probe(probe, p, h);
     }
     SD_TRY(norm_out_conv(&v, "decoder", h, img));
-    sd_probe(probe, "decoder.out", img);
+    sd__probe(probe, "decoder.out", img);
 fail:
-    sdw_release(&v.w);
+    sd__w_release(&v.w);
     tensor_free(h);
     tensor_free(nh);
     tensor_free(zz);
@@ -219,13 +219,13 @@ int sd15_vae_encode(struct patcher *vae, const struct sd15_config *cfg, const st
                        "vae encode: bad shapes (img [B,3,H,W] with H, W multiples of 8 -> "
                        "mean [B,%d,H/8,W/8])",
                        cfg->vae_embed);
-    sdw_init(&v.w, vae, SD15_PREFIX_VAE, e);
+    sd__w_init(&v.w, vae, SD15_PREFIX_VAE, e);
     int64_t B = img->shape[0];
     const struct tensor *cw, *cb;
     SD_W(cw, &v.w, "encoder.conv_in.weight");
     SD_W(cb, &v.w, "encoder.conv_in.bias");
-    SD_TRY(sd_new(v.d, &h, e, 4, B, (int64_t)cw->shape[0], img->shape[2], img->shape[3]));
-    SD_TRY(sd_conv3(h, img, cw, cb, e));
+    SD_TRY(sd__new(v.d, &h, e, 4, B, (int64_t)cw->shape[0], img->shape[2], img->shape[3]));
+    SD_TRY(sd__conv3(h, img, cw, cb, e));
     for (int l = 0; l < 4; l++) {
         for (int b = 0; b < 2; b++) {
             snprintf(p, sizeof(p), "encoder.down.%d.block.%d", l, b);
@@ -242,30 +242,30 @@ int sd15_vae_encode(struct patcher *vae, const struct sd15_config *cfg, const st
             struct tensor_conv2d_opts o = {.stride = 2, .pad_bottom = 1, .pad_right = 1};
             int64_t ho, wo;
             tensor_conv2d_out_hw(&o, h->shape[2], h->shape[3], 3, 3, &ho, &wo);
-            SD_TRY(sd_new(v.d, &nh, e, 4, B, h->shape[1], ho, wo));
+            SD_TRY(sd__new(v.d, &nh, e, 4, B, h->shape[1], ho, wo));
             SD_TRY(tensor_conv2d(nh, h, dw, db, &o, e));
             tensor_free(h);
             h = nh;
             nh = NULL;
         }
         snprintf(p, sizeof(p), "encoder.down.%d", l);
-        sd_probe(probe, p, h);
+        sd__probe(probe, p, h);
     }
     SD_TRY(mid(&v, "encoder", &h));
-    sd_probe(probe, "encoder.mid", h);
-    SD_TRY(sd_new(v.d, &mo, e, 4, B, (int64_t)(2 * cfg->vae_z), h->shape[2], h->shape[3]));
+    sd__probe(probe, "encoder.mid", h);
+    SD_TRY(sd__new(v.d, &mo, e, 4, B, (int64_t)(2 * cfg->vae_z), h->shape[2], h->shape[3]));
     SD_TRY(norm_out_conv(&v, "encoder", h, mo));
     const struct tensor *qw, *qb;
     SD_W(qw, &v.w, "quant_conv.weight");
     SD_W(qb, &v.w, "quant_conv.bias");
-    SD_TRY(sd_new(v.d, &q, e, 4, B, (int64_t)(2 * cfg->vae_embed), h->shape[2], h->shape[3]));
-    SD_TRY(sd_conv1(q, mo, qw, qb, e));
-    sd_probe(probe, "moments", q);
+    SD_TRY(sd__new(v.d, &q, e, 4, B, (int64_t)(2 * cfg->vae_embed), h->shape[2], h->shape[3]));
+    SD_TRY(sd__conv1(q, mo, qw, qb, e));
+    sd__probe(probe, "moments", q);
     /* ComfyUI's VAEEncode returns the distribution's mean: channels 0..embed-1 (§4.4). */
     SD_TRY(tensor_slice(q, 1, 0, cfg->vae_embed, &sl, e));
     SD_TRY(tensor_copy(mean, sl, e));
 fail:
-    sdw_release(&v.w);
+    sd__w_release(&v.w);
     tensor_free(h);
     tensor_free(nh);
     tensor_free(mo);

@@ -58,9 +58,9 @@ static int tiled_pass(const struct tiler *t, const struct tensor *s, int64_t ty,
     }
     if (H <= ty && W <= tx) {
         /* ComfyUI runs the function once, without a mask, when the sample fits a tile. */
-        SD_TRY(sd_new(t->d, &in, e, 4, (int64_t)1, s->shape[1], H, W));
+        SD_TRY(sd__new(t->d, &in, e, 4, (int64_t)1, s->shape[1], H, W));
         SD_TRY(tensor_copy(in, s, e));
-        SD_TRY(sd_new(t->d, &out, e, 4, (int64_t)1, (int64_t)t->out_ch, OH, OW));
+        SD_TRY(sd__new(t->d, &out, e, 4, (int64_t)1, (int64_t)t->out_ch, OH, OW));
         SD_TRY(t->fn(t->ctx, in, out, e));
         tile = xmalloc(n * sizeof(float));
         SD_TRY(tensor_read_f32(out, tile, (int64_t)n, e));
@@ -81,10 +81,10 @@ static int tiled_pass(const struct tiler *t, const struct tensor *s, int64_t ty,
             }
             SD_TRY(tensor_slice(s, 2, pos[0], l[0], &r1, e));
             SD_TRY(tensor_slice(r1, 3, pos[1], l[1], &r2, e));
-            SD_TRY(sd_new(t->d, &in, e, 4, (int64_t)1, s->shape[1], l[0], l[1]));
+            SD_TRY(sd__new(t->d, &in, e, 4, (int64_t)1, s->shape[1], l[0], l[1]));
             SD_TRY(tensor_copy(in, r2, e));
             int64_t oh = scaled(t, l[0]), ow = scaled(t, l[1]);
-            SD_TRY(sd_new(t->d, &out, e, 4, (int64_t)1, (int64_t)t->out_ch, oh, ow));
+            SD_TRY(sd__new(t->d, &out, e, 4, (int64_t)1, (int64_t)t->out_ch, oh, ow));
             SD_TRY(t->fn(t->ctx, in, out, e));
             size_t tp = (size_t)oh * ow;
             tile = xrealloc(tile, tp * (size_t)t->out_ch * sizeof(float));

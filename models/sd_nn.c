@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-void sdw_init(struct sdw *w, struct patcher *p, const char *prefix, struct err *e)
+void sd__w_init(struct sdw *w, struct patcher *p, const char *prefix, struct err *e)
 {
     w->p = p;
     w->prefix = prefix;
@@ -16,7 +16,7 @@ void sdw_init(struct sdw *w, struct patcher *p, const char *prefix, struct err *
     w->e = e;
 }
 
-void sdw_release(struct sdw *w)
+void sd__w_release(struct sdw *w)
 {
     if (w->layer >= 0)
         patcher_release(w->p, w->layer);
@@ -24,7 +24,7 @@ void sdw_release(struct sdw *w)
     w->w = NULL;
 }
 
-const struct tensor *sdw_get(struct sdw *w, const char *fmt, ...)
+const struct tensor *sd__w_get(struct sdw *w, const char *fmt, ...)
 {
     char key[256];
     int n = snprintf(key, sizeof(key), "%s", w->prefix);
@@ -38,7 +38,7 @@ const struct tensor *sdw_get(struct sdw *w, const char *fmt, ...)
         return NULL;
     }
     if (layer != w->layer) {
-        sdw_release(w);
+        sd__w_release(w);
         if (patcher_acquire(w->p, layer, &w->w, w->e) < 0)
             return NULL;
         w->layer = layer;
@@ -46,7 +46,7 @@ const struct tensor *sdw_get(struct sdw *w, const char *fmt, ...)
     return w->w[index];
 }
 
-int sd_new(struct dev *d, struct tensor **out, struct err *e, int ndim, ...)
+int sd__new(struct dev *d, struct tensor **out, struct err *e, int ndim, ...)
 {
     int64_t shape[TENSOR_MAX_DIMS];
     va_list ap;
@@ -57,7 +57,7 @@ int sd_new(struct dev *d, struct tensor **out, struct err *e, int ndim, ...)
     return tensor_new(d, TENSOR_F32, ndim, shape, out, e);
 }
 
-int sd_to_tokens(const struct tensor *x, struct tensor **out, struct err *e)
+int sd__to_tokens(const struct tensor *x, struct tensor **out, struct err *e)
 {
     struct tensor *v = NULL, *p = NULL;
     int rc;
@@ -65,7 +65,7 @@ int sd_to_tokens(const struct tensor *x, struct tensor **out, struct err *e)
     *out = NULL;
     SD_TRY(tensor_reshape(x, 3, (const int64_t[]){b, c, hw}, &v, e));
     SD_TRY(tensor_permute(v, (const int[]){0, 2, 1}, &p, e));
-    SD_TRY(sd_new(tensor_dev(x), out, e, 3, b, hw, c));
+    SD_TRY(sd__new(tensor_dev(x), out, e, 3, b, hw, c));
     SD_TRY(tensor_copy(*out, p, e));
     tensor_free(v);
     tensor_free(p);
@@ -78,7 +78,7 @@ fail:
     return rc;
 }
 
-int sd_from_tokens(const struct tensor *tok, struct tensor *out, struct err *e)
+int sd__from_tokens(const struct tensor *tok, struct tensor *out, struct err *e)
 {
     struct tensor *v = NULL, *p = NULL;
     int rc;
@@ -92,7 +92,7 @@ fail:
     return rc;
 }
 
-int sd_linear(struct tensor *out, const struct tensor *x, const struct tensor *w,
+int sd__linear(struct tensor *out, const struct tensor *x, const struct tensor *w,
               const struct tensor *b, struct err *e)
 {
     if (w->ndim == 2)
@@ -105,7 +105,7 @@ int sd_linear(struct tensor *out, const struct tensor *x, const struct tensor *w
     return rc;
 }
 
-int sd_conv3(struct tensor *out, const struct tensor *x, const struct tensor *w,
+int sd__conv3(struct tensor *out, const struct tensor *x, const struct tensor *w,
              const struct tensor *b, struct err *e)
 {
     struct tensor_conv2d_opts o = {.stride = 1, .pad_top = 1, .pad_bottom = 1, .pad_left = 1,
@@ -113,14 +113,14 @@ int sd_conv3(struct tensor *out, const struct tensor *x, const struct tensor *w,
     return tensor_conv2d(out, x, w, b, &o, e);
 }
 
-int sd_conv1(struct tensor *out, const struct tensor *x, const struct tensor *w,
+int sd__conv1(struct tensor *out, const struct tensor *x, const struct tensor *w,
              const struct tensor *b, struct err *e)
 {
     struct tensor_conv2d_opts o = {.stride = 1};
     return tensor_conv2d(out, x, w, b, &o, e);
 }
 
-void sd_probe(struct sd15_probe *p, const char *name, const struct tensor *t)
+void sd__probe(struct sd15_probe *p, const char *name, const struct tensor *t)
 {
     if (p && p->fn)
         p->fn(p->user, name, t);

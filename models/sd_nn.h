@@ -12,7 +12,7 @@
 #include "tensor.h"
 
 /*
- * Weight scope: sdw_get(w, "input_blocks.1.0.in_layers.0.weight") finds the key
+ * Weight scope: sd__w_get(w, "input_blocks.1.0.in_layers.0.weight") finds the key
  * (prefix + name), acquires its layer (releasing the layer held before, whose
  * tensors become invalid), and returns the tensor (borrowed until the layer is
  * released). NULL with `e` set when the key is unknown or acquiring fails.
@@ -25,10 +25,10 @@ struct sdw {
     struct err *e;
 };
 
-void sdw_init(struct sdw *w, struct patcher *p, const char *prefix, struct err *e);
-const struct tensor *sdw_get(struct sdw *w, const char *fmt, ...)
+void sd__w_init(struct sdw *w, struct patcher *p, const char *prefix, struct err *e);
+const struct tensor *sd__w_get(struct sdw *w, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void sdw_release(struct sdw *w);
+void sd__w_release(struct sdw *w);
 
 /* Fail-fast helpers: on error they return a negative code and leave `e` set. */
 #define SD_TRY(x)                                                                  \
@@ -38,29 +38,29 @@ void sdw_release(struct sdw *w);
     } while (0)
 #define SD_W(var, w, ...)                                                          \
     do {                                                                           \
-        if (!((var) = sdw_get((w), __VA_ARGS__))) {                                \
+        if (!((var) = sd__w_get((w), __VA_ARGS__))) {                                \
             rc = (w)->e->code ? (w)->e->code : ERR_INVALID;                        \
             goto fail;                                                             \
         }                                                                          \
     } while (0)
 
 /* New f32 tensor on d with the given dims. */
-int sd_new(struct dev *d, struct tensor **out, struct err *e, int ndim, ...);
+int sd__new(struct dev *d, struct tensor **out, struct err *e, int ndim, ...);
 
 /* x [B,C,H,W] -> new contiguous tokens [B,H*W,C], and back into out [B,C,H,W]. */
-int sd_to_tokens(const struct tensor *x, struct tensor **out, struct err *e);
-int sd_from_tokens(const struct tensor *tok, struct tensor *out, struct err *e);
+int sd__to_tokens(const struct tensor *x, struct tensor **out, struct err *e);
+int sd__from_tokens(const struct tensor *tok, struct tensor *out, struct err *e);
 
 /* Linear whose weight may be a 1x1 conv [o,i,1,1]. */
-int sd_linear(struct tensor *out, const struct tensor *x, const struct tensor *w,
+int sd__linear(struct tensor *out, const struct tensor *x, const struct tensor *w,
               const struct tensor *b, struct err *e);
 
 /* 3x3 conv, padding 1, stride 1. */
-int sd_conv3(struct tensor *out, const struct tensor *x, const struct tensor *w,
+int sd__conv3(struct tensor *out, const struct tensor *x, const struct tensor *w,
              const struct tensor *b, struct err *e);
-int sd_conv1(struct tensor *out, const struct tensor *x, const struct tensor *w,
+int sd__conv1(struct tensor *out, const struct tensor *x, const struct tensor *w,
              const struct tensor *b, struct err *e);
 
-void sd_probe(struct sd15_probe *p, const char *name, const struct tensor *t);
+void sd__probe(struct sd15_probe *p, const char *name, const struct tensor *t);
 
 #endif
