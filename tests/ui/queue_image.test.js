@@ -121,6 +121,30 @@ test("a widget converted to an input is fed by a link; seed control increments",
   await h.screenshot(page, "queue_image_converted_widget");
 });
 
+test("Ctrl+B bypasses a node: its input passes through", async () => {
+  const { page } = ui;
+  await h.loadPrompt(page, {
+    "1": { class_type: "EmptyImage", inputs: { width: 16, height: 16, batch_size: 1, color: 0x204060 } },
+    "2": { class_type: "ImageInvert", inputs: { image: ["1", 0] } },
+    "3": { class_type: "SaveImage", inputs: { images: ["2", 0], filename_prefix: "ui_bypass" } },
+  });
+  await page.waitForTimeout(100);
+  // Click the ImageInvert title to select it, then Ctrl+B.
+  const p = await page.evaluate(() => { const app = window.app; const n = app.graph.getNodeById(2); const c = app.canvas.ds.convertOffsetToCanvas([n.pos[0] + 40, n.pos[1] - 12]); const r = app.canvas.canvas.getBoundingClientRect(); return { x: r.left + c[0], y: r.top + c[1] }; });
+  await page.mouse.click(p.x, p.y);
+  await page.keyboard.press("Control+b");
+  assert.strictEqual(await page.evaluate(() => window.app.graph.getNodeById(2).mode), 4);
+  const api = await page.evaluate(async () => (await import("./js/workflow.js")).graphToPrompt(window.app.graph).output);
+  assert.deepStrictEqual(Object.keys(api).sort(), ["1", "3"]);
+  assert.deepStrictEqual(api["3"].inputs.images, ["1", 0]);
+  await page.click("#btn-queue");
+  await h.waitForEvent(page, "executed", "d.node === '3' && d.output.images[0].filename.startsWith('ui_bypass')");
+  await page.waitForFunction(() => { const i = window.app.graph.getNodeById(3).imgs?.[0]; return i && i.complete && i.naturalWidth === 16; });
+  const px = await page.evaluate(() => { const i = window.app.graph.getNodeById(3).imgs[0]; const c = document.createElement("canvas"); c.width = 16; c.height = 16; const x = c.getContext("2d"); x.drawImage(i, 0, 0); return Array.from(x.getImageData(4, 4, 1, 1).data.slice(0, 3)); });
+  [0x20, 0x40, 0x60].forEach((v, k) => assert.ok(Math.abs(px[k] - v) <= 2, `not inverted: ${px}`));
+  await h.screenshot(page, "queue_image_bypass");
+});
+
 test("history entries can be deleted and cleared", async () => {
   const { page } = ui;
   await page.click('#tabs button[data-tab="history"]');

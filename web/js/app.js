@@ -388,7 +388,20 @@ class App {
     document.addEventListener("keydown", (e) => {
       if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.$("btn-queue").click(); }
       if (e.key === "Escape") this.panels.hideErrorDialog();
+      // ComfyUI's Ctrl+M (mute) and Ctrl+B (bypass) on the selected nodes, when the canvas has focus.
+      if ((e.ctrlKey || e.metaKey) && (e.key === "m" || e.key === "b") && document.activeElement === this.canvas.canvas) {
+        e.preventDefault();
+        this.toggleMode(e.key === "m" ? 2 : 4);
+      }
     });
+  }
+
+  // mode 2 = never (muted), 4 = bypass (ComfyUI's extra mode); pressing again restores 0.
+  toggleMode(mode) {
+    const sel = Object.values(this.canvas.selected_nodes || {});
+    const all = sel.length && sel.every((n) => n.mode === mode);
+    for (const n of sel) n.mode = all ? 0 : mode;
+    this.canvas.setDirty(true, true);
   }
 
   bindDrop() {

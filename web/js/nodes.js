@@ -183,6 +183,12 @@ function drawOverlays(node, ctx) {
   const app = window.app;
   const TH = LG.NODE_TITLE_HEIGHT;
   const [w, h] = node.size;
+  if (node.mode === 2 || node.mode === 4) { // muted grey, bypassed purple (as ComfyUI shows them)
+    ctx.fillStyle = node.mode === 4 ? "rgba(160,0,200,0.35)" : "rgba(0,0,0,0.5)";
+    ctx.fillRect(0, -TH, w, h + TH);
+    ctx.fillStyle = "#fff"; ctx.font = "11px Arial"; ctx.textAlign = "right";
+    ctx.fillText(node.mode === 4 ? "bypassed" : "muted", w - 6, -TH / 2 + 4);
+  }
   if (app.runningNodeId != null && String(node.id) === String(app.runningNodeId)) {
     ctx.strokeStyle = "#0f0"; ctx.lineWidth = 3;
     ctx.strokeRect(-4, -TH - 4, w + 8, h + TH + 8); ctx.lineWidth = 1;
