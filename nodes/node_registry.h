@@ -21,13 +21,22 @@
  *     static const struct node_output_def scale_outputs[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
  *
  *     static int scale_run(struct node_ctx *c) {
- *         const struct value *img = node_in(c, "image");      // or node_in_at(c, 0)
- *         int64_t w = node_in_int(c, "width");
- *         struct value *out = value_new_image(...);
+ *         const struct value *img = node_in(c, "image");      // borrowed; or node_in_at(c, 0)
+ *         int64_t w = node_in_int(c, "width");                 // widgets: typed readers
+ *         struct value *out = node_new_image(c, b, h, w, 3);   // size-checked; NULL = failed
+ *         if (!out)
+ *             return ERR_TOO_LARGE;
  *         ... on failure: return node_fail(c, "RuntimeError", "bad size %lld", w);
+ *         ... in loops:   if ((rc = node_progress(c, i + 1, n, rgb, pw, ph)) < 0) return rc;
  *         node_set_output(c, 0, out);                          // transfers the reference
  *         return 0;
  *     }
+ *
+ * Model-backed types are opaque values: value_new_object("MODEL", m, my_model_free)
+ * on the producing side, and `v->obj` after checking `v->type` on the consuming
+ * side (node_value.h). The cache holds references, so a cached MODEL stays alive
+ * as long as its entry does; free device memory through the memory manager
+ * (node_env.mm), not in obj_free, unless the object owns it.
  *
  *     static const struct node_class image_scale = {
  *         .name = "ImageScale", .display_name = "Upscale Image",
