@@ -4,4 +4,5 @@ void node_registry_add_builtins(struct node_registry *r)
 {
     nodes_image_register(r);
     nodes_primitive_register(r);
+    nodes_sd_register(r);
 }

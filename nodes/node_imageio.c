@@ -20,6 +20,15 @@ void node_image_file_release(struct node_image_file *f)
     f->n_frames = 0;
 }
 
+/* PIL's decompression-bomb limit (2 x MAX_IMAGE_PIXELS), which ComfyUI inherits. */
+static int bomb_error(struct err *e, const char *path, uint64_t px)
+{
+    return err_set(e, ERR_TOO_LARGE,
+                   "cannot decode '%s': Image size (%llu pixels) exceeds limit of %llu pixels, could be "
+                   "decompression bomb DOS attack.",
+                   path, (unsigned long long)px, (unsigned long long)NODE_IMAGE_MAX_PIXELS);
+}
+
 /* ---- EXIF ------------------------------------------------------------------------ */
 
 static unsigned rd16(const uint8_t *p, int le)
@@ -134,6 +143,10 @@ static int load_png(FILE *f, const char *path, struct node_image_file *out, stru
     png_set_interlace_handling(png);
     png_read_update_info(png, info);
     int w = (int)png_get_image_width(png, info), h = (int)png_get_image_height(png, info);
+    if ((uint64_t)w * (uint64_t)h > NODE_IMAGE_MAX_PIXELS) {
+        png_destroy_read_struct(&png, &info, NULL);
+        return bomb_error(e, path, (uint64_t)w * (uint64_t)h);
+    }
     int c = png_get_channels(png, info);
     size_t stride = png_get_rowbytes(png, info);
     if (stride != (size_t)w * c)
@@ -202,8 +215,10 @@ static int load_jpeg(FILE *f, const char *path, struct node_image_file *out, str
     ci.out_color_space = ci.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
     jpeg_start_decompress(&ci);
     int w = (int)ci.output_width, h = (int)ci.output_height, c = ci.output_components;
-    if ((size_t)w * h > (size_t)1 << 28)
-        longjmp(je.jb, 1);
+    if ((uint64_t)w * (uint64_t)h > NODE_IMAGE_MAX_PIXELS) {
+        jpeg_destroy_decompress(&ci);
+        return bomb_error(e, path, (uint64_t)w * (uint64_t)h);
+    }
     px = xmalloc((size_t)w * h * c);
     while (ci.output_scanline < ci.output_height) {
         JSAMPROW row = px + (size_t)ci.output_scanline * w * c;

@@ -17,6 +17,9 @@
 #include "err.h"
 #include "node_run.h"
 
+/* Larger images are refused (PIL's decompression-bomb error threshold). */
+#define NODE_IMAGE_MAX_PIXELS 178956970ull
+
 struct node_pixels {
     int w, h, c;
     uint8_t *px; /* owned, w*h*c bytes */

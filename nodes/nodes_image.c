@@ -87,7 +87,11 @@ static int load_file(struct node_ctx *c, struct node_image_file *f)
     rc = node_image_load(path.ptr, f, &e);
     buf_release(&path);
     if (rc < 0)
-        return node_fail_code(c, rc, rc == ERR_IO ? "OSError" : "PIL.UnidentifiedImageError", "%s", e.msg);
+        return node_fail_code(c, rc,
+                              rc == ERR_IO          ? "OSError"
+                              : rc == ERR_TOO_LARGE ? "PIL.Image.DecompressionBombError"
+                                                    : "PIL.UnidentifiedImageError",
+                              "%s", e.msg);
     return 0;
 }
 

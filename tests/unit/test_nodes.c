@@ -211,6 +211,17 @@ static void test_imageio(const struct tdirs *d)
     fclose(g);
     e.msg[0] = 0;
     ok(node_image_load(path, &f, &e) < 0 && e.msg[0], "corrupt PNG is an error: %s", e.msg);
+    /* A 30000 x 30000 header: refused before any allocation, as PIL refuses it. */
+    static const unsigned char bomb[] = {
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44,
+        0x52, 0x00, 0x00, 0x75, 0x30, 0x00, 0x00, 0x75, 0x30, 0x08, 0x02, 0x00, 0x00, 0x00, 0xe9,
+        0x45, 0x6f, 0xed, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82};
+    g = fopen(path, "wb");
+    fwrite(bomb, 1, sizeof(bomb), g);
+    fclose(g);
+    e.msg[0] = 0;
+    ok(node_image_load(path, &f, &e) == ERR_TOO_LARGE && strstr(e.msg, "decompression bomb"),
+       "decompression bomb refused: %s", e.msg);
 }
 
 /* A GIF with literal-only LZW codes (a clear code every two pixels keeps the code
