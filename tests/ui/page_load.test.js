@@ -120,6 +120,34 @@ test("add-node menu by category, and the search box", async () => {
   assert.strictEqual(await page.evaluate(() => window.app.graph._nodes.at(-1).type), cls);
 });
 
+test("multi-line text is edited in place", async () => {
+  const { page } = ui;
+  // A Note (frontend-only, so present on any server) has a multi-line text widget.
+  const id = await page.evaluate(() => { const n = window.LiteGraph.createNode("Note"); n.pos = [60, 60]; window.app.graph.add(n); return n.id; });
+  await page.waitForTimeout(100);
+  const c = await page.evaluate((id) => {
+    const app = window.app; const n = app.graph.getNodeById(id); const w = n.widgets[0];
+    const p = app.canvas.ds.convertOffsetToCanvas([n.pos[0] + n.size[0] / 2, n.pos[1] + w.last_y + 30]);
+    const r = app.canvas.canvas.getBoundingClientRect(); return { x: r.left + p[0], y: r.top + p[1] };
+  }, id);
+  await page.mouse.click(c.x, c.y);
+  const ta = page.locator("textarea.latentd-textedit");
+  await ta.waitFor();
+  await ta.type("first line\nsecond line");
+  await h.screenshot(page, "page_load_textedit");
+  await ta.press("Control+Enter");
+  await ta.waitFor({ state: "detached" });
+  assert.strictEqual(await page.evaluate((id) => window.app.graph.getNodeById(id).widgets[0].value, id), "first line\nsecond line");
+  // Escape drops an edit.
+  await page.mouse.click(c.x, c.y);
+  await ta.waitFor();
+  await ta.type(" more");
+  await ta.press("Escape");
+  await ta.waitFor({ state: "detached" });
+  assert.strictEqual(await page.evaluate((id) => window.app.graph.getNodeById(id).widgets[0].value, id), "first line\nsecond line");
+  await page.evaluate((id) => window.app.graph.remove(window.app.graph.getNodeById(id)), id);
+});
+
 test("save the workflow as JSON and load it back", async () => {
   const { page } = ui;
   const before = await page.evaluate(() => window.app.graph._nodes.map((n) => `${n.id}:${n.type}`).sort());

@@ -55,12 +55,45 @@ export function addMultilineWidget(node, name, value) {
     },
     mouse(event, pos, n) {
       if (event.type !== LG.pointerevents_method + "down") return false;
-      const canvas = window.app.canvas;
-      canvas.prompt(name, this.value, (v) => { this.value = v; n.setDirtyCanvas(true, true); }, event, true);
+      setTimeout(() => editInPlace(n, this), 0); // after litegraph finishes the click
       return true;
     },
   };
   return node.addCustomWidget(w);
+}
+
+// A <textarea> laid exactly over the widget (at the canvas zoom) while it is edited; blur
+// or Ctrl+Enter keeps the text, Escape drops the edit.
+function editInPlace(node, w) {
+  const app = window.app, canvas = app.canvas, ds = canvas.ds;
+  document.querySelectorAll(".latentd-textedit").forEach((t) => t.blur());
+  const m = 15, h = 72;
+  const p = ds.convertOffsetToCanvas([node.pos[0] + m, node.pos[1] + w.last_y]);
+  const ta = document.createElement("textarea");
+  ta.className = "latentd-textedit";
+  ta.value = String(w.value ?? "");
+  Object.assign(ta.style, {
+    left: `${p[0]}px`, top: `${p[1]}px`, width: `${(node.size[0] - 2 * m) * ds.scale}px`,
+    height: `${h * ds.scale}px`, fontSize: `${Math.max(8, 12 * ds.scale)}px`,
+  });
+  let keep = true;
+  const done = () => {
+    if (!ta.isConnected) return;
+    if (keep) w.value = ta.value;
+    ta.remove();
+    node.setDirtyCanvas(true, true);
+  };
+  ta.addEventListener("blur", done);
+  ta.addEventListener("keydown", (e) => {
+    e.stopPropagation(); // keys belong to the text, not to litegraph or the page shortcuts
+    if (e.key === "Escape") { keep = false; ta.blur(); }
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); ta.blur(); }
+  });
+  canvas.canvas.parentElement.appendChild(ta);
+  ta.focus();
+  // The canvas may move under it (drag, zoom): the edit ends then.
+  canvas.canvas.addEventListener("pointerdown", () => ta.blur(), { once: true });
+  canvas.canvas.addEventListener("wheel", () => ta.blur(), { once: true });
 }
 
 function wrapText(ctx, text, width) {
