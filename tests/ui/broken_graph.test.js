@@ -83,6 +83,11 @@ test("an execution error is shown with its message on the failing node", async (
   await h.screenshot(page, "execution_error_dialog");
   await page.click("#error-close");
   assert.ok(await redNear(page, 1, -4, 20), "LoadImage outlined in red");
+  // The history panel shows the failure too.
+  await page.click('#tabs button[data-tab="history"]');
+  const item = page.locator(`#history-list .item[data-prompt-id="${err.prompt_id}"] .err`);
+  await item.waitFor({ timeout: 10000 });
+  assert.match(await item.textContent(), /LoadImage #1/);
   await h.screenshot(page, "execution_error");
   assert.deepStrictEqual(ui.errors, []);
 });

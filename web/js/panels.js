@@ -22,6 +22,14 @@ function fmtBytes(n) {
   return `${n.toFixed(i ? 1 : 0)} ${u[i]}`;
 }
 
+// The failure of a history entry, from its execution_error message, as one line.
+function errorLine(msgs) {
+  const m = msgs.find((x) => x[0] === "execution_error");
+  if (!m) return null;
+  const d = m[1] || {};
+  return el("div", { class: "err" }, `${d.node_type || "?"} #${d.node_id ?? "?"}: ${(d.exception_message || "").trim().split("\n")[0]}`);
+}
+
 export class Panels {
   constructor(app) {
     this.app = app;
@@ -105,8 +113,7 @@ export class Panels {
           el("span", { class: "meta" }, `${images.length} image${images.length === 1 ? "" : "s"}`),
           el("button", { onclick: () => this.loadFromItem(entry.prompt || []) }, "load"),
           el("button", { onclick: async () => { await api.deleteHistoryItems([id]); this.refreshHistory(); } }, "delete")),
-        thumbs));
-      // Outputs also feed the gallery (newest first, no duplicates).
+        errorLine(msgs), thumbs));
     }
     if (!entries.length) root.append(el("div", { class: "empty" }, "no history"));
     const all = [];
