@@ -430,11 +430,8 @@ int srv_config_parse(struct srv_config *cfg, int argc, char **argv, const char *
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 && nv < 64)
                 vals[nv++] = argv[++i];
         }
-        if ((rc = apply(cfg, f, vals, nv, dirs, e)) != 0) {
-            if (rc == SRV_CONFIG_EXIT)
-                return rc;
-            goto fail;
-        }
+        if ((rc = apply(cfg, f, vals, nv, dirs, e)) != 0)
+            goto fail; /* --help (SRV_CONFIG_EXIT) or an error: nothing to keep */
     }
     if (cfg->tls_keyfile || cfg->tls_certfile)
         log_info("notice: TLS flags accepted; latentd serves plain HTTP (put a TLS proxy in front)");
