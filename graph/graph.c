@@ -29,7 +29,9 @@ struct graph_ctx *graph_new(const struct graph_config *cfg, struct err *e)
     g->env.output_dir = cfg->output_dir;
     g->env.temp_dir = cfg->temp_dir;
     g->env.disable_metadata = cfg->disable_metadata;
-    g->env.preview_size = g->cfg.preview_size;
+    /* With --preview-method none no binary frames go out, so samplers need not
+     * build preview images at all (KSampler skips them when preview_size is 0). */
+    g->env.preview_size = g->cfg.preview_method == GRAPH_PREVIEW_NONE ? 0 : g->cfg.preview_size;
     atomic_init(&g->interrupt, 0);
     /* The memory manager opens the compute device (memory/memmgr.h); nodes reach it
      * through node_env.mm. */

@@ -136,7 +136,9 @@ void graph__send_failure(struct run *r, int n, int interrupted, const char *exc_
     cJSON *d = graph__base_data(r);
     cJSON_AddStringToObject(d, "node_id", gn->id);
     cJSON_AddStringToObject(d, "node_type", gn->cls->name);
-    cJSON_AddItemToObject(d, "executed", cJSON_Duplicate(r->executed, 1));
+    cJSON *ex = cJSON_AddArrayToObject(d, "executed");
+    for (int i = 0; i < r->n_executed; i++)
+        cJSON_AddItemToArray(ex, cJSON_CreateString(r->p.nodes[r->executed[i]].id));
     if (!interrupted) {
         struct buf m;
         buf_init(&m);

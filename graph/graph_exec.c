@@ -297,6 +297,8 @@ static int execute_node(struct run *r, int n)
             rc = node_fail(&c, "RuntimeError", "node %s (%s) produced no value for output %d", gn->id,
                            gn->cls->name, i);
     if (rc < 0) {
+        if (!c.exc_message.ptr)
+            buf_init(&c.exc_message);
         if (!c.exc_message.len)
             buf_printf(&c.exc_message, "node %s (%s) failed: %s", gn->id, gn->cls->name, err_str(rc));
         if (rc == ERR_DEVICE_OOM || !strcmp(c.exc_type, "torch.OutOfMemoryError")) {
@@ -331,7 +333,7 @@ static int execute_node(struct run *r, int n)
     if (ui)
         graph__send_executed(r, n, ui);
     graph__pstate_set(r, n, X_FINISHED, 1.0, 1.0);
-    cJSON_AddItemToArray(r->executed, cJSON_CreateString(gn->id));
+    r->executed[r->n_executed++] = n;
 out:
     for (int k = 0; k < gn->n_in; k++)
         value_unref(in[k]);
@@ -382,7 +384,6 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     g->gen++;
 
     struct run r = {.g = g, .job = job, .ev = ev, .res = out, .cur = -1};
-    r.executed = cJSON_CreateArray();
     r.hooks = (struct node_hooks){.user = &r, .progress = hook_progress, .interrupted = hook_interrupted};
     cJSON *d = graph__base_data(&r);
     cJSON_AddNumberToObject(d, "timestamp", (double)graph__now_ms());
@@ -395,12 +396,12 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
         cJSON_AddStringToObject(e, "exception_type", "RuntimeError");
         graph__send_ev(&r, "execution_error", e, 1);
         out->status = GRAPH_STATUS_ERROR;
-        cJSON_Delete(r.executed);
         return 0;
     }
     int n = r.p.n;
     r.x = xcalloc((size_t)(n ? n : 1), sizeof(*r.x));
     r.started = xmalloc((size_t)(n ? n : 1) * sizeof(*r.started));
+    r.executed = xmalloc((size_t)(n ? n : 1) * sizeof(*r.executed));
     for (int i = 0; i < n; i++)
         if (!r.p.nodes[i].cls)
             r.x[i].sig_state = 2; /* unknown class: no signature (validation prevents it) */
@@ -461,7 +462,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     xfree(r.deps);
     xfree(r.started);
     xfree(r.x);
-    cJSON_Delete(r.executed);
+    xfree(r.executed);
     gprompt_release(&r.p);
     return 0;
 }

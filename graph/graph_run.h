@@ -44,7 +44,8 @@ struct run {
     struct heap heaps[4];
     int32_t *started; /* nodes in start order (progress_state) */
     int n_started;
-    cJSON *executed;  /* ids that really ran */
+    int32_t *executed; /* nodes that really ran, in order (execution_error's "executed") */
+    int n_executed;
     char *prompt_json; /* lazily printed PROMPT hidden input */
     struct node_text_chunk *pnginfo;
     char **pnginfo_vals;

@@ -17,7 +17,8 @@ void node_ctx_init(struct node_ctx *c, const struct node_class *cls, const char 
     c->env = env;
     c->inputs = inputs;
     c->outputs = outputs;
-    buf_init(&c->exc_message);
+    /* exc_message stays unallocated (ptr NULL) until a failure: most nodes never
+     * fail, and the executor's per-node cost is mostly allocation. */
 }
 
 void node_ctx_release(struct node_ctx *c)
@@ -29,7 +30,8 @@ void node_ctx_release(struct node_ctx *c)
     xfree(c->ui_images);
     c->ui_images = NULL;
     c->n_ui_images = c->cap_ui_images = 0;
-    buf_release(&c->exc_message);
+    if (c->exc_message.ptr)
+        buf_release(&c->exc_message);
 }
 
 struct value *node_in_at(const struct node_ctx *c, int index)
@@ -136,6 +138,8 @@ int node_interrupted(struct node_ctx *c)
 static int fail_v(struct node_ctx *c, int code, const char *exc_type, const char *fmt,
                   va_list ap)
 {
+    if (!c->exc_message.ptr)
+        buf_init(&c->exc_message);
     if (c->exc_message.len == 0) {
         snprintf(c->exc_type, sizeof(c->exc_type), "%s", exc_type ? exc_type : "RuntimeError");
         buf_vprintf(&c->exc_message, fmt, ap);

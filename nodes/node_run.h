@@ -87,7 +87,7 @@ struct node_ctx {
 
     /* Error (set by node_fail). */
     char exc_type[64];
-    struct buf exc_message;
+    struct buf exc_message; /* ptr is NULL until the first node_fail */
 
     const struct node_hooks *hooks; /* borrowed */
 };
