@@ -15,9 +15,9 @@ const L = require("./lib/latentd.js");
 const gen = process.env.LATENTD_GEN_CKPT || path.join(path.dirname(L.latentdBin()), "gen_ckpt");
 
 // The default workflow (spec/default_workflow_api.json), scaled down.
-function workflow() {
+function workflow(seed = 156680208700286) {
   return {
-    3: { class_type: "KSampler", inputs: { seed: 156680208700286, steps: 2, cfg: 8, sampler_name: "euler", scheduler: "normal",
+    3: { class_type: "KSampler", inputs: { seed, steps: 2, cfg: 8, sampler_name: "euler", scheduler: "normal",
       denoise: 1, model: ["4", 0], positive: ["6", 0], negative: ["7", 0], latent_image: ["5", 0] } },
     4: { class_type: "CheckpointLoaderSimple", inputs: { ckpt_name: "tiny.safetensors" } },
     5: { class_type: "EmptyLatentImage", inputs: { width: 64, height: 64, batch_size: 1 } },
@@ -45,8 +45,10 @@ test("type-1 and type-4 preview frames, progress order", async (t) => {
     const meta = await L.openWs(srv, { clientId: "meta" });
     meta.send({ type: "feature_flags", data: { supports_preview_metadata: true } });
     await meta.waitFor((m) => m.type === "feature_flags");
-    for (const [c, id] of [[legacy, "legacy"], [meta, "meta"]]) {
-      const r = await L.postPrompt(srv, workflow(), { client_id: id, prompt_id: `pv-${id}` });
+    // Different seeds: an identical second prompt would be served from the cache and
+    // sample nothing, so its client would get no previews.
+    for (const [c, id, seed] of [[legacy, "legacy", 1], [meta, "meta", 2]]) {
+      const r = await L.postPrompt(srv, workflow(seed), { client_id: id, prompt_id: `pv-${id}` });
       assert.equal(r.status, 200, r.text);
       const done = await c.waitFor((m) => m.type === "executing" && m.data.node === null, 120000);
       assert.equal(done.data.prompt_id, `pv-${id}`);
