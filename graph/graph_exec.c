@@ -16,7 +16,8 @@
 #include "memmgr.h"
 #include "node_imageio.h"
 
-#define PROGRESS_MIN_INTERVAL_MS 10 /* throttle for progress events */
+#define PROGRESS_ALL_STEPS 100      /* loops this long report every step */
+#define PROGRESS_MIN_INTERVAL_MS 10 /* throttle for progress events of longer loops */
 #define PREVIEW_MIN_INTERVAL_MS 100 /* throttle for preview images */
 
 int64_t graph__now_ms(void)
@@ -49,15 +50,17 @@ static int hook_progress(void *user, double value, double max, const uint8_t *rg
         return 0;
     int64_t now = mono_ms();
     int last = value >= max;
-    /* Throttle: a fast loop must not flood the socket. The first and the last
-     * step always go out. */
-    if (!last && r->last_progress_ms && now - r->last_progress_ms < PROGRESS_MIN_INTERVAL_MS)
+    /* Throttle: a fast loop must not flood the socket. Up to PROGRESS_ALL_STEPS
+     * steps every one goes out, as ComfyUI sends them (samplers: clients may count
+     * them); longer loops send the first, the last, and one per interval. */
+    int all = max <= PROGRESS_ALL_STEPS;
+    if (!all && !last && r->last_progress_ms && now - r->last_progress_ms < PROGRESS_MIN_INTERVAL_MS)
         return 0;
     r->last_progress_ms = now;
     /* ComfyUI's order: progress_state, then the preview, then progress. */
     graph__pstate_set(r, n, X_RUNNING, value, max);
     if (rgb && r->g->cfg.preview_method != GRAPH_PREVIEW_NONE && r->ev && r->ev->preview &&
-        (last || !r->last_preview_ms || now - r->last_preview_ms >= PREVIEW_MIN_INTERVAL_MS)) {
+        (all || last || !r->last_preview_ms || now - r->last_preview_ms >= PREVIEW_MIN_INTERVAL_MS)) {
         r->last_preview_ms = now;
         uint8_t *jpg = NULL;
         size_t nb = 0;

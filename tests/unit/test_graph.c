@@ -78,6 +78,20 @@ static int tfail_run(struct node_ctx *c)
     return node_fail(c, "ValueError", "boom %lld", (long long)node_in_int(c, "x"));
 }
 
+/* Progress as fast as it can, no preview. */
+static int tfast_run(struct node_ctx *c)
+{
+    log_run(c);
+    int64_t steps = node_in_int(c, "x");
+    for (int64_t i = 0; i < steps; i++) {
+        int rc = node_progress(c, (double)(i + 1), (double)steps, NULL, 0, 0);
+        if (rc < 0)
+            return rc;
+    }
+    node_set_output(c, 0, value_new_int(steps));
+    return 0;
+}
+
 /* Interrupts without a progress call: the next node must not start. */
 static int tintr_run(struct node_ctx *c)
 {
@@ -178,7 +192,10 @@ static const struct node_class tintr = {.name = "TIntr", .category = "test", .in
 static const struct node_class tcc = {.name = "TCacheCount", .category = "test", .inputs = tfail_in,
                                       .outputs = int_out, .run = tcc_run};
 
-static const struct node_class *const test_classes[] = {&tintr, &tcc, &tcount, &tout, &tslow, &tfail, &tseed,
+static const struct node_class tfast = {.name = "TFast", .category = "test", .inputs = tfail_in,
+                                        .outputs = int_out, .run = tfast_run};
+
+static const struct node_class *const test_classes[] = {&tfast, &tintr, &tcc, &tcount, &tout, &tslow, &tfail, &tseed,
                                                         &s_ckpt, &s_clip, &s_latent, &s_ks, &s_vae,
                                                         &s_save};
 
@@ -935,6 +952,27 @@ static void test_events_and_cache(const struct tdirs *d)
     /* An interrupt while idle is discarded; the next prompt runs. */
     graph_interrupt(g);
     ok(run_chain(g, &s, 8, 8) == GRAPH_STATUS_SUCCESS, "prompt after an interrupt runs");
+    /* Progress throttling: short loops report every step, long ones are thinned. */
+    for (int pass = 0; pass < 2; pass++) {
+        int steps = pass ? 200000 : 50;
+        char buf[256];
+        snprintf(buf, sizeof(buf), "{'1': {'class_type': 'TFast', 'inputs': {'x': %d}}, '9': {'class_type': 'TOut', 'inputs': {'v': ['1', 0]}}}", steps);
+        t = jq(buf);
+        sink_clear(&s);
+        trun(g, &s, "fast", t, NULL, NULL);
+        free(t);
+        int np = sink_count(&s, "progress");
+        const cJSON *lastp = NULL;
+        for (int i = 0; i < s.n; i++)
+            if (!strcmp(s.type[i], "progress"))
+                lastp = s.data[i];
+        if (pass == 0)
+            EXPECT_EQ(np, 50);
+        else
+            ok(np >= 2 && np < 2000, "200000 fast steps thinned to %d progress events", np);
+        ok(lastp && cJSON_GetObjectItem(lastp, "value")->valuedouble == steps, "the last step is always sent");
+    }
+
     /* An interrupt raised by a node without progress calls stops the next node. */
     t = jq("{'1': {'class_type': 'TIntr', 'inputs': {'x': 60}}, '2': {'class_type': 'TCount', 'inputs': {'x': 1, 'a': ['1', 0]}},"
            " '9': {'class_type': 'TOut', 'inputs': {'v': ['2', 0]}}}");
