@@ -137,6 +137,8 @@ test("no client_id: execution messages reach nobody, status reaches everyone", a
   await L.sleep(100);
   const types = new Set(w.messages.map((m) => m.type));
   for (const t of ["execution_start", "execution_cached", "executing", "executed", "execution_success"]) assert.ok(!types.has(t), `${t} leaked`);
+  // progress_state (like progress and previews) goes to everyone when there is no client.
+  assert.ok(w.messages.some((m) => m.type === "progress_state" && m.data.prompt_id === r.json.prompt_id), "progress_state broadcast");
   assert.ok(w.messages.filter((m) => m.type === "status").length >= 3);
   await w.close();
 });
