@@ -58,6 +58,8 @@ cJSON *gobj_input_spec(const struct node_env *env, const struct node_input_def *
         cJSON_AddTrueToObject(o, "image_upload");
     if (in->force_input)
         cJSON_AddTrueToObject(o, "forceInput");
+    if (in->display)
+        cJSON_AddStringToObject(o, "display", in->display);
     if (in->tooltip)
         cJSON_AddStringToObject(o, "tooltip", in->tooltip);
     if (always_opts || o->child)

@@ -123,6 +123,7 @@ struct node_input_def {
     unsigned char control_after_generate; /* INT: seed widget */
     unsigned char image_upload;           /* COMBO: LoadImage's upload button */
     unsigned char force_input;            /* widget type shown as a socket */
+    const char *display;                  /* widget display hint ("color"); NULL = none */
     const char *tooltip;                  /* NULL = none */
 
     /* COMBO choices: exactly one of these. */

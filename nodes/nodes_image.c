@@ -645,7 +645,7 @@ static const struct node_input_def empty_image_in[] = {
      .step = NODE_I(1)},
     {.name = "batch_size", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(4096)},
     {.name = "color", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(0xFFFFFF),
-     .step = NODE_I(1)},
+     .step = NODE_I(1), .display = "color"},
     NODE_INPUTS_END};
 static const struct node_input_def image_batch_in[] = {
     {.name = "image1", .type = "IMAGE"}, {.name = "image2", .type = "IMAGE"}, NODE_INPUTS_END};
