@@ -26,6 +26,8 @@
 
 enum { ST_NEW = 0, ST_BUSY = 1, ST_DONE = 2 };
 
+#define DEPENDENTS_WORK_MAX 20000000L /* nodes visited to fill dependent_outputs */
+
 struct vframe {
     int node;
     int k;      /* next declared input to look at */
@@ -637,6 +639,7 @@ int graph_validate_targets(struct graph_ctx *g, cJSON *prompt, const cJSON *targ
         n_edges += (size_t)p.nodes[i].n_in;
     int *stack = xmalloc(n_edges * sizeof(int));
     int n_good = 0;
+    long work = 0;
     buf_reset(&d);
     for (int i = 0; i < n_out; i++) {
         int o = outs[i];
@@ -670,7 +673,10 @@ int graph_validate_targets(struct graph_ctx *g, cJSON *prompt, const cJSON *targ
                 cJSON_AddItemToArray(cJSON_GetObjectItem(entry[x], "dependent_outputs"),
                                      cJSON_CreateString(p.nodes[o].id));
             }
-            if (vs.state[x] != ST_DONE)
+            /* A valid node has only valid ancestors: nothing to find above it. The
+             * budget bounds pathological prompts (many failing outputs over one long
+             * failing chain); past it, dependent_outputs may be incomplete. */
+            if (vs.state[x] != ST_DONE || vs.valid[x] || ++work > DEPENDENTS_WORK_MAX)
                 continue;
             for (int k = p.nodes[x].n_in - 1; k >= 0; k--) {
                 int s = p.nodes[x].in[k].src;

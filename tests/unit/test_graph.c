@@ -635,6 +635,43 @@ static void test_huge(struct graph_ctx *g)
     sink_clear(&s);
     cJSON_Delete(p);
     graph_free_memory(g, 0, 1);
+
+    /* Many failing outputs over one long failing chain: bounded work. */
+    p = cJSON_CreateObject();
+    n0 = cJSON_AddObjectToObject(p, "0");
+    cJSON_AddStringToObject(n0, "class_type", "TCount");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(n0, "inputs"), "x", "not a number");
+    int M = 5000;
+    for (int i = 1; i < M; i++) {
+        snprintf(id, sizeof(id), "%d", i);
+        snprintf(src, sizeof(src), "%d", i - 1);
+        cJSON *n = cJSON_AddObjectToObject(p, id);
+        cJSON_AddStringToObject(n, "class_type", "TCount");
+        cJSON *in = cJSON_AddObjectToObject(n, "inputs");
+        cJSON_AddNumberToObject(in, "x", 1);
+        cJSON *ln = cJSON_AddArrayToObject(in, "a");
+        cJSON_AddItemToArray(ln, cJSON_CreateString(src));
+        cJSON_AddItemToArray(ln, cJSON_CreateNumber(0));
+    }
+    snprintf(src, sizeof(src), "%d", M - 1);
+    for (int i = 0; i < M; i++) {
+        snprintf(id, sizeof(id), "o%d", i);
+        cJSON *n = cJSON_AddObjectToObject(p, id);
+        cJSON_AddStringToObject(n, "class_type", "TOut");
+        cJSON *ln = cJSON_AddArrayToObject(cJSON_AddObjectToObject(n, "inputs"), "v");
+        cJSON_AddItemToArray(ln, cJSON_CreateString(src));
+        cJSON_AddItemToArray(ln, cJSON_CreateNumber(0));
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    graph_validate(g, p, &v);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const cJSON *deps = cJSON_GetObjectItem(cJSON_GetObjectItem(v.node_errors, "0"), "dependent_outputs");
+    ok(!v.ok && cJSON_GetArraySize(v.node_errors) == 1 && cJSON_GetArraySize(deps) > 0,
+       "5000 failing outputs over a 5000-node failing chain: one node error, %d dependents listed, %.2f s",
+       cJSON_GetArraySize(deps), (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+    graph_validation_release(&v);
+    cJSON_Delete(p);
 }
 
 /* ---- random prompts: validation and execution never crash -------------------------------- */
