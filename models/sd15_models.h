@@ -71,7 +71,12 @@ int sd15_unet_eval(struct patcher *unet, const struct sd15_config *cfg, const st
                    const float *t, const struct tensor *ctx, struct tensor *eps,
                    struct sd15_probe *probe, struct err *e);
 
-/* Activation peak (bytes, f32) of one eval at these shapes, plus attention workspace. */
+/*
+ * Activation bytes (f32) one eval allocates on the device at these shapes, from a walk
+ * of the block sequence mirroring the code's allocations (checked against the measured
+ * device peak in test_models_fwd; op workspaces such as attention scratch are not
+ * included: they are the backend's, mm_request.workspace_bytes).
+ */
 size_t sd15_unet_plan_bytes(const struct sd15_config *cfg, int b, int h, int w, int t);
 
 /* Multiply-adds x2 of one eval (for benchmarks: GFLOP/s). */
@@ -124,7 +129,8 @@ int sd15_vae_encode_auto(struct patcher *vae, const struct sd15_config *cfg,
                          const struct tensor *img, struct tensor *mean, int tile, int overlap,
                          struct err *e);
 
-/* Activation peak (bytes, f32) of a whole-image decode / encode at latent size h x w. */
+/* Activation bytes (f32) of a whole-image decode / encode at latent size h x w (same
+ * method and test as sd15_unet_plan_bytes). */
 size_t sd15_vae_plan_bytes(const struct sd15_config *cfg, int b, int h, int w);
 double sd15_vae_decode_flops(const struct sd15_config *cfg, int b, int h, int w);
 

@@ -130,6 +130,8 @@ static int transformer(struct unet_ctx *u, const char *p, struct tensor *x)
     g = NULL;
     SD_TRY(sd__new(u->d, &h, e, 3, B, T, C));
     SD_TRY(sd__linear(h, tok, pi_w, pi_b, e)); /* a 1x1 conv is a Linear over channels */
+    tensor_free(tok); /* early: the FF below is the block's peak */
+    tok = NULL;
     SD_TRY(sd__new(u->d, &n, e, 3, B, T, C));
     for (int d = 0; d < u->cfg->unet_depth; d++) {
         const struct tensor *lw, *lb, *f0w, *f0b, *f2w, *f2b;
@@ -371,24 +373,74 @@ fail:
 
 /* ---- planning figures ------------------------------------------------------------------------ */
 
+/*
+ * The activation peak of sd15_unet_eval, by walking the block sequence as the code
+ * allocates: `base` is what is alive between blocks (the skip stack and the current
+ * h), each block adds its own temporaries (ResBlock: max(GN(in) + out, 3 out);
+ * SpatialTransformer: 14 C per token for the FF (h, n, 8C, 4C) plus k, v over the
+ * context; up/downsample: their outputs). Floats; x, ctx and eps are the caller's.
+ */
 size_t sd15_unet_plan_bytes(const struct sd15_config *c, int b, int h, int w, int t)
 {
-    /* Skip stack + the widest block's working set (input, ResBlock temporaries, the
-     * transformer's tokens, q/k/v, FF 8C + 4C) at full resolution; f32. */
-    double skip = 0, px = (double)h * w;
-    int64_t mc = c->unet_mc;
-    double hh = h, ww = w;
-    skip += (double)mc * px * 3;
+    double mc = c->unet_mc, hh = h, ww = w, peak = 0, base = 0;
+    double skip_c[16], skip_px[16];
+    int ns = 0;
+#define PEAK(extra) peak = fmax(peak, base + (extra))
+    double px = hh * ww, ch = mc;
+    base = mc * px; /* conv_in output */
+    PEAK(0);
+    skip_c[ns] = mc;
+    skip_px[ns++] = px;
+    double lv_px[4];
     for (int l = 0; l < 4; l++) {
-        double pl = hh * ww;
-        skip += 2.0 * c->unet_mult[l] * mc * pl + (l < 3 ? c->unet_mult[l] * mc * ceil(hh / 2) * ceil(ww / 2) : 0);
-        hh = ceil(hh / 2);
-        ww = ceil(ww / 2);
+        lv_px[l] = hh * ww;
+        px = lv_px[l];
+        for (int r = 0; r < 2; r++) {
+            double co = c->unet_mult[l] * mc;
+            PEAK(fmax(ch + co, 3 * co) * px);
+            base += co * px; /* the new h; the old one stays on the skip stack */
+            ch = co;
+            if (l < 3)
+                PEAK(14 * ch * px + 2 * ch * t);
+            skip_c[ns] = ch;
+            skip_px[ns++] = px;
+        }
+        if (l < 3) {
+            hh = ceil(hh / 2);
+            ww = ceil(ww / 2);
+            base += ch * hh * ww;
+            PEAK(0);
+            skip_c[ns] = ch;
+            skip_px[ns++] = hh * ww;
+        }
     }
-    double C = (double)c->unet_mult[0] * mc;
-    double work = px * (3 * C /* cat in */ + 6 * C /* block temps */ + 16 * C /* FF */) +
-                  (double)t * 2 * C;
-    return (size_t)((skip + work) * b * 4.0) + ((size_t)64 << 20);
+    px = hh * ww;
+    /* Middle: its own h beside the stack. */
+    PEAK(fmax(2 * ch, 3 * ch) * px + ch * px);
+    PEAK(ch * px + 14 * ch * px + 2 * ch * t);
+    base += ch * px;
+    for (int l = 3; l >= 0; l--) {
+        px = lv_px[l];
+        for (int r = 0; r < 3; r++) {
+            double s = skip_c[--ns], cat = ch + s, co = c->unet_mult[l] * mc;
+            base -= s * skip_px[ns]; /* popped ... */
+            base -= ch * px;         /* ... and h, both folded into cat */
+            base += cat * px;
+            PEAK(fmax(cat + co, 3 * co) * px);
+            base += co * px - cat * px;
+            ch = co;
+            if (l < 3)
+                PEAK(14 * ch * px + 2 * ch * t);
+            if (l > 0 && r == 2) {
+                double up = lv_px[l - 1];
+                PEAK(2 * ch * up);
+                base += ch * up - ch * px;
+            }
+        }
+    }
+    PEAK(ch * px); /* GN before out.2 */
+#undef PEAK
+    return (size_t)(peak * b * 4.0) + ((size_t)1 << 20);
 }
 
 double sd15_unet_flops(const struct sd15_config *c, int b, int h, int w, int t)

@@ -274,13 +274,29 @@ fail:
     return rc;
 }
 
+/*
+ * The activation peak of sd15_vae_decode / encode, by walking the levels as the code
+ * allocates (floats): a ResnetBlock holds its input, GN(input), conv1 out, then
+ * GN(h), conv2 out and the shortcut: max(2 in + out, in + 3 out); an upsample holds
+ * its input, the resized tensor and the conv output; the mid attention ~7 C per
+ * pixel. Encode is bounded by the same walk at the same resolutions.
+ */
 size_t sd15_vae_plan_bytes(const struct sd15_config *c, int b, int h, int w)
 {
-    /* The top decoder level dominates: ~4 tensors of ch*mult[1] at 8h x 8w (upsample
-     * input/output, block temporaries), plus the mid attention's tokens at h x w. */
-    double px = 64.0 * h * w, c1 = (double)c->vae_ch * c->vae_mult[1];
-    double mid = (double)h * w * c->vae_ch * c->vae_mult[3] * 6;
-    return (size_t)((px * c1 * 5 + mid) * b * 4.0) + ((size_t)64 << 20);
+    double px = (double)h * w, cin = (double)c->vae_ch * c->vae_mult[3], peak = 7 * cin * px;
+    for (int l = 3; l >= 0; l--) {
+        double co = (double)c->vae_ch * c->vae_mult[l];
+        for (int k = 0; k < 3; k++) {
+            peak = fmax(peak, fmax(2 * cin + co, cin + 3 * co) * px);
+            cin = co;
+        }
+        if (l > 0) {
+            peak = fmax(peak, co * px + 2 * co * 4 * px);
+            px *= 4;
+        }
+    }
+    peak = fmax(peak, 2 * cin * px);
+    return (size_t)(peak * b * 4.0) + ((size_t)1 << 20);
 }
 
 double sd15_vae_decode_flops(const struct sd15_config *c, int b, int h, int w)

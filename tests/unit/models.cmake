@@ -20,3 +20,17 @@ latentd_add_test(test_models_full SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_
                  LIBS latentd_ckptgen latentd_models LABELS model TIMEOUT 600)
 latentd_add_test(test_models_lora SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_lora.c
                  LIBS latentd_ckptgen latentd_models LABELS unit TIMEOUT 60)
+latentd_add_test(test_models_fuzz SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_fuzz.c
+                 LIBS latentd_models
+                 ARGS ${PROJECT_SOURCE_DIR}/models/data/sd1_tokenizer 20000
+                 LABELS unit TIMEOUT 120)
+# libFuzzer build of the same checks (clang only): cmake -DLATENTD_FUZZ=ON -DCMAKE_C_COMPILER=clang,
+# then FUZZ_TARGET=st|tok ./fuzz_models corpus/
+if(LATENTD_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang")
+  add_executable(fuzz_models ${CMAKE_CURRENT_LIST_DIR}/test_models_fuzz.c)
+  target_compile_definitions(fuzz_models PRIVATE LATENTD_LIBFUZZER)
+  target_compile_options(fuzz_models PRIVATE -fsanitize=fuzzer,address)
+  target_link_options(fuzz_models PRIVATE -fsanitize=fuzzer,address)
+  target_include_directories(fuzz_models PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(fuzz_models PRIVATE latentd_models)
+endif()

@@ -458,6 +458,59 @@ static void test_dtypes(struct mm *mm, const char *dir)
     }
 }
 
+/* The plan functions bound the activation bytes the passes really allocate (device
+ * peak minus what was live before), and not by much. */
+static void test_plan_bytes(struct loaded *L)
+{
+    struct dev *d = patcher_device(L->p[SD15_UNET]);
+    struct err e = {0};
+    int shapes[3][3] = {{1, 8, 8}, {2, 9, 7}, {2, 16, 24}};
+    for (int i = 0; i < 3; i++) {
+        int b = shapes[i][0], h = shapes[i][1], w = shapes[i][2];
+        int64_t xs[4] = {b, 4, h, w}, cs[3] = {b, 77, L->ck.cfg.ctx_dim};
+        struct tensor *x = new_wave(d, 4, xs, 0.1, 0), *c = new_wave(d, 3, cs, 0.2, 0), *o = NULL;
+        tensor_new(d, TENSOR_F32, 4, xs, &o, &e);
+        float t[2] = {10, 20};
+        size_t used = dev_bytes_used(d);
+        dev_peak_reset(d);
+        sd15_unet_eval(L->p[SD15_UNET], &L->ck.cfg, x, t, c, o, NULL, &e);
+        size_t got = dev_bytes_peak(d) - used, plan = sd15_unet_plan_bytes(&L->ck.cfg, b, h, w, 77);
+        ok(got <= plan && plan <= got + got / 3 + (1 << 20),
+           "unet %dx%dx%d: plan %zu bytes bounds the peak %zu tightly", b, h, w, plan, got);
+        tensor_free(x);
+        tensor_free(c);
+        tensor_free(o);
+        int64_t zs[4] = {1, 4, h, w}, is[4] = {1, 3, 8 * h, 8 * w};
+        struct tensor *z = new_wave(d, 4, zs, 0.1, 0), *img = NULL;
+        tensor_new(d, TENSOR_F32, 4, is, &img, &e);
+        used = dev_bytes_used(d);
+        dev_peak_reset(d);
+        sd15_vae_decode(L->p[SD15_VAE], &L->ck.cfg, z, img, NULL, &e);
+        got = dev_bytes_peak(d) - used;
+        plan = sd15_vae_plan_bytes(&L->ck.cfg, 1, h, w);
+        ok(got <= plan && plan <= got + got / 3 + (1 << 20),
+           "vae decode %dx%d: plan %zu bytes bounds the peak %zu tightly", h, w, plan, got);
+        if (h % 8 == 0 && w % 8 == 0) {
+            struct tensor *m = NULL;
+            int64_t ms[4] = {1, 4, h / 8, w / 8};
+            tensor_new(d, TENSOR_F32, 4, ms, &m, &e);
+            struct tensor *ii = NULL;
+            int64_t is2[4] = {1, 3, h, w};
+            tensor_new_zeros(d, TENSOR_F32, 4, is2, &ii, &e);
+            used = dev_bytes_used(d);
+            dev_peak_reset(d);
+            sd15_vae_encode(L->p[SD15_VAE], &L->ck.cfg, ii, m, NULL, &e);
+            got = dev_bytes_peak(d) - used;
+            ok(got <= sd15_vae_plan_bytes(&L->ck.cfg, 1, h / 8, w / 8),
+               "vae encode %dx%d: within the plan (%zu)", h, w, got);
+            tensor_free(m);
+            tensor_free(ii);
+        }
+        tensor_free(z);
+        tensor_free(img);
+    }
+}
+
 /* A device budget too small for a whole 256x256 decode: plain decode reports
  * ERR_DEVICE_OOM (no crash, nothing leaked), the auto path falls back to tiles and gives
  * exactly the explicit tiled result. */
@@ -544,6 +597,7 @@ int main(int argc, char **argv)
         test_clip_embedding(&L, tok, dir);
         test_unet(&L);
         test_vae(&L);
+        test_plan_bytes(&L);
     }
     unload(mm, &L);
     test_vae_oom(path);
