@@ -1159,6 +1159,35 @@ static void test_object_info(struct graph_ctx *g)
     s = graph_object_info_json(g, NULL);
     j = cJSON_Parse(s);
     ok(j && cJSON_GetObjectItem(j, "LoadImage") && cJSON_GetObjectItem(j, "PrimitiveBoolean"), "full object_info parses");
+    /* What the frontend type-checks on every node definition (comfy-api.md §3.6),
+     * for every registered class (the SD family's too, once registered). */
+    int good = 1;
+    const char *bad = "";
+    for (const cJSON *nd = j ? j->child : NULL; nd; nd = nd->next) {
+        const char *strs[] = {"name", "display_name", "description", "category", "python_module"};
+        for (size_t i = 0; i < 5; i++)
+            if (!cJSON_IsString(cJSON_GetObjectItem(nd, strs[i])))
+                good = 0, bad = nd->string;
+        if (!cJSON_IsBool(cJSON_GetObjectItem(nd, "output_node")) || !cJSON_IsObject(cJSON_GetObjectItem(nd, "input")) ||
+            !cJSON_IsObject(cJSON_GetObjectItem(nd, "input_order")))
+            good = 0, bad = nd->string;
+        int no = cJSON_GetArraySize(cJSON_GetObjectItem(nd, "output"));
+        if (cJSON_GetArraySize(cJSON_GetObjectItem(nd, "output_is_list")) != no ||
+            cJSON_GetArraySize(cJSON_GetObjectItem(nd, "output_name")) != no)
+            good = 0, bad = nd->string;
+        /* input_order mirrors input */
+        const cJSON *inp = cJSON_GetObjectItem(nd, "input"), *ord = cJSON_GetObjectItem(nd, "input_order");
+        for (const cJSON *grp = inp ? inp->child : NULL; grp; grp = grp->next) {
+            const cJSON *o = cJSON_GetObjectItem(ord, grp->string);
+            const cJSON *a = grp->child, *b2 = o ? o->child : NULL;
+            for (; a && b2; a = a->next, b2 = b2->next)
+                if (strcmp(a->string, b2->valuestring))
+                    good = 0, bad = nd->string;
+            if (a || b2)
+                good = 0, bad = nd->string;
+        }
+    }
+    ok(good, "every node definition has the fields the frontend checks (bad: %s)", bad);
     cJSON_Delete(j);
     xfree(s);
     cJSON *ds = graph_device_stats(g);
