@@ -170,6 +170,43 @@ static void test_views(void)
     tensor_free(p);
 }
 
+static int released;
+
+static void on_release(void *user, void *data)
+{
+    released += user == (void *)&released && data != NULL;
+}
+
+/* External memory (an mmap'd checkpoint): used in place, released once, after the last
+ * view goes; and a copy from it to another (sim) device converts f16 -> f32. */
+static void test_external(void)
+{
+    struct err e = {0};
+    uint16_t raw[6];
+    for (int i = 0; i < 6; i++)
+        raw[i] = tensor_f32_to_f16((float)i - 2.5f);
+    struct tensor *t = NULL, *v = NULL, *dst = NULL;
+    struct dev *sim = NULL;
+    EXPECT_OK(tensor_new_external(D, TENSOR_F16, 2, (int64_t[]){2, 3}, raw, on_release, &released,
+                                  &t, &e));
+    ok(tensor_data(t) == (void *)raw, "external tensor uses the caller's memory");
+    EXPECT_OK(tensor_slice(t, 1, 1, 2, &v, &e));
+    tensor_free(t);
+    EXPECT_EQ(released, 0);
+    dev_open("sim:1M", 0, &sim, &e);
+    tensor_new(sim, TENSOR_F32, 2, (int64_t[]){2, 2}, &dst, &e);
+    EXPECT_OK(tensor_copy(dst, v, &e));
+    float got[4];
+    tensor_read_f32(dst, got, 4, &e);
+    ok(got[0] == -1.5f && got[1] == -0.5f && got[2] == 1.5f && got[3] == 2.5f,
+       "copy of an f16 view to a sim f32 tensor (%g %g %g %g)", got[0], got[1], got[2], got[3]);
+    tensor_free(v);
+    EXPECT_EQ(released, 1);
+    tensor_free(dst);
+    EXPECT_EQ(dev_bytes_used(sim), 0);
+    dev_close(sim);
+}
+
 static void test_budget(void)
 {
     struct dev *sim = NULL;
@@ -853,6 +890,7 @@ int main(void)
     test_convert();
     test_views();
     test_budget();
+    test_external();
     test_matmul();
     test_linear();
     test_conv();
