@@ -1070,6 +1070,36 @@ static void test_events_and_cache(const struct tdirs *d)
     graph_free(g);
 }
 
+static void test_device_stats(const struct tdirs *d)
+{
+    struct graph_config cfg = {0};
+    cfg.models_dir = d->models;
+    cfg.input_dir = d->input;
+    cfg.output_dir = d->output;
+    cfg.temp_dir = d->temp;
+    cfg.device_spec = "sim:256M";
+    cfg.async_offload = 1;
+    struct err e = {0};
+    struct graph_ctx *g = graph_new(&cfg, &e);
+    ok(g != NULL, "graph on a simulated device (%s)", e.msg);
+    if (g) {
+        cJSON *ds = graph_device_stats(g);
+        ok(!strcmp(cJSON_GetObjectItem(ds, "type")->valuestring, "sim") &&
+               cJSON_GetObjectItem(ds, "vram_total")->valuedouble == 256.0 * 1024 * 1024 &&
+               cJSON_IsNumber(cJSON_GetObjectItem(ds, "torch_vram_free")),
+           "sim device stats: 256 MiB budget");
+        cJSON_Delete(ds);
+        graph_free(g);
+    }
+    cfg.device_spec = "bogus:1";
+    e.msg[0] = 0;
+    ok(graph_new(&cfg, &e) == NULL && e.msg[0], "bad device spec is a clear error: %s", e.msg);
+    cfg.device_spec = "cpu";
+    cfg.vram_state = "sideways";
+    e.msg[0] = 0;
+    ok(graph_new(&cfg, &e) == NULL && e.msg[0], "bad vram state is a clear error: %s", e.msg);
+}
+
 static void test_cache_modes(const struct tdirs *d)
 {
     struct sink s = {0};
@@ -1216,6 +1246,7 @@ int main(int argc, char **argv)
     graph_free(g);
     test_events_and_cache(&d);
     test_cache_modes(&d);
+    test_device_stats(&d);
     test_random_prompts(&d);
     EXPECT_EQ(alloc_live_count(), live0);
     tdirs_remove(&d);
