@@ -19,6 +19,7 @@
 #include "harness.h"
 #include "memmgr.h"
 #include "sd15_ckpt.h"
+#include "sd15_image.h"
 #include "sd15_models.h"
 
 static const char *fixtures;
@@ -458,6 +459,47 @@ static void test_dtypes(struct mm *mm, const char *dir)
     }
 }
 
+/* Pixel conventions (§4.4): clamp((x+1)/2), channels last; centre crop to multiples of
+ * 8 and 2p-1; truncating 8-bit conversion. */
+static void test_image(struct dev *d)
+{
+    struct err e = {0};
+    int64_t s[4] = {1, 3, 1, 2};
+    struct tensor *t = NULL, *enc = NULL;
+    tensor_new(d, TENSOR_F32, 4, s, &t, &e);
+    float v[6] = {-3, 0.5f, -1, 1, 0, 7}; /* planes: R = {-3, .5}, G = {-1, 1}, B = {0, 7} */
+    tensor_write_f32(t, v, 6, &e);
+    float out[6];
+    EXPECT_OK(sd15_image_from_decoder(t, out, &e));
+    ok(out[0] == 0 && out[1] == 0 && out[2] == 0.5f && out[3] == 0.75f && out[4] == 1 && out[5] == 1,
+       "decoder output -> clamp((x+1)/2), channels last");
+    tensor_free(t);
+    int H = 10, W = 13;
+    float *pix = xmalloc((size_t)H * W * 3 * 4);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < 3; c++)
+                pix[(y * W + x) * 3 + c] = (float)(y * 100 + x * 3 + c) / 2048.0f;
+    EXPECT_OK(sd15_image_to_encoder(d, pix, 1, H, W, &enc, &e));
+    if (enc) {
+        float got[3 * 64];
+        tensor_read_f32(enc, got, 3 * 64, &e);
+        /* crop offset y (10 % 8) / 2 = 1, x (13 % 8) / 2 = 2 */
+        int y = 3, x = 5, c = 2;
+        float want = 2.0f * (float)((y + 1) * 100 + (x + 2) * 3 + c) / 2048.0f - 1.0f;
+        ok(enc->shape[2] == 8 && enc->shape[3] == 8 && got[c * 64 + y * 8 + x] == want,
+           "encoder input: centre crop to 8x8 and 2p-1");
+    }
+    tensor_free(enc);
+    xfree(pix);
+    ok(sd15_image_to_encoder(d, out, 1, 1, 2, &enc, &e) == ERR_INVALID, "a 2x1 image is refused");
+    float f[5] = {0.999f, 1.0f, 0.5f, -0.2f, 1.7f};
+    uint8_t u[5];
+    sd15_image_to_u8(f, 5, u);
+    ok(u[0] == 254 && u[1] == 255 && u[2] == 127 && u[3] == 0 && u[4] == 255,
+       "8-bit conversion truncates (254 255 127 0 255)");
+}
+
 /* The plan functions bound the activation bytes the passes really allocate (device
  * peak minus what was live before), and not by much. */
 static void test_plan_bytes(struct loaded *L)
@@ -598,6 +640,7 @@ int main(int argc, char **argv)
         test_unet(&L);
         test_vae(&L);
         test_plan_bytes(&L);
+        test_image(patcher_device(L.p[SD15_VAE]));
     }
     unload(mm, &L);
     test_vae_oom(path);
