@@ -521,8 +521,11 @@ struct srv_http *srv_http_new(struct srv *s, struct err *e)
 {
     struct srv_http *h = xcalloc(1, sizeof(*h));
     h->srv = s;
+    /* MHD_USE_POLL: select() would fail for descriptors >= FD_SETSIZE (1024), which a
+     * server with many WebSocket clients and mmapped model files can reach. */
     h->d = MHD_start_daemon(MHD_USE_NO_LISTEN_SOCKET | MHD_USE_INTERNAL_POLLING_THREAD |
-                                MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                                MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
+                                MHD_USE_ERROR_LOG,
                             0, NULL, NULL, on_request, h,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                             MHD_OPTION_UNESCAPE_CALLBACK, unescape_identity, NULL,

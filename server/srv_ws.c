@@ -11,6 +11,13 @@
  * list). A connection writes one frame per WRITEABLE callback.
  * A peer that stops reading is closed once its out-queue passes WS_MAX_QUEUED frames, so a
  * dead client cannot grow memory without bound.
+ *
+ * Preview order per client (comfy-api.md §4.5): the executor emits a sampling step as
+ * progress_state, preview, progress, which is what a client that negotiated
+ * supports_preview_metadata gets (type-4 frame between the two). A legacy client gets its
+ * type-1 frame AFTER progress, as ComfyUI sends it: the frame is held on that connection
+ * until the next progress message (or flushed before any other message but
+ * progress_state, so it is never late by more than a step).
  */
 #include <libwebsockets.h>
 #include <pthread.h>
@@ -41,6 +48,7 @@ struct ws_qnode {
 
 struct ws_conn {
     struct lws *wsi;
+    struct ws_frame *held; /* legacy preview waiting for its progress message (ref held) */
     char sid[WS_SID_MAX];
     int owner;            /* routes for sid go here (the newest connection with that sid) */
     int seen_text;        /* a text message arrived: later feature_flags are ignored */
@@ -54,8 +62,16 @@ struct ws_conn {
     struct ws_conn *prev, *next;
 };
 
+enum ws_kind {
+    WS_KIND_OTHER,
+    WS_KIND_PROGRESS,
+    WS_KIND_PROGRESS_STATE,
+    WS_KIND_PREVIEW,
+};
+
 /* An inbox entry: a frame (or a preview pair) for a sid or for all. */
 struct ws_msg {
+    enum ws_kind kind;
     char *sid;               /* owned or NULL = all */
     struct ws_frame *f;      /* text or binary frame for everyone */
     struct ws_frame *f_meta; /* preview variant for metadata clients, or NULL */
@@ -136,6 +152,8 @@ static void conn_clear(struct ws_conn *c)
     }
     c->tail = NULL;
     c->queued = 0;
+    frame_unref(c->held);
+    c->held = NULL;
     xfree(c->in);
     c->in = NULL;
 }
@@ -152,10 +170,11 @@ static struct ws_frame *json_frame(const char *type, cJSON *data)
     return f;
 }
 
-static void inbox_push(struct srv_ws *ws, const char *sid, struct ws_frame *f,
+static void inbox_push(struct srv_ws *ws, enum ws_kind kind, const char *sid, struct ws_frame *f,
                        struct ws_frame *f_meta)
 {
     struct ws_msg *m = xcalloc(1, sizeof(*m));
+    m->kind = kind;
     m->sid = sid ? xstrdup(sid) : NULL;
     m->f = f;
     m->f_meta = f_meta;
@@ -171,7 +190,10 @@ static void inbox_push(struct srv_ws *ws, const char *sid, struct ws_frame *f,
 
 void srv_ws_send(struct srv_ws *ws, const char *sid, const char *type, cJSON *data)
 {
-    inbox_push(ws, sid, json_frame(type, data), NULL);
+    enum ws_kind kind = strcmp(type, "progress") == 0         ? WS_KIND_PROGRESS
+                        : strcmp(type, "progress_state") == 0 ? WS_KIND_PROGRESS_STATE
+                                                              : WS_KIND_OTHER;
+    inbox_push(ws, kind, sid, json_frame(type, data), NULL);
 }
 
 static void be32(unsigned char *p, uint32_t v)
@@ -207,7 +229,7 @@ void srv_ws_send_preview(struct srv_ws *ws, const char *sid, int image_type, con
     cJSON_free(mj);
     struct ws_frame *withmeta = frame_new(1, head, 8 + mlen, bytes, n);
     xfree(head);
-    inbox_push(ws, sid, legacy, withmeta);
+    inbox_push(ws, WS_KIND_PREVIEW, sid, legacy, withmeta);
 }
 
 void srv_ws_set_executing(struct srv_ws *ws, const char *client_id, const char *node)
@@ -236,6 +258,42 @@ int srv_ws_count(struct srv_ws *ws)
     return atomic_load(&ws->count);
 }
 
+static void flush_held(struct ws_conn *c)
+{
+    if (c->held) {
+        conn_push(c, c->held);
+        frame_unref(c->held);
+        c->held = NULL;
+    }
+}
+
+/* Service thread: one message to one connection, with the legacy preview reordering. */
+static void route_to_conn(struct ws_conn *c, const struct ws_msg *m)
+{
+    switch (m->kind) {
+    case WS_KIND_PREVIEW:
+        if (c->preview_metadata && m->f_meta) {
+            conn_push(c, m->f_meta);
+        } else {
+            flush_held(c);
+            atomic_fetch_add(&m->f->refs, 1);
+            c->held = m->f;
+        }
+        break;
+    case WS_KIND_PROGRESS:
+        conn_push(c, m->f);
+        flush_held(c);
+        break;
+    case WS_KIND_PROGRESS_STATE:
+        conn_push(c, m->f);
+        break;
+    case WS_KIND_OTHER:
+        flush_held(c);
+        conn_push(c, m->f);
+        break;
+    }
+}
+
 /* Service thread: adopt queued sockets and route queued messages. */
 static void drain_inbox(struct srv_ws *ws)
 {
@@ -262,7 +320,7 @@ static void drain_inbox(struct srv_ws *ws)
                 continue; /* not yet established */
             if (m->sid && (!c->owner || strcmp(c->sid, m->sid) != 0))
                 continue;
-            conn_push(c, m->f_meta && c->preview_metadata ? m->f_meta : m->f);
+            route_to_conn(c, m);
         }
         frame_unref(m->f);
         frame_unref(m->f_meta);

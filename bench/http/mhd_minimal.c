@@ -86,7 +86,8 @@ int main(int argc, char **argv)
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     sa.sin_port = 0;
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC, 0, NULL,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC,
+        0, NULL,
         NULL, handler, NULL, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_CONNECTION, on_conn, NULL, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "bench_http_mhd: cannot start\n");
