@@ -79,6 +79,8 @@ test("type-1 and type-4 preview frames, progress order", async (t) => {
     assert.ok(firstProgress > 0 && seq[firstProgress - 1] === "progress_state", seq.join(" "));
     assert.equal(seq[firstProgress + 1], "bin", seq.join(" "));
     await legacy.close(); await meta.close();
+    const code = (await srv.stop()).code;
+    assert.equal(code, 0, `exit status after a full txt2img run:\n${srv.log().slice(-3000)}`);
   } finally {
     await srv.stop();
     L.removeDir(srv.dir);
