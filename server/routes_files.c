@@ -131,7 +131,7 @@ static void route_view(struct srv_req *r)
     if (!strcmp(ct, "text/html") || !strcmp(ct, "text/javascript") || !strcmp(ct, "text/css") ||
         !strcmp(ct, "image/svg+xml"))
         ct = "application/octet-stream";
-    resp_fd(r, 200, fd, (size_t)st.st_size, ct);
+    resp_file(r, fd, (size_t)st.st_size, ct);
     char disp[600];
     snprintf(disp, sizeof(disp), "filename=\"%s\"", base);
     resp_header(r, "Content-Disposition", disp);

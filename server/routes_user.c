@@ -366,7 +366,7 @@ static void route_userdata_get(struct srv_req *r)
     if (fd < 0)
         resp_empty(r, 404);
     else
-        resp_fd(r, 200, fd, (size_t)st.st_size, srv_mime_type(p));
+        resp_file(r, fd, (size_t)st.st_size, srv_mime_type(p));
     xfree(p);
 }
 

@@ -188,6 +188,74 @@ void resp_fd(struct srv_req *r, unsigned status, int fd, size_t size, const char
     set_resp(r, status, resp);
 }
 
+/* Parse a single byte range against `size`: 1 = satisfiable range [*a, *b], 0 = no usable
+ * Range header (serve everything), -1 = unsatisfiable (416). */
+static int parse_range(const char *h, size_t size, size_t *a, size_t *b)
+{
+    if (!h || strncmp(h, "bytes=", 6) != 0 || strchr(h, ','))
+        return 0; /* absent, another unit, or several ranges: the whole file */
+    const char *p = h + 6;
+    char *end;
+    if (*p == '-') { /* suffix: the last N bytes */
+        unsigned long long n = strtoull(p + 1, &end, 10);
+        if (end == p + 1 || *end)
+            return 0;
+        if (n == 0 || size == 0)
+            return -1;
+        *a = n >= size ? 0 : size - (size_t)n;
+        *b = size - 1;
+        return 1;
+    }
+    unsigned long long s0 = strtoull(p, &end, 10);
+    if (end == p || *end != '-')
+        return 0;
+    const char *q = end + 1;
+    unsigned long long s1 = size ? size - 1 : 0;
+    if (*q) {
+        s1 = strtoull(q, &end, 10);
+        if (end == q || *end)
+            return 0;
+        if (s1 >= size)
+            s1 = size - 1;
+    }
+    if (s0 >= size || s0 > s1)
+        return -1;
+    *a = (size_t)s0;
+    *b = (size_t)s1;
+    return 1;
+}
+
+void resp_file(struct srv_req *r, int fd, size_t size, const char *ctype)
+{
+    size_t a = 0, b = 0;
+    int rg = parse_range(req_header(r, "Range"), size, &a, &b);
+    char cr[96];
+    if (rg < 0) {
+        close(fd);
+        resp_empty(r, 416);
+        snprintf(cr, sizeof(cr), "bytes */%zu", size);
+        resp_header(r, "Content-Range", cr);
+        return;
+    }
+    if (rg == 0) {
+        resp_fd(r, 200, fd, size, ctype);
+    } else {
+        struct MHD_Response *resp =
+            MHD_create_response_from_fd_at_offset64(b - a + 1, fd, (uint64_t)a);
+        if (!resp) {
+            close(fd);
+            resp_error(r, 500, "internal_error", "cannot send file");
+            return;
+        }
+        if (ctype)
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+        set_resp(r, 206, resp);
+        snprintf(cr, sizeof(cr), "bytes %zu-%zu/%zu", a, b, size);
+        resp_header(r, "Content-Range", cr);
+    }
+    resp_header(r, "Accept-Ranges", "bytes");
+}
+
 void resp_header(struct srv_req *r, const char *name, const char *value)
 {
     if (r->resp)

@@ -78,6 +78,9 @@ void resp_bytes(struct srv_req *r, unsigned status, const char *ctype, const voi
 void resp_text(struct srv_req *r, unsigned status, const char *text);
 /* A file response from an open fd (ownership passes). */
 void resp_fd(struct srv_req *r, unsigned status, int fd, size_t size, const char *ctype);
+/* A whole-file 200, or 206/416 for a single "Range: bytes=..." request (as aiohttp's
+ * FileResponse does); fd ownership passes. Adds Accept-Ranges. */
+void resp_file(struct srv_req *r, int fd, size_t size, const char *ctype);
 /* Add a header to the response already set. */
 void resp_header(struct srv_req *r, const char *name, const char *value);
 

@@ -103,9 +103,9 @@ void srv_static_serve(struct srv_req *r)
     if (strncmp(ct, "text/", 5) == 0 || strcmp(ct, "application/json") == 0) {
         char full[64];
         snprintf(full, sizeof(full), "%s; charset=utf-8", ct);
-        resp_fd(r, 200, fd, (size_t)st.st_size, full);
+        resp_file(r, fd, (size_t)st.st_size, full);
     } else {
-        resp_fd(r, 200, fd, (size_t)st.st_size, ct);
+        resp_file(r, fd, (size_t)st.st_size, ct);
     }
     if (is_index) {
         resp_header(r, "Cache-Control", "no-cache");

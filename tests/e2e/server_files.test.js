@@ -205,3 +205,26 @@ test("/upload/mask merges the alpha channel into the original", async () => {
   }
   await alive();
 });
+
+test("/view honours single byte ranges (206/416)", async () => {
+  const q = "/view?filename=ComfyUI_00001_.png";
+  let r = await L.request(srv, "GET", q, { headers: { Range: "bytes=0-3" } });
+  assert.equal(r.status, 206);
+  assert.ok(r.body.equals(png.subarray(0, 4)));
+  assert.equal(r.headers["content-range"], `bytes 0-3/${png.length}`);
+  r = await L.request(srv, "GET", q, { headers: { Range: "bytes=-2" } });
+  assert.ok(r.body.equals(png.subarray(png.length - 2)));
+  r = await L.request(srv, "GET", q, { headers: { Range: "bytes=10-" } });
+  assert.ok(r.body.equals(png.subarray(10)));
+  for (const bad of [`bytes=${png.length}-`, "bytes=5-2", "bytes=-0"]) {
+    r = await L.request(srv, "GET", q, { headers: { Range: bad } });
+    assert.equal(r.status, 416, bad);
+    assert.equal(r.headers["content-range"], `bytes */${png.length}`);
+  }
+  for (const whole of ["bytes=0-1,4-5", "items=0-1", "bytes=x-y"]) {
+    r = await L.request(srv, "GET", q, { headers: { Range: whole } });
+    assert.equal(r.status, 200, whole);
+    assert.ok(r.body.equals(png));
+  }
+  assert.equal(r.headers["accept-ranges"], "bytes");
+});
