@@ -197,7 +197,7 @@ static void test_bad_headers(void)
     ok(open_err(ck, &e) == ERR_UNSUPPORTED && strstr(e.msg, "convert it to .safetensors"),
        ".ckpt refused: %s", e.msg);
     const char *pk = tmp_path("model.safetensors");
-    write_file(pk, "\x80\x02}q\x00(X\x00\x00\x00", 12);
+    write_file(pk, "\x80\x02}q\x00(X\x00\x00\x00", 10);
     ok(open_err(pk, &e) == ERR_UNSUPPORTED && strstr(e.msg, "pickle"), "pickle content refused");
     /* Empty object, trailing spaces in the header: fine. */
     write_raw_st(pk, "{}      ", 0);
