@@ -43,7 +43,7 @@ struct srv {
     atomic_int free_unload;     /* deferred POST /free flags, consumed by the executor */
     atomic_int free_memory;
     atomic_int free_pending;
-    int64_t start_ms;           /* process start, for /system_stats-free uptime logs */
+    int64_t start_ms;           /* process start (ms since the epoch) */
 };
 
 /* ---- WebSocket hub (srv_ws.c) ----------------------------------------------------- */

@@ -9,8 +9,8 @@
  * each message is appended to the out-queue of the connections it is addressed to (routing
  * by sid happens here, on the thread that owns the connection list, so no lock guards the
  * list). A connection writes one frame per WRITEABLE callback.
- * A peer that stops reading is closed once its out-queue passes WS_MAX_QUEUED frames, so a
- * dead client cannot grow memory without bound.
+ * A peer that stops reading is closed once its out-queue passes WS_MAX_QUEUED frames or
+ * WS_MAX_QUEUED_BYTES, so a dead client cannot grow memory without bound.
  *
  * Preview order per client (comfy-api.md §4.5): the executor emits a sampling step as
  * progress_state, preview, progress, which is what a client that negotiated
@@ -29,7 +29,8 @@
 #include "log.h"
 #include "srv.h"
 
-#define WS_MAX_QUEUED 4096
+#define WS_MAX_QUEUED 4096                /* frames */
+#define WS_MAX_QUEUED_BYTES (64u << 20)   /* previews are large: cap the bytes too */
 #define WS_MAX_IN 65536 /* bytes of one client text message we keep; more is ignored */
 #define WS_SID_MAX 256
 
@@ -56,6 +57,7 @@ struct ws_conn {
     int closing;
     struct ws_qnode *head, *tail;
     int queued;
+    size_t queued_bytes;
     char *in;             /* partial incoming text message */
     size_t in_len;
     int in_overflow;
@@ -123,10 +125,12 @@ static void conn_push(struct ws_conn *c, struct ws_frame *f)
 {
     if (c->closing)
         return;
-    if (c->queued >= WS_MAX_QUEUED) {
+    if (c->queued >= WS_MAX_QUEUED || c->queued_bytes + f->len > WS_MAX_QUEUED_BYTES) {
         log_warn("ws: client '%s' is not reading; closing it", c->sid);
         c->closing = 1;
-        lws_callback_on_writable(c->wsi);
+        /* Its socket is not writable (that is the problem), so a WRITEABLE-driven close
+         * would never come: have lws kill it on the next service pass. */
+        lws_set_timeout(c->wsi, PENDING_TIMEOUT_CLOSE_ACK, LWS_TO_KILL_ASYNC);
         return;
     }
     atomic_fetch_add(&f->refs, 1);
@@ -139,6 +143,7 @@ static void conn_push(struct ws_conn *c, struct ws_frame *f)
         c->head = n;
     c->tail = n;
     c->queued++;
+    c->queued_bytes += f->len;
     lws_callback_on_writable(c->wsi);
 }
 
@@ -152,6 +157,7 @@ static void conn_clear(struct ws_conn *c)
     }
     c->tail = NULL;
     c->queued = 0;
+    c->queued_bytes = 0;
     frame_unref(c->held);
     c->held = NULL;
     xfree(c->in);
@@ -463,6 +469,7 @@ static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *
         if (!c->head)
             c->tail = NULL;
         c->queued--;
+        c->queued_bytes -= n->f->len;
         frame_unref(n->f);
         xfree(n);
         if (m < 0)

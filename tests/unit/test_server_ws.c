@@ -268,6 +268,25 @@ int main(void)
     cJSON_Delete(j);
     EXPECT_EQ(srv_ws_count(ws), 3);
 
+    /* A client that never reads is closed once its queue passes the byte cap. */
+    int slow = connect_ws("?clientId=slow");
+    ok(slow >= 0, "slow client upgraded");
+    usleep(100 * 1000);
+    EXPECT_EQ(srv_ws_count(ws), 4);
+    size_t big = 1u << 20;
+    unsigned char *blob = xcalloc(1, big);
+    for (int i = 0; i < 100; i++)
+        srv_ws_send_preview(ws, "slow", 1, blob, big, "3", "P");
+    srv_ws_send(ws, "slow", "executing", cJSON_CreateObject()); /* flushes the held one */
+    xfree(blob);
+    int waited = 0;
+    while (srv_ws_count(ws) > 3 && waited < 5000) {
+        usleep(50 * 1000);
+        waited += 50;
+    }
+    EXPECT_EQ(srv_ws_count(ws), 3);
+    close(slow);
+
     close(a);
     close(b);
     close(a2);
