@@ -532,7 +532,8 @@ static void validate_output(struct vstate *vs, int o)
         int pushed = 0;
         if (f->k == 0 && bad_inputs_member(vs))
             continue;
-        while (f->k < gn->n_in && !pushed) {
+        /* `pushed` first: push() may move the stack, leaving `f` dangling. */
+        while (!pushed && f->k < gn->n_in) {
             int k = f->k++;
             const struct node_input_def *in = &gn->cls->inputs[k];
             if (in->group == NODE_INPUT_HIDDEN)

@@ -577,6 +577,7 @@ static void test_small_nodes(const struct tdirs *d)
                  " \"9\": {\"class_type\": \"PrimitiveInt\", \"inputs\": {\"value\": -5}}", &s);
     ok(v && v->kind == VALUE_INT && value_i64(v) == -5, "PrimitiveInt passes its value");
     value_unref(v);
+    sink_clear(&s);
     graph_free(g);
 }
 
