@@ -40,7 +40,12 @@ const zlib = require("zlib");
 const { spawn } = require("child_process");
 
 const SOURCE = path.resolve(__dirname, "..", "..", "..");
-const WebSocket = require(path.join(SOURCE, "tests", "node_modules", "ws"));
+let WebSocket;
+try {
+  WebSocket = require(path.join(SOURCE, "tests", "node_modules", "ws"));
+} catch (e) {
+  throw new Error(`tests/node_modules/ws is missing: run \`npm ci\` in ${path.join(SOURCE, "tests")} (${e.message})`);
+}
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
