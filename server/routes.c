@@ -200,6 +200,12 @@ static void route_prompt_post(struct srv_req *r)
         if (cJSON_IsString(cid) && cid->valuestring[0])
             job->client_id = xstrdup(cid->valuestring);
     }
+    if (!cid) {
+        /* ComfyUI routes by extra_data.client_id, so one sent only there counts too. */
+        const cJSON *ec = cJSON_GetObjectItemCaseSensitive(extra, "client_id");
+        if (cJSON_IsString(ec) && ec->valuestring[0])
+            job->client_id = xstrdup(ec->valuestring);
+    }
     job->extra_data = extra;
     job->outputs = v.outputs ? v.outputs : cJSON_CreateArray();
     v.outputs = NULL;

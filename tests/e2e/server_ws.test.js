@@ -152,6 +152,9 @@ test("reconnect with the same sid: the newest socket gets the messages", async (
   assert.equal(r.status, 200);
   await fresh.waitFor((m) => m.type === "executing" && m.data.node === null);
   assert.ok(!old.messages.some((m) => m.type === "execution_start"), "old socket no longer routed");
+  // A client id given only inside extra_data routes too (ComfyUI reads it from there).
+  const r3 = await L.postPrompt(srv, smallPrompt("dup", 25), { extra_data: { client_id: "dup" } });
+  await fresh.waitFor((m) => m.type === "executing" && m.data.node === null && m.data.prompt_id === r3.json.prompt_id);
   // Closing the OLD socket must not drop the routing entry of the new one.
   await old.close();
   const r2 = await L.postPrompt(srv, smallPrompt("dup", 30), { client_id: "dup" });
