@@ -121,6 +121,15 @@ static char *resolve_existing(const char *path)
             xfree(tail);
             return srv_buf_take(&b);
         }
+        /* realpath failed on an entry that exists: a dangling symlink (or a loop). Its
+         * target is unknown, and creating the file would follow it out of the root, so
+         * refuse rather than treat it as missing (found by tests/fuzz/fuzz_srv_path). */
+        struct stat st;
+        if (lstat(cur, &st) == 0) {
+            xfree(cur);
+            xfree(tail);
+            return NULL;
+        }
         char *slash = strrchr(cur, '/');
         if (!slash || slash == cur) {
             xfree(cur);

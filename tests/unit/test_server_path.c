@@ -40,6 +40,13 @@ int main(void)
     ok(symlink("/etc", link) == 0, "symlink to /etc created");
     snprintf(link, sizeof(link), "%s/inner", root);
     ok(symlink("sub", link) == 0, "symlink to inside created");
+    /* A dangling symlink: writing through it would create a file outside the root. */
+    char target[PATH_MAX * 2];
+    snprintf(target, sizeof(target), "%s/outside/not-yet.png", tmpl);
+    snprintf(link, sizeof(link), "%s/dangle.png", root);
+    ok(symlink(target, link) == 0, "dangling symlink created");
+    snprintf(link, sizeof(link), "%s/loop", root);
+    ok(symlink("loop", link) == 0, "symlink loop created");
 
     /* decoding */
     char *d = srv_url_decode("a%2Fb+c%20d", 11, 1);
@@ -77,7 +84,8 @@ int main(void)
         "..", "../", "../x", "../../etc/passwd", "sub/../../x", "sub/../../../etc", "/etc",
         "/etc/passwd", "//etc", "escape", "escape/file", "escape/../../x", "sub/etc",
         "sub/etc/passwd", "./../x", "sub/./../..", "a/b/../../../c", "....//../../x",
-        "sub/..//../x", "../root/../../x", "inner/../../x", "sub/../..",
+        "sub/..//../x", "../root/../../x", "inner/../../x", "sub/../..", "dangle.png",
+        "loop", "loop/x",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         check_inside(bad[i], 0);
