@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "buf.h"
 #include "clip_tokenizer.h"
 #include "memmgr.h"
 #include "sd15_models.h"
@@ -149,6 +150,17 @@ int sd_clip_new(struct patcher *clip, const struct sd15_config *cfg, struct sd_c
     return 0;
 }
 
+void sd_clip_set_embedding_dir(struct sd_clip *c, const char *models_dir)
+{
+    if (!models_dir)
+        return;
+    struct buf dir;
+    buf_init(&dir);
+    buf_printf(&dir, "%s/embeddings", models_dir);
+    clip_tokenizer_set_embedding_dir(c->_shared->tok, dir.ptr);
+    buf_release(&dir);
+}
+
 struct sd_clip *sd_clip_clone(const struct sd_clip *src)
 {
     struct sd_clip *c = xcalloc(1, sizeof *c);
@@ -196,7 +208,9 @@ int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *t
     struct mm_report rep;
     float *cond = NULL, *pooled = NULL;
     clip_tokenize_prompt(clip->_shared->tok, text ? text : "", &tk);
-    int rc = load_one(mm, clip->p, sd15_clip_plan_bytes(&clip->cfg, tk.n_chunks), &rep, e);
+    /* A weighted prompt also encodes the empty prompt (sd15.md §2.12): one more sequence. */
+    size_t plan = sd15_clip_plan_bytes(&clip->cfg, tk.n_chunks + tk.has_weights);
+    int rc = load_one(mm, clip->p, plan, &rep, e);
     if (rc >= 0) {
         rc = sd15_clip_encode(clip->p, &clip->cfg, &tk, clip->clip_skip, &cond, &pooled, NULL, e);
         mm_node_end(mm, &rep);

@@ -62,6 +62,10 @@ struct patcher *sd_model_unet_patcher(const struct sd_model *m, struct sd15_conf
  */
 int sd_clip_new(struct patcher *clip, const struct sd15_config *cfg, struct sd_clip **out,
                 struct err *e);
+
+/* Textual-inversion embeddings ("embedding:NAME" in prompts) load from
+ * <models_dir>/embeddings; models_dir NULL leaves them unset (warned and ignored). */
+void sd_clip_set_embedding_dir(struct sd_clip *c, const char *models_dir);
 /* A copy sharing the patcher and tokenizer (CLIPSetLastLayer). */
 struct sd_clip *sd_clip_clone(const struct sd_clip *c);
 void sd_clip_free(struct sd_clip *c); /* NULL-safe */

@@ -62,6 +62,7 @@ static int ckpt_run(struct node_ctx *c)
         patcher_unref(vae);
         return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
     }
+    sd_clip_set_embedding_dir(cl, c->env->models_dir);
     node_set_output(c, 0, sd_model_value(sd_unet_model_new(unet, &cfg)));
     node_set_output(c, 1, sd_clip_value(cl));
     node_set_output(c, 2, sd_vae_value(sd_vae_new(vae, &cfg)));
