@@ -53,6 +53,19 @@ static const char *type_dir(const struct srv_config *cfg, const char *type)
     return NULL;
 }
 
+/* Content-Disposition: filename="<base>", with characters that would break the quoted
+ * string or the header line replaced. */
+static void set_disposition(struct srv_req *r, const char *base)
+{
+    char disp[600];
+    int n = snprintf(disp, sizeof(disp), "filename=\"");
+    for (const char *p = base; *p && n < (int)sizeof(disp) - 3; p++)
+        disp[n++] = (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20 || *p == 0x7f) ? '_' : *p;
+    disp[n++] = '"';
+    disp[n] = '\0';
+    resp_header(r, "Content-Disposition", disp);
+}
+
 /* ---- GET /view ---------------------------------------------------------------------------- */
 
 static int ends_with(const char *s, const char *suf)
@@ -132,9 +145,7 @@ static void route_view(struct srv_req *r)
         !strcmp(ct, "image/svg+xml"))
         ct = "application/octet-stream";
     resp_file(r, fd, (size_t)st.st_size, ct);
-    char disp[600];
-    snprintf(disp, sizeof(disp), "filename=\"%s\"", base);
-    resp_header(r, "Content-Disposition", disp);
+    set_disposition(r, base);
 out:
     xfree(path);
     xfree(dir);
@@ -185,9 +196,7 @@ static void view_converted(struct srv_req *r, const char *path, const char *base
     }
     resp_bytes(r, 200, ct, out, n);
     xfree(out);
-    char disp[600];
-    snprintf(disp, sizeof(disp), "filename=\"%s\"", base);
-    resp_header(r, "Content-Disposition", disp);
+    set_disposition(r, base);
 }
 
 /* ---- multipart ------------------------------------------------------------------------------ */

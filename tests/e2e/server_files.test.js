@@ -17,6 +17,7 @@ test.before(async () => {
       fs.mkdirSync(path.join(dir, "output", "sub"), { recursive: true });
       fs.writeFileSync(path.join(dir, "output", "sub", "deep.png"), png);
       fs.writeFileSync(path.join(dir, "output", "page.html"), "<script>alert(1)</script>");
+      fs.writeFileSync(path.join(dir, "output", 'we"ird\r\nX-Evil: 1.png'), png);
       fs.writeFileSync(path.join(dir, "input", "in.png"), png);
       outside = path.join(dir, "secret");
       fs.mkdirSync(outside);
@@ -51,6 +52,10 @@ test("/view serves files with ComfyUI's headers", async () => {
   assert.equal(r.status, 200);
   r = await L.request(srv, "GET", "/view?filename=page.html");
   assert.equal(r.headers["content-type"], "application/octet-stream", "html is never served as html");
+  r = await L.request(srv, "GET", `/view?filename=${encodeURIComponent('we"ird\r\nX-Evil: 1.png')}`);
+  assert.equal(r.status, 200);
+  assert.equal(r.headers["content-disposition"], 'filename="we_ird__X-Evil: 1.png"', "no header injection");
+  assert.equal(r.headers["x-evil"], undefined);
   r = await L.request(srv, "GET", "/view?filename=nope.png");
   assert.equal(r.status, 404);
   assert.equal(r.body.length, 0);
