@@ -32,8 +32,9 @@ static struct pool {
     int nthreads;            /* including the caller */
     int started;             /* workers running */
     int want;                /* requested size, 0 = default */
-    uint64_t gen;            /* job generation; workers run each once */
-    int pending;             /* worker chunks not finished */
+    uint64_t gen;            /* job generation; a worker joins each at most once */
+    int open;                /* the current job still accepts workers */
+    int active;              /* workers that joined the current job and are not done */
     int stop;
     tensor_pool_fn fn;
     void *ctx;
@@ -65,18 +66,27 @@ static void *worker(void *arg)
     in_task = 1;
     pthread_mutex_lock(&P.mu);
     for (;;) {
-        while (!P.stop && P.gen == seen)
+        /* Sleep until a job we have not seen is open. A job that closed before we
+         * got the CPU is skipped: its caller did the work and did not wait for us. */
+        while (!P.stop) {
+            if (P.gen != seen) {
+                seen = P.gen;
+                if (P.open)
+                    break;
+                continue;
+            }
             pthread_cond_wait(&P.wake, &P.mu);
+        }
         if (P.stop)
             break;
-        seen = P.gen;
         tensor_pool_fn fn = P.fn;
         void *ctx = P.ctx;
         int64_t n = P.n, grain = P.grain;
+        P.active++;
         pthread_mutex_unlock(&P.mu);
         drain(fn, ctx, n, grain, id);
         pthread_mutex_lock(&P.mu);
-        if (--P.pending == 0)
+        if (--P.active == 0)
             pthread_cond_signal(&P.done);
     }
     pthread_mutex_unlock(&P.mu);
@@ -164,7 +174,7 @@ void tensor__pool_for(int64_t n, tensor_pool_fn fn, void *ctx)
     P.n = n;
     P.grain = grain;
     atomic_store(&P.next, 0);
-    P.pending = P.nthreads - 1;
+    P.open = 1;
     P.gen++;
     pthread_cond_broadcast(&P.wake);
     pthread_mutex_unlock(&P.mu);
@@ -173,8 +183,13 @@ void tensor__pool_for(int64_t n, tensor_pool_fn fn, void *ctx)
     drain(fn, ctx, n, grain, 0);
     in_task = 0;
 
+    /* Every piece has been taken. Wait only for the workers that joined (they may
+     * still be running a piece); one that has not been scheduled yet will find the
+     * job closed. On a loaded machine this is what keeps an op from waiting a whole
+     * host time slice for a worker that has nothing left to do. */
     pthread_mutex_lock(&P.mu);
-    while (P.pending > 0)
+    P.open = 0;
+    while (P.active > 0)
         pthread_cond_wait(&P.done, &P.mu);
     pthread_mutex_unlock(&P.mu);
     pthread_mutex_unlock(&job_mu);

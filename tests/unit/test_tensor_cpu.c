@@ -158,6 +158,43 @@ static void test_views(void)
         xfree(ref);
         tensor_free(dst);
     }
+    /* large permuted copies take the blocked-transpose path: [B, C, HW] -> [B, HW, C]
+     * and a 4-D [2, 3, 67, 45] with its last two dims swapped */
+    {
+        float *bv;
+        struct tensor *big = mk(TENSOR_F32, 3, (int64_t[]){2, 37, 301}, 1, &bv), *bp, *bo;
+        tensor_permute(big, (int[]){0, 2, 1}, &bp, NULL);
+        tensor_new(D, TENSOR_F32, 3, (int64_t[]){2, 301, 37}, &bo, NULL);
+        EXPECT_OK(tensor_copy(bo, bp, &e));
+        float *g = rd(bo);
+        int same = 1;
+        for (int b = 0; b < 2; b++)
+            for (int i = 0; i < 301; i++)
+                for (int ch = 0; ch < 37; ch++)
+                    same &= g[(b * 301 + i) * 37 + ch] == bv[(b * 37 + ch) * 301 + i];
+        ok(same, "blocked transpose [2,37,301] -> [2,301,37]");
+        xfree(g);
+        xfree(bv);
+        tensor_free(big);
+        tensor_free(bp);
+        tensor_free(bo);
+        big = mk(TENSOR_F32, 4, (int64_t[]){2, 3, 45, 67}, 1, &bv);
+        tensor_permute(big, (int[]){0, 1, 3, 2}, &bp, NULL);
+        tensor_new(D, TENSOR_F32, 4, (int64_t[]){2, 3, 67, 45}, &bo, NULL);
+        EXPECT_OK(tensor_copy(bo, bp, &e));
+        g = rd(bo);
+        same = 1;
+        for (int b = 0; b < 6; b++)
+            for (int i = 0; i < 67; i++)
+                for (int ch = 0; ch < 45; ch++)
+                    same &= g[(b * 67 + i) * 45 + ch] == bv[(b * 45 + ch) * 67 + i];
+        ok(same, "blocked transpose 4-D, last two dims");
+        xfree(g);
+        xfree(bv);
+        tensor_free(big);
+        tensor_free(bp);
+        tensor_free(bo);
+    }
     struct tensor *bad = NULL;
     EXPECT_EQ(tensor_slice(r, 0, 5, 2, &bad, &e), ERR_INVALID);
     EXPECT_EQ(tensor_new(D, TENSOR_F32, 5, (int64_t[]){1, 1, 1, 1, 1}, &bad, &e), ERR_INVALID);
