@@ -8,3 +8,11 @@ target_link_libraries(bench_txt2img PRIVATE latentd_nodes latentd_ckptgen)
 set_target_properties(bench_txt2img PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
 add_custom_target(bench_txt2img_run COMMAND $<TARGET_FILE:bench_txt2img> --threads 2
                   WORKING_DIRECTORY ${PROJECT_BINARY_DIR} DEPENDS bench_txt2img USES_TERMINAL)
+# Profiling aid: LD_PRELOAD=<build>/libgemm_trace.so <program> prints time and GFLOP/s
+# per oneDNN sgemm shape at exit (bench/txt2img/gemm_trace.c). Only with oneDNN.
+find_library(LATENTD_GEMM_TRACE_DNNL dnnl)
+if(LATENTD_GEMM_TRACE_DNNL)
+  add_library(gemm_trace SHARED ${CMAKE_CURRENT_LIST_DIR}/txt2img/gemm_trace.c)
+  target_link_libraries(gemm_trace PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
+  set_target_properties(gemm_trace PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
+endif()

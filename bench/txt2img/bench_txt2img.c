@@ -3,17 +3,29 @@
  * (CheckpointLoaderSimple -> CLIPTextEncode x2 -> EmptyLatentImage ->
  * KSampler 4 steps euler cfg 8 -> VAEDecode) on the full-size random
  * checkpoint, at 256^2 and 512^2, on the CPU. One command; prints per-step
- * time, VAE decode time, total and peak RSS, and two ratios measured in the
- * same run (the machine is shared):
+ * time, VAE decode time, total and peak RSS, the GFLOP/s of a step and of the
+ * decode, and ratios measured in the same run (the machine is shared):
  *   - pipeline overhead: KSampler's time per step / two raw UNet evals (the
  *     CFG pair) timed right before it at the same size — what the node,
  *     sampler, CFG and previews add over the model;
- *   - against stable-diffusion.cpp's figures (issue 6, 2 threads: 7.3 s per
- *     CFG step and 12 s decode at 256^2; 39 s and 66 s at 512^2; the goal is
- *     <= 2/3 of them).
+ *   - sgemm: a 1024^3 GEMM through tensor_linear timed right before the size,
+ *     so a slow figure can be told apart from a busy machine;
+ *   - peak: step GFLOP/s / the fp32 peak of this machine class (2 Sapphire
+ *     Rapids cores, AVX-512 2 FMA ports: ~439 GFLOP/s on 2 threads, scaled by
+ *     --threads); the goal is >= 0.5;
+ *   - against stable-diffusion.cpp measured on this machine, 2 threads:
+ *     5.2 s per CFG step and 12.4 s decode at 256^2; 31 s and 53 s at 512^2.
+ *     The goal for the step is <= 1/3 of sd.cpp's time (= 0.5 of peak).
  *
- * usage: bench_txt2img [--ckpt PATH] [--quick] [--tiny] [--threads N]
- *   --quick  only 256^2;  --tiny  the tiny test checkpoint (a fast self-check).
+ * usage: bench_txt2img [--ckpt PATH] [--quick] [--size N] [--tiny] [--threads N]
+ *   --quick  only 256^2;  --size N  only N^2 (256 or 512);
+ *   --tiny  the tiny test checkpoint (a fast self-check);
+ *   --perf-ctl CTL,ACK  profile KSampler only: write "enable"/"disable" to perf's
+ *            control FIFO around it, e.g.
+ *              mkfifo c a; perf record -g -D -1 --control=fifo:c,a -- \
+ *                bench_txt2img --size 256 --perf-ctl c,a
+ * GEMM time per shape: LD_PRELOAD=<build>/libgemm_trace.so bench_txt2img ...
+ * (bench/txt2img/gemm_trace.c; KSampler and VAE calls are labelled per size).
  * The full checkpoint is the one bench_sd15 uses (generated on first use in
  * $LATENTD_BENCH_DIR or the current directory, fp16, ~2 GiB).
  */
@@ -25,6 +37,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -131,10 +144,62 @@ static double raw_unet_pair(const struct sd_model *m, const struct sd_cond *c, i
     return dt;
 }
 
+/* GFLOP/s of a 1024^3 sgemm through tensor_linear on `d`: best of 3. */
+static double sgemm_rate(struct dev *d)
+{
+    const int64_t n = 1024, s[2] = {n, n};
+    struct tensor *t[3] = {NULL, NULL, NULL};
+    struct err e = {0};
+    float *v = xmalloc((size_t)(n * n) * sizeof *v);
+    for (int64_t i = 0; i < n * n; i++)
+        v[i] = (float)sin(0.01 * (double)i);
+    for (int k = 0; k < 3; k++) {
+        if (tensor_new(d, TENSOR_F32, 2, s, &t[k], &e) < 0)
+            PANIC("sgemm: %s", e.msg);
+        tensor_write_f32(t[k], v, n * n, &e);
+    }
+    xfree(v);
+    double best = 0;
+    for (int r = 0; r < 4; r++) {
+        double t0 = now_s();
+        if (tensor_linear(t[2], t[0], t[1], NULL, &e) < 0)
+            PANIC("sgemm: %s", e.msg);
+        double dt = now_s() - t0;
+        if (r > 0) /* the first warms the thread pool and caches */
+            best = fmax(best, 2.0 * (double)(n * n * n) / dt / 1e9);
+    }
+    for (int k = 0; k < 3; k++)
+        tensor_free(t[k]);
+    return best;
+}
+
+/* bench/txt2img/gemm_trace.c when LD_PRELOADed: files GEMM calls under a label. */
+extern void gemm_trace_mark(const char *label) __attribute__((weak));
+
+/* perf record --control=fifo:CTL,ACK: send `cmd` and wait for perf's "ack". */
+static void perf_ctl(const char *spec, const char *cmd)
+{
+    if (!spec)
+        return;
+    char ctl[256], *ack;
+    snprintf(ctl, sizeof ctl, "%s", spec);
+    if (!(ack = strchr(ctl, ',')))
+        PANIC("--perf-ctl wants CTL,ACK");
+    *ack++ = 0;
+    int fc = open(ctl, O_WRONLY), fa = open(ack, O_RDONLY);
+    if (fc < 0 || fa < 0)
+        PANIC("--perf-ctl: cannot open '%s' / '%s'", ctl, ack);
+    char buf[16];
+    if (write(fc, cmd, strlen(cmd)) < 0 || read(fa, buf, sizeof buf) <= 0)
+        PANIC("--perf-ctl: perf did not answer");
+    close(fc);
+    close(fa);
+}
+
 int main(int argc, char **argv)
 {
-    const char *ckpt = NULL;
-    int quick = 0, tiny = 0, threads = 2;
+    const char *ckpt = NULL, *perf = NULL;
+    int quick = 0, tiny = 0, threads = 2, only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ckpt") && i + 1 < argc)
             ckpt = argv[++i];
@@ -144,8 +209,14 @@ int main(int argc, char **argv)
             tiny = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--perf-ctl") && i + 1 < argc)
+            perf = argv[++i];
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "256") || !strcmp(argv[i + 1], "512")))
+            only = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_txt2img [--ckpt PATH] [--quick] [--tiny] [--threads N]\n");
+            fprintf(stderr, "usage: bench_txt2img [--ckpt PATH] [--quick] [--size 256|512] [--tiny] "
+                            "[--threads N] [--perf-ctl CTL,ACK]\n");
             return 2;
         }
     }
@@ -206,12 +277,27 @@ int main(int argc, char **argv)
                                        "galaxy bottle,");
     struct value *neg = encode(mcv[1], "text, watermark");
     printf("# CLIPTextEncode x2 %.2f s\n", now_s() - t0);
-    printf("%-6s %10s %10s %10s %10s %12s %12s %10s\n", "size", "step_s", "unet2_s", "overhead",
-           "vae_s", "total_s", "vs_sdcpp", "rss_mib");
+    struct sd15_config cfg;
+    struct patcher *unet = sd_model_unet_patcher(sd_model_of(mcv[0]), &cfg);
+    if (!unet)
+        PANIC("the checkpoint's MODEL is not an SD1.5 UNet");
+    /* fp32 peak of the machine the sd.cpp figures come from: 2 cores x 3.43 GHz x 64
+     * flop/cycle (AVX-512, 2 FMA ports) ~ 439 GFLOP/s for 2 threads. */
+    const double peak = 439.0 * (threads < 2 ? threads : 2) / 2.0;
+    printf("%-5s %7s %8s %6s %7s %8s %7s %7s %8s %6s %7s %7s %7s %7s\n", "size", "step_s",
+           "unet2_s", "ovh", "vae_s", "total_s", "step_gf", "vae_gf", "sgemm_gf", "peak", "st/sgm",
+           "st/sdc", "vae/sdc", "rss_mib");
     static const int sizes[2] = {256, 512};
-    static const double ref_step[2] = {7.3, 39.0}, ref_vae[2] = {12.0, 66.0};
+    static const double ref_step[2] = {5.2, 31.0}, ref_vae[2] = {12.4, 53.0};
     for (int si = 0; si < (quick ? 1 : 2); si++) {
         int px = sizes[si], lh = px / 8;
+        if (only && px != only)
+            continue;
+        if (gemm_trace_mark)
+            gemm_trace_mark("sgemm");
+        double sg = sgemm_rate(mm_device(mm));
+        if (gemm_trace_mark)
+            gemm_trace_mark(px == 256 ? "raw256" : "raw512");
         double raw = raw_unet_pair(sd_model_of(mcv[0]), sd_cond_of(pos), lh, lh);
         double start = now_s();
         const char *en[] = {"width", "height", "batch_size"};
@@ -226,7 +312,13 @@ int main(int argc, char **argv)
         struct value *ko[4];
         struct steps st = {.n = 0};
         double ks0 = now_s();
+        perf_ctl(perf, "enable\n");
+        if (gemm_trace_mark)
+            gemm_trace_mark(px == 256 ? "ksamp256" : "ksamp512");
         run_node(&sd_ksampler, kn, kv, 10, ko, &st);
+        if (gemm_trace_mark)
+            gemm_trace_mark(px == 256 ? "vae256" : "vae512");
+        perf_ctl(perf, "disable\n");
         double ks = now_s() - ks0;
         /* Steps 2..4 (the first also loads the model): mean gap between progress events. */
         double step = st.n >= 2 ? (st.t[st.n - 1] - st.t[0]) / (st.n - 1) : ks / 4;
@@ -235,18 +327,23 @@ int main(int argc, char **argv)
         double v0 = now_s();
         run_node(&sd_vae_decode, dn, dv, 2, dout, NULL);
         double vae = now_s() - v0, total = now_s() - start;
-        double vs = (step / ref_step[si] + vae / ref_vae[si]) / 2;
-        printf("%-6d %10.3f %10.3f %10.3f %10.3f %12.3f %12.3f %10.0f\n", px, step, raw,
-               step / raw, vae, total, vs, peak_rss_mib());
+        double sgf = sd15_unet_flops(&cfg, 2, lh, lh, 77) / step / 1e9;
+        double vgf = sd15_vae_decode_flops(&cfg, 1, lh, lh) / vae / 1e9;
+        printf("%-5d %7.3f %8.3f %6.2f %7.3f %8.3f %7.1f %7.1f %8.1f %6.2f %7.2f %7.2f %7.2f %7.0f\n",
+               px, step, raw, step / raw, vae, total, sgf, vgf, sg, sgf / peak, sgf / sg,
+               step / ref_step[si], vae / ref_vae[si], peak_rss_mib());
         fflush(stdout);
         for (int i = 1; i < 4; i++)
             value_unref(ko[i]);
         value_unref(dout[0]);
     }
-    printf("# overhead = KSampler step / two raw UNet evals in this run (1.0 = no overhead);\n"
-           "# vs_sdcpp = mean of step/ref and vae/ref against stable-diffusion.cpp's 2-thread\n"
-           "# figures (7.3 s step, 12 s decode @256; 39 s, 66 s @512); goal <= 0.67.%s\n",
-           tiny ? " (tiny checkpoint: ratios not meaningful)" : "");
+    printf("# step_s: CFG step (batch-2 UNet + sampler), mean of steps 2..4; unet2_s: two raw\n"
+           "# batch-1 UNet evals; ovh = step_s / unet2_s; *_gf: GFLOP/s (sd15_*_flops);\n"
+           "# sgemm_gf: 1024^3 tensor_linear in this run; peak = step_gf / %.0f GFLOP/s (fp32\n"
+           "# peak, %d threads), goal >= 0.5; st/sgm = step_gf / sgemm_gf; st/sdc, vae/sdc =\n"
+           "# time / stable-diffusion.cpp's (5.2 s step, 12.4 s decode @256; 31 s, 53 s @512),\n"
+           "# goal for the step <= 0.33. Shared machine: figures are noisy.%s\n",
+           peak, threads, tiny ? " (tiny checkpoint: ratios not meaningful)" : "");
     value_unref(pos);
     value_unref(neg);
     for (int i = 0; i < 3; i++)
