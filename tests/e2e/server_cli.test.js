@@ -84,6 +84,11 @@ test("directory flags, --database-url, --max-upload-size, --enable-cors-header",
     assert.equal(r.headers["access-control-allow-origin"], "http://example.org");
     r = await L.request(srv, "GET", "/prompt", { headers: { Origin: "http://evil.com", Host: `127.0.0.1:${srv.port}` } });
     assert.equal(r.status, 200, "CORS mode turns the origin guard off");
+    r = await L.request(srv, "OPTIONS", "/api/prompt", { headers: { Origin: "http://example.org", "Access-Control-Request-Method": "POST" } });
+    assert.equal(r.status, 200, "preflight");
+    assert.equal(r.headers["access-control-allow-methods"], "POST, GET, DELETE, PUT, OPTIONS");
+    assert.equal(r.headers["access-control-allow-headers"], "Content-Type, Authorization");
+    assert.equal(r.headers["access-control-allow-credentials"], "true");
     const m = L.multipart({ image: { filename: "x.png", data: Buffer.alloc(4096) } });
     r = await L.request(srv, "POST", "/upload/image", { body: m.body, headers: { "Content-Type": m.contentType } });
     assert.equal(r.status, 413, "1 KB limit");
