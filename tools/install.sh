@@ -13,7 +13,7 @@ fi
 # Build tools and the libraries latentd links (see README "Dependencies").
 PACKAGES="build-essential cmake ninja-build pkg-config git
   libmicrohttpd-dev libwebsockets-dev libcjson-dev libsqlite3-dev libpng-dev
-  libjpeg62-turbo-dev libopenblas-dev chromium wrk"
+  libjpeg62-turbo-dev libopenblas-dev libdnnl-dev chromium wrk"
 
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
