@@ -77,9 +77,11 @@ async function startLatentd({ args = [], setup, baseDir, env, readyPath = "/syst
     : spawn(latentdBin(), argv, { cwd: dir, stdio: ["ignore", logFd, logFd], env: { ...process.env, ...env } });
   fs.closeSync(logFd);
   const server = { dir, proc, port: 0, url: null, exitCode: null, exitSignal: null };
-  const exited = new Promise((resolve) => proc.on("exit", (code, signal) => {
-    server.exitCode = code; server.exitSignal = signal; resolve({ code, signal });
-  }));
+  const exited = new Promise((resolve) => {
+    proc.on("exit", (code, signal) => { server.exitCode = code; server.exitSignal = signal; resolve({ code, signal }); });
+    // A binary that cannot be executed (missing, being rebuilt) reports here, not via exit.
+    proc.on("error", (e) => { server.spawnError = e; server.exitCode = -1; resolve({ code: -1, signal: null }); });
+  });
   server.log = () => { try { return fs.readFileSync(logPath, "utf8"); } catch { return ""; } };
   server.stop = async () => {
     if (server.exitCode === null && server.exitSignal === null) proc.kill("SIGTERM");
@@ -106,7 +108,9 @@ async function startLatentd({ args = [], setup, baseDir, env, readyPath = "/syst
   }
   proc.kill("SIGKILL");
   await exited;
-  throw new Error(`latentd did not start (exit ${server.exitCode}, signal ${server.exitSignal}):\n${server.log().slice(-4000)}`);
+  const log = server.log();
+  if (!baseDir) removeDir(dir);
+  throw new Error(`latentd did not start (exit ${server.exitCode}, signal ${server.exitSignal}${server.spawnError ? `, ${server.spawnError.message}` : ""}):\n${log.slice(-4000)}`);
 }
 
 function portOf(s) {
