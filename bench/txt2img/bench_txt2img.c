@@ -20,6 +20,8 @@
  * usage: bench_txt2img [--ckpt PATH] [--quick] [--size N] [--tiny] [--threads N]
  *   --quick  only 256^2;  --size N  only N^2 (256 or 512);
  *   --tiny  the tiny test checkpoint (a fast self-check);
+ *   --device SPEC  memory/device.h spec (default cpu; cuda:0 on a GPU machine,
+ *            where the CPU peak and sd.cpp ratios do not apply);
  *   --perf-ctl CTL,ACK  profile KSampler only: write "enable"/"disable" to perf's
  *            control FIFO around it, e.g.
  *              mkfifo c a; perf record -g -D -1 --control=fifo:c,a -- \
@@ -42,6 +44,7 @@
 
 #include "alloc.h"
 #include "ckpt_gen.h"
+#include "device.h"
 #include "memmgr.h"
 #include "node_registry.h"
 #include "node_run.h"
@@ -164,6 +167,7 @@ static double sgemm_rate(struct dev *d)
         double t0 = now_s();
         if (tensor_linear(t[2], t[0], t[1], NULL, &e) < 0)
             PANIC("sgemm: %s", e.msg);
+        dev_stream_sync(dev_compute_stream(d)); /* asynchronous on a GPU */
         double dt = now_s() - t0;
         if (r > 0) /* the first warms the thread pool and caches */
             best = fmax(best, 2.0 * (double)(n * n * n) / dt / 1e9);
@@ -198,7 +202,7 @@ static void perf_ctl(const char *spec, const char *cmd)
 
 int main(int argc, char **argv)
 {
-    const char *ckpt = NULL, *perf = NULL;
+    const char *ckpt = NULL, *perf = NULL, *device = "cpu";
     int quick = 0, tiny = 0, threads = 2, only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ckpt") && i + 1 < argc)
@@ -209,6 +213,8 @@ int main(int argc, char **argv)
             tiny = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            device = argv[++i];
         else if (!strcmp(argv[i], "--perf-ctl") && i + 1 < argc)
             perf = argv[++i];
         else if (!strcmp(argv[i], "--size") && i + 1 < argc &&
@@ -216,7 +222,7 @@ int main(int argc, char **argv)
             only = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_txt2img [--ckpt PATH] [--quick] [--size 256|512] [--tiny] "
-                            "[--threads N] [--perf-ctl CTL,ACK]\n");
+                            "[--threads N] [--device SPEC] [--perf-ctl CTL,ACK]\n");
             return 2;
         }
     }
@@ -257,8 +263,8 @@ int main(int argc, char **argv)
     tensor_threads_set(threads);
     struct mm_config mc;
     mm_config_init(&mc);
-    mc.device_spec = "cpu";
-    mc.cpu = 1;
+    mc.device_spec = device;
+    mc.cpu = !strcmp(device, "cpu");
     struct mm *mm = NULL;
     if (mm_new(&mc, &mm, &e) < 0)
         PANIC("mm_new: %s", e.msg);
@@ -270,8 +276,8 @@ int main(int argc, char **argv)
     const char *cn[] = {"ckpt_name"};
     struct value *cv[] = {value_new_string("model.safetensors")}, *mcv[4];
     run_node(&sd_checkpoint_loader_simple, cn, cv, 1, mcv, NULL);
-    printf("# CheckpointLoaderSimple %.1f s, %d threads%s\n", now_s() - t0, threads,
-           tiny ? ", tiny checkpoint" : "");
+    printf("# CheckpointLoaderSimple %.1f s, %d threads, device %s%s\n", now_s() - t0, threads,
+           dev_name(mm_device(mm)), tiny ? ", tiny checkpoint" : "");
     t0 = now_s();
     struct value *pos = encode(mcv[1], "beautiful scenery nature glass bottle landscape, , purple "
                                        "galaxy bottle,");
