@@ -119,7 +119,7 @@ __attribute__((destructor)) static void report(void)
         for (int q = i; q < j; q++) {
             const struct shape *s = &shapes[q];
             double sfl = 2.0 * (double)s->m * (double)s->n * (double)s->k * (double)s->calls;
-            if (q - i < 40)
+            if (q - i < 200)
                 fprintf(f, "%-10s %c%c %6lld %6lld %6lld %8lld %9.3f %7.1f %5.1f%%\n", s->label,
                         s->ta, s->tb, (long long)s->m, (long long)s->n, (long long)s->k,
                         (long long)s->calls, s->secs, sfl / s->secs / 1e9, 100.0 * s->secs / tot);

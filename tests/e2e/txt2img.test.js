@@ -193,7 +193,17 @@ describe("txt2img end to end", () => {
 
   after(async () => {
     for (const c of [ca && ca.ws, observer, cb && cb.ws]) if (c) await c.close();
-    for (const s of [A, B]) if (s) { await s.stop(); L.removeDir(s.dir); }
+    const logs = [];
+    for (const s of [A, B]) if (s) {
+      const r = await s.stop();
+      logs.push([s, r, s.log()]);
+    }
+    // Clean shutdown, and nothing from the sanitizers when built with them.
+    for (const [s, r, log] of logs) {
+      L.removeDir(s.dir);
+      assert.deepEqual(r, { code: 0, signal: null }, log.slice(-3000));
+      assert.ok(!/AddressSanitizer|LeakSanitizer|runtime error:/.test(log), log.slice(-6000));
+    }
   });
 
   it("runs the default workflow: events in order, PNG with metadata, /view, history", async (t) => {
