@@ -11,8 +11,8 @@
 #include <sys/sysinfo.h>
 #include <time.h>
 
+#include "buf.h"
 #include "alloc.h"
-#include "srv_buf.h"
 #include "log.h"
 #include "srv_fs.h"
 #include "srv_req.h"
@@ -515,7 +515,7 @@ static char *join2(const char *a, const char *b)
     struct buf s;
     buf_init(&s);
     buf_printf(&s, "%s/%s", a, b);
-    return srv_buf_take(&s);
+    return buf_detach(&s, NULL);
 }
 
 char **srv_model_folder_dirs(const struct srv_config *cfg, const char *folder)

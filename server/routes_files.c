@@ -12,10 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "alloc.h"
-#include "srv_buf.h"
 #include "log.h"
-#include "srv_buf.h"
 #include "srv_fs.h"
 #include "srv_image.h"
 #include "srv_path.h"
@@ -351,7 +350,7 @@ static char *pick_name(const char *dir, const char *name, const void *data, size
         struct buf nb;
         buf_init(&nb);
         buf_printf(&nb, "%.*s (%d)%s", (int)stem_len, name, i, ext);
-        cur = srv_buf_take(&nb);
+        cur = buf_detach(&nb, NULL);
         buf_reset(&p);
         buf_printf(&p, "%s/%s", dir, cur);
     }
@@ -519,7 +518,7 @@ static void route_upload_mask(struct srv_req *r)
                 buf_add(&ob, chunk, k);
             fclose(fp);
             on = ob.len;
-            obytes = srv_buf_take(&ob);
+            obytes = buf_detach(&ob, NULL);
         }
         struct srv_png_text *texts = NULL;
         int nt = obytes ? srv_png_text_read(obytes, on, &texts) : 0;

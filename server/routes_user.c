@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "alloc.h"
-#include "srv_buf.h"
 #include "srv_fs.h"
 #include "srv_path.h"
 #include "srv_req.h"
@@ -36,7 +36,7 @@ static char *read_text(const char *path, size_t *n_out)
     fclose(f);
     if (n_out)
         *n_out = b.len;
-    return srv_buf_take(&b);
+    return buf_detach(&b, NULL);
 }
 
 static int write_text(const char *path, const void *p, size_t n)
@@ -63,7 +63,7 @@ static char *users_file(const struct srv_config *cfg)
     struct buf b;
     buf_init(&b);
     buf_printf(&b, "%s/users.json", cfg->user_dir);
-    return srv_buf_take(&b);
+    return buf_detach(&b, NULL);
 }
 
 static cJSON *load_users(const struct srv_config *cfg)
@@ -194,7 +194,7 @@ static char *settings_path(struct srv_req *r)
     buf_init(&b);
     buf_printf(&b, "%s/comfy.settings.json", root);
     xfree(root);
-    return srv_buf_take(&b);
+    return buf_detach(&b, NULL);
 }
 
 static cJSON *load_settings(const char *path)

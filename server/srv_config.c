@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "srv_buf.h"
 #include "buf.h"
 #include "srv_path.h"
 
@@ -182,7 +181,7 @@ static char *join(const char *a, const char *b)
     struct buf s;
     buf_init(&s);
     buf_printf(&s, "%s/%s", a, b);
-    return srv_buf_take(&s);
+    return buf_detach(&s, NULL);
 }
 
 static void set_str(char **dst, const char *v)

@@ -19,8 +19,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "buf.h"
 #include "alloc.h"
-#include "srv_buf.h"
 #include "log.h"
 #include "srv_path.h"
 #include "srv_req.h"
@@ -521,7 +521,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         struct buf raw;
         buf_init(&raw);
         buf_adds(&raw, url);
-        r->raw_url = srv_buf_take(&raw);
+        r->raw_url = buf_detach(&raw, NULL);
         MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_query, r);
         if (!h->srv->cfg->cors_origin &&
             !srv_origin_allowed(req_header(r, "Host"), req_header(r, "Origin"))) {

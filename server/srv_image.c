@@ -1,3 +1,4 @@
+#include "buf.h"
 #include "srv_image.h"
 
 #include <png.h>
@@ -9,7 +10,6 @@
 #include <jpeglib.h>
 
 #include "alloc.h"
-#include "srv_buf.h"
 
 static int decode_png(const void *p, size_t n, struct srv_image *out, struct err *e)
 {
@@ -358,5 +358,5 @@ void srv_image_png_ex(const struct srv_image *img, int level, const struct srv_p
     png_destroy_write_struct(&png, &info);
     xfree(texts);
     *n = b.len;
-    *out = srv_buf_take(&b);
+    *out = buf_detach(&b, NULL);
 }

@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 
 #include "alloc.h"
-#include "srv_buf.h"
 #include "buf.h"
 
 static int hexval(int c)
@@ -86,7 +85,7 @@ char *srv_path_normalize(const char *p)
         buf_addc(&b, '.');
     xfree(parts);
     xfree(copy);
-    return srv_buf_take(&b);
+    return buf_detach(&b, NULL);
 }
 
 int srv_path_is_under(const char *root, const char *path)
@@ -119,7 +118,7 @@ static char *resolve_existing(const char *path)
             }
             xfree(cur);
             xfree(tail);
-            return srv_buf_take(&b);
+            return buf_detach(&b, NULL);
         }
         /* realpath failed on an entry that exists: a dangling symlink (or a loop). Its
          * target is unknown, and creating the file would follow it out of the root, so
@@ -144,7 +143,7 @@ static char *resolve_existing(const char *path)
             buf_adds(&t, tail);
         }
         xfree(tail);
-        tail = srv_buf_take(&t);
+        tail = buf_detach(&t, NULL);
         *slash = '\0';
     }
 }

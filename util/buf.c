@@ -4,25 +4,28 @@
 #include <stdio.h>
 #include <string.h>
 
+/* An empty buf points here until it first grows (git's strbuf_slopbuf), so that
+ * buf_init and buf_detach allocate nothing and a detached buf needs no release. */
+static char buf__slop[1];
+
 void buf_init(struct buf *b)
 {
-    b->cap = 64;
-    b->ptr = xmalloc(b->cap);
-    b->ptr[0] = '\0';
-    b->len = 0;
+    b->ptr = buf__slop;
+    b->len = b->cap = 0;
 }
 
 void buf_release(struct buf *b)
 {
-    xfree(b->ptr);
-    b->ptr = NULL;
-    b->len = b->cap = 0;
+    if (b->cap)
+        xfree(b->ptr);
+    buf_init(b);
 }
 
 void buf_reset(struct buf *b)
 {
     b->len = 0;
-    b->ptr[0] = '\0';
+    if (b->cap)
+        b->ptr[0] = '\0';
 }
 
 void buf_grow(struct buf *b, size_t extra)
@@ -33,7 +36,12 @@ void buf_grow(struct buf *b, size_t extra)
     size_t cap = b->cap ? b->cap : 64;
     while (cap < need)
         cap = cap * 2;
-    b->ptr = xrealloc(b->ptr, cap);
+    if (b->cap) {
+        b->ptr = xrealloc(b->ptr, cap);
+    } else {
+        b->ptr = xmalloc(cap);
+        b->ptr[0] = '\0';
+    }
     b->cap = cap;
 }
 
@@ -58,6 +66,7 @@ void buf_addc(struct buf *b, char c)
 void buf_vprintf(struct buf *b, const char *fmt, va_list ap)
 {
     va_list cp;
+    buf_grow(b, 64); /* never format into the shared empty string */
     va_copy(cp, ap);
     int n = vsnprintf(b->ptr + b->len, b->cap - b->len, fmt, cp);
     va_end(cp);
@@ -80,6 +89,8 @@ void buf_printf(struct buf *b, const char *fmt, ...)
 
 char *buf_detach(struct buf *b, size_t *len_out)
 {
+    if (!b->cap)
+        buf_grow(b, 0); /* the caller always gets memory it can xfree */
     char *s = b->ptr;
     if (len_out)
         *len_out = b->len;

@@ -1,8 +1,10 @@
 /*
  * buf — a growable byte/string buffer (git's strbuf).
  *
- * Invariant: ptr is always NUL-terminated (ptr[len] == '\0'), so a buf can be
- * used as a C string at any time. A released buf holds no memory.
+ * Invariant: ptr is never NULL and always NUL-terminated (ptr[len] == '\0'), so
+ * a buf can be used as a C string at any time. An empty buf (after buf_init,
+ * buf_release or buf_detach) holds no memory: it points at a shared empty string
+ * until it first grows, so dropping it without buf_release leaks nothing.
  * Not thread-safe; a buf belongs to one thread at a time.
  */
 #ifndef LATENTD_UTIL_BUF_H
@@ -14,7 +16,7 @@
 struct buf {
     char *ptr;   /* owned; never NULL after buf_init */
     size_t len;  /* bytes used, excluding the terminating NUL */
-    size_t cap;  /* bytes allocated */
+    size_t cap;  /* bytes allocated; 0 while ptr is the shared empty string */
 };
 
 void buf_init(struct buf *b);
@@ -27,7 +29,8 @@ void buf_addc(struct buf *b, char c);
 void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_vprintf(struct buf *b, const char *fmt, va_list ap);
 
-/* Hand the string to the caller (who frees it with xfree) and re-init b. */
+/* Hand the string to the caller (who frees it with xfree) and leave b empty (no
+ * memory held, so no buf_release is needed afterwards). */
 char *buf_detach(struct buf *b, size_t *len_out);
 
 #endif
