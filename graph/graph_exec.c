@@ -335,7 +335,9 @@ static int execute_node(struct run *r, int n)
     }
     if (ui)
         graph__send_executed(r, n, ui);
-    graph__pstate_set(r, n, X_FINISHED, 1.0, 1.0);
+    /* ComfyUI's finish_progress keeps the last max and sets value = max (a 3-step
+     * sampler ends at 3/3, a node without progress at 1/1). */
+    graph__pstate_set(r, n, X_FINISHED, x->pmax, x->pmax);
     r->executed[r->n_executed++] = n;
 out:
     for (int k = 0; k < gn->n_in; k++)

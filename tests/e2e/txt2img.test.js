@@ -141,7 +141,8 @@ function tokens(msgs, pid) {
           assert.ok(["running", "finished"].includes(e.state), e.state);
           if (e.state === "finished") assert.equal(e.value, e.max, `finished node ${id} at ${e.value}/${e.max}`);
           const p = prev[id];
-          if (!p || p.value !== e.value || p.max !== e.max || p.state !== e.state) changed.push(`ps:${id}:${e.state}:${e.state === "finished" ? "" : `${e.value}/${e.max}`}`);
+          // finished: value = the last max (ComfyUI's finish_progress), so 3/3 for the sampler.
+          if (!p || p.value !== e.value || p.max !== e.max || p.state !== e.state) changed.push(`ps:${id}:${e.state}:${e.value}/${e.max}`);
           started.add(id);
         }
         for (const id of Object.keys(prev)) assert.ok(id in d.nodes, `node ${id} dropped from progress_state`);
@@ -219,7 +220,7 @@ describe("txt2img end to end", () => {
       want.push(`ps:${n}:running:0/1`, `executing:${n}`);
       if (n === "3") for (let k = 1; k <= STEPS; k++) want.push(`ps:3:running:${k}/${STEPS}`, "bin4", `progress:3:${k}/${STEPS}`);
       if (n === "9") want.push("executed:9:ComfyUI_00001_.png");
-      want.push(`ps:${n}:finished:`);
+      want.push(`ps:${n}:finished:${n === "3" ? `${STEPS}/${STEPS}` : "1/1"}`);
     }
     want.push("execution_success", "status:0", "executing:null");
     assert.deepEqual(tokens(r.msgs, r.pid), want);
@@ -271,7 +272,7 @@ describe("txt2img end to end", () => {
     if (skip || !first) { t.skip(skip || "first run failed"); return; }
     const r = await run(A, ca, workflow(), { extra_data: { extra_pnginfo: { workflow: { different: true } } } });
     assert.deepEqual(tokens(r.msgs, r.pid), ["status:1", "status:1", "execution_start", "cached:3,4,5,6,7,8,9",
-      "executed:9:ComfyUI_00001_.png", "ps:9:finished:", "execution_success", "status:0", "executing:null"]);
+      "executed:9:ComfyUI_00001_.png", "ps:9:finished:1/1", "execution_success", "status:0", "executing:null"]);
     assert.deepEqual(outputFiles(A), ["ComfyUI_00001_.png"]);
     const h = (await L.request(A, "GET", `/history/${r.pid}`)).json()[r.pid];
     assert.deepEqual(h.outputs, { 9: { images: [{ filename: "ComfyUI_00001_.png", subfolder: "", type: "output" }] } });
