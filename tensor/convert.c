@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include "tensor_impl.h"
@@ -101,8 +102,19 @@ __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *d, con
 static int have_f16c(void)
 {
     static int v = -1;
-    if (v < 0)
-        v = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    if (v < 0) {
+        /* cpuid rather than __builtin_cpu_supports("f16c"): clang before 16 rejects that
+         * feature name. AVX also needs the OS to save YMM state (OSXSAVE, then XCR0). */
+        unsigned a, b, c, d;
+        int ok = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && (c & bit_AVX) &&
+                 (c & bit_OSXSAVE);
+        if (ok) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            ok = (lo & 6) == 6;
+        }
+        v = ok;
+    }
     return v;
 }
 

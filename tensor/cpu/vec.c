@@ -24,8 +24,12 @@ static inline float scalar_act(float x, enum cpu_act act)
 }
 
 /* ---- AVX-512 ---------------------------------------------------------------------------- */
+#if defined(__clang__) /* clang ignores GCC target pragmas */
+#pragma clang attribute push(__attribute__((target("avx512f,avx512dq,fma,avx2"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,fma,avx2")
+#endif
 #define V(name) name##_avx512
 #define VT __m512
 #define VL 16
@@ -71,11 +75,19 @@ static inline float scalar_act(float x, enum cpu_act act)
 #undef VCOPYSIGN
 #undef VREDUCE_ADD
 #undef VREDUCE_MAX
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 /* ---- AVX2 ------------------------------------------------------------------------------- */
+#if defined(__clang__) /* clang ignores GCC target pragmas */
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 static inline float hadd256(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -114,7 +126,11 @@ static inline float hmax256(__m256 v)
 #define VREDUCE_ADD hadd256
 #define VREDUCE_MAX hmax256
 #include "vec_tmpl.h"
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 /* ---- scalar ----------------------------------------------------------------------------- */
 
