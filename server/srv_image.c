@@ -8,11 +8,44 @@
 #include <string.h>
 
 #include <jpeglib.h>
+#include <jerror.h>
 
 #include "alloc.h"
 
+/* PIL's decompression-bomb limit (2 x MAX_IMAGE_PIXELS), which ComfyUI's upload routes
+ * inherit: a 600-byte JPEG declaring 19000 x 19000 pixels cost 2.9 GB and 6 s before
+ * (found with tests/fuzz/fuzz_upload_image). */
+#define SRV_IMAGE_MAX_PIXELS 178956970ull
+
+/*
+ * 1 when every chunk of the PNG in p[0..n) fits in the buffer (up to IEND or the end;
+ * with `header_only`, up to the first IDAT: all that png_read_info reads).
+ * libpng allocates and zeroes a chunk's declared length before reading it, so a
+ * 200-byte upload declaring a 1.9 GB zTXt chunk cost 1.9 GB and 2 s per request (found
+ * with tests/fuzz/fuzz_upload_image). Bytes in memory cannot hold a longer chunk, so
+ * such a file is truncated or corrupt either way.
+ */
+static int png_chunks_fit(const unsigned char *b, size_t n, int header_only)
+{
+    size_t off = 8; /* after the signature */
+    while (n - off >= 12) {
+        uint32_t len = (uint32_t)b[off] << 24 | (uint32_t)b[off + 1] << 16 |
+                       (uint32_t)b[off + 2] << 8 | b[off + 3];
+        if (header_only && memcmp(b + off + 4, "IDAT", 4) == 0)
+            break;
+        if (len > n - off - 12)
+            return 0;
+        if (memcmp(b + off + 4, "IEND", 4) == 0)
+            break;
+        off += 12 + (size_t)len;
+    }
+    return 1;
+}
+
 static int decode_png(const void *p, size_t n, struct srv_image *out, struct err *e)
 {
+    if (!png_chunks_fit(p, n, 0))
+        return err_set(e, ERR_INVALID, "cannot decode PNG: a chunk runs past the end of the file");
     png_image im;
     memset(&im, 0, sizeof(im));
     im.version = PNG_IMAGE_VERSION;
@@ -20,7 +53,8 @@ static int decode_png(const void *p, size_t n, struct srv_image *out, struct err
         return err_set(e, ERR_INVALID, "cannot decode PNG: %s", im.message);
     out->had_alpha = (im.format & PNG_FORMAT_FLAG_ALPHA) != 0;
     im.format = PNG_FORMAT_RGBA;
-    if (im.width > 32768 || im.height > 32768) {
+    if (im.width > 32768 || im.height > 32768 ||
+        (uint64_t)im.width * im.height > SRV_IMAGE_MAX_PIXELS) {
         png_image_free(&im);
         return err_set(e, ERR_TOO_LARGE, "image is too large (%ux%u)", im.width, im.height);
     }
@@ -50,10 +84,13 @@ static void jpeg_fail(j_common_ptr c)
     longjmp(je->jb, 1);
 }
 
+/* Warnings are silent, except a premature end of data: libjpeg would go on and fill every
+ * remaining row, so a few bytes declaring a huge image cost its full size in memory and
+ * time. PIL refuses truncated images too ("image file is truncated"). */
 static void jpeg_silent(j_common_ptr c, int level)
 {
-    (void)c;
-    (void)level;
+    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF)
+        jpeg_fail(c);
 }
 
 static int decode_jpeg(const void *p, size_t n, struct srv_image *out, struct err *e)
@@ -76,9 +113,17 @@ static int decode_jpeg(const void *p, size_t n, struct srv_image *out, struct er
         jpeg_destroy_decompress(&d);
         return err_set(e, ERR_INVALID, "cannot decode JPEG");
     }
+    /* Before jpeg_start_decompress: for a progressive file it allocates the whole
+     * image's coefficients. */
+    if ((uint64_t)d.image_width * d.image_height > SRV_IMAGE_MAX_PIXELS) {
+        jpeg_destroy_decompress(&d);
+        return err_set(e, ERR_TOO_LARGE, "image is too large (%ux%u)", d.image_width,
+                       d.image_height);
+    }
     d.out_color_space = JCS_RGB;
     jpeg_start_decompress(&d);
-    if (je.failed || d.output_width > 32768 || d.output_height > 32768) {
+    if (je.failed || d.output_width > 32768 || d.output_height > 32768 ||
+        (uint64_t)d.output_width * d.output_height > SRV_IMAGE_MAX_PIXELS) {
         jpeg_destroy_decompress(&d);
         return err_set(e, ERR_INVALID, "cannot decode JPEG");
     }
@@ -264,7 +309,7 @@ static void png_mem_read(png_structp png, png_bytep dst, png_size_t len)
 int srv_png_text_read(const void *p, size_t n, struct srv_png_text **out)
 {
     *out = NULL;
-    if (n < 8 || memcmp(p, "\x89PNG\r\n\x1a\n", 8) != 0)
+    if (n < 8 || memcmp(p, "\x89PNG\r\n\x1a\n", 8) != 0 || !png_chunks_fit(p, n, 1))
         return 0;
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
     png_infop info = png ? png_create_info_struct(png) : NULL;
