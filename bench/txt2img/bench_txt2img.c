@@ -26,6 +26,7 @@
  *            control FIFO around it, e.g.
  *              mkfifo c a; perf record -g -D -1 --control=fifo:c,a -- \
  *                bench_txt2img --size 256 --perf-ctl c,a
+ *            (--perf-vae: around VAEDecode instead);
  * GEMM time per shape: LD_PRELOAD=<build>/libgemm_trace.so bench_txt2img ...
  * (bench/txt2img/gemm_trace.c; KSampler and VAE calls are labelled per size).
  * The full checkpoint is the one bench_sd15 uses (generated on first use in
@@ -71,9 +72,18 @@ static double peak_rss_mib(void)
 
 static struct node_env env;
 
-/* Progress hook: timestamps of the sampler's steps. */
+/* Process CPU time (user + system, all threads), seconds. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* Progress hook: wall and CPU timestamps of the sampler's steps. */
 struct steps {
-    double t[64];
+    double t[64], c[64];
     int n;
 };
 
@@ -85,8 +95,10 @@ static int on_progress(void *user, double value, double max, const uint8_t *rgb,
     (void)rgb;
     (void)w;
     (void)h;
-    if (s->n < 64)
+    if (s->n < 64) {
+        s->c[s->n] = cpu_s();
         s->t[s->n++] = now_s();
+    }
     return 0;
 }
 
@@ -203,7 +215,7 @@ static void perf_ctl(const char *spec, const char *cmd)
 int main(int argc, char **argv)
 {
     const char *ckpt = NULL, *perf = NULL, *device = "cpu";
-    int quick = 0, tiny = 0, threads = 2, only = 0;
+    int quick = 0, tiny = 0, threads = 2, only = 0, perf_vae = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ckpt") && i + 1 < argc)
             ckpt = argv[++i];
@@ -217,12 +229,14 @@ int main(int argc, char **argv)
             device = argv[++i];
         else if (!strcmp(argv[i], "--perf-ctl") && i + 1 < argc)
             perf = argv[++i];
+        else if (!strcmp(argv[i], "--perf-vae"))
+            perf_vae = 1;
         else if (!strcmp(argv[i], "--size") && i + 1 < argc &&
                  (!strcmp(argv[i + 1], "256") || !strcmp(argv[i + 1], "512")))
             only = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_txt2img [--ckpt PATH] [--quick] [--size 256|512] [--tiny] "
-                            "[--threads N] [--device SPEC] [--perf-ctl CTL,ACK]\n");
+                            "[--threads N] [--device SPEC] [--perf-ctl CTL,ACK [--perf-vae]]\n");
             return 2;
         }
     }
@@ -290,8 +304,8 @@ int main(int argc, char **argv)
     /* fp32 peak of the machine the sd.cpp figures come from: 2 cores x 3.43 GHz x 64
      * flop/cycle (AVX-512, 2 FMA ports) ~ 439 GFLOP/s for 2 threads. */
     const double peak = 439.0 * (threads < 2 ? threads : 2) / 2.0;
-    printf("%-5s %7s %8s %6s %7s %8s %7s %7s %8s %6s %7s %7s %7s %7s\n", "size", "step_s",
-           "unet2_s", "ovh", "vae_s", "total_s", "step_gf", "vae_gf", "sgemm_gf", "peak", "st/sgm",
+    printf("%-5s %7s %6s %8s %6s %7s %6s %8s %7s %7s %8s %6s %7s %7s %7s %7s\n", "size", "step_s",
+           "cpu_s", "unet2_s", "ovh", "vae_s", "vcpu_s", "total_s", "step_gf", "vae_gf", "sgemm_gf", "peak", "st/sgm",
            "st/sdc", "vae/sdc", "rss_mib");
     static const int sizes[2] = {256, 512};
     static const double ref_step[2] = {5.2, 31.0}, ref_vae[2] = {12.4, 53.0};
@@ -318,33 +332,41 @@ int main(int argc, char **argv)
         struct value *ko[4];
         struct steps st = {.n = 0};
         double ks0 = now_s();
-        perf_ctl(perf, "enable\n");
+        perf_ctl(perf_vae ? NULL : perf, "enable\n");
         if (gemm_trace_mark)
             gemm_trace_mark(px == 256 ? "ksamp256" : "ksamp512");
         run_node(&sd_ksampler, kn, kv, 10, ko, &st);
         if (gemm_trace_mark)
             gemm_trace_mark(px == 256 ? "vae256" : "vae512");
-        perf_ctl(perf, "disable\n");
+        perf_ctl(perf_vae ? NULL : perf, "disable\n");
         double ks = now_s() - ks0;
         /* Steps 2..4 (the first also loads the model): mean gap between progress events. */
         double step = st.n >= 2 ? (st.t[st.n - 1] - st.t[0]) / (st.n - 1) : ks / 4;
+        double step_cpu = st.n >= 2 ? (st.c[st.n - 1] - st.c[0]) / (st.n - 1) : 0;
         const char *dn[] = {"samples", "vae"};
         struct value *dv[] = {ko[0], value_ref(mcv[2])}, *dout[4];
-        double v0 = now_s();
+        perf_ctl(perf_vae ? perf : NULL, "enable\n");
+        double v0 = now_s(), vc0 = cpu_s();
         run_node(&sd_vae_decode, dn, dv, 2, dout, NULL);
+        double vae_cpu = cpu_s() - vc0;
+        perf_ctl(perf_vae ? perf : NULL, "disable\n");
         double vae = now_s() - v0, total = now_s() - start;
         double sgf = sd15_unet_flops(&cfg, 2, lh, lh, 77) / step / 1e9;
         double vgf = sd15_vae_decode_flops(&cfg, 1, lh, lh) / vae / 1e9;
-        printf("%-5d %7.3f %8.3f %6.2f %7.3f %8.3f %7.1f %7.1f %8.1f %6.2f %7.2f %7.2f %7.2f %7.0f\n",
-               px, step, raw, step / raw, vae, total, sgf, vgf, sg, sgf / peak, sgf / sg,
+        printf("%-5d %7.3f %6.2f %8.3f %6.2f %7.3f %6.2f %8.3f %7.1f %7.1f %8.1f %6.2f %7.2f %7.2f %7.2f "
+               "%7.0f\n",
+               px, step, step_cpu, raw, step / raw, vae, vae_cpu, total, sgf, vgf, sg, sgf / peak, sgf / sg,
                step / ref_step[si], vae / ref_vae[si], peak_rss_mib());
         fflush(stdout);
         for (int i = 1; i < 4; i++)
             value_unref(ko[i]);
         value_unref(dout[0]);
     }
-    printf("# step_s: CFG step (batch-2 UNet + sampler), mean of steps 2..4; unet2_s: two raw\n"
-           "# batch-1 UNet evals; ovh = step_s / unet2_s; *_gf: GFLOP/s (sd15_*_flops);\n"
+    printf("# step_s: CFG step (batch-2 UNet + sampler), mean of steps 2..4; cpu_s: process CPU\n"
+           "# time per step (about threads x step_s when no other process took the cores;\n"
+           "# vcpu_s likewise for the decode);\n"
+           "# unet2_s: two raw batch-1 UNet evals; ovh = step_s / unet2_s; *_gf: GFLOP/s\n"
+           "# (sd15_*_flops);\n"
            "# sgemm_gf: 1024^3 tensor_linear in this run; peak = step_gf / %.0f GFLOP/s (fp32\n"
            "# peak, %d threads), goal >= 0.5; st/sgm = step_gf / sgemm_gf; st/sdc, vae/sdc =\n"
            "# time / stable-diffusion.cpp's (5.2 s step, 12.4 s decode @256; 31 s, 53 s @512),\n"

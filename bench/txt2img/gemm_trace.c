@@ -9,8 +9,9 @@
  *
  * Shapes are those of the single-threaded calls the tensor pool makes, i.e. one
  * panel of a split GEMM (M x N x K per call, row-major, T = transposed operand).
- * Times are per call on the calling thread; with 2 pool threads the GEMM wall time
- * is about the sum / 2. Programs may call gemm_trace_mark("label") (a weak symbol:
+ * Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so time slices
+ * lost to other processes on a shared machine do not count; with 2 pool threads the
+ * GEMM wall time on an idle machine is about the sum / 2. Programs may call gemm_trace_mark("label") (a weak symbol:
  * a no-op without the preload) to file the following calls under another label;
  * bench_txt2img marks its KSampler run "ksampler". Output goes to stderr, or to
  * $GEMM_TRACE_OUT. Not thread-safe for marks (call it between parallel regions).
@@ -52,7 +53,7 @@ void gemm_trace_mark(const char *label)
 static double now_s(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -104,7 +105,7 @@ __attribute__((destructor)) static void report(void)
     if (!f)
         f = stderr;
     qsort(shapes, (size_t)n_shapes, sizeof shapes[0], by_time);
-    fprintf(f, "# gemm_trace: per-thread time per dnnl_sgemm shape (row-major M x N x K)\n");
+    fprintf(f, "# gemm_trace: thread CPU time per dnnl_sgemm shape (row-major M x N x K)\n");
     fprintf(f, "%-10s %2s %6s %6s %6s %8s %9s %7s %6s\n", "label", "op", "M", "N", "K", "calls",
             "thread_s", "GF/thr", "share");
     for (int i = 0; i < n_shapes;) {
