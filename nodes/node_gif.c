@@ -58,8 +58,9 @@ static int rd_blocks(struct rd *r, struct buf *out)
     }
 }
 
-/* LZW-decode `in` into `out` (npix indices). Returns 0 (short data is padded with 0). */
-static int lzw_decode(const uint8_t *in, size_t n, int min_code, uint8_t *out, size_t npix)
+/* LZW-decode `in` into `out` (at most npix indices). Returns the number decoded (the
+ * caller reads the rest as index 0: short data is padded) or -1 on a bad code. */
+static long lzw_decode(const uint8_t *in, size_t n, int min_code, uint8_t *out, size_t npix)
 {
     if (min_code < 2 || min_code > 11)
         return -1;
@@ -117,8 +118,19 @@ static int lzw_decode(const uint8_t *in, size_t n, int min_code, uint8_t *out, s
         }
         old = code;
     }
-    memset(out + o, 0, npix - o);
-    return 0;
+    return (long)o;
+}
+
+/*
+ * The most indices `n` bytes of LZW data can produce: each code adds one string, at most
+ * one longer than any before it and at most 4096 long. Frames may declare up to
+ * 65535 x 65535 pixels whatever their data; sizing the index buffer by the declaration
+ * made a 100-byte GIF cost gigabytes (found with tests/fuzz/fuzz_image_load).
+ */
+static size_t lzw_max_output(size_t n, int min_code)
+{
+    size_t k = n * 8 / (size_t)(min_code < 2 ? 3 : min_code + 1); /* codes */
+    return k <= 4096 ? k * (k + 1) / 2 : k * 4096;
 }
 
 int node__gif_load(const uint8_t *data, size_t n, const char *path, struct node_image_file *out,
@@ -187,8 +199,12 @@ int node__gif_load(const uint8_t *data, size_t n, const char *path, struct node_
             break;
         if (fw <= 0 || fh <= 0 || out->n_frames >= GIF_MAX_FRAMES)
             continue;
-        uint8_t *idx = xmalloc((size_t)fw * fh);
-        if (lzw_decode((const uint8_t *)blk.ptr, blk.len, min_code, idx, (size_t)fw * fh) < 0) {
+        size_t area = (size_t)fw * fh, room = lzw_max_output(blk.len, min_code);
+        if (room > area)
+            room = area;
+        uint8_t *idx = xmalloc(room ? room : 1);
+        long got = lzw_decode((const uint8_t *)blk.ptr, blk.len, min_code, idx, room);
+        if (got < 0) {
             xfree(idx);
             break;
         }
@@ -207,10 +223,14 @@ int node__gif_load(const uint8_t *data, size_t n, const char *path, struct node_
                 y = row;
                 row += step[pass < 4 ? pass : 3];
             }
-            for (int x = 0; x < fw; x++) {
-                int v = idx[(size_t)i * fw + x];
-                int cx = fx + x, cy = fy + y;
-                if (v == transp || cx >= W || cy >= H)
+            int cy = fy + y;
+            if (cy >= H)
+                continue; /* off the screen: only pixels on it are drawn */
+            for (int x = 0; x < fw && fx + x < W; x++) {
+                size_t k = (size_t)i * fw + x;
+                int v = k < (size_t)got ? idx[k] : 0;
+                int cx = fx + x;
+                if (v == transp)
                     continue;
                 uint8_t *c = canvas + ((size_t)cy * W + cx) * 4;
                 c[0] = ct[3 * v];
