@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jpeglib.h>
 
@@ -118,8 +119,39 @@ static void png_on_warning(png_structp png, png_const_charp msg)
     (void)msg;
 }
 
+/*
+ * 1 when every chunk of the PNG file `f` fits inside the file (up to IEND or the end).
+ * libpng allocates and zeroes a chunk's declared length before reading it, so a 200-byte
+ * file declaring a 1.9 GB zTXt chunk cost 1.9 GB (found with tests/fuzz/fuzz_image_load).
+ * Leaves `f` rewound.
+ */
+static int png_chunks_fit(FILE *f)
+{
+    struct stat st;
+    int ok = 1;
+    if (fstat(fileno(f), &st) < 0)
+        return 1; /* libpng's own checks still apply */
+    uint64_t size = (uint64_t)st.st_size, off = 8;
+    uint8_t h[8];
+    while (size >= off + 12 && fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(h, 1, 8, f) == 8) {
+        uint64_t len = (uint64_t)h[0] << 24 | (uint64_t)h[1] << 16 | (uint64_t)h[2] << 8 | h[3];
+        if (len > size - off - 12) {
+            ok = 0;
+            break;
+        }
+        if (memcmp(h + 4, "IEND", 4) == 0)
+            break;
+        off += 12 + len;
+    }
+    rewind(f);
+    return ok;
+}
+
 static int load_png(FILE *f, const char *path, struct node_image_file *out, struct err *e)
 {
+    if (!png_chunks_fit(f))
+        return err_set(e, ERR_INVALID, "cannot decode '%s': a chunk runs past the end of the file",
+                       path);
     struct png_err pe = {{0}};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
