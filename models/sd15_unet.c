@@ -266,6 +266,7 @@ int sd15_unet_eval(struct patcher *unet, const struct sd15_config *cfg, const st
         return err_set(e, ERR_INVALID,
                        "unet: bad shapes (x [B,%d,h,w], context [B,T,%d], eps like x expected)",
                        cfg->unet_in_ch, cfg->ctx_dim);
+    tensor_profile_reset();
     sd__w_init(&u.w, unet, SD15_PREFIX_UNET, e);
     int64_t B = x->shape[0];
     SD_TRY(time_embed(&u, t, B));
@@ -359,6 +360,7 @@ int sd15_unet_eval(struct patcher *unet, const struct sd15_config *cfg, const st
     SD_TRY(tensor_group_norm(nh, h, 32, ow, ob, 1e-5f, 1, e));
     SD_TRY(sd__conv3(eps, nh, cw2, cb2, e));
     sd__probe(probe, "eps", eps);
+    tensor_profile_print("unet");
 fail:
     sd__w_release(&u.w);
     for (int i = 0; i < 12; i++)

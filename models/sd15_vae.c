@@ -156,6 +156,7 @@ int sd15_vae_decode(struct patcher *vae, const struct sd15_config *cfg, const st
         img->shape[3] != 8 * z->shape[3])
         return err_set(e, ERR_INVALID, "vae decode: bad shapes (z [B,%d,h,w] -> img [B,3,8h,8w])",
                        cfg->vae_embed);
+    tensor_profile_reset();
     sd__w_init(&v.w, vae, SD15_PREFIX_VAE, e);
     int64_t B = z->shape[0], H = z->shape[2], W = z->shape[3];
     const struct tensor *pw, *pb, *cw, *cb;
@@ -195,6 +196,7 @@ int sd15_vae_decode(struct patcher *vae, const struct sd15_config *cfg, const st
     }
     SD_TRY(norm_out_conv(&v, "decoder", h, img));
     sd__probe(probe, "decoder.out", img);
+    tensor_profile_print("vae decode");
 fail:
     sd__w_release(&v.w);
     tensor_free(h);

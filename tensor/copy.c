@@ -65,16 +65,16 @@ int tensor_copy(struct tensor *dst, const struct tensor *src, struct err *e)
         return err_set(e, ERR_INVALID, "copy: shape %s into %s", shp(src, b1), shp(dst, b2));
     int hs = is_host(src), hd = is_host(dst);
     if (hs && hd) {
+        double pt0 = tensor__prof_t0();
         if (src->dtype == dst->dtype && tensor_is_contiguous(src) && tensor_is_contiguous(dst)) {
             memmove(tensor__ptr(dst), tensor__ptr(src), tensor_nbytes(dst));
-            return 0;
+        } else if (!try_transpose(dst, src)) {
+            struct hbuf h;
+            const float *p = hin(src, &h);
+            tensor__scatter_f32(dst, p);
+            hfree(&h);
         }
-        if (try_transpose(dst, src))
-            return 0;
-        struct hbuf h;
-        const float *p = hin(src, &h);
-        tensor__scatter_f32(dst, p);
-        hfree(&h);
+        tensor__prof_end(TENSOR__PROF_COPY, pt0, 0);
         return 0;
     }
 #ifdef TENSOR_HAVE_CUDA

@@ -73,6 +73,7 @@ static int binary(const char *op, struct tensor *out, const struct tensor *a,
                        shp(b, b2), shp(out, b3));
     if (cuda)
         CUDA_OR(tensor__cuda_binary(out, a, b, mul, e));
+    double pt0 = tensor__prof_t0();
     struct hbuf ha, hb, ho;
     const float *pa = hin(a, &ha), *pb = hin(b, &hb);
     float *po = hout(out, &ho);
@@ -86,6 +87,7 @@ static int binary(const char *op, struct tensor *out, const struct tensor *a,
     hfree(&ha);
     hfree(&hb);
     hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_BIN, pt0, 0);
     return 0;
 }
 
@@ -177,6 +179,7 @@ int tensor_upsample_nearest(struct tensor *out, const struct tensor *x, struct e
         return err_set(e, ERR_INVALID, "upsample: %s into %s", shp(x, b1), shp(out, b2));
     if (cuda)
         CUDA_OR(tensor__cuda_upsample(out, x, e));
+    double pt0 = tensor__prof_t0();
     int64_t planes = x->shape[0] * x->shape[1];
     int64_t h = x->shape[2], w = x->shape[3], ho = out->shape[2], wo = out->shape[3];
     int64_t *sy = xmalloc((size_t)ho * sizeof(int64_t)), *sx = xmalloc((size_t)wo * sizeof(int64_t));
@@ -196,6 +199,7 @@ int tensor_upsample_nearest(struct tensor *out, const struct tensor *x, struct e
     xfree(sx);
     hfree(&hx);
     hout_done(out, &hO);
+    tensor__prof_end(TENSOR__PROF_UPSAMPLE, pt0, 0);
     return 0;
 }
 

@@ -77,6 +77,7 @@ int tensor_matmul(struct tensor *out, const struct tensor *a, const struct tenso
     }
     if (cuda)
         CUDA_OR(tensor__cuda_matmul(out, a, b, trans_a, trans_b, alpha, e));
+    double pt0 = tensor__prof_t0();
     struct mat ma, mb;
     mat_setup(&ma, a, trans_a);
     mat_setup(&mb, b, trans_b);
@@ -100,6 +101,8 @@ int tensor_matmul(struct tensor *out, const struct tensor *a, const struct tenso
     hfree(&ma.h);
     hfree(&mb.h);
     hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_MATMUL, pt0, 2.0 * (double)m * (double)n * (double)k *
+                                                   (double)on[0] * (double)on[1]);
     return 0;
 bad:
     return err_set(e, ERR_INVALID, "matmul: %s x %s%s%s into %s", shp(a, b1), shp(b, b2),
@@ -120,6 +123,7 @@ int tensor_linear(struct tensor *out, const struct tensor *x, const struct tenso
                        shp(w, b2), shp(out, b3));
     if (cuda)
         CUDA_OR(tensor__cuda_linear(out, x, w, bias, e));
+    double pt0 = tensor__prof_t0();
     int64_t rows = rows_of(x), n = w->shape[0];
     struct hbuf hx, hw, hb, ho;
     const float *px = hin(x, &hx), *pw = hin(w, &hw), *pb = hin(bias, &hb);
@@ -132,6 +136,7 @@ int tensor_linear(struct tensor *out, const struct tensor *x, const struct tenso
     hfree(&hw);
     hfree(&hb);
     hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_LINEAR, pt0, 2.0 * (double)rows * (double)n * (double)k);
     return 0;
 }
 
@@ -168,6 +173,7 @@ int tensor_conv2d(struct tensor *out, const struct tensor *x, const struct tenso
         goto bad;
     if (cuda)
         CUDA_OR(tensor__cuda_conv2d(out, x, w, bias, o, e));
+    double pt0 = tensor__prof_t0();
     struct hbuf hx, hw, hb, ho_;
     const float *px = hin(x, &hx), *pw = hin(w, &hw), *pb = hin(bias, &hb);
     float *po = hout(out, &ho_);
@@ -176,6 +182,9 @@ int tensor_conv2d(struct tensor *out, const struct tensor *x, const struct tenso
     hfree(&hw);
     hfree(&hb);
     hout_done(out, &ho_);
+    tensor__prof_end(kh * kw == 1 ? TENSOR__PROF_CONV1 : TENSOR__PROF_CONV3, pt0,
+                     2.0 * (double)x->shape[0] * (double)co * (double)ci * (double)(kh * kw) *
+                         (double)(ho * wo));
     return 0;
 bad:
     return err_set(e, ERR_INVALID, "conv2d: x %s, weight %s into %s", shp(x, b1), shp(w, b2),
@@ -213,6 +222,7 @@ int tensor_attention(struct tensor *out, const struct tensor *q, const struct te
         scale = 1.0f / sqrtf((float)d);
     if (cuda)
         CUDA_OR(tensor__cuda_attention(out, q, k, v, heads, scale, flags, e));
+    double pt0 = tensor__prof_t0();
     struct hbuf hq, hk, hv, ho;
     const float *pq, *pk, *pv;
     int64_t qs[2], ks[2], vs[2], os[2]; /* batch stride, row stride */
@@ -253,6 +263,8 @@ int tensor_attention(struct tensor *out, const struct tensor *q, const struct te
     hfree(&hk);
     hfree(&hv);
     hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_ATTN, pt0,
+                     2.0 * (double)bsz * heads * (double)tq * (double)tk * (double)(d + dv));
     return 0;
 bad:
     return err_set(e, ERR_INVALID, "attention: q %s, k %s, v %s (%d heads) into %s",

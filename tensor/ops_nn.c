@@ -20,6 +20,7 @@ int tensor_group_norm(struct tensor *out, const struct tensor *x, int groups,
                        shp(x, b1), shp(out, b2));
     if (cuda)
         CUDA_OR(tensor__cuda_group_norm(out, x, groups, gamma, beta, eps, fuse_silu, e));
+    double pt0 = tensor__prof_t0();
     int64_t n = x->shape[0], hw = tensor_numel(x) / (n * c);
     struct hbuf hx, hg, hb, ho;
     const float *px = hin(x, &hx), *pg = hin(gamma, &hg), *pb = hin(beta, &hb);
@@ -29,6 +30,7 @@ int tensor_group_norm(struct tensor *out, const struct tensor *x, int groups,
     hfree(&hg);
     hfree(&hb);
     hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_GN, pt0, 0);
     return 0;
 }
 
@@ -45,6 +47,7 @@ int tensor_layer_norm(struct tensor *out, const struct tensor *x, const struct t
         return err_set(e, ERR_INVALID, "layer_norm: %s into %s", shp(x, b1), shp(out, b2));
     if (cuda)
         CUDA_OR(tensor__cuda_layer_norm(out, x, gamma, beta, eps, e));
+    double pt0 = tensor__prof_t0();
     struct hbuf hx, hg, hb, ho;
     const float *px = hin(x, &hx), *pg = hin(gamma, &hg), *pb = hin(beta, &hb);
     float *po = hout(out, &ho);
@@ -53,6 +56,7 @@ int tensor_layer_norm(struct tensor *out, const struct tensor *x, const struct t
     hfree(&hg);
     hfree(&hb);
     hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_LN, pt0, 0);
     return 0;
 }
 
@@ -67,6 +71,7 @@ static int unary(const char *op, struct tensor *out, const struct tensor *x,
         return err_set(e, ERR_INVALID, "%s: %s into %s", op, shp(x, b1), shp(out, b2));
     if (cuda)
         CUDA_OR(tensor__cuda_unary(out, x, kind, p0, p1, e));
+    double pt0 = tensor__prof_t0();
     struct hbuf hx, ho;
     const float *px = hin(x, &hx);
     float *po = hout(out, &ho);
@@ -83,6 +88,7 @@ static int unary(const char *op, struct tensor *out, const struct tensor *x,
     }
     hfree(&hx);
     hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_ACT, pt0, 0);
     return 0;
 }
 
@@ -128,12 +134,14 @@ int tensor_geglu(struct tensor *out, const struct tensor *x, struct err *e)
         return err_set(e, ERR_INVALID, "geglu: %s into %s", shp(x, b1), shp(out, b2));
     if (cuda)
         CUDA_OR(tensor__cuda_geglu(out, x, e));
+    double pt0 = tensor__prof_t0();
     struct hbuf hx, ho;
     const float *px = hin(x, &hx);
     float *po = hout(out, &ho);
     cpu_geglu(po, px, rows_of(x), c2 / 2);
     hfree(&hx);
     hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_ACT, pt0, 0);
     return 0;
 }
 

@@ -322,6 +322,14 @@ size_t tensor_attention_workspace_bytes(enum dev_kind kind, enum tensor_dtype dt
 void tensor_threads_set(int n);
 int tensor_threads_get(void);
 
+/* Per-op-class timing of the CPU ops, for performance work: on when the environment has
+ * LATENTD_PROFILE=1 (read once), otherwise these do nothing and ops pay one branch.
+ * reset starts a measurement, print writes a table (time, share, GFLOP/s per op class,
+ * and the time no op claims) to stderr. Executor thread only, like every op. */
+int tensor_profile_enabled(void);
+void tensor_profile_reset(void);
+void tensor_profile_print(const char *label);
+
 /* Stop the CPU pool and drop per-device backend state (cuBLAS handles, workspaces).
  * Optional at exit; ops restart what they need afterwards. */
 void tensor_shutdown(void);

@@ -54,6 +54,36 @@ void tensor__host_unwrap(struct tensor *t);
 /* PyTorch nearest index map: map[d] = min(floor(d * (float)in / out), in - 1). */
 void tensor__nearest_map(int64_t *map, int64_t in, int64_t out);
 
+/* ---- profile (prof.c, LATENTD_PROFILE=1) ---------------------------------------------- */
+
+enum {
+    TENSOR__PROF_CONV3, TENSOR__PROF_IM2COL, TENSOR__PROF_CONV1, TENSOR__PROF_LINEAR,
+    TENSOR__PROF_MATMUL, TENSOR__PROF_ATTN, TENSOR__PROF_GN, TENSOR__PROF_LN, TENSOR__PROF_BIN,
+    TENSOR__PROF_ACT, TENSOR__PROF_COPY, TENSOR__PROF_UPSAMPLE,
+    TENSOR__PROF_N
+};
+extern int tensor__prof_on; /* -1 until the environment was read */
+int tensor__prof_init(void);
+double tensor__prof_now(void);
+void tensor__prof_add(int cls, double t0, double flops);
+
+/* Start of an op's timed section: 0 when profiling is off (then prof_end does nothing). */
+static inline double tensor__prof_t0(void)
+{
+    int on = tensor__prof_on;
+    if (__builtin_expect(on == 0, 1))
+        return 0;
+    if (on < 0 && !tensor__prof_init())
+        return 0;
+    return tensor__prof_now();
+}
+
+static inline void tensor__prof_end(int cls, double t0, double flops)
+{
+    if (t0 != 0)
+        tensor__prof_add(cls, t0, flops);
+}
+
 /* ---- CPU thread pool (cpu/pool.c) ----------------------------------------------------- */
 
 /* Run fn(ctx, begin, end, tid) over [0, n) in contiguous pieces shared out dynamically
