@@ -1,13 +1,22 @@
 /*
- * conv.c — 2-D convolution as im2col + one GEMM per chunk of output rows.
+ * conv.c — 2-D convolution as im2col + GEMM.
  *
  * out[n] [co, P] = W [co, K] x cols [K, P] + bias, K = ci*kh*kw, P = output
  * pixels. A 1x1 stride-1 unpadded conv needs no im2col: x[n] is already
- * [ci, h*w]. Otherwise the output rows are cut into chunks so that the
- * column buffer stays around CONV_COLS_BYTES (it is written, then read once by
- * the GEMM while still in cache, instead of a 47 MB buffer for a 64x64x320
- * 3x3 conv); the im2col of each chunk runs on the pool, the GEMM on the BLAS
- * library's threads.
+ * [ci, h*w]. Otherwise two shapes of work:
+ *
+ * - Large images: the output rows of every image are cut into chunks whose
+ *   column buffer is about cpu_conv_cols_bytes, and each pool thread takes whole
+ *   chunks: its own im2col into its own buffer, then a single-threaded GEMM with
+ *   all of W over the chunk. No barrier between im2col and GEMM, the columns are
+ *   still in the thread's cache when the GEMM reads them, and each GEMM is as
+ *   wide as the chunk (splitting one chunk's GEMM four ways gave panels of ~100
+ *   columns, where oneDNN re-packs all of W for every panel: ~30 % slower at
+ *   K = 4608).
+ * - Small images (the UNet's 8x8 and 4x4 levels): the columns of all images
+ *   go side by side into one buffer, so W (up to 59 MB at 1280 channels) is
+ *   read once per batch instead of once per image, and one pool-split GEMM
+ *   writes [co, n*P], scattered into the images with the bias.
  */
 #include <string.h>
 
@@ -22,6 +31,7 @@ size_t cpu_conv_cols_bytes = CONV_COLS_BYTES; /* tunable by the benchmark */
 
 struct im2col_job {
     float *cols;
+    int64_t ld; /* row stride of cols (the chunk's column count, or more when batched) */
     const float *x;
     int64_t ci, h, w, kh, kw, ho, wo;
     int64_t oy0, rows; /* output rows of this chunk */
@@ -32,7 +42,7 @@ static void im2col_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     struct im2col_job *j = ctx;
     int s = j->o->stride;
-    int64_t p = j->rows * j->wo; /* columns in the chunk */
+    int64_t p = j->ld;
     for (int64_t r = b; r < e; r++) { /* r = (c, ky, kx) */
         int64_t c = r / (j->kh * j->kw), ky = r / j->kw % j->kh, kx = r % j->kw;
         const float *xc = j->x + c * j->h * j->w;
@@ -77,6 +87,60 @@ static void fill_bias(float *out, const float *bias, int64_t co, int64_t p, int6
     }
 }
 
+struct conv_job {
+    float *out;
+    const float *x, *w, *bias;
+    int64_t ci, h, wd, co, kh, kw, ho, wo, k, p;
+    int64_t rows, nchunk; /* output rows per chunk, chunks per image */
+    const struct tensor_conv2d_opts *o;
+    float **cols;         /* per thread */
+    float *tmp;           /* batched: [co, n*p] */
+};
+
+/* One chunk of output rows of one image, entirely on this thread. */
+static void chunk_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    struct conv_job *j = ctx;
+    for (int64_t t = b; t < e; t++) {
+        int64_t img = t / j->nchunk, oy0 = t % j->nchunk * j->rows;
+        int64_t r = j->ho - oy0 < j->rows ? j->ho - oy0 : j->rows;
+        struct im2col_job ij = {j->cols[tid], r * j->wo, j->x + img * j->ci * j->h * j->wd,
+                                j->ci, j->h, j->wd, j->kh, j->kw, j->ho, j->wo, oy0, r, j->o};
+        im2col_task(&ij, 0, j->k, tid);
+        float *ob = j->out + img * j->co * j->p + oy0 * j->wo;
+        fill_bias(ob, j->bias, j->co, r * j->wo, j->p);
+        cpu_sgemm(0, 0, j->co, r * j->wo, j->k, 1.0f, j->w, j->k, j->cols[tid], r * j->wo, 1.0f,
+                  ob, j->p, 1);
+    }
+}
+
+/* Batched: tmp [co, n*p] -> out [n][co][p], plus bias. Tasks are (image, channel). */
+static void scatter_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    struct conv_job *j = ctx;
+    int64_t n = j->nchunk; /* images, in this mode */
+    for (int64_t t = b; t < e; t++) {
+        int64_t img = t / j->co, c = t % j->co;
+        const float *src = j->tmp + c * n * j->p + img * j->p;
+        float *dst = j->out + (img * j->co + c) * j->p;
+        float v = j->bias ? j->bias[c] : 0.0f;
+        for (int64_t i = 0; i < j->p; i++)
+            dst[i] = src[i] + v;
+    }
+}
+
+struct im2col_batch {
+    struct im2col_job *imgs;
+    int64_t n;
+};
+
+static void im2col_batch_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    struct im2col_batch *ib = ctx;
+    for (int64_t i = 0; i < ib->n; i++)
+        im2col_task(&ib->imgs[i], b, e, tid);
+}
+
 void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, int64_t n,
                 int64_t ci, int64_t h, int64_t wd, int64_t co, int64_t kh, int64_t kw,
                 const struct tensor_conv2d_opts *o)
@@ -94,22 +158,50 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
         }
         return;
     }
+    int nt = tensor__pool_threads();
+    size_t all_cols = (size_t)(n * p * k) * sizeof(float);
+    struct conv_job j = {out, x, w, bias, ci, h, wd, co, kh, kw, ho, wo, k, p, 0, 0, o, NULL, NULL};
+    if (p < 256 && all_cols <= 2 * cpu_conv_cols_bytes) {
+        /* Batched small images. */
+        float *cols = xmalloc_aligned(64, all_cols);
+        struct im2col_job *imgs = xmalloc((size_t)n * sizeof(*imgs));
+        for (int64_t b = 0; b < n; b++)
+            imgs[b] = (struct im2col_job){cols + b * p, n * p, x + b * ci * h * wd, ci, h, wd,
+                                          kh, kw, ho, wo, 0, ho, o};
+        struct im2col_batch ib = {imgs, n};
+        double pt0 = tensor__prof_t0();
+        tensor__pool_for(k, im2col_batch_task, &ib);
+        tensor__prof_end(TENSOR__PROF_IM2COL, pt0, 0);
+        j.tmp = xmalloc_aligned(64, (size_t)(co * n * p) * sizeof(float));
+        j.nchunk = n;
+        cpu_sgemm(0, 0, co, n * p, k, 1.0f, w, k, cols, n * p, 0.0f, j.tmp, n * p, 0);
+        tensor__pool_for(n * co, scatter_task, &j);
+        xfree_aligned(j.tmp);
+        xfree(imgs);
+        xfree_aligned(cols);
+        return;
+    }
     int64_t rows = (int64_t)(cpu_conv_cols_bytes / sizeof(float)) / (k * wo);
     if (rows < 1)
         rows = 1;
     if (rows > ho)
         rows = ho;
-    float *cols = xmalloc_aligned(64, (size_t)(k * rows * wo) * sizeof(float));
-    for (int64_t b = 0; b < n; b++) {
-        float *ob = out + b * co * p;
-        fill_bias(ob, bias, co, p, p);
-        for (int64_t oy0 = 0; oy0 < ho; oy0 += rows) {
-            int64_t r = ho - oy0 < rows ? ho - oy0 : rows;
-            struct im2col_job j = {cols, x + b * ci * h * wd, ci, h, wd, kh, kw, ho, wo,
-                                   oy0, r, o};
-            tensor__pool_for(k, im2col_task, &j);
-            cpu_sgemm(0, 0, co, r * wo, k, 1.0f, w, k, cols, r * wo, 1.0f, ob + oy0 * wo, p, 0);
-        }
+    /* at least two chunks per thread, so a descheduled thread's share can be taken over */
+    int64_t want = 2 * nt, per_img = (want + n - 1) / n;
+    if ((ho + rows - 1) / rows < per_img) {
+        rows = (ho + per_img - 1) / per_img;
+        if (rows < 1)
+            rows = 1;
     }
-    xfree_aligned(cols);
+    j.rows = rows;
+    j.nchunk = (ho + rows - 1) / rows;
+    j.cols = xmalloc((size_t)nt * sizeof(float *));
+    for (int i = 0; i < nt; i++)
+        j.cols[i] = xmalloc_aligned(64, (size_t)(k * rows * wo) * sizeof(float));
+    cpu_gemm_pool_enter();
+    tensor__pool_for(n * j.nchunk, chunk_task, &j);
+    cpu_gemm_pool_leave();
+    for (int i = 0; i < nt; i++)
+        xfree_aligned(j.cols[i]);
+    xfree(j.cols);
 }
