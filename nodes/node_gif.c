@@ -148,6 +148,14 @@ int node__gif_load(const uint8_t *data, size_t n, const char *path, struct node_
     rd_u8(&r, &aspect);
     if (W <= 0 || H <= 0 || W > 16384 || H > 16384)
         return err_set(e, ERR_INVALID, "cannot decode '%s': bad GIF size %dx%d", path, W, H);
+    /* PIL's decompression-bomb limit applies to GIFs too (a 40-byte file declaring
+     * 16382x14850 got a 970 MB canvas per frame; found with tests/fuzz/fuzz_image_load). */
+    if ((uint64_t)W * (uint64_t)H > NODE_IMAGE_MAX_PIXELS)
+        return err_set(e, ERR_TOO_LARGE,
+                       "cannot decode '%s': Image size (%llu pixels) exceeds limit of %llu pixels, "
+                       "could be decompression bomb DOS attack.",
+                       path, (unsigned long long)W * (unsigned long long)H,
+                       (unsigned long long)NODE_IMAGE_MAX_PIXELS);
     uint8_t gct[256 * 3] = {0};
     int gct_n = 0;
     if (flags & 0x80) {
