@@ -267,7 +267,9 @@ static int add_module(const struct st_file *f, const struct module *md, const st
     if (to_tdt(up->dtype, &dt_up) < 0 || to_tdt(down->dtype, &dt_down) < 0)
         return err_set(e, ERR_INVALID, "lora '%s': tensor '%s' is not a float tensor", f->path,
                        up->name);
-    if (up->ndim < 2 || down->ndim < 2 || up->shape[1] != down->shape[0])
+    /* Rank 0 is no pair either: the shape checks below divide by it (a rank-0 file
+     * crashed the executor with SIGFPE; found with tests/fuzz/fuzz_lora). */
+    if (up->ndim < 2 || down->ndim < 2 || up->shape[1] != down->shape[0] || down->shape[0] <= 0)
         return err_set(e, ERR_INVALID,
                        "lora '%s': tensors '%s' and '%s' do not form a low-rank pair", f->path,
                        up->name, down->name);
