@@ -68,3 +68,5 @@ latentd_add_fuzz(srv_path SOURCES ${PROJECT_SOURCE_DIR}/server/srv_path.c
 latentd_add_fuzz(upload_image SOURCES ${PROJECT_SOURCE_DIR}/server/srv_image.c
                  LIBS latentd_util PkgConfig::FUZZ_PNG JPEG::JPEG
                  INCLUDES ${PROJECT_SOURCE_DIR}/server)
+# LoRA files against a tiny generated checkpoint (tools/ckpt_gen.h).
+latentd_add_fuzz(lora LIBS latentd_ckptgen latentd_models)
