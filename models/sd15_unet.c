@@ -152,12 +152,8 @@ static int transformer(struct unet_ctx *u, const char *p, struct tensor *x)
         SD_W(f0b, &u->w, "%s.transformer_blocks.%d.ff.net.0.proj.bias", p, d);
         SD_W(f2w, &u->w, "%s.transformer_blocks.%d.ff.net.2.weight", p, d);
         SD_W(f2b, &u->w, "%s.transformer_blocks.%d.ff.net.2.bias", p, d);
-        SD_TRY(sd__new(u->d, &f, e, 3, B, T, 8 * C));
-        SD_TRY(tensor_linear(f, n, f0w, f0b, e));
         SD_TRY(sd__new(u->d, &gg, e, 3, B, T, 4 * C));
-        SD_TRY(tensor_geglu(gg, f, e));
-        tensor_free(f);
-        f = NULL;
+        SD_TRY(tensor_linear_geglu(gg, n, f0w, f0b, e)); /* no [B, T, 8C] product on the CPU */
         SD_TRY(tensor_linear(n, gg, f2w, f2b, e));
         tensor_free(gg);
         gg = NULL;
@@ -379,7 +375,8 @@ fail:
  * The activation peak of sd15_unet_eval, by walking the block sequence as the code
  * allocates: `base` is what is alive between blocks (the skip stack and the current
  * h), each block adds its own temporaries (ResBlock: max(GN(in) + out, 3 out);
- * SpatialTransformer: 14 C per token for the FF (h, n, 8C, 4C) plus k, v over the
+ * SpatialTransformer: 7 C per token for the FF (h, n, 4C, and the 8C / 8 temporary of
+ * tensor_linear_geglu's chunks on backends without the fused kernel) plus k, v over the
  * context; up/downsample: their outputs). Floats; x, ctx and eps are the caller's.
  */
 size_t sd15_unet_plan_bytes(const struct sd15_config *c, int b, int h, int w, int t)
@@ -403,7 +400,7 @@ size_t sd15_unet_plan_bytes(const struct sd15_config *c, int b, int h, int w, in
             base += co * px; /* the new h; the old one stays on the skip stack */
             ch = co;
             if (l < 3)
-                PEAK(14 * ch * px + 2 * ch * t);
+                PEAK(7 * ch * px + 2 * ch * t);
             skip_c[ns] = ch;
             skip_px[ns++] = px;
         }
@@ -419,7 +416,7 @@ size_t sd15_unet_plan_bytes(const struct sd15_config *c, int b, int h, int w, in
     px = hh * ww;
     /* Middle: its own h beside the stack. */
     PEAK(fmax(2 * ch, 3 * ch) * px + ch * px);
-    PEAK(ch * px + 14 * ch * px + 2 * ch * t);
+    PEAK(ch * px + 7 * ch * px + 2 * ch * t);
     base += ch * px;
     for (int l = 3; l >= 0; l--) {
         px = lv_px[l];
@@ -432,7 +429,7 @@ size_t sd15_unet_plan_bytes(const struct sd15_config *c, int b, int h, int w, in
             base += co * px - cat * px;
             ch = co;
             if (l < 3)
-                PEAK(14 * ch * px + 2 * ch * t);
+                PEAK(7 * ch * px + 2 * ch * t);
             if (l > 0 && r == 2) {
                 double up = lv_px[l - 1];
                 PEAK(2 * ch * up);

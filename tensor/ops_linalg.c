@@ -140,6 +140,77 @@ int tensor_linear(struct tensor *out, const struct tensor *x, const struct tenso
     return 0;
 }
 
+/*
+ * Backends without a fused kernel: tensor_linear then tensor_geglu through a device
+ * temporary, in LINEAR_GEGLU_CHUNKS row chunks so that the temporary is 2N/8 = N/4
+ * floats per row, not 2N (sd15_unet_plan_bytes counts on that).
+ */
+#define LINEAR_GEGLU_CHUNKS 8
+static int linear_geglu_chunked(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                                const struct tensor *bias, struct err *e)
+{
+    int64_t rows = rows_of(x), k = x->shape[x->ndim - 1], n2 = w->shape[0];
+    int64_t step = (rows + LINEAR_GEGLU_CHUNKS - 1) / LINEAR_GEGLU_CHUNKS;
+    struct tensor *x2 = NULL, *o2 = NULL, *t = NULL;
+    int rc;
+    if ((rc = tensor_reshape(x, 2, (const int64_t[]){rows, k}, &x2, e)) < 0)
+        goto out;
+    if ((rc = tensor_reshape(out, 2, (const int64_t[]){rows, n2 / 2}, &o2, e)) < 0)
+        goto out;
+    if ((rc = tensor_new(out->_storage->dev, out->dtype, 2, (const int64_t[]){step, n2}, &t, e)) < 0)
+        goto out;
+    for (int64_t r0 = 0; r0 < rows && rc == 0; r0 += step) {
+        int64_t r = rows - r0 < step ? rows - r0 : step;
+        struct tensor *xs = NULL, *os = NULL, *ts = NULL;
+        rc = tensor_slice(x2, 0, r0, r, &xs, e);
+        if (rc == 0)
+            rc = tensor_slice(o2, 0, r0, r, &os, e);
+        if (rc == 0)
+            rc = tensor_slice(t, 0, 0, r, &ts, e);
+        if (rc == 0)
+            rc = tensor_linear(ts, xs, w, bias, e);
+        if (rc == 0)
+            rc = tensor_geglu(os, ts, e);
+        tensor_free(xs);
+        tensor_free(os);
+        tensor_free(ts);
+    }
+out:
+    tensor_free(x2);
+    tensor_free(o2);
+    tensor_free(t);
+    return rc;
+}
+
+int tensor_linear_geglu(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                        const struct tensor *bias, struct err *e)
+{
+    char b1[96], b2[96], b3[96];
+    int cuda, rc;
+    if ((rc = check_devs("linear_geglu", e, &cuda, 3, 4, out, x, w, bias)) < 0)
+        return rc;
+    int64_t k = x->shape[x->ndim - 1];
+    if (w->ndim != 2 || w->shape[1] != k || w->shape[0] % 2 ||
+        out->shape[out->ndim - 1] != w->shape[0] / 2 || rows_of(out) != rows_of(x) ||
+        (bias && tensor_numel(bias) != w->shape[0]))
+        return err_set(e, ERR_INVALID, "linear_geglu: x %s, weight %s into %s", shp(x, b1),
+                       shp(w, b2), shp(out, b3));
+    if (cuda || !cpu_linear_geglu_fused)
+        return linear_geglu_chunked(out, x, w, bias, e);
+    double pt0 = tensor__prof_t0();
+    int64_t rows = rows_of(x), h = w->shape[0] / 2;
+    struct hbuf hx, hw, hb, ho;
+    const float *px = hin(x, &hx), *pw = hin(w, &hw), *pb = hin(bias, &hb);
+    float *po = hout(out, &ho);
+    cpu_linear_geglu(po, px, pw, pb, rows, k, h);
+    hfree(&hx);
+    hfree(&hw);
+    hfree(&hb);
+    hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_LINEAR, pt0, 4.0 * (double)rows * (double)h * (double)k);
+    return 0;
+}
+
 void tensor_conv2d_out_hw(const struct tensor_conv2d_opts *o, int64_t h, int64_t w, int64_t kh,
                           int64_t kw, int64_t *out_h, int64_t *out_w)
 {

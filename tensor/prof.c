@@ -34,10 +34,13 @@ static const char *const names[TENSOR__PROF_N] = {
 };
 
 static struct {
-    double t, flops;
+    double t, cpu, flops;
     long calls;
 } acc[TENSOR__PROF_N];
 static double t_begin, cpu_begin;
+static double cpu_at_t0[8]; /* CPU clock at each open tensor__prof_t0 (im2col nests in conv) */
+static int depth;
+static double cpu_now(void);
 
 /* CPU seconds of the whole process: on a shared machine the wall time of an op grows
  * with other processes' load, the CPU time our threads spend much less. */
@@ -55,6 +58,14 @@ double tensor__prof_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double tensor__prof_start(void)
+{
+    if (depth < 8)
+        cpu_at_t0[depth] = cpu_now();
+    depth++;
+    return tensor__prof_now();
+}
+
 int tensor__prof_init(void)
 {
     const char *v = getenv("LATENTD_PROFILE");
@@ -65,6 +76,9 @@ int tensor__prof_init(void)
 void tensor__prof_add(int cls, double t0, double flops)
 {
     acc[cls].t += tensor__prof_now() - t0;
+    depth--;
+    if (depth >= 0 && depth < 8)
+        acc[cls].cpu += cpu_now() - cpu_at_t0[depth];
     acc[cls].flops += flops;
     acc[cls].calls++;
 }
@@ -79,6 +93,7 @@ void tensor_profile_reset(void)
     if (!tensor_profile_enabled())
         return;
     memset(acc, 0, sizeof(acc));
+    depth = 0;
     t_begin = tensor__prof_now();
     cpu_begin = cpu_now();
 }
@@ -100,7 +115,8 @@ void tensor_profile_print(const char *label)
         fprintf(stderr, "#   %-26s %5ld calls %8.3f s %5.1f %%", names[c], acc[c].calls, acc[c].t,
                 100.0 * acc[c].t / wall);
         if (acc[c].flops > 0)
-            fprintf(stderr, " %7.1f GFLOP/s", acc[c].flops / acc[c].t / 1e9);
+            fprintf(stderr, " %7.1f GFLOP/s %7.1f GFLOP/CPU-s", acc[c].flops / acc[c].t / 1e9,
+                    acc[c].flops / acc[c].cpu / 1e9);
         fputc('\n', stderr);
     }
     fprintf(stderr, "#   %-26s       %8.3f s %5.1f %%\n", "other (unclaimed)", wall - claimed,

@@ -191,6 +191,15 @@ int tensor_matmul(struct tensor *out, const struct tensor *a, const struct tenso
 int tensor_linear(struct tensor *out, const struct tensor *x, const struct tensor *w,
                   const struct tensor *bias, struct err *e);
 
+/*
+ * out[..., N] = geglu(x @ w^T + bias), w [2N, K], bias [2N] or NULL: tensor_linear then
+ * tensor_geglu in one op (the transformer's feed-forward input). On the CPU the [.., 2N]
+ * product only ever exists a tile at a time in cache; other backends run the two ops
+ * through a temporary on the device. out must not alias x.
+ */
+int tensor_linear_geglu(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                        const struct tensor *bias, struct err *e);
+
 struct tensor_conv2d_opts {
     int stride;                 /* 1 or 2 (same for both axes) */
     int pad_top, pad_bottom;    /* zero padding, rows */

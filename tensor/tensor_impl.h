@@ -65,6 +65,7 @@ enum {
 extern int tensor__prof_on; /* -1 until the environment was read */
 int tensor__prof_init(void);
 double tensor__prof_now(void);
+double tensor__prof_start(void);
 void tensor__prof_add(int cls, double t0, double flops);
 
 /* Start of an op's timed section: 0 when profiling is off (then prof_end does nothing). */
@@ -75,7 +76,7 @@ static inline double tensor__prof_t0(void)
         return 0;
     if (on < 0 && !tensor__prof_init())
         return 0;
-    return tensor__prof_now();
+    return tensor__prof_start();
 }
 
 static inline void tensor__prof_end(int cls, double t0, double flops)
@@ -130,6 +131,10 @@ enum cpu_act {
 void cpu_activation(float *y, const float *x, int64_t n, enum cpu_act act);
 /* x [rows, 2c] -> y [rows, c] = x[:, :c] * gelu(x[:, c:]). */
 void cpu_geglu(float *y, const float *x, int64_t rows, int64_t c);
+/* y [rows, h] = geglu(x [rows, k] @ w^T + bias), w [2h, k], bias [2h] or NULL (linear.c). */
+void cpu_linear_geglu(float *y, const float *x, const float *w, const float *bias, int64_t rows,
+                      int64_t k, int64_t h);
+extern int cpu_linear_geglu_fused; /* 0: the CPU runs the other backends' chunked path (tests) */
 /* In-place-capable softmax of rows [rows, c]. */
 void cpu_softmax(float *y, const float *x, int64_t rows, int64_t c);
 

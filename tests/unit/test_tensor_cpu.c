@@ -548,6 +548,51 @@ static double ref_act(double x, int k)
     }
 }
 
+/* Fused Linear + GEGLU against a naive double reference: few rows (column tiles, ragged
+ * last tile), many rows (row tiles of 128 and 256, ragged), with and without bias. */
+static void test_linear_geglu(void)
+{
+    struct err e = {0};
+    static const int64_t cases[][3] = {{7, 29, 45}, {1030, 24, 40}, {700, 16, 24}, {13, 8, 6}};
+    for (int ci = 0; ci < 4; ci++) {
+        cpu_linear_geglu_fused = ci != 3; /* the other backends' path: 8 row chunks */
+        int64_t R = cases[ci][0], K = cases[ci][1], H = cases[ci][2];
+        int with_bias = ci != 1;
+        float *vx, *vw, *vb = NULL;
+        struct tensor *x = mk(TENSOR_F32, 2, (int64_t[]){R, K}, 1, &vx);
+        struct tensor *w = mk(TENSOR_F32, 2, (int64_t[]){2 * H, K}, 1, &vw);
+        struct tensor *b = with_bias ? mk(TENSOR_F32, 1, (int64_t[]){2 * H}, 1, &vb) : NULL;
+        struct tensor *o;
+        tensor_new(D, TENSOR_F32, 2, (int64_t[]){R, H}, &o, NULL);
+        EXPECT_OK(tensor_linear_geglu(o, x, w, b, &e));
+        double *ref = xmalloc((size_t)(R * H) * sizeof(double));
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t j = 0; j < H; j++) {
+                double a = vb ? vb[j] : 0, g = vb ? vb[H + j] : 0;
+                for (int64_t k = 0; k < K; k++) {
+                    a += (double)vx[r * K + k] * vw[j * K + k];
+                    g += (double)vx[r * K + k] * vw[(H + j) * K + k];
+                }
+                ref[r * H + j] = a * 0.5 * g * (1 + erf(g / sqrt(2.0)));
+            }
+        char what[64];
+        snprintf(what, sizeof(what), "linear_geglu %lldx%lld -> %lld%s%s", (long long)R,
+                 (long long)K, (long long)H, with_bias ? "" : " (no bias)",
+                 cpu_linear_geglu_fused ? "" : " (chunked, unfused)");
+        check(what, o, ref, 1e-5);
+        EXPECT_EQ(tensor_linear_geglu(o, x, x, b, &e), ERR_INVALID);
+        xfree(ref);
+        xfree(vx);
+        xfree(vw);
+        xfree(vb);
+        tensor_free(x);
+        tensor_free(w);
+        tensor_free(b);
+        tensor_free(o);
+    }
+    cpu_linear_geglu_fused = 1;
+}
+
 static void test_activations(int isa)
 {
     struct err e = {0};
@@ -930,6 +975,7 @@ int main(void)
     test_external();
     test_matmul();
     test_linear();
+    test_linear_geglu();
     test_conv();
     for (int isa = 2; isa >= 0; isa--) {
         cpu_vec_force_isa(isa); /* only lowers: a machine without AVX-512 tests less */
