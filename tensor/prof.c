@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "tensor_impl.h"
@@ -37,7 +38,18 @@ static struct {
     double t, cpu, flops;
     long calls;
 } acc[TENSOR__PROF_N];
-static double t_begin, cpu_begin;
+static double t_begin, cpu_begin, sys_begin;
+static long faults_begin;
+
+/* Kernel CPU seconds and page faults so far: first touches of fresh activation buffers
+ * (large blocks come from mmap each time) show up here, not in any op's GFLOP/s. */
+static double sys_now(long *faults)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *faults = ru.ru_minflt + ru.ru_majflt;
+    return (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+}
 static double cpu_at_t0[8]; /* CPU clock at each open tensor__prof_t0 (im2col nests in conv) */
 static int depth;
 static double cpu_now(void);
@@ -96,6 +108,7 @@ void tensor_profile_reset(void)
     depth = 0;
     t_begin = tensor__prof_now();
     cpu_begin = cpu_now();
+    sys_begin = sys_now(&faults_begin);
 }
 
 void tensor_profile_print(const char *label)
@@ -103,8 +116,10 @@ void tensor_profile_print(const char *label)
     if (!tensor_profile_enabled())
         return;
     double wall = tensor__prof_now() - t_begin, cpu = cpu_now() - cpu_begin, claimed = 0, fl = 0;
-    fprintf(stderr, "# profile %s: %.3f s wall, %.3f s CPU, %d threads\n", label, wall, cpu,
-            tensor__pool_threads());
+    long faults;
+    double sys = sys_now(&faults) - sys_begin;
+    fprintf(stderr, "# profile %s: %.3f s wall, %.3f s CPU (%.3f s in the kernel, %ld page faults), %d threads\n",
+            label, wall, cpu, sys, faults - faults_begin, tensor__pool_threads());
     for (int c = 0; c < TENSOR__PROF_N; c++) {
         if (!acc[c].calls)
             continue;
