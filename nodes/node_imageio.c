@@ -244,6 +244,14 @@ static int load_jpeg(FILE *f, const char *path, struct node_image_file *out, str
         jpeg_destroy_decompress(&ci);
         return err_set(e, ERR_UNSUPPORTED, "cannot decode '%s': CMYK JPEG is not supported", path);
     }
+    /* The limit is checked on the header, as PIL does at open: jpeg_start_decompress
+     * already allocates a progressive file's whole coefficient buffer (a 300-byte file
+     * declaring 16000x16000 cost 750 MB; seen while fuzzing, now in tests/fuzz/corpus). */
+    if ((uint64_t)ci.image_width * ci.image_height > NODE_IMAGE_MAX_PIXELS) {
+        uint64_t npx = (uint64_t)ci.image_width * ci.image_height;
+        jpeg_destroy_decompress(&ci);
+        return bomb_error(e, path, npx);
+    }
     ci.out_color_space = ci.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
     jpeg_start_decompress(&ci);
     int w = (int)ci.output_width, h = (int)ci.output_height, c = ci.output_components;
