@@ -8,6 +8,13 @@
  * BQ x BK score tile per thread ever exists, never the Tq x Tk matrix
  * (4096 x 4096 x 8 heads would be 512 MiB).
  *
+ * Score rows are stored with a stride rounded up to 16 floats and, without a causal
+ * mask, the ragged end of a key block is padded with -inf up to that stride, so the
+ * max and exp-sum passes run whole vectors only: with 77 context keys the 13-float
+ * tail went through scalar expf and cost more than the other 64 (exp(-inf - m)
+ * clamps to ~1e-38, nothing next to the row's maximum term 1; P V reads only the
+ * real keys).
+ *
  * Parallelism: tasks are (batch, head, q-block), cut into contiguous runs per
  * thread so a thread keeps one head's K and V hot in cache; every sgemm is
  * single-threaded (the pool owns the cores for the whole op).
@@ -26,7 +33,7 @@ struct attn_job {
     const float *q, *k, *v;
     int64_t o_rs, q_rs, k_rs, v_rs;
     int64_t tq, tk, d, dv, nqb;
-    int heads, causal, bq, bk;
+    int heads, causal, bq, bk, ldS; /* ldS: score row stride, bk rounded up to 16 */
     float scale;
     float **s_buf, **acc_buf, **ml_buf; /* per thread scratch */
 };
@@ -49,12 +56,15 @@ static void attn_tile(struct attn_job *j, int h, int64_t i0, int tid)
 
     for (int64_t j0 = 0; j0 < kend; j0 += j->bk) {
         int64_t bk = kend - j0 < j->bk ? kend - j0 : j->bk;
+        int64_t ldS = j->ldS, padded = j->causal ? bk : (bk + 15) & ~(int64_t)15;
         cpu_sgemm(0, 1, bq, bk, j->d, j->scale, q, j->q_rs, k + j0 * j->k_rs, j->k_rs, 0.0f, S,
-                  bk, 1);
+                  ldS, 1);
         for (int64_t r = 0; r < bq; r++) {
-            float *s = S + r * bk;
+            float *s = S + r * ldS;
             /* causal: query i0 + r sees keys <= i0 + r, i.e. the first nv of this block */
-            int64_t nv = bk;
+            int64_t nv = padded;
+            for (int64_t c = bk; c < padded; c++)
+                s[c] = -INFINITY;
             if (j->causal) {
                 nv = i0 + r - j0 + 1;
                 nv = nv < 0 ? 0 : nv > bk ? bk : nv;
@@ -65,7 +75,8 @@ static void attn_tile(struct attn_job *j, int h, int64_t i0, int tid)
             }
             float bm = cpu_vec_max(s, nv);
             float mn = bm > m[r] ? bm : m[r];
-            float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
+            /* first block of the row: acc is still zero, nothing to rescale */
+            float corr = m[r] == -INFINITY ? 1.0f : expf(m[r] - mn);
             float sum = cpu_vec_exp_sum(s, s, nv, mn);
             if (nv < bk)
                 memset(s + nv, 0, (size_t)(bk - nv) * sizeof(float));
@@ -74,7 +85,7 @@ static void attn_tile(struct attn_job *j, int h, int64_t i0, int tid)
             if (corr != 1.0f)
                 cpu_vec_scale(acc + r * j->dv, acc + r * j->dv, corr, j->dv);
         }
-        cpu_sgemm(0, 0, bq, j->dv, bk, 1.0f, S, bk, v + j0 * j->v_rs, j->v_rs, 1.0f, acc, j->dv,
+        cpu_sgemm(0, 0, bq, j->dv, bk, 1.0f, S, ldS, v + j0 * j->v_rs, j->v_rs, 1.0f, acc, j->dv,
                   1);
     }
     float *o = j->out + i0 * j->o_rs + h * j->dv;
@@ -110,12 +121,13 @@ void cpu_attention(float *out, int64_t o_rs, const float *q, int64_t q_rs, const
         bk = (int)tk;
     }
     struct attn_job j = {out, q, k, v, o_rs, q_rs, k_rs, v_rs, tq, tk, d, dv,
-                         (tq + bq - 1) / bq, heads, causal, bq, bk, scale, NULL, NULL, NULL};
+                         (tq + bq - 1) / bq, heads, causal, bq, bk, (bk + 15) & ~15, scale,
+                         NULL, NULL, NULL};
     j.s_buf = xcalloc((size_t)nt, sizeof(float *));
     j.acc_buf = xcalloc((size_t)nt, sizeof(float *));
     j.ml_buf = xcalloc((size_t)nt, sizeof(float *));
     for (int i = 0; i < nt; i++) {
-        j.s_buf[i] = xmalloc_aligned(64, (size_t)bq * (size_t)bk * sizeof(float));
+        j.s_buf[i] = xmalloc_aligned(64, (size_t)bq * (size_t)j.ldS * sizeof(float));
         j.acc_buf[i] = xmalloc_aligned(64, (size_t)bq * (size_t)dv * sizeof(float));
         j.ml_buf[i] = xmalloc_aligned(64, 2 * (size_t)bq * sizeof(float));
     }
