@@ -354,9 +354,32 @@ out:
 
 /* ---- the prompt ---------------------------------------------------------------------- */
 
+static cJSON *meta_entry(struct run *r, const char *id)
+{
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(r->res->meta, id);
+    if (m)
+        return m;
+    m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "node_id", id);
+    cJSON_AddStringToObject(m, "display_node", id);
+    cJSON_AddNullToObject(m, "parent_node");
+    cJSON_AddStringToObject(m, "real_node_id", id);
+    cJSON_AddItemToObject(r->res->meta, id, m);
+    return m;
+}
+
+/* History "outputs" and "meta" as ComfyUI writes them, plus (our addition) a
+ * "memory" array in the meta of each node that ran a model: the memory manager's
+ * plan and outcome (resident/streamed bytes, activations, bytes copied, predicted
+ * and measured time), so that a slow or failed run can be explained afterwards. */
 static void build_history(struct run *r)
 {
     for (int i = 0; i < r->p.n; i++) {
+        const char *id = r->p.nodes[i].id;
+        if (r->x[i].memory) {
+            cJSON_AddItemToObject(meta_entry(r, id), "memory", r->x[i].memory);
+            r->x[i].memory = NULL;
+        }
         const cJSON *ui = r->x[i].ui;
         if (!ui) {
             struct gcache_entry *e = graph__cached(r, i);
@@ -364,16 +387,10 @@ static void build_history(struct run *r)
         }
         if (!ui)
             continue;
-        const char *id = r->p.nodes[i].id;
         if (cJSON_GetObjectItemCaseSensitive(r->res->outputs, id))
             continue;
         cJSON_AddItemToObject(r->res->outputs, id, cJSON_Duplicate(ui, 1));
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "node_id", id);
-        cJSON_AddStringToObject(m, "display_node", id);
-        cJSON_AddNullToObject(m, "parent_node");
-        cJSON_AddStringToObject(m, "real_node_id", id);
-        cJSON_AddItemToObject(r->res->meta, id, m);
+        meta_entry(r, id);
     }
 }
 
@@ -429,7 +446,13 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     int n_pending = graph__build_pending(&r), n_done = 0, stopped = 0;
     int next;
     while ((next = graph__pick_next(&r)) >= 0) {
-        if ((stopped = execute_node(&r, next)))
+        stopped = execute_node(&r, next);
+        char *plans = mm_reports_take(g->mm);
+        if (plans) {
+            r.x[next].memory = cJSON_Parse(plans);
+            xfree(plans);
+        }
+        if (stopped)
             break;
         graph__mark_done(&r, next);
         n_done++;
@@ -456,6 +479,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
         }
         if (x->ui_owned)
             cJSON_Delete(x->ui);
+        cJSON_Delete(x->memory);
     }
     for (int k = 0; k < 4; k++)
         xfree(r.heaps[k].v);

@@ -25,6 +25,7 @@ struct xnode {
     struct value **out; /* refs held for this run, [n_out] */
     cJSON *ui;          /* borrowed from the cache entry, or owned when ui_owned */
     uint8_t ui_owned;
+    cJSON *memory;      /* owned: the memory manager's plans for this node, or NULL */
     double pv, pmax;
 };
 

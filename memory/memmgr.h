@@ -148,6 +148,11 @@ void mm_node_end(struct mm *mm, struct mm_report *rep);
 /* Append the report as one JSON object to `out` (for /history meta). */
 void mm_report_json(const struct mm_report *rep, struct buf *out);
 
+/* The reports of every mm_node_end since the last call, as a JSON array text, or NULL
+ * when there were none. The executor takes them after each node, so that a job's
+ * history shows each model-running node's plan and outcome. Caller xfrees. */
+char *mm_reports_take(struct mm *mm);
+
 /* ---- unloading and housekeeping ----------------------------------------------------------- */
 
 /* Unload one model's device copies (all of them). Safe if it is not loaded. */

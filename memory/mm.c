@@ -130,6 +130,7 @@ int mm_new(const struct mm_config *cfg, struct mm **out, struct err *e)
                        "mutually exclusive");
     struct mm *mm = xcalloc(1, sizeof(*mm));
     mm->cfg = *cfg;
+    buf_init(&mm->reports);
     const char *spec = cfg->cpu ? "cpu" : (cfg->device_spec && *cfg->device_spec
                                                ? cfg->device_spec : "auto");
     int rc = dev_open(spec, cfg->vram_budget, &mm->dev, e);
@@ -166,6 +167,7 @@ void mm_free(struct mm *mm)
         return;
     mm_unload_all(mm);
     xfree(mm->loaded);
+    buf_release(&mm->reports);
     dev_close(mm->cpu);
     dev_close(mm->dev);
     xfree(mm);

@@ -5,6 +5,7 @@
 #ifndef LATENTD_MEMORY_MM_PLAN_H
 #define LATENTD_MEMORY_MM_PLAN_H
 
+#include "buf.h"
 #include "mm_internal.h"
 
 struct mm {
@@ -25,6 +26,7 @@ struct mm {
     struct patcher_model *cur[MM_MAX_MODELS]; /* borrowed; NULLed if unloaded */
     int ncur;
     double node_t0;             /* ms, end of loading */
+    struct buf reports;         /* JSON objects from mm_node_end not yet taken, ", "-joined */
     atomic_size_t stat_models_bytes;
     atomic_int stat_models_loaded;
 };

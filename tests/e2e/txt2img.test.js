@@ -264,7 +264,19 @@ describe("txt2img end to end", () => {
     assert.equal(h.status.status_str, "success");
     assert.equal(h.status.completed, true);
     assert.deepEqual(h.status.messages.map((m) => m[0]), ["execution_start", "execution_cached", "execution_success"]);
-    assert.deepEqual(h.meta, { 9: { node_id: "9", display_node: "9", parent_node: null, real_node_id: "9" } });
+    // ComfyUI's meta for the output node, plus latentd's memory plans for the nodes that
+    // ran a model: CLIP (6, 7), the UNet (3) and the VAE (8).
+    assert.deepEqual(h.meta[9], { node_id: "9", display_node: "9", parent_node: null, real_node_id: "9" });
+    assert.deepEqual(Object.keys(h.meta).sort(), ["3", "6", "7", "8", "9"]);
+    for (const id of ["3", "6", "7", "8"]) {
+      const plans = h.meta[id].memory;
+      assert.ok(Array.isArray(plans) && plans.length >= 1, `memory plans for node ${id}`);
+      for (const p of plans) {
+        assert.ok(p.models.length >= 1 && p.bytes_resident + p.bytes_streamed > 0, JSON.stringify(p));
+        assert.ok(p.peak_bytes > 0 && p.measured_ms >= 0 && p.activation_bytes > 0, JSON.stringify(p));
+      }
+    }
+    assert.equal(h.meta[9].memory, undefined, "SaveImage runs no model");
     first = { pid: r.pid, pixels: png.pixels };
   });
 
