@@ -53,7 +53,7 @@ static int cmp_nkey(const void *a, const void *b)
     return strcmp(((const struct nkey *)a)->name, ((const struct nkey *)b)->name);
 }
 
-static void ntable_build(const struct st_file *f, struct ntable *nt)
+static void ntable_build(const struct st_file *f, unsigned flags, struct ntable *nt)
 {
     nt->v = xcalloc(f->n_tensors ? f->n_tensors : 1, sizeof(*nt->v));
     nt->n = 0;
@@ -68,6 +68,10 @@ static void ntable_build(const struct st_file *f, struct ntable *nt)
                      name + strlen("cond_stage_model.transformer."));
             name = buf;
         }
+        /* A standalone VAE file: bare or diffusers names become first_stage_model.*. */
+        char vbuf[512];
+        if ((flags & SD15_LOAD_VAE_FILE) && sd15__vae_file_name(name, vbuf, sizeof(vbuf)))
+            name = vbuf;
         if (is_ignored(name)) {
             nt->skipped++;
             continue;
@@ -292,6 +296,8 @@ static int detect(const struct st_file *f, const struct ntable *nt, unsigned fla
             return rc;
     }
     if (flags & SD15_LOAD_VAE) {
+        if (!count_prefix(nt, SD15_PREFIX_VAE) && (flags & SD15_LOAD_VAE_FILE))
+            return sd15__not_a_vae(f, e);
         if (!count_prefix(nt, SD15_PREFIX_VAE))
             return err_set(e, ERR_INVALID, "'%s' has no VAE (%s*)", path, SD15_PREFIX_VAE);
         if ((rc = detect_vae(f, nt, c, e)) < 0)
@@ -483,7 +489,7 @@ int sd15__validate(const char *path, unsigned flags, struct st_file **f_out,
     memset(items, 0, sizeof(*items));
     if ((rc = st_open(path, &f, e)) < 0)
         return rc;
-    ntable_build(f, &nt);
+    ntable_build(f, flags, &nt);
     if ((rc = detect(f, &nt, flags, cfg, e)) < 0)
         goto fail;
     struct build b = {.f = f, .nt = &nt, .flags = flags, .items = items, .e = e};

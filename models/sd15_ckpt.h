@@ -42,6 +42,8 @@ enum sd15_load_flags {
     SD15_LOAD_VAE = 1 << 1,
     SD15_LOAD_CLIP = 1 << 2,
     SD15_LOAD_ALL = 7,
+    /* With SD15_LOAD_VAE: the file is a standalone VAE (see sd15_vae_load). */
+    SD15_LOAD_VAE_FILE = 1 << 3,
 };
 
 struct sd15_ckpt {
@@ -61,6 +63,28 @@ struct sd15_ckpt {
  */
 int sd15_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[3],
                    struct sd15_ckpt *ck, struct err *e);
+
+/*
+ * Load a standalone VAE file (ComfyUI's VAELoader) into ck->model[SD15_VAE] only,
+ * stored as `dt`. Accepted namings, mapped to the checkpoint's first_stage_model.*
+ * names (the patcher's weight keys are the same as for a checkpoint's VAE):
+ *   - bare LDM keys (encoder.conv_in.weight, decoder.*, quant_conv.*,
+ *     post_quant_conv.*), as in vae-ft-mse-840000-ema-pruned.safetensors;
+ *   - the same under first_stage_model.; a full checkpoint gives its VAE part;
+ *   - diffusers AutoencoderKL keys (encoder.down_blocks.0.resnets.0.conv1.weight,
+ *     decoder.up_blocks.*, mid_block.attentions.0.to_q / query, ...).
+ * A file holding no VAE (a LoRA, a UNet, ...) fails with ERR_INVALID naming the
+ * file and what it holds; the other errors are sd15_ckpt_load's.
+ */
+int sd15_vae_load(const char *path, enum tensor_dtype dt, struct sd15_ckpt *ck, struct err *e);
+
+/*
+ * The diffusers name of a VAE tensor given without its first_stage_model. prefix
+ * ("decoder.up.3.block.0.nin_shortcut.weight" -> "decoder.up_blocks.0.resnets.0.
+ * conv_shortcut.weight"); names that do not change are copied. For the generator
+ * (tools/ckpt_gen) and tests. Returns 0, or -1 if `ldm` is not a VAE name.
+ */
+int sd15_vae_name_to_diffusers(const char *ldm, char *out, size_t size);
 
 /* Drop the model references (the models stay alive while patchers hold them). */
 void sd15_ckpt_release(struct sd15_ckpt *ck);

@@ -29,4 +29,11 @@ int sd15__validate(const char *path, unsigned flags, struct st_file **f_out,
 int sd15__tensor_dtype(const struct st_tensor *t, enum tensor_dtype *dt);
 const char *sd15__comp_prefix(enum sd15_component c);
 
+/* sd15_ckpt_vae.c: the first_stage_model.* name of a standalone VAE file's tensor
+ * `name` (bare LDM or diffusers naming) into out; 0 when the name is left as is
+ * (already prefixed, or not a VAE name). */
+int sd15__vae_file_name(const char *name, char *out, size_t size);
+/* The error for a file asked as a VAE that holds none, naming what it holds. */
+int sd15__not_a_vae(const struct st_file *f, struct err *e);
+
 #endif

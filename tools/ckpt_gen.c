@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "sd15_ckpt.h"
 
 void ckpt_gen_opts_default(struct ckpt_gen_opts *o)
 {
@@ -120,6 +121,8 @@ static void on_key(void *user, const struct sd15_key *k)
         return;
     if (k->comp == SD15_CLIP && (o->flags & CKPT_GEN_NO_CLIP))
         return;
+    if (k->comp != SD15_VAE && (o->flags & CKPT_GEN_VAE_ONLY))
+        return;
     if (o->drop_tensor && strcmp(o->drop_tensor, k->name) == 0)
         return;
     struct gen_entry *g = push(l);
@@ -127,6 +130,10 @@ static void on_key(void *user, const struct sd15_key *k)
     if ((o->flags & CKPT_GEN_OLD_CLIP) && k->comp == SD15_CLIP)
         snprintf(g->name, sizeof(g->name), "cond_stage_model.transformer.%s",
                  k->name + strlen(SD15_PREFIX_CLIP));
+    else if (k->comp == SD15_VAE && (o->flags & CKPT_GEN_VAE_DIFFUSERS))
+        sd15_vae_name_to_diffusers(k->name + strlen(SD15_PREFIX_VAE), g->name, sizeof(g->name));
+    else if (k->comp == SD15_VAE && (o->flags & CKPT_GEN_VAE_BARE))
+        snprintf(g->name, sizeof(g->name), "%s", k->name + strlen(SD15_PREFIX_VAE));
     else
         snprintf(g->name, sizeof(g->name), "%s", k->name);
     g->dtype = o->dtype;
@@ -136,8 +143,10 @@ static void on_key(void *user, const struct sd15_key *k)
     g->fill = FILL_RANDOM;
     g->ndim = k->ndim;
     memcpy(g->shape, k->shape, sizeof(g->shape));
-    if ((o->flags & CKPT_GEN_CONV_2D) && k->ndim == 4 && k->shape[2] == 1 &&
-        is_1x1_linear_like(k->name))
+    /* diffusers stores the VAE mid attention as linears (2-D). */
+    int conv_2d = (o->flags & CKPT_GEN_CONV_2D) ||
+                  (k->comp == SD15_VAE && (o->flags & CKPT_GEN_VAE_DIFFUSERS));
+    if (conv_2d && k->ndim == 4 && k->shape[2] == 1 && is_1x1_linear_like(k->name))
         g->ndim = 2;
 }
 

@@ -8,6 +8,10 @@
  * Each tensor is drawn from its own counter-based stream (splitmix64 seeded by
  * a hash of the name), Box-Muller normals, scaled per sd15_init.
  *
+ * A VAE tensor's values depend on its checkpoint name (first_stage_model.*)
+ * whatever naming it is written in, so a standalone VAE of seed S holds the
+ * same weights as the VAE of a checkpoint of seed S.
+ *
  * Used by tools/gen_ckpt.c (the CLI) and linked into tests. Not thread-safe
  * per call; calls are independent.
  */
@@ -30,6 +34,9 @@ enum ckpt_gen_flags {
     CKPT_GEN_NO_VAE = 1 << 6,        /* leave the VAE out */
     CKPT_GEN_EMBED_F16 = 1 << 7,     /* store the token embedding table as F16 regardless */
     CKPT_GEN_NO_CLIP = 1 << 8,       /* leave out the text encoder */
+    CKPT_GEN_VAE_ONLY = 1 << 9,      /* only the VAE: a standalone VAE file */
+    CKPT_GEN_VAE_BARE = 1 << 10,     /* VAE keys without first_stage_model. */
+    CKPT_GEN_VAE_DIFFUSERS = 1 << 11, /* VAE keys in diffusers naming (implies bare, 2-D attn) */
 };
 
 struct ckpt_gen_opts {

@@ -32,6 +32,9 @@ static void usage(FILE *fp)
           "  --extra NAME        add an unexpected tensor NAME\n"
           "  --no-vae            leave out the VAE\n"
           "  --no-clip           leave out the text encoder\n"
+          "  --vae-only          write a standalone VAE file (default naming: --vae-prefix none)\n"
+          "  --vae-prefix none|first_stage_model|diffusers  VAE key naming (default\n"
+          "                      first_stage_model in a checkpoint, none with --vae-only)\n"
           "  --truncate N        cut the written file to N bytes (N < 0: drop -N bytes)\n"
           "  --corrupt-header    overwrite the start of the JSON header with garbage\n"
           "  --if-missing        do nothing if OUT already exists\n",
@@ -55,7 +58,7 @@ int main(int argc, char **argv)
 {
     struct ckpt_gen_opts o;
     ckpt_gen_opts_default(&o);
-    const char *out = NULL, *arch = "sd15";
+    const char *out = NULL, *arch = "sd15", *vae_prefix = NULL;
     long long truncate_to = 0;
     int have_truncate = 0, corrupt = 0, if_missing = 0, depth = 0, clip_layers = 0;
     for (int i = 1; i < argc; i++) {
@@ -109,6 +112,11 @@ int main(int argc, char **argv)
             o.flags |= CKPT_GEN_NO_VAE;
         } else if (!strcmp(a, "--no-clip")) {
             o.flags |= CKPT_GEN_NO_CLIP;
+        } else if (!strcmp(a, "--vae-only")) {
+            o.flags |= CKPT_GEN_VAE_ONLY;
+        } else if (!strcmp(a, "--vae-prefix")) {
+            NEED();
+            vae_prefix = next;
         } else if (!strcmp(a, "--arch")) {
             NEED();
             arch = next;
@@ -158,6 +166,20 @@ int main(int argc, char **argv)
         o.cfg.unet_in_ch = 9;
     } else if (strcmp(arch, "sd15") != 0) {
         fprintf(stderr, "gen_ckpt: unknown --arch '%s'\n", arch);
+        return 2;
+    }
+    if (!vae_prefix)
+        vae_prefix = (o.flags & CKPT_GEN_VAE_ONLY) ? "none" : "first_stage_model";
+    if (!strcmp(vae_prefix, "none")) {
+        o.flags |= CKPT_GEN_VAE_BARE;
+    } else if (!strcmp(vae_prefix, "diffusers")) {
+        o.flags |= CKPT_GEN_VAE_DIFFUSERS;
+    } else if (strcmp(vae_prefix, "first_stage_model") != 0) {
+        fprintf(stderr, "gen_ckpt: unknown --vae-prefix '%s'\n", vae_prefix);
+        return 2;
+    }
+    if ((o.flags & CKPT_GEN_VAE_ONLY) && (o.flags & CKPT_GEN_NO_VAE)) {
+        fprintf(stderr, "gen_ckpt: --vae-only and --no-vae exclude each other\n");
         return 2;
     }
     struct stat sb;

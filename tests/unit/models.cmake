@@ -34,3 +34,6 @@ if(LATENTD_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang")
   target_include_directories(fuzz_models PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(fuzz_models PRIVATE latentd_models)
 endif()
+# Standalone VAE files (VAELoader): namings, dtypes, pixels equal to the checkpoint's VAE.
+latentd_add_test(test_models_vae SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_vae.c
+                 LIBS latentd_ckptgen latentd_models LABELS unit TIMEOUT 120)
