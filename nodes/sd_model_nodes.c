@@ -1,6 +1,6 @@
 /*
  * sd_model_nodes — the model-backed SD1.5 nodes (comfy-api.md §7.3):
- * CheckpointLoaderSimple, CLIPTextEncode, CLIPSetLastLayer, VAEDecode,
+ * CheckpointLoaderSimple, VAELoader, CLIPTextEncode, CLIPSetLastLayer, VAEDecode,
  * VAEDecodeTiled and VAEEncode, over sd_backend.h.
  *
  * CheckpointLoaderSimple reads the file once into host memory; the graph's
@@ -78,6 +78,64 @@ const struct node_class sd_checkpoint_loader_simple = {
     .inputs = ckpt_inputs,
     .outputs = ckpt_outputs,
     .run = ckpt_run,
+};
+
+/* ---- VAELoader ---- */
+
+/*
+ * The files in models/vae, then "pixel_space" as ComfyUI always lists it
+ * (comfy-api.md §7.3). The TAESD approximations (taesd, ...) are not listed:
+ * latentd has no TAESD model, so they would only fail when run. pixel_space
+ * is listed for workflow compatibility and refused when run (latentd's
+ * samplers need the SD1.5 latent space).
+ */
+static void vae_names(const struct node_env *env, struct node_strlist *out)
+{
+    node_files_list_models(env, "vae", NULL, out);
+    node_strlist_add(out, "pixel_space");
+}
+
+static const struct node_input_def vae_loader_inputs[] = {
+    {.name = "vae_name", .type = NODE_COMBO, .options_fn = vae_names},
+    NODE_INPUTS_END};
+static const struct node_output_def vae_loader_outputs[] = {{.type = "VAE"}, NODE_OUTPUTS_END};
+
+static int vae_loader_run(struct node_ctx *c)
+{
+    const char *name = node_in_str(c, "vae_name");
+    if (strcmp(name, "pixel_space") == 0)
+        return node_fail_code(c, ERR_UNSUPPORTED, "RuntimeError",
+                              "ERROR: VAE 'pixel_space' is not supported: latentd runs SD1.5 "
+                              "VAEs only (put a .safetensors VAE in models/vae)");
+    struct buf path;
+    buf_init(&path);
+    if (node_files_find_model(c->env, "vae", name, &path) < 0) {
+        buf_release(&path);
+        return node_fail_code(c, ERR_NOT_FOUND, "FileNotFoundError",
+                              "Model in folder 'vae' with filename '%s' not found.", name);
+    }
+    struct sd15_ckpt ck;
+    struct err e = {0};
+    /* f32 storage, as CheckpointLoaderSimple (sd15.md §8.5's CPU policy). */
+    int rc = sd15_vae_load(path.ptr, TENSOR_F32, &ck, &e);
+    buf_release(&path);
+    if (rc < 0)
+        return node_fail_code(c, rc, "RuntimeError", "ERROR: could not load VAE '%s': %s", name,
+                              e.msg);
+    struct patcher *vae = patcher_new(ck.model[SD15_VAE]);
+    struct sd15_config cfg = ck.cfg;
+    sd15_ckpt_release(&ck); /* the patcher holds the model now */
+    node_set_output(c, 0, sd_vae_value(sd_vae_new(vae, &cfg)));
+    return 0;
+}
+
+const struct node_class sd_vae_loader = {
+    .name = "VAELoader",
+    .display_name = "Load VAE",
+    .category = "loaders",
+    .inputs = vae_loader_inputs,
+    .outputs = vae_loader_outputs,
+    .run = vae_loader_run,
 };
 
 /* ---- CLIPTextEncode ---- */

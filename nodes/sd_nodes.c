@@ -12,6 +12,7 @@ static const struct node_class *const sd_classes[] = {
     &sd_vae_decode,
     &sd_vae_encode,
     &sd_vae_encode_for_inpaint,
+    &sd_vae_loader,
     &sd_empty_latent_image,
     &sd_latent_upscale,
     &sd_latent_upscale_by,

@@ -1,5 +1,5 @@
 /*
- * sd_nodes — the SD1.5 node family: model nodes (CheckpointLoaderSimple,
+ * sd_nodes — the SD1.5 node family: model nodes (CheckpointLoaderSimple, VAELoader,
  * CLIPTextEncode, CLIPSetLastLayer, VAEDecode, VAEDecodeTiled, VAEEncode,
  * VAEEncodeForInpaint, VAEEncodeTiled,
  * LoraLoader, LoraLoaderModelOnly),
@@ -33,6 +33,7 @@ extern const struct node_class sd_conditioning_combine;
 extern const struct node_class sd_conditioning_set_area;
 extern const struct node_class sd_conditioning_zero_out;
 extern const struct node_class sd_checkpoint_loader_simple;
+extern const struct node_class sd_vae_loader;
 extern const struct node_class sd_clip_text_encode;
 extern const struct node_class sd_clip_set_last_layer;
 extern const struct node_class sd_vae_decode;

@@ -665,8 +665,8 @@ static void test_register(void)
            node_registry_find(r, "VAEDecodeTiled") && node_registry_find(r, "VAEEncode") &&
            node_registry_find(r, "LoraLoader") && node_registry_find(r, "LoraLoaderModelOnly") &&
            node_registry_find(r, "VAEEncodeForInpaint") && node_registry_find(r, "VAEEncodeTiled") &&
-           node_registry_count(r) == 19,
-       "nodes_sd_register adds the nineteen classes");
+           node_registry_find(r, "VAELoader") == &sd_vae_loader && node_registry_count(r) == 20,
+       "nodes_sd_register adds the twenty classes");
     EXPECT_EQ(node_class_input_index(&sd_ksampler, "denoise"), 9);
     EXPECT_EQ(node_class_input_index(&sd_ksampler_advanced, "return_with_leftover_noise"), 12);
     node_registry_free(r);

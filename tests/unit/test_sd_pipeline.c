@@ -3,7 +3,7 @@
  * random-weight checkpoint (sd15.md §9.1): CheckpointLoaderSimple ->
  * CLIPTextEncode (x2) -> EmptyLatentImage -> KSampler -> VAEDecode, on the
  * CPU through the memory manager; plus CLIPSetLastLayer, VAEEncode,
- * VAEDecodeTiled, img2img, and the errors users see.
+ * VAEDecodeTiled, VAELoader, img2img, and the errors users see.
  */
 #include <math.h>
 #include <stdint.h>
@@ -147,6 +147,101 @@ static double image_diff(const struct value *a, const struct value *b)
     return m;
 }
 
+static void gen_file(const char *path, uint64_t seed, unsigned flags)
+{
+    struct ckpt_gen_opts o;
+    ckpt_gen_opts_default(&o);
+    o.seed = seed;
+    o.flags = flags;
+    o.dtype = ST_DTYPE_F16;
+    struct err e = {0};
+    if (ckpt_gen_write(&o, path, &e) < 0)
+        PANIC("gen %s: %s", path, e.msg);
+}
+
+static struct value *load_vae(const char *name, char *msg, size_t msg_size)
+{
+    const char *n[] = {"vae_name"};
+    struct value *v[] = {value_new_string(name)};
+    struct value *out[4] = {0};
+    if (run_node(&sd_vae_loader, n, v, 1, out, msg, msg_size) < 0)
+        return NULL;
+    return out[0];
+}
+
+/*
+ * VAELoader: a standalone VAE of seed 7 (another seed than the checkpoint's 42)
+ * decodes `lat` exactly as the VAE of a seed-7 checkpoint does, and unlike the
+ * checkpoint's own VAE (`own`); its combo lists models/vae; bad files fail.
+ */
+static void test_vae_loader(const char *dir, struct value *lat, const struct value *own)
+{
+    char p[4][400], d[2][400], msg[1024];
+    snprintf(d[0], sizeof d[0], "%s/vae", dir);
+    snprintf(d[1], sizeof d[1], "%s/vae/sub", dir);
+    mkdir(d[0], 0755);
+    mkdir(d[1], 0755);
+    snprintf(p[0], sizeof p[0], "%s/vae/mine.safetensors", dir);
+    snprintf(p[1], sizeof p[1], "%s/vae/sub/diffusers.safetensors", dir);
+    snprintf(p[2], sizeof p[2], "%s/vae/unet.safetensors", dir);
+    snprintf(p[3], sizeof p[3], "%s/checkpoints/seed7.safetensors", dir);
+    gen_file(p[0], 7, CKPT_GEN_VAE_ONLY | CKPT_GEN_VAE_BARE);
+    gen_file(p[1], 7, CKPT_GEN_VAE_ONLY | CKPT_GEN_VAE_DIFFUSERS);
+    gen_file(p[2], 7, CKPT_GEN_NO_VAE | CKPT_GEN_NO_CLIP);
+    gen_file(p[3], 7, 0);
+
+    struct node_strlist opts;
+    node_strlist_init(&opts);
+    node_input_options(&env, &sd_vae_loader.inputs[0], &opts);
+    static const char *const want[] = {"mine.safetensors", "sub/diffusers.safetensors",
+                                       "unet.safetensors", "pixel_space"};
+    int same = opts.n == 4;
+    for (size_t i = 0; same && i < 4; i++)
+        same = strcmp(opts.items[i], want[i]) == 0;
+    ok(same, "VAELoader vae_name lists models/vae then pixel_space (%zu options)", opts.n);
+    node_strlist_release(&opts);
+
+    struct value *mine = load_vae("mine.safetensors", msg, sizeof msg);
+    ok(mine && sd_vae_of(mine), "VAELoader: bare-key VAE file (%s)", mine ? "ok" : msg);
+    struct value *dif = load_vae("sub/diffusers.safetensors", msg, sizeof msg);
+    ok(dif && sd_vae_of(dif), "VAELoader: diffusers VAE file (%s)", dif ? "ok" : msg);
+    const char *cn[] = {"ckpt_name"};
+    struct value *cv[] = {value_new_string("seed7.safetensors")};
+    struct value *mcv[4] = {0};
+    run_node(&sd_checkpoint_loader_simple, cn, cv, 1, mcv, NULL, 0);
+    struct value *ia = mine ? decode(mine, lat) : NULL;
+    struct value *ib = mcv[2] ? decode(mcv[2], lat) : NULL;
+    struct value *ic = dif ? decode(dif, lat) : NULL;
+    ok(ia && ib && ia->numel == ib->numel && image_diff(ia, ib) == 0.0,
+       "VAELoader + VAEDecode: the same pixels as the seed-7 checkpoint's VAE");
+    ok(ic && ib && ic->numel == ib->numel && image_diff(ic, ib) == 0.0,
+       "diffusers-named VAE: the same pixels too");
+    ok(ia && own && image_diff(ia, own) > 1e-3,
+       "and other pixels than the seed-42 checkpoint's VAE (%.3g)", image_diff(ia, own));
+
+    ok(!load_vae("unet.safetensors", msg, sizeof msg) && strstr(msg, "RuntimeError") &&
+           strstr(msg, "unet.safetensors' is not a VAE") && strstr(msg, "UNet"),
+       "a UNet file in models/vae: %s", msg);
+    ok(!load_vae("nope.safetensors", msg, sizeof msg) &&
+           strstr(msg, "FileNotFoundError: Model in folder 'vae' with filename "
+                       "'nope.safetensors' not found."),
+       "missing VAE: %s", msg);
+    ok(!load_vae("pixel_space", msg, sizeof msg) && strstr(msg, "'pixel_space' is not supported"),
+       "pixel_space: %s", msg);
+
+    for (int i = 0; i < 4; i++) {
+        value_unref(mcv[i]);
+        unlink(p[i]);
+    }
+    value_unref(ia);
+    value_unref(ib);
+    value_unref(ic);
+    value_unref(mine);
+    value_unref(dif);
+    rmdir(d[1]);
+    rmdir(d[0]);
+}
+
 int main(void)
 {
     long live0 = alloc_live_count();
@@ -228,6 +323,8 @@ int main(void)
     ok(img1 && img2 && image_diff(img1, img2) > 1e-3, "different seed: different pixels (%.3g)",
        image_diff(img1, img2));
     ok(mm_loaded_count(mm) >= 1, "models stay loaded between nodes (%d)", mm_loaded_count(mm));
+    if (s1 && img1)
+        test_vae_loader(dir, s1, img1);
 
     /* img2img: encode the image, denoise 0.5 with an ancestral sampler. */
     const char *vn[] = {"pixels", "vae"};
