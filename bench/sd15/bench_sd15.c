@@ -8,8 +8,9 @@
  * usage: bench_sd15 [--ckpt PATH] [--quick] [--threads N]
  *   cases: CLIP encode (1 chunk), UNet batch 2 (CFG) at 256^2 and 512^2 (latent 32^2 /
  *   64^2, 77 tokens), VAE decode at 256^2 and 512^2. --quick skips the 512^2 cases.
- * Reference (issue 6): stable-diffusion.cpp, same machine class, 2 threads: ~7.3 s per
- * CFG step and ~12 s decode at 256^2; ~39 s and ~66 s at 512^2; goal <= 2/3 of those.
+ * Reference: stable-diffusion.cpp, same machine class, 2 threads (remeasured): ~5.2 s per
+ * euler+CFG step and ~12.4 s VAE decode at 256^2; ~31 s and ~53 s at 512^2; goal <= 2/3
+ * of those. The last lines print each measured time over its reference figure.
  */
 #include <math.h>
 #include <stdio.h>
@@ -179,6 +180,9 @@ int main(int argc, char **argv)
     clip_tokenizer_free(tok);
 
     static const int sizes[2] = {256, 512};
+    /* stable-diffusion.cpp on the same machine class, 2 threads (seconds). */
+    static const double ref_unet_s[2] = {5.2, 31.0}, ref_vae_s[2] = {12.4, 53.0};
+    double got_unet_s[2] = {0, 0}, got_vae_s[2] = {0, 0};
     for (int si = 0; si < (quick ? 1 : 2); si++) {
         int lat = sizes[si] / 8;
         if (load(mm, &ck, &unet, sd15_unet_plan_bytes(c, 2, lat, lat, 77)) < 0)
@@ -197,6 +201,7 @@ int main(int argc, char **argv)
             best = fmin(best, now_s() - s);
         }
         char name[64];
+        got_unet_s[si] = best;
         snprintf(name, sizeof(name), "unet_b2_%d", sizes[si]);
         report(name, best, sd15_unet_flops(c, 2, lat, lat, 77), sg0, sgemm_rate(d));
         tensor_free(x);
@@ -218,14 +223,22 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_sd15: %s\n", e.msg);
             best = fmin(best, now_s() - s);
         }
+        got_vae_s[si] = best;
         snprintf(name, sizeof(name), "vae_decode_%d", sizes[si]);
         report(name, best, sd15_vae_decode_flops(c, 1, lat, lat), sg0, sgemm_rate(d));
         tensor_free(z);
         tensor_free(img);
         mm_unload(mm, ck.model[SD15_VAE]);
     }
-    printf("# reference (stable-diffusion.cpp, 2 threads): unet CFG step 7.3 s @256, 39 s @512; "
-           "vae decode 12 s @256, 66 s @512\n");
+    printf("# reference (stable-diffusion.cpp, 2 threads): euler+CFG step %.1f s @256, %.0f s "
+           "@512; vae decode %.1f s @256, %.0f s @512\n",
+           ref_unet_s[0], ref_unet_s[1], ref_vae_s[0], ref_vae_s[1]);
+    for (int si = 0; si < 2; si++) {
+        if (got_unet_s[si] > 0)
+            printf("# unet_b2_%d / reference: %.2f\n", sizes[si], got_unet_s[si] / ref_unet_s[si]);
+        if (got_vae_s[si] > 0)
+            printf("# vae_decode_%d / reference: %.2f\n", sizes[si], got_vae_s[si] / ref_vae_s[si]);
+    }
     patcher_unref(clip);
     patcher_unref(unet);
     patcher_unref(vae);
