@@ -16,6 +16,7 @@
 #include "harness.h"
 #include "memmgr.h"
 #include "sd15_ckpt.h"
+#include "sd15_ckpt_impl.h"
 #include "sd15_models.h"
 
 static char dir[] = "/tmp/test_models_vae.XXXXXX";
@@ -125,6 +126,56 @@ static void test_names(void)
     }
     EXPECT_EQ(sd15_vae_name_to_diffusers("model.diffusion_model.out.0.weight", out, sizeof(out)),
               -1);
+}
+
+/* Every VAE key of the tiny and the SD1.5 layouts: LDM -> diffusers -> the loader's name. */
+struct rt {
+    int n, bad;
+};
+
+static void on_vae_key(void *user, const struct sd15_key *k)
+{
+    struct rt *r = user;
+    if (k->comp != SD15_VAE)
+        return;
+    char dif[200], back[300];
+    const char *rel = k->name + strlen(SD15_PREFIX_VAE);
+    r->n++;
+    if (sd15_vae_name_to_diffusers(rel, dif, sizeof(dif)) < 0 ||
+        !sd15__vae_file_name(dif, back, sizeof(back)) || strcmp(back, k->name) != 0 ||
+        !sd15__vae_file_name(rel, back, sizeof(back)) || strcmp(back, k->name) != 0) {
+        if (r->bad++ < 3)
+            printf("# round trip of '%s' via '%s' gave '%s'\n", k->name, dif, back);
+    }
+}
+
+static void test_name_round_trip(void)
+{
+    struct sd15_config c;
+    for (int canon = 0; canon < 2; canon++) {
+        canon ? sd15_config_canonical(&c) : sd15_config_tiny(&c);
+        struct rt r = {0};
+        sd15_layout_build(&c, on_vae_key, &r);
+        ok(r.n > 200 && r.bad == 0, "%s layout: %d VAE names survive LDM -> diffusers -> loader",
+           canon ? "SD1.5" : "tiny", r.n);
+    }
+    /* The older diffusers attention names, and names the loader leaves alone. */
+    static const char *const old[][2] = {
+        {"encoder.mid_block.attentions.0.query.weight", "first_stage_model.encoder.mid.attn_1.q.weight"},
+        {"decoder.mid_block.attentions.0.key.bias", "first_stage_model.decoder.mid.attn_1.k.bias"},
+        {"decoder.mid_block.attentions.0.value.weight", "first_stage_model.decoder.mid.attn_1.v.weight"},
+        {"encoder.mid_block.attentions.0.proj_attn.bias",
+         "first_stage_model.encoder.mid.attn_1.proj_out.bias"},
+        {"quant_conv.weight", "first_stage_model.quant_conv.weight"},
+    };
+    char out[300];
+    for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++) {
+        EXPECT_EQ(sd15__vae_file_name(old[i][0], out, sizeof(out)), 1);
+        EXPECT_STR(out, old[i][1]);
+    }
+    EXPECT_EQ(sd15__vae_file_name("first_stage_model.encoder.conv_in.weight", out, sizeof(out)), 0);
+    EXPECT_EQ(sd15__vae_file_name("model.diffusion_model.out.2.weight", out, sizeof(out)), 0);
+    EXPECT_EQ(sd15__vae_file_name("lora_unet_x.lora_up.weight", out, sizeof(out)), 0);
 }
 
 static int same(const float *a, const float *b)
@@ -268,6 +319,7 @@ int main(void)
         return harness_done();
     }
     test_names();
+    test_name_round_trip();
     test_pixels();
     test_errors();
     mm_free(mm);
