@@ -296,7 +296,11 @@ static int detect(const struct st_file *f, const struct ntable *nt, unsigned fla
             return rc;
     }
     if (flags & SD15_LOAD_VAE) {
-        if (!count_prefix(nt, SD15_PREFIX_VAE) && (flags & SD15_LOAD_VAE_FILE))
+        /* A VAE file without either conv_in (a T5's encoder.block.*, ...) is no VAE at all. */
+        if ((flags & SD15_LOAD_VAE_FILE) &&
+            (!count_prefix(nt, SD15_PREFIX_VAE) ||
+             (!nfind(nt, "%sencoder.conv_in.weight", SD15_PREFIX_VAE) &&
+              !nfind(nt, "%sdecoder.conv_in.weight", SD15_PREFIX_VAE))))
             return sd15__not_a_vae(f, e);
         if (!count_prefix(nt, SD15_PREFIX_VAE))
             return err_set(e, ERR_INVALID, "'%s' has no VAE (%s*)", path, SD15_PREFIX_VAE);

@@ -273,6 +273,17 @@ static void test_errors(void)
     expect_error(lora, ERR_INVALID, "is not a VAE", "LoRA");
     unlink(lora);
 
+    /* Some other model's encoder.* tensors (a T5 encoder). */
+    const char *t5 = tmp("t5.safetensors");
+    w = st_writer_new();
+    st_writer_add(w, "encoder.block.0.layer.0.SelfAttention.q.weight", ST_DTYPE_F32, 2, sh);
+    EXPECT_OK(st_writer_begin(w, t5, &e));
+    EXPECT_OK(st_writer_write(w, zeros, sizeof(zeros), &e));
+    EXPECT_OK(st_writer_finish(w, &e));
+    st_writer_free(w);
+    expect_error(t5, ERR_INVALID, "is not a VAE", "encoder.block.0.layer.0.SelfAttention.q.weight");
+    unlink(t5);
+
     /* A UNet-only file. */
     const char *unet = gen("unet.safetensors", 7, ST_DTYPE_F16, CKPT_GEN_NO_VAE | CKPT_GEN_NO_CLIP,
                            NULL);
