@@ -295,6 +295,7 @@ size_t tensor_attention_workspace_bytes(enum dev_kind kind, enum tensor_dtype dt
 void tensor_shutdown(void)
 {
     tensor__pool_shutdown();
+    cpu_conv_dnnl_release();
 #ifdef TENSOR_HAVE_CUDA
     tensor__cuda_shutdown();
 #endif

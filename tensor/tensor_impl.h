@@ -168,6 +168,16 @@ void cpu_attention(float *out, int64_t o_rs, const float *q, int64_t q_rs, const
 
 /* Tuning knobs (tests and the benchmark set them; defaults are for SD1.5 shapes). */
 extern size_t cpu_conv_cols_bytes; /* im2col chunk size, bytes */
+/* oneDNN's convolution primitive (conv_dnnl.c): 0, or -1 when unavailable, switched off
+ * or failed (the caller falls back to im2col). Opt-in: cpu_conv_dnnl_on = 1, or -1 (the
+ * default) and LATENTD_CONV=onednn in the environment; then cpu_conv2d uses it for
+ * non-1x1 convs with at least cpu_conv_dnnl_min_px output pixels per image. */
+int cpu_conv2d_dnnl(float *out, const float *x, const float *w, const float *bias, int64_t n,
+                    int64_t ci, int64_t h, int64_t wd, int64_t co, int64_t kh, int64_t kw,
+                    const struct tensor_conv2d_opts *o);
+void cpu_conv_dnnl_release(void);
+extern int64_t cpu_conv_dnnl_min_px;
+extern int cpu_conv_dnnl_on;
 extern int cpu_attn_bq;            /* attention query rows per tile */
 extern int cpu_attn_bk;            /* attention keys per tile */
 

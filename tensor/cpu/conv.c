@@ -28,6 +28,9 @@
 #endif
 
 size_t cpu_conv_cols_bytes = CONV_COLS_BYTES; /* tunable by the benchmark */
+/* With LATENTD_CONV=onednn (conv_dnnl.c: opt-in, not reliably faster here), images from
+ * 16x16 up; below, reordering W (59 MB at 1280 channels) costs more than the conv gains. */
+int64_t cpu_conv_dnnl_min_px = 256;
 
 struct im2col_job {
     float *cols;
@@ -158,6 +161,9 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
         }
         return;
     }
+    if (p >= cpu_conv_dnnl_min_px && strcmp(cpu_gemm_backend(), "onednn") == 0 &&
+        cpu_conv2d_dnnl(out, x, w, bias, n, ci, h, wd, co, kh, kw, o) == 0)
+        return;
     int nt = tensor__pool_threads();
     size_t all_cols = (size_t)(n * p * k) * sizeof(float);
     struct conv_job j = {out, x, w, bias, ci, h, wd, co, kh, kw, ho, wo, k, p, 0, 0, o, NULL, NULL};

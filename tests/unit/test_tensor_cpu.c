@@ -446,6 +446,21 @@ static void test_conv(void)
     cpu_conv_cols_bytes = 3 * 9 * 7 * 4 * 2; /* two output rows per chunk, ragged last */
     conv_case(TENSOR_F32, 2, 3, 11, 7, 5, 3, p1, 0, "conv 3x3 in row chunks");
     cpu_conv_cols_bytes = saved;
+    /* oneDNN's convolution primitive, switched on (with a oneDNN build; else these run im2col),
+     * forced for small shapes, then the default choice at 20x20 = 400 px per image */
+    int64_t saved_px = cpu_conv_dnnl_min_px;
+    int saved_on = cpu_conv_dnnl_on;
+    cpu_conv_dnnl_on = 1;
+    cpu_conv_dnnl_min_px = 0;
+    conv_case(TENSOR_F32, 2, 3, 9, 7, 5, 3, p1, 0, "conv 3x3 pad 1 (onednn conv)");
+    conv_case(TENSOR_F32, 1, 4, 9, 7, 6, 3, s2, 0, "conv 3x3 stride 2 pad 1 (onednn conv)");
+    conv_case(TENSOR_F32, 2, 3, 8, 10, 4, 3, vae, 0, "conv 3x3 stride 2 pad br (onednn conv)");
+    cpu_conv_dnnl_min_px = saved_px;
+    conv_case(TENSOR_F32, 2, 4, 20, 20, 6, 3, p1, 0, "conv 3x3 20x20 (onednn at the default size)");
+    cpu_conv_dnnl_min_px = INT64_MAX;
+    conv_case(TENSOR_F32, 2, 4, 20, 20, 6, 3, p1, 0, "conv 3x3 20x20 (im2col)");
+    cpu_conv_dnnl_min_px = saved_px;
+    cpu_conv_dnnl_on = saved_on;
     struct err e = {0};
     struct tensor *x = mk(TENSOR_F32, 4, (int64_t[]){1, 3, 4, 4}, 1, NULL);
     struct tensor *w = mk(TENSOR_F32, 4, (int64_t[]){2, 4, 3, 3}, 1, NULL), *o;
