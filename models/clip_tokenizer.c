@@ -191,19 +191,13 @@ static size_t utf8_put(unsigned cp, char *out)
 
 static char *read_file(const char *path, size_t *len)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
     struct buf b;
     buf_init(&b);
-    char tmp[65536];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof(tmp), fp)) > 0)
-        buf_add(&b, tmp, n);
-    fclose(fp);
-    char *r = buf_detach(&b, len);
-    buf_release(&b); /* detach re-initialises b */
-    return r;
+    if (buf_read_file(&b, path) < 0) {
+        buf_release(&b);
+        return NULL;
+    }
+    return buf_detach(&b, len);
 }
 
 static int file_exists(const char *path)

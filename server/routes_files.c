@@ -508,18 +508,11 @@ static void route_upload_mask(struct srv_req *r)
         /* Keep the original's text chunks (its prompt/workflow); zlib level 4 as ComfyUI. */
         size_t on = 0;
         char *obytes = NULL;
-        FILE *fp = fopen(opath, "rb");
-        if (fp) {
-            struct buf ob;
-            buf_init(&ob);
-            char chunk[65536];
-            size_t k;
-            while ((k = fread(chunk, 1, sizeof(chunk), fp)) > 0)
-                buf_add(&ob, chunk, k);
-            fclose(fp);
-            on = ob.len;
-            obytes = buf_detach(&ob, NULL);
-        }
+        struct buf ob;
+        buf_init(&ob);
+        if (buf_read_file(&ob, opath) == 0)
+            obytes = buf_detach(&ob, &on);
+        buf_release(&ob);
         struct srv_png_text *texts = NULL;
         int nt = obytes ? srv_png_text_read(obytes, on, &texts) : 0;
         srv_image_png_ex(&orig, 4, texts, nt, &png, &png_n);

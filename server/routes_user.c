@@ -24,16 +24,12 @@ static pthread_mutex_t user_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static char *read_text(const char *path, size_t *n_out)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
     struct buf b;
     buf_init(&b);
-    char chunk[8192];
-    size_t k;
-    while ((k = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        buf_add(&b, chunk, k);
-    fclose(f);
+    if (buf_read_file(&b, path) < 0) {
+        buf_release(&b);
+        return NULL;
+    }
     if (n_out)
         *n_out = b.len;
     return buf_detach(&b, NULL);

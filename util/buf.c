@@ -1,6 +1,7 @@
 #include "buf.h"
 #include "alloc.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -96,4 +97,22 @@ char *buf_detach(struct buf *b, size_t *len_out)
         *len_out = b->len;
     buf_init(b);
     return s;
+}
+
+int buf_read_file(struct buf *b, const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return -1;
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), fp)) > 0)
+        buf_add(b, chunk, n);
+    int failed = ferror(fp);
+    fclose(fp);
+    if (failed) {
+        errno = EIO;
+        return -1;
+    }
+    return 0;
 }

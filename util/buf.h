@@ -29,6 +29,10 @@ void buf_addc(struct buf *b, char c);
 void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_vprintf(struct buf *b, const char *fmt, va_list ap);
 
+/* Append the whole content of the file at `path` (git's strbuf_read_file). Returns 0,
+ * or -1 with errno set when it cannot be opened or read (b keeps what was read). */
+int buf_read_file(struct buf *b, const char *path);
+
 /* Hand the string to the caller (who frees it with xfree) and leave b empty (no
  * memory held, so no buf_release is needed afterwards). */
 char *buf_detach(struct buf *b, size_t *len_out);

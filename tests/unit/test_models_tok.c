@@ -20,19 +20,13 @@ static struct clip_tokenizer *tok;
 
 static char *slurp(const char *path)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
     struct buf b;
     buf_init(&b);
-    char tmp[4096];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof(tmp), fp)) > 0)
-        buf_add(&b, tmp, n);
-    fclose(fp);
-    char *r = buf_detach(&b, NULL);
-    buf_release(&b);
-    return r;
+    if (buf_read_file(&b, path) < 0) {
+        buf_release(&b);
+        return NULL;
+    }
+    return buf_detach(&b, NULL);
 }
 
 static void expect_ids(const char *text, const int32_t *want, size_t nwant)

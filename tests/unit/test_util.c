@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include <unistd.h>
+
 #include "alloc.h"
 #include "buf.h"
 #include "err.h"
@@ -35,6 +37,36 @@ static void test_buf(void)
     buf_release(&b);
 }
 
+static void test_read_file(void)
+{
+    char path[] = "/tmp/latentd_test_util_XXXXXX";
+    int fd = mkstemp(path);
+    ok(fd >= 0, "temp file created");
+    /* More than one read chunk, with a NUL inside. */
+    static char data[100000];
+    for (size_t i = 0; i < sizeof(data); i++)
+        data[i] = (char)(i * 7);
+    ok(write(fd, data, sizeof(data)) == (ssize_t)sizeof(data), "temp file written");
+    close(fd);
+    struct buf b;
+    buf_init(&b);
+    buf_adds(&b, "x");
+    EXPECT_EQ(buf_read_file(&b, path), 0);
+    EXPECT_EQ(b.len, 1 + sizeof(data));
+    ok(b.ptr[0] == 'x' && memcmp(b.ptr + 1, data, sizeof(data)) == 0, "content appended intact");
+    unlink(path);
+    EXPECT_EQ(buf_read_file(&b, path), -1);
+    EXPECT_EQ(b.len, 1 + sizeof(data));
+    buf_release(&b);
+    /* An empty buf holds no memory: dropping it (or a detached one) leaks nothing. */
+    long live = alloc_live_count();
+    buf_init(&b);
+    char *s = buf_detach(&b, NULL);
+    EXPECT_STR(s, "");
+    xfree(s);
+    EXPECT_EQ(alloc_live_count(), live);
+}
+
 static void test_log(void)
 {
     enum log_level l;
@@ -49,6 +81,7 @@ int main(void)
     test_err();
     test_buf();
     test_log();
+    test_read_file();
     void *p = xmalloc_aligned(64, 100);
     ok(((uintptr_t)p & 63) == 0, "aligned allocation is aligned");
     xfree_aligned(p);
