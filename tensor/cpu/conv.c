@@ -132,6 +132,25 @@ static void scatter_task(void *ctx, int64_t b, int64_t e, int tid)
     }
 }
 
+/* Batched GEMM split by rows of W: with co >> n*p (1280 x 128 at 8x8) a column split
+ * would make every panel re-pack all of W (59 MB). */
+struct wrows_job {
+    const float *w, *cols;
+    float *tmp;
+    int64_t co, k, np, step;
+};
+
+static void wrows_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    struct wrows_job *j = ctx;
+    for (int64_t t = b; t < e; t++) {
+        int64_t r0 = t * j->step, r = j->co - r0 < j->step ? j->co - r0 : j->step;
+        if (r > 0)
+            cpu_sgemm(0, 0, r, j->np, j->k, 1.0f, j->w + r0 * j->k, j->k, j->cols, j->np, 0.0f,
+                      j->tmp + r0 * j->np, j->np, 1);
+    }
+}
+
 struct im2col_batch {
     struct im2col_job *imgs;
     int64_t n;
@@ -180,7 +199,16 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
         tensor__prof_end(TENSOR__PROF_IM2COL, pt0, 0);
         j.tmp = xmalloc_aligned(64, (size_t)(co * n * p) * sizeof(float));
         j.nchunk = n;
-        cpu_sgemm(0, 0, co, n * p, k, 1.0f, w, k, cols, n * p, 0.0f, j.tmp, n * p, 0);
+        if (co >= 2 * n * p) {
+            /* two row panels per thread, multiples of 16 */
+            struct wrows_job wj = {w, cols, j.tmp, co, k, n * p, 0};
+            wj.step = ((co + 2 * nt - 1) / (2 * nt) + 15) / 16 * 16;
+            cpu_gemm_pool_enter();
+            tensor__pool_for((co + wj.step - 1) / wj.step, wrows_task, &wj);
+            cpu_gemm_pool_leave();
+        } else {
+            cpu_sgemm(0, 0, co, n * p, k, 1.0f, w, k, cols, n * p, 0.0f, j.tmp, n * p, 0);
+        }
         tensor__pool_for(n * co, scatter_task, &j);
         xfree_aligned(j.tmp);
         xfree(imgs);
