@@ -5,6 +5,7 @@
  * per step and the planner's prediction.
  *
  *   bench_streaming [--device sim|cuda:N] [--batch N] [--steps N]
+ *   bench_streaming --sd15 CKPT [--size 256] [--steps N]   (bench_streaming_sd15.c)
  *
  * All four budgets stay loaded (one model instance and one manager each) and every
  * timed step runs at each budget in turn, so machine noise hits all of them alike;
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_streaming_sd15.h"
 #include "log.h"
 #include "memory_synth.h"
 
@@ -43,18 +45,23 @@ static double median(double *v, int n)
 
 int main(int argc, char **argv)
 {
-    const char *device = "sim";
-    int batch = 128, steps = 7;
+    const char *device = "sim", *sd15 = NULL;
+    int batch = 128, steps = 7, size = 256, steps_set = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc)
             device = argv[++i];
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
-            steps = atoi(argv[++i]);
+            steps = atoi(argv[++i]), steps_set = 1;
+        else if (!strcmp(argv[i], "--sd15") && i + 1 < argc)
+            sd15 = argv[++i];
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc)
+            size = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--device sim|cuda:N] [--batch N] [--steps N]\n",
-                    argv[0]);
+            fprintf(stderr, "usage: %s [--device sim|cuda:N] [--batch N] [--steps N]\n"
+                            "       %s --sd15 CKPT [--size 256] [--steps N]\n",
+                    argv[0], argv[0]);
             return 2;
         }
     }
@@ -65,6 +72,11 @@ int main(int argc, char **argv)
      * hardware: leave them a core (compute gets the others, at every budget alike). */
     if (!strcmp(device, "sim") && tensor_threads_get() > 1)
         tensor_threads_set(tensor_threads_get() - 1);
+    if (sd15) {
+        int rc = bench_streaming_sd15(sd15, size, steps_set ? steps : 3);
+        tensor_shutdown();
+        return rc;
+    }
     int pct[NB] = {100, 50, 25, 5};
     struct synth s[NB];
     struct patcher_model *m[NB];

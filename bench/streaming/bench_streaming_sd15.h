@@ -1,0 +1,12 @@
+/*
+ * bench_streaming_sd15 — bench_streaming's SD1.5 UNet mode (--sd15 CKPT [--size N]
+ * [--steps N]): batch-2 UNet eval time on the sim device at 100/50/25/5 % budgets as
+ * ratios to full residency measured in the same run, and bytes copied per eval.
+ * Prints the table; returns the process exit code. Main thread only.
+ */
+#ifndef LATENTD_BENCH_STREAMING_SD15_H
+#define LATENTD_BENCH_STREAMING_SD15_H
+
+int bench_streaming_sd15(const char *ckpt, int size, int rounds);
+
+#endif
