@@ -37,6 +37,20 @@ struct model_plan {
 
 typedef long long ssize_b; /* signed byte counts for deficits */
 
+
+/* Sizes in messages: MiB with one decimal, or exact bytes below 1 MiB, so that a refusal
+ * on a small model does not read "cannot run in 1 MiB: needs at least 1 MiB". */
+static const char *fmt_bytes(char out[32], long long bytes)
+{
+    if (bytes < 0)
+        bytes = 0;
+    if (bytes >= (1LL << 20))
+        snprintf(out, 32, "%.1f MiB", bytes / 1048576.0);
+    else
+        snprintf(out, 32, "%lld bytes", bytes);
+    return out;
+}
+
 static void layer_times(const struct mm *mm, const struct pm_layer *L, double *t_copy,
                         double *t_comp)
 {
@@ -142,11 +156,13 @@ static int choose(const struct mm *mm, struct model_plan *mp, ssize_b allow, int
     mp->res = xcalloc((size_t)(n ? n : 1), 1);
     if (full || (mm->state != MM_VRAM_NO_VRAM && allow >= (ssize_b)total)) {
         if (allow < (ssize_b)total)
+        {
+            char need[32], have[32];
             return err_set(e, ERR_DEVICE_OOM,
-                           "model '%s' needs %zu MiB loaded in full but only %lld MiB are "
-                           "free beside the node's %s",
-                           m->name, total >> 20, allow > 0 ? allow >> 20 : 0,
-                           "activations (full load forced)");
+                           "model '%s' needs %s loaded in full but only %s are free beside "
+                           "the node's activations (full load forced)",
+                           m->name, fmt_bytes(need, (long long)total), fmt_bytes(have, allow));
+        }
         memset(mp->res, 1, (size_t)n);
         mp->resident_bytes = total;
         mp->predicted_ms = pipeline_ms(mm, m, mp->res, 1, 0);
@@ -214,11 +230,13 @@ static int choose(const struct mm *mm, struct model_plan *mp, ssize_b allow, int
     }
     xfree(cand);
     xfree(order);
-    if (best_score == INFINITY)
+    if (best_score == INFINITY) {
+        char have[32], need[32];
         return err_set(e, ERR_DEVICE_OOM,
-                       "model '%s' cannot run in %lld MiB beside the node's activations: it "
-                       "needs at least %zu MiB (one layer slot)",
-                       m->name, allow > 0 ? allow >> 20 : 0, min_bytes(mm, m, 0) >> 20);
+                       "model '%s' cannot run in %s beside the node's activations: it needs at "
+                       "least %s (one layer slot)",
+                       m->name, fmt_bytes(have, allow), fmt_bytes(need, (long long)min_bytes(mm, m, 0)));
+    }
     return 0;
 }
 
