@@ -38,13 +38,13 @@ struct model_plan {
 typedef long long ssize_b; /* signed byte counts for deficits */
 
 
-/* Sizes in messages: MiB with one decimal, or exact bytes below 1 MiB, so that a refusal
+/* Sizes in messages: MiB with one decimal, or exact bytes below 64 MiB, so that a refusal
  * on a small model does not read "cannot run in 1 MiB: needs at least 1 MiB". */
 static const char *fmt_bytes(char out[32], long long bytes)
 {
     if (bytes < 0)
         bytes = 0;
-    if (bytes >= (1LL << 20))
+    if (bytes >= (64LL << 20))
         snprintf(out, 32, "%.1f MiB", bytes / 1048576.0);
     else
         snprintf(out, 32, "%lld bytes", bytes);
