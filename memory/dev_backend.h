@@ -66,6 +66,7 @@ struct dev {
     struct dev_stream compute; /* the compute stream */
     struct dev_stream *streams; /* owned: user streams not yet freed */
     void *impl;                /* owned by the backend */
+    struct dev__blkcache *cache; /* owned by the cpu backend; NULL on sim and cuda */
 };
 
 /* Backend constructors: fill d->ops, d->kind, d->name, d->impl (and may lower
@@ -98,8 +99,26 @@ int dev__hostq_stream_wait_event(struct dev_stream *s, struct dev_event *ev);
 int dev__hostq_event_sync(struct dev_event *ev);
 int dev__hostq_event_query(struct dev_event *ev);
 
+/*
+ * The cpu device's cache of freed blocks of DEV_BLKCACHE_MIN bytes or more, keyed
+ * by exact size (dev_blkcache.c). take returns a cached block of exactly `bytes`
+ * or NULL; put keeps a dev__host_mem block (1) or declines (0: caller frees it).
+ * Thread-safe (own mutex).
+ */
+#define DEV_BLKCACHE_MIN ((size_t)1 << 20)
+struct dev__blkcache;
+size_t dev__blkcache_default_limit(void);
+struct dev__blkcache *dev__blkcache_new(size_t limit);
+void dev__blkcache_free(struct dev__blkcache *c); /* frees cached blocks; NULL ok */
+void *dev__blkcache_take(struct dev__blkcache *c, size_t bytes);
+int dev__blkcache_put(struct dev__blkcache *c, void *ptr, size_t bytes);
+void dev__blkcache_set_limit(struct dev__blkcache *c, size_t limit);
+void dev__blkcache_trim(struct dev__blkcache *c);
+size_t dev__blkcache_bytes(struct dev__blkcache *c);
+
 /* Host memory with the accounted size kept in a header in front (cpu and sim). */
 int dev__host_mem_alloc(size_t bytes, void **out);
 size_t dev__host_mem_free(void *ptr);
+size_t dev__host_mem_size(const void *ptr); /* the accounted size, without freeing */
 
 #endif

@@ -15,7 +15,28 @@
 
 static void cpu_close(struct dev *d)
 {
+    dev__blkcache_free(d->cache);
+    d->cache = NULL;
     dev__hostq_free(d->impl);
+}
+
+/* cpu only: large blocks come from and go back to the block cache (dev_blkcache.c). */
+static int cpu_alloc_mem(struct dev *d, size_t bytes, void **out)
+{
+    void *p = d->cache ? dev__blkcache_take(d->cache, bytes) : NULL;
+    if (p) {
+        *out = p;
+        return 0;
+    }
+    return dev__host_mem_alloc(bytes, out);
+}
+
+static size_t cpu_free_mem(struct dev *d, void *ptr)
+{
+    size_t bytes = dev__host_mem_size(ptr);
+    if (d->cache && dev__blkcache_put(d->cache, ptr, bytes))
+        return bytes;
+    return dev__host_mem_free(ptr);
 }
 
 static int host_alloc_mem(struct dev *d, size_t bytes, void **out)
@@ -32,13 +53,17 @@ static size_t host_free_mem(struct dev *d, void *ptr)
 
 static int cpu_mem_info(struct dev *d, size_t *free_bytes, size_t *total_bytes)
 {
-    (void)d;
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
     long psz = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || psz <= 0)
         return ERR_INTERNAL;
     *total_bytes = (size_t)pages * (size_t)psz;
     *free_bytes = avail > 0 ? (size_t)avail * (size_t)psz : 0;
+    /* Cached free blocks are ours to give back: count them as free (cpu only). */
+    if (d->cache) {
+        size_t c = dev__blkcache_bytes(d->cache);
+        *free_bytes = *free_bytes + c < *total_bytes ? *free_bytes + c : *total_bytes;
+    }
     return 0;
 }
 
@@ -86,12 +111,34 @@ const struct dev_ops dev__host_ops = {
     .host_free = host_pinned_free,
 };
 
+/* The cpu device's ops: the host ops (which sim copies) with the cached alloc/free. */
+static const struct dev_ops cpu_ops = {
+    .close = cpu_close,
+    .alloc = cpu_alloc_mem,
+    .free = cpu_free_mem,
+    .mem_info = cpu_mem_info,
+    .copy = host_copy,
+    .copy_async = dev__hostq_copy_async,
+    .stream_init = dev__hostq_stream_init,
+    .stream_release = dev__hostq_stream_release,
+    .stream_sync = dev__hostq_stream_sync,
+    .event_init = dev__hostq_event_init,
+    .event_release = dev__hostq_event_release,
+    .event_record = dev__hostq_event_record,
+    .stream_wait_event = dev__hostq_stream_wait_event,
+    .event_sync = dev__hostq_event_sync,
+    .event_query = dev__hostq_event_query,
+    .host_alloc = host_pinned_alloc,
+    .host_free = host_pinned_free,
+};
+
 int dev__cpu_open(struct dev *d, struct err *e)
 {
     (void)e;
-    d->ops = &dev__host_ops;
+    d->ops = &cpu_ops;
     d->kind = DEV_KIND_CPU;
     snprintf(d->name, sizeof(d->name), "cpu");
     d->impl = dev__hostq_new(0);
+    d->cache = dev__blkcache_new(dev__blkcache_default_limit());
     return 0;
 }

@@ -329,3 +329,10 @@ size_t dev__host_mem_free(void *ptr)
     xfree_aligned(p);
     return bytes;
 }
+
+size_t dev__host_mem_size(const void *ptr)
+{
+    size_t bytes;
+    memcpy(&bytes, (const unsigned char *)ptr - HOST_MEM_HDR, sizeof(bytes));
+    return bytes;
+}

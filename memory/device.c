@@ -213,6 +213,23 @@ size_t dev_bytes_peak(const struct dev *d) { return atomic_load(&d->peak); }
 size_t dev_bytes_budget(const struct dev *d) { return d->budget; }
 long dev_alloc_count(const struct dev *d) { return atomic_load(&d->n_allocs); }
 
+size_t dev_bytes_cached(const struct dev *d)
+{
+    return d->cache ? dev__blkcache_bytes(d->cache) : 0;
+}
+
+void dev_trim(struct dev *d)
+{
+    if (d && d->cache)
+        dev__blkcache_trim(d->cache);
+}
+
+void dev_set_cache_limit(struct dev *d, size_t bytes)
+{
+    if (d->cache)
+        dev__blkcache_set_limit(d->cache, bytes);
+}
+
 void dev_peak_reset(struct dev *d)
 {
     atomic_store(&d->peak, atomic_load(&d->used));

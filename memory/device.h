@@ -83,6 +83,21 @@ size_t dev_bytes_budget(const struct dev *d); /* hard cap, bytes (SIZE_MAX: none
 void dev_peak_reset(struct dev *d);
 long dev_alloc_count(const struct dev *d);    /* live allocations (leak checks) */
 
+/*
+ * Block cache (cpu only; no-ops returning 0 on sim and cuda): freed blocks of 1 MiB
+ * or more are kept, keyed by exact size, and handed back to the next dev_alloc of
+ * that size, so repeated activations do not fault their pages in again. Cached
+ * blocks are not "used" (not in dev_bytes_used / peak / dev_alloc_count) and their
+ * contents are not zeroed. Capped at min(2 GiB, RAM/8) by default, oldest evicted
+ * first; env LATENTD_CPU_BLKCACHE_MB sets the cap at open (0 = off).
+ * dev_trim frees every cached block (the memory manager calls it when it unloads
+ * everything); dev_set_cache_limit changes the cap (evicting down to it).
+ * Any thread (own mutex).
+ */
+size_t dev_bytes_cached(const struct dev *d);
+void dev_trim(struct dev *d); /* NULL is a no-op */
+void dev_set_cache_limit(struct dev *d, size_t bytes);
+
 /* Fault injection for tests (SQLite's test_control in spirit): after `skip` more
  * successful allocations, the next `count` dev_alloc calls fail with ERR_DEVICE_OOM
  * as if the device had run out (another process took the memory). count 0 disables. */

@@ -279,6 +279,9 @@ void mm_unload_all(struct mm *mm)
 {
     while (mm->nloaded > 0)
         mm__unload_model(mm->loaded[mm->nloaded - 1]);
+    /* Give the cpu device's cached free blocks back too (POST /free). */
+    dev_trim(mm->dev);
+    dev_trim(mm->cpu);
 }
 
 void mm_prompt_end(struct mm *mm)

@@ -1,0 +1,211 @@
+/*
+ * test_memory_blkcache — the cpu device's cache of freed large blocks: equal sizes
+ * reuse the block, other sizes and small blocks do not, the byte cap holds (oldest
+ * evicted), dev_trim empties it, accounting (used, peak, live count) ignores cached
+ * blocks, sim never caches, nothing leaks at close, and concurrent alloc/free from
+ * several threads hands a block to one owner at a time.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "device.h"
+#include "harness.h"
+
+#define MIB ((size_t)1 << 20)
+
+static struct dev *open_cpu(size_t limit)
+{
+    struct dev *d = NULL;
+    struct err e = {0};
+    if (dev_open("cpu", 0, &d, &e) < 0) {
+        ok(0, "open cpu: %s", e.msg);
+        exit(1);
+    }
+    dev_set_cache_limit(d, limit);
+    return d;
+}
+
+static void test_reuse(void)
+{
+    struct dev *d = open_cpu(64 * MIB);
+    void *a = NULL, *b = NULL, *c = NULL, *s = NULL;
+    EXPECT_OK(dev_alloc(d, 2 * MIB, &a));
+    memset(a, 0x5a, 2 * MIB);
+    dev_free(d, a);
+    EXPECT_EQ(dev_bytes_cached(d), 2 * MIB);
+    EXPECT_EQ(dev_bytes_used(d), 0);
+    EXPECT_EQ(dev_alloc_count(d), 0);
+    /* another size does not take it */
+    EXPECT_OK(dev_alloc(d, 3 * MIB, &c));
+    ok(c != a, "3 MiB alloc does not get the cached 2 MiB block");
+    EXPECT_EQ(dev_bytes_cached(d), 2 * MIB);
+    /* the same size does, with its pages (contents are not cleared) */
+    EXPECT_OK(dev_alloc(d, 2 * MIB, &b));
+    ok(b == a, "2 MiB alloc reuses the cached block");
+    ok(((unsigned char *)b)[12345] == 0x5a, "reused block is the same memory");
+    EXPECT_EQ(dev_bytes_cached(d), 0);
+    EXPECT_EQ(dev_bytes_used(d), 5 * MIB);
+    EXPECT_EQ(dev_bytes_peak(d), 5 * MIB);
+    EXPECT_EQ(dev_alloc_count(d), 2);
+    /* small blocks are never cached */
+    EXPECT_OK(dev_alloc(d, 4096, &s));
+    dev_free(d, s);
+    EXPECT_EQ(dev_bytes_cached(d), 0);
+    dev_free(d, b);
+    dev_free(d, c);
+    EXPECT_EQ(dev_bytes_used(d), 0);
+    EXPECT_EQ(dev_bytes_cached(d), 5 * MIB);
+    EXPECT_EQ(dev_bytes_peak(d), 5 * MIB + 4096); /* cached blocks never counted */
+    dev_close(d); /* frees the cached blocks: checked by alloc_live_count in main */
+}
+
+static void test_cap(void)
+{
+    struct dev *d = open_cpu(5 * MIB);
+    void *p[3], *q = NULL, *big = NULL;
+    for (int i = 0; i < 3; i++)
+        EXPECT_OK(dev_alloc(d, 2 * MIB, &p[i]));
+    for (int i = 0; i < 3; i++) {
+        dev_free(d, p[i]);
+        ok(dev_bytes_cached(d) <= 5 * MIB, "cap held after free %d (%zu)", i,
+           dev_bytes_cached(d));
+    }
+    EXPECT_EQ(dev_bytes_cached(d), 4 * MIB); /* p[0], the oldest, was evicted */
+    EXPECT_OK(dev_alloc(d, 2 * MIB, &q));
+    ok(q == p[2], "newest cached block is handed out first");
+    dev_free(d, q);
+    /* a block above the cap is freed, not cached, and evicts nothing */
+    EXPECT_OK(dev_alloc(d, 6 * MIB, &big));
+    dev_free(d, big);
+    EXPECT_EQ(dev_bytes_cached(d), 4 * MIB);
+    /* lowering the cap evicts down to it */
+    dev_set_cache_limit(d, 3 * MIB);
+    EXPECT_EQ(dev_bytes_cached(d), 2 * MIB);
+    dev_set_cache_limit(d, 0);
+    EXPECT_EQ(dev_bytes_cached(d), 0);
+    EXPECT_OK(dev_alloc(d, 2 * MIB, &q));
+    dev_free(d, q);
+    EXPECT_EQ(dev_bytes_cached(d), 0); /* cap 0: caching off */
+    dev_close(d);
+}
+
+static void test_trim(void)
+{
+    struct dev *d = open_cpu(64 * MIB);
+    long live0 = alloc_live_count();
+    void *p[4];
+    for (int i = 0; i < 4; i++)
+        EXPECT_OK(dev_alloc(d, (size_t)(i + 1) * MIB, &p[i]));
+    for (int i = 0; i < 4; i++)
+        dev_free(d, p[i]);
+    EXPECT_EQ(dev_bytes_cached(d), 10 * MIB);
+    ok(alloc_live_count() == live0 + 4, "cached blocks are still host allocations");
+    dev_trim(d);
+    EXPECT_EQ(dev_bytes_cached(d), 0);
+    EXPECT_EQ(alloc_live_count(), live0);
+    /* caching still works after a trim */
+    EXPECT_OK(dev_alloc(d, MIB, &p[0]));
+    dev_free(d, p[0]);
+    EXPECT_EQ(dev_bytes_cached(d), MIB);
+    dev_trim(NULL);
+    dev_close(d);
+}
+
+static void test_sim_never_caches(void)
+{
+    struct dev *d = NULL;
+    struct err e = {0};
+    EXPECT_OK(dev_open("sim:16M", 0, &d, &e));
+    void *p = NULL;
+    EXPECT_OK(dev_alloc(d, 8 * MIB, &p));
+    dev_free(d, p);
+    EXPECT_EQ(dev_bytes_cached(d), 0);
+    EXPECT_EQ(dev_bytes_used(d), 0);
+    dev_trim(d);
+    dev_set_cache_limit(d, 8 * MIB);
+    EXPECT_OK(dev_alloc(d, 16 * MIB, &p)); /* whole budget: nothing held back */
+    dev_free(d, p);
+    EXPECT_EQ(dev_bytes_cached(d), 0);
+    dev_close(d);
+}
+
+static void test_env_off(void)
+{
+    setenv("LATENTD_CPU_BLKCACHE_MB", "0", 1);
+    struct dev *d = NULL;
+    struct err e = {0};
+    EXPECT_OK(dev_open("cpu", 0, &d, &e));
+    unsetenv("LATENTD_CPU_BLKCACHE_MB");
+    void *p = NULL;
+    EXPECT_OK(dev_alloc(d, 2 * MIB, &p));
+    dev_free(d, p);
+    EXPECT_EQ(dev_bytes_cached(d), 0);
+    dev_close(d);
+}
+
+/* Threads: each block is stamped with its owner and checked before freeing, so a
+ * block handed to two threads at once shows up as a wrong stamp. */
+struct worker {
+    struct dev *d;
+    int id, bad, fails;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    for (int i = 0; i < 400; i++) {
+        size_t n = (size_t)(1 + (i + w->id) % 3) * MIB;
+        void *p = NULL;
+        if (dev_alloc(w->d, n, &p) < 0) {
+            w->fails++;
+            continue;
+        }
+        int *v = p;
+        for (size_t k = 0; k < n / sizeof(int); k += 1024)
+            v[k] = w->id;
+        for (size_t k = 0; k < n / sizeof(int); k += 1024)
+            if (v[k] != w->id)
+                w->bad++;
+        dev_free(w->d, p);
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    struct dev *d = open_cpu(8 * MIB);
+    struct worker w[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct worker){ .d = d, .id = i + 1 };
+        pthread_create(&th[i], NULL, worker_main, &w[i]);
+    }
+    int bad = 0, fails = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        bad += w[i].bad;
+        fails += w[i].fails;
+    }
+    ok(bad == 0 && fails == 0, "4 threads alloc/free: %d wrong stamps, %d failures", bad, fails);
+    EXPECT_EQ(dev_bytes_used(d), 0);
+    EXPECT_EQ(dev_alloc_count(d), 0);
+    ok(dev_bytes_cached(d) <= 8 * MIB, "cap held under threads (%zu)", dev_bytes_cached(d));
+    dev_close(d);
+}
+
+int main(void)
+{
+    long live0 = alloc_live_count();
+    test_reuse();
+    EXPECT_EQ(alloc_live_count(), live0);
+    test_cap();
+    test_trim();
+    test_sim_never_caches();
+    test_env_off();
+    test_threads();
+    EXPECT_EQ(alloc_live_count(), live0);
+    return harness_done();
+}
