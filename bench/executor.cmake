@@ -5,6 +5,6 @@
 # One command: build/bench/bench_executor (or the target bench_executor_run).
 add_executable(bench_executor ${CMAKE_CURRENT_LIST_DIR}/executor/bench_executor.c)
 target_link_libraries(bench_executor PRIVATE latentd_graph)
-target_compile_definitions(bench_executor PRIVATE LATENTD_SPEC_DIR="/work/shared/spec")
+target_compile_definitions(bench_executor PRIVATE LATENTD_FIXTURES_DIR="${PROJECT_SOURCE_DIR}/tests/fixtures")
 add_custom_target(bench_executor_run COMMAND $<TARGET_FILE:bench_executor>
                   DEPENDS bench_executor USES_TERMINAL)

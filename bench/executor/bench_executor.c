@@ -15,6 +15,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "buf.h"
 #include "graph.h"
 #include "node_registry.h"
 
@@ -267,13 +268,10 @@ int main(void)
     bench_graph(g, "wide", wide);
     cJSON_Delete(wide);
 
-    FILE *f = fopen(LATENTD_SPEC_DIR "/default_workflow_api.json", "rb");
-    if (f) {
-        static char text[1 << 16];
-        size_t n = fread(text, 1, sizeof(text) - 1, f);
-        fclose(f);
-        text[n] = '\0';
-        cJSON *p = graph_json_parse(text, n);
+    struct buf file;
+    buf_init(&file);
+    if (buf_read_file(&file, LATENTD_FIXTURES_DIR "/default_workflow_api.json") == 0) {
+        cJSON *p = graph_json_parse(file.ptr, file.len);
         double t[101];
         for (int k = 0; k < 101; k++) {
             cJSON *q = cJSON_Duplicate(p, 1);
@@ -294,6 +292,7 @@ int main(void)
                node_registry_find(r, "CheckpointLoaderSimple") == &s_ckpt ? "stand-in" : "real", t[50]);
         cJSON_Delete(p);
     }
+    buf_release(&file);
     graph_free(g);
     unlink(path);
     snprintf(path, sizeof(path), "%s/checkpoints", base);

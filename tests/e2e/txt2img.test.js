@@ -26,27 +26,16 @@ const { spawnSync } = require("child_process");
 const L = require("./lib/latentd.js");
 
 const gen = process.env.LATENTD_GEN_CKPT || path.join(path.dirname(L.latentdBin()), "gen_ckpt");
-const SPEC = path.join(L.SOURCE, "..", "shared", "spec", "default_workflow_api.json");
+const DEFAULT_WORKFLOW = path.join(L.SOURCE, "tests", "fixtures", "default_workflow_api.json");
 const NODES = ["KSampler", "CheckpointLoaderSimple", "CLIPTextEncode", "VAEDecode", "EmptyLatentImage", "SaveImage"];
 const ORDER = ["4", "5", "7", "6", "3", "8", "9"]; // §6.3 for the frontend's key order
 const STEPS = 3;
 const SEED = 156680208700286;
 
-// The spec's file when this checkout sits next to ../shared, else an identical copy (same key
-// order: the execution order depends on it).
+// ComfyUI's default workflow (a copy of spec/default_workflow_api.json, same key order:
+// the execution order depends on it).
 function defaultWorkflow() {
-  if (fs.existsSync(SPEC)) return JSON.parse(fs.readFileSync(SPEC, "utf8"));
-  const n = (class_type, inputs, title) => ({ inputs, class_type, _meta: { title } });
-  return {
-    3: n("KSampler", { seed: SEED, steps: 20, cfg: 8, sampler_name: "euler", scheduler: "normal", denoise: 1,
-      model: ["4", 0], positive: ["6", 0], negative: ["7", 0], latent_image: ["5", 0] }, "KSampler"),
-    4: n("CheckpointLoaderSimple", { ckpt_name: "v1-5-pruned-emaonly-fp16.safetensors" }, "Load Checkpoint"),
-    5: n("EmptyLatentImage", { width: 512, height: 512, batch_size: 1 }, "Empty Latent Image"),
-    6: n("CLIPTextEncode", { text: "beautiful scenery nature glass bottle landscape, , purple galaxy bottle,", clip: ["4", 1] }, "CLIP Text Encode (Prompt)"),
-    7: n("CLIPTextEncode", { text: "text, watermark", clip: ["4", 1] }, "CLIP Text Encode (Prompt)"),
-    8: n("VAEDecode", { samples: ["3", 0], vae: ["4", 2] }, "VAE Decode"),
-    9: n("SaveImage", { filename_prefix: "ComfyUI", images: ["8", 0] }, "Save Image"),
-  };
+  return JSON.parse(fs.readFileSync(DEFAULT_WORKFLOW, "utf8"));
 }
 
 function workflow({ seed = SEED, steps = STEPS, ckpt = "tiny.safetensors" } = {}) {

@@ -44,7 +44,7 @@ test("default graph is loaded and drawn", async () => {
     assert.deepStrictEqual(names, ["seed", "control_after_generate", "steps", "cfg", "sampler_name", "scheduler", "denoise"]);
     assert.deepStrictEqual(ks.widgets.slice(2).map((w) => w[1]), [20, 8, "euler", "normal", 1]);
     // The page's API conversion of its default graph is the spec's default prompt.
-    const want = JSON.parse(require("fs").readFileSync(require("path").join(__dirname, "default_workflow_api.json"), "utf8"));
+    const want = JSON.parse(require("fs").readFileSync(require("path").join(__dirname, "..", "fixtures", "default_workflow_api.json"), "utf8"));
     const got = await ui.page.evaluate(async () => (await import("./js/workflow.js")).graphToPrompt(window.app.graph).output);
     for (const id of Object.keys(want)) { delete want[id]._meta; delete got[id]._meta; }
     got["4"].inputs.ckpt_name = want["4"].inputs.ckpt_name; // the page picks an installed checkpoint

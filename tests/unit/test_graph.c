@@ -802,22 +802,6 @@ static void test_random_prompts(const struct tdirs *d)
 
 /* ---- execution ---------------------------------------------------------------------- */
 
-static char *load_file_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n)
-        n = 0;
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
 static int cmp_str_items(const void *a, const void *b)
 {
     return strcmp((*(cJSON *const *)a)->string, (*(cJSON *const *)b)->string);
@@ -826,11 +810,14 @@ static int cmp_str_items(const void *a, const void *b)
 /* The default workflow with stand-in classes: ComfyUI's documented order. */
 static void test_default_order(struct graph_ctx *g, const char *path)
 {
-    char *text = load_file_text(path);
-    if (!text) {
+    struct buf file;
+    buf_init(&file);
+    if (buf_read_file(&file, path) < 0) {
         ok(0, "cannot read %s", path);
+        buf_release(&file);
         return;
     }
+    const char *text = file.ptr;
     for (int variant = 0; variant < 2; variant++) {
         cJSON *p = cJSON_Parse(text);
         for (cJSON *n = p->child; n; n = n->next) {
@@ -861,7 +848,7 @@ static void test_default_order(struct graph_ctx *g, const char *path)
         sink_clear(&s);
         cJSON_Delete(p);
     }
-    free(text);
+    buf_release(&file);
     graph_free_memory(g, 0, 1);
 }
 
@@ -1240,7 +1227,7 @@ int main(int argc, char **argv)
     test_corpus(g);
     test_validation_details(g);
     test_object_info(g);
-    test_default_order(g, LATENTD_SPEC_DIR "/default_workflow_api.json");
+    test_default_order(g, LATENTD_FIXTURES_DIR "/default_workflow_api.json");
     test_nesting(g);
     test_huge(g);
     graph_free(g);
