@@ -91,45 +91,29 @@ static void host_pinned_free(struct dev *d, void *ptr)
     xfree_aligned(ptr);
 }
 
+/* What every host-memory device shares: copies are memcpy, streams and events are the
+ * copy-thread queues of dev_hostq.c, "pinned" memory is plain aligned memory. */
+#define HOST_OPS_COMMON                                                                   \
+    .close = cpu_close, .mem_info = cpu_mem_info, .copy = host_copy,                      \
+    .copy_async = dev__hostq_copy_async, .stream_init = dev__hostq_stream_init,           \
+    .stream_release = dev__hostq_stream_release, .stream_sync = dev__hostq_stream_sync,   \
+    .event_init = dev__hostq_event_init, .event_release = dev__hostq_event_release,       \
+    .event_record = dev__hostq_event_record,                                              \
+    .stream_wait_event = dev__hostq_stream_wait_event, .event_sync = dev__hostq_event_sync, \
+    .event_query = dev__hostq_event_query, .host_alloc = host_pinned_alloc,               \
+    .host_free = host_pinned_free
+
 const struct dev_ops dev__host_ops = {
-    .close = cpu_close,
+    HOST_OPS_COMMON,
     .alloc = host_alloc_mem,
     .free = host_free_mem,
-    .mem_info = cpu_mem_info,
-    .copy = host_copy,
-    .copy_async = dev__hostq_copy_async,
-    .stream_init = dev__hostq_stream_init,
-    .stream_release = dev__hostq_stream_release,
-    .stream_sync = dev__hostq_stream_sync,
-    .event_init = dev__hostq_event_init,
-    .event_release = dev__hostq_event_release,
-    .event_record = dev__hostq_event_record,
-    .stream_wait_event = dev__hostq_stream_wait_event,
-    .event_sync = dev__hostq_event_sync,
-    .event_query = dev__hostq_event_query,
-    .host_alloc = host_pinned_alloc,
-    .host_free = host_pinned_free,
 };
 
 /* The cpu device's ops: the host ops (which sim copies) with the cached alloc/free. */
 static const struct dev_ops cpu_ops = {
-    .close = cpu_close,
+    HOST_OPS_COMMON,
     .alloc = cpu_alloc_mem,
     .free = cpu_free_mem,
-    .mem_info = cpu_mem_info,
-    .copy = host_copy,
-    .copy_async = dev__hostq_copy_async,
-    .stream_init = dev__hostq_stream_init,
-    .stream_release = dev__hostq_stream_release,
-    .stream_sync = dev__hostq_stream_sync,
-    .event_init = dev__hostq_event_init,
-    .event_release = dev__hostq_event_release,
-    .event_record = dev__hostq_event_record,
-    .stream_wait_event = dev__hostq_stream_wait_event,
-    .event_sync = dev__hostq_event_sync,
-    .event_query = dev__hostq_event_query,
-    .host_alloc = host_pinned_alloc,
-    .host_free = host_pinned_free,
 };
 
 int dev__cpu_open(struct dev *d, struct err *e)
