@@ -9,16 +9,8 @@
 
 #include "alloc.h"
 #include "graph_internal.h"
+#include "strhash.h"
 
-static uint64_t hash_id(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 int gjson_is_link(const cJSON *v)
 {
@@ -32,7 +24,7 @@ int gprompt_find(const struct gprompt *p, const char *id)
     if (!p->nslots || !id)
         return -1;
     size_t mask = p->nslots - 1;
-    for (size_t s = hash_id(id) & mask; p->slots[s] >= 0; s = (s + 1) & mask)
+    for (size_t s = strhash(id) & mask; p->slots[s] >= 0; s = (s + 1) & mask)
         if (strcmp(p->nodes[p->slots[s]].id, id) == 0)
             return p->slots[s];
     return -1;
@@ -72,7 +64,7 @@ int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *pro
         struct gnode *g = &p->nodes[i];
         g->id = it->string ? it->string : "";
         g->json = it;
-        size_t mask = p->nslots - 1, s = hash_id(g->id) & mask;
+        size_t mask = p->nslots - 1, s = strhash(g->id) & mask;
         int dup = 0;
         for (; p->slots[s] >= 0; s = (s + 1) & mask)
             if (strcmp(p->nodes[p->slots[s]].id, g->id) == 0) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "strhash.h"
 #include "log.h"
 #include "mm_internal.h"
 
@@ -153,15 +154,6 @@ size_t patcher_model_bytes(const struct patcher_model *m)
     return n;
 }
 
-static uint64_t key_hash(const char *k)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *k; k++) {
-        h ^= (unsigned char)*k;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 static int L_weights_full(const struct patcher_model *m, int layer)
 {
@@ -171,7 +163,7 @@ static int L_weights_full(const struct patcher_model *m, int layer)
 static void index_insert(struct patcher_model *m, int layer, int w)
 {
     size_t mask = m->index_cap - 1;
-    size_t i = (size_t)key_hash(m->layers[layer].w[w].key) & mask;
+    size_t i = (size_t)strhash(m->layers[layer].w[w].key) & mask;
     while (m->index[i])
         i = (i + 1) & mask;
     m->index[i] = (int32_t)(((uint32_t)layer << 16 | (uint32_t)w) + 1);
@@ -204,7 +196,7 @@ int patcher_model_find(const struct patcher_model *m, const char *key, int *laye
     if (!m->index_cap)
         return ERR_NOT_FOUND;
     size_t mask = m->index_cap - 1;
-    for (size_t i = (size_t)key_hash(key) & mask; m->index[i]; i = (i + 1) & mask) {
+    for (size_t i = (size_t)strhash(key) & mask; m->index[i]; i = (i + 1) & mask) {
         uint32_t v = (uint32_t)(m->index[i] - 1);
         int l = (int)(v >> 16), j = (int)(v & 0xffff);
         if (strcmp(m->layers[l].w[j].key, key) == 0) {

@@ -14,6 +14,7 @@
 
 #include "alloc.h"
 #include "buf.h"
+#include "strhash.h"
 #include "clip_tokenizer_impl.h"
 #include "clip_unicode_tables.h"
 #include "log.h"
@@ -36,11 +37,8 @@ struct smap {
 
 static uint64_t hash_bytes(const void *p, size_t n)
 {
-    const unsigned char *s = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
+    uint64_t h = strhash_bytes(p, n);
+    return h ^ (h >> 29); /* FNV's low bits are weak; the table masks them */
 }
 
 static void smap_init(struct smap *m, size_t expect)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "strhash.h"
 #include "err.h"
 #include "node_files.h"
 
@@ -19,15 +20,6 @@ struct node_registry {
     size_t nslots;                 /* power of two */
 };
 
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 struct node_registry *node_registry_new(void)
 {
@@ -50,7 +42,7 @@ void node_registry_free(struct node_registry *r)
 static void slots_insert(struct node_registry *r, int32_t idx)
 {
     size_t mask = r->nslots - 1;
-    size_t s = hash_str(r->cls[idx]->name) & mask;
+    size_t s = strhash(r->cls[idx]->name) & mask;
     while (r->slots[s] >= 0)
         s = (s + 1) & mask;
     r->slots[s] = idx;
@@ -89,7 +81,7 @@ const struct node_class *node_registry_find(const struct node_registry *r, const
     if (!name)
         return NULL;
     size_t mask = r->nslots - 1;
-    for (size_t s = hash_str(name) & mask; r->slots[s] >= 0; s = (s + 1) & mask)
+    for (size_t s = strhash(name) & mask; r->slots[s] >= 0; s = (s + 1) & mask)
         if (strcmp(r->cls[r->slots[s]]->name, name) == 0)
             return r->cls[r->slots[s]];
     return NULL;

@@ -9,6 +9,7 @@
 
 #include "alloc.h"
 #include "sd15_ckpt.h"
+#include "strhash.h"
 
 void ckpt_gen_opts_default(struct ckpt_gen_opts *o)
 {
@@ -26,13 +27,6 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
 
 /* Uniform in (0, 1]: never 0, so log() is finite. */
 static double unif(uint64_t *s)
@@ -43,7 +37,7 @@ static double unif(uint64_t *s)
 void ckpt_gen_fill(uint64_t seed, const char *name, enum sd15_init init, int ndim,
                    const int64_t *shape, float *dst, uint64_t n)
 {
-    uint64_t s = seed ^ fnv1a(name);
+    uint64_t s = seed ^ strhash(name);
     double fan_in = 1;
     for (int i = 1; i < ndim; i++)
         fan_in *= (double)shape[i];
