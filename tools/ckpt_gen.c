@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <stdlib.h>
 
 #include "alloc.h"
 #include "sd15_ckpt.h"
@@ -289,4 +291,23 @@ out:
     xfree(l.v);
     st_writer_free(w);
     return rc;
+}
+
+const char *ckpt_gen_bench_full(const char *path, char *buf, size_t n, struct err *e)
+{
+    if (!path) {
+        const char *dir = getenv("LATENTD_BENCH_DIR");
+        snprintf(buf, n, "%s/sd15_full_random_f16.safetensors", dir ? dir : ".");
+        path = buf;
+    }
+    struct stat sb;
+    if (stat(path, &sb) == 0)
+        return path;
+    printf("# generating the full-size random checkpoint '%s' (~2 GiB)\n", path);
+    fflush(stdout);
+    struct ckpt_gen_opts o;
+    ckpt_gen_opts_default(&o);
+    sd15_config_canonical(&o.cfg);
+    o.dtype = ST_DTYPE_F16;
+    return ckpt_gen_write(&o, path, e) < 0 ? NULL : path;
 }

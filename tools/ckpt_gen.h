@@ -55,6 +55,14 @@ void ckpt_gen_opts_default(struct ckpt_gen_opts *o);
 /* Write the checkpoint to `path`. Returns 0 or a negative ERR_* with a message. */
 int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *e);
 
+/*
+ * The benchmarks' full-size random checkpoint (SD1.5 widths, f16, default seed):
+ * `path`, or when NULL $LATENTD_BENCH_DIR (else ".") + "/sd15_full_random_f16.safetensors"
+ * written into buf[n]. Generated (~2 GiB, a line on stdout) only when missing.
+ * Returns the path used, or NULL with a message in `e`.
+ */
+const char *ckpt_gen_bench_full(const char *path, char *buf, size_t n, struct err *e);
+
 /* Fill dst[n] with the deterministic values of tensor `name` (fp32, before storage
  * rounding). Exposed so tests can predict exact weights. */
 void ckpt_gen_fill(uint64_t seed, const char *name, enum sd15_init init, int ndim,

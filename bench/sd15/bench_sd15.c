@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "alloc.h"
@@ -108,24 +107,10 @@ int main(int argc, char **argv)
         }
     }
     char path[1024];
-    if (!ckpt) {
-        const char *dir = getenv("LATENTD_BENCH_DIR");
-        snprintf(path, sizeof(path), "%s/sd15_full_random_f16.safetensors", dir ? dir : ".");
-        ckpt = path;
-    }
-    struct stat sb;
     struct err e = {0};
-    if (stat(ckpt, &sb) != 0) {
-        printf("# generating the full-size random checkpoint '%s' (~2 GiB)\n", ckpt);
-        fflush(stdout);
-        struct ckpt_gen_opts o;
-        ckpt_gen_opts_default(&o);
-        sd15_config_canonical(&o.cfg);
-        o.dtype = ST_DTYPE_F16;
-        if (ckpt_gen_write(&o, ckpt, &e) < 0) {
-            fprintf(stderr, "bench_sd15: %s\n", e.msg);
-            return 1;
-        }
+    if (!(ckpt = ckpt_gen_bench_full(ckpt, path, sizeof(path), &e))) {
+        fprintf(stderr, "bench_sd15: %s\n", e.msg);
+        return 1;
     }
     tensor_threads_set(threads);
     struct sd15_ckpt ck;

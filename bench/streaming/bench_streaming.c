@@ -18,27 +18,9 @@
 #include <time.h>
 
 #include "bench_streaming_sd15.h"
+#include "bench_stats.h"
 #include "log.h"
 #include "memory_synth.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 #define NB 4
 #define MAXS 64
@@ -136,12 +118,12 @@ int main(int argc, char **argv)
     double t[NB][MAXS], ratio[NB][MAXS];
     for (int i = 0; i < steps; i++)
         for (int k = 0; k < NB; k++) {
-            double t0 = now_ms();
+            double t0 = bench_now_ms();
             if (synth_forward(&s[k], p[k], mm_device(mm[k]), in, out[k], batch, &e) < 0) {
                 fprintf(stderr, "forward at %d%%: %s\n", pct[k], e.msg);
                 return 1;
             }
-            t[k][i] = now_ms() - t0;
+            t[k][i] = bench_now_ms() - t0;
         }
     int identical = 1;
     for (int k = 0; k < NB; k++) {
@@ -163,7 +145,7 @@ int main(int argc, char **argv)
            "med ms", "med ratio", "res MiB", "str MiB", "copied/step", "ring", "pred ms",
            "peak MiB");
     for (int k = 0; k < NB; k++) {
-        double mr = median(ratio[k], steps), mt = median(t[k], steps);
+        double mr = bench_median(ratio[k], steps), mt = bench_median(t[k], steps);
         const struct mm_model_plan *mp = &rep[k].models[0];
         printf("%5d %% %8.2f %8.3f %9.2f %9.3f %9.1f %9.1f %12.1f %5dx%-2d %9.2f %9.1f\n",
                pct[k], tmin[k], tmin[k] / tmin[0], mt, mr, rep[k].bytes_resident / 1048576.0, rep[k].bytes_streamed / 1048576.0,

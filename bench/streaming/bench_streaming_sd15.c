@@ -12,6 +12,7 @@
  * in 1 % steps to the smallest that loads, and the table says so.
  */
 #include "bench_streaming_sd15.h"
+#include "bench_stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,27 +27,6 @@
 
 #define NB 4
 #define MAXR 16
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-    double s[MAXR];
-    memcpy(s, v, (size_t)n * sizeof(*s));
-    qsort(s, (size_t)n, sizeof(*s), cmp_d);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
 
 struct sd15_bench {
     struct sd15_ckpt ck;
@@ -74,9 +54,9 @@ static int node(struct sd15_bench *s, struct mm *mm, struct mm_report *rep, floa
         (rc = tensor_write_f32(c, s->ctx, nc, e)) < 0 ||
         (rc = tensor_new(d, TENSOR_F32, 4, xs, &eps, e)) < 0)
         goto out;
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     rc = sd15_unet_eval(s->unet, &s->ck.cfg, x, s->ts, c, eps, NULL, e);
-    *ms = now_ms() - t0;
+    *ms = bench_now_ms() - t0;
     if (rc == 0)
         rc = tensor_read_f32(eps, eps_out, nx, e);
 out:
@@ -169,7 +149,7 @@ int bench_streaming_sd15(const char *ckpt, int size, int rounds)
         for (int k = 0; k < NB; k++) {
             const struct mm_model_plan *mp = &rep[k].models[0];
             printf("%5d %% %10.1f %9.1f %9.3f %9.1f %9.1f %13.1f %5dx%-2d %10.1f %10.1f\n",
-                   pct[k], budget[k] / 1048576.0, median(t[k], rounds), median(ratio[k], rounds),
+                   pct[k], budget[k] / 1048576.0, bench_median(t[k], rounds), bench_median(ratio[k], rounds),
                    rep[k].bytes_resident / 1048576.0, rep[k].bytes_streamed / 1048576.0,
                    copied[k] / 1048576.0, mp->ring_slots, mp->prefetch, peak[k] / 1048576.0,
                    rep[k].predicted_ms);

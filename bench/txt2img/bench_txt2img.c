@@ -254,22 +254,8 @@ int main(int argc, char **argv)
         if (ckpt_gen_write(&o, link_path, &e) < 0)
             PANIC("%s", e.msg);
     } else {
-        if (!ckpt) {
-            const char *bd = getenv("LATENTD_BENCH_DIR");
-            snprintf(path, sizeof path, "%s/sd15_full_random_f16.safetensors", bd ? bd : ".");
-            ckpt = path;
-        }
-        struct stat sb;
-        if (stat(ckpt, &sb) != 0) {
-            printf("# generating the full-size random checkpoint '%s' (~2 GiB)\n", ckpt);
-            fflush(stdout);
-            struct ckpt_gen_opts o;
-            ckpt_gen_opts_default(&o);
-            sd15_config_canonical(&o.cfg);
-            o.dtype = ST_DTYPE_F16;
-            if (ckpt_gen_write(&o, ckpt, &e) < 0)
-                PANIC("%s", e.msg);
-        }
+        if (!(ckpt = ckpt_gen_bench_full(ckpt, path, sizeof path, &e)))
+            PANIC("%s", e.msg);
         char abs_path[PATH_MAX];
         if (!realpath(ckpt, abs_path) || symlink(abs_path, link_path) != 0)
             PANIC("cannot link '%s'", ckpt);
