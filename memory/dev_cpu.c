@@ -7,6 +7,7 @@
  */
 #include "dev_backend.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,7 +21,11 @@ static void cpu_close(struct dev *d)
     dev__hostq_free(d->impl);
 }
 
-/* cpu only: large blocks come from and go back to the block cache (dev_blkcache.c). */
+/*
+ * cpu only: large blocks come from and go back to the block cache (dev_blkcache.c).
+ * Cached blocks are resident memory the host counts as taken, so when a new block
+ * does not fit, the cache is emptied and the allocation tried once more.
+ */
 static int cpu_alloc_mem(struct dev *d, size_t bytes, void **out)
 {
     void *p = d->cache ? dev__blkcache_take(d->cache, bytes) : NULL;
@@ -28,7 +33,12 @@ static int cpu_alloc_mem(struct dev *d, size_t bytes, void **out)
         *out = p;
         return 0;
     }
-    return dev__host_mem_alloc(bytes, out);
+    int rc = dev__host_mem_alloc(bytes, out);
+    if (rc == ERR_DEVICE_OOM && d->cache && dev__blkcache_bytes(d->cache)) {
+        dev__blkcache_trim(d->cache);
+        rc = dev__host_mem_alloc(bytes, out);
+    }
+    return rc;
 }
 
 static size_t cpu_free_mem(struct dev *d, void *ptr)
@@ -58,7 +68,12 @@ static int cpu_mem_info(struct dev *d, size_t *free_bytes, size_t *total_bytes)
     if (pages <= 0 || psz <= 0)
         return ERR_INTERNAL;
     *total_bytes = (size_t)pages * (size_t)psz;
-    *free_bytes = avail > 0 ? (size_t)avail * (size_t)psz : 0;
+    /* What an allocation can take (MemAvailable, cgroup, RLIMIT_AS), as ComfyUI's
+     * psutil "available": MemFree alone misses reclaimable page cache. */
+    size_t host = alloc_host_available();
+    *free_bytes = host != SIZE_MAX ? host : avail > 0 ? (size_t)avail * (size_t)psz : 0;
+    if (*free_bytes > *total_bytes)
+        *free_bytes = *total_bytes;
     /* Cached free blocks are ours to give back: count them as free (cpu only). */
     if (d->cache) {
         size_t c = dev__blkcache_bytes(d->cache);

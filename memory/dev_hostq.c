@@ -313,9 +313,14 @@ int dev__hostq_event_query(struct dev_event *ev)
 
 int dev__host_mem_alloc(size_t bytes, void **out)
 {
-    if (bytes > SIZE_MAX - HOST_MEM_HDR)
+    /* Activation sizes follow the request: fallible, and checked against the host
+     * memory available now (alloc.h says why malloc alone is not enough). */
+    void *v = NULL;
+    *out = NULL;
+    if (bytes > SIZE_MAX - HOST_MEM_HDR ||
+        xtry_malloc_aligned(HOST_MEM_HDR, HOST_MEM_HDR + bytes, &v, NULL) < 0)
         return ERR_DEVICE_OOM;
-    unsigned char *p = xmalloc_aligned(HOST_MEM_HDR, HOST_MEM_HDR + bytes);
+    unsigned char *p = v;
     memcpy(p, &bytes, sizeof(bytes));
     *out = p + HOST_MEM_HDR;
     return 0;

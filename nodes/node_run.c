@@ -135,6 +135,45 @@ int node_interrupted(struct node_ctx *c)
     return c->hooks->interrupted(c->hooks->user);
 }
 
+/* Drop every "<dir>/" from msg, so "/srv/base/models/checkpoints/x" reads
+ * "checkpoints/x". */
+static void unpath(struct buf *msg, const char *dir)
+{
+    size_t n = dir ? strlen(dir) : 0;
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    if (!n || !msg->len)
+        return;
+    struct buf out;
+    buf_init(&out);
+    const char *s = msg->ptr;
+    for (const char *hit; (hit = memmem(s, strlen(s), dir, n)) != NULL; s = hit) {
+        buf_add(&out, s, (size_t)(hit - s));
+        if (hit[n] == '/')
+            hit += n + 1;
+        else
+            buf_add(&out, hit++, 1);
+    }
+    buf_adds(&out, s);
+    buf_release(msg);
+    *msg = out;
+}
+
+/*
+ * Messages from below (file loaders, st_check) name files by the server's paths;
+ * clients see them relative to their folder (models, input, output, temp), which
+ * is also how they chose them, and learn nothing about the server's layout.
+ */
+static void unpath_env(struct buf *msg, const struct node_env *env)
+{
+    if (!env)
+        return;
+    unpath(msg, env->models_dir);
+    unpath(msg, env->output_dir);
+    unpath(msg, env->input_dir);
+    unpath(msg, env->temp_dir);
+}
+
 static int fail_v(struct node_ctx *c, int code, const char *exc_type, const char *fmt,
                   va_list ap)
 {
@@ -143,6 +182,7 @@ static int fail_v(struct node_ctx *c, int code, const char *exc_type, const char
     if (c->exc_message.len == 0) {
         snprintf(c->exc_type, sizeof(c->exc_type), "%s", exc_type ? exc_type : "RuntimeError");
         buf_vprintf(&c->exc_message, fmt, ap);
+        unpath_env(&c->exc_message, c->env);
     }
     return code;
 }
@@ -165,42 +205,16 @@ int node_fail_code(struct node_ctx *c, int code, const char *exc_type, const cha
     return rc;
 }
 
-/* MemAvailable in bytes (0 when unknown: then only the overflow check applies). */
-static uint64_t host_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[128];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
-}
-
 struct value *node_new_tensor(struct node_ctx *c, const char *type, int ndim, const int64_t *shape)
 {
-    uint64_t n = 1;
-    int overflow = ndim < 1 || ndim > VALUE_MAX_DIMS;
-    for (int d = 0; d < ndim && !overflow; d++) {
-        if (shape[d] <= 0) {
-            node_fail(c, "RuntimeError", "invalid %s shape: dimension %d is %lld", type, d, (long long)shape[d]);
-            return NULL;
-        }
-        overflow = (uint64_t)shape[d] > (UINT64_MAX / sizeof(float)) / n;
-        n *= (uint64_t)shape[d];
-    }
-    uint64_t bytes = overflow ? UINT64_MAX : n * sizeof(float);
-    uint64_t avail = host_available();
-    if (overflow || bytes > SIZE_MAX / 2 || (avail && bytes > avail)) {
-        node_fail_code(c, ERR_TOO_LARGE, "RuntimeError",
-                       "[enforce fail at alloc_cpu.cpp] DefaultCPUAllocator: not enough memory: you "
-                       "tried to allocate %llu bytes.", (unsigned long long)bytes);
-        return NULL;
-    }
-    return value_new_tensor(type, ndim, shape);
+    struct value *v;
+    struct err e = {0};
+    int rc = value_try_new_tensor(type, ndim, shape, &v, &e);
+    if (rc == ERR_DEVICE_OOM)
+        node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
+    else if (rc < 0)
+        node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+    return rc < 0 ? NULL : v;
 }
 
 struct value *node_new_image(struct node_ctx *c, int64_t b, int64_t h, int64_t w, int64_t ch)

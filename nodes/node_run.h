@@ -105,8 +105,9 @@ int node_in_bool(const struct node_ctx *c, const char *name);
 
 /*
  * A zero-filled host tensor for this node (node_value.h shapes), or NULL after
- * node_fail() when a dimension is not positive or the tensor would not fit in
- * the host memory available now (ComfyUI's CPU allocator error, RuntimeError).
+ * node_fail() when a dimension is not positive (RuntimeError) or the tensor would
+ * not fit in the host memory available now (torch.OutOfMemoryError, with the size
+ * asked for: value_try_new_tensor).
  * Use these for every allocation whose size comes from user input, so a huge
  * EmptyImage is an execution_error rather than an aborted server.
  */

@@ -58,21 +58,52 @@ struct value *value_new_string(const char *s)
     return v;
 }
 
+/* A tensor value over `data` (owned, numel n). */
+static struct value *tensor_value(const char *type, int ndim, const int64_t *shape, size_t n,
+                                  float *data)
+{
+    struct value *v = value_alloc(VALUE_TENSOR, type);
+    for (int d = 0; d < ndim; d++)
+        v->shape[d] = shape[d];
+    v->ndim = ndim;
+    v->numel = n;
+    v->data = data;
+    return v;
+}
+
 struct value *value_new_tensor(const char *type, int ndim, const int64_t *shape)
 {
     ASSERT(ndim >= 1 && ndim <= VALUE_MAX_DIMS);
-    struct value *v = value_alloc(VALUE_TENSOR, type);
     size_t n = 1;
     for (int d = 0; d < ndim; d++) {
         ASSERT(shape[d] > 0);
         ASSERT((uint64_t)shape[d] <= SIZE_MAX / sizeof(float) / n);
         n *= (size_t)shape[d];
-        v->shape[d] = shape[d];
     }
-    v->ndim = ndim;
-    v->numel = n;
-    v->data = xcalloc(n, sizeof(float));
-    return v;
+    return tensor_value(type, ndim, shape, n, xcalloc(n, sizeof(float)));
+}
+
+int value_try_new_tensor(const char *type, int ndim, const int64_t *shape, struct value **out,
+                         struct err *e)
+{
+    size_t n = 1;
+    void *data;
+    int rc;
+    *out = NULL;
+    if (ndim < 1 || ndim > VALUE_MAX_DIMS)
+        return err_set(e, ERR_INVALID, "invalid %s shape: %d dimensions", type, ndim);
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] <= 0)
+            return err_set(e, ERR_INVALID, "invalid %s shape: dimension %d is %lld", type, d,
+                           (long long)shape[d]);
+        /* An overflowing count stays SIZE_MAX / 4: too large, reported with its size. */
+        n = (uint64_t)shape[d] > SIZE_MAX / sizeof(float) / n ? SIZE_MAX / sizeof(float)
+                                                             : n * (size_t)shape[d];
+    }
+    if ((rc = xtry_calloc(n, sizeof(float), &data, e)) < 0)
+        return rc;
+    *out = tensor_value(type, ndim, shape, n, data);
+    return 0;
 }
 
 struct value *value_new_image(int64_t b, int64_t h, int64_t w, int64_t c)

@@ -39,6 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
+
 #include "buf.h"
 
 enum value_kind {
@@ -86,6 +88,13 @@ struct value *value_new_string(const char *s);
  * that come from users first).
  */
 struct value *value_new_tensor(const char *type, int ndim, const int64_t *shape);
+/*
+ * The same for a shape a request controls: 0 and *out set, ERR_INVALID for a dim
+ * that is not positive, or ERR_DEVICE_OOM with e in ComfyUI's out-of-memory shape
+ * when the tensor does not fit in host memory now (util/alloc.h). Never aborts.
+ */
+int value_try_new_tensor(const char *type, int ndim, const int64_t *shape, struct value **out,
+                         struct err *e);
 /* IMAGE [b,h,w,c] and MASK [b,h,w], zero-filled. */
 struct value *value_new_image(int64_t b, int64_t h, int64_t w, int64_t c);
 struct value *value_new_mask(int64_t b, int64_t h, int64_t w);

@@ -34,6 +34,16 @@ static int dev_tensor(struct dev *d, int ndim, const int64_t *shape, const float
     return rc;
 }
 
+/*
+ * After a model call: its weights were checked at each layer's acquire, but on the
+ * CPU the last layers compute straight from the mapped file after that. A file
+ * rewritten or truncated meanwhile must fail the node, not return its numbers.
+ */
+static int vouch(const struct patcher *p, struct err *e)
+{
+    return patcher_model_check(patcher_model_of(p), e);
+}
+
 /* Load one model for a node with `activation` bytes of activations. */
 static int load_one(struct mm *mm, struct patcher *p, size_t activation, struct mm_report *rep,
                     struct err *e)
@@ -62,7 +72,8 @@ static int unet_apply(void *impl, const float *x_in, int batch, int h, int w, co
     if ((rc = dev_tensor(d, 4, xs, x_in, &x, e)) < 0 || (rc = dev_tensor(d, 3, cs, ctx, &c, e)) < 0 ||
         (rc = dev_tensor(d, 4, xs, NULL, &eps, e)) < 0)
         goto out;
-    if ((rc = sd15_unet_eval(u->p, &u->cfg, x, ts, c, eps, NULL, e)) < 0)
+    if ((rc = sd15_unet_eval(u->p, &u->cfg, x, ts, c, eps, NULL, e)) < 0 ||
+        (rc = vouch(u->p, e)) < 0)
         goto out;
     rc = tensor_read_f32(eps, eps_out, tensor_numel(eps), e);
 out:
@@ -213,6 +224,8 @@ int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *t
     int rc = load_one(mm, clip->p, plan, &rep, e);
     if (rc >= 0) {
         rc = sd15_clip_encode(clip->p, &clip->cfg, &tk, clip->clip_skip, &cond, &pooled, NULL, e);
+        if (rc >= 0)
+            rc = vouch(clip->p, e);
         mm_node_end(mm, &rep);
     }
     if (rc >= 0) {
@@ -261,6 +274,20 @@ const struct sd_vae *sd_vae_of(const struct value *v)
 }
 
 /*
+ * Up-front check of a VAE call's host memory: `host_floats` of output and staging,
+ * plus the activation plan when the model computes on a host device (cpu), where
+ * activations take the same memory. Allocating does not touch pages (calloc) and
+ * Linux overcommits, so each buffer alone passing is not enough: the sum must fit.
+ */
+static int host_check(struct mm *mm, size_t act_bytes, size_t host_floats, struct err *e)
+{
+    size_t bytes = host_floats > SIZE_MAX / 4 ? SIZE_MAX : host_floats * 4;
+    if (dev_is_host(mm_device(mm)))
+        bytes = bytes > SIZE_MAX - act_bytes ? SIZE_MAX : bytes + act_bytes;
+    return alloc_host_check(bytes, e);
+}
+
+/*
  * Decode z [1, c, h, w] (host) into out [3, 8h, 8w] (host): tiled with tile /
  * overlap latent pixels when tile > 0, else whole with ComfyUI's 64/16 tiled
  * retry on device OOM (models/sd15_models.h does both).
@@ -277,6 +304,8 @@ static int decode_one(const struct sd_vae *vae, const float *z, int64_t c, int64
             rc = sd15_vae_decode_tiled(vae->p, &vae->cfg, zt, o, tile, overlap, e);
         else
             rc = sd15_vae_decode_auto(vae->p, &vae->cfg, zt, o, 64, 16, e);
+        if (rc >= 0)
+            rc = vouch(vae->p, e);
         if (rc >= 0)
             rc = tensor_read_f32(o, out, 3 * 64 * h * w, e);
     }
@@ -297,12 +326,24 @@ int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct s
     int64_t h = lat->h, w = lat->w, H = 8 * h, W = 8 * w;
     size_t per = (size_t)(lat->c * h * w), px = (size_t)(3 * H * W);
     size_t act = sd15_vae_plan_bytes(&vae->cfg, 1, (int)h, (int)w) + (per + px) * 4;
-    struct mm_report rep;
-    int rc = load_one(mm, vae->p, act, &rep, e);
-    if (rc < 0)
+    int64_t ishape[4] = {lat->b, H, W, 3};
+    struct value *img = NULL;
+    float *host = NULL;
+    int rc;
+    /* The image is 48 times the latent: check it, the staging copy and (on the cpu,
+     * where they share the host) the activations together before loading anything. */
+    if ((rc = host_check(mm, act, (size_t)lat->b * px + px, e)) < 0 ||
+        (rc = value_try_new_tensor("IMAGE", 4, ishape, &img, e)) < 0 ||
+        (rc = xtry_malloc(px * sizeof *host, (void **)&host, e)) < 0) {
+        value_unref(img);
         return rc;
-    struct value *img = value_new_image(lat->b, H, W, 3);
-    float *host = xmalloc(px * sizeof *host);
+    }
+    struct mm_report rep;
+    if ((rc = load_one(mm, vae->p, act, &rep, e)) < 0) {
+        value_unref(img);
+        xfree(host);
+        return rc;
+    }
     for (int64_t b = 0; b < lat->b && rc >= 0; b++) {
         rc = decode_one(vae, lat->samples + b * per, lat->c, h, w, tile, overlap, host, e);
         if (rc >= 0) {
@@ -346,6 +387,8 @@ static int encode_one(const struct sd_vae *vae, const float *img, int64_t H, int
         else
             rc = sd15_vae_encode_auto(vae->p, &vae->cfg, t, m, 512, 64, e);
         if (rc >= 0)
+            rc = vouch(vae->p, e);
+        if (rc >= 0)
             rc = tensor_read_f32(m, out, zc * (H / 8) * (W / 8), e);
     }
     tensor_free(t);
@@ -370,12 +413,21 @@ int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct va
     int64_t h = H / 8, w = W / 8;
     size_t px = (size_t)(3 * H * W), per = (size_t)(vae->cfg.vae_embed * h * w);
     size_t act = sd15_vae_plan_bytes(&vae->cfg, 1, (int)h, (int)w) + (px + per) * 4;
-    struct mm_report rep;
-    int rc = load_one(mm, vae->p, act, &rep, e);
-    if (rc < 0)
+    struct sd_latent *lat = NULL;
+    float *host = NULL;
+    int rc;
+    if ((rc = host_check(mm, act, (size_t)B * per + px, e)) < 0 ||
+        (rc = sd_latent_try_new(B, vae->cfg.vae_embed, h, w, &lat, e)) < 0 ||
+        (rc = xtry_malloc(px * sizeof *host, (void **)&host, e)) < 0) {
+        sd_latent_free(lat);
         return rc;
-    struct sd_latent *lat = sd_latent_new(B, vae->cfg.vae_embed, h, w);
-    float *host = xmalloc(px * sizeof *host);
+    }
+    struct mm_report rep;
+    if ((rc = load_one(mm, vae->p, act, &rep, e)) < 0) {
+        sd_latent_free(lat);
+        xfree(host);
+        return rc;
+    }
     for (int64_t b = 0; b < B && rc >= 0; b++) {
         const float *src = image->data + (size_t)b * H0 * W0 * C;
         for (int64_t y = 0; y < H; y++)

@@ -23,6 +23,13 @@
 #include "sd_progress.h"
 #include "sd_types.h"
 
+/*
+ * Latent-sized host buffers one sampling run holds at its peak: noise, mask, x_in,
+ * x, acc[2] and the output here, scaled, x and inpaint noise in the pipeline, and up
+ * to 10 in the sampler's own state (models/sampling/samplers.c), rounded up.
+ */
+#define KS_HOST_COPIES 20
+
 /* Exactly the implemented subset, in ComfyUI's order (tests compare with models/sampling). */
 static const char *const sampler_options[] = {
     "euler", "euler_ancestral", "heun", "dpm_2", "dpm_2_ancestral", "lms",
@@ -321,6 +328,9 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
                                            a->denoise, a->start_step, a->last_step,
                                            a->force_full_denoise, &sigmas, &n_sigmas, &e)) < 0)
         goto fail;
+    /* The latent came from the request; sampling keeps several copies of it. */
+    if ((rc = alloc_host_check_n(n, KS_HOST_COPIES * sizeof(float), &e)) < 0)
+        goto fail;
     noise = xcalloc(n, sizeof *noise);
     if (!a->disable_noise &&
         (rc = sampling_prepare_noise(a->seed, lat->batch_index, lat->n_batch_index,
@@ -368,7 +378,8 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
         }
         prepared = 1;
     }
-    out = sd_latent_new_like(lat, lat->b, lat->c, lat->h, lat->w);
+    if ((rc = sd_latent_try_new_like(lat, lat->b, lat->c, lat->h, lat->w, &out, &e)) < 0)
+        goto fail;
     struct sampling_request req = {
         .sampler = smp, .sigmas = sigmas, .n_sigmas = n_sigmas, .noise = noise,
         .seed = a->seed, .variant = SAMPLING_RANDN_V2, .noise_mask = mask,

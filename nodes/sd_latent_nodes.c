@@ -34,7 +34,12 @@ static int empty_run(struct node_ctx *c)
     if (w < 8 || h < 8 || b < 1 || w > 16384 || h > 16384 || b > 4096)
         return node_fail(c, "ValueError", "invalid latent size %lldx%lld, batch %lld",
                          (long long)w, (long long)h, (long long)b);
-    struct sd_latent *l = sd_latent_new(b, 4, h / 8, w / 8);
+    /* Valid inputs can ask for 256 GiB (16384 x 16384, batch 4096): fallible. */
+    struct sd_latent *l;
+    struct err e = {0};
+    int rc = sd_latent_try_new(b, 4, h / 8, w / 8, &l, &e);
+    if (rc < 0)
+        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     node_set_output(c, 0, sd_latent_value(l));
     return 0;
 }
@@ -68,7 +73,10 @@ static int resize_latent(struct node_ctx *c, const struct sd_latent *in, const c
                          int crop, int64_t oh, int64_t ow)
 {
     struct err e = {0};
-    struct sd_latent *out = sd_latent_new_like(in, in->b, in->c, oh, ow);
+    struct sd_latent *out;
+    int rc = sd_latent_try_new_like(in, in->b, in->c, oh, ow, &out, &e);
+    if (rc < 0)
+        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     if (sd_upscale(in->samples, in->b, in->c, in->h, in->w, method, crop, out->samples, oh, ow,
                    &e) < 0) {
         sd_latent_free(out);
@@ -161,7 +169,11 @@ static int set_mask_run(struct node_ctx *c)
     /* mask.reshape((-1, 1, H, W)) */
     int64_t mh = m->shape[m->ndim - 2], mw = m->shape[m->ndim - 1];
     int64_t mb = (int64_t)m->numel / (mh * mw);
-    struct sd_latent *out = sd_latent_new_like(in, in->b, in->c, in->h, in->w);
+    struct sd_latent *out;
+    struct err e = {0};
+    int rc = sd_latent_try_new_like(in, in->b, in->c, in->h, in->w, &out, &e);
+    if (rc < 0)
+        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     memcpy(out->samples, in->samples, (size_t)(in->b * in->c * in->h * in->w) * sizeof(float));
     xfree(out->noise_mask);
     out->noise_mask = xmalloc(m->numel * sizeof *out->noise_mask);

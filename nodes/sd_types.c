@@ -9,22 +9,42 @@
 
 /* ---- LATENT ---- */
 
-struct sd_latent *sd_latent_new(int64_t b, int64_t c, int64_t h, int64_t w)
+int sd_latent_try_new(int64_t b, int64_t c, int64_t h, int64_t w, struct sd_latent **out,
+                      struct err *e)
 {
     ASSERT(b > 0 && c > 0 && h > 0 && w > 0);
+    void *samples;
+    int rc;
+    *out = NULL;
+    /* Each factor is at most a few thousand, so the product cannot overflow 64 bits. */
+    if ((rc = xtry_calloc((size_t)(b * c * h * w), sizeof(float), &samples, e)) < 0)
+        return rc;
     struct sd_latent *l = xcalloc(1, sizeof *l);
     l->b = b;
     l->c = c;
     l->h = h;
     l->w = w;
-    l->samples = xcalloc((size_t)(b * c * h * w), sizeof *l->samples);
+    l->samples = samples;
+    *out = l;
+    return 0;
+}
+
+struct sd_latent *sd_latent_new(int64_t b, int64_t c, int64_t h, int64_t w)
+{
+    struct sd_latent *l;
+    struct err e = {0};
+    if (sd_latent_try_new(b, c, h, w, &l, &e) < 0)
+        PANIC("%s", e.msg);
     return l;
 }
 
-struct sd_latent *sd_latent_new_like(const struct sd_latent *src, int64_t b, int64_t c,
-                                     int64_t h, int64_t w)
+int sd_latent_try_new_like(const struct sd_latent *src, int64_t b, int64_t c, int64_t h,
+                           int64_t w, struct sd_latent **out, struct err *e)
 {
-    struct sd_latent *l = sd_latent_new(b, c, h, w);
+    int rc = sd_latent_try_new(b, c, h, w, out, e);
+    if (rc < 0)
+        return rc;
+    struct sd_latent *l = *out;
     if (src->noise_mask) {
         size_t n = (size_t)(src->mb * src->mh * src->mw);
         l->noise_mask = xmalloc(n * sizeof *l->noise_mask);
@@ -39,6 +59,16 @@ struct sd_latent *sd_latent_new_like(const struct sd_latent *src, int64_t b, int
                (size_t)src->n_batch_index * sizeof *l->batch_index);
         l->n_batch_index = src->n_batch_index;
     }
+    return 0;
+}
+
+struct sd_latent *sd_latent_new_like(const struct sd_latent *src, int64_t b, int64_t c,
+                                     int64_t h, int64_t w)
+{
+    struct sd_latent *l;
+    struct err e = {0};
+    if (sd_latent_try_new_like(src, b, c, h, w, &l, &e) < 0)
+        PANIC("%s", e.msg);
     return l;
 }
 

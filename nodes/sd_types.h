@@ -46,9 +46,19 @@ struct sd_latent {
     int n_batch_index;
 };
 
-/* A zero-filled latent [b, c, h, w] without mask or batch_index. Free with sd_latent_free. */
+/*
+ * A zero-filled latent [b, c, h, w] without mask or batch_index: 0 and *out set
+ * (free with sd_latent_free), or ERR_DEVICE_OOM with e in ComfyUI's out-of-memory
+ * shape when the samples do not fit in host memory now (alloc.h). Nodes use this:
+ * b, h and w come from the request.
+ */
+int sd_latent_try_new(int64_t b, int64_t c, int64_t h, int64_t w, struct sd_latent **out,
+                      struct err *e);
+/* As sd_latent_try_new, plus a deep copy of the mask and batch_index of `src`. */
+int sd_latent_try_new_like(const struct sd_latent *src, int64_t b, int64_t c, int64_t h,
+                           int64_t w, struct sd_latent **out, struct err *e);
+/* The same for sizes no request controls (tests, fixed shapes): failure is fatal. */
 struct sd_latent *sd_latent_new(int64_t b, int64_t c, int64_t h, int64_t w);
-/* A deep copy of the mask and batch_index of `src` with new zero samples [b, c, h, w]. */
 struct sd_latent *sd_latent_new_like(const struct sd_latent *src, int64_t b, int64_t c,
                                      int64_t h, int64_t w);
 void sd_latent_free(struct sd_latent *l); /* NULL-safe */

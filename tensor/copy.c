@@ -107,7 +107,7 @@ int tensor_copy(struct tensor *dst, const struct tensor *src, struct err *e)
             rc = dev_copy(s->_storage->dev, DEV_COPY_D2H, tensor__ptr(dst), tensor__ptr(s),
                           tensor_nbytes(s));
         } else {
-            if ((rc = tensor__host_new(s->dtype, s->ndim, s->shape, &stage)) < 0)
+            if ((rc = tensor__host_new(s->dtype, s->ndim, s->shape, &stage, e)) < 0)
                 goto out_d2h;
             rc = dev_copy(s->_storage->dev, DEV_COPY_D2H, tensor__ptr(stage), tensor__ptr(s),
                           tensor_nbytes(s));
@@ -133,7 +133,7 @@ int tensor_copy(struct tensor *dst, const struct tensor *src, struct err *e)
         rc = dev_copy(d->_storage->dev, DEV_COPY_H2D, tensor__ptr(d), tensor__ptr(src),
                       tensor_nbytes(src));
     } else {
-        if ((rc = tensor__host_new(d->dtype, d->ndim, d->shape, &stage)) < 0)
+        if ((rc = tensor__host_new(d->dtype, d->ndim, d->shape, &stage, e)) < 0)
             goto out_h2d;
         if ((rc = tensor_copy(stage, src, e)) < 0)
             goto out_h2d;

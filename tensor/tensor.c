@@ -85,8 +85,12 @@ int tensor_new(struct dev *d, enum tensor_dtype dt, int ndim, const int64_t *sha
         n *= shape[i];
     size_t bytes = (size_t)n * tensor_dtype_size(dt);
     void *data = NULL;
-    if ((rc = dev_alloc(d, bytes, &data)) < 0)
-        return err_set(e, rc, "tensor: cannot allocate %zu bytes on '%s'", bytes, dev_name(d));
+    if ((rc = dev_alloc(d, bytes, &data)) < 0) {
+        /* ComfyUI's (torch's) out-of-memory shape, with the size asked for. */
+        char want[32];
+        return err_set(e, rc, "Allocation on device %s failed (out of memory): tried to allocate "
+                       "%s (%zu bytes)", dev_name(d), alloc_fmt_bytes(want, bytes), bytes);
+    }
     struct tensor_storage *s = xcalloc(1, sizeof(*s));
     s->dev = d;
     s->data = data;
@@ -223,14 +227,21 @@ const char *tensor_shape_str(const struct tensor *t, char *buf, size_t size)
 
 /* ---- host staging tensors (no device) -------------------------------------------------- */
 
-int tensor__host_new(enum tensor_dtype dt, int ndim, const int64_t *shape, struct tensor **out)
+int tensor__host_new(enum tensor_dtype dt, int ndim, const int64_t *shape, struct tensor **out,
+                     struct err *e)
 {
     int64_t n = 1;
     for (int i = 0; i < ndim; i++)
         n *= shape[i];
+    size_t bytes = (size_t)n * tensor_dtype_size(dt);
+    void *data = NULL;
+    /* A staging copy of an activation: its size follows the request, so fallible. */
+    int rc = xtry_malloc_aligned(64, bytes ? bytes : 1, &data, e);
+    if (rc < 0)
+        return rc;
     struct tensor_storage *s = xcalloc(1, sizeof(*s));
-    s->bytes = (size_t)n * tensor_dtype_size(dt);
-    s->data = xmalloc_aligned(64, s->bytes ? s->bytes : 1);
+    s->bytes = bytes;
+    s->data = data;
     atomic_init(&s->refs, 1);
     *out = tensor_wrap(s, dt, ndim, shape);
     return 0;

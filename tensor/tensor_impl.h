@@ -45,9 +45,11 @@ void tensor__contig_strides(int ndim, const int64_t *shape, int64_t *stride);
 void tensor__as4d(const struct tensor *t, int64_t *sh, int64_t *st);
 
 /* Host-memory tensors outside any device (storage dev NULL), for staging copies:
- * tensor__host_new allocates (freed by tensor_free); tensor__host_wrap fills a
+ * tensor__host_new allocates (freed by tensor_free; ERR_DEVICE_OOM with e filled
+ * when the host has no room: the size follows the request); tensor__host_wrap fills a
  * caller-owned struct over caller memory and tensor__host_unwrap releases it. */
-int tensor__host_new(enum tensor_dtype dt, int ndim, const int64_t *shape, struct tensor **out);
+int tensor__host_new(enum tensor_dtype dt, int ndim, const int64_t *shape, struct tensor **out,
+                     struct err *e);
 void tensor__host_wrap(struct tensor *t, float *data, int ndim, const int64_t *shape);
 void tensor__host_unwrap(struct tensor *t);
 

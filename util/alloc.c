@@ -2,8 +2,12 @@
 #include "err.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 static atomic_long live;
 
@@ -70,6 +74,154 @@ void *xmalloc_aligned(size_t align, size_t n)
 void xfree_aligned(void *p)
 {
     xfree(p);
+}
+
+/* ---- fallible allocation for request-sized buffers ------------------------------- */
+
+/* The first unsigned number after `key` in a small text file, or -1. */
+static long long read_number(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long long v = -1;
+    size_t klen = key ? strlen(key) : 0;
+    while (v < 0 && fgets(line, sizeof(line), f))
+        if (!key || strncmp(line, key, klen) == 0)
+            if (sscanf(line + klen, " %lld", &v) != 1)
+                v = -1; /* "max" (no cgroup limit) or a line we do not know */
+    fclose(f);
+    return v;
+}
+
+/* Room left under the cgroup v2 memory limit, or SIZE_MAX (no limit, or cgroup v1). */
+static size_t cgroup_room(void)
+{
+    char rel[512] = "", path[600];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (f) {
+        char line[600];
+        while (fgets(line, sizeof(line), f))
+            if (strncmp(line, "0::", 3) == 0 && sscanf(line + 3, "%511s", rel) == 1)
+                break;
+        fclose(f);
+    }
+    snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", strcmp(rel, "/") ? rel : "");
+    long long max = read_number(path, NULL);
+    if (max < 0)
+        max = read_number("/sys/fs/cgroup/memory.max", NULL); /* a namespaced container */
+    if (max < 0)
+        return SIZE_MAX;
+    snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.current", strcmp(rel, "/") ? rel : "");
+    long long cur = read_number(path, NULL);
+    if (cur < 0)
+        cur = read_number("/sys/fs/cgroup/memory.current", NULL);
+    return cur >= 0 && cur < max ? (size_t)(max - cur) : 0;
+}
+
+/* Room left under RLIMIT_AS, or SIZE_MAX when unlimited. */
+static size_t rlimit_room(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return SIZE_MAX;
+    long long pages = read_number("/proc/self/statm", NULL);
+    long psz = sysconf(_SC_PAGESIZE);
+    size_t used = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : 0;
+    return rl.rlim_cur > used ? (size_t)(rl.rlim_cur - used) : 0;
+}
+
+size_t alloc_host_available(void)
+{
+    long long kb = read_number("/proc/meminfo", "MemAvailable:");
+    size_t avail = kb >= 0 ? (size_t)kb * 1024 : SIZE_MAX;
+    size_t cg = cgroup_room(), as = rlimit_room();
+    avail = cg < avail ? cg : avail;
+    return as < avail ? as : avail;
+}
+
+const char *alloc_fmt_bytes(char out[32], size_t bytes)
+{
+    if (bytes >= ((size_t)1 << 30))
+        snprintf(out, 32, "%.2f GiB", (double)bytes / (1 << 30));
+    else
+        snprintf(out, 32, "%.2f MiB", (double)bytes / (1 << 20));
+    return out;
+}
+
+static int oom(size_t bytes, size_t avail, struct err *e)
+{
+    char want[32], have[32];
+    if (avail == SIZE_MAX)
+        return err_set(e, ERR_DEVICE_OOM,
+                       "Allocation on device cpu failed (out of memory): tried to allocate %s "
+                       "(%zu bytes)",
+                       alloc_fmt_bytes(want, bytes), bytes);
+    return err_set(e, ERR_DEVICE_OOM,
+                   "Allocation on device cpu would exceed available memory: tried to allocate "
+                   "%s (%zu bytes) with %s available",
+                   alloc_fmt_bytes(want, bytes), bytes, alloc_fmt_bytes(have, avail));
+}
+
+int alloc_host_check(size_t bytes, struct err *e)
+{
+    if (bytes < ALLOC_CHECK_MIN)
+        return 0;
+    size_t avail = alloc_host_available();
+    if (avail == SIZE_MAX)
+        return bytes <= SIZE_MAX / 2 ? 0 : oom(bytes, avail, e);
+    if (avail < ALLOC_HOST_MARGIN || bytes > avail - ALLOC_HOST_MARGIN)
+        return oom(bytes, avail, e);
+    return 0;
+}
+
+int alloc_host_check_n(size_t count, size_t size, struct err *e)
+{
+    if (size && count > SIZE_MAX / size)
+        return oom(SIZE_MAX, alloc_host_available(), e);
+    return alloc_host_check(count * size, e);
+}
+
+int xtry_malloc(size_t n, void **out, struct err *e)
+{
+    int rc;
+    *out = NULL;
+    if ((rc = alloc_host_check(n, e)) < 0)
+        return rc;
+    if (!(*out = malloc(n ? n : 1)))
+        return oom(n, SIZE_MAX, e);
+    atomic_fetch_add(&live, 1);
+    return 0;
+}
+
+int xtry_calloc(size_t count, size_t size, void **out, struct err *e)
+{
+    int rc;
+    *out = NULL;
+    if ((rc = alloc_host_check_n(count, size, e)) < 0)
+        return rc;
+    if (!(*out = calloc(count ? count : 1, size ? size : 1)))
+        return oom(count * size, SIZE_MAX, e);
+    atomic_fetch_add(&live, 1);
+    return 0;
+}
+
+int xtry_malloc_aligned(size_t align, size_t n, void **out, struct err *e)
+{
+    int rc;
+    *out = NULL;
+    if (n > SIZE_MAX - align)
+        return oom(n, SIZE_MAX, e);
+    n = (n + align - 1) & ~(align - 1);
+    if ((rc = alloc_host_check(n, e)) < 0)
+        return rc;
+    if (posix_memalign(out, align, n ? n : align) != 0) {
+        *out = NULL;
+        return oom(n, SIZE_MAX, e);
+    }
+    atomic_fetch_add(&live, 1);
+    return 0;
 }
 
 long alloc_live_count(void)
