@@ -157,7 +157,8 @@ cJSON *graph_device_stats(struct graph_ctx *g);
  * Parse JSON text like cJSON_ParseWithLength, but keep integer literals beyond
  * 2^53 exact: they become cJSON raw items holding the literal (cJSON_IsRaw is true,
  * cJSON_IsNumber false; they print back verbatim). Use it for POST /prompt bodies
- * so seeds up to 18446744073709551615 survive. Returns NULL on a syntax error.
+ * so seeds up to 18446744073709551615 survive. Returns NULL on a syntax error,
+ * including anything but whitespace after the value (Python's json.loads: "Extra data").
  * Any thread.
  */
 cJSON *graph_json_parse(const char *text, size_t len);

@@ -271,6 +271,11 @@ cJSON *graph_json_parse(const char *text, size_t len)
     if (!root)
         return NULL;
     size_t scan = end ? (size_t)(end - text) : len;
+    for (size_t k = scan; k < len; k++)
+        if (text[k] != ' ' && text[k] != '\t' && text[k] != '\r' && text[k] != '\n') {
+            cJSON_Delete(root);
+            return NULL;
+        }
     /* Cheap exit: no digit run long enough to exceed 2^53 means nothing to fix. */
     int run = 0, need = 0;
     for (size_t k = 0; k < scan && !need; k++) {

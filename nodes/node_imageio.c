@@ -9,6 +9,7 @@
 
 #include <jpeglib.h>
 
+#include "afile.h"
 #include "alloc.h"
 #include "node_gif.h"
 
@@ -316,21 +317,24 @@ int node_image_load(const char *path, struct node_image_file *out, struct err *e
 int node_png_write(const char *path, const uint8_t *px, int w, int h, int c, int level,
                    const struct node_text_chunk *text, int n_text, struct err *e)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return err_set(e, ERR_IO, "cannot create '%s'", path);
+    /* A temporary renamed into place: a full disk leaves no 0-byte or half PNG behind. */
+    struct afile af;
+    int rc = afile_open(&af, path, e);
+    if (rc < 0)
+        return rc;
+    FILE *f = af.fp;
     struct png_err pe = {{0}};
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     png_textp volatile tx = NULL;
     if (!info) {
         png_destroy_write_struct(&png, NULL);
-        fclose(f);
+        afile_abort(&af);
         return err_set(e, ERR_INTERNAL, "cannot initialise libpng");
     }
     if (setjmp(png_jmpbuf(png))) {
         png_destroy_write_struct(&png, &info);
-        fclose(f);
+        afile_abort(&af);
         xfree(tx);
         return err_set(e, ERR_IO, "cannot write '%s': %s", path, pe.msg);
     }
@@ -356,9 +360,7 @@ int node_png_write(const char *path, const uint8_t *px, int w, int h, int c, int
     png_write_end(png, NULL);
     png_destroy_write_struct(&png, &info);
     xfree(tx);
-    if (fclose(f) != 0)
-        return err_set(e, ERR_IO, "cannot write '%s'", path);
-    return 0;
+    return afile_commit(&af, e);
 }
 
 int node_imageio_preview_jpeg(const uint8_t *rgb, int w, int h, int size, uint8_t **out, size_t *n)

@@ -5,6 +5,7 @@
  * titles and categories are ComfyUI's.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,7 +316,8 @@ static int save_images(struct node_ctx *c, const char *base, const char *prefix,
     }
     buf_printf(&dir, "%s%s%s", base, sub.len ? "/" : "", sub.ptr);
     if (node_files_mkdirs(dir.ptr) < 0) {
-        rc = node_fail(c, "OSError", "cannot create folder '%s'", dir.ptr);
+        rc = node_fail(c, "OSError", "cannot create folder '%s' in the output folder",
+                       sub.ptr);
         goto out;
     }
     int counter = next_counter(dir.ptr, fname.ptr);
@@ -350,8 +352,11 @@ static int save_images(struct node_ctx *c, const char *base, const char *prefix,
         buf_reset(&path);
         buf_printf(&path, "%s/%s", dir.ptr, name.ptr);
         struct err e = {0};
+        errno = 0;
         if (node_png_write(path.ptr, px, (int)W, (int)H, (int)C, level, text, n_text, &e) < 0)
-            rc = node_fail(c, "OSError", "%s", e.msg);
+            /* Named relative to the output folder: clients never see the server's paths. */
+            rc = node_fail(c, "OSError", "cannot save '%s%s%s': %s", sub.ptr, sub.len ? "/" : "",
+                           name.ptr, errno ? strerror(errno) : "the image could not be written");
         else
             node_ui_add_image(c, name.ptr, sub.ptr, type);
         buf_release(&name);

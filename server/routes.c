@@ -116,7 +116,7 @@ static void route_prompt_post(struct srv_req *r)
     /* graph_json_parse keeps 64-bit seeds exact (cJSON alone would round them). */
     int empty = 1;
     for (size_t i = 0; i < r->body.len && empty; i++)
-        empty = strchr(" \t\r\n", r->body.ptr[i]) != NULL;
+        empty = r->body.ptr[i] && strchr(" \t\r\n", r->body.ptr[i]) != NULL;
     cJSON *body = empty ? NULL : graph_json_parse(r->body.ptr, r->body.len);
     struct graph_validation v = {0};
     struct srv_job *job = NULL;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "afile.h"
 #include "buf.h"
 #include "alloc.h"
 #include "log.h"
@@ -300,25 +301,6 @@ static int file_equals(const char *path, const void *data, size_t n)
     return eq && off == n;
 }
 
-static int write_file(const char *path, const void *data, size_t n)
-{
-    struct buf tmp;
-    buf_init(&tmp);
-    buf_printf(&tmp, "%s.part-%d", path, (int)getpid());
-    FILE *fp = fopen(tmp.ptr, "wb");
-    int rc = -1;
-    if (fp) {
-        if (fwrite(data, 1, n, fp) == n && fclose(fp) == 0)
-            rc = rename(tmp.ptr, path);
-        else
-            fclose(fp);
-        if (rc < 0)
-            unlink(tmp.ptr);
-    }
-    buf_release(&tmp);
-    return rc;
-}
-
 /*
  * Choose the stored name: overwrite in place, or ComfyUI's dedupe: an existing file with
  * the same bytes is reused (ComfyUI compares hashes — sha256 by default — which is the
@@ -431,7 +413,7 @@ static void route_upload_image(struct srv_req *r)
         struct buf p;
         buf_init(&p);
         buf_printf(&p, "%s/%s", t.dir, t.name);
-        int rc = write_file(p.ptr, f.image.ptr, f.image.len);
+        int rc = afile_write(p.ptr, f.image.ptr, f.image.len, NULL);
         buf_release(&p);
         if (rc < 0) {
             resp_error(r, 500, "internal_error", "cannot write '%s': %s", t.name, strerror(errno));
@@ -529,10 +511,10 @@ static void route_upload_mask(struct srv_req *r)
         struct buf p;
         buf_init(&p);
         buf_printf(&p, "%s/%s", t.dir, t.name);
-        int rc = write_file(p.ptr, png, png_n);
+        int rc = afile_write(p.ptr, png, png_n, NULL);
         buf_release(&p);
         if (rc < 0) {
-            resp_error(r, 500, "internal_error", "cannot write '%s'", t.name);
+            resp_error(r, 500, "internal_error", "cannot write '%s': %s", t.name, strerror(errno));
             goto out;
         }
     }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "afile.h"
 #include "buf.h"
 #include "alloc.h"
 #include "srv_fs.h"
@@ -33,25 +34,6 @@ static char *read_text(const char *path, size_t *n_out)
     if (n_out)
         *n_out = b.len;
     return buf_detach(&b, NULL);
-}
-
-static int write_text(const char *path, const void *p, size_t n)
-{
-    struct buf tmp;
-    buf_init(&tmp);
-    buf_printf(&tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp.ptr, "wb");
-    int rc = -1;
-    if (f) {
-        if (fwrite(p, 1, n, f) == n && fclose(f) == 0)
-            rc = rename(tmp.ptr, path);
-        else
-            fclose(f);
-    }
-    if (rc < 0)
-        unlink(tmp.ptr);
-    buf_release(&tmp);
-    return rc;
 }
 
 static char *users_file(const struct srv_config *cfg)
@@ -169,7 +151,7 @@ static void route_users_post(struct srv_req *r)
     cJSON_AddStringToObject(users, id.ptr, name->valuestring);
     char *text = cJSON_Print(users);
     char *path = users_file(cfg);
-    write_text(path, text, strlen(text));
+    afile_write(path, text, strlen(text), NULL);
     xfree(path);
     cJSON_free(text);
     pthread_mutex_unlock(&user_lock);
@@ -255,7 +237,7 @@ static void route_settings_post(struct srv_req *r)
         }
     }
     char *text = cJSON_Print(s);
-    int rc = write_text(path, text, strlen(text));
+    int rc = afile_write(path, text, strlen(text), NULL);
     cJSON_free(text);
     pthread_mutex_unlock(&user_lock);
     cJSON_Delete(s);
@@ -392,7 +374,7 @@ static void route_userdata_post(struct srv_req *r)
     *slash = '\0';
     srv_fs_mkdirs(p, 0755);
     *slash = '/';
-    if (write_text(p, r->body.ptr, r->body.len) < 0) {
+    if (afile_write(p, r->body.ptr, r->body.len, NULL) < 0) {
         resp_error(r, 500, "internal_error", "cannot write '%s': %s", r->segs[1], strerror(errno));
     } else {
         respond_saved(r, p, r->segs[1]);

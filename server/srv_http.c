@@ -45,15 +45,34 @@ const char *req_header(const struct srv_req *r, const char *name)
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
+/* JSON whitespace; strchr would also match the string's NUL, a byte a body may hold. */
+static int json_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
 cJSON *req_json(const struct srv_req *r, int *empty)
 {
     size_t i = 0;
-    while (i < r->body.len && strchr(" \t\r\n", r->body.ptr[i]))
+    while (i < r->body.len && json_ws(r->body.ptr[i]))
         i++;
     *empty = i == r->body.len;
     if (*empty)
         return NULL;
-    return cJSON_ParseWithLength(r->body.ptr, r->body.len);
+    /* Python's json.loads (what ComfyUI's aiohttp handlers call) rejects anything but
+     * whitespace after the value ("Extra data"); cJSON alone would ignore it. */
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(r->body.ptr, r->body.len, &end, 0);
+    if (!j)
+        return NULL;
+    size_t k = (size_t)(end - r->body.ptr);
+    while (k < r->body.len && json_ws(r->body.ptr[k]))
+        k++;
+    if (k < r->body.len) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
 }
 
 static void set_resp(struct srv_req *r, unsigned status, struct MHD_Response *resp)

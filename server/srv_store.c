@@ -9,10 +9,12 @@
 #include "alloc.h"
 #include "graph.h"
 #include "log.h"
+#include "srv_dblock.h"
 
 struct srv_store {
     sqlite3 *db;
     pthread_mutex_t lock; /* leaf: guards db */
+    int dblock_fd;        /* srv_dblock: no second process on this database */
 };
 
 static const char *const schema =
@@ -192,6 +194,8 @@ struct srv_store *srv_store_open(const char *path, struct err *e)
 {
     struct srv_store *st = xcalloc(1, sizeof(*st));
     pthread_mutex_init(&st->lock, NULL);
+    if (srv_dblock_take(path, &st->dblock_fd, e) < 0)
+        goto fail;
     if (sqlite3_open_v2(path, &st->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                         NULL) != SQLITE_OK) {
@@ -219,6 +223,7 @@ void srv_store_close(struct srv_store *st)
         return;
     if (st->db)
         sqlite3_close(st->db);
+    srv_dblock_release(st->dblock_fd); /* after the database is closed */
     pthread_mutex_destroy(&st->lock);
     xfree(st);
 }

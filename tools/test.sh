@@ -17,6 +17,7 @@ if [ "${LATENTD_ASAN:-1}" != 0 ]; then
     cmake --preset asan >/dev/null
     cmake --build build-asan -j"$(nproc)"
     # Any UBSan report fails its test; the full-size model test is too slow under ASan.
+    # The hardening e2e tests (issue 11) run here too, against the sanitized server.
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        ctest --test-dir build-asan --output-on-failure -j2 -L unit -E '_full$'
+        ctest --test-dir build-asan --output-on-failure -j2 -L 'unit|hardening' -E '_full$'
 fi

@@ -1,7 +1,10 @@
 #include "harness.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "afile.h"
 #include "alloc.h"
 #include "buf.h"
 #include "err.h"
@@ -67,6 +70,63 @@ static void test_read_file(void)
     EXPECT_EQ(alloc_live_count(), live);
 }
 
+/* Entries of `dir` other than "." and "..". */
+static int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));)
+        n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void test_afile(void)
+{
+    char dir[] = "/tmp/latentd-afile-XXXXXX";
+    ok(mkdtemp(dir) != NULL, "temp dir");
+    char path[256], sub[256];
+    snprintf(path, sizeof(path), "%s/out.bin", dir);
+    snprintf(sub, sizeof(sub), "%s/sub", dir);
+    struct err e = {0};
+    EXPECT_EQ(afile_write(path, "abc", 3, &e), 0);
+    struct buf b;
+    buf_init(&b);
+    EXPECT_EQ(buf_read_file(&b, path), 0);
+    EXPECT_STR(b.ptr, "abc");
+    /* Replaced whole, and only the target is left in the folder. */
+    EXPECT_EQ(afile_write(path, "defg", 4, &e), 0);
+    buf_reset(&b);
+    buf_read_file(&b, path);
+    EXPECT_STR(b.ptr, "defg");
+    EXPECT_EQ(dir_entries(dir), 1);
+    /* Aborted: the old file is untouched, no temporary is left. */
+    struct afile af;
+    EXPECT_EQ(afile_open(&af, path, &e), 0);
+    fputs("partial", af.fp);
+    afile_abort(&af);
+    buf_reset(&b);
+    buf_read_file(&b, path);
+    EXPECT_STR(b.ptr, "defg");
+    EXPECT_EQ(dir_entries(dir), 1);
+    /* A commit that cannot rename (the target is a folder) fails and cleans up. */
+    mkdir(sub, 0755);
+    EXPECT_EQ(afile_write(sub, "x", 1, &e), ERR_IO);
+    ok(strstr(e.msg, "cannot write") != NULL, "message: %s", e.msg);
+    EXPECT_EQ(dir_entries(dir), 2);
+    EXPECT_EQ(dir_entries(sub), 0);
+    /* Writing into a missing folder fails at open. */
+    err_clear(&e);
+    char missing[300];
+    snprintf(missing, sizeof(missing), "%s/none/x", dir);
+    EXPECT_EQ(afile_write(missing, "x", 1, &e), ERR_IO);
+    rmdir(sub);
+    unlink(path);
+    ok(rmdir(dir) == 0, "nothing else was left in the folder");
+    buf_release(&b);
+}
+
 static void test_log(void)
 {
     enum log_level l;
@@ -82,6 +142,7 @@ int main(void)
     test_buf();
     test_log();
     test_read_file();
+    test_afile();
     void *p = xmalloc_aligned(64, 100);
     ok(((uintptr_t)p & 63) == 0, "aligned allocation is aligned");
     xfree_aligned(p);
