@@ -452,6 +452,22 @@ static int cmp_plan_size(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/*
+ * The node's activations alone exceed what the device can ever give it (a request
+ * for a huge image): nothing to evict or stream would help. Said in torch's
+ * out-of-memory shape with the size asked for.
+ */
+static int oom_activations(const struct mm *mm, const struct model_plan *mp, int n,
+                           size_t extra, ssize_b cap, struct err *e)
+{
+    char want[32], have[32];
+    return err_set(e, ERR_DEVICE_OOM,
+                   "Allocation on device %s would exceed available memory: tried to allocate "
+                   "%s (%zu bytes) for the activations of '%s' with %s available",
+                   dev_name(mm->dev), alloc_fmt_bytes(want, extra), extra,
+                   n > 0 ? mp[0].m->name : "?", alloc_fmt_bytes(have, cap > 0 ? (size_t)cap : 0));
+}
+
 static int plan_and_load(struct mm *mm, const struct mm_request *req, struct model_plan *mp,
                          int n, ssize_b cap, struct mm_report *rep, int *alloc_failed,
                          struct err *e)
@@ -467,6 +483,8 @@ static int plan_and_load(struct mm *mm, const struct mm_request *req, struct mod
         need_full += patcher_model_bytes(mp[i].m);
         need_min += min_bytes(mm, mp[i].m, full);
     }
+    if ((ssize_b)extra > cap)
+        return oom_activations(mm, mp, n, extra, cap, e);
     ssize_b free_now = cap - (ssize_b)dev_bytes_used(mm->dev);
     evict(mm, req, (ssize_b)need_full - (ssize_b)mine - free_now,
           (ssize_b)need_min - (ssize_b)mine - free_now, rep);
