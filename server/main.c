@@ -172,6 +172,7 @@ int main(int argc, char **argv)
         goto fail_queue;
     if (!(s.listener = srv_listen_new(cfg.listen_addrs, cfg.n_listen, cfg.port, &e)))
         goto fail_queue;
+    srv_listen_configure(s.listener, &cfg);
     int port = srv_listen_port(s.listener);
     if (srv_exec_start(&s, &e) < 0)
         goto fail_queue;

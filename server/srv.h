@@ -78,7 +78,11 @@ void srv_broadcast_status(struct srv *s);
 
 struct srv_http *srv_http_new(struct srv *s, struct err *e);
 void srv_http_free(struct srv_http *h);
-/* Any thread: hand an accepted socket to libmicrohttpd. Closes fd on failure. */
+/*
+ * Any thread (the listener's): hand an accepted socket whose request head is complete to
+ * libmicrohttpd. Over the total or per-address connection cap it answers 503 and closes
+ * instead. Closes fd on failure.
+ */
 void srv_http_add(struct srv_http *h, int fd, const struct sockaddr *sa, socklen_t len);
 
 /* 0 when the origin guard of comfy-api.md §1.4 rejects Host/Origin (either may be NULL). */
@@ -92,13 +96,28 @@ struct srv_listen_handlers {
     void (*ws)(void *user, int fd);
 };
 
+/* Defaults of the request deadlines (--head-timeout, --body-timeout). */
+#define SRV_HEAD_TIMEOUT_MS 10000 /* accept (or the previous response) to a complete head */
+#define SRV_BODY_TIMEOUT_MS 60000 /* complete head to complete body */
+
 /* Bind every address on `port` (0 = pick one; all addresses then share it). */
 struct srv_listener *srv_listen_new(char *const *addrs, int n_addrs, int port, struct err *e);
+/* Main thread, before srv_listen_start: take the head deadline from the config (the
+ * default is SRV_HEAD_TIMEOUT_MS). */
+void srv_listen_configure(struct srv_listener *l, const struct srv_config *cfg);
 int srv_listen_port(const struct srv_listener *l);
 /* Start the accept thread. */
 int srv_listen_start(struct srv_listener *l, const struct srv_listen_handlers *h, struct err *e);
 /* Stop the accept thread, close listening and half-peeked sockets. */
 void srv_listen_free(struct srv_listener *l);
+
+/*
+ * Any thread: answer a socket that no library has parsed (or will finish parsing) with a
+ * short ComfyUI-shaped JSON error and `Connection: close`, in one non-blocking send.
+ * srv_reply_raw only sends; the caller still owns fd. srv_reply_close also reads what is waiting, half-closes and closes fd.
+ */
+void srv_reply_raw(int fd, unsigned status, const char *type, const char *message);
+void srv_reply_close(int fd, unsigned status, const char *type, const char *message);
 
 /* ---- executor (srv_exec.c) ---------------------------------------------------------------- */
 

@@ -21,7 +21,8 @@ enum flag_arg {
 };
 
 enum flag_id {
-    F_LISTEN, F_PORT, F_PORT_FILE, F_TLS_KEY, F_TLS_CERT, F_CORS, F_MAX_UPLOAD, F_COMPRESS,
+    F_LISTEN, F_PORT, F_PORT_FILE, F_TLS_KEY, F_TLS_CERT, F_CORS, F_MAX_UPLOAD, F_HEAD_TIMEOUT,
+    F_BODY_TIMEOUT, F_MAX_CONNS, F_MAX_CONNS_IP, F_COMPRESS,
     F_MULTI_USER, F_DONT_PRINT, F_VERBOSE, F_LOG_STDOUT, F_BASE_DIR, F_OUTPUT_DIR, F_INPUT_DIR,
     F_TEMP_DIR, F_USER_DIR, F_FRONT_END_ROOT, F_DATABASE_URL, F_CPU, F_GPU_ONLY, F_HIGHVRAM,
     F_NORMALVRAM, F_LOWVRAM, F_NOVRAM, F_RESERVE_VRAM, F_DISABLE_SMART_MEMORY, F_CUDA_DEVICE,
@@ -45,6 +46,10 @@ static const struct flag flags[] = {
     {"--tls-certfile", FLAG_ONE, F_TLS_CERT, "PATH  TLS certificate (accepted; plain HTTP only)"},
     {"--enable-cors-header", FLAG_OPTIONAL, F_CORS, "[ORIGIN]  send CORS headers (default *); disables the origin guard"},
     {"--max-upload-size", FLAG_ONE, F_MAX_UPLOAD, "MB  max request body (default 100)"},
+    {"--head-timeout", FLAG_ONE, F_HEAD_TIMEOUT, "SEC  latentd: a request head must be complete within SEC of the connect or of the previous response (default 10)"},
+    {"--body-timeout", FLAG_ONE, F_BODY_TIMEOUT, "SEC  latentd: a request body must be complete within SEC of its head (default 60)"},
+    {"--max-connections", FLAG_ONE, F_MAX_CONNS, "N  latentd: open HTTP connections at most (default: half the descriptor limit, <= 16384)"},
+    {"--max-connections-per-ip", FLAG_ONE, F_MAX_CONNS_IP, "N  latentd: open HTTP connections per client address (IPv6: per /64) at most (default 256)"},
     {"--enable-compress-response-body", FLAG_NONE, F_COMPRESS, "gzip JSON/text responses for clients that accept it"},
     {"--multi-user", FLAG_NONE, F_MULTI_USER, "per-user settings/userdata (comfy-user header)"},
     {"--dont-print-server", FLAG_NONE, F_DONT_PRINT, "quieter startup output"},
@@ -291,6 +296,19 @@ static int apply(struct srv_config *cfg, const struct flag *f, char **vals, int 
         if (parse_float(v, &d) < 0 || d < 0)
             return err_set(e, ERR_INVALID, "invalid --max-upload-size '%s'", v);
         cfg->max_upload_bytes = (size_t)(d * 1024 * 1024);
+        break;
+    case F_HEAD_TIMEOUT:
+    case F_BODY_TIMEOUT:
+        if (parse_float(v, &d) < 0 || d < 0.001 || d > 86400)
+            return err_set(e, ERR_INVALID, "invalid %s '%s'", f->name, v);
+        *(f->id == F_HEAD_TIMEOUT ? &cfg->head_timeout_ms : &cfg->body_timeout_ms) =
+            (int)(d * 1000);
+        break;
+    case F_MAX_CONNS:
+    case F_MAX_CONNS_IP:
+        if (parse_int(v, 1, 1000000, &l) < 0)
+            return err_set(e, ERR_INVALID, "invalid %s '%s'", f->name, v);
+        *(f->id == F_MAX_CONNS ? &cfg->max_connections : &cfg->max_connections_per_ip) = (int)l;
         break;
     case F_COMPRESS: cfg->compress = 1; break;
     case F_MULTI_USER: cfg->multi_user = 1; break;

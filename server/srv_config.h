@@ -27,6 +27,10 @@ struct srv_config {
     char *tls_keyfile, *tls_certfile; /* owned or NULL (accepted, not served: notice) */
     char *cors_origin;          /* owned or NULL: --enable-cors-header [ORIGIN] */
     size_t max_upload_bytes;    /* --max-upload-size MB -> bytes */
+    int head_timeout_ms;        /* --head-timeout SEC; 0 = default (10 s) */
+    int body_timeout_ms;        /* --body-timeout SEC; 0 = default (60 s) */
+    int max_connections;        /* --max-connections N (HTTP); 0 = from the descriptor limit */
+    int max_connections_per_ip; /* --max-connections-per-ip N (HTTP); 0 = default (256) */
     int compress;               /* --enable-compress-response-body: gzip JSON/text */
     int multi_user;
     int dont_print_server;

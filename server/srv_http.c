@@ -1,21 +1,37 @@
 /*
  * HTTP side: a libmicrohttpd daemon without a listen socket (the listener hands it
- * connections with MHD_add_connection), one thread per connection so that a slow route
- * (a large upload, a long history) never delays the others.
+ * connections whose request head is complete, with MHD_add_connection). MHD runs a small
+ * pool of epoll threads, each serving many connections, so a connection costs a descriptor
+ * and MHD's per-connection memory pool, never a thread (ARCHITECTURE.md "One port, two
+ * libraries"); a route that blocks holds up every connection of its pool thread.
  *
  * Per request: the path is kept raw by an identity unescape callback and split on '/'
  * before each segment is percent-decoded (clients send "workflows%2Fa.json" as ONE
  * segment, comfy-api.md §1.2); the body is collected up to --max-upload-size (413 past
- * it, the rest discarded); then the route runs once.
+ * it: an early answer when Content-Length says so, else the moment the bytes received
+ * pass it, and the connection is closed); then the route runs once.
+ *
+ * Bounds on every MHD connection, kept in a `struct http_conn` from srv_http_add to MHD's
+ * CLOSED notice: caps on open connections in total and per client address (503 over
+ * either), and one deadline that trickled bytes never move: the head of a keep-alive
+ * connection's next request (--head-timeout after the previous response), then its body
+ * (--body-timeout after the head). None runs while a route works or a response is sent:
+ * MHD's idle timeout covers a client that stops reading. A sweeper thread shuts down the
+ * sockets of connections past their deadline; MHD then sees end-of-file and closes them
+ * itself (0.9.75 has no call to close a connection from outside its threads).
  */
 #include <microhttpd.h>
 #include <netdb.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -25,9 +41,43 @@
 #include "srv_path.h"
 #include "srv_req.h"
 
+#define ADDR_BUCKETS 1024
+#define DEFAULT_MAX_PER_ADDR 256
+#define SWEEP_MS 200            /* deadline resolution */
+#define UNSTARTED_MS 10000      /* a connection MHD never started is forgotten after this */
+#define NO_DEADLINE INT64_MAX
+
+/* Open connections of one client address (IPv4, or an IPv6 /64). */
+struct addr_count {
+    unsigned char key[16];
+    int n;
+    struct addr_count *next; /* hash chain */
+};
+
+/* One connection handed to MHD; guarded by srv_http.mu. */
+struct http_conn {
+    int fd;
+    int started;             /* MHD's STARTED notice came: fd is MHD's until CLOSED */
+    int64_t added_ms;
+    int64_t deadline_ms;     /* NO_DEADLINE while a route runs or a response is sent */
+    struct addr_count *addr; /* borrowed (owned by srv_http.addrs) */
+    struct http_conn *prev, *next;
+};
+
 struct srv_http {
     struct srv *srv;
     struct MHD_Daemon *d;
+    pthread_mutex_t mu;          /* guards everything below; a leaf lock */
+    pthread_cond_t cv;           /* wakes the sweeper to stop */
+    pthread_t sweeper;
+    int sweeper_started, stopping;
+    struct http_conn *conns;     /* owned: every tracked connection */
+    struct http_conn **by_fd;    /* borrowed: fd -> conn until MHD starts it */
+    int by_fd_cap;
+    struct addr_count *addrs[ADDR_BUCKETS]; /* owned; an entry lives while n > 0 */
+    int n_conns;
+    int max_conns, max_per_addr;
+    int head_timeout_ms, body_timeout_ms;
 };
 
 /* ---- request helpers ---------------------------------------------------------------- */
@@ -351,6 +401,217 @@ int srv_origin_allowed(const char *host, const char *origin)
     return !host_is_loopback(hhost);
 }
 
+/* ---- connection tracking: caps and deadlines ------------------------------------------- */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The cap key of a client address: IPv4 as is (also when v4-mapped), IPv6 by its /64,
+ * since one IPv6 host commonly owns a whole /64. */
+static void addr_key(const struct sockaddr *sa, unsigned char key[16])
+{
+    memset(key, 0, 16);
+    if (sa->sa_family == AF_INET) {
+        memcpy(key + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        const unsigned char *a = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+        static const unsigned char v4map[12] = {[10] = 0xff, [11] = 0xff};
+        if (memcmp(a, v4map, 12) == 0)
+            memcpy(key + 12, a + 12, 4);
+        else
+            memcpy(key, a, 8);
+    }
+}
+
+static unsigned addr_hash(const unsigned char key[16])
+{
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < 16; i++)
+        h = (h ^ key[i]) * 16777619u;
+    return h % ADDR_BUCKETS;
+}
+
+/* Under mu: the count for `key`, created at zero when absent. */
+static struct addr_count *addr_get(struct srv_http *h, const unsigned char key[16])
+{
+    struct addr_count **b = &h->addrs[addr_hash(key)];
+    for (struct addr_count *a = *b; a; a = a->next)
+        if (memcmp(a->key, key, 16) == 0)
+            return a;
+    struct addr_count *a = xcalloc(1, sizeof(*a));
+    memcpy(a->key, key, 16);
+    a->next = *b;
+    *b = a;
+    return a;
+}
+
+/* Under mu: drop one connection from its address, freeing the entry at zero. */
+static void addr_put(struct srv_http *h, struct addr_count *a)
+{
+    if (--a->n > 0)
+        return;
+    struct addr_count **p = &h->addrs[addr_hash(a->key)];
+    while (*p != a)
+        p = &(*p)->next;
+    *p = a->next;
+    xfree(a);
+}
+
+/* Under mu: remember fd -> c until MHD's STARTED notice looks it up. */
+static void by_fd_set(struct srv_http *h, int fd, struct http_conn *c)
+{
+    if (fd >= h->by_fd_cap) {
+        int cap = h->by_fd_cap ? h->by_fd_cap : 1024;
+        while (cap <= fd)
+            cap *= 2;
+        h->by_fd = xrealloc(h->by_fd, (size_t)cap * sizeof(*h->by_fd));
+        memset(h->by_fd + h->by_fd_cap, 0, (size_t)(cap - h->by_fd_cap) * sizeof(*h->by_fd));
+        h->by_fd_cap = cap;
+    }
+    h->by_fd[fd] = c;
+}
+
+/* Under mu: forget c entirely. */
+static void conn_drop(struct srv_http *h, struct http_conn *c)
+{
+    if (c->fd < h->by_fd_cap && h->by_fd[c->fd] == c)
+        h->by_fd[c->fd] = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        h->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    addr_put(h, c->addr);
+    h->n_conns--;
+    xfree(c);
+}
+
+/* Under mu: NULL (and why in *why) when a connection from `key` would pass a cap. */
+static struct http_conn *conn_admit(struct srv_http *h, int fd, const unsigned char key[16],
+                                    const char **why)
+{
+    if (h->n_conns >= h->max_conns) {
+        *why = "too many connections";
+        return NULL;
+    }
+    struct addr_count *a = addr_get(h, key);
+    if (a->n >= h->max_per_addr) {
+        *why = "too many connections from this address";
+        return NULL; /* a->n > 0, so the entry is in use: nothing to free */
+    }
+    struct http_conn *c = xcalloc(1, sizeof(*c));
+    c->fd = fd;
+    c->addr = a;
+    a->n++;
+    c->added_ms = mono_ms();
+    /* The listener saw this head complete, so the first request needs no head deadline;
+     * the access handler sets the body deadline at once. */
+    c->deadline_ms = NO_DEADLINE;
+    c->next = h->conns;
+    if (h->conns)
+        h->conns->prev = c;
+    h->conns = c;
+    h->n_conns++;
+    /* A stale entry means MHD closed that descriptor without a STARTED notice. */
+    if (fd < h->by_fd_cap && h->by_fd[fd])
+        conn_drop(h, h->by_fd[fd]);
+    by_fd_set(h, fd, c);
+    return c;
+}
+
+static struct http_conn *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* MHD thread: the connection's next deadline is `ms` from now (NO_DEADLINE: none). */
+static void conn_deadline(struct srv_http *h, struct MHD_Connection *conn, int64_t ms)
+{
+    struct http_conn *c = conn_of(conn);
+    if (!c)
+        return;
+    pthread_mutex_lock(&h->mu);
+    c->deadline_ms = ms == NO_DEADLINE ? NO_DEADLINE : mono_ms() + ms;
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* MHD thread: STARTED (link MHD's connection to our record) and CLOSED (forget it). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct srv_http *h = cls;
+    pthread_mutex_lock(&h->mu);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        int fd = ci ? ci->connect_fd : -1;
+        struct http_conn *c = fd >= 0 && fd < h->by_fd_cap ? h->by_fd[fd] : NULL;
+        if (c) {
+            h->by_fd[fd] = NULL;
+            c->started = 1;
+        }
+        *socket_context = c;
+    } else if (*socket_context) {
+        /* MHD sends CLOSED before it closes the socket, so while a record exists under mu
+         * its descriptor is still this connection's: the sweeper may shut it down. */
+        conn_drop(h, *socket_context);
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Under mu: end connections past their deadline; forget ones MHD never started. */
+static void sweep(struct srv_http *h, int64_t now)
+{
+    struct http_conn *c = h->conns;
+    while (c) {
+        struct http_conn *next = c->next;
+        if (c->started && now >= c->deadline_ms) {
+            /* Not close(): the descriptor is MHD's. End-of-file makes MHD close it. */
+            shutdown(c->fd, SHUT_RDWR);
+            c->deadline_ms = NO_DEADLINE;
+        } else if (!c->started && now - c->added_ms >= UNSTARTED_MS) {
+            conn_drop(h, c);
+        }
+        c = next;
+    }
+}
+
+static void *sweeper_main(void *arg)
+{
+    struct srv_http *h = arg;
+    pthread_mutex_lock(&h->mu);
+    while (!h->stopping) {
+        sweep(h, mono_ms());
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += SWEEP_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+/* The default total cap: half the descriptor limit, within [16, 16384]. */
+static int default_max_conns(void)
+{
+    struct rlimit rl;
+    long n = 1024;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        n = (long)rl.rlim_cur;
+    n /= 2;
+    return (int)(n < 16 ? 16 : n > 16384 ? 16384 : n);
+}
+
 /* ---- request lifecycle ------------------------------------------------------------------- */
 
 static size_t unescape_identity(void *cls, struct MHD_Connection *c, char *s)
@@ -521,6 +782,25 @@ static enum MHD_Result send_resp(struct srv_req *r)
     return MHD_queue_response(r->conn, r->status, r->resp);
 }
 
+/*
+ * A body (chunked, so its size was not announced) has passed --max-upload-size. MHD 0.9.75
+ * accepts a response only before the body or after all of it, and a chunk size of 2^64-1
+ * would keep it reading for ever; so the 413 is written here and MHD_NO makes MHD close
+ * the connection. MHD is only receiving at this point, so nothing interleaves with it.
+ */
+static enum MHD_Result refuse_body(struct srv_http *h, struct srv_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char msg[128];
+    snprintf(msg, sizeof(msg), "request body exceeds --max-upload-size (%zu bytes)",
+             h->srv->cfg->max_upload_bytes);
+    if (ci)
+        srv_reply_raw(ci->connect_fd, 413, "request_too_large", msg);
+    r->status = 413;
+    return MHD_NO;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -533,6 +813,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = r;
         r->srv = h->srv;
         r->conn = conn;
+        conn_deadline(h, conn, h->body_timeout_ms);
         r->method = parse_method(method);
         r->method_name = method;
         buf_init(&r->body);
@@ -561,28 +842,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size) {
-        if (!r->body_too_large &&
-            r->body.len + *upload_data_size > h->srv->cfg->max_upload_bytes) {
-            r->body_too_large = 1;
-            buf_release(&r->body);
-            buf_init(&r->body);
-        }
-        if (!r->body_too_large)
-            buf_add(&r->body, upload_data, *upload_data_size);
+        if (r->body.len + *upload_data_size > h->srv->cfg->max_upload_bytes)
+            return refuse_body(h, r);
+        buf_add(&r->body, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (r->body_too_large)
-        resp_error(r, 413, "request_too_large", "request body exceeds --max-upload-size (%zu bytes)",
-                   h->srv->cfg->max_upload_bytes);
-    else
-        dispatch(r);
+    conn_deadline(h, conn, NO_DEADLINE);
+    dispatch(r);
     return send_resp(r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    struct srv_http *h = cls;
+    /* Keep-alive: the next request's head must be complete within the head timeout. */
+    conn_deadline(h, conn, h->head_timeout_ms);
     struct srv_req *r = *con_cls;
     if (!r)
         return;
@@ -604,16 +880,39 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_debug("mhd: %s", line);
 }
 
+/* Worker threads: a few per core, at least 4, so that one slow route (a large upload
+ * written to disk, a long history) holds up only the connections of its own thread. */
+static unsigned pool_size(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 4 ? 4 : n > 16 ? 16 : (unsigned)n;
+}
+
+static void limits_init(struct srv_http *h, const struct srv_config *cfg)
+{
+    h->max_conns = cfg->max_connections > 0 ? cfg->max_connections : default_max_conns();
+    h->max_per_addr = cfg->max_connections_per_ip > 0 ? cfg->max_connections_per_ip
+                                                      : DEFAULT_MAX_PER_ADDR;
+    h->head_timeout_ms = cfg->head_timeout_ms > 0 ? cfg->head_timeout_ms : SRV_HEAD_TIMEOUT_MS;
+    h->body_timeout_ms = cfg->body_timeout_ms > 0 ? cfg->body_timeout_ms : SRV_BODY_TIMEOUT_MS;
+}
+
 struct srv_http *srv_http_new(struct srv *s, struct err *e)
 {
     struct srv_http *h = xcalloc(1, sizeof(*h));
     h->srv = s;
-    /* MHD_USE_POLL: select() would fail for descriptors >= FD_SETSIZE (1024), which a
-     * server with many WebSocket clients and mmapped model files can reach. */
+    limits_init(h, s->cfg);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    /* Internal epoll threads, no thread per connection: ~1200 slow clients deadlocked
+     * 0.9.75 in thread-per-connection mode (see ARCHITECTURE.md). MHD's own connection
+     * limit is set above ours so that only srv_http_add refuses, with a 503. */
     h->d = MHD_start_daemon(MHD_USE_NO_LISTEN_SOCKET | MHD_USE_INTERNAL_POLLING_THREAD |
-                                MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
-                                MHD_USE_ERROR_LOG,
+                                MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
                             0, NULL, NULL, on_request, h,
+                            MHD_OPTION_THREAD_POOL_SIZE, pool_size(),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * h->max_conns + 64),
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                             MHD_OPTION_UNESCAPE_CALLBACK, unescape_identity, NULL,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
@@ -622,24 +921,58 @@ struct srv_http *srv_http_new(struct srv *s, struct err *e)
                             MHD_OPTION_END);
     if (!h->d) {
         err_set(e, ERR_INTERNAL, "cannot start the HTTP daemon");
-        xfree(h);
-        return NULL;
+        goto fail;
     }
+    if (pthread_create(&h->sweeper, NULL, sweeper_main, h) != 0) {
+        err_set(e, ERR_INTERNAL, "cannot start the HTTP deadline thread");
+        goto fail;
+    }
+    h->sweeper_started = 1;
     return h;
+fail:
+    srv_http_free(h);
+    return NULL;
 }
 
 void srv_http_free(struct srv_http *h)
 {
     if (!h)
         return;
-    MHD_stop_daemon(h->d);
+    if (h->sweeper_started) {
+        pthread_mutex_lock(&h->mu);
+        h->stopping = 1;
+        pthread_cond_signal(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        pthread_join(h->sweeper, NULL);
+    }
+    if (h->d)
+        MHD_stop_daemon(h->d); /* sends CLOSED for every connection: the list empties */
+    while (h->conns)
+        conn_drop(h, h->conns);
+    xfree(h->by_fd);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
     xfree(h);
 }
 
 void srv_http_add(struct srv_http *h, int fd, const struct sockaddr *sa, socklen_t len)
 {
+    unsigned char key[16];
+    const char *why = NULL;
+    addr_key(sa, key);
+    pthread_mutex_lock(&h->mu);
+    struct http_conn *c = conn_admit(h, fd, key, &why);
+    pthread_mutex_unlock(&h->mu);
+    if (!c) {
+        log_debug("http: refusing a connection: %s", why);
+        srv_reply_close(fd, 503, "server_busy", why);
+        return;
+    }
     if (MHD_add_connection(h->d, fd, sa, len) != MHD_YES) {
         /* MHD closes the socket itself on failure (documented for 0.9.x). */
         log_warn("http: cannot add connection (too many?)");
+        pthread_mutex_lock(&h->mu);
+        conn_drop(h, c);
+        pthread_mutex_unlock(&h->mu);
     }
 }
