@@ -52,6 +52,7 @@ struct pm_layer {
 
 struct pm_keep {
     void (*release)(void *user);
+    int (*check)(void *user, struct err *e); /* NULL: nothing to check */
     void *user;
 };
 

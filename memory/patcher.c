@@ -128,8 +128,24 @@ int patcher_model_add_weight(struct patcher_model *m, int layer, const char *key
 
 void patcher_model_keep(struct patcher_model *m, void (*release)(void *user), void *user)
 {
+    patcher_model_keep_checked(m, release, NULL, user);
+}
+
+void patcher_model_keep_checked(struct patcher_model *m, void (*release)(void *user),
+                                int (*check)(void *user, struct err *e), void *user)
+{
     m->keeps = xrealloc(m->keeps, (size_t)(m->nkeeps + 1) * sizeof(*m->keeps));
-    m->keeps[m->nkeeps++] = (struct pm_keep){release, user};
+    m->keeps[m->nkeeps++] = (struct pm_keep){release, check, user};
+}
+
+int patcher_model_check(const struct patcher_model *m, struct err *e)
+{
+    for (int i = 0; i < m->nkeeps; i++) {
+        int rc = m->keeps[i].check ? m->keeps[i].check(m->keeps[i].user, e) : 0;
+        if (rc < 0)
+            return err_prefix(e, "model '%s'", m->name);
+    }
+    return 0;
 }
 
 const char *patcher_model_name(const struct patcher_model *m) { return m->name; }

@@ -87,6 +87,21 @@ int patcher_model_add_weight(struct patcher_model *m, int layer, const char *key
  * borrowed weights point into). Any number of keeps; run in reverse order. */
 void patcher_model_keep(struct patcher_model *m, void (*release)(void *user), void *user);
 
+/*
+ * patcher_model_keep, plus a check of the borrowed memory: check(user, e) returns 0
+ * while it still holds the bytes the weights were loaded from, or a negative ERR_*
+ * with a message (the mapped model file was rewritten or truncated on disk).
+ * patcher_acquire() runs it before handing out any layer, so a node fails at its
+ * next layer instead of computing with other bytes; patcher_model_check() runs it
+ * on demand (after a model call, to vouch for the last layers).
+ */
+void patcher_model_keep_checked(struct patcher_model *m, void (*release)(void *user),
+                                int (*check)(void *user, struct err *e), void *user);
+
+/* Run the model's checks (see patcher_model_keep_checked): 0, or the first failure
+ * with its message prefixed by the model's name. Executor thread. */
+int patcher_model_check(const struct patcher_model *m, struct err *e);
+
 const char *patcher_model_name(const struct patcher_model *m);
 enum patcher_role patcher_model_role(const struct patcher_model *m);
 int patcher_model_layer_count(const struct patcher_model *m);

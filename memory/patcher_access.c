@@ -144,9 +144,14 @@ int patcher_acquire(struct patcher *p, int layer, struct tensor *const **w, stru
         *w = L->views;
         return 0;
     }
+    /* Borrowed host bytes are read below (upload) or during compute (zero copy):
+     * a model file changed on disk must fail the node here, not feed it other
+     * weights. One fstat per layer, small beside any layer's compute. */
+    int rc = patcher_model_check(m, e);
+    if (rc < 0)
+        return rc;
     uint64_t sig = pm__layer_sig(p, layer);
     void *data = NULL;
-    int rc;
     if (L->resident) {
         rc = prepare_resident(p, L, layer, sig, &data, e);
     } else if (!m->st) {

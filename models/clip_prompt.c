@@ -239,7 +239,7 @@ static int load_embedding(struct clip_tokenizer *t, const char *name, float **ve
         if (tt && (tt->ndim == 1 || tt->ndim == 2) && st_tensor_numel(tt) > 0) {
             int64_t rows = tt->ndim == 2 ? tt->shape[0] : 1, cols = tt->shape[tt->ndim - 1];
             float *v = xmalloc(st_tensor_numel(tt) * sizeof(float));
-            if (st_tensor_to_f32(f, tt, v, &e) == 0) {
+            if (st_tensor_to_f32(f, tt, v, &e) == 0 && st_check(f, &e) == 0) {
                 *vec = v;
                 *n = (int)rows;
                 *width = (int)cols;

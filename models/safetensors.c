@@ -16,6 +16,7 @@
 
 #include "alloc.h"
 #include "log.h"
+#include "safetensors_guard.h"
 
 static const char *const dtype_names[ST_DTYPE_COUNT] = {
     "F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8",
@@ -270,6 +271,46 @@ void st_file_release_tables(struct st_file *f)
 
 /* ---- opening ------------------------------------------------------------------ */
 
+static void stamp_of(const struct stat *sb, struct st_stamp *out)
+{
+    out->dev = (uint64_t)sb->st_dev;
+    out->ino = (uint64_t)sb->st_ino;
+    out->size = (uint64_t)sb->st_size;
+    out->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+    out->ctime_ns = (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec;
+}
+
+int st_stamp_path(const char *path, struct st_stamp *out)
+{
+    struct stat sb;
+    if (stat(path, &sb) < 0)
+        return errno == ENOENT ? ERR_NOT_FOUND : ERR_IO;
+    stamp_of(&sb, out);
+    return 0;
+}
+
+int st_check(const struct st_file *f, struct err *e)
+{
+    if (st__guard_hit(f->_guard))
+        return err_set(e, ERR_IO,
+                       "'%s' shrank or could not be read while in use (truncated or rewritten "
+                       "in place?)",
+                       f->path);
+    struct stat sb;
+    struct st_stamp now;
+    if (fstat(f->_fd, &sb) < 0)
+        return err_set(e, ERR_IO, "cannot stat '%s': %s", f->path, strerror(errno));
+    stamp_of(&sb, &now);
+    /* Renamed over or deleted: unlinking set our inode's ctime, but nobody can open
+     * it by name to rewrite it, so its bytes are still those we mapped. */
+    if (sb.st_nlink == 0)
+        now.ctime_ns = f->_stamp.ctime_ns;
+    if (memcmp(&now, &f->_stamp, sizeof(now)) != 0)
+        return err_set(e, ERR_IO, "'%s' changed on disk while in use (rewritten in place?)",
+                       f->path);
+    return 0;
+}
+
 static int ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
@@ -338,17 +379,27 @@ int st_open(const char *path, struct st_file **out, struct err *e)
                        path, (unsigned long long)hlen, (unsigned long long)fsize);
     }
     void *map = mmap(NULL, (size_t)fsize, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return err_set(e, ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+    if (map == MAP_FAILED) {
+        rc = err_set(e, ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+        close(fd);
+        return rc;
+    }
 
     struct st_file *f = xcalloc(1, sizeof(*f));
     f->path = xstrdup(path);
     f->_map = map;
     f->_map_size = (size_t)fsize;
+    f->_fd = fd;
+    stamp_of(&sb, &f->_stamp);
+    /* Before the header is read: a file shrinking right now must not kill us either. */
+    if ((f->_guard = st__guard_add(map, (size_t)fsize)) < 0)
+        log_warn("'%s': mapped without the SIGBUS guard (no free slot or no handler); a "
+                 "truncation while it is read would kill the process",
+                 path);
     f->data = (const uint8_t *)map + 8 + hlen;
     f->data_size = fsize - 8 - hlen;
-    if ((rc = st_parse_header((const char *)map + 8, (size_t)hlen, f->data_size, path, f, e)) < 0)
+    if ((rc = st_parse_header((const char *)map + 8, (size_t)hlen, f->data_size, path, f, e)) < 0 ||
+        (rc = st_check(f, e)) < 0)
         goto fail;
     *out = f;
     return 0;
@@ -362,8 +413,11 @@ void st_close(struct st_file *f)
     if (!f)
         return;
     st_file_release_tables(f);
+    st__guard_remove(f->_guard); /* before munmap: the address may be reused at once */
     if (f->_map)
         munmap(f->_map, f->_map_size);
+    if (f->_fd >= 0)
+        close(f->_fd);
     xfree(f->path);
     xfree(f);
 }

@@ -24,6 +24,17 @@
  * until st_close(). No copy is made unless a conversion is asked for
  * (st_tensor_to_f32 and friends).
  *
+ * Files change under a running server (people `cp` a new model over an old one).
+ * A rename over the file leaves our inode and mapping intact. A rewrite in place
+ * changes the bytes behind pages not yet read, and a shrink makes reads past the
+ * new end raise SIGBUS. st_open() therefore keeps the descriptor and the file's
+ * stamp (struct st_stamp), and registers the mapping with a SIGBUS guard
+ * (safetensors_guard.h) that replaces a faulting mapping with zeros instead of
+ * killing the process. Nothing read from a file may be trusted until st_check()
+ * says the file is still the one opened: callers check after reading everything
+ * they need (the loaders) or before each use of borrowed bytes (the patcher).
+ * Keeping the mapping keeps loads zero-copy for weights stored at their file dtype.
+ *
  * Threads: an open st_file is immutable; any thread may read it concurrently.
  * st_open/st_close must not race with readers of the same file.
  */
@@ -71,6 +82,16 @@ struct st_meta {
     char *val; /* owned by the st_file */
 };
 
+/* What identifies a file's contents without reading them: any write, truncate,
+ * rename over it or chmod changes at least one field (ctime cannot be set back by
+ * `touch -r` or `cp -p`, which is why it is here besides mtime). */
+struct st_stamp {
+    uint64_t dev, ino;
+    uint64_t size;     /* bytes */
+    int64_t mtime_ns;  /* ns since the epoch */
+    int64_t ctime_ns;  /* ns since the epoch */
+};
+
 struct st_file {
     char *path;                 /* owned */
     const uint8_t *data;        /* borrowed from the mapping: start of the data section */
@@ -82,6 +103,9 @@ struct st_file {
     /* private */
     void *_map;
     size_t _map_size;
+    int _fd;                    /* owned: open while mapped, for st_check's fstat */
+    int _guard;                 /* SIGBUS guard slot, or -1 */
+    struct st_stamp _stamp;     /* at open */
 };
 
 /* "F32", "BF16", ...; "?" for an out-of-range value. */
@@ -106,6 +130,17 @@ int st_open(const char *path, struct st_file **out, struct err *e);
 
 /* Unmap and free. st_close(NULL) is a no-op. */
 void st_close(struct st_file *f);
+
+/*
+ * 0 while every byte read from `f` is what the file held at st_open; ERR_IO with a
+ * message naming the file when it has since been rewritten in place, truncated, or
+ * could not be read (a SIGBUS the guard caught: the mapping reads as zeros from
+ * then on). Costs one fstat. Any thread.
+ */
+int st_check(const struct st_file *f, struct err *e);
+
+/* The stamp of `path` (stat, following links). Returns 0, ERR_NOT_FOUND or ERR_IO. */
+int st_stamp_path(const char *path, struct st_stamp *out);
 
 /*
  * Parse and validate a header held in a caller buffer (pure; used by st_open

@@ -11,7 +11,8 @@
 #include "sd15_ckpt.h"
 #include "sd15_ckpt_impl.h"
 
-/* The mapping is shared by the three models; the last one to go closes it. */
+/* The mapping is shared by the models that borrow from it; the last one to go
+ * closes it. */
 struct shared_file {
     struct st_file *f;
     atomic_int refs;
@@ -26,43 +27,47 @@ static void shared_file_unref(void *user)
     }
 }
 
+static int shared_file_check(void *user, struct err *e)
+{
+    return st_check(((struct shared_file *)user)->f, e);
+}
+
+/*
+ * Hand `f` to the models that borrowed weights from it, or close it when none did
+ * (every weight converted: the file is not needed after loading, and a change on
+ * disk can no longer reach a loaded model).
+ */
+static void share_file(struct sd15_ckpt *ck, struct st_file *f, const int borrowed[3])
+{
+    struct shared_file *sf = NULL;
+    for (int c = 0; c < SD15_COMPONENT_COUNT; c++) {
+        if (!ck->model[c] || !borrowed[c])
+            continue;
+        if (!sf) {
+            sf = xcalloc(1, sizeof(*sf));
+            sf->f = f;
+            atomic_init(&sf->refs, 0);
+        }
+        atomic_fetch_add(&sf->refs, 1);
+        patcher_model_keep_checked(ck->model[c], shared_file_unref, shared_file_check, sf);
+    }
+    if (!sf)
+        st_close(f);
+}
+
 static const unsigned comp_flag[SD15_COMPONENT_COUNT] = {SD15_LOAD_UNET, SD15_LOAD_VAE,
                                                           SD15_LOAD_CLIP};
 
-int sd15_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[3],
-                   struct sd15_ckpt *ck, struct err *e)
+/* Add the validated tensors to the models, in layout order; counts borrowed weights. */
+static int add_weights(const char *path, struct st_file *f, const struct sd15__items *items,
+                       const enum tensor_dtype dt[3], struct sd15_ckpt *ck, int borrowed[3],
+                       struct err *e)
 {
-    static const enum patcher_role roles[3] = {PATCHER_ROLE_UNET, PATCHER_ROLE_VAE,
-                                               PATCHER_ROLE_TEXT_ENCODER};
-    struct st_file *f;
-    struct sd15__items items;
-    int skipped = 0, rc;
-    memset(ck, 0, sizeof(*ck));
-    if ((rc = sd15__validate(path, flags, &f, &ck->cfg, &items, &skipped, e)) < 0)
-        return rc;
-    ck->canonical = sd15_config_is_canonical(&ck->cfg);
-    ck->skipped = skipped;
-    struct shared_file *sf = xcalloc(1, sizeof(*sf));
-    sf->f = f;
-    atomic_init(&sf->refs, 0);
-    for (int c = 0; c < SD15_COMPONENT_COUNT; c++) {
-        if (!(flags & comp_flag[c]))
-            continue;
-        ck->model[c] = patcher_model_new(sd15_component_name((enum sd15_component)c), roles[c]);
-        atomic_fetch_add(&sf->refs, 1);
-        patcher_model_keep(ck->model[c], shared_file_unref, sf);
-    }
-    if (atomic_load(&sf->refs) == 0) { /* nothing asked for */
-        xfree(sf);
-        st_close(f);
-        xfree(items.v);
-        return 0;
-    }
     char last[SD15_COMPONENT_COUNT][96] = {{0}};
     int layer[SD15_COMPONENT_COUNT] = {0};
-    for (size_t i = 0; i < items.n; i++) {
-        const struct sd15_key *k = &items.v[i].key;
-        const struct st_tensor *t = items.v[i].t;
+    for (size_t i = 0; i < items->n; i++) {
+        const struct sd15_key *k = &items->v[i].key;
+        const struct st_tensor *t = items->v[i].t;
         struct patcher_model *m = ck->model[k->comp];
         char lname[96];
         sd15_layer_of(k->comp, k->name + strlen(sd15__comp_prefix(k->comp)), lname, sizeof(lname));
@@ -73,23 +78,49 @@ int sd15_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[
         enum tensor_dtype src_dt;
         sd15__tensor_dtype(t, &src_dt); /* validated */
         /* The canonical 4-D shape also for a 2-D stored 1x1 conv: same bytes. */
-        rc = patcher_model_add_weight(m, layer[k->comp], k->name, dt[k->comp], k->ndim, k->shape,
-                                      st_tensor_data(f, t), src_dt, e);
-        if (rc < 0) {
-            err_prefix(e, "'%s': tensor '%s'", path, t->name);
-            goto fail;
-        }
+        int rc = patcher_model_add_weight(m, layer[k->comp], k->name, dt[k->comp], k->ndim,
+                                          k->shape, st_tensor_data(f, t), src_dt, e);
+        if (rc < 0)
+            return err_prefix(e, "'%s': tensor '%s'", path, t->name);
+        borrowed[k->comp] += src_dt == dt[k->comp]; /* patcher_model_add_weight's rule */
         ck->bytes[k->comp] += st_tensor_numel(t) * tensor_dtype_size(dt[k->comp]);
         ck->tensors[k->comp]++;
     }
+    return 0;
+}
+
+int sd15_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[3],
+                   struct sd15_ckpt *ck, struct err *e)
+{
+    static const enum patcher_role roles[3] = {PATCHER_ROLE_UNET, PATCHER_ROLE_VAE,
+                                               PATCHER_ROLE_TEXT_ENCODER};
+    struct st_file *f;
+    struct sd15__items items;
+    int skipped = 0, borrowed[SD15_COMPONENT_COUNT] = {0}, rc;
+    memset(ck, 0, sizeof(*ck));
+    if ((rc = sd15__validate(path, flags, &f, &ck->cfg, &items, &skipped, e)) < 0)
+        return rc;
+    ck->canonical = sd15_config_is_canonical(&ck->cfg);
+    ck->skipped = skipped;
+    for (int c = 0; c < SD15_COMPONENT_COUNT; c++)
+        if (flags & comp_flag[c])
+            ck->model[c] = patcher_model_new(sd15_component_name((enum sd15_component)c), roles[c]);
+    if ((rc = add_weights(path, f, &items, dt, ck, borrowed, e)) < 0)
+        goto fail;
+    /* Validation and conversion read the whole file: if it changed meanwhile (or a
+     * SIGBUS was caught), what we hold is a mix of two files. */
+    if ((rc = st_check(f, e)) < 0)
+        goto fail;
     xfree(items.v);
+    share_file(ck, f, borrowed);
     log_info("loaded '%s': %s (unet %d tensors, vae %d, clip %d; %d ignored)", path,
              ck->canonical ? "SD1.5" : "SD1.x layout with shrunk widths", ck->tensors[0],
              ck->tensors[1], ck->tensors[2], ck->skipped);
     return 0;
 fail:
     xfree(items.v);
-    sd15_ckpt_release(ck); /* the last model closes f */
+    sd15_ckpt_release(ck); /* before closing f: borrowed weights point into it */
+    st_close(f);
     return rc;
 }
 

@@ -408,6 +408,10 @@ int sd15_lora_apply(const char *path, const struct sd15_config *cfg, struct patc
                      path, f->n_tensors);
         goto out;
     }
+    /* The factors were copied into the patches: only a change while we read them
+     * matters, and then they may mix two files. */
+    if ((rc = st_check(f, e)) < 0)
+        goto out;
     if (st.unmatched)
         log_warn("lora '%s': %d keys not loaded: %s%s", path, st.unmatched, unknown.ptr,
                  unknown.len >= 400 ? ", ..." : "");
