@@ -135,6 +135,45 @@ int node_interrupted(struct node_ctx *c)
     return c->hooks->interrupted(c->hooks->user);
 }
 
+/* Drop every "<dir>/" from msg, so "/srv/base/models/checkpoints/x" reads
+ * "checkpoints/x". */
+static void unpath(struct buf *msg, const char *dir)
+{
+    size_t n = dir ? strlen(dir) : 0;
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    if (!n || !msg->len)
+        return;
+    struct buf out;
+    buf_init(&out);
+    const char *s = msg->ptr;
+    for (const char *hit; (hit = memmem(s, strlen(s), dir, n)) != NULL; s = hit) {
+        buf_add(&out, s, (size_t)(hit - s));
+        if (hit[n] == '/')
+            hit += n + 1;
+        else
+            buf_add(&out, hit++, 1);
+    }
+    buf_adds(&out, s);
+    buf_release(msg);
+    *msg = out;
+}
+
+/*
+ * Messages from below (file loaders, st_check) name files by the server's paths;
+ * clients see them relative to their folder (models, input, output, temp), which
+ * is also how they chose them, and learn nothing about the server's layout.
+ */
+static void unpath_env(struct buf *msg, const struct node_env *env)
+{
+    if (!env)
+        return;
+    unpath(msg, env->models_dir);
+    unpath(msg, env->output_dir);
+    unpath(msg, env->input_dir);
+    unpath(msg, env->temp_dir);
+}
+
 static int fail_v(struct node_ctx *c, int code, const char *exc_type, const char *fmt,
                   va_list ap)
 {
@@ -143,6 +182,7 @@ static int fail_v(struct node_ctx *c, int code, const char *exc_type, const char
     if (c->exc_message.len == 0) {
         snprintf(c->exc_type, sizeof(c->exc_type), "%s", exc_type ? exc_type : "RuntimeError");
         buf_vprintf(&c->exc_message, fmt, ap);
+        unpath_env(&c->exc_message, c->env);
     }
     return code;
 }

@@ -34,6 +34,16 @@ static int dev_tensor(struct dev *d, int ndim, const int64_t *shape, const float
     return rc;
 }
 
+/*
+ * After a model call: its weights were checked at each layer's acquire, but on the
+ * CPU the last layers compute straight from the mapped file after that. A file
+ * rewritten or truncated meanwhile must fail the node, not return its numbers.
+ */
+static int vouch(const struct patcher *p, struct err *e)
+{
+    return patcher_model_check(patcher_model_of(p), e);
+}
+
 /* Load one model for a node with `activation` bytes of activations. */
 static int load_one(struct mm *mm, struct patcher *p, size_t activation, struct mm_report *rep,
                     struct err *e)
@@ -62,7 +72,8 @@ static int unet_apply(void *impl, const float *x_in, int batch, int h, int w, co
     if ((rc = dev_tensor(d, 4, xs, x_in, &x, e)) < 0 || (rc = dev_tensor(d, 3, cs, ctx, &c, e)) < 0 ||
         (rc = dev_tensor(d, 4, xs, NULL, &eps, e)) < 0)
         goto out;
-    if ((rc = sd15_unet_eval(u->p, &u->cfg, x, ts, c, eps, NULL, e)) < 0)
+    if ((rc = sd15_unet_eval(u->p, &u->cfg, x, ts, c, eps, NULL, e)) < 0 ||
+        (rc = vouch(u->p, e)) < 0)
         goto out;
     rc = tensor_read_f32(eps, eps_out, tensor_numel(eps), e);
 out:
@@ -213,6 +224,8 @@ int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *t
     int rc = load_one(mm, clip->p, plan, &rep, e);
     if (rc >= 0) {
         rc = sd15_clip_encode(clip->p, &clip->cfg, &tk, clip->clip_skip, &cond, &pooled, NULL, e);
+        if (rc >= 0)
+            rc = vouch(clip->p, e);
         mm_node_end(mm, &rep);
     }
     if (rc >= 0) {
@@ -291,6 +304,8 @@ static int decode_one(const struct sd_vae *vae, const float *z, int64_t c, int64
             rc = sd15_vae_decode_tiled(vae->p, &vae->cfg, zt, o, tile, overlap, e);
         else
             rc = sd15_vae_decode_auto(vae->p, &vae->cfg, zt, o, 64, 16, e);
+        if (rc >= 0)
+            rc = vouch(vae->p, e);
         if (rc >= 0)
             rc = tensor_read_f32(o, out, 3 * 64 * h * w, e);
     }
@@ -371,6 +386,8 @@ static int encode_one(const struct sd_vae *vae, const float *img, int64_t H, int
             rc = sd15_vae_encode_tiled(vae->p, &vae->cfg, t, m, tile, overlap, e);
         else
             rc = sd15_vae_encode_auto(vae->p, &vae->cfg, t, m, 512, 64, e);
+        if (rc >= 0)
+            rc = vouch(vae->p, e);
         if (rc >= 0)
             rc = tensor_read_f32(m, out, zc * (H / 8) * (W / 8), e);
     }

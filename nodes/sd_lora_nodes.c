@@ -85,6 +85,11 @@ static int lora_common(struct node_ctx *c, int with_clip)
     return 0;
 }
 
+static int lora_is_changed(struct node_ctx *c, struct buf *out)
+{
+    return sd__model_file_is_changed(c, "loras", "lora_name", out);
+}
+
 static int lora_run(struct node_ctx *c)
 {
     return lora_common(c, 1);
@@ -98,6 +103,7 @@ const struct node_class sd_lora_loader = {
     .inputs = lora_inputs,
     .outputs = lora_outputs,
     .run = lora_run,
+    .is_changed = lora_is_changed,
 };
 
 static const struct node_input_def lora_model_inputs[] = {
@@ -122,4 +128,5 @@ const struct node_class sd_lora_loader_model_only = {
     .inputs = lora_model_inputs,
     .outputs = lora_model_outputs,
     .run = lora_model_run,
+    .is_changed = lora_is_changed,
 };

@@ -19,6 +19,40 @@
 #include "sd_nodes.h"
 #include "sampling.h"
 
+/* ---- model files ---- */
+
+/*
+ * IS_CHANGED of a loader: the stamp of the file its combo `input` names in `folder`
+ * (device, inode, size, mtime, ctime; st_stamp). A model file replaced on disk (cp
+ * over it, a rename, a rewrite) gets a new key, so the loader reads the new file
+ * instead of handing out the cached model of the old one. One stat per prompt.
+ */
+int sd__model_file_is_changed(struct node_ctx *c, const char *folder, const char *input,
+                              struct buf *out)
+{
+    const struct value *v = node_in(c, input);
+    if (!v || v->kind != VALUE_STRING)
+        return ERR_INVALID;
+    struct buf path;
+    buf_init(&path);
+    struct st_stamp st;
+    int rc = node_files_find_model(c->env, folder, v->s, &path);
+    if (rc == 0)
+        rc = st_stamp_path(path.ptr, &st);
+    buf_release(&path);
+    if (rc < 0)
+        return rc; /* the run reports it */
+    buf_printf(out, "%llu:%llu:%llu:%lld:%lld", (unsigned long long)st.dev,
+               (unsigned long long)st.ino, (unsigned long long)st.size, (long long)st.mtime_ns,
+               (long long)st.ctime_ns);
+    return 0;
+}
+
+static int ckpt_is_changed(struct node_ctx *c, struct buf *out)
+{
+    return sd__model_file_is_changed(c, "checkpoints", "ckpt_name", out);
+}
+
 /* ---- CheckpointLoaderSimple ---- */
 
 static const struct node_input_def ckpt_inputs[] = {
@@ -78,6 +112,7 @@ const struct node_class sd_checkpoint_loader_simple = {
     .inputs = ckpt_inputs,
     .outputs = ckpt_outputs,
     .run = ckpt_run,
+    .is_changed = ckpt_is_changed,
 };
 
 /* ---- VAELoader ---- */
@@ -99,6 +134,11 @@ static const struct node_input_def vae_loader_inputs[] = {
     {.name = "vae_name", .type = NODE_COMBO, .options_fn = vae_names},
     NODE_INPUTS_END};
 static const struct node_output_def vae_loader_outputs[] = {{.type = "VAE"}, NODE_OUTPUTS_END};
+
+static int vae_loader_is_changed(struct node_ctx *c, struct buf *out)
+{
+    return sd__model_file_is_changed(c, "vae", "vae_name", out);
+}
 
 static int vae_loader_run(struct node_ctx *c)
 {
@@ -136,6 +176,7 @@ const struct node_class sd_vae_loader = {
     .inputs = vae_loader_inputs,
     .outputs = vae_loader_outputs,
     .run = vae_loader_run,
+    .is_changed = vae_loader_is_changed,
 };
 
 /* ---- CLIPTextEncode ---- */

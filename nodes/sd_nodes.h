@@ -22,6 +22,12 @@
 
 void nodes_sd_register(struct node_registry *r);
 
+/* Private to sd_*.c: the loaders' IS_CHANGED, the stamp of the model file that
+ * combo `input` names in `folder` (sd_model_nodes.c). */
+struct buf;
+int sd__model_file_is_changed(struct node_ctx *c, const char *folder, const char *input,
+                              struct buf *out);
+
 /* The classes, for tests that run a node directly. */
 extern const struct node_class sd_empty_latent_image;
 extern const struct node_class sd_latent_upscale;
