@@ -524,6 +524,100 @@ static void test_generator_and_detection(void)
     unlink(pl);
 }
 
+/* ---- files changing on disk (issue 11) ------------------------------------------------- */
+
+/* The tensor whose bytes lie last in the file: past any early truncation point. */
+static const struct st_tensor *last_tensor(const struct st_file *f)
+{
+    const struct st_tensor *t = NULL;
+    for (size_t i = 0; i < f->n_tensors; i++)
+        if (!t || f->tensors[i].offset > t->offset)
+            t = &f->tensors[i];
+    return t;
+}
+
+static float first_f32(const struct st_file *f, const struct st_tensor *t)
+{
+    float x;
+    memcpy(&x, st_tensor_data(f, t), sizeof(x));
+    return x;
+}
+
+/* Shrunk under an open mapping: reading past the new end gives zeros, not SIGBUS, and
+ * st_check says so. Rewritten in place: st_check says so. Renamed over: still intact. */
+static void test_changed_st(void)
+{
+    const char *p, *q;
+    struct err e = {0};
+    struct st_file *f = NULL;
+    EXPECT_OK(gen("chg.safetensors", NULL, &p));
+    EXPECT_OK(st_open(p, &f, &e));
+    if (!f)
+        return;
+    const struct st_tensor *t = last_tensor(f);
+    ok(first_f32(f, t) != 0.0f, "last tensor of the file is not zero before");
+    EXPECT_OK(st_check(f, &e));
+    ok(truncate(p, 4096) == 0, "truncate to 4 KiB");
+    float x = first_f32(f, t); /* SIGBUS without the guard */
+    ok(x == 0.0f, "a read past the new end gives zeros (%g)", x);
+    err_clear(&e);
+    ok(st_check(f, &e) == ERR_IO && strstr(e.msg, "shrank"), "st_check reports it: %s", e.msg);
+    st_close(f);
+
+    /* In place, same size: only the stamp can tell. */
+    EXPECT_OK(gen("chg.safetensors", NULL, &p));
+    EXPECT_OK(st_open(p, &f, &e));
+    FILE *fp = fopen(p, "r+b");
+    ok(fp && fseek(fp, 100, SEEK_SET) == 0 && fputc(' ', fp) != EOF, "rewrite one byte in place");
+    if (fp)
+        fclose(fp);
+    err_clear(&e);
+    ok(f && st_check(f, &e) == ERR_IO && strstr(e.msg, "changed on disk"),
+       "st_check reports an in-place rewrite: %s", e.msg);
+    st_close(f);
+
+    /* Renamed over: our inode and mapping are untouched. */
+    EXPECT_OK(gen("chg.safetensors", NULL, &p));
+    EXPECT_OK(st_open(p, &f, &e));
+    float before = f ? first_f32(f, last_tensor(f)) : 0;
+    EXPECT_OK(gen("chg-new.safetensors", NULL, &q));
+    ok(rename(q, p) == 0, "rename a new file over it");
+    err_clear(&e);
+    ok(f && st_check(f, &e) == 0, "st_check passes after a rename over the file (%s)", e.msg);
+    ok(f && first_f32(f, last_tensor(f)) == before, "the old bytes are still there");
+    st_close(f);
+    unlink(p);
+}
+
+/* A loaded model whose weights are borrowed from the file fails its check once the file
+ * shrinks; one whose weights were all converted no longer depends on the file. */
+static void test_changed_ckpt(void)
+{
+    static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
+    const char *p32, *p16;
+    struct err e = {0};
+    struct sd15_ckpt a, b;
+    EXPECT_OK(gen("chg32.safetensors", NULL, &p32));
+    EXPECT_OK(gen("chg16.safetensors", t_f16, &p16));
+    EXPECT_OK(sd15_ckpt_load(p32, SD15_LOAD_ALL, f32, &a, &e));
+    EXPECT_OK(sd15_ckpt_load(p16, SD15_LOAD_ALL, f32, &b, &e));
+    EXPECT_OK(patcher_model_check(a.model[SD15_UNET], &e));
+    ok(truncate(p32, 4096) == 0 && truncate(p16, 4096) == 0, "truncate both files");
+    err_clear(&e);
+    ok(patcher_model_check(a.model[SD15_UNET], &e) == ERR_IO && strstr(e.msg, "changed on disk"),
+       "f32 (borrowed): the check fails: %s", e.msg);
+    err_clear(&e);
+    ok(patcher_model_check(b.model[SD15_UNET], &e) == 0, "f16 (converted): unaffected (%s)",
+       e.msg);
+    sd15_ckpt_release(&a);
+    sd15_ckpt_release(&b);
+    /* Loading a file that is short of its header's promises fails cleanly. */
+    err_clear(&e);
+    ok(sd15_ckpt_load(p32, SD15_LOAD_ALL, f32, &a, &e) < 0, "the truncated file fails to load");
+    unlink(p32);
+    unlink(p16);
+}
+
 int main(int argc, char **argv)
 {
     fixtures = argc > 1 ? argv[1] : "tests/fixtures/models";
@@ -537,6 +631,8 @@ int main(int argc, char **argv)
     test_bad_headers();
     test_layout();
     test_generator_and_detection();
+    test_changed_st();
+    test_changed_ckpt();
     EXPECT_EQ(alloc_live_count(), live0);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
