@@ -1,7 +1,7 @@
 /*
  * bench_http_mhd — the baseline for bench/http: a minimal libmicrohttpd server that answers
  * GET /system_stats and GET /queue with fixed JSON bodies of the same shape and size as
- * latentd's, using the same MHD threading mode latentd uses (thread per connection), but
+ * latentd's, using the same MHD threading mode latentd uses (epoll, a pool of 4 threads), but
  * with MHD's own listen socket: no peeking listener, no routing, no real work.
  * Usage: bench_http_mhd PORT_FILE   (binds 127.0.0.1 on an ephemeral port; runs until
  * SIGTERM/SIGINT).
@@ -86,9 +86,9 @@ int main(int argc, char **argv)
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     sa.sin_port = 0;
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC,
         0, NULL,
-        NULL, handler, NULL, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_CONNECTION, on_conn, NULL, MHD_OPTION_END);
+        NULL, handler, NULL, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_THREAD_POOL_SIZE, 4u, MHD_OPTION_NOTIFY_CONNECTION, on_conn, NULL, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "bench_http_mhd: cannot start\n");
         return 1;

@@ -1,5 +1,9 @@
 // bench/http driver (see run.sh). Runs are interleaved A B B A per route so that drift on
 // a noisy machine hits both sides alike; each figure is the mean of its two runs.
+// Then GET /queue on latentd alone, without and with SLOW_CLIENTS (default 2000) slow
+// clients connected (slow_clients.js: partial heads, a byte a second, reconnecting when
+// closed), again A B B A: throughput ratio (goal >= 0.8) and p99 latency under them (goal
+// < 50 ms). BENCH_ONLY=slow runs only that part.
 "use strict";
 const fs = require("fs");
 const os = require("os");
@@ -38,15 +42,55 @@ async function start(bin, args, portFile) {
   return { proc, port, ms };
 }
 
-function wrk(port, p) {
-  const out = execFileSync("wrk", ["-t2", "-c16", `-d${seconds}s`, `http://127.0.0.1:${port}${p}`], { encoding: "utf8" });
+// One wrk run: requests/s and the p99 latency in ms.
+function wrkRun(port, p) {
+  const out = execFileSync("wrk", ["-t2", "-c16", `-d${seconds}s`, "--latency", `http://127.0.0.1:${port}${p}`], { encoding: "utf8" });
   const m = out.match(/Requests\/sec:\s+([\d.]+)/);
   const non2xx = out.match(/Non-2xx or 3xx responses:\s+(\d+)/);
   if (non2xx) throw new Error(`wrk saw errors on ${p}: ${non2xx[1]}`);
-  return parseFloat(m[1]);
+  const q = out.match(/\s99%\s+([\d.]+)(us|ms|s)\b/);
+  const p99 = q ? parseFloat(q[1]) * { us: 0.001, ms: 1, s: 1000 }[q[2]] : NaN;
+  return { rps: parseFloat(m[1]), p99 };
+}
+
+function wrk(port, p) {
+  return wrkRun(port, p).rps;
+}
+
+// Start slow_clients.js against `port`; resolves once all N are connected.
+function slowClients(port, n) {
+  const proc = spawn(process.execPath, [path.join(__dirname, "slow_clients.js"), String(port), String(n)], { stdio: ["ignore", "pipe", "inherit"] });
+  return new Promise((resolve, reject) => {
+    proc.stdout.on("data", (d) => { if (String(d).includes("ready")) resolve(proc); });
+    proc.on("exit", (c) => reject(new Error(`slow_clients.js exited (${c})`)));
+  });
+}
+
+async function benchSlow() {
+  const n = parseInt(process.env.SLOW_CLIENTS || "2000", 10);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "latentd-bench-slow-"));
+  const lat = await start(latentdBin, ["--port", "0", "--port-file", path.join(dir, "port"), "--base-directory", dir, "--cpu", "--dont-print-server"], path.join(dir, "port"));
+  await sleep(500);
+  const a1 = wrkRun(lat.port, "/queue");
+  let slow = await slowClients(lat.port, n);
+  await sleep(1000);
+  const b1 = wrkRun(lat.port, "/queue"), b2 = wrkRun(lat.port, "/queue");
+  slow.kill("SIGTERM");
+  await new Promise((r) => slow.once("exit", r));
+  await sleep(500);
+  const a2 = wrkRun(lat.port, "/queue");
+  lat.proc.kill("SIGTERM");
+  await sleep(300);
+  fs.rmSync(dir, { recursive: true, force: true });
+  const base = (a1.rps + a2.rps) / 2, under = (b1.rps + b2.rps) / 2;
+  const ratio = under / base, p99 = Math.max(b1.p99, b2.p99), p99base = Math.max(a1.p99, a2.p99);
+  console.log(`bench/http slow clients (wrk -t2 -c16 -d${seconds}s --latency on GET /queue, runs A B B A, B with ${n} slow clients)`);
+  console.log(`  without: ${base.toFixed(0).padStart(7)} req/s, p99 ${p99base.toFixed(2)} ms   with: ${under.toFixed(0).padStart(7)} req/s, p99 ${p99.toFixed(2)} ms`);
+  console.log(`  throughput ratio ${ratio.toFixed(2)} (goal >= 0.8) ${ratio >= 0.8 ? "ok" : "MISSED"}; p99 with slow clients ${p99.toFixed(2)} ms (goal < 50) ${p99 < 50 ? "ok" : "MISSED"}`);
 }
 
 (async () => {
+  if (process.env.BENCH_ONLY === "slow") return benchSlow();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "latentd-bench-"));
   const lat = await start(latentdBin, ["--port", "0", "--port-file", path.join(dir, "port"), "--base-directory", dir, "--cpu", "--dont-print-server"], path.join(dir, "port"));
   const mhd = await start(mhdBin, [path.join(dir, "mhd-port")], path.join(dir, "mhd-port"));
@@ -69,4 +113,5 @@ function wrk(port, p) {
   }
   console.log(`  exec -> first 200: latentd ${lat.ms.toFixed(1)} ms (goal <= 100) ${lat.ms <= 100 ? "ok" : "MISSED"}; minimal MHD ${mhd.ms.toFixed(1)} ms`);
   console.log(`  idle RSS: ${idle.toFixed(1)} MiB after start (goal <= 30) ${idle <= 30 ? "ok" : "MISSED"}; ${after.toFixed(1)} MiB after the load`);
+  await benchSlow();
 })().catch((e) => { console.error(e); process.exit(1); });
