@@ -32,7 +32,8 @@ static const char *const schema =
     " status TEXT NOT NULL," /* pending|running|success|error|interrupted */
     " outputs TEXT, messages TEXT, meta TEXT,"
     " created_ms INTEGER, started_ms INTEGER, completed_ms INTEGER,"
-    " history_seq INTEGER);"
+    " history_seq INTEGER,"
+    " attempts INTEGER NOT NULL DEFAULT 0);" /* times it started running */
     "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);"
     "CREATE INDEX IF NOT EXISTS jobs_history ON jobs(history_seq);";
 
@@ -143,51 +144,120 @@ static int finish_locked(struct srv_store *st, int64_t id, const char *status_st
     return rc < 0 ? ERR_IO : 0;
 }
 
-/* Jobs left "running" by a process that died: failed history entries. */
-static void recover_running(struct srv_store *st)
+/* Run `sql` with ?1 = id and ?2 = now (ms); the caller holds the lock (or is opening). */
+static int exec_id_locked(struct srv_store *st, const char *sql, int64_t id)
 {
     sqlite3_stmt *s;
+    int rc = ERR_IO;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, id);
+        sqlite3_bind_int64(s, 2, now_ms());
+        if (sqlite3_step(s) == SQLITE_DONE)
+            rc = 0;
+        sqlite3_finalize(s);
+    }
+    return rc;
+}
+
+/* ComfyUI's history messages for a job that never finished: execution_start, then an
+ * execution_error without a node saying why. Caller frees with cJSON_free. */
+static char *stopped_messages(const char *pid, int64_t started, const char *why)
+{
+    cJSON *msgs = cJSON_CreateArray();
+    cJSON *m = cJSON_CreateArray();
+    cJSON_AddItemToArray(m, cJSON_CreateString("execution_start"));
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "prompt_id", pid);
+    cJSON_AddNumberToObject(d, "timestamp", (double)started);
+    cJSON_AddItemToArray(m, d);
+    cJSON_AddItemToArray(msgs, m);
+    m = cJSON_CreateArray();
+    cJSON_AddItemToArray(m, cJSON_CreateString("execution_error"));
+    d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "prompt_id", pid);
+    cJSON_AddNullToObject(d, "node_id");
+    cJSON_AddNullToObject(d, "node_type");
+    cJSON_AddItemToObject(d, "executed", cJSON_CreateArray());
+    cJSON_AddStringToObject(d, "exception_message", why);
+    cJSON_AddStringToObject(d, "exception_type", "RuntimeError");
+    cJSON_AddItemToObject(d, "traceback", cJSON_CreateArray());
+    cJSON_AddItemToObject(d, "current_inputs", cJSON_CreateObject());
+    cJSON_AddItemToObject(d, "current_outputs", cJSON_CreateArray());
+    cJSON_AddNumberToObject(d, "timestamp", (double)now_ms());
+    cJSON_AddItemToArray(m, d);
+    cJSON_AddItemToArray(msgs, m);
+    char *text = cJSON_PrintUnformatted(msgs);
+    cJSON_Delete(msgs);
+    return text;
+}
+
+/*
+ * Jobs a dead process left behind. A job "running" at the crash may not be to blame
+ * (kill -9, power, a deploy), so it goes back to the queue in its place; but one that
+ * has started SRV_STORE_MAX_ATTEMPTS times already is most likely what killed the
+ * process each time (a request that aborts it), and running it again at every
+ * start would be a crash loop: it becomes a failed history entry saying why.
+ */
+static void recover_one(struct srv_store *st, int64_t id, const char *pid, int64_t started,
+                        int attempts)
+{
+    if (attempts < SRV_STORE_MAX_ATTEMPTS) {
+        log_warn("job store: prompt '%s' was running when latentd stopped; queued again "
+                 "(start %d of at most %d)", pid, attempts + 1, SRV_STORE_MAX_ATTEMPTS);
+        exec_id_locked(st, "UPDATE jobs SET status='pending' WHERE id=?1 AND ?2 IS NOT NULL", id);
+        return;
+    }
+    char why[192];
+    snprintf(why, sizeof(why),
+             "latentd stopped while this prompt was running, each of the %d times it started; "
+             "it is not run again\n", attempts);
+    char *text = stopped_messages(pid, started, why);
+    log_warn("job store: prompt '%s' was running each of the %d times latentd stopped; marked "
+             "as failed instead of running it again", pid, attempts);
+    finish_locked(st, id, "error", "{}", text, "{}");
+    cJSON_free(text);
+}
+
+static void recover_running(struct srv_store *st)
+{
+    struct row {
+        int64_t id, started;
+        char *pid;
+        int attempts;
+    } *rows = NULL;
+    int n = 0, cap = 0;
+    sqlite3_stmt *s;
+    /* Collected first: the updates below change the rows this query walks. */
     if (sqlite3_prepare_v2(st->db,
-                           "SELECT id, prompt_id, COALESCE(started_ms, created_ms) FROM jobs "
-                           "WHERE status='running' ORDER BY id",
+                           "SELECT id, prompt_id, COALESCE(started_ms, created_ms), attempts "
+                           "FROM jobs WHERE status='running' OR "
+                           "(status='pending' AND attempts>=?1) ORDER BY id",
                            -1, &s, NULL) != SQLITE_OK)
         return;
+    sqlite3_bind_int(s, 1, SRV_STORE_MAX_ATTEMPTS);
     while (sqlite3_step(s) == SQLITE_ROW) {
-        int64_t id = sqlite3_column_int64(s, 0);
-        const char *pid = (const char *)sqlite3_column_text(s, 1);
-        int64_t started = sqlite3_column_int64(s, 2);
-        cJSON *msgs = cJSON_CreateArray();
-        cJSON *m = cJSON_CreateArray();
-        cJSON_AddItemToArray(m, cJSON_CreateString("execution_start"));
-        cJSON *d = cJSON_CreateObject();
-        cJSON_AddStringToObject(d, "prompt_id", pid);
-        cJSON_AddNumberToObject(d, "timestamp", (double)started);
-        cJSON_AddItemToArray(m, d);
-        cJSON_AddItemToArray(msgs, m);
-        m = cJSON_CreateArray();
-        cJSON_AddItemToArray(m, cJSON_CreateString("execution_error"));
-        d = cJSON_CreateObject();
-        cJSON_AddStringToObject(d, "prompt_id", pid);
-        cJSON_AddNullToObject(d, "node_id");
-        cJSON_AddNullToObject(d, "node_type");
-        cJSON_AddItemToObject(d, "executed", cJSON_CreateArray());
-        cJSON_AddStringToObject(d, "exception_message",
-                                "latentd stopped while this prompt was running\n");
-        cJSON_AddStringToObject(d, "exception_type", "RuntimeError");
-        cJSON_AddItemToObject(d, "traceback", cJSON_CreateArray());
-        cJSON_AddItemToObject(d, "current_inputs", cJSON_CreateObject());
-        cJSON_AddItemToObject(d, "current_outputs", cJSON_CreateArray());
-        cJSON_AddNumberToObject(d, "timestamp", (double)now_ms());
-        cJSON_AddItemToArray(m, d);
-        cJSON_AddItemToArray(msgs, m);
-        char *text = cJSON_PrintUnformatted(msgs);
-        cJSON_Delete(msgs);
-        log_warn("job store: prompt '%s' was running when latentd stopped; marked as failed",
-                 pid);
-        finish_locked(st, id, "error", "{}", text, "{}");
-        cJSON_free(text);
+        if (n == cap)
+            rows = xrealloc(rows, (size_t)(cap = cap ? 2 * cap : 8) * sizeof(*rows));
+        rows[n].id = sqlite3_column_int64(s, 0);
+        rows[n].pid = col_dup(s, 1);
+        rows[n].started = sqlite3_column_int64(s, 2);
+        rows[n++].attempts = sqlite3_column_int(s, 3);
     }
     sqlite3_finalize(s);
+    for (int i = 0; i < n; i++) {
+        recover_one(st, rows[i].id, rows[i].pid ? rows[i].pid : "", rows[i].started,
+                    rows[i].attempts);
+        xfree(rows[i].pid);
+    }
+    xfree(rows);
+}
+
+/* Databases made before the attempts column get it (SQLite has no ADD COLUMN IF NOT
+ * EXISTS: the error for a column already there is the expected case). */
+static void migrate(struct srv_store *st)
+{
+    sqlite3_exec(st->db, "ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",
+                 NULL, NULL, NULL);
 }
 
 struct srv_store *srv_store_open(const char *path, struct err *e)
@@ -210,6 +280,7 @@ struct srv_store *srv_store_open(const char *path, struct err *e)
         sqlite3_free(msg);
         goto fail;
     }
+    migrate(st);
     recover_running(st);
     return st;
 fail:
@@ -317,23 +388,19 @@ int64_t srv_store_next_counter(struct srv_store *st)
 
 static int exec_id(struct srv_store *st, const char *sql, int64_t id)
 {
-    sqlite3_stmt *s;
-    int rc = ERR_IO;
     pthread_mutex_lock(&st->lock);
-    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(s, 1, id);
-        sqlite3_bind_int64(s, 2, now_ms());
-        if (sqlite3_step(s) == SQLITE_DONE)
-            rc = 0;
-        sqlite3_finalize(s);
-    }
+    int rc = exec_id_locked(st, sql, id);
     pthread_mutex_unlock(&st->lock);
     return rc;
 }
 
 int srv_store_mark_running(struct srv_store *st, int64_t id)
 {
-    return exec_id(st, "UPDATE jobs SET status='running', started_ms=?2 WHERE id=?1", id);
+    /* Counted and committed before the job runs, so a crash during it is on record. */
+    return exec_id(st,
+                   "UPDATE jobs SET status='running', started_ms=?2, attempts=attempts+1 "
+                   "WHERE id=?1",
+                   id);
 }
 
 int srv_store_delete_pending(struct srv_store *st, int64_t id)

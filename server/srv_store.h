@@ -8,8 +8,12 @@
  * which is ComfyUI's "reusing an id overwrites that history entry". History is capped at
  * SRV_STORE_HISTORY_MAX entries, oldest dropped.
  *
- * Crash safety: rows are committed before /prompt answers. At open, rows left "running"
- * by a dead process become failed history entries with a message saying so.
+ * Crash safety: rows are committed before /prompt answers, and each start of a job is
+ * counted (attempts) and committed before it runs. At open, a row left "running" by a
+ * dead process goes back to pending, in its place, unless it has started
+ * SRV_STORE_MAX_ATTEMPTS times: a job that was running at every one of those crashes is
+ * the likely cause, so it becomes a failed history entry whose execution_error says so,
+ * and nothing crash-loops.
  *
  * Threads: any thread; one connection behind one mutex (a leaf lock).
  */
@@ -23,6 +27,7 @@
 #include "err.h"
 
 #define SRV_STORE_HISTORY_MAX 10000
+#define SRV_STORE_MAX_ATTEMPTS 2 /* starts before a job is given up at open */
 
 struct srv_store;
 
@@ -56,6 +61,7 @@ int srv_store_load_pending(struct srv_store *st, void (*fn)(void *user, struct s
 /* Largest integral non-negative number among all rows + 1 (the priority counter). */
 int64_t srv_store_next_counter(struct srv_store *st);
 
+/* The job starts now: status running, attempts + 1 (committed on return). */
 int srv_store_mark_running(struct srv_store *st, int64_t id);
 
 /* Finish a job: status_str "success"/"error"/"interrupted"; JSON texts are borrowed. */

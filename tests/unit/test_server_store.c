@@ -1,6 +1,8 @@
 /* Unit tests for server/srv_store (SQLite job store) and server/srv_queue: pending rows
- * survive reopening, a row left running becomes a failed history entry, history ordering
+ * survive reopening, a row left running is queued again once and then becomes a failed
+ * history entry, a database without the attempts column is migrated, history ordering
  * and max_items/offset, prompt_id reuse, queue ordering and removal. */
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,9 +53,21 @@ static void test_store(const char *path)
     srv_store_mark_running(st, c);
     srv_store_close(st);
 
-    /* Reopen as after kill -9: "c" was running. */
+    /* Reopen as after kill -9: "c" was running once, so it is queued again in its place. */
     st = srv_store_open(path, &e);
     ok(st != NULL, "reopen store");
+    n_pending = 0;
+    order[0] = 0;
+    srv_store_load_pending(st, count_pending, NULL);
+    EXPECT_EQ(n_pending, 4);
+    EXPECT_STR(order, "c,a,b,d,");
+    EXPECT_EQ(srv_store_history_count(st), 0);
+    srv_store_mark_running(st, c);
+    srv_store_close(st);
+
+    /* Killed again while running "c": its second start, so it is not run a third time. */
+    st = srv_store_open(path, &e);
+    ok(st != NULL, "reopen store again");
     n_pending = 0;
     order[0] = 0;
     srv_store_load_pending(st, count_pending, NULL);
@@ -66,7 +80,8 @@ static void test_store(const char *path)
     EXPECT_STR(cJSON_GetObjectItem(status, "status_str")->valuestring, "error");
     ok(cJSON_IsFalse(cJSON_GetObjectItem(status, "completed")), "completed is false");
     char *msgs = cJSON_PrintUnformatted(cJSON_GetObjectItem(status, "messages"));
-    ok(strstr(msgs, "stopped while this prompt was running") != NULL, "message says why");
+    ok(strstr(msgs, "stopped while this prompt was running, each of the 2 times") != NULL,
+       "message says why: %s", msgs);
     cJSON_free(msgs);
     cJSON *prompt = cJSON_GetObjectItem(entry, "prompt");
     EXPECT_EQ(cJSON_GetArraySize(prompt), 5);
@@ -114,6 +129,36 @@ static void test_store(const char *path)
     h = srv_store_history_one(st, "nope");
     EXPECT_EQ(cJSON_GetArraySize(h), 0);
     cJSON_Delete(h);
+    srv_store_close(st);
+}
+
+/* A database from before the attempts column, with a job left running: it opens, gains
+ * the column and the job is queued again (its first recorded start). */
+static void test_migrate(const char *path)
+{
+    sqlite3 *db;
+    ok(sqlite3_open(path, &db) == SQLITE_OK, "create an old database");
+    const char *old =
+        "CREATE TABLE jobs(id INTEGER PRIMARY KEY AUTOINCREMENT, prompt_id TEXT NOT NULL,"
+        " number REAL NOT NULL, number_text TEXT NOT NULL, prompt TEXT NOT NULL,"
+        " extra_data TEXT NOT NULL, outputs_to_execute TEXT NOT NULL, client_id TEXT,"
+        " status TEXT NOT NULL, outputs TEXT, messages TEXT, meta TEXT, created_ms INTEGER,"
+        " started_ms INTEGER, completed_ms INTEGER, history_seq INTEGER);"
+        "INSERT INTO jobs(prompt_id, number, number_text, prompt, extra_data,"
+        " outputs_to_execute, status) VALUES('old', 0, '0', '{}', '{}', '[]', 'running');";
+    ok(sqlite3_exec(db, old, NULL, NULL, NULL) == SQLITE_OK, "old schema and row");
+    sqlite3_close(db);
+    struct err e = {0};
+    struct srv_store *st = srv_store_open(path, &e);
+    ok(st != NULL, "old database opens (%s)", e.msg);
+    n_pending = 0;
+    order[0] = 0;
+    srv_store_load_pending(st, count_pending, NULL);
+    EXPECT_STR(order, "old,");
+    ok(srv_store_mark_running(st, 1) == 0, "attempts column usable");
+    srv_store_close(st);
+    st = srv_store_open(path, &e);
+    EXPECT_EQ(srv_store_history_count(st), 0); /* one recorded start: queued again */
     srv_store_close(st);
 }
 
@@ -178,6 +223,8 @@ int main(void)
     char path[256];
     snprintf(path, sizeof(path), "%s/jobs.db", dir);
     test_store(path);
+    snprintf(path, sizeof(path), "%s/old.db", dir);
+    test_migrate(path);
     test_queue();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

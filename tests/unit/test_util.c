@@ -1,7 +1,10 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <stdint.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "afile.h"
@@ -135,6 +138,64 @@ static void test_log(void)
     EXPECT_EQ(log_parse_level("LOUD", &l), -1);
 }
 
+/* Request-sized allocations fail with ERR_DEVICE_OOM and a torch-shaped message. */
+static void test_alloc_try(void)
+{
+    long live = alloc_live_count();
+    struct err e = {0};
+    void *p = (void *)1;
+    ok(alloc_host_available() > ALLOC_HOST_MARGIN, "host memory available: %zu",
+       alloc_host_available());
+    EXPECT_EQ(alloc_host_check(1 << 20, NULL), 0);
+    EXPECT_EQ(xtry_malloc((size_t)1 << 62, &p, &e), ERR_DEVICE_OOM);
+    ok(p == NULL, "no pointer on failure");
+    ok(strstr(e.msg, "Allocation on device cpu") && strstr(e.msg, "tried to allocate 4294967296.00 GiB"),
+       "message in the OOM shape: %s", e.msg);
+    err_clear(&e);
+    EXPECT_EQ(xtry_calloc(SIZE_MAX / 2, 4, &p, &e), ERR_DEVICE_OOM); /* count * size overflows */
+    EXPECT_EQ(xtry_malloc_aligned(64, SIZE_MAX - 8, &p, NULL), ERR_DEVICE_OOM);
+    if (alloc_host_available() < ((size_t)200 << 30)) {
+        err_clear(&e);
+        EXPECT_EQ(alloc_host_check_n((size_t)1 << 36, 4, &e), ERR_DEVICE_OOM);
+        ok(strstr(e.msg, "tried to allocate 256.00 GiB (274877906944 bytes) with "),
+           "EmptyLatentImage's 256 GiB: %s", e.msg);
+    }
+    EXPECT_EQ(alloc_live_count(), live);
+    float *f;
+    EXPECT_EQ(xtry_calloc(100, sizeof(float), (void **)&f, NULL), 0);
+    ok(f && f[0] == 0.0f && f[99] == 0.0f, "calloc'd memory is zeroed");
+    xfree(f);
+    EXPECT_EQ(xtry_malloc_aligned(256, 1000, &p, NULL), 0);
+    ok(((uintptr_t)p & 255) == 0, "aligned try allocation is aligned");
+    xfree_aligned(p);
+    EXPECT_EQ(alloc_live_count(), live);
+}
+
+/* Under RLIMIT_AS a size that would pass MemAvailable is refused before malloc. */
+static void test_alloc_rlimit(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit rl;
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1)
+            _exit(77);
+        fclose(f);
+        rl.rlim_cur = rl.rlim_max = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (512 << 20);
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(77);
+        void *p;
+        struct err e = {0};
+        int rc = xtry_malloc((size_t)1 << 30, &p, &e);
+        _exit(rc == ERR_DEVICE_OOM && alloc_host_available() <= ((size_t)512 << 20) ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ok(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 77),
+       "1 GiB refused under a 512 MiB address-space limit (status %d)", st);
+}
+
 int main(void)
 {
     long live0 = alloc_live_count();
@@ -143,6 +204,8 @@ int main(void)
     test_log();
     test_read_file();
     test_afile();
+    test_alloc_try();
+    test_alloc_rlimit();
     void *p = xmalloc_aligned(64, 100);
     ok(((uintptr_t)p & 63) == 0, "aligned allocation is aligned");
     xfree_aligned(p);
