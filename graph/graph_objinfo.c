@@ -48,6 +48,8 @@ cJSON *gobj_input_spec(const struct node_env *env, const struct node_input_def *
         cJSON_AddItemToObject(o, "step", num_item(&in->step, is_int));
     if (in->round.set)
         cJSON_AddItemToObject(o, "round", num_item(&in->round, is_int));
+    else if (in->round_false)
+        cJSON_AddFalseToObject(o, "round");
     if (in->multiline)
         cJSON_AddTrueToObject(o, "multiline");
     if (in->dynamic_prompts)

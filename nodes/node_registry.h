@@ -118,6 +118,7 @@ struct node_input_def {
     const char *def_str;   /* STRING default, or COMBO default; NULL = none */
     int def_bool;          /* BOOLEAN default, used when has_def_bool */
     unsigned char has_def_bool;
+    unsigned char round_false;            /* FLOAT: {"round": false} (no rounding; round unset) */
     unsigned char multiline;              /* STRING: {"multiline": true} */
     unsigned char dynamic_prompts;        /* STRING: {"dynamicPrompts": true} */
     unsigned char control_after_generate; /* INT: seed widget */

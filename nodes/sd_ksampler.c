@@ -21,6 +21,7 @@
 #include "sampling_sched.h"
 #include "sd_nodes.h"
 #include "sd_progress.h"
+#include "sd_sample.h"
 #include "sd_types.h"
 
 /*
@@ -66,6 +67,8 @@ struct kctx {
     struct err err;
     int preview;
     struct sd_progress bar;
+    float *x0_last;  /* [batch · per] or NULL: the last step's x0 (denoised_output) */
+    int steps_seen;  /* steps whose x0 was reported */
 };
 
 /* Python's a[start:stop] on a length-len axis: the clamped [*lo, *hi). */
@@ -259,6 +262,9 @@ static int on_step(void *user, int step, int total, const float *x0, const float
     struct kctx *k = user;
     uint8_t *rgb = NULL;
     int pw = 0, ph = 0;
+    if (k->x0_last)
+        memcpy(k->x0_last, x0, n * sizeof *x0);
+    k->steps_seen++;
     if (k->preview)
         sampling_preview_make(x0, k->h, k->w, k->node->env->preview_size, &rgb, &pw, &ph, NULL);
     int rc = node_progress(k->node, step + 1, total, rgb, pw, ph);
@@ -291,45 +297,54 @@ struct ksampler_args {
     int force_full_denoise;
 };
 
-/* ComfyUI's common_ksampler. */
-static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
+/* Report a failed sampling run the way ComfyUI's exceptions read. */
+static int sample_fail(struct node_ctx *c, int rc, const struct err *e)
 {
-    const struct sd_model *model = sd_model_of(node_in(c, "model"));
-    const struct sd_cond *pos = sd_cond_of(node_in(c, "positive"));
-    const struct sd_cond *neg = sd_cond_of(node_in(c, "negative"));
-    const struct sd_latent *lat = sd_latent_of(node_in(c, "latent_image"));
-    if (!model || !model->ops || !model->ops->apply_eps)
-        return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
-    if (!pos || !neg || pos->n < 1 || neg->n < 1)
-        return node_fail(c, "RuntimeError", "conditioning is missing or empty");
-    if (!lat)
-        return node_fail(c, "RuntimeError", "input 'latent_image' is not a LATENT");
+    if (rc == ERR_INTERRUPTED)
+        return node_fail_code(c, ERR_INTERRUPTED, "InterruptProcessingException",
+                              "processing interrupted");
+    if (rc == ERR_DEVICE_OOM)
+        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e->msg);
+    return node_fail_code(c, rc, "RuntimeError", "%s", e->msg[0] ? e->msg : err_str(rc));
+}
+
+/* The last step's x0 (scaled latent space) as a LATENT: process_latent_out. */
+static int denoised_latent(const struct sd_latent *lat, const float *x0, size_t n,
+                           struct sd_latent **out, struct err *e)
+{
+    int rc = sd_latent_try_new_like(lat, lat->b, lat->c, lat->h, lat->w, out, e);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        (*out)->samples[i] = x0[i] / SAMPLING_SD15_LATENT_SCALE;
+    return rc;
+}
+
+/* ComfyUI's CFGGuider.sample with the noise of its RandomNoise / DisableNoise. */
+int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_latent **outp,
+               struct sd_latent **denoisedp)
+{
+    const struct sd_model *model = a->model;
+    const struct sd_cond *pos = a->pos, *neg = a->neg;
+    const struct sd_latent *lat = a->latent;
+    *outp = NULL;
+    if (denoisedp)
+        *denoisedp = NULL;
     if (lat->c != 4)
         return node_fail(c, "RuntimeError",
                          "the latent has %lld channels; SD1.5 models expect 4", (long long)lat->c);
-    enum sampling_sampler smp;
-    enum sampling_scheduler sch;
-    if (sampling_sampler_from_name(a->sampler_name, &smp) < 0)
-        return node_fail(c, "ValueError", "sampler '%s' is not supported", a->sampler_name);
-    if (sampling_scheduler_from_name(a->scheduler, &sch) < 0)
-        return node_fail(c, "ValueError", "scheduler '%s' is not supported", a->scheduler);
 
     struct err e = {0};
-    float *sigmas = NULL, *noise = NULL, *mask = NULL;
-    int n_sigmas = 0, rc;
+    float *noise = NULL, *mask = NULL;
+    int n_sigmas = a->n_sigmas, rc;
+    int n_neg = neg ? neg->n : 0;
     size_t per = (size_t)(4 * lat->h * lat->w), n = per * (size_t)lat->b;
     struct kctx k = {.node = c, .model = model, .cfg = a->cfg, .batch = (int)lat->b,
                      .h = (int)lat->h, .w = (int)lat->w, .per = per};
     struct sd_latent *out = NULL;
     int prepared = 0;
 
-    if ((rc = sampling_sigmas_for_ksampler(&model->ms, sch,
-                                           sampling_sampler_discards_penultimate(smp), a->steps,
-                                           a->denoise, a->start_step, a->last_step,
-                                           a->force_full_denoise, &sigmas, &n_sigmas, &e)) < 0)
-        goto fail;
     /* The latent came from the request; sampling keeps several copies of it. */
-    if ((rc = alloc_host_check_n(n, KS_HOST_COPIES * sizeof(float), &e)) < 0)
+    if ((rc = alloc_host_check_n(n, (KS_HOST_COPIES + (denoisedp ? 1 : 0)) * sizeof(float),
+                                 &e)) < 0)
         goto fail;
     noise = xcalloc(n, sizeof *noise);
     if (!a->disable_noise &&
@@ -343,13 +358,15 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
                                         mask, &e)) < 0)
             goto fail;
     }
-    k.jobs = xcalloc((size_t)(pos->n + neg->n), sizeof *k.jobs);
+    k.jobs = xcalloc((size_t)(pos->n + n_neg), sizeof *k.jobs);
     add_jobs(&k, pos, 0);
     k.n_pos = k.n_jobs;
-    if (!sampling_cfg_is_one(a->cfg))
+    if (neg && !sampling_cfg_is_one(a->cfg))
         add_jobs(&k, neg, 1);
     k.x_in = xmalloc(n * sizeof *k.x_in);
     k.x = xmalloc(n * sizeof *k.x);
+    if (denoisedp)
+        k.x0_last = xmalloc(n * sizeof *k.x0_last);
     for (int side = 0; side < 2; side++) {
         k.acc[side] = xmalloc(n * sizeof *k.acc[side]);
         k.count[side] = xmalloc((size_t)(lat->h * lat->w) * sizeof *k.count[side]);
@@ -381,42 +398,79 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
     if ((rc = sd_latent_try_new_like(lat, lat->b, lat->c, lat->h, lat->w, &out, &e)) < 0)
         goto fail;
     struct sampling_request req = {
-        .sampler = smp, .sigmas = sigmas, .n_sigmas = n_sigmas, .noise = noise,
+        .sampler = a->sampler, .sigmas = a->sigmas, .n_sigmas = n_sigmas, .noise = noise,
         .seed = a->seed, .variant = SAMPLING_RANDN_V2, .noise_mask = mask,
         .sigma_max = model->ms.sigma_max, .denoise = denoise, .denoise_user = &k,
         .step = on_step, .step_user = &k};
-    sd_progress_begin(&k.bar, n_sigmas - 1);
+    sd_progress_begin(&k.bar, n_sigmas > 0 ? n_sigmas - 1 : 0);
     rc = sampling_sample_latent(&req, lat->samples, out->samples, n, &e);
     sd_progress_end(&k.bar);
     if (rc < 0 && k.err.code != 0)
         e = k.err; /* the model's own message is the useful one */
     if (rc < 0)
         goto fail;
-    node_set_output(c, 0, sd_latent_value(out));
+    if (denoisedp && k.steps_seen > 0 &&
+        (rc = denoised_latent(lat, k.x0_last, n, denoisedp, &e)) < 0)
+        goto fail;
+    *outp = out;
     out = NULL;
 fail:
     if (prepared && model->ops->finish)
         model->ops->finish(model->impl, c->env ? c->env->mm : NULL);
     sd_latent_free(out);
-    for (int j = 0; k.jobs && j < pos->n + neg->n; j++)
+    for (int j = 0; k.jobs && j < pos->n + n_neg; j++)
         xfree(k.jobs[j].mult);
     xfree(k.jobs);
     xfree(k.x_in);
     xfree(k.x);
+    xfree(k.x0_last);
     for (int side = 0; side < 2; side++) {
         xfree(k.acc[side]);
         xfree(k.count[side]);
     }
     xfree(mask);
     xfree(noise);
+    return rc < 0 ? sample_fail(c, rc, &e) : 0;
+}
+
+/* ComfyUI's common_ksampler: KSampler's sigma list, then the shared core. */
+static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
+{
+    const struct sd_model *model = sd_model_of(node_in(c, "model"));
+    const struct sd_cond *pos = sd_cond_of(node_in(c, "positive"));
+    const struct sd_cond *neg = sd_cond_of(node_in(c, "negative"));
+    const struct sd_latent *lat = sd_latent_of(node_in(c, "latent_image"));
+    if (!model || !model->ops || !model->ops->apply_eps)
+        return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
+    if (!pos || !neg || pos->n < 1 || neg->n < 1)
+        return node_fail(c, "RuntimeError", "conditioning is missing or empty");
+    if (!lat)
+        return node_fail(c, "RuntimeError", "input 'latent_image' is not a LATENT");
+    enum sampling_sampler smp;
+    enum sampling_scheduler sch;
+    if (sampling_sampler_from_name(a->sampler_name, &smp) < 0)
+        return node_fail(c, "ValueError", "sampler '%s' is not supported", a->sampler_name);
+    if (sampling_scheduler_from_name(a->scheduler, &sch) < 0)
+        return node_fail(c, "ValueError", "scheduler '%s' is not supported", a->scheduler);
+
+    struct err e = {0};
+    float *sigmas = NULL;
+    int n_sigmas = 0, rc;
+    if ((rc = sampling_sigmas_for_ksampler(&model->ms, sch,
+                                           sampling_sampler_discards_penultimate(smp), a->steps,
+                                           a->denoise, a->start_step, a->last_step,
+                                           a->force_full_denoise, &sigmas, &n_sigmas, &e)) < 0)
+        return sample_fail(c, rc, &e);
+    struct sd_sample_args s = {
+        .model = model, .pos = pos, .neg = neg, .cfg = a->cfg, .sampler = smp,
+        .sigmas = sigmas, .n_sigmas = n_sigmas, .latent = lat,
+        .disable_noise = a->disable_noise, .seed = a->seed};
+    struct sd_latent *out = NULL;
+    rc = sd__sample(c, &s, &out, NULL);
     xfree(sigmas);
-    if (rc == ERR_INTERRUPTED)
-        return node_fail_code(c, ERR_INTERRUPTED, "InterruptProcessingException",
-                              "processing interrupted");
-    if (rc == ERR_DEVICE_OOM)
-        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     if (rc < 0)
-        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg[0] ? e.msg : err_str(rc));
+        return rc;
+    node_set_output(c, 0, sd_latent_value(out));
     return 0;
 }
 

@@ -3,6 +3,8 @@
  */
 #include "sd_nodes.h"
 
+#include "sd_custom_nodes.h"
+
 /* ComfyUI's NODE_CLASS_MAPPINGS order for these classes. */
 static const struct node_class *const sd_classes[] = {
     &sd_ksampler,
@@ -30,4 +32,6 @@ static const struct node_class *const sd_classes[] = {
 void nodes_sd_register(struct node_registry *r)
 {
     node_registry_add_all(r, sd_classes, sizeof(sd_classes) / sizeof(sd_classes[0]));
+    /* comfy_extras load after nodes.py: their classes follow in /object_info. */
+    nodes_sd_custom_register(r);
 }

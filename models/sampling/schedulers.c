@@ -10,6 +10,7 @@
 #endif
 
 #include "sampling_sched.h"
+#include "sampling_sigmas.h"
 
 #include <math.h>
 #include <string.h>
@@ -143,7 +144,8 @@ static double rint_even(double x)
     return r;
 }
 
-static int sched_beta(const struct sampling_discrete *ms, int steps, float *v)
+int sampling_sigmas_beta(const struct sampling_discrete *ms, int steps, double alpha,
+                         double beta, float *v)
 {
     const double total = (double)(SAMPLING_TIMESTEPS - 1);
     double step = 1.0 / (double)steps; /* numpy.linspace(0, 1, steps, endpoint=False) */
@@ -151,13 +153,18 @@ static int sched_beta(const struct sampling_discrete *ms, int steps, float *v)
     int n = 0;
     for (int k = 0; k < steps; k++) {
         double u = 1.0 - (double)k * step;
-        double t = rint_even(sampling__beta_ppf(u, 0.6, 0.6) * total);
+        double t = rint_even(sampling__beta_ppf(u, alpha, beta) * total);
         if (t != last_t)
             v[n++] = ms->sigmas[(int)t];
         last_t = t;
     }
     v[n++] = 0.0f;
     return n;
+}
+
+static int sched_beta(const struct sampling_discrete *ms, int steps, float *v)
+{
+    return sampling_sigmas_beta(ms, steps, 0.6, 0.6, v);
 }
 
 static int sched_linear_quadratic(const struct sampling_discrete *ms, int steps, float *v)

@@ -1,0 +1,73 @@
+/*
+ * sd_custom_types — the payloads of the custom-sampling link types (ComfyUI's
+ * comfy_extras/nodes_custom_sampler.py), carried in VALUE_OBJECT values:
+ *
+ *   SIGMAS   struct sd_sigmas: a float32 sigma list, possibly empty (BasicScheduler
+ *            at denoise 0 gives one; the sampler then returns its latent as is).
+ *   SAMPLER  struct sd_sampler: which models/sampling sampler runs.
+ *   NOISE    struct sd_noise: RandomNoise(seed) or DisableNoise (zeros, seed 0).
+ *   GUIDER   struct sd_guider: the MODEL and CONDITIONING values it was built from
+ *            (references held), and cfg; BasicGuider has no negative side.
+ *
+ * Values are immutable once published (node_value.h): nodes that change a list
+ * make a new one. Threads: built and read on the executor thread; any thread may
+ * drop the last reference.
+ */
+#ifndef LATENTD_NODES_SD_CUSTOM_TYPES_H
+#define LATENTD_NODES_SD_CUSTOM_TYPES_H
+
+#include <stdint.h>
+
+#include "node_value.h"
+#include "sampling.h"
+
+/* ---- SIGMAS ---- */
+
+struct sd_sigmas {
+    float *v; /* owned, [n]; NULL when n == 0 */
+    int n;
+};
+
+/* A list of n sigmas copied from v (v may be NULL when n == 0); xfree-owned. */
+struct sd_sigmas *sd_sigmas_new(const float *v, int n);
+/* Wrap as a "SIGMAS" value (transfers ownership of s). */
+struct value *sd_sigmas_value(struct sd_sigmas *s);
+/* The list inside a SIGMAS value; NULL when v is not one. Borrowed. */
+const struct sd_sigmas *sd_sigmas_of(const struct value *v);
+
+/* ---- SAMPLER ---- */
+
+struct sd_sampler {
+    enum sampling_sampler sampler;
+};
+
+/* A "SAMPLER" value for sampler s. */
+struct value *sd_sampler_value(enum sampling_sampler s);
+const struct sd_sampler *sd_sampler_of(const struct value *v); /* NULL if not one */
+
+/* ---- NOISE ---- */
+
+struct sd_noise {
+    int disabled;  /* DisableNoise: zeros */
+    uint64_t seed; /* RandomNoise's noise_seed; 0 for DisableNoise (ComfyUI's Noise_EmptyNoise) */
+};
+
+/* A "NOISE" value: disabled, or random from seed. */
+struct value *sd_noise_value(int disabled, uint64_t seed);
+const struct sd_noise *sd_noise_of(const struct value *v); /* NULL if not one */
+
+/* ---- GUIDER ---- */
+
+struct sd_guider {
+    struct value *model; /* reference held: a MODEL value */
+    struct value *pos;   /* reference held: CONDITIONING */
+    struct value *neg;   /* reference held, or NULL (BasicGuider) */
+    double cfg;          /* 1.0 for BasicGuider */
+};
+
+/* A "GUIDER" value taking new references to model, pos and neg (neg may be NULL). */
+struct value *sd_guider_value(struct value *model, struct value *pos, struct value *neg,
+                              double cfg);
+const struct sd_guider *sd_guider_of(const struct value *v); /* NULL if not one */
+
+#endif

@@ -1,0 +1,363 @@
+/*
+ * sd_sigmas_nodes — ComfyUI's scheduler and sigma-list nodes
+ * (comfy_extras/nodes_custom_sampler.py): BasicScheduler, KarrasScheduler,
+ * ExponentialScheduler, PolyexponentialScheduler, LaplaceScheduler,
+ * VPScheduler, BetaSamplingScheduler, SDTurboScheduler, SplitSigmas,
+ * SplitSigmasDenoise, FlipSigmas and SetFirstSigma. SIGMAS values are
+ * struct sd_sigmas (sd_custom_types.h); the formulas live in models/sampling.
+ *
+ * Where Python would raise on a parameter (a zero rho, log of 0, an empty
+ * list indexed) the node fails with Python's exception type and text, as
+ * ComfyUI's execution_error would carry them.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "node_registry.h"
+#include "sampling_sigmas.h"
+#include "sd_custom_nodes.h"
+#include "sd_custom_types.h"
+#include "sd_types.h"
+
+#define SCHED_CATEGORY "sampling/custom_sampling/schedulers"
+#define SIGMAS_CATEGORY "sampling/custom_sampling/sigmas"
+#define MODULE "comfy_extras.nodes_custom_sampler"
+
+/* Publish v[0..n) as output `index` (copied). */
+static void put_sigmas(struct node_ctx *c, int index, const float *v, int n)
+{
+    node_set_output(c, index, sd_sigmas_value(sd_sigmas_new(v, n)));
+}
+
+/* The SIGMAS input "sigmas"; NULL after node_fail when it is not one. */
+static const struct sd_sigmas *in_sigmas(struct node_ctx *c)
+{
+    const struct sd_sigmas *s = sd_sigmas_of(node_in(c, "sigmas"));
+    if (!s)
+        node_fail(c, "RuntimeError", "input 'sigmas' is not a SIGMAS");
+    return s;
+}
+
+void sd__scheduler_options(const struct node_env *env, struct node_strlist *out)
+{
+    (void)env;
+    for (int i = 0; i < SAMPLING_SCHEDULER_COUNT; i++)
+        node_strlist_add(out, sampling_scheduler_name((enum sampling_scheduler)i));
+}
+
+/* ---- BasicScheduler ---- */
+
+static const struct node_input_def basic_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "scheduler", .type = NODE_COMBO, .options_fn = sd__scheduler_options},
+    {.name = "steps", .type = "INT", .def = NODE_I(20), .min = NODE_I(1), .max = NODE_I(10000)},
+    {.name = "denoise", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0),
+     .max = NODE_F(1.0), .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+static const struct node_output_def sigmas_output[] = {{.type = "SIGMAS"}, NODE_OUTPUTS_END};
+
+static int basic_run(struct node_ctx *c)
+{
+    const struct sd_model *m = sd_model_of(node_in(c, "model"));
+    const char *name = node_in_str(c, "scheduler");
+    int steps = (int)node_in_int(c, "steps");
+    double denoise = node_in_float(c, "denoise");
+    enum sampling_scheduler sch;
+    if (!m)
+        return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
+    if (sampling_scheduler_from_name(name, &sch) < 0)
+        return node_fail(c, "ValueError", "scheduler '%s' is not supported", name);
+    int total = steps;
+    if (denoise < 1.0) {
+        if (denoise <= 0.0) {
+            put_sigmas(c, 0, NULL, 0);
+            return 0;
+        }
+        double t = (double)steps / denoise; /* Python int(): truncation */
+        total = t > 1e7 ? 10000001 : (int)t;
+    }
+    float *v;
+    int n, rc;
+    struct err e = {0};
+    if ((rc = sampling_schedule(&m->ms, sch, total, &v, &n, &e)) < 0)
+        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+    int keep = n < steps + 1 ? n : steps + 1; /* sigmas[-(steps + 1):] */
+    put_sigmas(c, 0, v + (n - keep), keep);
+    xfree(v);
+    return 0;
+}
+
+const struct node_class sd_basic_scheduler = {
+    .name = "BasicScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
+    .inputs = basic_inputs, .outputs = sigmas_output, .run = basic_run};
+
+/* ---- the closed-form schedulers ---- */
+
+#define SIGMA_RANGE_INPUTS                                                                 \
+    {.name = "steps", .type = "INT", .def = NODE_I(20), .min = NODE_I(1),                 \
+     .max = NODE_I(10000)},                                                                \
+        {.name = "sigma_max", .type = "FLOAT", .def = NODE_F(14.614642), .min = NODE_F(0.0), \
+         .max = NODE_F(5000.0), .step = NODE_F(0.01), .round_false = 1},                   \
+        {.name = "sigma_min", .type = "FLOAT", .def = NODE_F(0.0291675), .min = NODE_F(0.0), \
+         .max = NODE_F(5000.0), .step = NODE_F(0.01), .round_false = 1}
+
+static const struct node_input_def karras_inputs[] = {
+    SIGMA_RANGE_INPUTS,
+    {.name = "rho", .type = "FLOAT", .def = NODE_F(7.0), .min = NODE_F(0.0), .max = NODE_F(100.0),
+     .step = NODE_F(0.01), .round_false = 1},
+    NODE_INPUTS_END};
+static const struct node_input_def exponential_inputs[] = {SIGMA_RANGE_INPUTS, NODE_INPUTS_END};
+static const struct node_input_def polyexp_inputs[] = {
+    SIGMA_RANGE_INPUTS,
+    {.name = "rho", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(100.0),
+     .step = NODE_F(0.01), .round_false = 1},
+    NODE_INPUTS_END};
+static const struct node_input_def laplace_inputs[] = {
+    SIGMA_RANGE_INPUTS,
+    {.name = "mu", .type = "FLOAT", .def = NODE_F(0.0), .min = NODE_F(-10.0), .max = NODE_F(10.0),
+     .step = NODE_F(0.1), .round_false = 1},
+    {.name = "beta", .type = "FLOAT", .def = NODE_F(0.5), .min = NODE_F(0.0), .max = NODE_F(10.0),
+     .step = NODE_F(0.1), .round_false = 1},
+    NODE_INPUTS_END};
+static const struct node_input_def vp_inputs[] = {
+    {.name = "steps", .type = "INT", .def = NODE_I(20), .min = NODE_I(1), .max = NODE_I(10000)},
+    {.name = "beta_d", .type = "FLOAT", .def = NODE_F(19.9), .min = NODE_F(0.0),
+     .max = NODE_F(5000.0), .step = NODE_F(0.01), .round_false = 1},
+    {.name = "beta_min", .type = "FLOAT", .def = NODE_F(0.1), .min = NODE_F(0.0),
+     .max = NODE_F(5000.0), .step = NODE_F(0.01), .round_false = 1},
+    {.name = "eps_s", .type = "FLOAT", .def = NODE_F(0.001), .min = NODE_F(0.0),
+     .max = NODE_F(1.0), .step = NODE_F(0.0001), .round_false = 1},
+    NODE_INPUTS_END};
+
+/* Python's math.log(x) for x <= 0 and 1 / 0.0 raise; so does the node. */
+static int check_log(struct node_ctx *c, double smin, double smax)
+{
+    if (smin <= 0.0 || smax <= 0.0)
+        return node_fail(c, "ValueError", "math domain error");
+    return 0;
+}
+
+/* Run a formula into a steps + 1 buffer and publish it. */
+#define RUN_FORMULA(c, steps, call)                                                        \
+    do {                                                                                   \
+        float *v_ = xmalloc((size_t)((steps) + 1) * sizeof *v_);                           \
+        float *out = v_;                                                                   \
+        int n_ = (call);                                                                   \
+        put_sigmas((c), 0, v_, n_);                                                        \
+        xfree(v_);                                                                         \
+    } while (0)
+
+static int karras_run(struct node_ctx *c)
+{
+    int steps = (int)node_in_int(c, "steps");
+    double smax = node_in_float(c, "sigma_max"), smin = node_in_float(c, "sigma_min");
+    double rho = node_in_float(c, "rho");
+    if (rho == 0.0)
+        return node_fail(c, "ZeroDivisionError", "float division by zero");
+    RUN_FORMULA(c, steps, sampling_sigmas_karras(steps, smin, smax, rho, out));
+    return 0;
+}
+
+static int exponential_run(struct node_ctx *c)
+{
+    int steps = (int)node_in_int(c, "steps");
+    double smax = node_in_float(c, "sigma_max"), smin = node_in_float(c, "sigma_min");
+    if (check_log(c, smin, smax) < 0)
+        return ERR_INVALID;
+    RUN_FORMULA(c, steps, sampling_sigmas_exponential(steps, smin, smax, out));
+    return 0;
+}
+
+static int polyexp_run(struct node_ctx *c)
+{
+    int steps = (int)node_in_int(c, "steps");
+    double smax = node_in_float(c, "sigma_max"), smin = node_in_float(c, "sigma_min");
+    double rho = node_in_float(c, "rho");
+    if (check_log(c, smin, smax) < 0)
+        return ERR_INVALID;
+    RUN_FORMULA(c, steps, sampling_sigmas_polyexponential(steps, smin, smax, rho, out));
+    return 0;
+}
+
+static int laplace_run(struct node_ctx *c)
+{
+    int steps = (int)node_in_int(c, "steps");
+    double smax = node_in_float(c, "sigma_max"), smin = node_in_float(c, "sigma_min");
+    double mu = node_in_float(c, "mu"), beta = node_in_float(c, "beta");
+    RUN_FORMULA(c, steps, sampling_sigmas_laplace(steps, smin, smax, mu, beta, out));
+    return 0;
+}
+
+static int vp_run(struct node_ctx *c)
+{
+    int steps = (int)node_in_int(c, "steps");
+    double beta_d = node_in_float(c, "beta_d"), beta_min = node_in_float(c, "beta_min");
+    double eps_s = node_in_float(c, "eps_s");
+    RUN_FORMULA(c, steps, sampling_sigmas_vp(steps, beta_d, beta_min, eps_s, out));
+    return 0;
+}
+
+const struct node_class sd_karras_scheduler = {
+    .name = "KarrasScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
+    .inputs = karras_inputs, .outputs = sigmas_output, .run = karras_run};
+const struct node_class sd_exponential_scheduler = {
+    .name = "ExponentialScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
+    .inputs = exponential_inputs, .outputs = sigmas_output, .run = exponential_run};
+const struct node_class sd_polyexponential_scheduler = {
+    .name = "PolyexponentialScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
+    .inputs = polyexp_inputs, .outputs = sigmas_output, .run = polyexp_run};
+const struct node_class sd_laplace_scheduler = {
+    .name = "LaplaceScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
+    .inputs = laplace_inputs, .outputs = sigmas_output, .run = laplace_run};
+const struct node_class sd_vp_scheduler = {
+    .name = "VPScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
+    .inputs = vp_inputs, .outputs = sigmas_output, .run = vp_run};
+
+/* ---- model-table schedulers: BetaSamplingScheduler, SDTurboScheduler ---- */
+
+static const struct node_input_def beta_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "steps", .type = "INT", .def = NODE_I(20), .min = NODE_I(1), .max = NODE_I(10000)},
+    {.name = "alpha", .type = "FLOAT", .def = NODE_F(0.6), .min = NODE_F(0.0), .max = NODE_F(50.0),
+     .step = NODE_F(0.01), .round_false = 1},
+    {.name = "beta", .type = "FLOAT", .def = NODE_F(0.6), .min = NODE_F(0.0), .max = NODE_F(50.0),
+     .step = NODE_F(0.01), .round_false = 1},
+    NODE_INPUTS_END};
+
+static int beta_run(struct node_ctx *c)
+{
+    const struct sd_model *m = sd_model_of(node_in(c, "model"));
+    int steps = (int)node_in_int(c, "steps");
+    double alpha = node_in_float(c, "alpha"), beta = node_in_float(c, "beta");
+    if (!m)
+        return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
+    /* scipy's beta.ppf is NaN for a zero shape, and int(NaN) raises. */
+    if (!(alpha > 0.0) || !(beta > 0.0))
+        return node_fail(c, "ValueError", "cannot convert float NaN to integer");
+    RUN_FORMULA(c, steps, sampling_sigmas_beta(&m->ms, steps, alpha, beta, out));
+    return 0;
+}
+
+static const struct node_input_def turbo_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "steps", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(10)},
+    {.name = "denoise", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_I(0),
+     .max = NODE_F(1.0), .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
+static int turbo_run(struct node_ctx *c)
+{
+    const struct sd_model *m = sd_model_of(node_in(c, "model"));
+    int steps = (int)node_in_int(c, "steps");
+    if (!m)
+        return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
+    RUN_FORMULA(c, steps, sampling_sigmas_sdturbo(&m->ms, steps, node_in_float(c, "denoise"), out));
+    return 0;
+}
+
+const struct node_class sd_beta_sampling_scheduler = {
+    .name = "BetaSamplingScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
+    .inputs = beta_inputs, .outputs = sigmas_output, .run = beta_run};
+const struct node_class sd_sdturbo_scheduler = {
+    .name = "SDTurboScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
+    .inputs = turbo_inputs, .outputs = sigmas_output, .run = turbo_run};
+
+/* ---- SplitSigmas, SplitSigmasDenoise ---- */
+
+static const struct node_output_def split_outputs[] = {
+    {.type = "SIGMAS", .name = "high_sigmas"}, {.type = "SIGMAS", .name = "low_sigmas"},
+    NODE_OUTPUTS_END};
+static const struct node_input_def split_inputs[] = {
+    {.name = "sigmas", .type = "SIGMAS"},
+    {.name = "step", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(10000)},
+    NODE_INPUTS_END};
+
+static int split_run(struct node_ctx *c)
+{
+    const struct sd_sigmas *s = in_sigmas(c);
+    if (!s)
+        return ERR_INVALID;
+    int64_t step = node_in_int(c, "step");
+    /* sigmas[:step + 1] and sigmas[step:]: both share the sigma at `step`. */
+    int hi = step + 1 < s->n ? (int)step + 1 : s->n;
+    int lo = step < s->n ? (int)step : s->n;
+    put_sigmas(c, 0, s->v, hi);
+    put_sigmas(c, 1, s->v + lo, s->n - lo);
+    return 0;
+}
+
+static const struct node_input_def split_denoise_inputs[] = {
+    {.name = "sigmas", .type = "SIGMAS"},
+    {.name = "denoise", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0),
+     .max = NODE_F(1.0), .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
+static int split_denoise_run(struct node_ctx *c)
+{
+    const struct sd_sigmas *s = in_sigmas(c);
+    if (!s)
+        return ERR_INVALID;
+    int steps = s->n - 1 > 0 ? s->n - 1 : 0;
+    /* Python round(): half to even, which rint does in the default rounding mode. */
+    int total = (int)rint((double)steps * node_in_float(c, "denoise"));
+    /* sigmas[:-total] (empty when total is 0: [:-0] is [:0]) and sigmas[-(total + 1):]. */
+    int hi = total > 0 && s->n > total ? s->n - total : 0;
+    int lo = s->n > total + 1 ? s->n - (total + 1) : 0;
+    put_sigmas(c, 0, s->v, hi);
+    put_sigmas(c, 1, s->v + lo, s->n - lo);
+    return 0;
+}
+
+const struct node_class sd_split_sigmas = {
+    .name = "SplitSigmas", .category = SIGMAS_CATEGORY, .python_module = MODULE,
+    .inputs = split_inputs, .outputs = split_outputs, .run = split_run};
+const struct node_class sd_split_sigmas_denoise = {
+    .name = "SplitSigmasDenoise", .category = SIGMAS_CATEGORY, .python_module = MODULE,
+    .inputs = split_denoise_inputs, .outputs = split_outputs, .run = split_denoise_run};
+
+/* ---- FlipSigmas, SetFirstSigma ---- */
+
+static const struct node_input_def flip_inputs[] = {{.name = "sigmas", .type = "SIGMAS"},
+                                                    NODE_INPUTS_END};
+
+static int flip_run(struct node_ctx *c)
+{
+    const struct sd_sigmas *s = in_sigmas(c);
+    if (!s)
+        return ERR_INVALID;
+    struct sd_sigmas *f = sd_sigmas_new(s->v, s->n);
+    for (int i = 0; i < f->n; i++)
+        f->v[i] = s->v[s->n - 1 - i];
+    /* A flipped schedule starts at 0, and every update divides by sigma. */
+    if (f->n > 0 && f->v[0] == 0.0f)
+        f->v[0] = 0.0001f;
+    node_set_output(c, 0, sd_sigmas_value(f));
+    return 0;
+}
+
+static const struct node_input_def set_first_inputs[] = {
+    {.name = "sigmas", .type = "SIGMAS"},
+    {.name = "sigma", .type = "FLOAT", .def = NODE_F(136.0), .min = NODE_F(0.0),
+     .max = NODE_F(20000.0), .step = NODE_F(0.001), .round_false = 1},
+    NODE_INPUTS_END};
+
+static int set_first_run(struct node_ctx *c)
+{
+    const struct sd_sigmas *s = in_sigmas(c);
+    if (!s)
+        return ERR_INVALID;
+    if (s->n == 0)
+        return node_fail(c, "IndexError", "index 0 is out of bounds for dimension 0 with size 0");
+    struct sd_sigmas *f = sd_sigmas_new(s->v, s->n);
+    f->v[0] = (float)node_in_float(c, "sigma");
+    node_set_output(c, 0, sd_sigmas_value(f));
+    return 0;
+}
+
+const struct node_class sd_flip_sigmas = {
+    .name = "FlipSigmas", .category = SIGMAS_CATEGORY, .python_module = MODULE,
+    .inputs = flip_inputs, .outputs = sigmas_output, .run = flip_run};
+const struct node_class sd_set_first_sigma = {
+    .name = "SetFirstSigma", .category = SIGMAS_CATEGORY, .python_module = MODULE,
+    .inputs = set_first_inputs, .outputs = sigmas_output, .run = set_first_run};
