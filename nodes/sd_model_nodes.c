@@ -416,9 +416,15 @@ static int inpaint_run(struct node_ctx *c)
     if (H < 8 || W < 8)
         return node_fail(c, "RuntimeError", "image %lldx%lld is too small to encode",
                          (long long)W0, (long long)H0);
-    /* Mask to image size (bilinear, align_corners = False), then cropped and rounded. */
-    float *full = xmalloc((size_t)(mb * H0 * W0) * sizeof *full);
+    /* Mask to image size (bilinear, align_corners = False), then cropped and rounded.
+     * A mask batch times the image size can be far more than either input: checked,
+     * with the two masks and the greyed image that follow. */
     struct err e = {0};
+    int rc;
+    if ((rc = alloc_host_check_n((size_t)(mb * H0 * W0) * 3 + (size_t)(B * H * W * 3),
+                                 sizeof(float), &e)) < 0)
+        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
+    float *full = xmalloc((size_t)(mb * H0 * W0) * sizeof *full);
     for (int64_t b = 0; b < mb; b++)
         sampling_mask_prepare(mk->data + b * mh * mw, 1, (int)mh, (int)mw, 1, 1, (int)H0, (int)W0,
                               full + b * H0 * W0, &e);
@@ -441,7 +447,7 @@ static int inpaint_run(struct node_ctx *c)
                 }
             }
     struct sd_latent *lat = NULL;
-    int rc = sd_vae_encode_image(vae, c->env->mm, img, 0, 0, &lat, &e);
+    rc = sd_vae_encode_image(vae, c->env->mm, img, 0, 0, &lat, &e);
     value_unref(img);
     if (rc < 0) {
         xfree(m);
