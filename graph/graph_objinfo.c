@@ -98,6 +98,11 @@ cJSON *gobj_node_info(const struct node_env *env, const struct node_class *cls)
             cJSON_AddItemToArray(ord, cJSON_CreateString(in->name));
         }
     }
+    /* A V1 node without inputs still returns {"required": {}} from INPUT_TYPES. */
+    if (!input->child) {
+        cJSON_AddObjectToObject(input, "required");
+        cJSON_AddArrayToObject(order, "required");
+    }
     cJSON *out = cJSON_AddArrayToObject(info, "output");
     cJSON *is_list = cJSON_AddArrayToObject(info, "output_is_list");
     cJSON *names = cJSON_AddArrayToObject(info, "output_name");

@@ -1,0 +1,12 @@
+# Custom sampling end to end (label e2e): tests/e2e/custom_sampling.test.js checks /object_info
+# against the fixture built from ComfyUI's nodes_custom_sampler.py, that a SamplerCustomAdvanced
+# graph saves exactly the KSampler graph's pixels, and bad custom-sampling input.
+find_program(LATENTD_NODE_EXE node)
+if(LATENTD_NODE_EXE AND TARGET latentd AND TARGET gen_ckpt)
+  add_test(NAME e2e_custom_sampling
+           COMMAND ${LATENTD_NODE_EXE} --test --test-reporter=spec ${CMAKE_CURRENT_LIST_DIR}/custom_sampling.test.js
+           WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(e2e_custom_sampling PROPERTIES LABELS e2e TIMEOUT 180
+    ENVIRONMENT "LATENTD_BIN=${PROJECT_BINARY_DIR}/latentd;LATENTD_GEN_CKPT=${PROJECT_BINARY_DIR}/gen_ckpt"
+    SKIP_REGULAR_EXPRESSION "ℹ skipped [1-9]")
+endif()
