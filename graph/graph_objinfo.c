@@ -94,7 +94,7 @@ cJSON *gobj_node_info(const struct node_env *env, const struct node_class *cls)
             if (g == NODE_INPUT_HIDDEN)
                 cJSON_AddStringToObject(grp, in->name, in->type);
             else
-                cJSON_AddItemToObject(grp, in->name, gobj_input_spec(env, in, 0));
+                cJSON_AddItemToObject(grp, in->name, gobj_input_spec(env, in, in->empty_opts));
             cJSON_AddItemToArray(ord, cJSON_CreateString(in->name));
         }
     }

@@ -119,6 +119,8 @@ struct node_input_def {
     int def_bool;          /* BOOLEAN default, used when has_def_bool */
     unsigned char has_def_bool;
     unsigned char round_false;            /* FLOAT: {"round": false} (no rounding; round unset) */
+    unsigned char empty_opts;             /* /object_info shows {} when no option is set
+                                             (ComfyUI's ("MODEL", {})) */
     unsigned char multiline;              /* STRING: {"multiline": true} */
     unsigned char dynamic_prompts;        /* STRING: {"dynamicPrompts": true} */
     unsigned char control_after_generate; /* INT: seed widget */

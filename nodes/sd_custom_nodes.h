@@ -15,7 +15,7 @@
 #include "node_registry.h"
 
 /* Number of classes nodes_sd_custom_register adds. */
-#define SD_CUSTOM_N_CLASSES 20
+#define SD_CUSTOM_N_CLASSES 21
 
 void nodes_sd_custom_register(struct node_registry *r);
 
@@ -38,6 +38,7 @@ extern const struct node_class sd_split_sigmas;
 extern const struct node_class sd_split_sigmas_denoise;
 extern const struct node_class sd_flip_sigmas;
 extern const struct node_class sd_set_first_sigma;
+extern const struct node_class sd_sampling_percent_to_sigma;
 extern const struct node_class sd_cfg_guider;
 extern const struct node_class sd_basic_guider;
 extern const struct node_class sd_random_noise;

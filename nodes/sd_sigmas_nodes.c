@@ -3,7 +3,7 @@
  * (comfy_extras/nodes_custom_sampler.py): BasicScheduler, KarrasScheduler,
  * ExponentialScheduler, PolyexponentialScheduler, LaplaceScheduler,
  * VPScheduler, BetaSamplingScheduler, SDTurboScheduler, SplitSigmas,
- * SplitSigmasDenoise, FlipSigmas and SetFirstSigma. SIGMAS values are
+ * SplitSigmasDenoise, FlipSigmas, SetFirstSigma and SamplingPercentToSigma. SIGMAS values are
  * struct sd_sigmas (sd_custom_types.h); the formulas live in models/sampling.
  *
  * Where Python would raise on a parameter (a zero rho, log of 0, an empty
@@ -361,3 +361,37 @@ const struct node_class sd_flip_sigmas = {
 const struct node_class sd_set_first_sigma = {
     .name = "SetFirstSigma", .category = SIGMAS_CATEGORY, .python_module = MODULE,
     .inputs = set_first_inputs, .outputs = sigmas_output, .run = set_first_run};
+
+/* ---- SamplingPercentToSigma ---- */
+
+static const struct node_input_def percent_inputs[] = {
+    {.name = "model", .type = "MODEL", .empty_opts = 1},
+    {.name = "sampling_percent", .type = "FLOAT", .def = NODE_F(0.0), .min = NODE_F(0.0),
+     .max = NODE_F(1.0), .step = NODE_F(0.0001)},
+    {.name = "return_actual_sigma", .type = "BOOLEAN", .def_bool = 0, .has_def_bool = 1,
+     .tooltip = "Return the actual sigma value instead of the value used for interval "
+                "checks.\nThis only affects results at 0.0 and 1.0."},
+    NODE_INPUTS_END};
+static const struct node_output_def percent_output[] = {{.type = "FLOAT", .name = "sigma_value"},
+                                                        NODE_OUTPUTS_END};
+
+/* ModelSamplingDiscrete.percent_to_sigma: the ends are sentinels for interval checks. */
+static int percent_run(struct node_ctx *c)
+{
+    const struct sd_model *m = sd_model_of(node_in(c, "model"));
+    double p = node_in_float(c, "sampling_percent"), sigma;
+    if (!m)
+        return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
+    if (p <= 0.0)
+        sigma = node_in_bool(c, "return_actual_sigma") ? m->ms.sigma_max : 999999999.9;
+    else if (p >= 1.0)
+        sigma = node_in_bool(c, "return_actual_sigma") ? m->ms.sigma_min : 0.0;
+    else /* torch.tensor(python float) is float32 */
+        sigma = sampling_discrete_sigma(&m->ms, (float)((1.0 - p) * 999.0));
+    node_set_output(c, 0, value_new_float(sigma));
+    return 0;
+}
+
+const struct node_class sd_sampling_percent_to_sigma = {
+    .name = "SamplingPercentToSigma", .category = SIGMAS_CATEGORY, .python_module = MODULE,
+    .inputs = percent_inputs, .outputs = percent_output, .run = percent_run};

@@ -289,6 +289,21 @@ static void test_model_schedulers(struct value *model)
     ok(sigmas_eq(b, v, n), "BetaSamplingScheduler 0.6/0.6 equals the beta scheduler");
     value_unref(b);
     xfree(v);
+
+    /* SamplingPercentToSigma: sigma(float32((1 − p)·999)); the ends are sentinels unless asked. */
+    const char *pn[] = {"model", "sampling_percent", "return_actual_sigma"};
+    const double ps[] = {0.25, 0.0, 0.0, 1.0, 1.0};
+    const int actual[] = {0, 0, 1, 0, 1};
+    const double want[] = {sampling_discrete_sigma(&m->ms, (float)(0.75 * 999.0)), 999999999.9,
+                           m->ms.sigma_max, 0.0, m->ms.sigma_min};
+    int good = 1;
+    for (int i = 0; i < 5; i++) {
+        struct value *pv[] = {value_ref(model), value_new_float(ps[i]), value_new_bool(actual[i])};
+        struct value *f = run1(&sd_sampling_percent_to_sigma, pn, pv, 3);
+        good &= f && f->kind == VALUE_FLOAT && f->f == want[i];
+        value_unref(f);
+    }
+    ok(good, "SamplingPercentToSigma: 0.25 -> sigma(749.25), 0/1 sentinels or sigma_max/min");
 }
 
 /* ---- SamplerCustom(Advanced) against KSampler ---- */
