@@ -490,6 +490,27 @@ static void test_equivalence(const struct setup *s, struct value *empty, struct 
        "SIGMAS [0]: no step, the latent back (%.2g), denoised_output = output", zd);
     drop(out);
 
+    /* AddNoise: (noise·|σ0 − σlast| + L·0.18215) / 0.18215; DisableNoise leaves L. */
+    const float sg[] = {3.0f, 1.0f, 0.5f};
+    const char *an[] = {"model", "noise", "sigmas", "latent_image"};
+    struct value *av[] = {value_ref(s->model), noise_node(0, 9), sigmas_of(sg, 3), value_ref(img_lat)};
+    struct value *noisy = run1(&sd_add_noise, an, av, 4);
+    sampling_prepare_noise(9, NULL, 0, 1, 256, SAMPLING_RANDN_V2, nz, NULL);
+    double ad = 0;
+    for (int i = 0; noisy && i < 256; i++) {
+        double want = (nz[i] * 2.5 + il->samples[i] * 0.18215) / 0.18215;
+        ad = fmax(ad, fabs(sd_latent_of(noisy)->samples[i] - want) / fmax(1.0, fabs(want)));
+    }
+    ok(noisy && ad < 1e-5, "AddNoise: noise·|σ0 − σlast| in the model's latent space (%.2g)", ad);
+    value_unref(noisy);
+    struct value *dv[] = {value_ref(s->model), noise_node(1, 0), sigmas_of(sg, 3), value_ref(img_lat)};
+    noisy = run1(&sd_add_noise, an, dv, 4);
+    ad = 0;
+    for (int i = 0; noisy && i < 256; i++)
+        ad = fmax(ad, fabs(sd_latent_of(noisy)->samples[i] - il->samples[i]));
+    ok(noisy && ad < 1e-5, "AddNoise with DisableNoise: the latent (%.2g)", ad);
+    value_unref(noisy);
+
     value_unref(masked);
     value_unref(ks);
 }
