@@ -12,6 +12,7 @@
 
 #include "alloc.h"
 #include "graph_run.h"
+#include "node_imageio.h"
 
 #define PROGRESS_SNAPSHOT_MAX 100
 
@@ -155,4 +156,38 @@ void graph__send_failure(struct run *r, int n, int interrupted, const char *exc_
     cJSON_AddNumberToObject(d, "timestamp", (double)graph__now_ms());
     graph__send_ev(r, interrupted ? "execution_interrupted" : "execution_error", d, 1);
     r->res->status = interrupted ? GRAPH_STATUS_INTERRUPTED : GRAPH_STATUS_ERROR;
+}
+
+/*
+ * A node's progress with a full-size image (SaveImageWebsocket): the order of
+ * ComfyUI's hook (progress_state, the image, progress) and no throttle, since
+ * every image is a result the client waits for. The image goes out as a PNG
+ * (zlib level 1, as PIL's compress_level=1) whatever --preview-method says.
+ */
+int graph__hook_image(void *user, double value, double max, const uint8_t *px, int w, int h,
+                      int c)
+{
+    struct run *r = user;
+    if (atomic_load(&r->g->interrupt))
+        return ERR_INTERRUPTED;
+    int n = r->cur;
+    if (n < 0)
+        return 0;
+    graph__pstate_set(r, n, X_RUNNING, value, max);
+    if (px && r->ev && r->ev->preview) {
+        struct buf png;
+        buf_init(&png);
+        if (node_png_encode(px, w, h, c, 1, &png) == 0)
+            r->ev->preview(r->ev->user, 2, png.ptr, png.len, r->p.nodes[n].id, r->job->prompt_id);
+        buf_release(&png);
+    }
+    if (graph__want_events(r)) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddNumberToObject(d, "value", value);
+        cJSON_AddNumberToObject(d, "max", max);
+        cJSON_AddStringToObject(d, "prompt_id", r->job->prompt_id);
+        cJSON_AddStringToObject(d, "node", r->p.nodes[n].id);
+        graph__send_ev(r, "progress", d, 0);
+    }
+    return 0;
 }

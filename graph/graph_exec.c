@@ -406,7 +406,8 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     g->gen++;
 
     struct run r = {.g = g, .job = job, .ev = ev, .res = out, .cur = -1};
-    r.hooks = (struct node_hooks){.user = &r, .progress = hook_progress, .interrupted = hook_interrupted};
+    r.hooks = (struct node_hooks){.user = &r, .progress = hook_progress, .interrupted = hook_interrupted,
+                                .image = graph__hook_image};
     cJSON *d = graph__base_data(&r);
     cJSON_AddNumberToObject(d, "timestamp", (double)graph__now_ms());
     graph__send_ev(&r, "execution_start", d, 1);

@@ -68,6 +68,9 @@ void graph__send_executed(struct run *r, int n, const cJSON *ui);
  * sets the result status. */
 void graph__send_failure(struct run *r, int n, int interrupted, const char *exc_type, const char *msg,
                          struct value **in);
+/* The node_hooks.image hook (user = the run): progress with a PNG for the client. */
+int graph__hook_image(void *user, double value, double max, const uint8_t *px, int w, int h,
+                      int c);
 
 /* graph_sig.c: signatures and the cache policy. */
 void graph__compute_sigs(struct run *r);

@@ -363,6 +363,43 @@ int node_png_write(const char *path, const uint8_t *px, int w, int h, int c, int
     return afile_commit(&af, e);
 }
 
+static void png_to_buf(png_structp png, png_bytep data, png_size_t n)
+{
+    buf_add(png_get_io_ptr(png), data, n);
+}
+
+static void png_flush_none(png_structp png)
+{
+    (void)png;
+}
+
+int node_png_encode(const uint8_t *px, int w, int h, int c, int level, struct buf *out)
+{
+    struct png_err pe = {{0}};
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info) {
+        png_destroy_write_struct(&png, NULL);
+        return ERR_INTERNAL;
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        return ERR_INTERNAL;
+    }
+    png_set_write_fn(png, out, png_to_buf, png_flush_none);
+    png_set_compression_level(png, level);
+    int ct = c == 4 ? PNG_COLOR_TYPE_RGBA : c == 3 ? PNG_COLOR_TYPE_RGB
+             : c == 2 ? PNG_COLOR_TYPE_GRAY_ALPHA : PNG_COLOR_TYPE_GRAY;
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, ct, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (int y = 0; y < h; y++)
+        png_write_row(png, (png_const_bytep)(px + (size_t)y * w * c));
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    return 0;
+}
+
 int node_imageio_preview_jpeg(const uint8_t *rgb, int w, int h, int size, uint8_t **out, size_t *n)
 {
     if (w <= 0 || h <= 0)

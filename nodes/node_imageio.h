@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "err.h"
 #include "node_run.h"
 
@@ -51,6 +52,12 @@ void node_pixels_orient(struct node_pixels *p, int orientation);
  */
 int node_png_write(const char *path, const uint8_t *px, int w, int h, int c, int level,
                    const struct node_text_chunk *text, int n_text, struct err *e);
+
+/*
+ * The same PNG without text chunks, appended to `out` (SaveImageWebsocket sends it
+ * over the socket). Returns 0 or ERR_INTERNAL (libpng failed; out may hold part of it).
+ */
+int node_png_encode(const uint8_t *px, int w, int h, int c, int level, struct buf *out);
 
 /*
  * A preview JPEG (quality 95) of an RGB image scaled to fit inside size x size

@@ -128,6 +128,14 @@ int node_progress(struct node_ctx *c, double value, double max, const uint8_t *r
     return c->hooks->progress(c->hooks->user, value, max, rgb, w, h);
 }
 
+int node_progress_image(struct node_ctx *c, double value, double max, const uint8_t *px, int w,
+                        int h, int ch)
+{
+    if (!c->hooks || !c->hooks->image)
+        return node_progress(c, value, max, NULL, 0, 0);
+    return c->hooks->image(c->hooks->user, value, max, px, w, h, ch);
+}
+
 int node_interrupted(struct node_ctx *c)
 {
     if (!c->hooks || !c->hooks->interrupted)

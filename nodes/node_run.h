@@ -64,6 +64,10 @@ struct node_hooks {
      * Returns ERR_INTERRUPTED when the run must stop. */
     int (*progress)(void *user, double value, double max, const uint8_t *rgb, int w, int h);
     int (*interrupted)(void *user); /* non-zero when interrupted */
+    /* Optional (NULL: the image is dropped): progress carrying a full-size image sent
+     * to the client as a PNG whatever --preview-method says (SaveImageWebsocket).
+     * `px` is 8-bit, c = 3 or 4 channels. Returns ERR_INTERRUPTED when the run must stop. */
+    int (*image)(void *user, double value, double max, const uint8_t *px, int w, int h, int c);
 };
 
 struct node_ctx {
@@ -126,6 +130,12 @@ void node_ui_add_image(struct node_ctx *c, const char *filename, const char *sub
  * ERR_INTERRUPTED. */
 int node_progress(struct node_ctx *c, double value, double max, const uint8_t *rgb, int w,
                   int h);
+/* Report progress with a full-size image for the client, sent as a PNG binary frame
+ * between this node's `executing` and the next one (ComfyUI's
+ * ProgressBar.update_absolute with a ("PNG", image, None) preview). Returns 0 or
+ * ERR_INTERRUPTED. */
+int node_progress_image(struct node_ctx *c, double value, double max, const uint8_t *px, int w,
+                        int h, int ch);
 /* Non-zero when the user asked to stop; check it in long loops without progress. */
 int node_interrupted(struct node_ctx *c);
 
