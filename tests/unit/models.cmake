@@ -37,3 +37,7 @@ endif()
 # Standalone VAE files (VAELoader): namings, dtypes, pixels equal to the checkpoint's VAE.
 latentd_add_test(test_models_vae SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_vae.c
                  LIBS latentd_ckptgen latentd_models LABELS unit TIMEOUT 120)
+# A model whose file changes mid-forward (patcher_acquire's check fails at any layer):
+# the error comes back from every layer, nothing leaks, the model runs again after.
+latentd_add_test(test_models_fail SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_fail.c
+                 LIBS latentd_ckptgen latentd_models LABELS unit TIMEOUT 120)
