@@ -15,20 +15,41 @@ static cJSON *num_item(const struct node_num *n, int is_int)
     return gjson_pyfloat(n->f);
 }
 
+static cJSON *combo_options(const struct node_env *env, const struct node_input_def *in)
+{
+    struct node_strlist l;
+    node_strlist_init(&l);
+    node_input_options(env, in, &l);
+    cJSON *opts = cJSON_CreateArray();
+    for (size_t i = 0; i < l.n; i++)
+        cJSON_AddItemToArray(opts, cJSON_CreateString(l.items[i]));
+    node_strlist_release(&l);
+    return opts;
+}
+
+/* V3 combos: ["COMBO", {"default": ..., "multiselect": false, "options": [...]}]. */
+static cJSON *v3_combo_spec(const struct node_env *env, const struct node_input_def *in)
+{
+    cJSON *spec = cJSON_CreateArray();
+    cJSON_AddItemToArray(spec, cJSON_CreateString(NODE_COMBO));
+    cJSON *o = cJSON_CreateObject();
+    if (in->tooltip)
+        cJSON_AddStringToObject(o, "tooltip", in->tooltip);
+    if (in->def_str)
+        cJSON_AddStringToObject(o, "default", in->def_str);
+    cJSON_AddFalseToObject(o, "multiselect");
+    cJSON_AddItemToObject(o, "options", combo_options(env, in));
+    cJSON_AddItemToArray(spec, o);
+    return spec;
+}
+
 cJSON *gobj_input_spec(const struct node_env *env, const struct node_input_def *in,
                        int always_opts)
 {
     cJSON *spec = cJSON_CreateArray();
     int is_combo = strcmp(in->type, NODE_COMBO) == 0;
     if (is_combo) {
-        struct node_strlist l;
-        node_strlist_init(&l);
-        node_input_options(env, in, &l);
-        cJSON *opts = cJSON_CreateArray();
-        for (size_t i = 0; i < l.n; i++)
-            cJSON_AddItemToArray(opts, cJSON_CreateString(l.items[i]));
-        node_strlist_release(&l);
-        cJSON_AddItemToArray(spec, opts);
+        cJSON_AddItemToArray(spec, combo_options(env, in));
     } else {
         cJSON_AddItemToArray(spec, cJSON_CreateString(in->type));
     }
@@ -76,8 +97,31 @@ static const char *group_name(enum node_input_group g)
     return g == NODE_INPUT_OPTIONAL ? "optional" : g == NODE_INPUT_HIDDEN ? "hidden" : "required";
 }
 
+/* The rest of a V3 node's entry, in asdict(NodeInfoV1)'s order. */
+static cJSON *v3_node_info_tail(cJSON *info, const struct node_class *cls)
+{
+    cJSON *tips = cJSON_AddArrayToObject(info, "output_tooltips");
+    for (int i = 0; cls->outputs && cls->outputs[i].type; i++)
+        cJSON_AddItemToArray(tips, cls->outputs[i].tooltip ? cJSON_CreateString(cls->outputs[i].tooltip)
+                                                            : cJSON_CreateNull());
+    cJSON_AddStringToObject(info, "name", cls->name);
+    if (cls->display_name)
+        cJSON_AddStringToObject(info, "display_name", cls->display_name);
+    else
+        cJSON_AddNullToObject(info, "display_name");
+    cJSON_AddStringToObject(info, "description", cls->description ? cls->description : "");
+    cJSON_AddStringToObject(info, "python_module", cls->python_module ? cls->python_module : "nodes");
+    cJSON_AddStringToObject(info, "category", cls->category ? cls->category : "sd");
+    cJSON_AddBoolToObject(info, "output_node", node_class_is_output(cls));
+    cJSON_AddBoolToObject(info, "deprecated", (cls->flags & NODE_CLASS_DEPRECATED) != 0);
+    cJSON_AddBoolToObject(info, "experimental", (cls->flags & NODE_CLASS_EXPERIMENTAL) != 0);
+    cJSON_AddFalseToObject(info, "api_node");
+    return info;
+}
+
 cJSON *gobj_node_info(const struct node_env *env, const struct node_class *cls)
 {
+    int v3 = (cls->flags & NODE_CLASS_V3) != 0;
     cJSON *info = cJSON_CreateObject();
     cJSON *input = cJSON_AddObjectToObject(info, "input");
     cJSON *order = cJSON_AddObjectToObject(info, "input_order");
@@ -93,8 +137,10 @@ cJSON *gobj_node_info(const struct node_env *env, const struct node_class *cls)
             }
             if (g == NODE_INPUT_HIDDEN)
                 cJSON_AddStringToObject(grp, in->name, in->type);
+            else if (v3 && !strcmp(in->type, NODE_COMBO))
+                cJSON_AddItemToObject(grp, in->name, v3_combo_spec(env, in));
             else
-                cJSON_AddItemToObject(grp, in->name, gobj_input_spec(env, in, in->empty_opts));
+                cJSON_AddItemToObject(grp, in->name, gobj_input_spec(env, in, v3 || in->empty_opts));
             cJSON_AddItemToArray(ord, cJSON_CreateString(in->name));
         }
     }
@@ -114,6 +160,8 @@ cJSON *gobj_node_info(const struct node_env *env, const struct node_class *cls)
         cJSON_AddItemToArray(names, cJSON_CreateString(o->name ? o->name : o->type));
         any_tip |= o->tooltip != NULL;
     }
+    if (v3)
+        return v3_node_info_tail(info, cls);
     cJSON_AddStringToObject(info, "name", cls->name);
     cJSON_AddStringToObject(info, "display_name", cls->display_name ? cls->display_name : cls->name);
     cJSON_AddStringToObject(info, "description", cls->description ? cls->description : "");

@@ -160,6 +160,11 @@ enum node_class_flags {
     NODE_CLASS_DEPRECATED = 1 << 1,
     NODE_CLASS_EXPERIMENTAL = 1 << 2,
     NODE_CLASS_NOT_IDEMPOTENT = 1 << 3, /* node id joins the cache key */
+    /* A V3 node (io.ComfyNode, e.g. nodes_latent.py): /object_info shows it as ComfyUI's
+     * asdict(Schema.get_v1_info()): every input with an options object, combos as
+     * ["COMBO", {"multiselect": false, "options": [...]}], output_tooltips always (null
+     * for none), display_name null when unset, deprecated/experimental/api_node always. */
+    NODE_CLASS_V3 = 1 << 4,
 };
 
 struct node_class {

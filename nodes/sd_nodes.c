@@ -4,6 +4,7 @@
 #include "sd_nodes.h"
 
 #include "sd_custom_nodes.h"
+#include "sd_latent_ops.h"
 
 /* ComfyUI's NODE_CLASS_MAPPINGS order for these classes. */
 static const struct node_class *const sd_classes[] = {
@@ -32,6 +33,8 @@ static const struct node_class *const sd_classes[] = {
 void nodes_sd_register(struct node_registry *r)
 {
     node_registry_add_all(r, sd_classes, sizeof(sd_classes) / sizeof(sd_classes[0]));
+    nodes_sd_latent_core_register(r);
     /* comfy_extras load after nodes.py: their classes follow in /object_info. */
     nodes_sd_custom_register(r);
+    nodes_sd_latent_extras_register(r);
 }

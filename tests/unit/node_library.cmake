@@ -1,0 +1,4 @@
+# ComfyUI's latent and mask node families (nodes/sd_latent_*.c, nodes/nodes_mask*.c) run
+# directly on small hand-checked tensors.
+latentd_add_test(test_sd_latent_ops SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sd_latent_ops.c
+                 LIBS latentd_nodes LABELS unit TIMEOUT 60)
