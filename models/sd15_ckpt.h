@@ -20,7 +20,9 @@
  *      encoder layer, ...), with the checkpoint names as weight keys (LoRA
  *      patches name them). Weights whose file dtype equals the compute dtype are
  *      borrowed from the read-only mapping (no copy); the mapping lives until the
- *      last of the three models is freed.
+ *      last model that borrows from it is freed (and is closed right after the load
+ *      when none does). A model that borrows fails patcher_acquire once its file is
+ *      rewritten in place or truncated (st_check), instead of reading other bytes.
  *
  * Heads are not stored in checkpoints: SD1.5 uses 8 UNet heads and 12 CLIP heads
  * (head width 64). A shrunk test file may say otherwise in its __metadata__
