@@ -90,8 +90,11 @@ describe("request-sized allocations", { skip: !fs.existsSync(gen) && "gen_ckpt n
   after(async () => {
     if (!srv) return;
     const r = await srv.stop();
+    const log = srv.log();
     L.removeDir(srv.dir);
     assert.equal(r.signal, null, `latentd exited on ${r.signal}`);
+    assert.equal(r.code, 0, log.slice(-4000));
+    assert.doesNotMatch(log, /runtime error:|AddressSanitizer|PANIC/, "no sanitizer report or panic");
   });
 
   it("EmptyLatentImage 16384x16384 batch 4096 is an OOM execution_error, not an abort", async () => {
@@ -167,6 +170,9 @@ describe("crash loop", { skip: !fs.existsSync(gen) && "gen_ckpt not built" }, ()
       const next = await finished(srv, "after");
       assert.equal(next.status.status_str, "success", JSON.stringify(next.status));
       assert.ok(!fs.readdirSync(path.join(dir, "output")).some((f) => f.startsWith("slow")), "slow never finished");
+      const r = await srv.stop();
+      assert.equal(r.code, 0);
+      assert.doesNotMatch(srv.log(), /runtime error:|AddressSanitizer|PANIC/, "no sanitizer report or panic");
     } finally {
       await srv.stop();
       L.removeDir(dir);
