@@ -15,6 +15,9 @@
 
 #include "node_registry.h"
 
+/* Number of classes the two register functions add together. */
+#define SD_LATENT_OPS_N_CLASSES 13
+
 void nodes_sd_latent_core_register(struct node_registry *r);
 void nodes_sd_latent_extras_register(struct node_registry *r);
 

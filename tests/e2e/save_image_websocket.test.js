@@ -9,7 +9,7 @@
 //   - a client that negotiated supports_preview_metadata gets type-4 frames with
 //     image_type "image/png" instead; the other client gets none of them;
 //   - a second identical prompt runs again (IS_CHANGED is time.time()), nothing is saved
-//     to disk and no `executed` is sent.
+//     to disk and no `executed` is sent; a MASK through MaskToImage goes out as RGB.
 "use strict";
 const { describe, it, before, after } = require("node:test");
 const assert = require("node:assert/strict");
@@ -139,6 +139,24 @@ describe("SaveImageWebsocket", () => {
       assert.ok(L.decodePng(f.subarray(8 + n)).pixels.equals(expectedRGB(pixB)));
     } finally {
       await meta.close();
+    }
+  });
+
+  it("sends a mask turned into an image (SolidMask -> MaskToImage)", async () => {
+    const c = await L.openWs(S, { clientId: "mask" });
+    try {
+      const prompt = {
+        3: { class_type: "SolidMask", inputs: { value: 0.5, width: 4, height: 2 } },
+        4: { class_type: "MaskToImage", inputs: { mask: ["3", 0] } },
+        [NODE]: { class_type: "SaveImageWebsocket", inputs: { images: ["4", 0] } },
+      };
+      const frames = collect(await runFor(c, "mask", "ws-mask", prompt), "ws-mask");
+      assert.equal(frames.length, 1);
+      const png = L.decodePng(frames[0].subarray(8));
+      assert.deepEqual([png.width, png.height, png.channels], [4, 2, 3]);
+      assert.ok(png.pixels.equals(Buffer.alloc(4 * 2 * 3, 127)), "255 * 0.5 truncates to 127");
+    } finally {
+      await c.close();
     }
   });
 });

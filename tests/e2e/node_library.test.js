@@ -1,0 +1,82 @@
+// e2e: ComfyUI's latent and mask node families through the real server, no model needed.
+//   - /object_info equals, for every class latentd registers from them, the fixtures built
+//     from ComfyUI's sources by tools/comfy_object_info.py: nodes_latent_core.json (nodes.py),
+//     nodes_latent.json (comfy_extras/nodes_latent.py, V3 shape: display_name null,
+//     output_tooltips [null], COMBO with options) and nodes_mask.json;
+//   - bad input: an empty CropMask is an execution_error and the server keeps serving; a
+//     mask of another size composites (resized, as ComfyUI does).
+"use strict";
+const { describe, it, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const fs = require("fs");
+const path = require("path");
+const L = require("./lib/latentd.js");
+
+const FIX = path.join(L.SOURCE, "tests", "fixtures", "object_info");
+const WANT = {
+  "nodes_latent_core.json": ["LatentFromBatch", "RepeatLatentBatch", "LatentComposite", "LatentBlend",
+    "LatentRotate", "LatentFlip", "LatentCrop"],
+  "nodes_latent.json": ["LatentAdd", "LatentSubtract", "LatentMultiply", "LatentInterpolate", "LatentBatch",
+    "LatentBatchSeedBehavior"],
+  "nodes_mask.json": ["LatentCompositeMasked", "ImageCompositeMasked", "MaskToImage", "ImageToMask",
+    "ImageColorToMask", "SolidMask", "InvertMask", "CropMask", "MaskComposite", "FeatherMask", "GrowMask",
+    "ThresholdMask"],
+};
+
+let S = null;
+
+async function run(prompt, id) {
+  const c = await L.openWs(S, { clientId: id });
+  try {
+    const r = await L.postPrompt(S, prompt, { client_id: id, prompt_id: id });
+    assert.equal(r.status, 200, r.text);
+    await c.waitFor((m) => m.type === "executing" && m.data.node === null, 30000);
+    return c.messages;
+  } finally {
+    await c.close();
+  }
+}
+
+describe("latent and mask nodes", () => {
+  before(async () => { S = await L.startLatentd({}); });
+  after(async () => {
+    if (!S) return;
+    const r = await S.stop();
+    const log = S.log();
+    L.removeDir(S.dir);
+    assert.deepEqual(r, { code: 0, signal: null }, log.slice(-3000));
+  });
+
+  it("/object_info equals ComfyUI's entries", async () => {
+    const info = (await L.request(S, "GET", "/object_info")).json();
+    for (const [file, classes] of Object.entries(WANT)) {
+      const want = JSON.parse(fs.readFileSync(path.join(FIX, file), "utf8"));
+      for (const c of classes) {
+        assert.ok(info[c], `${c} is registered`);
+        assert.deepEqual(info[c], want[c], c);
+      }
+    }
+  });
+
+  it("bad input: ComfyUI's errors or clear ones, server up", async () => {
+    const msgs = await run({
+      1: { class_type: "SolidMask", inputs: { value: 1, width: 8, height: 8 } },
+      2: { class_type: "CropMask", inputs: { mask: ["1", 0], x: 9, y: 0, width: 4, height: 4 } },
+      3: { class_type: "MaskToImage", inputs: { mask: ["2", 0] } },
+      4: { class_type: "PreviewImage", inputs: { images: ["3", 0] } },
+    }, "bad-crop");
+    const err = msgs.find((m) => m.type === "execution_error");
+    assert.ok(err, "execution_error");
+    assert.equal(err.data.node_type, "CropMask");
+    const ok = await run({
+      1: { class_type: "EmptyImage", inputs: { width: 16, height: 8, batch_size: 1, color: 0 } },
+      2: { class_type: "EmptyImage", inputs: { width: 4, height: 4, batch_size: 1, color: 0xffffff } },
+      3: { class_type: "SolidMask", inputs: { value: 0.5, width: 100, height: 30 } },
+      4: { class_type: "ImageCompositeMasked", inputs: { destination: ["1", 0], source: ["2", 0], x: 2, y: 2,
+        resize_source: false, mask: ["3", 0] } },
+      5: { class_type: "PreviewImage", inputs: { images: ["4", 0] } },
+    }, "mask-size");
+    assert.ok(ok.some((m) => m.type === "executed" && m.data.node === "5"), JSON.stringify(ok.filter((m) => m.type === "execution_error")));
+    assert.equal((await L.request(S, "GET", "/system_stats")).status, 200);
+  });
+});
