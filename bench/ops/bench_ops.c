@@ -10,6 +10,9 @@
  * as given with OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset, checks that the
  * checksums agree and prints medians.
  *
+ * dispatch_64f_x20000 times the op entry points themselves (add, mul, scale, axpby
+ * on 64 floats): its "GFLOP/s" is M calls/s.
+ *
  * Options: --reps N (default 3, median taken), --bq N --bk N (attention tiles),
  * --cols BYTES (im2col chunk), --only SUBSTR, --gpu (also the CUDA cases: f16 GEMM,
  * conv and attention as a fraction of cuBLAS's f16 GEMM rate, and pinned vs pageable
@@ -229,6 +232,24 @@ static double lin_case(const char *name, int64_t rows, int64_t k, int64_t n)
     return gf;
 }
 
+/* Op dispatch cost: ops on 64 floats, so the entry points (checks, backend choice,
+ * adapters) dominate, not the kernels. 1000 "flops" per op call, so GFLOP/s reads as
+ * M calls/s, and ms * 50 is ns per call. */
+#define DISPATCH_CALLS 20000
+struct disp_ctx {
+    struct tensor *a, *b, *o;
+};
+
+static void run_dispatch(void *p)
+{
+    struct disp_ctx *d = p;
+    struct err e = {0};
+    for (int i = 0; i < DISPATCH_CALLS / 4; i++)
+        if (tensor_add(d->o, d->a, d->b, &e) < 0 || tensor_mul(d->o, d->o, d->b, &e) < 0 ||
+            tensor_scale(d->o, d->o, 0.5f, &e) < 0 || tensor_axpby(d->o, 0.5f, d->o, 0.5f, d->a, &e) < 0)
+            PANIC("dispatch: %s", e.msg);
+}
+
 struct gn_ctx {
     struct tensor *x, *g, *b;
 };
@@ -412,6 +433,15 @@ int main(int argc, char **argv)
         tensor_free(gn.x);
         tensor_free(gn.g);
         tensor_free(gn.b);
+    }
+
+    if (!only || strstr("dispatch_64f_x20000", only)) {
+        struct disp_ctx d = {rnd(2, (int64_t[]){4, 16}), rnd(2, (int64_t[]){4, 16}),
+                             rnd(2, (int64_t[]){4, 16})};
+        bench("dispatch_64f_x20000", 1e3 * DISPATCH_CALLS, run_dispatch, &d, d.o);
+        tensor_free(d.a);
+        tensor_free(d.b);
+        tensor_free(d.o);
     }
 
     (void)ob;
