@@ -24,7 +24,7 @@ set(fuzz_sanitizers -fsanitize=address,undefined -fno-sanitize-recover=undefined
 if(LATENTD_FUZZ)
   # Coverage and sanitizers inside the code under test, not only in the drivers.  Every
   # consumer of these libraries then links the sanitizer runtimes (INTERFACE).
-  foreach(lib latentd_util latentd_memdev latentd_tensor latentd_mempolicy latentd_models
+  foreach(lib latentd_util latentd_device latentd_tensor latentd_memory latentd_models
               latentd_nodes latentd_graph)
     if(TARGET ${lib})
       get_target_property(lib_type ${lib} TYPE)

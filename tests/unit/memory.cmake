@@ -1,3 +1,3 @@
-# Policy part of memory/ (planner, patcher, streamer) on the sim device.
+# memory/ (planner, patcher, streamer) on the sim device.
 latentd_add_test(test_memory SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_memory.c
-                 LIBS latentd_mempolicy LABELS unit TIMEOUT 120)
+                 LIBS latentd_memory LABELS unit TIMEOUT 120)

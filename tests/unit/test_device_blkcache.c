@@ -1,5 +1,5 @@
 /*
- * test_memory_blkcache — the cpu device's cache of freed large blocks: equal sizes
+ * test_device_blkcache — the cpu device's cache of freed large blocks: equal sizes
  * reuse the block, other sizes and small blocks do not, the byte cap holds (oldest
  * evicted), dev_trim empties it, accounting (used, peak, live count) ignores cached
  * blocks, sim never caches, nothing leaks at close, and concurrent alloc/free from

@@ -2,15 +2,15 @@
  * dev_backend — the private contract between device.c (registry, accounting,
  * argument checks) and the backends dev_cpu.c, dev_sim.c and dev_cuda.c.
  *
- * Not for use outside memory/dev*.c: everything here may change. device.c does
+ * Not for use outside device/: everything here may change. device.c does
  * the byte accounting and the budget check before calling a backend's alloc, so
  * backends only hand out memory; a backend's free returns how many bytes the
  * allocation was accounted with (what the caller asked for).
  *
  * Threads: as device.h (the executor thread owns a device).
  */
-#ifndef LATENTD_MEMORY_DEV_BACKEND_H
-#define LATENTD_MEMORY_DEV_BACKEND_H
+#ifndef LATENTD_DEVICE_DEV_BACKEND_H
+#define LATENTD_DEVICE_DEV_BACKEND_H
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,5 +1,5 @@
 /*
- * test_memory_dev — the device part of memory/: spec parsing, exact accounting and
+ * test_device — the device layer (device/): spec parsing, exact accounting and
  * budget enforcement, peak tracking, no leaks over many cycles, async copies ordered
  * by events on the sim device (copy threads), and the same API on cpu (and on CUDA
  * when a GPU is present).

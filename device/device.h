@@ -1,8 +1,8 @@
 /*
  * device — compute devices, their memory, copies, streams and events.
  *
- * This is the *device part* of memory/ (STYLE.md): tensor/ builds on it; the
- * policy part (planner, patcher, streamer) builds on tensor/. It knows nothing of
+ * The layer below tensor/ (STYLE.md): tensor/ builds on it; the memory policy
+ * (memory/: planner, patcher, streamer) builds on tensor/. It knows nothing of
  * models or eviction.
  *
  * Three kinds of device:
@@ -30,8 +30,8 @@
  * Threads: the executor thread owns every device (STYLE.md "Concurrency").
  * dev_bytes_* and dev_mem_info may be read from any thread (atomics).
  */
-#ifndef LATENTD_MEMORY_DEVICE_H
-#define LATENTD_MEMORY_DEVICE_H
+#ifndef LATENTD_DEVICE_DEVICE_H
+#define LATENTD_DEVICE_DEVICE_H
 
 #include <stddef.h>
 #include <stdint.h>
