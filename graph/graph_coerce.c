@@ -12,6 +12,7 @@
 
 #include "alloc.h"
 #include "graph_coerce.h"
+#include "pynum.h"
 
 const char *gco_pytype(const cJSON *v)
 {
@@ -130,65 +131,6 @@ int gco_to_int(const cJSON *v, int64_t *out, int *big, int *overflow, struct buf
     return -1;
 }
 
-/* Python's float(str). */
-static int py_float_parse(const char *s, double *out)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    const char *b = s;
-    const char *p = s;
-    if (*p == '+' || *p == '-')
-        p++;
-    const char *words[] = {"infinity", "inf", "nan"};
-    for (int k = 0; k < 3; k++) {
-        size_t n = strlen(words[k]);
-        if (strncasecmp(p, words[k], n) == 0) {
-            const char *e = p + n;
-            while (isspace((unsigned char)*e))
-                e++;
-            if (*e)
-                continue;
-            double x = k == 2 ? NAN : INFINITY;
-            *out = *b == '-' ? -x : x;
-            return 0;
-        }
-    }
-    /* Copy the numeric part without underscores (valid only between digits). */
-    struct buf t;
-    buf_init(&t);
-    int ok = 1;
-    for (p = b; *p && !isspace((unsigned char)*p); p++) {
-        if (*p == '_') {
-            if (p == b || !isdigit((unsigned char)p[-1]) || !isdigit((unsigned char)p[1])) {
-                ok = 0;
-                break;
-            }
-            continue;
-        }
-        if (!strchr("+-0123456789.eE", *p)) {
-            ok = 0;
-            break;
-        }
-        buf_addc(&t, *p);
-    }
-    while (ok && isspace((unsigned char)*p))
-        p++;
-    if (ok && *p)
-        ok = 0;
-    if (ok) {
-        char *end;
-        *out = strtod(t.ptr, &end);
-        ok = t.len > 0 && *end == '\0' && (isdigit((unsigned char)t.ptr[t.len - 1]) || t.ptr[t.len - 1] == '.');
-        /* strtod accepts hex and "1e"; Python does not. */
-        if (ok && (strchr(t.ptr, 'x') || strchr(t.ptr, 'X')))
-            ok = 0;
-        if (ok && !strpbrk(t.ptr, "0123456789"))
-            ok = 0;
-    }
-    buf_release(&t);
-    return ok ? 0 : -1;
-}
-
 int gco_to_float(const cJSON *v, double *out, struct buf *exc)
 {
     if (cJSON_IsBool(v)) {
@@ -200,7 +142,7 @@ int gco_to_float(const cJSON *v, double *out, struct buf *exc)
         return 0;
     }
     if (cJSON_IsString(v)) {
-        if (py_float_parse(v->valuestring, out) == 0)
+        if (pynum_parse_float(v->valuestring, out) == 0)
             return 0;
         buf_adds(exc, "could not convert string to float: ");
         gjson_py_repr_str(v->valuestring, exc);

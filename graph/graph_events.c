@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "graph_run.h"
 #include "node_imageio.h"
 
@@ -153,7 +154,7 @@ void graph__send_failure(struct run *r, int n, int interrupted, const char *exc_
         for (int i = 0; i < r->p.n; i++)
             cJSON_AddItemToArray(cur, cJSON_CreateString(r->p.nodes[i].id));
     }
-    cJSON_AddNumberToObject(d, "timestamp", (double)graph__now_ms());
+    cJSON_AddNumberToObject(d, "timestamp", (double)clock_wall_ms());
     graph__send_ev(r, interrupted ? "execution_interrupted" : "execution_error", d, 1);
     r->res->status = interrupted ? GRAPH_STATUS_INTERRUPTED : GRAPH_STATUS_ERROR;
 }

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "graph_run.h"
 #include "memmgr.h"
 #include "node_imageio.h"
@@ -19,20 +20,6 @@
 #define PROGRESS_ALL_STEPS 100      /* loops this long report every step */
 #define PROGRESS_MIN_INTERVAL_MS 10 /* throttle for progress events of longer loops */
 #define PREVIEW_MIN_INTERVAL_MS 100 /* throttle for preview images */
-
-int64_t graph__now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int hook_interrupted(void *user)
 {
@@ -48,7 +35,7 @@ static int hook_progress(void *user, double value, double max, const uint8_t *rg
     int n = r->cur;
     if (n < 0)
         return 0;
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     int last = value >= max;
     /* Throttle: a fast loop must not flood the socket. Up to PROGRESS_ALL_STEPS
      * steps every one goes out, as ComfyUI sends them (samplers: clients may count
@@ -304,8 +291,10 @@ static int execute_node(struct run *r, int n)
             buf_init(&c.exc_message);
         if (!c.exc_message.len)
             buf_printf(&c.exc_message, "node %s (%s) failed: %s", gn->id, gn->cls->name, err_str(rc));
-        if (rc == ERR_DEVICE_OOM || !strcmp(c.exc_type, "torch.OutOfMemoryError")) {
-            /* As ComfyUI: free every model and add its hint (§6.4). */
+        if (rc == ERR_DEVICE_OOM) {
+            /* As ComfyUI: free every model and add its hint (§6.4). The code, not the
+             * exception name, decides: every allocation path (device, xtry_*,
+             * alloc_host_check) returns ERR_DEVICE_OOM, and nodes pass it on. */
             if (!c.exc_type[0] || !strcmp(c.exc_type, "RuntimeError"))
                 snprintf(c.exc_type, sizeof(c.exc_type), "torch.OutOfMemoryError");
             mm_unload_all(r->g->mm);
@@ -409,7 +398,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     r.hooks = (struct node_hooks){.user = &r, .progress = hook_progress, .interrupted = hook_interrupted,
                                 .image = graph__hook_image};
     cJSON *d = graph__base_data(&r);
-    cJSON_AddNumberToObject(d, "timestamp", (double)graph__now_ms());
+    cJSON_AddNumberToObject(d, "timestamp", (double)clock_wall_ms());
     graph__send_ev(&r, "execution_start", d, 1);
 
     if (gprompt_parse(&r.p, g->reg, job->prompt) < 0) {
@@ -440,7 +429,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     cJSON *dd = cJSON_CreateObject();
     cJSON_AddItemToObject(dd, "nodes", nodes);
     cJSON_AddStringToObject(dd, "prompt_id", job->prompt_id);
-    cJSON_AddNumberToObject(dd, "timestamp", (double)graph__now_ms());
+    cJSON_AddNumberToObject(dd, "timestamp", (double)clock_wall_ms());
     cJSON_Delete(d);
     graph__send_ev(&r, "execution_cached", dd, 1);
 

@@ -153,7 +153,6 @@ struct graph_ctx {
     struct mm *mm;                /* owned: memory manager + compute device */
 };
 
-int64_t graph__now_ms(void);
 void graph__instances_free(struct graph_ctx *g);
 
 #endif

@@ -17,6 +17,7 @@
 
 #include "alloc.h"
 #include "graph_internal.h"
+#include "pynum.h"
 
 #define EXACT_LIMIT 9007199254740992.0 /* 2^53: doubles hold every integer up to here */
 
@@ -108,7 +109,7 @@ cJSON *gjson_pyfloat(double d)
         return cJSON_CreateNull();
     struct buf b;
     buf_init(&b);
-    value_format_pyfloat(d, &b);
+    pynum_format_float(d, &b);
     cJSON *r = cJSON_CreateRaw(b.ptr);
     buf_release(&b);
     return r;
@@ -150,7 +151,7 @@ static void py_number(const cJSON *v, struct buf *out)
     if (isfinite(d) && d == floor(d) && fabs(d) <= EXACT_LIMIT)
         buf_printf(out, "%lld", (long long)d);
     else
-        value_format_pyfloat(d, out);
+        pynum_format_float(d, out);
 }
 
 void gjson_py(const cJSON *v, int as_str, struct buf *out)

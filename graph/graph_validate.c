@@ -23,6 +23,7 @@
 #include "alloc.h"
 #include "graph_coerce.h"
 #include "graph_internal.h"
+#include "pynum.h"
 
 enum { ST_NEW = 0, ST_BUSY = 1, ST_DONE = 2 };
 
@@ -393,12 +394,12 @@ static void check_const(struct vstate *vs, int n, int k)
         /* Non-finite values stay as sent: JSON has no literal for them. */
         if (isfinite(d))
             replace_value(inputs, &gn->in[k].json, gjson_pyfloat(d));
-        value_format_pyfloat(d, &a);
+        pynum_format_float(d, &a);
         if (!custom && in->min.set && d < in->min.f) {
-            value_format_pyfloat(in->min.f, &b);
+            pynum_format_float(in->min.f, &b);
             range_error(vs, n, in, 1, a.ptr, b.ptr, cJSON_Duplicate(gn->in[k].json, 1));
         } else if (!custom && in->max.set && d > in->max.f) {
-            value_format_pyfloat(in->max.f, &b);
+            pynum_format_float(in->max.f, &b);
             range_error(vs, n, in, 0, a.ptr, b.ptr, cJSON_Duplicate(gn->in[k].json, 1));
         }
         goto done;

@@ -12,15 +12,9 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "log.h"
 #include "mm_plan.h"
-
-double mm__now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 const char *mm_vram_state_name(enum mm_vram_state s)
 {
@@ -98,12 +92,12 @@ static double measure_bandwidth(struct dev *d)
         goto out;
     dev_copy_async(d, s, DEV_COPY_H2D, dv, h, n); /* warm-up */
     dev_stream_sync(s);
-    double t0 = mm__now_ms();
+    double t0 = clock_mono_sec() * 1e3;
     for (int i = 0; i < 3; i++)
         dev_copy_async(d, s, DEV_COPY_H2D, dv, h, n);
     dev_event_record(ev, s);
     dev_event_sync(ev);
-    double ms = mm__now_ms() - t0;
+    double ms = clock_mono_sec() * 1e3 - t0;
     if (ms > 0)
         bw = 3.0 * (double)n / (ms / 1e3);
 out:

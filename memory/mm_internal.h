@@ -128,6 +128,5 @@ int pm__upload_layer(struct dev *d, const struct pm_layer *L, void *dst);
 /* Manager hooks (mm.c). */
 void mm__forget(struct mm *mm, struct patcher_model *m);
 void mm__unload_model(struct patcher_model *m);
-double mm__now_ms(void);
 
 #endif

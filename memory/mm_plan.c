@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "log.h"
 #include "mm_plan.h"
 
@@ -531,7 +532,7 @@ int mm_load_models(struct mm *mm, const struct mm_request *req, struct mm_report
     if (!req || req->n_models < 0 || req->n_models > MM_MAX_MODELS || req->n_later < 0 ||
         req->n_later > MM_MAX_MODELS)
         return err_set(e, ERR_INVALID, "load request: bad model count");
-    double t0 = mm__now_ms();
+    double t0 = clock_mono_sec() * 1e3;
     /* Evicting frees buffers the previous node's queued kernels may still read. */
     dev_stream_sync(dev_compute_stream(mm->dev));
     mm->tick++;
@@ -613,7 +614,7 @@ int mm_load_models(struct mm *mm, const struct mm_request *req, struct mm_report
     }
     plans_release(mp, n);
     mm__publish(mm);
-    mm->node_t0 = mm__now_ms();
+    mm->node_t0 = clock_mono_sec() * 1e3;
     rep->load_ms = mm->node_t0 - t0;
     return 0;
 }
@@ -635,7 +636,7 @@ void mm_node_end(struct mm *mm, struct mm_report *rep)
             rep->passes = m->passes;
     }
     mm->ncur = 0;
-    rep->measured_ms = mm__now_ms() - mm->node_t0;
+    rep->measured_ms = clock_mono_sec() * 1e3 - mm->node_t0;
     rep->peak_bytes = dev_bytes_peak(mm->dev);
     rep->measured_pass_ms = rep->passes ? rep->measured_ms / rep->passes : 0;
     log_info("memory plan: %.1f MiB resident, %.1f MiB streamed, activations %.1f MiB, "

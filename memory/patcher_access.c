@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "log.h"
 #include "mm_internal.h"
 
@@ -195,7 +196,7 @@ int patcher_acquire(struct patcher *p, int layer, struct tensor *const **w, stru
         }
     }
     L->holds = 1;
-    L->t_acquired = mm__now_ms();
+    L->t_acquired = clock_mono_sec() * 1e3;
     if (layer == 0)
         m->passes++;
     *w = L->views;
@@ -213,7 +214,7 @@ void patcher_release(struct patcher *p, int layer)
     /* On host devices compute is synchronous, so acquire-to-release is the layer's
      * compute time: the cost model uses it on the next plan. */
     if (m->dev && dev_is_host(m->dev) && L->t_acquired > 0) {
-        double t = mm__now_ms() - L->t_acquired;
+        double t = clock_mono_sec() * 1e3 - L->t_acquired;
         L->comp_ms = L->comp_ms < 0 ? t : 0.7 * L->comp_ms + 0.3 * t;
     }
     for (int j = 0; j < L->nw; j++)

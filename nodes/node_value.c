@@ -8,6 +8,7 @@
 
 #include "alloc.h"
 #include "err.h"
+#include "pynum.h"
 
 /* The refcount is declared as a plain int in the public struct (so the header
  * needs no <stdatomic.h>); every access goes through these casts. */
@@ -165,63 +166,6 @@ uint64_t value_u64(const struct value *v)
     return (uint64_t)v->i;
 }
 
-void value_format_pyfloat(double d, struct buf *out)
-{
-    if (isnan(d)) {
-        buf_adds(out, "nan");
-        return;
-    }
-    if (isinf(d)) {
-        buf_adds(out, d < 0 ? "-inf" : "inf");
-        return;
-    }
-    /* Python's repr: the shortest digit string that round-trips, written in
-     * fixed notation when the decimal exponent is in [-4, 16), else as
-     * d.ddde+XX. Find the digits with %.*e, then lay them out by hand. */
-    char tmp[48];
-    int prec;
-    for (prec = 0; prec < 17; prec++) {
-        snprintf(tmp, sizeof(tmp), "%.*e", prec, d);
-        if (strtod(tmp, NULL) == d)
-            break;
-    }
-    char digits[24];
-    int nd = 0, neg = tmp[0] == '-';
-    const char *p = tmp + neg;
-    for (; *p && *p != 'e'; p++)
-        if (*p >= '0' && *p <= '9')
-            digits[nd++] = *p;
-    int exp10 = atoi(p + 1);
-    while (nd > 1 && digits[nd - 1] == '0')
-        nd--;
-    digits[nd] = '\0';
-    if (neg)
-        buf_addc(out, '-');
-    if (exp10 >= -4 && exp10 < 16) {
-        if (exp10 < 0) {
-            buf_adds(out, "0.");
-            for (int k = 0; k < -exp10 - 1; k++)
-                buf_addc(out, '0');
-            buf_adds(out, digits);
-        } else {
-            for (int k = 0; k <= exp10; k++)
-                buf_addc(out, k < nd ? digits[k] : '0');
-            buf_addc(out, '.');
-            if (nd > exp10 + 1)
-                buf_adds(out, digits + exp10 + 1);
-            else
-                buf_addc(out, '0');
-        }
-        return;
-    }
-    buf_addc(out, digits[0]);
-    if (nd > 1) {
-        buf_addc(out, '.');
-        buf_adds(out, digits + 1);
-    }
-    buf_printf(out, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-}
-
 void value_describe(const struct value *v, struct buf *out)
 {
     switch (v->kind) {
@@ -232,7 +176,7 @@ void value_describe(const struct value *v, struct buf *out)
             buf_printf(out, "%lld", (long long)v->i);
         break;
     case VALUE_FLOAT:
-        value_format_pyfloat(v->f, out);
+        pynum_format_float(v->f, out);
         break;
     case VALUE_BOOLEAN:
         buf_adds(out, v->i ? "True" : "False");

@@ -125,8 +125,4 @@ uint64_t value_u64(const struct value *v);
  */
 void value_describe(const struct value *v, struct buf *out);
 
-/* Print a double the way Python's repr() does ("8.0", "0.1", "1e-05", "inf",
- * "nan"). Appends to `out`. Shared by validation messages and SaveImage. */
-void value_format_pyfloat(double d, struct buf *out);
-
 #endif

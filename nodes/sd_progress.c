@@ -1,6 +1,7 @@
 /*
  * sd_progress — a tqdm-style terminal progress bar (see sd_progress.h).
  */
+#include "clock.h"
 #include "sd_progress.h"
 
 #include <stdio.h>
@@ -8,13 +9,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* tqdm's format_interval: [H:]MM:SS */
 static void fmt_interval(char *out, size_t cap, double s)
@@ -71,7 +65,7 @@ static void draw(struct sd_progress *p, int n, int end)
     char line[256];
     size_t l;
     line[0] = '\r';
-    sd_progress_format(line + 1, sizeof line - 2, n, p->total, now_s() - p->start_s);
+    sd_progress_format(line + 1, sizeof line - 2, n, p->total, clock_mono_sec() - p->start_s);
     l = strlen(line);
     if (end)
         line[l++] = '\n';
@@ -86,7 +80,7 @@ void sd_progress_begin(struct sd_progress *p, int total)
     memset(p, 0, sizeof *p);
     p->total = total;
     p->fd = 2;
-    p->start_s = now_s();
+    p->start_s = clock_mono_sec();
     if (env && *env)
         p->enabled = strcmp(env, "0") != 0;
     else

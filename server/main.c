@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "log.h"
 #include "srv.h"
 #include "srv_fs.h"
@@ -151,7 +152,7 @@ int main(int argc, char **argv)
     struct srv s;
     memset(&s, 0, sizeof(s));
     s.cfg = &cfg;
-    s.start_ms = srv_now_ms();
+    s.start_ms = clock_wall_ms();
     int exit_code = 1;
     struct graph_config gc;
 

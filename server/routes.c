@@ -13,9 +13,12 @@
 
 #include "buf.h"
 #include "alloc.h"
+#include "clock.h"
 #include "log.h"
+#include "pynum.h"
 #include "srv_fs.h"
 #include "srv_req.h"
+#include "uuid.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
@@ -33,20 +36,13 @@ static int py_truthy(const cJSON *v)
     return 1;
 }
 
-/* repr(float(v)) as Python prints it: "7.0", "0.1", "1e+16". */
-static void py_float_repr(double v, char *out, size_t n)
+/* repr(float(v)) as a new string; caller xfrees. */
+static char *pyfloat_text(double v)
 {
-    if (v == floor(v) && fabs(v) < 1e16) {
-        snprintf(out, n, "%.1f", v);
-        return;
-    }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(out, n, "%.*g", prec, v);
-        if (strtod(out, NULL) == v)
-            break;
-    }
-    if (!strpbrk(out, ".e"))
-        snprintf(out + strlen(out), n - strlen(out), ".0");
+    struct buf b;
+    buf_init(&b);
+    pynum_format_float(v, &b);
+    return buf_detach(&b, NULL);
 }
 
 /* str(x) of a JSON value, for client-supplied prompt ids. */
@@ -61,11 +57,11 @@ static char *py_str(const cJSON *v)
         return xstrdup("None");
     if (cJSON_IsNumber(v)) {
         /* cJSON cannot tell 5 from 5.0; integral values print as Python ints. */
-        if (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 1e15)
+        if (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 1e15) {
             snprintf(tmp, sizeof(tmp), "%.0f", v->valuedouble);
-        else
-            py_float_repr(v->valuedouble, tmp, sizeof(tmp));
-        return xstrdup(tmp);
+            return xstrdup(tmp);
+        }
+        return pyfloat_text(v->valuedouble);
     }
     char *p = cJSON_PrintUnformatted(v);
     char *s = xstrdup(p);
@@ -146,7 +142,9 @@ static void route_prompt_post(struct srv_req *r)
             resp_error(r, 400, "invalid_prompt", "'number' must be finite");
             goto out;
         }
-        py_float_repr(number, number_text, sizeof(number_text));
+        char *t = pyfloat_text(number);
+        snprintf(number_text, sizeof(number_text), "%s", t);
+        xfree(t);
     } else {
         int64_t n = srv_queue_take_number(&s->queue,
                                           py_truthy(cJSON_GetObjectItemCaseSensitive(body, "front")));
@@ -182,7 +180,7 @@ static void route_prompt_post(struct srv_req *r)
         job->prompt_id = py_str(pid);
     } else {
         char id[40];
-        srv_uuid4(id, 1);
+        uuid4_format(id, 1);
         job->prompt_id = xstrdup(id);
     }
     job->number = number;
@@ -420,18 +418,11 @@ static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *stats_text;     /* owned (xmalloc); guarded by stats_lock */
 static int64_t stats_at_ms;  /* monotonic ms of stats_text */
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static char *system_stats_text(struct srv *s);
 
 static void route_system_stats(struct srv_req *r)
 {
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     char *text = NULL;
     pthread_mutex_lock(&stats_lock);
     if (stats_text && now - stats_at_ms < STATS_TTL_MS)

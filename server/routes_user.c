@@ -17,8 +17,10 @@
 #include "buf.h"
 #include "alloc.h"
 #include "srv_fs.h"
+#include "srv_mime.h"
 #include "srv_path.h"
 #include "srv_req.h"
+#include "uuid.h"
 
 /* Guards read-modify-write of settings and users files (leaf). */
 static pthread_mutex_t user_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -146,7 +148,7 @@ static void route_users_post(struct srv_req *r)
                           ? *p
                           : '_');
     char uuid[40];
-    srv_uuid4(uuid, 1);
+    uuid4_format(uuid, 1);
     buf_printf(&id, "_%s", uuid);
     cJSON_AddStringToObject(users, id.ptr, name->valuestring);
     char *text = cJSON_Print(users);

@@ -125,10 +125,4 @@ int srv_exec_start(struct srv *s, struct err *e);
 /* Stops after the running prompt (it is interrupted first). */
 void srv_exec_stop(struct srv *s);
 
-/* ---- misc ------------------------------------------------------------------------------ */
-
-int64_t srv_now_ms(void);
-/* A random UUID4: dashed (prompt ids) or 32 hex chars (WebSocket sids). buf >= 37 bytes. */
-void srv_uuid4(char *buf, int dashed);
-
 #endif

@@ -7,42 +7,11 @@
  * Deferred POST /free requests are applied here, between prompts.
  */
 #include <string.h>
-#include <sys/random.h>
-#include <sys/time.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "log.h"
 #include "srv.h"
-
-int64_t srv_now_ms(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
-void srv_uuid4(char *buf, int dashed)
-{
-    unsigned char b[16];
-    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
-        /* getrandom without GRND_NONBLOCK only fails before the pool is seeded at boot */
-        struct timeval tv;
-        gettimeofday(&tv, NULL);
-        for (int i = 0; i < 16; i++)
-            b[i] = (unsigned char)((tv.tv_usec * 2654435761u) >> (i % 24)) ^ (unsigned char)i;
-    }
-    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    static const char hex[] = "0123456789abcdef";
-    int o = 0;
-    for (int i = 0; i < 16; i++) {
-        if (dashed && (i == 4 || i == 6 || i == 8 || i == 10))
-            buf[o++] = '-';
-        buf[o++] = hex[b[i] >> 4];
-        buf[o++] = hex[b[i] & 15];
-    }
-    buf[o] = '\0';
-}
 
 struct exec_ctx {
     struct srv *srv;
@@ -100,7 +69,7 @@ static cJSON *stamp(const char *prompt_id)
 {
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "prompt_id", prompt_id);
-    cJSON_AddNumberToObject(d, "timestamp", (double)srv_now_ms());
+    cJSON_AddNumberToObject(d, "timestamp", (double)clock_wall_ms());
     return d;
 }
 
@@ -127,7 +96,7 @@ static void run_job(struct srv *s, struct srv_job *j)
     srv_store_mark_running(s->store, j->row_id);
     srv_broadcast_status(s); /* ComfyUI sends status when the worker takes the item */
     log_info("prompt '%s': started", j->prompt_id);
-    int64_t t0 = srv_now_ms();
+    int64_t t0 = clock_wall_ms();
 
     struct exec_ctx ec = {s, j};
     struct graph_events ev = {&ec, on_send, on_preview};
@@ -185,7 +154,7 @@ static void run_job(struct srv *s, struct srv_job *j)
     cJSON_AddStringToObject(fin, "prompt_id", j->prompt_id);
     route_event(s, j->client_id, "executing", fin);
     log_info("prompt '%s': %s in %.3f s", j->prompt_id, status_str,
-             (double)(srv_now_ms() - t0) / 1000.0);
+             (double)(clock_wall_ms() - t0) / 1000.0);
     srv_job_free(done);
 }
 

@@ -37,6 +37,7 @@
 
 #include "buf.h"
 #include "alloc.h"
+#include "clock.h"
 #include "log.h"
 #include "srv_path.h"
 #include "srv_req.h"
@@ -403,13 +404,6 @@ int srv_origin_allowed(const char *host, const char *origin)
 
 /* ---- connection tracking: caps and deadlines ------------------------------------------- */
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The cap key of a client address: IPv4 as is (also when v4-mapped), IPv6 by its /64,
  * since one IPv6 host commonly owns a whole /64. */
 static void addr_key(const struct sockaddr *sa, unsigned char key[16])
@@ -508,7 +502,7 @@ static struct http_conn *conn_admit(struct srv_http *h, int fd, const unsigned c
     c->fd = fd;
     c->addr = a;
     a->n++;
-    c->added_ms = mono_ms();
+    c->added_ms = clock_mono_ms();
     /* The listener saw this head complete, so the first request needs no head deadline;
      * the access handler sets the body deadline at once. */
     c->deadline_ms = NO_DEADLINE;
@@ -538,7 +532,7 @@ static void conn_deadline(struct srv_http *h, struct MHD_Connection *conn, int64
     if (!c)
         return;
     pthread_mutex_lock(&h->mu);
-    c->deadline_ms = ms == NO_DEADLINE ? NO_DEADLINE : mono_ms() + ms;
+    c->deadline_ms = ms == NO_DEADLINE ? NO_DEADLINE : clock_mono_ms() + ms;
     pthread_mutex_unlock(&h->mu);
 }
 
@@ -589,12 +583,9 @@ static void *sweeper_main(void *arg)
     struct srv_http *h = arg;
     pthread_mutex_lock(&h->mu);
     while (!h->stopping) {
-        sweep(h, mono_ms());
+        sweep(h, clock_mono_ms());
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += SWEEP_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        clock_wall_deadline(&ts, SWEEP_MS);
         pthread_cond_timedwait(&h->cv, &h->mu, &ts);
     }
     pthread_mutex_unlock(&h->mu);

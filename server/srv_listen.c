@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "log.h"
 #include "srv.h"
 
@@ -79,13 +80,6 @@ struct srv_listener {
     int64_t paused_until_ms;
     int64_t evict_logged_ms;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- canned answers -------------------------------------------------------------------- */
 
@@ -514,7 +508,7 @@ static void *listen_main(void *arg)
     enum { MAX_EVENTS = 256 };
     struct epoll_event ev[MAX_EVENTS];
     while (!atomic_load(&l->stop)) {
-        int64_t now = mono_ms();
+        int64_t now = clock_mono_ms();
         if (!l->listening && now >= l->paused_until_ms)
             listen_resume(l);
         int n = epoll_wait(l->ep, ev, MAX_EVENTS, wait_timeout_ms(l, now));
@@ -522,7 +516,7 @@ static void *listen_main(void *arg)
             log_error("listener: epoll_wait failed: %s", strerror(errno));
             break;
         }
-        now = mono_ms();
+        now = clock_mono_ms();
         /* Pending sockets first: accepting may evict (free) a pending record that also has
          * an event in this batch. */
         for (int i = 0; i < n; i++)

@@ -103,9 +103,6 @@ extern const struct srv_route srv_routes_user[];
 /* Static files of the web root (GET/HEAD of anything no route matched). */
 void srv_static_serve(struct srv_req *r);
 
-/* Content type for a file name by extension. */
-const char *srv_mime_type(const char *name);
-
 /* Model folder table (comfy-api.md §3.11). */
 extern const char *const srv_model_folders[];
 /* Directories of a model folder (NULL-terminated, owned by the caller: free with

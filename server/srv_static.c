@@ -13,6 +13,7 @@
 
 #include "alloc.h"
 #include "buf.h"
+#include "srv_mime.h"
 #include "srv_path.h"
 #include "srv_req.h"
 

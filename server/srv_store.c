@@ -1,10 +1,10 @@
+#include "clock.h"
 #include "srv_store.h"
 
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "alloc.h"
 #include "graph.h"
@@ -36,13 +36,6 @@ static const char *const schema =
     " attempts INTEGER NOT NULL DEFAULT 0);" /* times it started running */
     "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);"
     "CREATE INDEX IF NOT EXISTS jobs_history ON jobs(history_seq);";
-
-static int64_t now_ms(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 void srv_store_job_release(struct srv_store_job *j)
 {
@@ -126,7 +119,7 @@ static int finish_locked(struct srv_store *st, int64_t id, const char *status_st
         sqlite3_bind_text(s, 2, outputs ? outputs : "{}", -1, SQLITE_STATIC);
         sqlite3_bind_text(s, 3, messages ? messages : "[]", -1, SQLITE_STATIC);
         sqlite3_bind_text(s, 4, meta ? meta : "{}", -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 5, now_ms());
+        sqlite3_bind_int64(s, 5, clock_wall_ms());
         sqlite3_bind_int64(s, 6, next_history_seq(st));
         if (extra)
             sqlite3_bind_text(s, 7, extra, -1, SQLITE_STATIC);
@@ -151,7 +144,7 @@ static int exec_id_locked(struct srv_store *st, const char *sql, int64_t id)
     int rc = ERR_IO;
     if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(s, 1, id);
-        sqlite3_bind_int64(s, 2, now_ms());
+        sqlite3_bind_int64(s, 2, clock_wall_ms());
         if (sqlite3_step(s) == SQLITE_DONE)
             rc = 0;
         sqlite3_finalize(s);
@@ -183,7 +176,7 @@ static char *stopped_messages(const char *pid, int64_t started, const char *why)
     cJSON_AddItemToObject(d, "traceback", cJSON_CreateArray());
     cJSON_AddItemToObject(d, "current_inputs", cJSON_CreateObject());
     cJSON_AddItemToObject(d, "current_outputs", cJSON_CreateArray());
-    cJSON_AddNumberToObject(d, "timestamp", (double)now_ms());
+    cJSON_AddNumberToObject(d, "timestamp", (double)clock_wall_ms());
     cJSON_AddItemToArray(m, d);
     cJSON_AddItemToArray(msgs, m);
     char *text = cJSON_PrintUnformatted(msgs);
@@ -322,7 +315,7 @@ int srv_store_add(struct srv_store *st, struct srv_store_job *j, struct err *e)
         sqlite3_bind_text(s, 7, j->client_id, -1, SQLITE_STATIC);
     else
         sqlite3_bind_null(s, 7);
-    sqlite3_bind_int64(s, 8, now_ms());
+    sqlite3_bind_int64(s, 8, clock_wall_ms());
     if (sqlite3_step(s) != SQLITE_DONE)
         rc = err_set(e, ERR_IO, "cannot store job: %s", sqlite3_errmsg(st->db));
     else

@@ -28,6 +28,7 @@
 #include "alloc.h"
 #include "log.h"
 #include "srv.h"
+#include "uuid.h"
 
 #define WS_MAX_QUEUED 4096                /* frames */
 #define WS_MAX_QUEUED_BYTES (64u << 20)   /* previews are large: cap the bytes too */
@@ -346,7 +347,7 @@ static void on_established(struct srv_ws *ws, struct ws_conn *c, struct lws *wsi
     if (v && *v && strlen(v) < WS_SID_MAX)
         memcpy(c->sid, v, strlen(v) + 1);
     else
-        srv_uuid4(c->sid, 0); /* ComfyUI: 32 hex chars, no dashes */
+        uuid4_format(c->sid, 0); /* ComfyUI: 32 hex chars, no dashes */
     /* One socket per sid: the newest owns the routing entry (comfy-api.md §4.1). */
     for (struct ws_conn *o = ws->conns; o; o = o->next)
         if (strcmp(o->sid, c->sid) == 0)

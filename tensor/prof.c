@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "clock.h"
 #include "tensor_impl.h"
 
 int tensor__prof_on = -1;
@@ -65,9 +66,7 @@ static double cpu_now(void)
 
 double tensor__prof_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return clock_mono_sec();
 }
 
 double tensor__prof_start(void)

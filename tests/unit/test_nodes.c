@@ -18,6 +18,7 @@
 #include "node_imgops.h"
 #include "node_registry.h"
 #include "node_value.h"
+#include "pynum.h"
 #include "sha256.h"
 
 static void test_values(void)
@@ -52,7 +53,7 @@ static void test_values(void)
              {9223372036854775807.0, "9.223372036854776e+18"}, {INFINITY, "inf"}, {NAN, "nan"}};
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
         buf_reset(&b);
-        value_format_pyfloat(f[i].d, &b);
+        pynum_format_float(f[i].d, &b);
         ok(!strcmp(b.ptr, f[i].s), "pyfloat %s (got %s)", f[i].s, b.ptr);
     }
     buf_release(&b);

@@ -1,7 +1,9 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,8 +12,12 @@
 #include "afile.h"
 #include "alloc.h"
 #include "buf.h"
+#include "bytesize.h"
+#include "clock.h"
 #include "err.h"
 #include "log.h"
+#include "pynum.h"
+#include "uuid.h"
 
 static void test_err(void)
 {
@@ -196,6 +202,55 @@ static void test_alloc_rlimit(void)
        "1 GiB refused under a 512 MiB address-space limit (status %d)", st);
 }
 
+static void test_bytesize(void)
+{
+    size_t v = 0;
+    EXPECT_OK(bytesize_parse("1073741824", &v));
+    EXPECT_EQ(v, (size_t)1073741824);
+    EXPECT_OK(bytesize_parse("512M", &v));
+    EXPECT_EQ(v, (size_t)512 << 20);
+    EXPECT_OK(bytesize_parse("1.5GiB", &v));
+    EXPECT_EQ(v, (size_t)3 << 29);
+    EXPECT_OK(bytesize_parse("64k", &v));
+    EXPECT_EQ(v, (size_t)64 << 10);
+    const char *bad[] = {"", "12Q", "-5", "G", " 5", "inf", "5G trailing"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        EXPECT_EQ(bytesize_parse(bad[i], &v), ERR_INVALID);
+}
+
+static void test_pynum(void)
+{
+    const struct { double d; const char *s; } f[] = {
+        {8.0, "8.0"}, {0.1, "0.1"}, {1e-5, "1e-05"}, {1e16, "1e+16"}, {-0.0, "-0.0"},
+        {123.456, "123.456"}, {1.5e-7, "1.5e-07"}, {1e15, "1000000000000000.0"},
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        struct buf b;
+        buf_init(&b);
+        pynum_format_float(f[i].d, &b);
+        ok(!strcmp(b.ptr, f[i].s), "repr(%.17g) = %s (got %s)", f[i].d, f[i].s, b.ptr);
+        buf_release(&b);
+    }
+    double d = 0;
+    EXPECT_OK(pynum_parse_float(" 1_000.5 ", &d));
+    ok(d == 1000.5, "float(' 1_000.5 ') = 1000.5");
+    EXPECT_OK(pynum_parse_float("-Infinity", &d));
+    ok(isinf(d) && d < 0, "float('-Infinity') = -inf");
+    const char *bad[] = {"", "0x10", "1__0", "1e", "nan(1)", "1 2", "_1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ok(pynum_parse_float(bad[i], &d) < 0, "float('%s') is a ValueError", bad[i]);
+}
+
+static void test_clock_uuid(void)
+{
+    int64_t a = clock_mono_ms();
+    ok(clock_mono_ms() >= a && clock_wall_ms() > 1600000000000ll, "clocks read sensibly");
+    char u[UUID_STR_SIZE], h[UUID_STR_SIZE];
+    uuid4_format(u, 1);
+    uuid4_format(h, 0);
+    ok(strlen(u) == 36 && u[14] == '4' && strlen(h) == 32, "uuid4 forms (%s, %s)", u, h);
+}
+
 int main(void)
 {
     long live0 = alloc_live_count();
@@ -206,6 +261,9 @@ int main(void)
     test_afile();
     test_alloc_try();
     test_alloc_rlimit();
+    test_bytesize();
+    test_pynum();
+    test_clock_uuid();
     void *p = xmalloc_aligned(64, 100);
     ok(((uintptr_t)p & 63) == 0, "aligned allocation is aligned");
     xfree_aligned(p);
