@@ -2,8 +2,8 @@
  * SD1.5 checkpoint detection, validation and loading into patcher models
  * (see sd15_ckpt.h).
  */
-#include "sd15_ckpt.h"
-#include "sd15_ckpt_impl.h"
+#include "checkpoint.h"
+#include "checkpoint_impl.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +12,7 @@
 
 #include "alloc.h"
 #include "log.h"
+#include "family.h"
 
 /* ---- normalised name table ------------------------------------------------------------ */
 
@@ -70,7 +71,7 @@ static void ntable_build(const struct st_file *f, unsigned flags, struct ntable 
         }
         /* A standalone VAE file: bare or diffusers names become first_stage_model.*. */
         char vbuf[512];
-        if ((flags & SD15_LOAD_VAE_FILE) && sd15__vae_file_name(name, vbuf, sizeof(vbuf)))
+        if ((flags & MODEL_LOAD_VAE_FILE) && ckpt__vae_file_name(name, vbuf, sizeof(vbuf)))
             name = vbuf;
         if (is_ignored(name)) {
             nt->skipped++;
@@ -137,11 +138,11 @@ static int meta_int(const struct st_file *f, const char *key, int dflt)
     return (*end || x <= 0 || x > 4096) ? dflt : (int)x;
 }
 
-static int detect_unet(const struct st_file *f, const struct ntable *nt, struct sd15_config *c,
+static int detect_unet(const struct st_file *f, const struct ntable *nt, struct model_config *c,
                        struct err *e)
 {
     const char *path = f->path;
-    const char *P = SD15_PREFIX_UNET;
+    const char *P = MODEL_PREFIX_UNET;
     if (nfind(nt, "%slabel_emb.0.0.weight", P))
         return unsupported(e, path, "SDXL or unCLIP UNet (found label_emb)");
     const struct st_tensor *t0 = nfind(nt, "%sinput_blocks.0.0.weight", P);
@@ -190,7 +191,7 @@ static int detect_unet(const struct st_file *f, const struct ntable *nt, struct 
     return 0;
 }
 
-static int detect_clip(const struct st_file *f, const struct ntable *nt, struct sd15_config *c,
+static int detect_clip(const struct st_file *f, const struct ntable *nt, struct model_config *c,
                        struct err *e)
 {
     const char *path = f->path;
@@ -223,10 +224,10 @@ static int detect_clip(const struct st_file *f, const struct ntable *nt, struct 
     return 0;
 }
 
-static int detect_vae(const struct st_file *f, const struct ntable *nt, struct sd15_config *c,
+static int detect_vae(const struct st_file *f, const struct ntable *nt, struct model_config *c,
                       struct err *e)
 {
-    const char *P = SD15_PREFIX_VAE;
+    const char *P = MODEL_PREFIX_VAE;
     const struct st_tensor *cin = nfind(nt, "%sencoder.conv_in.weight", P);
     const struct st_tensor *dcin = nfind(nt, "%sdecoder.conv_in.weight", P);
     const struct st_tensor *pq = nfind(nt, "%spost_quant_conv.weight", P);
@@ -252,16 +253,16 @@ static int detect_vae(const struct st_file *f, const struct ntable *nt, struct s
 }
 
 static int detect(const struct st_file *f, const struct ntable *nt, unsigned flags,
-                  struct sd15_config *c, struct err *e)
+                  struct model_config *c, struct err *e)
 {
     const char *path = f->path;
     sd15_config_canonical(c);
-    size_t n_unet = count_prefix(nt, SD15_PREFIX_UNET);
+    size_t n_unet = count_prefix(nt, MODEL_PREFIX_UNET);
     if (count_prefix(nt, "conditioner.embedders."))
         return unsupported(e, path, "SDXL checkpoint (conditioner.embedders.* text encoders)");
     if (count_prefix(nt, "cond_stage_model.model."))
         return unsupported(e, path, "SD2.x checkpoint (OpenCLIP text encoder cond_stage_model.model.*)");
-    if ((flags & SD15_LOAD_UNET) && n_unet <= 5) {
+    if ((flags & MODEL_LOAD_UNET) && n_unet <= 5) {
         /* Name something recognisable from the raw keys. */
         const char *what = "no SD1.x UNet (model.diffusion_model.*) found";
         for (size_t i = 0; i < f->n_tensors; i++) {
@@ -286,28 +287,28 @@ static int detect(const struct st_file *f, const struct ntable *nt, unsigned fla
         return unsupported(e, path, what);
     }
     int rc;
-    if ((flags & SD15_LOAD_UNET) && (rc = detect_unet(f, nt, c, e)) < 0)
+    if ((flags & MODEL_LOAD_UNET) && (rc = detect_unet(f, nt, c, e)) < 0)
         return rc;
-    if (flags & SD15_LOAD_CLIP) {
+    if (flags & MODEL_LOAD_CLIP) {
         if (!count_prefix(nt, SD15_PREFIX_CLIP))
             return err_set(e, ERR_INVALID, "'%s' has no CLIP text encoder (%s*)", path,
                            SD15_PREFIX_CLIP);
         if ((rc = detect_clip(f, nt, c, e)) < 0)
             return rc;
     }
-    if (flags & SD15_LOAD_VAE) {
+    if (flags & MODEL_LOAD_VAE) {
         /* A VAE file without either conv_in (a T5's encoder.block.*, ...) is no VAE at all. */
-        if ((flags & SD15_LOAD_VAE_FILE) &&
-            (!count_prefix(nt, SD15_PREFIX_VAE) ||
-             (!nfind(nt, "%sencoder.conv_in.weight", SD15_PREFIX_VAE) &&
-              !nfind(nt, "%sdecoder.conv_in.weight", SD15_PREFIX_VAE))))
-            return sd15__not_a_vae(f, e);
-        if (!count_prefix(nt, SD15_PREFIX_VAE))
-            return err_set(e, ERR_INVALID, "'%s' has no VAE (%s*)", path, SD15_PREFIX_VAE);
+        if ((flags & MODEL_LOAD_VAE_FILE) &&
+            (!count_prefix(nt, MODEL_PREFIX_VAE) ||
+             (!nfind(nt, "%sencoder.conv_in.weight", MODEL_PREFIX_VAE) &&
+              !nfind(nt, "%sdecoder.conv_in.weight", MODEL_PREFIX_VAE))))
+            return ckpt__not_a_vae(f, e);
+        if (!count_prefix(nt, MODEL_PREFIX_VAE))
+            return err_set(e, ERR_INVALID, "'%s' has no VAE (%s*)", path, MODEL_PREFIX_VAE);
         if ((rc = detect_vae(f, nt, c, e)) < 0)
             return rc;
     }
-    if ((flags & SD15_LOAD_UNET) && (flags & SD15_LOAD_CLIP) && c->ctx_dim != c->clip_width)
+    if ((flags & MODEL_LOAD_UNET) && (flags & MODEL_LOAD_CLIP) && c->ctx_dim != c->clip_width)
         return unsupported(e, path, "UNet context width differs from the text encoder width");
     /* A 2-D proj_in is SD2's linear transformer unless everything else says SD1.x (§1.3):
      * the checks above already refused SD2's context widths and text encoder. */
@@ -317,7 +318,7 @@ static int detect(const struct st_file *f, const struct ntable *nt, unsigned fla
 /* ---- validation --------------------------------------------------------------------------- */
 
 /* Shape equality, accepting a 2-D [o,i] stored for a 1x1 conv [o,i,1,1] (§1.3). */
-static int shape_ok(const struct st_tensor *t, const struct sd15_key *k)
+static int shape_ok(const struct st_tensor *t, const struct model_key *k)
 {
     if (t->ndim == k->ndim) {
         for (int i = 0; i < k->ndim; i++)
@@ -352,16 +353,16 @@ static int check_finite(const struct st_file *f, const struct st_tensor *t)
     return 1;
 }
 
-void sd15_layer_of(enum sd15_component comp, const char *rel, char *out, size_t size)
+void model_layer_of(enum model_component comp, const char *rel, char *out, size_t size)
 {
     /* Number of dot-separated parts that name the layer. */
     int parts = 1;
-    if (comp == SD15_UNET) {
+    if (comp == MODEL_UNET) {
         if (starts_with(rel, "input_blocks.") || starts_with(rel, "output_blocks."))
             parts = 3;
         else if (starts_with(rel, "middle_block."))
             parts = 2;
-    } else if (comp == SD15_CLIP) {
+    } else if (comp == MODEL_CLIP) {
         parts = starts_with(rel, "encoder.layers.") ? 3 : 1;
     } else {
         if (starts_with(rel, "encoder.down.") || starts_with(rel, "decoder.up.")) {
@@ -393,22 +394,22 @@ struct build {
     const struct st_file *f;
     struct ntable *nt;
     unsigned flags;
-    struct sd15__items *items;
+    struct ckpt__items *items;
     struct err *e;
     int rc;
 };
 
-static const unsigned comp_flag[SD15_COMPONENT_COUNT] = {SD15_LOAD_UNET, SD15_LOAD_VAE,
-                                                          SD15_LOAD_CLIP};
-static const char *const comp_prefix[SD15_COMPONENT_COUNT] = {SD15_PREFIX_UNET, SD15_PREFIX_VAE,
+static const unsigned comp_flag[MODEL_COMPONENT_COUNT] = {MODEL_LOAD_UNET, MODEL_LOAD_VAE,
+                                                          MODEL_LOAD_CLIP};
+static const char *const comp_prefix[MODEL_COMPONENT_COUNT] = {MODEL_PREFIX_UNET, MODEL_PREFIX_VAE,
                                                                SD15_PREFIX_CLIP};
 
-const char *sd15__comp_prefix(enum sd15_component c)
+const char *ckpt__comp_prefix(enum model_component c)
 {
     return comp_prefix[c];
 }
 
-static void on_key(void *user, const struct sd15_key *k)
+static void on_key(void *user, const struct model_key *k)
 {
     struct build *b = user;
     if (b->rc < 0 || !(b->flags & comp_flag[k->comp]))
@@ -432,7 +433,7 @@ static void on_key(void *user, const struct sd15_key *k)
         return;
     }
     enum tensor_dtype src_dt;
-    if (sd15__tensor_dtype(t, &src_dt) < 0) {
+    if (ckpt__tensor_dtype(t, &src_dt) < 0) {
         b->rc = err_set(b->e, ERR_UNSUPPORTED,
                         "'%s': tensor '%s' is stored as %s; only F32, F16 and BF16 are "
                         "supported%s",
@@ -447,7 +448,7 @@ static void on_key(void *user, const struct sd15_key *k)
                         path, t->name);
         return;
     }
-    struct sd15__items *it = b->items;
+    struct ckpt__items *it = b->items;
     if (it->n == it->cap) {
         it->cap = it->cap ? 2 * it->cap : 1024;
         it->v = xrealloc(it->v, it->cap * sizeof(*it->v));
@@ -463,16 +464,16 @@ static int check_unused(const struct build *b)
         const struct nkey *k = &b->nt->v[i];
         if (k->used)
             continue;
-        for (int c = 0; c < SD15_COMPONENT_COUNT; c++)
+        for (int c = 0; c < MODEL_COMPONENT_COUNT; c++)
             if ((b->flags & comp_flag[c]) && starts_with(k->name, comp_prefix[c]))
                 return err_set(b->e, ERR_INVALID,
                                "'%s': unexpected tensor '%s' (not part of the SD1.x %s layout)",
-                               b->f->path, k->t->name, sd15_component_name((enum sd15_component)c));
+                               b->f->path, k->t->name, model_component_name((enum model_component)c));
     }
     return 0;
 }
 
-int sd15__tensor_dtype(const struct st_tensor *t, enum tensor_dtype *dt)
+int ckpt__tensor_dtype(const struct st_tensor *t, enum tensor_dtype *dt)
 {
     switch (t->dtype) {
     case ST_DTYPE_F32: *dt = TENSOR_F32; return 0;
@@ -482,8 +483,8 @@ int sd15__tensor_dtype(const struct st_tensor *t, enum tensor_dtype *dt)
     }
 }
 
-int sd15__validate(const char *path, unsigned flags, struct st_file **f_out,
-                   struct sd15_config *cfg, struct sd15__items *items, int *skipped,
+int ckpt__validate(const char *path, unsigned flags, struct st_file **f_out,
+                   struct model_config *cfg, struct ckpt__items *items, int *skipped,
                    struct err *e)
 {
     struct st_file *f = NULL;
@@ -497,7 +498,7 @@ int sd15__validate(const char *path, unsigned flags, struct st_file **f_out,
     if ((rc = detect(f, &nt, flags, cfg, e)) < 0)
         goto fail;
     struct build b = {.f = f, .nt = &nt, .flags = flags, .items = items, .e = e};
-    sd15_layout_build(cfg, on_key, &b);
+    model_layout_build(cfg, on_key, &b);
     if ((rc = b.rc) < 0 || (rc = check_unused(&b)) < 0)
         goto fail;
     if (skipped)
@@ -513,11 +514,11 @@ fail:
     return rc;
 }
 
-int sd15_ckpt_probe(const char *path, struct sd15_config *cfg, struct err *e)
+int model_ckpt_probe(const char *path, struct model_config *cfg, struct err *e)
 {
     struct st_file *f;
-    struct sd15__items items;
-    int rc = sd15__validate(path, SD15_LOAD_ALL, &f, cfg, &items, NULL, e);
+    struct ckpt__items items;
+    int rc = ckpt__validate(path, MODEL_LOAD_ALL, &f, cfg, &items, NULL, e);
     if (rc < 0)
         return rc;
     xfree(items.v);

@@ -36,24 +36,24 @@
 #include "err.h"
 #include "patcher.h"
 #include "safetensors.h"
-#include "sd15_layout.h"
+#include "model_config.h"
 #include "tensor.h"
 
-enum sd15_load_flags {
-    SD15_LOAD_UNET = 1 << 0,
-    SD15_LOAD_VAE = 1 << 1,
-    SD15_LOAD_CLIP = 1 << 2,
-    SD15_LOAD_ALL = 7,
-    /* With SD15_LOAD_VAE: the file is a standalone VAE (see sd15_vae_load). */
-    SD15_LOAD_VAE_FILE = 1 << 3,
+enum model_load_flags {
+    MODEL_LOAD_UNET = 1 << 0,
+    MODEL_LOAD_VAE = 1 << 1,
+    MODEL_LOAD_CLIP = 1 << 2,
+    MODEL_LOAD_ALL = 7,
+    /* With MODEL_LOAD_VAE: the file is a standalone VAE (see model_vae_load). */
+    MODEL_LOAD_VAE_FILE = 1 << 3,
 };
 
-struct sd15_ckpt {
-    struct sd15_config cfg;            /* derived from shapes */
+struct model_ckpt {
+    struct model_config cfg;            /* derived from shapes */
     int canonical;                     /* 1 if cfg is exactly SD1.5's */
-    struct patcher_model *model[SD15_COMPONENT_COUNT]; /* owned refs; NULL if not loaded */
-    size_t bytes[SD15_COMPONENT_COUNT];                /* weight bytes per component */
-    int tensors[SD15_COMPONENT_COUNT];                 /* tensors per component */
+    struct patcher_model *model[MODEL_COMPONENT_COUNT]; /* owned refs; NULL if not loaded */
+    size_t bytes[MODEL_COMPONENT_COUNT];                /* weight bytes per component */
+    int tensors[MODEL_COMPONENT_COUNT];                 /* tensors per component */
     int skipped;                       /* tensors ignored (EMA, buffers, ...) */
 };
 
@@ -61,13 +61,13 @@ struct sd15_ckpt {
  * Open `path` and build the components named in `flags` (a component asked for
  * but absent is an error). `dt[c]` is the storage dtype wanted for component c
  * (TENSOR_F32 on the CPU; sd15.md §8.5). Fills *ck; release with
- * sd15_ckpt_release. Returns 0 or a negative ERR_* with a message in `e`.
+ * model_ckpt_release. Returns 0 or a negative ERR_* with a message in `e`.
  */
-int sd15_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[3],
-                   struct sd15_ckpt *ck, struct err *e);
+int model_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[3],
+                   struct model_ckpt *ck, struct err *e);
 
 /*
- * Load a standalone VAE file (ComfyUI's VAELoader) into ck->model[SD15_VAE] only,
+ * Load a standalone VAE file (ComfyUI's VAELoader) into ck->model[MODEL_VAE] only,
  * stored as `dt`. Accepted namings, mapped to the checkpoint's first_stage_model.*
  * names (the patcher's weight keys are the same as for a checkpoint's VAE):
  *   - bare LDM keys (encoder.conv_in.weight, decoder.*, quant_conv.*,
@@ -76,9 +76,9 @@ int sd15_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[
  *   - diffusers AutoencoderKL keys (encoder.down_blocks.0.resnets.0.conv1.weight,
  *     decoder.up_blocks.*, mid_block.attentions.0.to_q / query, ...).
  * A file holding no VAE (a LoRA, a UNet, ...) fails with ERR_INVALID naming the
- * file and what it holds; the other errors are sd15_ckpt_load's.
+ * file and what it holds; the other errors are model_ckpt_load's.
  */
-int sd15_vae_load(const char *path, enum tensor_dtype dt, struct sd15_ckpt *ck, struct err *e);
+int model_vae_load(const char *path, enum tensor_dtype dt, struct model_ckpt *ck, struct err *e);
 
 /*
  * The diffusers name of a VAE tensor given without its first_stage_model. prefix
@@ -86,19 +86,19 @@ int sd15_vae_load(const char *path, enum tensor_dtype dt, struct sd15_ckpt *ck, 
  * conv_shortcut.weight"); names that do not change are copied. For the generator
  * (tools/ckpt_gen) and tests. Returns 0, or -1 if `ldm` is not a VAE name.
  */
-int sd15_vae_name_to_diffusers(const char *ldm, char *out, size_t size);
+int vae_name_to_diffusers(const char *ldm, char *out, size_t size);
 
 /* Drop the model references (the models stay alive while patchers hold them). */
-void sd15_ckpt_release(struct sd15_ckpt *ck);
+void model_ckpt_release(struct model_ckpt *ck);
 
 /*
  * Only detection and validation (steps 1-4), no models: fills *cfg. Useful for
- * tools and tests. Same errors as sd15_ckpt_load.
+ * tools and tests. Same errors as model_ckpt_load.
  */
-int sd15_ckpt_probe(const char *path, struct sd15_config *cfg, struct err *e);
+int model_ckpt_probe(const char *path, struct model_config *cfg, struct err *e);
 
 /* Layer name of a component-relative tensor name ("input_blocks.1.0.in_layers.0.weight"
  * -> "input_blocks.1.0"), written into out. */
-void sd15_layer_of(enum sd15_component comp, const char *rel, char *out, size_t size);
+void model_layer_of(enum model_component comp, const char *rel, char *out, size_t size);
 
 #endif

@@ -6,34 +6,34 @@
 #define LATENTD_MODELS_SD15_CKPT_IMPL_H
 
 #include "safetensors.h"
-#include "sd15_layout.h"
+#include "model_config.h"
 #include "tensor.h"
 
-struct sd15__item {
-    struct sd15_key key;           /* expected name (normalised), shape, component */
+struct ckpt__item {
+    struct model_key key;           /* expected name (normalised), shape, component */
     const struct st_tensor *t;     /* the file's tensor, borrowed from the st_file */
 };
 
-struct sd15__items {
-    struct sd15__item *v; /* owned; free with xfree */
+struct ckpt__items {
+    struct ckpt__item *v; /* owned; free with xfree */
     size_t n, cap;
 };
 
 /* Open, detect and validate (sd15_ckpt.h steps 1-4). On success *f_out is open (caller
  * closes) and items lists every expected tensor of the flagged components in layout
  * (forward) order. */
-int sd15__validate(const char *path, unsigned flags, struct st_file **f_out,
-                   struct sd15_config *cfg, struct sd15__items *items, int *skipped,
+int ckpt__validate(const char *path, unsigned flags, struct st_file **f_out,
+                   struct model_config *cfg, struct ckpt__items *items, int *skipped,
                    struct err *e);
 
-int sd15__tensor_dtype(const struct st_tensor *t, enum tensor_dtype *dt);
-const char *sd15__comp_prefix(enum sd15_component c);
+int ckpt__tensor_dtype(const struct st_tensor *t, enum tensor_dtype *dt);
+const char *ckpt__comp_prefix(enum model_component c);
 
 /* sd15_ckpt_vae.c: the first_stage_model.* name of a standalone VAE file's tensor
  * `name` (bare LDM or diffusers naming) into out; 0 when the name is left as is
  * (already prefixed, or not a VAE name). */
-int sd15__vae_file_name(const char *name, char *out, size_t size);
+int ckpt__vae_file_name(const char *name, char *out, size_t size);
 /* The error for a file asked as a VAE that holds none, naming what it holds. */
-int sd15__not_a_vae(const struct st_file *f, struct err *e);
+int ckpt__not_a_vae(const struct st_file *f, struct err *e);
 
 #endif

@@ -8,8 +8,9 @@
 
 #include "alloc.h"
 #include "log.h"
-#include "sd15_ckpt.h"
-#include "sd15_ckpt_impl.h"
+#include "checkpoint.h"
+#include "checkpoint_impl.h"
+#include "family.h"
 
 /* The mapping is shared by the models that borrow from it; the last one to go
  * closes it. */
@@ -48,10 +49,10 @@ static int shared_file_check(void *user, struct err *e)
  * (not reclaimable) and add a read of the whole file. The check costs one fstat,
  * 1.3-2 us, per layer acquire.
  */
-static void share_file(struct sd15_ckpt *ck, struct st_file *f, const int borrowed[3])
+static void share_file(struct model_ckpt *ck, struct st_file *f, const int borrowed[3])
 {
     struct shared_file *sf = NULL;
-    for (int c = 0; c < SD15_COMPONENT_COUNT; c++) {
+    for (int c = 0; c < MODEL_COMPONENT_COUNT; c++) {
         if (!ck->model[c] || !borrowed[c])
             continue;
         if (!sf) {
@@ -66,28 +67,28 @@ static void share_file(struct sd15_ckpt *ck, struct st_file *f, const int borrow
         st_close(f);
 }
 
-static const unsigned comp_flag[SD15_COMPONENT_COUNT] = {SD15_LOAD_UNET, SD15_LOAD_VAE,
-                                                          SD15_LOAD_CLIP};
+static const unsigned comp_flag[MODEL_COMPONENT_COUNT] = {MODEL_LOAD_UNET, MODEL_LOAD_VAE,
+                                                          MODEL_LOAD_CLIP};
 
 /* Add the validated tensors to the models, in layout order; counts borrowed weights. */
-static int add_weights(const char *path, struct st_file *f, const struct sd15__items *items,
-                       const enum tensor_dtype dt[3], struct sd15_ckpt *ck, int borrowed[3],
+static int add_weights(const char *path, struct st_file *f, const struct ckpt__items *items,
+                       const enum tensor_dtype dt[3], struct model_ckpt *ck, int borrowed[3],
                        struct err *e)
 {
-    char last[SD15_COMPONENT_COUNT][96] = {{0}};
-    int layer[SD15_COMPONENT_COUNT] = {0};
+    char last[MODEL_COMPONENT_COUNT][96] = {{0}};
+    int layer[MODEL_COMPONENT_COUNT] = {0};
     for (size_t i = 0; i < items->n; i++) {
-        const struct sd15_key *k = &items->v[i].key;
+        const struct model_key *k = &items->v[i].key;
         const struct st_tensor *t = items->v[i].t;
         struct patcher_model *m = ck->model[k->comp];
         char lname[96];
-        sd15_layer_of(k->comp, k->name + strlen(sd15__comp_prefix(k->comp)), lname, sizeof(lname));
+        model_layer_of(k->comp, k->name + strlen(ckpt__comp_prefix(k->comp)), lname, sizeof(lname));
         if (strcmp(lname, last[k->comp]) != 0) {
             snprintf(last[k->comp], sizeof(last[k->comp]), "%s", lname);
             layer[k->comp] = patcher_model_add_layer(m, lname, 0);
         }
         enum tensor_dtype src_dt;
-        sd15__tensor_dtype(t, &src_dt); /* validated */
+        ckpt__tensor_dtype(t, &src_dt); /* validated */
         /* The canonical 4-D shape also for a 2-D stored 1x1 conv: same bytes. */
         int rc = patcher_model_add_weight(m, layer[k->comp], k->name, dt[k->comp], k->ndim,
                                           k->shape, st_tensor_data(f, t), src_dt, e);
@@ -100,22 +101,22 @@ static int add_weights(const char *path, struct st_file *f, const struct sd15__i
     return 0;
 }
 
-int sd15_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[3],
-                   struct sd15_ckpt *ck, struct err *e)
+int model_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[3],
+                   struct model_ckpt *ck, struct err *e)
 {
     static const enum patcher_role roles[3] = {PATCHER_ROLE_UNET, PATCHER_ROLE_VAE,
                                                PATCHER_ROLE_TEXT_ENCODER};
     struct st_file *f;
-    struct sd15__items items;
-    int skipped = 0, borrowed[SD15_COMPONENT_COUNT] = {0}, rc;
+    struct ckpt__items items;
+    int skipped = 0, borrowed[MODEL_COMPONENT_COUNT] = {0}, rc;
     memset(ck, 0, sizeof(*ck));
-    if ((rc = sd15__validate(path, flags, &f, &ck->cfg, &items, &skipped, e)) < 0)
+    if ((rc = ckpt__validate(path, flags, &f, &ck->cfg, &items, &skipped, e)) < 0)
         return rc;
     ck->canonical = sd15_config_is_canonical(&ck->cfg);
     ck->skipped = skipped;
-    for (int c = 0; c < SD15_COMPONENT_COUNT; c++)
+    for (int c = 0; c < MODEL_COMPONENT_COUNT; c++)
         if (flags & comp_flag[c])
-            ck->model[c] = patcher_model_new(sd15_component_name((enum sd15_component)c), roles[c]);
+            ck->model[c] = patcher_model_new(model_component_name((enum model_component)c), roles[c]);
     if ((rc = add_weights(path, f, &items, dt, ck, borrowed, e)) < 0)
         goto fail;
     /* Validation and conversion read the whole file: if it changed meanwhile (or a
@@ -130,14 +131,14 @@ int sd15_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[
     return 0;
 fail:
     xfree(items.v);
-    sd15_ckpt_release(ck); /* before closing f: borrowed weights point into it */
+    model_ckpt_release(ck); /* before closing f: borrowed weights point into it */
     st_close(f);
     return rc;
 }
 
-void sd15_ckpt_release(struct sd15_ckpt *ck)
+void model_ckpt_release(struct model_ckpt *ck)
 {
-    for (int c = 0; c < SD15_COMPONENT_COUNT; c++) {
+    for (int c = 0; c < MODEL_COMPONENT_COUNT; c++) {
         patcher_model_unref(ck->model[c]);
         ck->model[c] = NULL;
     }

@@ -1,5 +1,5 @@
 /*
- * Standalone VAE files (sd15_vae_load in sd15_ckpt.h): their tensor names mapped
+ * Standalone VAE files (model_vae_load in sd15_ckpt.h): their tensor names mapped
  * onto the checkpoint's first_stage_model.* layout, so that detection, validation
  * and loading are the checkpoint's own (sd15_ckpt.c, sd15_load.c).
  *
@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sd15_ckpt.h"
-#include "sd15_ckpt_impl.h"
+#include "checkpoint.h"
+#include "checkpoint_impl.h"
 
 static int starts_with(const char *s, const char *p)
 {
@@ -80,26 +80,26 @@ static int from_diffusers(int decoder, const char *r, char *out, size_t size)
     return 0;
 }
 
-int sd15__vae_file_name(const char *name, char *out, size_t size)
+int ckpt__vae_file_name(const char *name, char *out, size_t size)
 {
     int decoder = starts_with(name, "decoder.");
     if (decoder || starts_with(name, "encoder.")) {
         char rel[400];
         const char *r = name + strlen("encoder."); /* same length as "decoder." */
         if (from_diffusers(decoder, r, rel, sizeof(rel)))
-            snprintf(out, size, "%s%s.%s", SD15_PREFIX_VAE, decoder ? "decoder" : "encoder", rel);
+            snprintf(out, size, "%s%s.%s", MODEL_PREFIX_VAE, decoder ? "decoder" : "encoder", rel);
         else /* LDM already, or an unknown name the layout check will name */
-            snprintf(out, size, "%s%s", SD15_PREFIX_VAE, name);
+            snprintf(out, size, "%s%s", MODEL_PREFIX_VAE, name);
         return 1;
     }
     if (starts_with(name, "quant_conv.") || starts_with(name, "post_quant_conv.")) {
-        snprintf(out, size, "%s%s", SD15_PREFIX_VAE, name);
+        snprintf(out, size, "%s%s", MODEL_PREFIX_VAE, name);
         return 1;
     }
     return 0;
 }
 
-int sd15__not_a_vae(const struct st_file *f, struct err *e)
+int ckpt__not_a_vae(const struct st_file *f, struct err *e)
 {
     const char *what = "no VAE tensors";
     for (size_t i = 0; i < f->n_tensors; i++) {
@@ -124,16 +124,16 @@ int sd15__not_a_vae(const struct st_file *f, struct err *e)
                    "decoder.* tensors, optionally under %s",
                    f->path, what, f->n_tensors, f->n_tensors ? ", first '" : "",
                    f->n_tensors ? f->tensors[0].name : "", f->n_tensors ? "'" : "",
-                   SD15_PREFIX_VAE);
+                   MODEL_PREFIX_VAE);
 }
 
-int sd15_vae_load(const char *path, enum tensor_dtype dt, struct sd15_ckpt *ck, struct err *e)
+int model_vae_load(const char *path, enum tensor_dtype dt, struct model_ckpt *ck, struct err *e)
 {
-    const enum tensor_dtype d3[SD15_COMPONENT_COUNT] = {dt, dt, dt};
-    return sd15_ckpt_load(path, SD15_LOAD_VAE | SD15_LOAD_VAE_FILE, d3, ck, e);
+    const enum tensor_dtype d3[MODEL_COMPONENT_COUNT] = {dt, dt, dt};
+    return model_ckpt_load(path, MODEL_LOAD_VAE | MODEL_LOAD_VAE_FILE, d3, ck, e);
 }
 
-int sd15_vae_name_to_diffusers(const char *ldm, char *out, size_t size)
+int vae_name_to_diffusers(const char *ldm, char *out, size_t size)
 {
     int decoder = starts_with(ldm, "decoder.");
     if (!decoder && !starts_with(ldm, "encoder.")) {

@@ -1,31 +1,29 @@
 /*
- * sd15_layout — the SD1.5 architecture knobs and the exact tensor-name layout
- * they imply (sd15.md §1.2, §2.9, §3, §4, §9.1).
+ * model_config — what a loaded checkpoint is: the architecture knobs of its
+ * components, the components themselves (UNet, VAE, text encoders) and the exact
+ * tensor-name layout the knobs imply (sd15.md §1.2, §2.9, §3, §4, §9.1).
  *
- * One function, sd15_layout_build(), enumerates every tensor (full name with
+ * One function, model_layout_build(), enumerates every tensor (full name with
  * its component prefix, shape, and an init "kind") for a given configuration.
  * It is the single source of truth for both the checkpoint generator
  * (tools/gen_ckpt) and the loader's missing/extra/wrong-shape checks, so the
- * two can never disagree. With sd15_config_canonical() the list equals
- * shared/data/sd15_keys.tsv (checked by test_models).
- *
- * Fixed structure (not knobs): 4 UNet levels with 2 ResBlocks each, attention
- * at levels 0..2, middle block ResBlock/ST/ResBlock, 4 VAE levels with 2
- * (encoder) / 3 (decoder) ResnetBlocks, one mid attention each.
+ * two can never disagree. For the canonical SD1.5 config the list equals
+ * shared/data/sd15_keys.tsv (checked by test_models_io).
  *
  * Pure functions; any thread.
  */
-#ifndef LATENTD_MODELS_SD15_LAYOUT_H
-#define LATENTD_MODELS_SD15_LAYOUT_H
+#ifndef LATENTD_MODELS_MODEL_CONFIG_H
+#define LATENTD_MODELS_MODEL_CONFIG_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define SD15_PREFIX_UNET "model.diffusion_model."
-#define SD15_PREFIX_VAE "first_stage_model."
-#define SD15_PREFIX_CLIP "cond_stage_model.transformer.text_model."
+struct tensor;
 
-struct sd15_config {
+#define MODEL_PREFIX_UNET "model.diffusion_model."
+#define MODEL_PREFIX_VAE "first_stage_model."
+
+struct model_config {
     /* UNet */
     int unet_in_ch;       /* 4 */
     int unet_out_ch;      /* 4 */
@@ -48,45 +46,46 @@ struct sd15_config {
     int vae_embed;        /* embed_dim: 4 */
 };
 
-enum sd15_component {
-    SD15_UNET = 0,
-    SD15_VAE = 1,
-    SD15_CLIP = 2,
-    SD15_COMPONENT_COUNT = 3,
+enum model_component {
+    MODEL_UNET = 0,
+    MODEL_VAE = 1,
+    MODEL_CLIP = 2,
+    MODEL_COMPONENT_COUNT = 3,
 };
 
 /* How a tensor is initialised by the generator (sd15.md §9.1). */
-enum sd15_init {
-    SD15_INIT_WEIGHT, /* conv / linear: N(0,1) / sqrt(fan_in) */
-    SD15_INIT_NORM,   /* norm gamma: 1 + 0.1 N(0,1) */
-    SD15_INIT_BIAS,   /* bias / norm beta: 0.1 N(0,1) */
-    SD15_INIT_EMBED,  /* embedding table: N(0,1) */
+enum model_init {
+    MODEL_INIT_WEIGHT, /* conv / linear: N(0,1) / sqrt(fan_in) */
+    MODEL_INIT_NORM,   /* norm gamma: 1 + 0.1 N(0,1) */
+    MODEL_INIT_BIAS,   /* bias / norm beta: 0.1 N(0,1) */
+    MODEL_INIT_EMBED,  /* embedding table: N(0,1) */
 };
 
-struct sd15_key {
+struct model_key {
     char name[160];           /* full name, with the component prefix */
-    enum sd15_component comp;
-    enum sd15_init init;
+    enum model_component comp;
+    enum model_init init;
     int ndim;
     int64_t shape[4];
 };
 
-/* The real SD1.5 numbers. */
-void sd15_config_canonical(struct sd15_config *c);
-/* The tiny test config of sd15.md §9.1: UNet MC 32 mult 1,2,3,3; CLIP 64/3/256 with
- * 2 heads; VAE 32 mult 1,2,3,3; same key set as SD1.5. */
-void sd15_config_tiny(struct sd15_config *c);
-/* 1 if every knob equals SD1.5's. */
-int sd15_config_is_canonical(const struct sd15_config *c);
-
 /* Component name for messages: "unet", "vae", "clip". */
-const char *sd15_component_name(enum sd15_component comp);
+const char *model_component_name(enum model_component comp);
 
 /*
  * Enumerate every tensor of `c`: calls fn(user, key) once per tensor, in a fixed
  * order (CLIP, UNet, VAE, each in forward order). Returns the count.
  */
-size_t sd15_layout_build(const struct sd15_config *c,
-                         void (*fn)(void *user, const struct sd15_key *k), void *user);
+size_t model_layout_build(const struct model_config *c,
+                         void (*fn)(void *user, const struct model_key *k), void *user);
+
+/*
+ * Named intermediates of a forward pass, for the reference comparisons in tests
+ * (NULL in production): fn receives the tensor, borrowed for the call only.
+ */
+struct model_probe {
+    void (*fn)(void *user, const char *name, const struct tensor *t);
+    void *user;
+};
 
 #endif

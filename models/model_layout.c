@@ -1,66 +1,38 @@
 /*
- * SD1.5 tensor layout from the configuration knobs (see sd15_layout.h).
+ * Tensor layout from the configuration knobs (see model_config.h).
  * The walk mirrors the forward passes of sd15.md §2.9, §3.6 and §4.3-4.4.
  */
-#include "sd15_layout.h"
+#include "model_config.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "err.h"
+#include "family.h"
 
-void sd15_config_canonical(struct sd15_config *c)
-{
-    *c = (struct sd15_config){
-        .unet_in_ch = 4, .unet_out_ch = 4, .unet_mc = 320, .unet_mult = {1, 2, 4, 4},
-        .unet_depth = 1, .unet_heads = 8, .ctx_dim = 768,
-        .clip_width = 768, .clip_layers = 12, .clip_mlp = 3072, .clip_heads = 12,
-        .clip_vocab = 49408, .clip_pos = 77,
-        .vae_ch = 128, .vae_mult = {1, 2, 4, 4}, .vae_z = 4, .vae_embed = 4,
-    };
-}
-
-void sd15_config_tiny(struct sd15_config *c)
-{
-    *c = (struct sd15_config){
-        .unet_in_ch = 4, .unet_out_ch = 4, .unet_mc = 32, .unet_mult = {1, 2, 3, 3},
-        .unet_depth = 1, .unet_heads = 8, .ctx_dim = 64,
-        .clip_width = 64, .clip_layers = 3, .clip_mlp = 256, .clip_heads = 2,
-        .clip_vocab = 49408, .clip_pos = 77,
-        .vae_ch = 32, .vae_mult = {1, 2, 3, 3}, .vae_z = 4, .vae_embed = 4,
-    };
-}
-
-int sd15_config_is_canonical(const struct sd15_config *c)
-{
-    struct sd15_config k;
-    sd15_config_canonical(&k);
-    return memcmp(c, &k, sizeof(k)) == 0;
-}
-
-const char *sd15_component_name(enum sd15_component comp)
+const char *model_component_name(enum model_component comp)
 {
     switch (comp) {
-    case SD15_UNET: return "unet";
-    case SD15_VAE: return "vae";
-    case SD15_CLIP: return "clip";
+    case MODEL_UNET: return "unet";
+    case MODEL_VAE: return "vae";
+    case MODEL_CLIP: return "clip";
     default: return "?";
     }
 }
 
 struct walk {
-    void (*fn)(void *user, const struct sd15_key *k);
+    void (*fn)(void *user, const struct model_key *k);
     void *user;
     size_t n;
-    enum sd15_component comp;
+    enum model_component comp;
     const char *prefix;
 };
 
 static void __attribute__((format(printf, 5, 6)))
-emit(struct walk *w, enum sd15_init init, int ndim, const int64_t *shape, const char *fmt, ...)
+emit(struct walk *w, enum model_init init, int ndim, const int64_t *shape, const char *fmt, ...)
 {
-    struct sd15_key k;
+    struct model_key k;
     memset(&k, 0, sizeof(k));
     int len = snprintf(k.name, sizeof(k.name), "%s", w->prefix);
     va_list ap;
@@ -82,14 +54,14 @@ emit(struct walk *w, enum sd15_init init, int ndim, const int64_t *shape, const 
 /* A weight with its bias: W[shape], b[shape[0]]. */
 static void wb(struct walk *w, const char *name, int ndim, const int64_t *shape)
 {
-    emit(w, SD15_INIT_WEIGHT, ndim, shape, "%s.weight", name);
-    emit(w, SD15_INIT_BIAS, 1, shape, "%s.bias", name);
+    emit(w, MODEL_INIT_WEIGHT, ndim, shape, "%s.weight", name);
+    emit(w, MODEL_INIT_BIAS, 1, shape, "%s.bias", name);
 }
 
 static void norm(struct walk *w, const char *name, int64_t c)
 {
-    emit(w, SD15_INIT_NORM, 1, S(c), "%s.weight", name);
-    emit(w, SD15_INIT_BIAS, 1, S(c), "%s.bias", name);
+    emit(w, MODEL_INIT_NORM, 1, S(c), "%s.weight", name);
+    emit(w, MODEL_INIT_BIAS, 1, S(c), "%s.bias", name);
 }
 
 static void nm(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -103,12 +75,12 @@ static void nm(char *out, size_t size, const char *fmt, ...)
 
 /* ---- CLIP -------------------------------------------------------------------------- */
 
-static void walk_clip(struct walk *w, const struct sd15_config *c)
+static void walk_clip(struct walk *w, const struct model_config *c)
 {
     int64_t d = c->clip_width, m = c->clip_mlp;
     char n[128];
-    emit(w, SD15_INIT_EMBED, NSHAPE(c->clip_vocab, d), "embeddings.token_embedding.weight");
-    emit(w, SD15_INIT_EMBED, NSHAPE(c->clip_pos, d), "embeddings.position_embedding.weight");
+    emit(w, MODEL_INIT_EMBED, NSHAPE(c->clip_vocab, d), "embeddings.token_embedding.weight");
+    emit(w, MODEL_INIT_EMBED, NSHAPE(c->clip_pos, d), "embeddings.position_embedding.weight");
     static const char *const proj[] = {"q_proj", "k_proj", "v_proj", "out_proj"};
     for (int l = 0; l < c->clip_layers; l++) {
         for (int p = 0; p < 4; p++) {
@@ -148,7 +120,7 @@ static void unet_res(struct walk *w, const char *p, int64_t ci, int64_t co, int6
     }
 }
 
-static void unet_st(struct walk *w, const char *p, int64_t ch, const struct sd15_config *c)
+static void unet_st(struct walk *w, const char *p, int64_t ch, const struct model_config *c)
 {
     char n[160];
     int64_t ctx = c->ctx_dim;
@@ -160,9 +132,9 @@ static void unet_st(struct walk *w, const char *p, int64_t ch, const struct sd15
         for (int a = 1; a <= 2; a++) {
             nm(n, sizeof(n), "%s.transformer_blocks.%d.attn%d", p, d, a);
             int64_t kin = a == 1 ? ch : ctx;
-            emit(w, SD15_INIT_WEIGHT, NSHAPE(ch, ch), "%s.to_q.weight", n);
-            emit(w, SD15_INIT_WEIGHT, NSHAPE(ch, kin), "%s.to_k.weight", n);
-            emit(w, SD15_INIT_WEIGHT, NSHAPE(ch, kin), "%s.to_v.weight", n);
+            emit(w, MODEL_INIT_WEIGHT, NSHAPE(ch, ch), "%s.to_q.weight", n);
+            emit(w, MODEL_INIT_WEIGHT, NSHAPE(ch, kin), "%s.to_k.weight", n);
+            emit(w, MODEL_INIT_WEIGHT, NSHAPE(ch, kin), "%s.to_v.weight", n);
             char o[180];
             nm(o, sizeof(o), "%s.to_out.0", n);
             wb(w, o, NSHAPE(ch, ch));
@@ -180,7 +152,7 @@ static void unet_st(struct walk *w, const char *p, int64_t ch, const struct sd15
     wb(w, n, NSHAPE(ch, ch, 1, 1));
 }
 
-static void walk_unet(struct walk *w, const struct sd15_config *c)
+static void walk_unet(struct walk *w, const struct model_config *c)
 {
     int64_t mc = c->unet_mc, te = 4 * mc;
     char n[128];
@@ -205,8 +177,8 @@ static void walk_unet(struct walk *w, const struct sd15_config *c)
             idx++;
         }
         if (l < 3) {
-            emit(w, SD15_INIT_WEIGHT, NSHAPE(ch, ch, 3, 3), "input_blocks.%d.0.op.weight", idx);
-            emit(w, SD15_INIT_BIAS, NSHAPE(ch), "input_blocks.%d.0.op.bias", idx);
+            emit(w, MODEL_INIT_WEIGHT, NSHAPE(ch, ch, 3, 3), "input_blocks.%d.0.op.weight", idx);
+            emit(w, MODEL_INIT_BIAS, NSHAPE(ch), "input_blocks.%d.0.op.bias", idx);
             skips[ns++] = ch;
             idx++;
         }
@@ -228,9 +200,9 @@ static void walk_unet(struct walk *w, const struct sd15_config *c)
                 sub = 2;
             }
             if (l > 0 && r == 2) {
-                emit(w, SD15_INIT_WEIGHT, NSHAPE(ch, ch, 3, 3), "output_blocks.%d.%d.conv.weight",
+                emit(w, MODEL_INIT_WEIGHT, NSHAPE(ch, ch, 3, 3), "output_blocks.%d.%d.conv.weight",
                      idx, sub);
-                emit(w, SD15_INIT_BIAS, NSHAPE(ch), "output_blocks.%d.%d.conv.bias", idx, sub);
+                emit(w, MODEL_INIT_BIAS, NSHAPE(ch), "output_blocks.%d.%d.conv.bias", idx, sub);
             }
             idx++;
         }
@@ -274,7 +246,7 @@ static void vae_mid(struct walk *w, const char *p, int64_t ch)
     vae_res(w, n, ch, ch);
 }
 
-static void walk_vae(struct walk *w, const struct sd15_config *c)
+static void walk_vae(struct walk *w, const struct model_config *c)
 {
     int64_t ch = c->vae_ch, z = c->vae_z;
     char n[128];
@@ -316,18 +288,18 @@ static void walk_vae(struct walk *w, const struct sd15_config *c)
     wb(w, "decoder.conv_out", NSHAPE(3, ci, 3, 3));
 }
 
-size_t sd15_layout_build(const struct sd15_config *c,
-                         void (*fn)(void *user, const struct sd15_key *k), void *user)
+size_t model_layout_build(const struct model_config *c,
+                         void (*fn)(void *user, const struct model_key *k), void *user)
 {
     struct walk w = {.fn = fn, .user = user};
-    w.comp = SD15_CLIP;
+    w.comp = MODEL_CLIP;
     w.prefix = SD15_PREFIX_CLIP;
     walk_clip(&w, c);
-    w.comp = SD15_UNET;
-    w.prefix = SD15_PREFIX_UNET;
+    w.comp = MODEL_UNET;
+    w.prefix = MODEL_PREFIX_UNET;
     walk_unet(&w, c);
-    w.comp = SD15_VAE;
-    w.prefix = SD15_PREFIX_VAE;
+    w.comp = MODEL_VAE;
+    w.prefix = MODEL_PREFIX_VAE;
     walk_vae(&w, c);
     return w.n;
 }

@@ -12,7 +12,9 @@
 #include "buf.h"
 #include "clip_tokenizer.h"
 #include "memmgr.h"
-#include "sd15_models.h"
+#include "text_encoder.h"
+#include "unet.h"
+#include "vae.h"
 #include "tensor.h"
 
 static int no_mm(struct err *e)
@@ -57,7 +59,7 @@ static int load_one(struct mm *mm, struct patcher *p, size_t activation, struct 
 
 struct unet_impl {
     struct patcher *p;          /* owned reference */
-    struct sd15_config cfg;
+    struct model_config cfg;
     struct mm_report rep;       /* of the current sampling node */
 };
 
@@ -72,7 +74,7 @@ static int unet_apply(void *impl, const float *x_in, int batch, int h, int w, co
     if ((rc = dev_tensor(d, 4, xs, x_in, &x, e)) < 0 || (rc = dev_tensor(d, 3, cs, ctx, &c, e)) < 0 ||
         (rc = dev_tensor(d, 4, xs, NULL, &eps, e)) < 0)
         goto out;
-    if ((rc = sd15_unet_eval(u->p, &u->cfg, x, ts, c, eps, NULL, e)) < 0 ||
+    if ((rc = unet_eval(u->p, &u->cfg, x, ts, c, eps, NULL, e)) < 0 ||
         (rc = vouch(u->p, e)) < 0)
         goto out;
     rc = tensor_read_f32(eps, eps_out, tensor_numel(eps), e);
@@ -91,7 +93,7 @@ static int unet_prepare(void *impl, struct mm *mm, int max_batch, int h, int w, 
         return no_mm(e);
     /* The UNet's own peak plus the x, context and eps tensors of one call. */
     size_t io = (size_t)max_batch * ((size_t)8 * h * w + (size_t)max_tokens * u->cfg.ctx_dim) * 4;
-    size_t act = sd15_unet_plan_bytes(&u->cfg, max_batch, h, w, max_tokens) + io;
+    size_t act = unet_plan_bytes(&u->cfg, max_batch, h, w, max_tokens) + io;
     return load_one(mm, u->p, act, &u->rep, e);
 }
 
@@ -116,7 +118,7 @@ static const struct sd_model_ops unet_ops = {
     .free = unet_free,
 };
 
-struct sd_model *sd_unet_model_new(struct patcher *unet, const struct sd15_config *cfg)
+struct sd_model *sd_unet_model_new(struct patcher *unet, const struct model_config *cfg)
 {
     struct unet_impl *u = xcalloc(1, sizeof *u);
     u->p = unet;
@@ -124,7 +126,7 @@ struct sd_model *sd_unet_model_new(struct patcher *unet, const struct sd15_confi
     return sd_model_new(&unet_ops, u);
 }
 
-struct patcher *sd_model_unet_patcher(const struct sd_model *m, struct sd15_config *cfg)
+struct patcher *sd_model_unet_patcher(const struct sd_model *m, struct model_config *cfg)
 {
     if (!m || m->ops != &unet_ops)
         return NULL;
@@ -141,7 +143,7 @@ struct sd_clip_shared {
     struct clip_tokenizer *tok; /* owned */
 };
 
-int sd_clip_new(struct patcher *clip, const struct sd15_config *cfg, struct sd_clip **out,
+int sd_clip_new(struct patcher *clip, const struct model_config *cfg, struct sd_clip **out,
                 struct err *e)
 {
     struct clip_tokenizer *tok = NULL;
@@ -220,10 +222,10 @@ int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *t
     float *cond = NULL, *pooled = NULL;
     clip_tokenize_prompt(clip->_shared->tok, text ? text : "", &tk);
     /* A weighted prompt also encodes the empty prompt (sd15.md §2.12): one more sequence. */
-    size_t plan = sd15_clip_plan_bytes(&clip->cfg, tk.n_chunks + tk.has_weights);
+    size_t plan = text_plan_bytes(&clip->cfg, tk.n_chunks + tk.has_weights);
     int rc = load_one(mm, clip->p, plan, &rep, e);
     if (rc >= 0) {
-        rc = sd15_clip_encode(clip->p, &clip->cfg, &tk, clip->clip_skip, &cond, &pooled, NULL, e);
+        rc = text_encode(clip->p, &clip->cfg, &tk, clip->clip_skip, &cond, &pooled, NULL, e);
         if (rc >= 0)
             rc = vouch(clip->p, e);
         mm_node_end(mm, &rep);
@@ -240,7 +242,7 @@ int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *t
 
 /* ---- VAE ---- */
 
-struct sd_vae *sd_vae_new(struct patcher *p, const struct sd15_config *cfg)
+struct sd_vae *sd_vae_new(struct patcher *p, const struct model_config *cfg)
 {
     struct sd_vae *v = xcalloc(1, sizeof *v);
     v->p = p;
@@ -301,9 +303,9 @@ static int decode_one(const struct sd_vae *vae, const float *z, int64_t c, int64
     int rc;
     if ((rc = dev_tensor(d, 4, zs, z, &zt, e)) >= 0 && (rc = dev_tensor(d, 4, os, NULL, &o, e)) >= 0) {
         if (tile > 0)
-            rc = sd15_vae_decode_tiled(vae->p, &vae->cfg, zt, o, tile, overlap, e);
+            rc = vae_decode_tiled(vae->p, &vae->cfg, zt, o, tile, overlap, e);
         else
-            rc = sd15_vae_decode_auto(vae->p, &vae->cfg, zt, o, 64, 16, e);
+            rc = vae_decode_auto(vae->p, &vae->cfg, zt, o, 64, 16, e);
         if (rc >= 0)
             rc = vouch(vae->p, e);
         if (rc >= 0)
@@ -325,7 +327,7 @@ int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct s
                        (long long)lat->c, vae->cfg.vae_embed);
     int64_t h = lat->h, w = lat->w, H = 8 * h, W = 8 * w;
     size_t per = (size_t)(lat->c * h * w), px = (size_t)(3 * H * W);
-    size_t act = sd15_vae_plan_bytes(&vae->cfg, 1, (int)h, (int)w) + (per + px) * 4;
+    size_t act = vae_plan_bytes(&vae->cfg, 1, (int)h, (int)w) + (per + px) * 4;
     int64_t ishape[4] = {lat->b, H, W, 3};
     struct value *img = NULL;
     float *host = NULL;
@@ -383,9 +385,9 @@ static int encode_one(const struct sd_vae *vae, const float *img, int64_t H, int
     int rc;
     if ((rc = dev_tensor(d, 4, is, img, &t, e)) >= 0 && (rc = dev_tensor(d, 4, ms, NULL, &m, e)) >= 0) {
         if (tile > 0)
-            rc = sd15_vae_encode_tiled(vae->p, &vae->cfg, t, m, tile, overlap, e);
+            rc = vae_encode_tiled(vae->p, &vae->cfg, t, m, tile, overlap, e);
         else
-            rc = sd15_vae_encode_auto(vae->p, &vae->cfg, t, m, 512, 64, e);
+            rc = vae_encode_auto(vae->p, &vae->cfg, t, m, 512, 64, e);
         if (rc >= 0)
             rc = vouch(vae->p, e);
         if (rc >= 0)
@@ -412,7 +414,7 @@ int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct va
                        (long long)H0);
     int64_t h = H / 8, w = W / 8;
     size_t px = (size_t)(3 * H * W), per = (size_t)(vae->cfg.vae_embed * h * w);
-    size_t act = sd15_vae_plan_bytes(&vae->cfg, 1, (int)h, (int)w) + (px + per) * 4;
+    size_t act = vae_plan_bytes(&vae->cfg, 1, (int)h, (int)w) + (px + per) * 4;
     struct sd_latent *lat = NULL;
     float *host = NULL;
     int rc;

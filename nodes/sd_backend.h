@@ -3,7 +3,7 @@
  * and the runs the model nodes make with them (models/sd15_models.h through
  * the memory manager).
  *
- *   MODEL  an sd_model (sd_types.h) whose ops run sd15_unet_eval on a UNet
+ *   MODEL  an sd_model (sd_types.h) whose ops run unet_eval on a UNet
  *          patcher; prepare() asks the planner for the exact plan of the
  *          largest call, finish() closes the node's memory report.
  *   CLIP   struct sd_clip: a text-encoder patcher, its config, the tokenizer
@@ -24,7 +24,7 @@
 #include "err.h"
 #include "node_value.h"
 #include "patcher.h"
-#include "sd15_layout.h"
+#include "model_config.h"
 #include "sd_types.h"
 
 struct mm;
@@ -33,34 +33,34 @@ struct sd_clip_shared;
 
 struct sd_clip {
     struct patcher *p;             /* owned reference */
-    struct sd15_config cfg;
+    struct model_config cfg;
     int clip_skip;                 /* -1 = last layer, -2 = penultimate, ... */
     struct sd_clip_shared *_shared; /* refcounted tokenizer */
 };
 
 struct sd_vae {
     struct patcher *p;             /* owned reference */
-    struct sd15_config cfg;
+    struct model_config cfg;
 };
 
 /*
  * A MODEL over a UNet patcher (takes over the caller's reference to `unet`).
  * Free with sd_model_free (through the value).
  */
-struct sd_model *sd_unet_model_new(struct patcher *unet, const struct sd15_config *cfg);
+struct sd_model *sd_unet_model_new(struct patcher *unet, const struct model_config *cfg);
 
 /*
  * The UNet patcher (borrowed) and config of a MODEL made by sd_unet_model_new,
  * for LoRA nodes that clone and patch it; NULL when `m` is another backend.
  */
-struct patcher *sd_model_unet_patcher(const struct sd_model *m, struct sd15_config *cfg);
+struct patcher *sd_model_unet_patcher(const struct sd_model *m, struct model_config *cfg);
 
 /*
  * A CLIP over a text-encoder patcher (takes over the reference) with a
  * tokenizer loaded from the default search path (clip_tokenizer.h).
  * Returns 0 or the tokenizer's error.
  */
-int sd_clip_new(struct patcher *clip, const struct sd15_config *cfg, struct sd_clip **out,
+int sd_clip_new(struct patcher *clip, const struct model_config *cfg, struct sd_clip **out,
                 struct err *e);
 
 /* Textual-inversion embeddings ("embedding:NAME" in prompts) load from
@@ -72,7 +72,7 @@ void sd_clip_free(struct sd_clip *c); /* NULL-safe */
 struct value *sd_clip_value(struct sd_clip *c);           /* "CLIP", takes c */
 const struct sd_clip *sd_clip_of(const struct value *v);  /* NULL if not one */
 
-struct sd_vae *sd_vae_new(struct patcher *vae, const struct sd15_config *cfg); /* takes p */
+struct sd_vae *sd_vae_new(struct patcher *vae, const struct model_config *cfg); /* takes p */
 void sd_vae_free(struct sd_vae *v); /* NULL-safe */
 struct value *sd_vae_value(struct sd_vae *v);             /* "VAE", takes v */
 const struct sd_vae *sd_vae_of(const struct value *v);    /* NULL if not one */
@@ -88,7 +88,7 @@ int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *t
 /*
  * VAEDecode / VAEDecodeTiled: decode every sample of `lat` one at a time into
  * a new IMAGE value [B, 8h, 8w, 3] in 0..1. tile > 0 decodes in tiles of
- * tile × tile latent pixels with `overlap` (sd15_vae_decode_tiled: overlap
+ * tile × tile latent pixels with `overlap` (vae_decode_tiled: overlap
  * below tile / 2); otherwise whole, falling back to 64/16 tiles when the
  * device runs out of memory (as ComfyUI does).
  */
@@ -100,7 +100,7 @@ int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct s
  * cropped to multiples of 8 around the centre as ComfyUI does) into a new
  * latent of the encoder mean [B, 4, H/8, W/8] (caller frees with
  * sd_latent_free). tile > 0 encodes in tiles of tile × tile pixels with
- * `overlap` pixels (sd15_vae_encode_tiled: tile a multiple of 16, overlap of
+ * `overlap` pixels (vae_encode_tiled: tile a multiple of 16, overlap of
  * 8 and below tile / 2); otherwise whole with the 512/64 tiled retry on OOM.
  */
 int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct value *image,

@@ -9,7 +9,7 @@
 #include "buf.h"
 #include "node_files.h"
 #include "node_registry.h"
-#include "sd15_lora.h"
+#include "lora.h"
 #include "sd_backend.h"
 #include "sd_nodes.h"
 
@@ -53,7 +53,7 @@ static int lora_common(struct node_ctx *c, int with_clip)
             node_set_output(c, 1, value_ref(cv));
         return 0;
     }
-    struct sd15_config cfg;
+    struct model_config cfg;
     struct patcher *up = sd_model_unet_patcher(model, &cfg);
     if (!up)
         return node_fail(c, "RuntimeError", "this MODEL cannot take a LoRA");
@@ -66,7 +66,7 @@ static int lora_common(struct node_ctx *c, int with_clip)
     }
     struct patcher *u2 = patcher_clone(up), *c2 = clip ? patcher_clone(clip->p) : NULL;
     struct err e = {0};
-    int rc = sd15_lora_apply(path.ptr, &cfg, u2, (float)sm, c2, (float)sc, NULL, &e);
+    int rc = lora_apply(path.ptr, &cfg, u2, (float)sm, c2, (float)sc, NULL, &e);
     buf_release(&path);
     if (rc < 0) {
         patcher_unref(u2);

@@ -14,7 +14,7 @@
 #include "buf.h"
 #include "node_files.h"
 #include "node_registry.h"
-#include "sd15_ckpt.h"
+#include "checkpoint.h"
 #include "sd_backend.h"
 #include "sd_nodes.h"
 #include "sampling.h"
@@ -78,18 +78,18 @@ static int ckpt_run(struct node_ctx *c)
     }
     /* f32 storage everywhere for now (sd15.md §8.5's CPU policy). */
     static const enum tensor_dtype dt[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     struct err e = {0};
-    int rc = sd15_ckpt_load(path.ptr, SD15_LOAD_ALL, dt, &ck, &e);
+    int rc = model_ckpt_load(path.ptr, MODEL_LOAD_ALL, dt, &ck, &e);
     buf_release(&path);
     if (rc < 0)
         return node_fail_code(c, rc, "RuntimeError", "ERROR: could not load '%s': %s", name,
                               e.msg);
-    struct patcher *unet = patcher_new(ck.model[SD15_UNET]);
-    struct patcher *clip = patcher_new(ck.model[SD15_CLIP]);
-    struct patcher *vae = patcher_new(ck.model[SD15_VAE]);
-    struct sd15_config cfg = ck.cfg;
-    sd15_ckpt_release(&ck); /* the patchers hold the models now */
+    struct patcher *unet = patcher_new(ck.model[MODEL_UNET]);
+    struct patcher *clip = patcher_new(ck.model[MODEL_CLIP]);
+    struct patcher *vae = patcher_new(ck.model[MODEL_VAE]);
+    struct model_config cfg = ck.cfg;
+    model_ckpt_release(&ck); /* the patchers hold the models now */
     struct sd_clip *cl = NULL;
     if ((rc = sd_clip_new(clip, &cfg, &cl, &e)) < 0) {
         patcher_unref(unet);
@@ -154,17 +154,17 @@ static int vae_loader_run(struct node_ctx *c)
         return node_fail_code(c, ERR_NOT_FOUND, "FileNotFoundError",
                               "Model in folder 'vae' with filename '%s' not found.", name);
     }
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     struct err e = {0};
     /* f32 storage, as CheckpointLoaderSimple (sd15.md §8.5's CPU policy). */
-    int rc = sd15_vae_load(path.ptr, TENSOR_F32, &ck, &e);
+    int rc = model_vae_load(path.ptr, TENSOR_F32, &ck, &e);
     buf_release(&path);
     if (rc < 0)
         return node_fail_code(c, rc, "RuntimeError", "ERROR: could not load VAE '%s': %s", name,
                               e.msg);
-    struct patcher *vae = patcher_new(ck.model[SD15_VAE]);
-    struct sd15_config cfg = ck.cfg;
-    sd15_ckpt_release(&ck); /* the patcher holds the model now */
+    struct patcher *vae = patcher_new(ck.model[MODEL_VAE]);
+    struct model_config cfg = ck.cfg;
+    model_ckpt_release(&ck); /* the patcher holds the model now */
     node_set_output(c, 0, sd_vae_value(sd_vae_new(vae, &cfg)));
     return 0;
 }

@@ -10,8 +10,9 @@
 #include <stdlib.h>
 
 #include "alloc.h"
-#include "sd15_ckpt.h"
+#include "checkpoint.h"
 #include "strhash.h"
+#include "family.h"
 
 void ckpt_gen_opts_default(struct ckpt_gen_opts *o)
 {
@@ -36,7 +37,7 @@ static double unif(uint64_t *s)
     return ((double)(splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
 }
 
-void ckpt_gen_fill(uint64_t seed, const char *name, enum sd15_init init, int ndim,
+void ckpt_gen_fill(uint64_t seed, const char *name, enum model_init init, int ndim,
                    const int64_t *shape, float *dst, uint64_t n)
 {
     uint64_t s = seed ^ strhash(name);
@@ -45,10 +46,10 @@ void ckpt_gen_fill(uint64_t seed, const char *name, enum sd15_init init, int ndi
         fan_in *= (double)shape[i];
     double scale = 1.0, shift = 0.0;
     switch (init) {
-    case SD15_INIT_WEIGHT: scale = 1.0 / sqrt(fan_in); break;
-    case SD15_INIT_NORM: scale = 0.1; shift = 1.0; break;
-    case SD15_INIT_BIAS: scale = 0.1; break;
-    case SD15_INIT_EMBED: scale = 1.0; break;
+    case MODEL_INIT_WEIGHT: scale = 1.0 / sqrt(fan_in); break;
+    case MODEL_INIT_NORM: scale = 0.1; shift = 1.0; break;
+    case MODEL_INIT_BIAS: scale = 0.1; break;
+    case MODEL_INIT_EMBED: scale = 1.0; break;
     }
     for (uint64_t i = 0; i < n; i += 2) {
         double r = sqrt(-2.0 * log(unif(&s))), th = 6.283185307179586 * unif(&s);
@@ -70,7 +71,7 @@ struct gen_entry {
     char name[192];
     char seed_name[192]; /* the canonical name the values derive from */
     enum st_dtype dtype;
-    enum sd15_init init;
+    enum model_init init;
     enum fill_kind fill;
     float value;
     int ndim;
@@ -107,29 +108,29 @@ static int is_1x1_linear_like(const char *name)
            ends_with(name, "attn_1.v.weight");
 }
 
-static void on_key(void *user, const struct sd15_key *k)
+static void on_key(void *user, const struct model_key *k)
 {
     struct gen_list *l = user;
     const struct ckpt_gen_opts *o = l->o;
-    if (k->comp == SD15_CLIP && (o->flags & CKPT_GEN_OPENCLIP))
+    if (k->comp == MODEL_CLIP && (o->flags & CKPT_GEN_OPENCLIP))
         return;
-    if (k->comp == SD15_VAE && (o->flags & CKPT_GEN_NO_VAE))
+    if (k->comp == MODEL_VAE && (o->flags & CKPT_GEN_NO_VAE))
         return;
-    if (k->comp == SD15_CLIP && (o->flags & CKPT_GEN_NO_CLIP))
+    if (k->comp == MODEL_CLIP && (o->flags & CKPT_GEN_NO_CLIP))
         return;
-    if (k->comp != SD15_VAE && (o->flags & CKPT_GEN_VAE_ONLY))
+    if (k->comp != MODEL_VAE && (o->flags & CKPT_GEN_VAE_ONLY))
         return;
     if (o->drop_tensor && strcmp(o->drop_tensor, k->name) == 0)
         return;
     struct gen_entry *g = push(l);
     snprintf(g->seed_name, sizeof(g->seed_name), "%s", k->name);
-    if ((o->flags & CKPT_GEN_OLD_CLIP) && k->comp == SD15_CLIP)
+    if ((o->flags & CKPT_GEN_OLD_CLIP) && k->comp == MODEL_CLIP)
         snprintf(g->name, sizeof(g->name), "cond_stage_model.transformer.%s",
                  k->name + strlen(SD15_PREFIX_CLIP));
-    else if (k->comp == SD15_VAE && (o->flags & CKPT_GEN_VAE_DIFFUSERS))
-        sd15_vae_name_to_diffusers(k->name + strlen(SD15_PREFIX_VAE), g->name, sizeof(g->name));
-    else if (k->comp == SD15_VAE && (o->flags & CKPT_GEN_VAE_BARE))
-        snprintf(g->name, sizeof(g->name), "%s", k->name + strlen(SD15_PREFIX_VAE));
+    else if (k->comp == MODEL_VAE && (o->flags & CKPT_GEN_VAE_DIFFUSERS))
+        vae_name_to_diffusers(k->name + strlen(MODEL_PREFIX_VAE), g->name, sizeof(g->name));
+    else if (k->comp == MODEL_VAE && (o->flags & CKPT_GEN_VAE_BARE))
+        snprintf(g->name, sizeof(g->name), "%s", k->name + strlen(MODEL_PREFIX_VAE));
     else
         snprintf(g->name, sizeof(g->name), "%s", k->name);
     g->dtype = o->dtype;
@@ -141,7 +142,7 @@ static void on_key(void *user, const struct sd15_key *k)
     memcpy(g->shape, k->shape, sizeof(g->shape));
     /* diffusers stores the VAE mid attention as linears (2-D). */
     int conv_2d = (o->flags & CKPT_GEN_CONV_2D) ||
-                  (k->comp == SD15_VAE && (o->flags & CKPT_GEN_VAE_DIFFUSERS));
+                  (k->comp == MODEL_VAE && (o->flags & CKPT_GEN_VAE_DIFFUSERS));
     if (conv_2d && k->ndim == 4 && k->shape[2] == 1 && is_1x1_linear_like(k->name))
         g->ndim = 2;
 }
@@ -153,7 +154,7 @@ static void add_special(struct gen_list *l, const char *name, enum st_dtype dt, 
     snprintf(g->name, sizeof(g->name), "%s", name);
     snprintf(g->seed_name, sizeof(g->seed_name), "%s", name);
     g->dtype = dt;
-    g->init = SD15_INIT_BIAS;
+    g->init = MODEL_INIT_BIAS;
     g->fill = fk;
     g->value = value;
     g->ndim = ndim;
@@ -181,7 +182,7 @@ static void add_extras(struct gen_list *l)
 static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
 {
     l->o = o;
-    sd15_layout_build(&o->cfg, on_key, l);
+    model_layout_build(&o->cfg, on_key, l);
     if (o->flags & CKPT_GEN_EXTRAS)
         add_extras(l);
     if (o->flags & CKPT_GEN_SDXL_MARK)

@@ -22,7 +22,7 @@
 
 #include "err.h"
 #include "safetensors.h"
-#include "sd15_layout.h"
+#include "model_config.h"
 
 enum ckpt_gen_flags {
     CKPT_GEN_EXTRAS = 1 << 0,        /* model_ema.*, schedule buffers, position_ids I64 */
@@ -40,7 +40,7 @@ enum ckpt_gen_flags {
 };
 
 struct ckpt_gen_opts {
-    struct sd15_config cfg;
+    struct model_config cfg;
     enum st_dtype dtype;       /* F32, F16 or BF16 */
     uint64_t seed;
     unsigned flags;            /* enum ckpt_gen_flags */
@@ -65,7 +65,7 @@ const char *ckpt_gen_bench_full(const char *path, char *buf, size_t n, struct er
 
 /* Fill dst[n] with the deterministic values of tensor `name` (fp32, before storage
  * rounding). Exposed so tests can predict exact weights. */
-void ckpt_gen_fill(uint64_t seed, const char *name, enum sd15_init init, int ndim,
+void ckpt_gen_fill(uint64_t seed, const char *name, enum model_init init, int ndim,
                    const int64_t *shape, float *dst, uint64_t n);
 
 #endif

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt_gen.h"
+#include "family.h"
 
 static void usage(FILE *fp)
 {

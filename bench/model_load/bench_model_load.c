@@ -19,7 +19,7 @@
 
 #include "ckpt_gen.h"
 #include "safetensors.h"
-#include "sd15_ckpt.h"
+#include "checkpoint.h"
 
 static double now_s(void)
 {
@@ -60,9 +60,9 @@ int main(int argc, char **argv)
     }
     enum tensor_dtype d = strcmp(as, "f16") ? TENSOR_F32 : TENSOR_F16;
     const enum tensor_dtype dt[3] = {d, d, d};
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     double t0 = now_s();
-    if (sd15_ckpt_load(ckpt, SD15_LOAD_ALL, dt, &ck, &e) < 0) {
+    if (model_ckpt_load(ckpt, MODEL_LOAD_ALL, dt, &ck, &e) < 0) {
         fprintf(stderr, "bench_model_load: %s\n", e.msg);
         return 1;
     }
@@ -82,6 +82,6 @@ int main(int argc, char **argv)
         printf("st_check: %.2f us each\n", (now_s() - t0) / n * 1e6);
         st_close(f);
     }
-    sd15_ckpt_release(&ck);
+    model_ckpt_release(&ck);
     return 0;
 }

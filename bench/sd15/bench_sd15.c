@@ -22,8 +22,10 @@
 #include "ckpt_gen.h"
 #include "clip_tokenizer.h"
 #include "memmgr.h"
-#include "sd15_ckpt.h"
-#include "sd15_models.h"
+#include "checkpoint.h"
+#include "text_encoder.h"
+#include "unet.h"
+#include "vae.h"
 
 static double now_s(void)
 {
@@ -77,7 +79,7 @@ static void report(const char *name, double secs, double flops, double sg0, doub
     fflush(stdout);
 }
 
-static int load(struct mm *mm, struct sd15_ckpt *ck, struct patcher **p, size_t act)
+static int load(struct mm *mm, struct model_ckpt *ck, struct patcher **p, size_t act)
 {
     struct err e = {0};
     struct mm_request req = {.n_models = 1, .models = {*p}, .activation_bytes = act};
@@ -113,10 +115,10 @@ int main(int argc, char **argv)
         return 1;
     }
     tensor_threads_set(threads);
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
     double t0 = now_s();
-    if (sd15_ckpt_load(ckpt, SD15_LOAD_ALL, f32, &ck, &e) < 0) {
+    if (model_ckpt_load(ckpt, MODEL_LOAD_ALL, f32, &ck, &e) < 0) {
         fprintf(stderr, "bench_sd15: %s\n", e.msg);
         return 1;
     }
@@ -131,25 +133,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_sd15: %s\n", e.msg);
         return 1;
     }
-    struct patcher *clip = patcher_new(ck.model[SD15_CLIP]), *unet = patcher_new(ck.model[SD15_UNET]),
-                   *vae = patcher_new(ck.model[SD15_VAE]);
+    struct patcher *clip = patcher_new(ck.model[MODEL_CLIP]), *unet = patcher_new(ck.model[MODEL_UNET]),
+                   *vae = patcher_new(ck.model[MODEL_VAE]);
     struct dev *d = NULL;
-    const struct sd15_config *c = &ck.cfg;
+    const struct model_config *c = &ck.cfg;
 
     /* CLIP: one 77-token chunk. */
     struct clip_tokenizer *tok = NULL;
-    if (clip_tokenizer_load(NULL, &tok, &e) == 0 && load(mm, &ck, &clip, sd15_clip_plan_bytes(c, 1)) == 0) {
+    if (clip_tokenizer_load(NULL, &tok, &e) == 0 && load(mm, &ck, &clip, text_plan_bytes(c, 1)) == 0) {
         d = patcher_device(clip);
         struct clip_tokens tk;
         clip_tokenize_prompt(tok, "a photograph of an astronaut riding a horse, highly detailed", &tk);
         float *cond = NULL, *pooled = NULL;
-        sd15_clip_encode(clip, c, &tk, -1, &cond, &pooled, NULL, &e); /* warm */
+        text_encode(clip, c, &tk, -1, &cond, &pooled, NULL, &e); /* warm */
         xfree(cond);
         xfree(pooled);
         double sg0 = sgemm_rate(d), best = 1e30;
         for (int r = 0; r < 3; r++) {
             double s = now_s();
-            sd15_clip_encode(clip, c, &tk, -1, &cond, &pooled, NULL, &e);
+            text_encode(clip, c, &tk, -1, &cond, &pooled, NULL, &e);
             best = fmin(best, now_s() - s);
             xfree(cond);
             xfree(pooled);
@@ -158,7 +160,7 @@ int main(int argc, char **argv)
         double fl = c->clip_layers * (2 * T * (4 * D * D + 2 * D * M) + 4 * T * T * D);
         report("clip_encode_77", best, fl, sg0, sgemm_rate(d));
         clip_tokens_release(&tk);
-        mm_unload(mm, ck.model[SD15_CLIP]);
+        mm_unload(mm, ck.model[MODEL_CLIP]);
     } else {
         fprintf(stderr, "bench_sd15: clip skipped: %s\n", e.msg);
     }
@@ -170,7 +172,7 @@ int main(int argc, char **argv)
     double got_unet_s[2] = {0, 0}, got_vae_s[2] = {0, 0};
     for (int si = 0; si < (quick ? 1 : 2); si++) {
         int lat = sizes[si] / 8;
-        if (load(mm, &ck, &unet, sd15_unet_plan_bytes(c, 2, lat, lat, 77)) < 0)
+        if (load(mm, &ck, &unet, unet_plan_bytes(c, 2, lat, lat, 77)) < 0)
             break;
         d = patcher_device(unet);
         int64_t xs[4] = {2, 4, lat, lat}, cs[3] = {2, 77, c->ctx_dim};
@@ -181,20 +183,20 @@ int main(int argc, char **argv)
         double sg0 = sgemm_rate(d), best = 1e30;
         for (int r = 0; r < reps; r++) {
             double s = now_s();
-            if (sd15_unet_eval(unet, c, x, t, ctx, eps, NULL, &e) < 0)
+            if (unet_eval(unet, c, x, t, ctx, eps, NULL, &e) < 0)
                 fprintf(stderr, "bench_sd15: %s\n", e.msg);
             best = fmin(best, now_s() - s);
         }
         char name[64];
         got_unet_s[si] = best;
         snprintf(name, sizeof(name), "unet_b2_%d", sizes[si]);
-        report(name, best, sd15_unet_flops(c, 2, lat, lat, 77), sg0, sgemm_rate(d));
+        report(name, best, unet_flops(c, 2, lat, lat, 77), sg0, sgemm_rate(d));
         tensor_free(x);
         tensor_free(ctx);
         tensor_free(eps);
-        mm_unload(mm, ck.model[SD15_UNET]);
+        mm_unload(mm, ck.model[MODEL_UNET]);
 
-        if (load(mm, &ck, &vae, sd15_vae_plan_bytes(c, 1, lat, lat)) < 0)
+        if (load(mm, &ck, &vae, vae_plan_bytes(c, 1, lat, lat)) < 0)
             break;
         d = patcher_device(vae);
         int64_t zs[4] = {1, 4, lat, lat}, is[4] = {1, 3, 8 * lat, 8 * lat};
@@ -204,16 +206,16 @@ int main(int argc, char **argv)
         best = 1e30;
         for (int r = 0; r < reps; r++) {
             double s = now_s();
-            if (sd15_vae_decode(vae, c, z, img, NULL, &e) < 0)
+            if (vae_decode(vae, c, z, img, NULL, &e) < 0)
                 fprintf(stderr, "bench_sd15: %s\n", e.msg);
             best = fmin(best, now_s() - s);
         }
         got_vae_s[si] = best;
         snprintf(name, sizeof(name), "vae_decode_%d", sizes[si]);
-        report(name, best, sd15_vae_decode_flops(c, 1, lat, lat), sg0, sgemm_rate(d));
+        report(name, best, vae_decode_flops(c, 1, lat, lat), sg0, sgemm_rate(d));
         tensor_free(z);
         tensor_free(img);
-        mm_unload(mm, ck.model[SD15_VAE]);
+        mm_unload(mm, ck.model[MODEL_VAE]);
     }
     printf("# reference (stable-diffusion.cpp, 2 threads): euler+CFG step %.1f s @256, %.0f s "
            "@512; vae decode %.1f s @256, %.0f s @512\n",
@@ -227,7 +229,7 @@ int main(int argc, char **argv)
     patcher_unref(clip);
     patcher_unref(unet);
     patcher_unref(vae);
-    sd15_ckpt_release(&ck);
+    model_ckpt_release(&ck);
     mm_free(mm);
     return 0;
 }

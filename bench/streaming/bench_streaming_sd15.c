@@ -21,15 +21,17 @@
 
 #include "alloc.h"
 #include "memmgr.h"
-#include "sd15_ckpt.h"
-#include "sd15_models.h"
+#include "checkpoint.h"
+#include "text_encoder.h"
+#include "unet.h"
+#include "vae.h"
 #include "tensor.h"
 
 #define NB 4
 #define MAXR 16
 
 struct sd15_bench {
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     struct patcher *unet;
     int b, h, w, t;
     float *x, *ctx, ts[2];
@@ -55,7 +57,7 @@ static int node(struct sd15_bench *s, struct mm *mm, struct mm_report *rep, floa
         (rc = tensor_new(d, TENSOR_F32, 4, xs, &eps, e)) < 0)
         goto out;
     double t0 = bench_now_ms();
-    rc = sd15_unet_eval(s->unet, &s->ck.cfg, x, s->ts, c, eps, NULL, e);
+    rc = unet_eval(s->unet, &s->ck.cfg, x, s->ts, c, eps, NULL, e);
     *ms = bench_now_ms() - t0;
     if (rc == 0)
         rc = tensor_read_f32(eps, eps_out, nx, e);
@@ -64,7 +66,7 @@ out:
     tensor_free(c);
     tensor_free(eps);
     mm_node_end(mm, rep);
-    mm_unload(mm, s->ck.model[SD15_UNET]);
+    mm_unload(mm, s->ck.model[MODEL_UNET]);
     return rc;
 }
 
@@ -77,11 +79,11 @@ int bench_streaming_sd15(const char *ckpt, int size, int rounds)
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
     struct sd15_bench s = {.b = 2, .h = size / 8, .w = size / 8, .t = 77, .ts = {999, 500}};
     struct err e = {0};
-    if (sd15_ckpt_load(ckpt, SD15_LOAD_UNET, f32, &s.ck, &e) < 0) {
+    if (model_ckpt_load(ckpt, MODEL_LOAD_UNET, f32, &s.ck, &e) < 0) {
         fprintf(stderr, "bench_streaming: %s\n", e.msg);
         return 1;
     }
-    s.unet = patcher_new(s.ck.model[SD15_UNET]);
+    s.unet = patcher_new(s.ck.model[MODEL_UNET]);
     size_t nx = (size_t)s.b * 4 * s.h * s.w, nc = (size_t)s.b * s.t * s.ck.cfg.ctx_dim;
     s.x = xmalloc(nx * 4);
     s.ctx = xmalloc(nc * 4);
@@ -90,9 +92,9 @@ int bench_streaming_sd15(const char *ckpt, int size, int rounds)
     for (size_t i = 0; i < nc; i++)
         s.ctx[i] = (float)((i * 40503u) % 1001) / 1000.0f - 0.5f;
     /* As nodes/sd_backend.c's unet_prepare: the UNet's peak plus x, context and eps. */
-    s.act = sd15_unet_plan_bytes(&s.ck.cfg, s.b, s.h, s.w, s.t) +
+    s.act = unet_plan_bytes(&s.ck.cfg, s.b, s.h, s.w, s.t) +
             (size_t)s.b * ((size_t)8 * s.h * s.w + (size_t)s.t * s.ck.cfg.ctx_dim) * 4;
-    size_t wbytes = patcher_model_bytes(s.ck.model[SD15_UNET]);
+    size_t wbytes = patcher_model_bytes(s.ck.model[MODEL_UNET]);
 
     int pct[NB] = {100, 50, 25, 5}, rc = 0;
     size_t budget[NB];
@@ -141,7 +143,7 @@ int bench_streaming_sd15(const char *ckpt, int size, int rounds)
         printf("bench/streaming --sd15: UNet %.1f MiB (%d layers), batch %d, %dx%d image "
                "(%dx%d latent), 77 tokens, activation plan %.1f MiB, device sim, %d interleaved "
                "rounds, %d compute threads\n", wbytes / 1048576.0,
-               patcher_model_layer_count(s.ck.model[SD15_UNET]), s.b, size, size, s.w, s.h,
+               patcher_model_layer_count(s.ck.model[MODEL_UNET]), s.b, size, size, s.w, s.h,
                s.act / 1048576.0, rounds, tensor_threads_get());
         printf("%-7s %10s %9s %9s %9s %9s %13s %8s %10s %10s\n", "budget", "budget MiB",
                "med ms", "med ratio", "res MiB", "str MiB", "copied/eval", "ring", "peak MiB",
@@ -168,6 +170,6 @@ int bench_streaming_sd15(const char *ckpt, int size, int rounds)
     xfree(s.x);
     xfree(s.ctx);
     patcher_unref(s.unet);
-    sd15_ckpt_release(&s.ck);
+    model_ckpt_release(&s.ck);
     return rc < 0 ? 1 : rc;
 }

@@ -50,7 +50,9 @@
 #include "node_registry.h"
 #include "node_run.h"
 #include "sampling.h"
-#include "sd15_models.h"
+#include "text_encoder.h"
+#include "unet.h"
+#include "vae.h"
 #include "sd_backend.h"
 #include "sd_nodes.h"
 #include "sd_types.h"
@@ -283,7 +285,7 @@ int main(int argc, char **argv)
                                        "galaxy bottle,");
     struct value *neg = encode(mcv[1], "text, watermark");
     printf("# CLIPTextEncode x2 %.2f s\n", now_s() - t0);
-    struct sd15_config cfg;
+    struct model_config cfg;
     struct patcher *unet = sd_model_unet_patcher(sd_model_of(mcv[0]), &cfg);
     if (!unet)
         PANIC("the checkpoint's MODEL is not an SD1.5 UNet");
@@ -337,8 +339,8 @@ int main(int argc, char **argv)
         double vae_cpu = cpu_s() - vc0;
         perf_ctl(perf_vae ? perf : NULL, "disable\n");
         double vae = now_s() - v0, total = now_s() - start;
-        double sgf = sd15_unet_flops(&cfg, 2, lh, lh, 77) / step / 1e9;
-        double vgf = sd15_vae_decode_flops(&cfg, 1, lh, lh) / vae / 1e9;
+        double sgf = unet_flops(&cfg, 2, lh, lh, 77) / step / 1e9;
+        double vgf = vae_decode_flops(&cfg, 1, lh, lh) / vae / 1e9;
         printf("%-5d %7.3f %6.2f %8.3f %6.2f %7.3f %6.2f %8.3f %7.1f %7.1f %8.1f %6.2f %7.2f %7.2f %7.2f "
                "%7.0f\n",
                px, step, step_cpu, raw, step / raw, vae, vae_cpu, total, sgf, vgf, sg, sgf / peak, sgf / sg,

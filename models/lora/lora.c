@@ -1,7 +1,7 @@
 /*
  * LoRA key mapping and patch loading for SD1.x (see sd15_lora.h).
  */
-#include "sd15_lora.h"
+#include "lora.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 #include "log.h"
 #include "safetensors.h"
 #include "tensor.h"
+#include "family.h"
 
 /* ---- forward map: module prefix -> checkpoint key ------------------------------------------ */
 
@@ -155,61 +156,61 @@ struct build_ctx {
     struct fmap *m;
 };
 
-static void on_key(void *user, const struct sd15_key *k)
+static void on_key(void *user, const struct model_key *k)
 {
     struct fmap *m = ((struct build_ctx *)user)->m;
     char base[192], mg[256], y[192], yp[224], buf[320];
     size_t nl = strlen(k->name);
     if (k->ndim < 2 || nl < 7 || strcmp(k->name + nl - 7, ".weight") != 0)
         return; /* LoRA adapts linears and convs */
-    if (k->comp == SD15_UNET) {
-        const char *x = k->name + strlen(SD15_PREFIX_UNET);
+    if (k->comp == MODEL_UNET) {
+        const char *x = k->name + strlen(MODEL_PREFIX_UNET);
         snprintf(base, sizeof(base), "%.*s", (int)(strlen(x) - 7), x);
         mangle(base, mg, sizeof(mg));
         snprintf(buf, sizeof(buf), "lora_unet_%s", mg);
-        fmap_add(m, buf, k->name, SD15_UNET);
+        fmap_add(m, buf, k->name, MODEL_UNET);
         snprintf(buf, sizeof(buf), "diffusion_model.%s", base);
-        fmap_add(m, buf, k->name, SD15_UNET);
+        fmap_add(m, buf, k->name, MODEL_UNET);
         if (ldm_to_diffusers(base, y, sizeof(y)) == 0) {
             mangle(y, mg, sizeof(mg));
             snprintf(buf, sizeof(buf), "lora_unet_%s", mg);
-            fmap_add(m, buf, k->name, SD15_UNET);
+            fmap_add(m, buf, k->name, MODEL_UNET);
             snprintf(buf, sizeof(buf), "lycoris_%s", mg);
-            fmap_add(m, buf, k->name, SD15_UNET);
+            fmap_add(m, buf, k->name, MODEL_UNET);
             snprintf(buf, sizeof(buf), "unet.%s", y);
-            fmap_add(m, buf, k->name, SD15_UNET);
+            fmap_add(m, buf, k->name, MODEL_UNET);
             if (processor_style(y, yp, sizeof(yp)) == 0) {
-                fmap_add(m, yp, k->name, SD15_UNET);
+                fmap_add(m, yp, k->name, MODEL_UNET);
                 snprintf(buf, sizeof(buf), "unet.%s", yp);
-                fmap_add(m, buf, k->name, SD15_UNET);
+                fmap_add(m, buf, k->name, MODEL_UNET);
             }
         }
-    } else if (k->comp == SD15_CLIP) {
+    } else if (k->comp == MODEL_CLIP) {
         const char *x = k->name + strlen(SD15_PREFIX_CLIP);
         if (!starts_with(x, "encoder.layers."))
             return;
         snprintf(base, sizeof(base), "text_model.%.*s", (int)(strlen(x) - 7), x);
         mangle(base, mg, sizeof(mg));
         snprintf(buf, sizeof(buf), "lora_te_%s", mg);
-        fmap_add(m, buf, k->name, SD15_CLIP);
+        fmap_add(m, buf, k->name, MODEL_CLIP);
         snprintf(buf, sizeof(buf), "lora_te1_%s", mg);
-        fmap_add(m, buf, k->name, SD15_CLIP);
+        fmap_add(m, buf, k->name, MODEL_CLIP);
         snprintf(buf, sizeof(buf), "text_encoder.%s", base);
-        fmap_add(m, buf, k->name, SD15_CLIP);
+        fmap_add(m, buf, k->name, MODEL_CLIP);
         snprintf(buf, sizeof(buf), "text_encoders.clip_l.transformer.%s", base);
-        fmap_add(m, buf, k->name, SD15_CLIP);
+        fmap_add(m, buf, k->name, MODEL_CLIP);
     }
 }
 
-static void fmap_build(const struct sd15_config *cfg, struct fmap *m)
+static void fmap_build(const struct model_config *cfg, struct fmap *m)
 {
     memset(m, 0, sizeof(*m));
     struct build_ctx c = {.m = m};
-    sd15_layout_build(cfg, on_key, &c);
+    model_layout_build(cfg, on_key, &c);
     qsort(m->v, m->n, sizeof(*m->v), cmp_fwd);
 }
 
-int sd15_lora_map_prefix(const struct sd15_config *cfg, const char *prefix, char *out, size_t size)
+int lora_map_prefix(const struct model_config *cfg, const char *prefix, char *out, size_t size)
 {
     struct fmap m;
     fmap_build(cfg, &m);
@@ -323,12 +324,12 @@ static int add_module(const struct st_file *f, const struct module *md, const st
     return 0;
 }
 
-int sd15_lora_apply(const char *path, const struct sd15_config *cfg, struct patcher *unet,
+int lora_apply(const char *path, const struct model_config *cfg, struct patcher *unet,
                     float strength_model, struct patcher *clip, float strength_clip,
-                    struct sd15_lora_stats *stats, struct err *e)
+                    struct lora_stats *stats, struct err *e)
 {
     struct st_file *f = NULL;
-    struct sd15_lora_stats st = {0};
+    struct lora_stats st = {0};
     struct fmap m = {0};
     struct module *mods = NULL;
     size_t nm = 0;
@@ -390,13 +391,13 @@ int sd15_lora_apply(const char *path, const struct sd15_config *cfg, struct patc
             continue;
         }
         matched++;
-        struct patcher *p = fw->comp == SD15_UNET ? unet : clip;
+        struct patcher *p = fw->comp == MODEL_UNET ? unet : clip;
         if (!p)
             continue;
-        float s = fw->comp == SD15_UNET ? strength_model : strength_clip;
+        float s = fw->comp == MODEL_UNET ? strength_model : strength_clip;
         if ((rc = add_module(f, md, fw, p, s, e)) < 0)
             goto out;
-        if (fw->comp == SD15_UNET)
+        if (fw->comp == MODEL_UNET)
             st.unet_patched++;
         else
             st.clip_patched++;

@@ -27,9 +27,9 @@
 
 #include "err.h"
 #include "patcher.h"
-#include "sd15_layout.h"
+#include "model_config.h"
 
-struct sd15_lora_stats {
+struct lora_stats {
     int modules;      /* module prefixes found in the file */
     int unet_patched; /* patches added to the UNet patcher */
     int clip_patched; /* patches added to the text-encoder patcher */
@@ -43,16 +43,16 @@ struct sd15_lora_stats {
  * clones (patcher_clone) so that the unpatched model stays available. `stats` may be
  * NULL. Returns 0 or a negative ERR_* with a message in `e`.
  */
-int sd15_lora_apply(const char *path, const struct sd15_config *cfg, struct patcher *unet,
+int lora_apply(const char *path, const struct model_config *cfg, struct patcher *unet,
                     float strength_model, struct patcher *clip, float strength_clip,
-                    struct sd15_lora_stats *stats, struct err *e);
+                    struct lora_stats *stats, struct err *e);
 
 /*
  * The checkpoint key that LoRA module prefix `prefix` addresses for `cfg`, written to
- * out; returns the component (SD15_UNET or SD15_CLIP) or -1 if none. For tests and
+ * out; returns the component (MODEL_UNET or MODEL_CLIP) or -1 if none. For tests and
  * tools; builds the map on each call.
  */
-int sd15_lora_map_prefix(const struct sd15_config *cfg, const char *prefix, char *out,
+int lora_map_prefix(const struct model_config *cfg, const char *prefix, char *out,
                          size_t size);
 
 #endif

@@ -1,13 +1,13 @@
 /*
  * Shared helpers of the SD forward passes (see sd_nn.h).
  */
-#include "sd_nn.h"
+#include "nn.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-void sd__w_init(struct sdw *w, struct patcher *p, const char *prefix, struct err *e)
+void nn__w_init(struct nn_w *w, struct patcher *p, const char *prefix, struct err *e)
 {
     w->p = p;
     w->prefix = prefix;
@@ -16,7 +16,7 @@ void sd__w_init(struct sdw *w, struct patcher *p, const char *prefix, struct err
     w->e = e;
 }
 
-void sd__w_release(struct sdw *w)
+void nn__w_release(struct nn_w *w)
 {
     if (w->layer >= 0)
         patcher_release(w->p, w->layer);
@@ -24,7 +24,7 @@ void sd__w_release(struct sdw *w)
     w->w = NULL;
 }
 
-const struct tensor *sd__w_get(struct sdw *w, const char *fmt, ...)
+const struct tensor *nn__w_get(struct nn_w *w, const char *fmt, ...)
 {
     char key[256];
     int n = snprintf(key, sizeof(key), "%s", w->prefix);
@@ -38,7 +38,7 @@ const struct tensor *sd__w_get(struct sdw *w, const char *fmt, ...)
         return NULL;
     }
     if (layer != w->layer) {
-        sd__w_release(w);
+        nn__w_release(w);
         if (patcher_acquire(w->p, layer, &w->w, w->e) < 0)
             return NULL;
         w->layer = layer;
@@ -46,7 +46,7 @@ const struct tensor *sd__w_get(struct sdw *w, const char *fmt, ...)
     return w->w[index];
 }
 
-int sd__new(struct dev *d, struct tensor **out, struct err *e, int ndim, ...)
+int nn__new(struct dev *d, struct tensor **out, struct err *e, int ndim, ...)
 {
     int64_t shape[TENSOR_MAX_DIMS];
     va_list ap;
@@ -57,16 +57,16 @@ int sd__new(struct dev *d, struct tensor **out, struct err *e, int ndim, ...)
     return tensor_new(d, TENSOR_F32, ndim, shape, out, e);
 }
 
-int sd__to_tokens(const struct tensor *x, struct tensor **out, struct err *e)
+int nn__to_tokens(const struct tensor *x, struct tensor **out, struct err *e)
 {
     struct tensor *v = NULL, *p = NULL;
     int rc;
     int64_t b = x->shape[0], c = x->shape[1], hw = x->shape[2] * x->shape[3];
     *out = NULL;
-    SD_TRY(tensor_reshape(x, 3, (const int64_t[]){b, c, hw}, &v, e));
-    SD_TRY(tensor_permute(v, (const int[]){0, 2, 1}, &p, e));
-    SD_TRY(sd__new(tensor_dev(x), out, e, 3, b, hw, c));
-    SD_TRY(tensor_copy(*out, p, e));
+    NN_TRY(tensor_reshape(x, 3, (const int64_t[]){b, c, hw}, &v, e));
+    NN_TRY(tensor_permute(v, (const int[]){0, 2, 1}, &p, e));
+    NN_TRY(nn__new(tensor_dev(x), out, e, 3, b, hw, c));
+    NN_TRY(tensor_copy(*out, p, e));
     tensor_free(v);
     tensor_free(p);
     return 0;
@@ -78,21 +78,21 @@ fail:
     return rc;
 }
 
-int sd__from_tokens(const struct tensor *tok, struct tensor *out, struct err *e)
+int nn__from_tokens(const struct tensor *tok, struct tensor *out, struct err *e)
 {
     struct tensor *v = NULL, *p = NULL;
     int rc;
     int64_t b = out->shape[0], c = out->shape[1], h = out->shape[2], w = out->shape[3];
-    SD_TRY(tensor_reshape(tok, 4, (const int64_t[]){b, h, w, c}, &v, e));
-    SD_TRY(tensor_permute(v, (const int[]){0, 3, 1, 2}, &p, e));
-    SD_TRY(tensor_copy(out, p, e));
+    NN_TRY(tensor_reshape(tok, 4, (const int64_t[]){b, h, w, c}, &v, e));
+    NN_TRY(tensor_permute(v, (const int[]){0, 3, 1, 2}, &p, e));
+    NN_TRY(tensor_copy(out, p, e));
 fail:
     tensor_free(v);
     tensor_free(p);
     return rc;
 }
 
-int sd__linear(struct tensor *out, const struct tensor *x, const struct tensor *w,
+int nn__linear(struct tensor *out, const struct tensor *x, const struct tensor *w,
               const struct tensor *b, struct err *e)
 {
     if (w->ndim == 2)
@@ -105,7 +105,7 @@ int sd__linear(struct tensor *out, const struct tensor *x, const struct tensor *
     return rc;
 }
 
-int sd__conv3(struct tensor *out, const struct tensor *x, const struct tensor *w,
+int nn__conv3(struct tensor *out, const struct tensor *x, const struct tensor *w,
              const struct tensor *b, struct err *e)
 {
     struct tensor_conv2d_opts o = {.stride = 1, .pad_top = 1, .pad_bottom = 1, .pad_left = 1,
@@ -113,14 +113,14 @@ int sd__conv3(struct tensor *out, const struct tensor *x, const struct tensor *w
     return tensor_conv2d(out, x, w, b, &o, e);
 }
 
-int sd__conv1(struct tensor *out, const struct tensor *x, const struct tensor *w,
+int nn__conv1(struct tensor *out, const struct tensor *x, const struct tensor *w,
              const struct tensor *b, struct err *e)
 {
     struct tensor_conv2d_opts o = {.stride = 1};
     return tensor_conv2d(out, x, w, b, &o, e);
 }
 
-void sd__probe(struct sd15_probe *p, const char *name, const struct tensor *t)
+void nn__probe(struct model_probe *p, const char *name, const struct tensor *t)
 {
     if (p && p->fn)
         p->fn(p->user, name, t);

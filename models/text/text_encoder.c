@@ -5,10 +5,12 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "sd_nn.h"
+#include "nn.h"
+#include "text_encoder.h"
+#include "family.h"
 
 /* One pre-LN encoder layer, in place on x [S, 77, D]. */
-static int clip_layer(struct sdw *w, const struct sd15_config *c, int l, struct tensor *x,
+static int clip_layer(struct nn_w *w, const struct model_config *c, int l, struct tensor *x,
                       struct err *e)
 {
     struct dev *d = tensor_dev(x);
@@ -18,40 +20,40 @@ static int clip_layer(struct sdw *w, const struct sd15_config *c, int l, struct 
     struct tensor *h = NULL, *q = NULL, *k = NULL, *v = NULL, *a = NULL, *f = NULL;
     int rc;
     const char *P = "encoder.layers";
-    SD_W(l1w, w, "%s.%d.layer_norm1.weight", P, l);
-    SD_W(l1b, w, "%s.%d.layer_norm1.bias", P, l);
-    SD_W(qw, w, "%s.%d.self_attn.q_proj.weight", P, l);
-    SD_W(qb, w, "%s.%d.self_attn.q_proj.bias", P, l);
-    SD_W(kw, w, "%s.%d.self_attn.k_proj.weight", P, l);
-    SD_W(kb, w, "%s.%d.self_attn.k_proj.bias", P, l);
-    SD_W(vw, w, "%s.%d.self_attn.v_proj.weight", P, l);
-    SD_W(vb, w, "%s.%d.self_attn.v_proj.bias", P, l);
-    SD_W(ow, w, "%s.%d.self_attn.out_proj.weight", P, l);
-    SD_W(ob, w, "%s.%d.self_attn.out_proj.bias", P, l);
-    SD_W(l2w, w, "%s.%d.layer_norm2.weight", P, l);
-    SD_W(l2b, w, "%s.%d.layer_norm2.bias", P, l);
-    SD_W(f1w, w, "%s.%d.mlp.fc1.weight", P, l);
-    SD_W(f1b, w, "%s.%d.mlp.fc1.bias", P, l);
-    SD_W(f2w, w, "%s.%d.mlp.fc2.weight", P, l);
-    SD_W(f2b, w, "%s.%d.mlp.fc2.bias", P, l);
-    SD_TRY(sd__new(d, &h, e, 3, S, T, D));
-    SD_TRY(tensor_layer_norm(h, x, l1w, l1b, 1e-5f, e));
-    SD_TRY(sd__new(d, &q, e, 3, S, T, D));
-    SD_TRY(sd__new(d, &k, e, 3, S, T, D));
-    SD_TRY(sd__new(d, &v, e, 3, S, T, D));
-    SD_TRY(tensor_linear(q, h, qw, qb, e));
-    SD_TRY(tensor_linear(k, h, kw, kb, e));
-    SD_TRY(tensor_linear(v, h, vw, vb, e));
-    SD_TRY(sd__new(d, &a, e, 3, S, T, D));
-    SD_TRY(tensor_attention(a, q, k, v, c->clip_heads, 0.0f, TENSOR_ATTN_CAUSAL, e));
-    SD_TRY(tensor_linear(h, a, ow, ob, e));
-    SD_TRY(tensor_add(x, x, h, e));
-    SD_TRY(tensor_layer_norm(h, x, l2w, l2b, 1e-5f, e));
-    SD_TRY(sd__new(d, &f, e, 3, S, T, (int64_t)f1w->shape[0]));
-    SD_TRY(tensor_linear(f, h, f1w, f1b, e));
-    SD_TRY(tensor_quick_gelu(f, f, e));
-    SD_TRY(tensor_linear(h, f, f2w, f2b, e));
-    SD_TRY(tensor_add(x, x, h, e));
+    NN_W(l1w, w, "%s.%d.layer_norm1.weight", P, l);
+    NN_W(l1b, w, "%s.%d.layer_norm1.bias", P, l);
+    NN_W(qw, w, "%s.%d.self_attn.q_proj.weight", P, l);
+    NN_W(qb, w, "%s.%d.self_attn.q_proj.bias", P, l);
+    NN_W(kw, w, "%s.%d.self_attn.k_proj.weight", P, l);
+    NN_W(kb, w, "%s.%d.self_attn.k_proj.bias", P, l);
+    NN_W(vw, w, "%s.%d.self_attn.v_proj.weight", P, l);
+    NN_W(vb, w, "%s.%d.self_attn.v_proj.bias", P, l);
+    NN_W(ow, w, "%s.%d.self_attn.out_proj.weight", P, l);
+    NN_W(ob, w, "%s.%d.self_attn.out_proj.bias", P, l);
+    NN_W(l2w, w, "%s.%d.layer_norm2.weight", P, l);
+    NN_W(l2b, w, "%s.%d.layer_norm2.bias", P, l);
+    NN_W(f1w, w, "%s.%d.mlp.fc1.weight", P, l);
+    NN_W(f1b, w, "%s.%d.mlp.fc1.bias", P, l);
+    NN_W(f2w, w, "%s.%d.mlp.fc2.weight", P, l);
+    NN_W(f2b, w, "%s.%d.mlp.fc2.bias", P, l);
+    NN_TRY(nn__new(d, &h, e, 3, S, T, D));
+    NN_TRY(tensor_layer_norm(h, x, l1w, l1b, 1e-5f, e));
+    NN_TRY(nn__new(d, &q, e, 3, S, T, D));
+    NN_TRY(nn__new(d, &k, e, 3, S, T, D));
+    NN_TRY(nn__new(d, &v, e, 3, S, T, D));
+    NN_TRY(tensor_linear(q, h, qw, qb, e));
+    NN_TRY(tensor_linear(k, h, kw, kb, e));
+    NN_TRY(tensor_linear(v, h, vw, vb, e));
+    NN_TRY(nn__new(d, &a, e, 3, S, T, D));
+    NN_TRY(tensor_attention(a, q, k, v, c->clip_heads, 0.0f, TENSOR_ATTN_CAUSAL, e));
+    NN_TRY(tensor_linear(h, a, ow, ob, e));
+    NN_TRY(tensor_add(x, x, h, e));
+    NN_TRY(tensor_layer_norm(h, x, l2w, l2b, 1e-5f, e));
+    NN_TRY(nn__new(d, &f, e, 3, S, T, (int64_t)f1w->shape[0]));
+    NN_TRY(tensor_linear(f, h, f1w, f1b, e));
+    NN_TRY(tensor_quick_gelu(f, f, e));
+    NN_TRY(tensor_linear(h, f, f2w, f2b, e));
+    NN_TRY(tensor_add(x, x, h, e));
 fail:
     tensor_free(h);
     tensor_free(q);
@@ -62,9 +64,9 @@ fail:
     return rc;
 }
 
-int sd15_clip_encode(struct patcher *clip, const struct sd15_config *cfg,
+int text_encode(struct patcher *clip, const struct model_config *cfg,
                      const struct clip_tokens *tk, int clip_skip, float **cond_out,
-                     float **pooled_out, struct sd15_probe *probe, struct err *e)
+                     float **pooled_out, struct model_probe *probe, struct err *e)
 {
     struct dev *d = patcher_device(clip);
     *cond_out = NULL;
@@ -85,14 +87,14 @@ int sd15_clip_encode(struct patcher *clip, const struct sd15_config *cfg,
     }
     /* Layer to keep: -1/0 -> last (after final LN); -k (k <= L) -> output of layer L-k+1. */
     int keep = (clip_skip < 0 && -clip_skip <= L) ? (int)(L + clip_skip + 1) : (int)L;
-    struct sdw w;
-    sd__w_init(&w, clip, SD15_PREFIX_CLIP, e);
+    struct nn_w w;
+    nn__w_init(&w, clip, SD15_PREFIX_CLIP, e);
     struct tensor *x = NULL, *pe = NULL, *sel = NULL, *last = NULL;
     float *hs = NULL, *hl = NULL;
     int rc;
     const struct tensor *tok_w, *pos_w, *fw, *fb;
-    SD_W(tok_w, &w, "embeddings.token_embedding.weight");
-    SD_W(pos_w, &w, "embeddings.position_embedding.weight");
+    NN_W(tok_w, &w, "embeddings.token_embedding.weight");
+    NN_W(pos_w, &w, "embeddings.position_embedding.weight");
     if (tk->n_embeds && tk->embed_width != D) {
         rc = err_set(e, ERR_INVALID,
                      "clip: textual-inversion embedding has width %d but the text encoder %lld",
@@ -104,7 +106,7 @@ int sd15_clip_encode(struct patcher *clip, const struct sd15_config *cfg,
     int32_t *gids = xmalloc((size_t)S * T * sizeof(int32_t));
     for (int64_t i = 0; i < S * T; i++)
         gids[i] = ids[i] >= CLIP_EMBED_ID_BASE ? 0 : ids[i];
-    rc = sd__new(d, &x, e, 3, (int64_t)S, T, D);
+    rc = nn__new(d, &x, e, 3, (int64_t)S, T, D);
     if (rc == 0)
         rc = tensor_embedding(x, tok_w, gids, (int64_t)S * T, e);
     xfree(gids);
@@ -124,37 +126,37 @@ int sd15_clip_encode(struct patcher *clip, const struct sd15_config *cfg,
         if (rc < 0)
             goto fail;
     }
-    SD_TRY(tensor_slice(pos_w, 0, 0, T, &pe, e));
-    SD_TRY(tensor_add(x, x, pe, e));
+    NN_TRY(tensor_slice(pos_w, 0, 0, T, &pe, e));
+    NN_TRY(tensor_add(x, x, pe, e));
     tensor_free(pe);
     pe = NULL;
-    sd__probe(probe, "embeddings", x);
+    nn__probe(probe, "embeddings", x);
     for (int l = 0; l < L; l++) {
-        SD_TRY(clip_layer(&w, cfg, l, x, e));
+        NN_TRY(clip_layer(&w, cfg, l, x, e));
         if (l == 0)
-            sd__probe(probe, "layer.0", x);
+            nn__probe(probe, "layer.0", x);
         if (l + 1 == keep && keep != L) {
-            SD_TRY(sd__new(d, &sel, e, 3, (int64_t)S, T, D));
-            SD_TRY(tensor_copy(sel, x, e));
+            NN_TRY(nn__new(d, &sel, e, 3, (int64_t)S, T, D));
+            NN_TRY(tensor_copy(sel, x, e));
         }
     }
-    SD_W(fw, &w, "final_layer_norm.weight");
-    SD_W(fb, &w, "final_layer_norm.bias");
-    SD_TRY(sd__new(d, &last, e, 3, (int64_t)S, T, D));
-    SD_TRY(tensor_layer_norm(last, x, fw, fb, 1e-5f, e));
+    NN_W(fw, &w, "final_layer_norm.weight");
+    NN_W(fb, &w, "final_layer_norm.bias");
+    NN_TRY(nn__new(d, &last, e, 3, (int64_t)S, T, D));
+    NN_TRY(tensor_layer_norm(last, x, fw, fb, 1e-5f, e));
     if (sel)
-        SD_TRY(tensor_layer_norm(sel, sel, fw, fb, 1e-5f, e));
-    sd__w_release(&w);
-    sd__probe(probe, "last", last);
+        NN_TRY(tensor_layer_norm(sel, sel, fw, fb, 1e-5f, e));
+    nn__w_release(&w);
+    nn__probe(probe, "last", last);
     if (sel)
-        sd__probe(probe, "selected", sel);
+        nn__probe(probe, "selected", sel);
 
     size_t per = (size_t)T * D;
     hs = xmalloc((size_t)S * per * sizeof(float));
-    SD_TRY(tensor_read_f32(sel ? sel : last, hs, (int64_t)(S * per), e));
+    NN_TRY(tensor_read_f32(sel ? sel : last, hs, (int64_t)(S * per), e));
     if (pooled_out) {
         hl = xmalloc((size_t)S * per * sizeof(float));
-        SD_TRY(tensor_read_f32(last, hl, (int64_t)(S * per), e));
+        NN_TRY(tensor_read_f32(last, hl, (int64_t)(S * per), e));
         int pos = 0;
         for (int j = 0; j < T; j++)
             if (tk->ids[j] == CLIP_TOKEN_EOS) {
@@ -179,7 +181,7 @@ int sd15_clip_encode(struct patcher *clip, const struct sd15_config *cfg,
     *cond_out = hs;
     hs = NULL;
 fail:
-    sd__w_release(&w);
+    nn__w_release(&w);
     xfree(ids);
     xfree(hs);
     xfree(hl);
@@ -190,7 +192,7 @@ fail:
     return rc;
 }
 
-size_t sd15_clip_plan_bytes(const struct sd15_config *c, int n_seq)
+size_t text_plan_bytes(const struct model_config *c, int n_seq)
 {
     /* x, selected, last, h, q, k, v, attention out, and the MLP (4 D wide) per token. */
     size_t tok = (size_t)n_seq * CLIP_CHUNK_LEN;

@@ -6,13 +6,14 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "sd_nn.h"
+#include "nn.h"
+#include "vae.h"
 
 struct vae_ctx {
-    struct sdw w;
+    struct nn_w w;
     struct dev *d;
     struct err *e;
-    struct sd15_probe *probe;
+    struct model_probe *probe;
 };
 
 /* ResnetBlock (§4.2): x [B,Ci,H,W] -> *out [B,Co,H,W]. */
@@ -24,32 +25,32 @@ static int resnet(struct vae_ctx *v, const char *p, const struct tensor *x, stru
     int rc;
     int64_t B = x->shape[0], Ci = x->shape[1], H = x->shape[2], W = x->shape[3];
     *out = NULL;
-    SD_W(n1w, &v->w, "%s.norm1.weight", p);
-    SD_W(n1b, &v->w, "%s.norm1.bias", p);
-    SD_W(c1w, &v->w, "%s.conv1.weight", p);
-    SD_W(c1b, &v->w, "%s.conv1.bias", p);
-    SD_W(n2w, &v->w, "%s.norm2.weight", p);
-    SD_W(n2b, &v->w, "%s.norm2.bias", p);
-    SD_W(c2w, &v->w, "%s.conv2.weight", p);
-    SD_W(c2b, &v->w, "%s.conv2.bias", p);
+    NN_W(n1w, &v->w, "%s.norm1.weight", p);
+    NN_W(n1b, &v->w, "%s.norm1.bias", p);
+    NN_W(c1w, &v->w, "%s.conv1.weight", p);
+    NN_W(c1b, &v->w, "%s.conv1.bias", p);
+    NN_W(n2w, &v->w, "%s.norm2.weight", p);
+    NN_W(n2b, &v->w, "%s.norm2.bias", p);
+    NN_W(c2w, &v->w, "%s.conv2.weight", p);
+    NN_W(c2b, &v->w, "%s.conv2.bias", p);
     int64_t Co = c1w->shape[0];
-    SD_TRY(sd__new(v->d, &h, e, 4, B, Ci, H, W));
-    SD_TRY(tensor_group_norm(h, x, 32, n1w, n1b, 1e-6f, 1, e));
-    SD_TRY(sd__new(v->d, &h2, e, 4, B, Co, H, W));
-    SD_TRY(sd__conv3(h2, h, c1w, c1b, e));
+    NN_TRY(nn__new(v->d, &h, e, 4, B, Ci, H, W));
+    NN_TRY(tensor_group_norm(h, x, 32, n1w, n1b, 1e-6f, 1, e));
+    NN_TRY(nn__new(v->d, &h2, e, 4, B, Co, H, W));
+    NN_TRY(nn__conv3(h2, h, c1w, c1b, e));
     tensor_free(h);
-    SD_TRY(sd__new(v->d, &h, e, 4, B, Co, H, W));
-    SD_TRY(tensor_group_norm(h, h2, 32, n2w, n2b, 1e-6f, 1, e));
-    SD_TRY(sd__conv3(h2, h, c2w, c2b, e));
+    NN_TRY(nn__new(v->d, &h, e, 4, B, Co, H, W));
+    NN_TRY(tensor_group_norm(h, h2, 32, n2w, n2b, 1e-6f, 1, e));
+    NN_TRY(nn__conv3(h2, h, c2w, c2b, e));
     if (Ci != Co) {
         const struct tensor *sw, *sb;
-        SD_W(sw, &v->w, "%s.nin_shortcut.weight", p);
-        SD_W(sb, &v->w, "%s.nin_shortcut.bias", p);
-        SD_TRY(sd__new(v->d, &sc, e, 4, B, Co, H, W));
-        SD_TRY(sd__conv1(sc, x, sw, sb, e));
-        SD_TRY(tensor_add(h2, h2, sc, e));
+        NN_W(sw, &v->w, "%s.nin_shortcut.weight", p);
+        NN_W(sb, &v->w, "%s.nin_shortcut.bias", p);
+        NN_TRY(nn__new(v->d, &sc, e, 4, B, Co, H, W));
+        NN_TRY(nn__conv1(sc, x, sw, sb, e));
+        NN_TRY(tensor_add(h2, h2, sc, e));
     } else {
-        SD_TRY(tensor_add(h2, h2, x, e));
+        NN_TRY(tensor_add(h2, h2, x, e));
     }
     *out = h2;
     h2 = NULL;
@@ -68,30 +69,30 @@ static int attn(struct vae_ctx *v, const char *p, struct tensor *x)
     struct tensor *g = NULL, *t = NULL, *q = NULL, *k = NULL, *vv = NULL, *a = NULL, *back = NULL;
     int rc;
     int64_t B = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3], T = H * W;
-    SD_W(nw, &v->w, "%s.norm.weight", p);
-    SD_W(nb, &v->w, "%s.norm.bias", p);
-    SD_W(qw, &v->w, "%s.q.weight", p);
-    SD_W(qb, &v->w, "%s.q.bias", p);
-    SD_W(kw, &v->w, "%s.k.weight", p);
-    SD_W(kb, &v->w, "%s.k.bias", p);
-    SD_W(vw, &v->w, "%s.v.weight", p);
-    SD_W(vb, &v->w, "%s.v.bias", p);
-    SD_W(pw, &v->w, "%s.proj_out.weight", p);
-    SD_W(pb, &v->w, "%s.proj_out.bias", p);
-    SD_TRY(sd__new(v->d, &g, e, 4, B, C, H, W));
-    SD_TRY(tensor_group_norm(g, x, 32, nw, nb, 1e-6f, 0, e));
-    SD_TRY(sd__to_tokens(g, &t, e));
-    SD_TRY(sd__new(v->d, &q, e, 3, B, T, C));
-    SD_TRY(sd__new(v->d, &k, e, 3, B, T, C));
-    SD_TRY(sd__new(v->d, &vv, e, 3, B, T, C));
-    SD_TRY(sd__linear(q, t, qw, qb, e));
-    SD_TRY(sd__linear(k, t, kw, kb, e));
-    SD_TRY(sd__linear(vv, t, vw, vb, e));
-    SD_TRY(sd__new(v->d, &a, e, 3, B, T, C));
-    SD_TRY(tensor_attention(a, q, k, vv, 1, 0.0f, 0, e));
-    SD_TRY(sd__linear(t, a, pw, pb, e));
-    SD_TRY(sd__from_tokens(t, g, e));
-    SD_TRY(tensor_add(x, x, g, e));
+    NN_W(nw, &v->w, "%s.norm.weight", p);
+    NN_W(nb, &v->w, "%s.norm.bias", p);
+    NN_W(qw, &v->w, "%s.q.weight", p);
+    NN_W(qb, &v->w, "%s.q.bias", p);
+    NN_W(kw, &v->w, "%s.k.weight", p);
+    NN_W(kb, &v->w, "%s.k.bias", p);
+    NN_W(vw, &v->w, "%s.v.weight", p);
+    NN_W(vb, &v->w, "%s.v.bias", p);
+    NN_W(pw, &v->w, "%s.proj_out.weight", p);
+    NN_W(pb, &v->w, "%s.proj_out.bias", p);
+    NN_TRY(nn__new(v->d, &g, e, 4, B, C, H, W));
+    NN_TRY(tensor_group_norm(g, x, 32, nw, nb, 1e-6f, 0, e));
+    NN_TRY(nn__to_tokens(g, &t, e));
+    NN_TRY(nn__new(v->d, &q, e, 3, B, T, C));
+    NN_TRY(nn__new(v->d, &k, e, 3, B, T, C));
+    NN_TRY(nn__new(v->d, &vv, e, 3, B, T, C));
+    NN_TRY(nn__linear(q, t, qw, qb, e));
+    NN_TRY(nn__linear(k, t, kw, kb, e));
+    NN_TRY(nn__linear(vv, t, vw, vb, e));
+    NN_TRY(nn__new(v->d, &a, e, 3, B, T, C));
+    NN_TRY(tensor_attention(a, q, k, vv, 1, 0.0f, 0, e));
+    NN_TRY(nn__linear(t, a, pw, pb, e));
+    NN_TRY(nn__from_tokens(t, g, e));
+    NN_TRY(tensor_add(x, x, g, e));
 fail:
     tensor_free(g);
     tensor_free(t);
@@ -110,13 +111,13 @@ static int mid(struct vae_ctx *v, const char *side, struct tensor **x)
     struct tensor *h = NULL;
     int rc;
     snprintf(p, sizeof(p), "%s.mid.block_1", side);
-    SD_TRY(resnet(v, p, *x, &h));
+    NN_TRY(resnet(v, p, *x, &h));
     tensor_free(*x);
     *x = h;
     snprintf(p, sizeof(p), "%s.mid.attn_1", side);
-    SD_TRY(attn(v, p, *x));
+    NN_TRY(attn(v, p, *x));
     snprintf(p, sizeof(p), "%s.mid.block_2", side);
-    SD_TRY(resnet(v, p, *x, &h));
+    NN_TRY(resnet(v, p, *x, &h));
     tensor_free(*x);
     *x = h;
     return 0;
@@ -130,20 +131,20 @@ static int norm_out_conv(struct vae_ctx *v, const char *side, const struct tenso
     const struct tensor *nw, *nb, *cw, *cb;
     struct tensor *g = NULL;
     int rc;
-    SD_W(nw, &v->w, "%s.norm_out.weight", side);
-    SD_W(nb, &v->w, "%s.norm_out.bias", side);
-    SD_W(cw, &v->w, "%s.conv_out.weight", side);
-    SD_W(cb, &v->w, "%s.conv_out.bias", side);
-    SD_TRY(tensor_new_like(x, TENSOR_F32, &g, v->e));
-    SD_TRY(tensor_group_norm(g, x, 32, nw, nb, 1e-6f, 1, v->e));
-    SD_TRY(sd__conv3(out, g, cw, cb, v->e));
+    NN_W(nw, &v->w, "%s.norm_out.weight", side);
+    NN_W(nb, &v->w, "%s.norm_out.bias", side);
+    NN_W(cw, &v->w, "%s.conv_out.weight", side);
+    NN_W(cb, &v->w, "%s.conv_out.bias", side);
+    NN_TRY(tensor_new_like(x, TENSOR_F32, &g, v->e));
+    NN_TRY(tensor_group_norm(g, x, 32, nw, nb, 1e-6f, 1, v->e));
+    NN_TRY(nn__conv3(out, g, cw, cb, v->e));
 fail:
     tensor_free(g);
     return rc;
 }
 
-int sd15_vae_decode(struct patcher *vae, const struct sd15_config *cfg, const struct tensor *z,
-                    struct tensor *img, struct sd15_probe *probe, struct err *e)
+int vae_decode(struct patcher *vae, const struct model_config *cfg, const struct tensor *z,
+                    struct tensor *img, struct model_probe *probe, struct err *e)
 {
     struct vae_ctx v = {.d = patcher_device(vae), .e = e, .probe = probe};
     struct tensor *h = NULL, *nh = NULL, *zz = NULL;
@@ -157,56 +158,56 @@ int sd15_vae_decode(struct patcher *vae, const struct sd15_config *cfg, const st
         return err_set(e, ERR_INVALID, "vae decode: bad shapes (z [B,%d,h,w] -> img [B,3,8h,8w])",
                        cfg->vae_embed);
     tensor_profile_reset();
-    sd__w_init(&v.w, vae, SD15_PREFIX_VAE, e);
+    nn__w_init(&v.w, vae, MODEL_PREFIX_VAE, e);
     int64_t B = z->shape[0], H = z->shape[2], W = z->shape[3];
     const struct tensor *pw, *pb, *cw, *cb;
-    SD_W(pw, &v.w, "post_quant_conv.weight");
-    SD_W(pb, &v.w, "post_quant_conv.bias");
-    SD_TRY(sd__new(v.d, &zz, e, 4, B, (int64_t)cfg->vae_z, H, W));
-    SD_TRY(sd__conv1(zz, z, pw, pb, e));
-    SD_W(cw, &v.w, "decoder.conv_in.weight");
-    SD_W(cb, &v.w, "decoder.conv_in.bias");
-    SD_TRY(sd__new(v.d, &h, e, 4, B, (int64_t)cw->shape[0], H, W));
-    SD_TRY(sd__conv3(h, zz, cw, cb, e));
-    SD_TRY(mid(&v, "decoder", &h));
-    sd__probe(probe, "decoder.mid", h);
+    NN_W(pw, &v.w, "post_quant_conv.weight");
+    NN_W(pb, &v.w, "post_quant_conv.bias");
+    NN_TRY(nn__new(v.d, &zz, e, 4, B, (int64_t)cfg->vae_z, H, W));
+    NN_TRY(nn__conv1(zz, z, pw, pb, e));
+    NN_W(cw, &v.w, "decoder.conv_in.weight");
+    NN_W(cb, &v.w, "decoder.conv_in.bias");
+    NN_TRY(nn__new(v.d, &h, e, 4, B, (int64_t)cw->shape[0], H, W));
+    NN_TRY(nn__conv3(h, zz, cw, cb, e));
+    NN_TRY(mid(&v, "decoder", &h));
+    nn__probe(probe, "decoder.mid", h);
     for (int l = 3; l >= 0; l--) {
         for (int b = 0; b < 3; b++) {
             snprintf(p, sizeof(p), "decoder.up.%d.block.%d", l, b);
-            SD_TRY(resnet(&v, p, h, &nh));
+            NN_TRY(resnet(&v, p, h, &nh));
             tensor_free(h);
             h = nh;
             nh = NULL;
         }
         if (l > 0) {
             const struct tensor *uw, *ub;
-            SD_W(uw, &v.w, "decoder.up.%d.upsample.conv.weight", l);
-            SD_W(ub, &v.w, "decoder.up.%d.upsample.conv.bias", l);
-            SD_TRY(sd__new(v.d, &nh, e, 4, B, h->shape[1], 2 * h->shape[2], 2 * h->shape[3]));
-            SD_TRY(tensor_upsample_nearest(nh, h, e));
+            NN_W(uw, &v.w, "decoder.up.%d.upsample.conv.weight", l);
+            NN_W(ub, &v.w, "decoder.up.%d.upsample.conv.bias", l);
+            NN_TRY(nn__new(v.d, &nh, e, 4, B, h->shape[1], 2 * h->shape[2], 2 * h->shape[3]));
+            NN_TRY(tensor_upsample_nearest(nh, h, e));
             tensor_free(h);
             h = NULL;
-            SD_TRY(tensor_new_like(nh, TENSOR_F32, &h, e));
-            SD_TRY(sd__conv3(h, nh, uw, ub, e));
+            NN_TRY(tensor_new_like(nh, TENSOR_F32, &h, e));
+            NN_TRY(nn__conv3(h, nh, uw, ub, e));
             tensor_free(nh);
             nh = NULL;
         }
         snprintf(p, sizeof(p), "decoder.up.%d", l);
-        sd__probe(probe, p, h);
+        nn__probe(probe, p, h);
     }
-    SD_TRY(norm_out_conv(&v, "decoder", h, img));
-    sd__probe(probe, "decoder.out", img);
+    NN_TRY(norm_out_conv(&v, "decoder", h, img));
+    nn__probe(probe, "decoder.out", img);
     tensor_profile_print("vae decode");
 fail:
-    sd__w_release(&v.w);
+    nn__w_release(&v.w);
     tensor_free(h);
     tensor_free(nh);
     tensor_free(zz);
     return rc;
 }
 
-int sd15_vae_encode(struct patcher *vae, const struct sd15_config *cfg, const struct tensor *img,
-                    struct tensor *mean, struct sd15_probe *probe, struct err *e)
+int vae_encode(struct patcher *vae, const struct model_config *cfg, const struct tensor *img,
+                    struct tensor *mean, struct model_probe *probe, struct err *e)
 {
     struct vae_ctx v = {.d = patcher_device(vae), .e = e, .probe = probe};
     struct tensor *h = NULL, *nh = NULL, *mo = NULL, *q = NULL, *sl = NULL;
@@ -221,17 +222,17 @@ int sd15_vae_encode(struct patcher *vae, const struct sd15_config *cfg, const st
                        "vae encode: bad shapes (img [B,3,H,W] with H, W multiples of 8 -> "
                        "mean [B,%d,H/8,W/8])",
                        cfg->vae_embed);
-    sd__w_init(&v.w, vae, SD15_PREFIX_VAE, e);
+    nn__w_init(&v.w, vae, MODEL_PREFIX_VAE, e);
     int64_t B = img->shape[0];
     const struct tensor *cw, *cb;
-    SD_W(cw, &v.w, "encoder.conv_in.weight");
-    SD_W(cb, &v.w, "encoder.conv_in.bias");
-    SD_TRY(sd__new(v.d, &h, e, 4, B, (int64_t)cw->shape[0], img->shape[2], img->shape[3]));
-    SD_TRY(sd__conv3(h, img, cw, cb, e));
+    NN_W(cw, &v.w, "encoder.conv_in.weight");
+    NN_W(cb, &v.w, "encoder.conv_in.bias");
+    NN_TRY(nn__new(v.d, &h, e, 4, B, (int64_t)cw->shape[0], img->shape[2], img->shape[3]));
+    NN_TRY(nn__conv3(h, img, cw, cb, e));
     for (int l = 0; l < 4; l++) {
         for (int b = 0; b < 2; b++) {
             snprintf(p, sizeof(p), "encoder.down.%d.block.%d", l, b);
-            SD_TRY(resnet(&v, p, h, &nh));
+            NN_TRY(resnet(&v, p, h, &nh));
             tensor_free(h);
             h = nh;
             nh = NULL;
@@ -239,35 +240,35 @@ int sd15_vae_encode(struct patcher *vae, const struct sd15_config *cfg, const st
         if (l < 3) {
             /* Pad right and bottom by one, then stride 2 without padding (§4.2). */
             const struct tensor *dw, *db;
-            SD_W(dw, &v.w, "encoder.down.%d.downsample.conv.weight", l);
-            SD_W(db, &v.w, "encoder.down.%d.downsample.conv.bias", l);
+            NN_W(dw, &v.w, "encoder.down.%d.downsample.conv.weight", l);
+            NN_W(db, &v.w, "encoder.down.%d.downsample.conv.bias", l);
             struct tensor_conv2d_opts o = {.stride = 2, .pad_bottom = 1, .pad_right = 1};
             int64_t ho, wo;
             tensor_conv2d_out_hw(&o, h->shape[2], h->shape[3], 3, 3, &ho, &wo);
-            SD_TRY(sd__new(v.d, &nh, e, 4, B, h->shape[1], ho, wo));
-            SD_TRY(tensor_conv2d(nh, h, dw, db, &o, e));
+            NN_TRY(nn__new(v.d, &nh, e, 4, B, h->shape[1], ho, wo));
+            NN_TRY(tensor_conv2d(nh, h, dw, db, &o, e));
             tensor_free(h);
             h = nh;
             nh = NULL;
         }
         snprintf(p, sizeof(p), "encoder.down.%d", l);
-        sd__probe(probe, p, h);
+        nn__probe(probe, p, h);
     }
-    SD_TRY(mid(&v, "encoder", &h));
-    sd__probe(probe, "encoder.mid", h);
-    SD_TRY(sd__new(v.d, &mo, e, 4, B, (int64_t)(2 * cfg->vae_z), h->shape[2], h->shape[3]));
-    SD_TRY(norm_out_conv(&v, "encoder", h, mo));
+    NN_TRY(mid(&v, "encoder", &h));
+    nn__probe(probe, "encoder.mid", h);
+    NN_TRY(nn__new(v.d, &mo, e, 4, B, (int64_t)(2 * cfg->vae_z), h->shape[2], h->shape[3]));
+    NN_TRY(norm_out_conv(&v, "encoder", h, mo));
     const struct tensor *qw, *qb;
-    SD_W(qw, &v.w, "quant_conv.weight");
-    SD_W(qb, &v.w, "quant_conv.bias");
-    SD_TRY(sd__new(v.d, &q, e, 4, B, (int64_t)(2 * cfg->vae_embed), h->shape[2], h->shape[3]));
-    SD_TRY(sd__conv1(q, mo, qw, qb, e));
-    sd__probe(probe, "moments", q);
+    NN_W(qw, &v.w, "quant_conv.weight");
+    NN_W(qb, &v.w, "quant_conv.bias");
+    NN_TRY(nn__new(v.d, &q, e, 4, B, (int64_t)(2 * cfg->vae_embed), h->shape[2], h->shape[3]));
+    NN_TRY(nn__conv1(q, mo, qw, qb, e));
+    nn__probe(probe, "moments", q);
     /* ComfyUI's VAEEncode returns the distribution's mean: channels 0..embed-1 (§4.4). */
-    SD_TRY(tensor_slice(q, 1, 0, cfg->vae_embed, &sl, e));
-    SD_TRY(tensor_copy(mean, sl, e));
+    NN_TRY(tensor_slice(q, 1, 0, cfg->vae_embed, &sl, e));
+    NN_TRY(tensor_copy(mean, sl, e));
 fail:
-    sd__w_release(&v.w);
+    nn__w_release(&v.w);
     tensor_free(h);
     tensor_free(nh);
     tensor_free(mo);
@@ -277,13 +278,13 @@ fail:
 }
 
 /*
- * The activation peak of sd15_vae_decode / encode, by walking the levels as the code
+ * The activation peak of vae_decode / encode, by walking the levels as the code
  * allocates (floats): a ResnetBlock holds its input, GN(input), conv1 out, then
  * GN(h), conv2 out and the shortcut: max(2 in + out, in + 3 out); an upsample holds
  * its input, the resized tensor and the conv output; the mid attention ~7 C per
  * pixel. Encode is bounded by the same walk at the same resolutions.
  */
-size_t sd15_vae_plan_bytes(const struct sd15_config *c, int b, int h, int w)
+size_t vae_plan_bytes(const struct model_config *c, int b, int h, int w)
 {
     double px = (double)h * w, cin = (double)c->vae_ch * c->vae_mult[3], peak = 7 * cin * px;
     for (int l = 3; l >= 0; l--) {
@@ -301,7 +302,7 @@ size_t sd15_vae_plan_bytes(const struct sd15_config *c, int b, int h, int w)
     return (size_t)(peak * b * 4.0) + ((size_t)1 << 20);
 }
 
-double sd15_vae_decode_flops(const struct sd15_config *c, int b, int h, int w)
+double vae_decode_flops(const struct model_config *c, int b, int h, int w)
 {
     double fl = 0, px = (double)h * w, ch = (double)c->vae_ch * c->vae_mult[3];
 #define CONV(ci, co, k, p) (2.0 * (ci) * (co) * (k) * (k) * (p))

@@ -1,13 +1,13 @@
 /*
  * Pixel conventions around the VAE (see sd15_image.h).
  */
-#include "sd15_image.h"
+#include "vae_image.h"
 
 #include <math.h>
 
 #include "alloc.h"
 
-int sd15_image_from_decoder(const struct tensor *img, float *out, struct err *e)
+int vae_image_from_decoder(const struct tensor *img, float *out, struct err *e)
 {
     if (img->ndim != 4 || img->shape[1] != 3)
         return err_set(e, ERR_INVALID, "image: decoder output must be [B,3,H,W]");
@@ -27,7 +27,7 @@ int sd15_image_from_decoder(const struct tensor *img, float *out, struct err *e)
     return rc;
 }
 
-int sd15_image_to_encoder(struct dev *d, const float *pix, int b, int h, int w,
+int vae_image_to_encoder(struct dev *d, const float *pix, int b, int h, int w,
                           struct tensor **out, struct err *e)
 {
     *out = NULL;
@@ -55,7 +55,7 @@ int sd15_image_to_encoder(struct dev *d, const float *pix, int b, int h, int w,
     return rc;
 }
 
-void sd15_image_to_u8(const float *v, size_t n, uint8_t *out)
+void vae_image_to_u8(const float *v, size_t n, uint8_t *out)
 {
     for (size_t i = 0; i < n; i++) {
         float x = 255.0f * v[i];

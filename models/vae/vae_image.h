@@ -23,17 +23,17 @@
  * Decoder output img [B, 3, H, W] (any device) -> out [B, H, W, 3] host floats in [0, 1]
  * (caller-allocated, B*H*W*3). Returns 0 or a negative ERR_*.
  */
-int sd15_image_from_decoder(const struct tensor *img, float *out, struct err *e);
+int vae_image_from_decoder(const struct tensor *img, float *out, struct err *e);
 
 /*
  * IMAGE pixels [B, H, W, 3] (host, [0, 1]) -> a new tensor [B, 3, H8, W8] on `d` with
  * values 2p - 1, H8 = H / 8 * 8 (centre crop as ComfyUI). Fails with ERR_INVALID when
  * H or W is below 8. Caller frees *out with tensor_free.
  */
-int sd15_image_to_encoder(struct dev *d, const float *pix, int b, int h, int w,
+int vae_image_to_encoder(struct dev *d, const float *pix, int b, int h, int w,
                           struct tensor **out, struct err *e);
 
 /* n floats in [0, 1] -> bytes as SaveImage does (truncation). */
-void sd15_image_to_u8(const float *v, size_t n, uint8_t *out);
+void vae_image_to_u8(const float *v, size_t n, uint8_t *out);
 
 #endif

@@ -11,8 +11,8 @@
 
 #include "alloc.h"
 #include "log.h"
-#include "sd15_models.h"
-#include "sd_nn.h"
+#include "vae.h"
+#include "nn.h"
 
 typedef int (*tile_fn)(void *ctx, const struct tensor *in, struct tensor *out, struct err *e);
 
@@ -58,12 +58,12 @@ static int tiled_pass(const struct tiler *t, const struct tensor *s, int64_t ty,
     }
     if (H <= ty && W <= tx) {
         /* ComfyUI runs the function once, without a mask, when the sample fits a tile. */
-        SD_TRY(sd__new(t->d, &in, e, 4, (int64_t)1, s->shape[1], H, W));
-        SD_TRY(tensor_copy(in, s, e));
-        SD_TRY(sd__new(t->d, &out, e, 4, (int64_t)1, (int64_t)t->out_ch, OH, OW));
-        SD_TRY(t->fn(t->ctx, in, out, e));
+        NN_TRY(nn__new(t->d, &in, e, 4, (int64_t)1, s->shape[1], H, W));
+        NN_TRY(tensor_copy(in, s, e));
+        NN_TRY(nn__new(t->d, &out, e, 4, (int64_t)1, (int64_t)t->out_ch, OH, OW));
+        NN_TRY(t->fn(t->ctx, in, out, e));
         tile = xmalloc(n * sizeof(float));
-        SD_TRY(tensor_read_f32(out, tile, (int64_t)n, e));
+        NN_TRY(tensor_read_f32(out, tile, (int64_t)n, e));
         for (size_t i = 0; i < n; i++)
             acc[i] += tile[i];
         goto fail; /* done: release and return rc (0) */
@@ -79,17 +79,17 @@ static int tiled_pass(const struct tiler *t, const struct tensor *s, int64_t ty,
                     pos[a] = 0;
                 l[a] = tile_sz[a] < len[a] - pos[a] ? tile_sz[a] : len[a] - pos[a];
             }
-            SD_TRY(tensor_slice(s, 2, pos[0], l[0], &r1, e));
-            SD_TRY(tensor_slice(r1, 3, pos[1], l[1], &r2, e));
-            SD_TRY(sd__new(t->d, &in, e, 4, (int64_t)1, s->shape[1], l[0], l[1]));
-            SD_TRY(tensor_copy(in, r2, e));
+            NN_TRY(tensor_slice(s, 2, pos[0], l[0], &r1, e));
+            NN_TRY(tensor_slice(r1, 3, pos[1], l[1], &r2, e));
+            NN_TRY(nn__new(t->d, &in, e, 4, (int64_t)1, s->shape[1], l[0], l[1]));
+            NN_TRY(tensor_copy(in, r2, e));
             int64_t oh = scaled(t, l[0]), ow = scaled(t, l[1]);
-            SD_TRY(sd__new(t->d, &out, e, 4, (int64_t)1, (int64_t)t->out_ch, oh, ow));
-            SD_TRY(t->fn(t->ctx, in, out, e));
+            NN_TRY(nn__new(t->d, &out, e, 4, (int64_t)1, (int64_t)t->out_ch, oh, ow));
+            NN_TRY(t->fn(t->ctx, in, out, e));
             size_t tp = (size_t)oh * ow;
             tile = xrealloc(tile, tp * (size_t)t->out_ch * sizeof(float));
             mask = xrealloc(mask, tp * sizeof(float));
-            SD_TRY(tensor_read_f32(out, tile, (int64_t)(tp * (size_t)t->out_ch), e));
+            NN_TRY(tensor_read_f32(out, tile, (int64_t)(tp * (size_t)t->out_ch), e));
             /* Feather: the first and last F outputs of each axis scaled by (k+1)/F
              * (multiplicatively at corners); an axis shorter than F is left alone. */
             for (size_t i = 0; i < tp; i++)
@@ -149,16 +149,16 @@ static int tiled_run(const struct tiler *t, const struct tensor *x, struct tenso
     int rc = 0;
     const int64_t shapes[3][2] = {{2 * tile, tile / 2}, {tile / 2, 2 * tile}, {tile, tile}};
     for (int64_t b = 0; b < B; b++) {
-        SD_TRY(tensor_slice(x, 0, b, 1, &xb, e));
+        NN_TRY(tensor_slice(x, 0, b, 1, &xb, e));
         float *acc = all + per * (size_t)b;
         for (int k = 0; k < 3; k++)
-            SD_TRY(tiled_pass(t, xb, shapes[k][0], shapes[k][1], overlap, acc, e));
+            NN_TRY(tiled_pass(t, xb, shapes[k][0], shapes[k][1], overlap, acc, e));
         for (size_t i = 0; i < per; i++)
             acc[i] /= 3.0f;
         tensor_free(xb);
         xb = NULL;
     }
-    SD_TRY(tensor_write_f32(out, all, (int64_t)(per * (size_t)B), e));
+    NN_TRY(tensor_write_f32(out, all, (int64_t)(per * (size_t)B), e));
 fail:
     tensor_free(xb);
     xfree(all);
@@ -167,22 +167,22 @@ fail:
 
 struct vae_fn_ctx {
     struct patcher *vae;
-    const struct sd15_config *cfg;
+    const struct model_config *cfg;
 };
 
 static int dec_fn(void *ctx, const struct tensor *in, struct tensor *out, struct err *e)
 {
     struct vae_fn_ctx *c = ctx;
-    return sd15_vae_decode(c->vae, c->cfg, in, out, NULL, e);
+    return vae_decode(c->vae, c->cfg, in, out, NULL, e);
 }
 
 static int enc_fn(void *ctx, const struct tensor *in, struct tensor *out, struct err *e)
 {
     struct vae_fn_ctx *c = ctx;
-    return sd15_vae_encode(c->vae, c->cfg, in, out, NULL, e);
+    return vae_encode(c->vae, c->cfg, in, out, NULL, e);
 }
 
-int sd15_vae_decode_tiled(struct patcher *vae, const struct sd15_config *cfg,
+int vae_decode_tiled(struct patcher *vae, const struct model_config *cfg,
                           const struct tensor *z, struct tensor *img, int tile, int overlap,
                           struct err *e)
 {
@@ -200,7 +200,7 @@ int sd15_vae_decode_tiled(struct patcher *vae, const struct sd15_config *cfg,
     return tiled_run(&t, z, img, tile, overlap, e);
 }
 
-int sd15_vae_encode_tiled(struct patcher *vae, const struct sd15_config *cfg,
+int vae_encode_tiled(struct patcher *vae, const struct model_config *cfg,
                           const struct tensor *img, struct tensor *mean, int tile, int overlap,
                           struct err *e)
 {
@@ -222,26 +222,26 @@ int sd15_vae_encode_tiled(struct patcher *vae, const struct sd15_config *cfg,
     return tiled_run(&t, img, mean, tile, overlap, e);
 }
 
-int sd15_vae_decode_auto(struct patcher *vae, const struct sd15_config *cfg,
+int vae_decode_auto(struct patcher *vae, const struct model_config *cfg,
                          const struct tensor *z, struct tensor *img, int tile, int overlap,
                          struct err *e)
 {
-    int rc = sd15_vae_decode(vae, cfg, z, img, NULL, e);
+    int rc = vae_decode(vae, cfg, z, img, NULL, e);
     if (rc != ERR_DEVICE_OOM)
         return rc;
     log_warn("ran out of memory when regular VAE decoding, retrying with tiled VAE decoding");
     err_clear(e);
-    return sd15_vae_decode_tiled(vae, cfg, z, img, tile, overlap, e);
+    return vae_decode_tiled(vae, cfg, z, img, tile, overlap, e);
 }
 
-int sd15_vae_encode_auto(struct patcher *vae, const struct sd15_config *cfg,
+int vae_encode_auto(struct patcher *vae, const struct model_config *cfg,
                          const struct tensor *img, struct tensor *mean, int tile, int overlap,
                          struct err *e)
 {
-    int rc = sd15_vae_encode(vae, cfg, img, mean, NULL, e);
+    int rc = vae_encode(vae, cfg, img, mean, NULL, e);
     if (rc != ERR_DEVICE_OOM)
         return rc;
     log_warn("ran out of memory when regular VAE encoding, retrying with tiled VAE encoding");
     err_clear(e);
-    return sd15_vae_encode_tiled(vae, cfg, img, mean, tile, overlap, e);
+    return vae_encode_tiled(vae, cfg, img, mean, tile, overlap, e);
 }

@@ -1,5 +1,5 @@
 /*
- * fuzz_lora — LoRA files as LoraLoader reads them (models/sd15_lora.h, sd15_lora_apply):
+ * fuzz_lora — LoRA files as LoraLoader reads them (models/sd15_lora.h, lora_apply):
  * the safetensors header, grouping tensor names into modules by suffix, mapping module
  * prefixes to checkpoint keys and checking the factors' shapes against the weight.
  *
@@ -14,20 +14,20 @@
 #include "ckpt_gen.h"
 #include "fuzz_util.h"
 #include "memmgr.h"
-#include "sd15_ckpt.h"
-#include "sd15_lora.h"
+#include "checkpoint.h"
+#include "lora.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n);
 
 static char dir[64], ck_path[128], lora_path[128];
-static struct sd15_ckpt ck;
+static struct model_ckpt ck;
 static struct patcher *u0, *c0;
 
 static void teardown(void)
 {
     patcher_unref(u0);
     patcher_unref(c0);
-    sd15_ckpt_release(&ck);
+    model_ckpt_release(&ck);
     unlink(ck_path);
     unlink(lora_path);
     rmdir(dir);
@@ -45,12 +45,12 @@ static void setup(void)
     struct err e = {0};
     FUZZ_CHECK(ckpt_gen_write(&o, ck_path, &e) == 0);
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
-    if (sd15_ckpt_load(ck_path, SD15_LOAD_UNET | SD15_LOAD_CLIP, f32, &ck, &e) < 0) {
+    if (model_ckpt_load(ck_path, MODEL_LOAD_UNET | MODEL_LOAD_CLIP, f32, &ck, &e) < 0) {
         fprintf(stderr, "fuzz_lora: %s\n", e.msg);
         abort();
     }
-    u0 = patcher_new(ck.model[SD15_UNET]);
-    c0 = patcher_new(ck.model[SD15_CLIP]);
+    u0 = patcher_new(ck.model[MODEL_UNET]);
+    c0 = patcher_new(ck.model[MODEL_CLIP]);
     atexit(teardown);
 }
 
@@ -63,10 +63,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
     FUZZ_CHECK(fwrite(data, 1, n, f) == n);
     FUZZ_CHECK(fclose(f) == 0);
     struct patcher *u = patcher_clone(u0), *c = patcher_clone(c0);
-    struct sd15_lora_stats st;
+    struct lora_stats st;
     memset(&st, 0, sizeof(st));
     struct err e = {0};
-    int rc = sd15_lora_apply(lora_path, &ck.cfg, u, 0.5f, c, 1.5f, &st, &e);
+    int rc = lora_apply(lora_path, &ck.cfg, u, 0.5f, c, 1.5f, &st, &e);
     if (rc < 0)
         FUZZ_CHECK(e.msg[0] != '\0');
     else

@@ -19,13 +19,15 @@
 #include "ckpt_gen.h"
 #include "harness.h"
 #include "memmgr.h"
-#include "sd15_ckpt.h"
-#include "sd15_models.h"
+#include "checkpoint.h"
+#include "text_encoder.h"
+#include "unet.h"
+#include "vae.h"
 #include "tensor.h"
 
 enum { B = 2, H = 16, W = 16, T = 77 };
 
-static struct sd15_ckpt ck;
+static struct model_ckpt ck;
 static struct patcher *unet;
 static float x_host[B * 4 * H * W];
 static float ctx_host[B * T * 768];
@@ -35,7 +37,7 @@ static const float ts[B] = {999.0f, 321.0f};
 static size_t act_bytes(void)
 {
     size_t io = (size_t)B * ((size_t)8 * H * W + (size_t)T * ck.cfg.ctx_dim) * 4;
-    return sd15_unet_plan_bytes(&ck.cfg, B, H, W, T) + io;
+    return unet_plan_bytes(&ck.cfg, B, H, W, T) + io;
 }
 
 static void fill(float *v, size_t n, unsigned seed)
@@ -81,7 +83,7 @@ static int run_on(const char *spec, struct run *r, struct err *e)
     EXPECT_OK(tensor_new(d, TENSOR_F32, 3, cs, &c, e));
     EXPECT_OK(tensor_write_f32(c, ctx_host, (size_t)B * T * ck.cfg.ctx_dim, e));
     EXPECT_OK(tensor_new(d, TENSOR_F32, 4, xs, &eps, e));
-    rc = sd15_unet_eval(unet, &ck.cfg, x, ts, c, eps, NULL, e);
+    rc = unet_eval(unet, &ck.cfg, x, ts, c, eps, NULL, e);
     ok(rc == 0, "%s: unet eval (%s)", spec, e->msg);
     EXPECT_OK(tensor_read_f32(eps, r->eps, B * 4 * H * W, e));
     tensor_free(x);
@@ -91,7 +93,7 @@ static int run_on(const char *spec, struct run *r, struct err *e)
     r->peak = dev_bytes_peak(d);
     r->copied = rep.bytes_copied;
     r->streamed = rep.bytes_streamed;
-    mm_unload(mm, ck.model[SD15_UNET]);
+    mm_unload(mm, ck.model[MODEL_UNET]);
     r->allocs_after = dev_alloc_count(d);
     r->used_after = dev_bytes_used(d);
     mm_free(mm);
@@ -112,17 +114,17 @@ int main(void)
     o.flags = CKPT_GEN_NO_VAE | CKPT_GEN_NO_CLIP;
     EXPECT_OK(ckpt_gen_write(&o, path, &e));
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
-    if (sd15_ckpt_load(path, SD15_LOAD_UNET, f32, &ck, &e) < 0) {
+    if (model_ckpt_load(path, MODEL_LOAD_UNET, f32, &ck, &e) < 0) {
         ok(0, "load tiny checkpoint: %s", e.msg);
         return harness_done();
     }
-    unet = patcher_new(ck.model[SD15_UNET]);
+    unet = patcher_new(ck.model[MODEL_UNET]);
     ASSERT(ck.cfg.ctx_dim <= 768);
     fill(x_host, sizeof(x_host) / 4, 1);
     fill(ctx_host, (size_t)B * T * ck.cfg.ctx_dim, 2);
-    size_t wbytes = patcher_model_bytes(ck.model[SD15_UNET]), act = act_bytes();
+    size_t wbytes = patcher_model_bytes(ck.model[MODEL_UNET]), act = act_bytes();
     printf("# tiny unet: %zu weight bytes, %d layers, activation plan %zu bytes\n", wbytes,
-           patcher_model_layer_count(ck.model[SD15_UNET]), act);
+           patcher_model_layer_count(ck.model[MODEL_UNET]), act);
 
     static struct run cpu, full, r;
     EXPECT_OK(run_on("cpu", &cpu, &e));
@@ -172,7 +174,7 @@ int main(void)
        "half the activation plan refused, with the size asked for: %s", e.msg);
 
     patcher_unref(unet);
-    sd15_ckpt_release(&ck);
+    model_ckpt_release(&ck);
     unlink(path);
     rmdir(dir);
     tensor_shutdown();

@@ -15,8 +15,10 @@
 #include "ckpt_gen.h"
 #include "harness.h"
 #include "memmgr.h"
-#include "sd15_ckpt.h"
-#include "sd15_models.h"
+#include "checkpoint.h"
+#include "text_encoder.h"
+#include "unet.h"
+#include "vae.h"
 #include "tensor.h"
 
 enum { B = 1, H = 8, W = 8, T = 77 };
@@ -33,11 +35,11 @@ static int fake_check(void *user, struct err *e)
 
 static void no_release(void *user) { (void)user; }
 
-static int unet_once(struct mm *mm, struct patcher *p, const struct sd15_config *cfg,
+static int unet_once(struct mm *mm, struct patcher *p, const struct model_config *cfg,
                      struct err *e)
 {
     struct mm_request req = {.n_models = 1, .models = {p}};
-    req.activation_bytes = sd15_unet_plan_bytes(cfg, B, H, W, T) + (1u << 20);
+    req.activation_bytes = unet_plan_bytes(cfg, B, H, W, T) + (1u << 20);
     struct mm_report rep;
     int rc = mm_load_models(mm, &req, &rep, e);
     if (rc < 0)
@@ -50,7 +52,7 @@ static int unet_once(struct mm *mm, struct patcher *p, const struct sd15_config 
         (rc = tensor_new(d, TENSOR_F32, 3, cs, &c, e)) >= 0 &&
         (rc = tensor_new(d, TENSOR_F32, 4, xs, &eps, e)) >= 0 &&
         (rc = tensor_fill(x, 0.25f, e)) >= 0 && (rc = tensor_fill(c, 0.5f, e)) >= 0)
-        rc = sd15_unet_eval(p, cfg, x, ts, c, eps, NULL, e);
+        rc = unet_eval(p, cfg, x, ts, c, eps, NULL, e);
     tensor_free(x);
     tensor_free(c);
     tensor_free(eps);
@@ -58,11 +60,11 @@ static int unet_once(struct mm *mm, struct patcher *p, const struct sd15_config 
     return rc;
 }
 
-static int vae_once(struct mm *mm, struct patcher *p, const struct sd15_config *cfg,
+static int vae_once(struct mm *mm, struct patcher *p, const struct model_config *cfg,
                     struct err *e)
 {
     struct mm_request req = {.n_models = 1, .models = {p}};
-    req.activation_bytes = sd15_vae_plan_bytes(cfg, B, H, W) + (1u << 20);
+    req.activation_bytes = vae_plan_bytes(cfg, B, H, W) + (1u << 20);
     struct mm_report rep;
     int rc = mm_load_models(mm, &req, &rep, e);
     if (rc < 0)
@@ -73,19 +75,19 @@ static int vae_once(struct mm *mm, struct patcher *p, const struct sd15_config *
     if ((rc = tensor_new(d, TENSOR_F32, 4, zs, &z, e)) >= 0 &&
         (rc = tensor_new(d, TENSOR_F32, 4, is, &img, e)) >= 0 &&
         (rc = tensor_fill(z, 0.1f, e)) >= 0)
-        rc = sd15_vae_decode(p, cfg, z, img, NULL, e);
+        rc = vae_decode(p, cfg, z, img, NULL, e);
     tensor_free(z);
     tensor_free(img);
     mm_node_end(mm, &rep);
     return rc;
 }
 
-typedef int (*once_fn)(struct mm *, struct patcher *, const struct sd15_config *, struct err *);
+typedef int (*once_fn)(struct mm *, struct patcher *, const struct model_config *, struct err *);
 
 /* Fail at every check call of one run in turn (the run acquires layers k times), then
  * pass again: same model, same manager. */
 static void fail_everywhere(const char *what, struct mm *mm, struct patcher *p,
-                            const struct sd15_config *cfg, once_fn once)
+                            const struct model_config *cfg, once_fn once)
 {
     struct err e = {0};
     fail_from = 0;
@@ -122,8 +124,8 @@ int main(void)
     o.flags = CKPT_GEN_NO_CLIP;
     EXPECT_OK(ckpt_gen_write(&o, path, &e));
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
-    struct sd15_ckpt ck;
-    if (sd15_ckpt_load(path, SD15_LOAD_UNET | SD15_LOAD_VAE, f32, &ck, &e) < 0) {
+    struct model_ckpt ck;
+    if (model_ckpt_load(path, MODEL_LOAD_UNET | MODEL_LOAD_VAE, f32, &ck, &e) < 0) {
         ok(0, "load tiny checkpoint: %s", e.msg);
         return harness_done();
     }
@@ -133,15 +135,15 @@ int main(void)
     mc.cpu = 1;
     struct mm *mm = NULL;
     EXPECT_OK(mm_new(&mc, &mm, &e));
-    struct patcher *unet = patcher_new(ck.model[SD15_UNET]);
-    struct patcher *vae = patcher_new(ck.model[SD15_VAE]);
-    patcher_model_keep_checked(ck.model[SD15_UNET], no_release, fake_check, NULL);
-    patcher_model_keep_checked(ck.model[SD15_VAE], no_release, fake_check, NULL);
+    struct patcher *unet = patcher_new(ck.model[MODEL_UNET]);
+    struct patcher *vae = patcher_new(ck.model[MODEL_VAE]);
+    patcher_model_keep_checked(ck.model[MODEL_UNET], no_release, fake_check, NULL);
+    patcher_model_keep_checked(ck.model[MODEL_VAE], no_release, fake_check, NULL);
     fail_everywhere("unet", mm, unet, &ck.cfg, unet_once);
     fail_everywhere("vae decode", mm, vae, &ck.cfg, vae_once);
     patcher_unref(unet);
     patcher_unref(vae);
-    sd15_ckpt_release(&ck);
+    model_ckpt_release(&ck);
     mm_free(mm);
     EXPECT_EQ(alloc_live_count(), live0);
     unlink(path);

@@ -17,8 +17,11 @@
 #include "ckpt_gen.h"
 #include "harness.h"
 #include "memmgr.h"
-#include "sd15_ckpt.h"
-#include "sd15_models.h"
+#include "checkpoint.h"
+#include "text_encoder.h"
+#include "unet.h"
+#include "vae.h"
+#include "family.h"
 
 static struct tensor *wave_tensor(struct dev *d, int ndim, const int64_t *shape, double a, double b)
 {
@@ -51,9 +54,9 @@ int main(int argc, char **argv)
         unlink(path);
         SKIP("cannot write the full-size checkpoint: %s", e.msg);
     }
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     static const enum tensor_dtype dts[3] = {TENSOR_F16, TENSOR_F32, TENSOR_F32};
-    int rc = sd15_ckpt_load(path, SD15_LOAD_UNET, dts, &ck, &e);
+    int rc = model_ckpt_load(path, MODEL_LOAD_UNET, dts, &ck, &e);
     ok(rc == 0, "full-size UNet loads (%s)", e.msg);
     if (rc < 0) {
         unlink(path);
@@ -61,12 +64,12 @@ int main(int argc, char **argv)
     }
     /* The mapping stays alive through the models; the name can go now. */
     unlink(path);
-    struct sd15_config canon;
+    struct model_config canon;
     sd15_config_canonical(&canon);
-    ok(ck.cfg.unet_mc == 320 && ck.cfg.ctx_dim == 768 && ck.tensors[SD15_UNET] == 686 &&
+    ok(ck.cfg.unet_mc == 320 && ck.cfg.ctx_dim == 768 && ck.tensors[MODEL_UNET] == 686 &&
            memcmp(ck.cfg.unet_mult, canon.unet_mult, sizeof(canon.unet_mult)) == 0,
        "detected SD1.5 UNet widths from shapes (686 tensors)");
-    EXPECT_EQ(ck.bytes[SD15_UNET], (size_t)859520964 * 2);
+    EXPECT_EQ(ck.bytes[MODEL_UNET], (size_t)859520964 * 2);
 
     struct mm_config mc;
     mm_config_init(&mc);
@@ -74,9 +77,9 @@ int main(int argc, char **argv)
     mc.cpu = 1;
     struct mm *mm = NULL;
     EXPECT_OK(mm_new(&mc, &mm, &e));
-    struct patcher *p = patcher_new(ck.model[SD15_UNET]);
+    struct patcher *p = patcher_new(ck.model[MODEL_UNET]);
     struct mm_request req = {.n_models = 1, .models = {p},
-                             .activation_bytes = sd15_unet_plan_bytes(&ck.cfg, 2, 8, 8, 77)};
+                             .activation_bytes = unet_plan_bytes(&ck.cfg, 2, 8, 8, 77)};
     struct mm_report rep;
     EXPECT_OK(mm_load_models(mm, &req, &rep, &e));
     struct dev *d = patcher_device(p);
@@ -87,7 +90,7 @@ int main(int argc, char **argv)
     tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
     tensor_new(d, TENSOR_F32, 4, x1s, &eps1, &e);
     float t[2] = {999, 250};
-    rc = sd15_unet_eval(p, &ck.cfg, x, t, ctx, eps, NULL, &e);
+    rc = unet_eval(p, &ck.cfg, x, t, ctx, eps, NULL, &e);
     ok(rc == 0, "full-size UNet eval, batch 2 at 8x8 (%s)", e.msg);
     float *out = xmalloc(2 * 256 * 4), *one = xmalloc(256 * 4);
     tensor_read_f32(eps, out, 512, &e);
@@ -105,7 +108,7 @@ int main(int argc, char **argv)
     tensor_new(d, TENSOR_F32, 3, c1s, &cc, &e);
     tensor_copy(xc, xv, &e);
     tensor_copy(cc, cv, &e);
-    rc = sd15_unet_eval(p, &ck.cfg, xc, &t[1], cc, eps1, NULL, &e);
+    rc = unet_eval(p, &ck.cfg, xc, &t[1], cc, eps1, NULL, &e);
     tensor_read_f32(eps1, one, 256, &e);
     double diff = 0;
     for (int i = 0; i < 256; i++)
@@ -123,9 +126,9 @@ int main(int argc, char **argv)
     tensor_free(xc);
     tensor_free(cc);
     mm_node_end(mm, &rep);
-    mm_unload(mm, ck.model[SD15_UNET]);
+    mm_unload(mm, ck.model[MODEL_UNET]);
     patcher_unref(p);
-    sd15_ckpt_release(&ck);
+    model_ckpt_release(&ck);
     mm_free(mm);
     return harness_done();
 }

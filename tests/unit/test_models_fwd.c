@@ -18,9 +18,11 @@
 #include "ckpt_gen.h"
 #include "harness.h"
 #include "memmgr.h"
-#include "sd15_ckpt.h"
-#include "sd15_image.h"
-#include "sd15_models.h"
+#include "checkpoint.h"
+#include "vae_image.h"
+#include "text_encoder.h"
+#include "unet.h"
+#include "vae.h"
 
 static const char *fixtures;
 
@@ -169,7 +171,7 @@ static struct tensor *new_wave(struct dev *d, int ndim, const int64_t *shape, do
 /* ---- the model under test ------------------------------------------------------------------ */
 
 struct loaded {
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     struct patcher *p[3];
 };
 
@@ -178,7 +180,7 @@ static int load(struct mm *mm, const char *path, struct loaded *L)
     struct err e = {0};
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
     memset(L, 0, sizeof(*L));
-    if (sd15_ckpt_load(path, SD15_LOAD_ALL, f32, &L->ck, &e) < 0) {
+    if (model_ckpt_load(path, MODEL_LOAD_ALL, f32, &L->ck, &e) < 0) {
         ok(0, "load %s: %s", path, e.msg);
         return -1;
     }
@@ -200,7 +202,7 @@ static void unload(struct mm *mm, struct loaded *L)
             mm_unload(mm, L->ck.model[c]);
         patcher_unref(L->p[c]);
     }
-    sd15_ckpt_release(&L->ck);
+    model_ckpt_release(&L->ck);
 }
 
 static void test_clip(struct loaded *L, struct clip_tokenizer *tok)
@@ -221,8 +223,8 @@ static void test_clip(struct loaded *L, struct clip_tokenizer *tok)
         float *cond = NULL, *pooled = NULL;
         struct err e = {0};
         struct probe_ctx pc = {.prefix = "clip0", .names = probe0, .tol = 1e-5};
-        struct sd15_probe pr = {.fn = on_probe, .user = &pc};
-        int rc = sd15_clip_encode(L->p[SD15_CLIP], &L->ck.cfg, &tk, skips[k], &cond, &pooled,
+        struct model_probe pr = {.fn = on_probe, .user = &pc};
+        int rc = text_encode(L->p[MODEL_CLIP], &L->ck.cfg, &tk, skips[k], &cond, &pooled,
                                   k == 0 ? &pr : NULL, &e);
         ok(rc == 0, "clip encode %d (%s)", k, e.msg);
         if (rc == 0) {
@@ -266,7 +268,7 @@ static void test_clip_embedding(struct loaded *L, struct clip_tokenizer *tok, co
            tk.weights[2] == 1.2f,
        "embedding:myemb gives 2 vector tokens at weight 1.2; embedding:missing skipped");
     float *cond = NULL, *pooled = NULL;
-    int rc = sd15_clip_encode(L->p[SD15_CLIP], &L->ck.cfg, &tk, -1, &cond, &pooled, NULL, &e);
+    int rc = text_encode(L->p[MODEL_CLIP], &L->ck.cfg, &tk, -1, &cond, &pooled, NULL, &e);
     ok(rc == 0, "clip encode with an embedding (%s)", e.msg);
     if (rc == 0) {
         int64_t cs[3] = {1, 77, D}, ps[1] = {D};
@@ -290,7 +292,7 @@ static void test_unet(struct loaded *L)
         int b, h, w, t;
         float ts[2];
     } cases[] = {{"unetA", 1, 8, 8, 77, {500, 0}}, {"unetB", 2, 9, 7, 154, {999, 1}}};
-    struct dev *d = patcher_device(L->p[SD15_UNET]);
+    struct dev *d = patcher_device(L->p[MODEL_UNET]);
     for (int c = 0; c < 2; c++) {
         int64_t xs[4] = {cases[c].b, 4, cases[c].h, cases[c].w};
         int64_t cs[3] = {cases[c].b, cases[c].t, L->ck.cfg.ctx_dim};
@@ -299,8 +301,8 @@ static void test_unet(struct loaded *L)
         struct err e = {0};
         tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
         struct probe_ctx pc = {.prefix = cases[c].name, .names = names, .tol = 1e-4};
-        struct sd15_probe pr = {.fn = on_probe, .user = &pc};
-        int rc = sd15_unet_eval(L->p[SD15_UNET], &L->ck.cfg, x, cases[c].ts, ctx, eps, &pr, &e);
+        struct model_probe pr = {.fn = on_probe, .user = &pc};
+        int rc = unet_eval(L->p[MODEL_UNET], &L->ck.cfg, x, cases[c].ts, ctx, eps, &pr, &e);
         ok(rc == 0, "unet eval %s (%s)", cases[c].name, e.msg);
         tensor_free(x);
         tensor_free(ctx);
@@ -312,7 +314,7 @@ static void test_unet(struct loaded *L)
     struct err e = {0};
     tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
     float t = 10;
-    ok(sd15_unet_eval(L->p[SD15_UNET], &L->ck.cfg, x, &t, ctx, eps, NULL, &e) == ERR_INVALID &&
+    ok(unet_eval(L->p[MODEL_UNET], &L->ck.cfg, x, &t, ctx, eps, NULL, &e) == ERR_INVALID &&
            strstr(e.msg, "bad shapes"),
        "unet with 3 latent channels: %s", e.msg);
     tensor_free(x);
@@ -322,7 +324,7 @@ static void test_unet(struct loaded *L)
 
 static void test_vae(struct loaded *L)
 {
-    struct dev *d = patcher_device(L->p[SD15_VAE]);
+    struct dev *d = patcher_device(L->p[MODEL_VAE]);
     struct err e = {0};
     int64_t zs[4] = {1, 4, 5, 6}, is[4] = {1, 3, 40, 48};
     struct tensor *z = new_wave(d, 4, zs, 0.23, 0.3), *img = NULL;
@@ -330,8 +332,8 @@ static void test_vae(struct loaded *L)
     static const char *const dn[] = {"decoder.mid", "decoder.up.3", "decoder.up.1", "decoder.out",
                                      NULL};
     struct probe_ctx pc = {.prefix = "vaedec", .names = dn, .tol = 1e-4};
-    struct sd15_probe pr = {.fn = on_probe, .user = &pc};
-    ok(sd15_vae_decode(L->p[SD15_VAE], &L->ck.cfg, z, img, &pr, &e) == 0, "vae decode (%s)", e.msg);
+    struct model_probe pr = {.fn = on_probe, .user = &pc};
+    ok(vae_decode(L->p[MODEL_VAE], &L->ck.cfg, z, img, &pr, &e) == 0, "vae decode (%s)", e.msg);
 
     int64_t es[4] = {1, 3, 32, 40}, ms[4] = {1, 4, 4, 5};
     struct tensor *im = new_wave(d, 4, es, 0.051, 0.2), *mean = NULL;
@@ -339,8 +341,8 @@ static void test_vae(struct loaded *L)
     static const char *const en[] = {"encoder.down.0", "encoder.down.3", "encoder.mid", "moments",
                                      NULL};
     struct probe_ctx pe = {.prefix = "vaeenc", .names = en, .tol = 1e-4};
-    struct sd15_probe pr2 = {.fn = on_probe, .user = &pe};
-    ok(sd15_vae_encode(L->p[SD15_VAE], &L->ck.cfg, im, mean, &pr2, &e) == 0, "vae encode (%s)",
+    struct model_probe pr2 = {.fn = on_probe, .user = &pe};
+    ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg, im, mean, &pr2, &e) == 0, "vae encode (%s)",
        e.msg);
     compare_tensor("vaeenc.mean", mean, 1e-4);
 
@@ -349,9 +351,9 @@ static void test_vae(struct loaded *L)
     tensor_new_like(img, TENSOR_F32, &cl, &e);
     tensor_clamp(cl, img, -1, 1, &e);
     tensor_new(d, TENSOR_F32, 4, zs, &m2, &e);
-    ok(sd15_vae_encode(L->p[SD15_VAE], &L->ck.cfg, cl, m2, NULL, &e) == 0, "round trip encode");
+    ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg, cl, m2, NULL, &e) == 0, "round trip encode");
     compare_tensor("vaert.mean", m2, 2e-4);
-    ok(sd15_vae_encode(L->p[SD15_VAE], &L->ck.cfg, z, m2, NULL, &e) == ERR_INVALID,
+    ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg, z, m2, NULL, &e) == ERR_INVALID,
        "encode of a 4-channel input refused");
     err_clear(&e);
     /* Tiled decode (batch 2, 7x9 latents, tile 4, overlap 1) and tiled encode (48x64,
@@ -359,16 +361,16 @@ static void test_vae(struct loaded *L)
     int64_t zts[4] = {2, 4, 7, 9}, its[4] = {2, 3, 56, 72};
     struct tensor *zt = new_wave(d, 4, zts, 0.19, 0.4), *dt = NULL;
     tensor_new(d, TENSOR_F32, 4, its, &dt, &e);
-    ok(sd15_vae_decode_tiled(L->p[SD15_VAE], &L->ck.cfg, zt, dt, 4, 1, &e) == 0,
+    ok(vae_decode_tiled(L->p[MODEL_VAE], &L->ck.cfg, zt, dt, 4, 1, &e) == 0,
        "tiled decode (%s)", e.msg);
     compare_tensor("vaetiled.dec", dt, 1e-4);
     int64_t ies[4] = {1, 3, 48, 64}, mes[4] = {1, 4, 6, 8};
     struct tensor *ie = new_wave(d, 4, ies, 0.043, 0.6), *me = NULL;
     tensor_new(d, TENSOR_F32, 4, mes, &me, &e);
-    ok(sd15_vae_encode_tiled(L->p[SD15_VAE], &L->ck.cfg, ie, me, 32, 8, &e) == 0,
+    ok(vae_encode_tiled(L->p[MODEL_VAE], &L->ck.cfg, ie, me, 32, 8, &e) == 0,
        "tiled encode (%s)", e.msg);
     compare_tensor("vaetiled.enc", me, 1e-4);
-    ok(sd15_vae_encode_tiled(L->p[SD15_VAE], &L->ck.cfg, ie, me, 30, 8, &e) == ERR_INVALID,
+    ok(vae_encode_tiled(L->p[MODEL_VAE], &L->ck.cfg, ie, me, 30, 8, &e) == ERR_INVALID,
        "tiled encode with tile 30 refused");
     tensor_free(zt);
     tensor_free(dt);
@@ -393,17 +395,17 @@ static int eps_for(struct mm *mm, const char *dir, enum st_dtype sdt, enum tenso
     o.dtype = sdt;
     o.flags = CKPT_GEN_NO_VAE | CKPT_GEN_NO_CLIP;
     struct err e = {0};
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     enum tensor_dtype dts[3] = {udt, TENSOR_F32, TENSOR_F32};
     int rc = ckpt_gen_write(&o, path, &e);
     if (rc == 0)
-        rc = sd15_ckpt_load(path, SD15_LOAD_UNET, dts, &ck, &e);
+        rc = model_ckpt_load(path, MODEL_LOAD_UNET, dts, &ck, &e);
     unlink(path);
     if (rc < 0) {
         printf("# %s\n", e.msg);
         return rc;
     }
-    struct patcher *p = patcher_new(ck.model[SD15_UNET]);
+    struct patcher *p = patcher_new(ck.model[MODEL_UNET]);
     struct mm_request req = {.n_models = 1, .models = {p}, .activation_bytes = 64 << 20};
     struct mm_report rep;
     rc = mm_load_models(mm, &req, &rep, &e);
@@ -413,7 +415,7 @@ static int eps_for(struct mm *mm, const char *dir, enum st_dtype sdt, enum tenso
     float t = 500;
     tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
     if (rc == 0)
-        rc = sd15_unet_eval(p, &ck.cfg, x, &t, ctx, eps, NULL, &e);
+        rc = unet_eval(p, &ck.cfg, x, &t, ctx, eps, NULL, &e);
     if (rc == 0)
         rc = tensor_read_f32(eps, out, 256, &e);
     if (rc < 0)
@@ -421,9 +423,9 @@ static int eps_for(struct mm *mm, const char *dir, enum st_dtype sdt, enum tenso
     tensor_free(x);
     tensor_free(ctx);
     tensor_free(eps);
-    mm_unload(mm, ck.model[SD15_UNET]);
+    mm_unload(mm, ck.model[MODEL_UNET]);
     patcher_unref(p);
-    sd15_ckpt_release(&ck);
+    model_ckpt_release(&ck);
     return rc;
 }
 
@@ -470,7 +472,7 @@ static void test_image(struct dev *d)
     float v[6] = {-3, 0.5f, -1, 1, 0, 7}; /* planes: R = {-3, .5}, G = {-1, 1}, B = {0, 7} */
     tensor_write_f32(t, v, 6, &e);
     float out[6];
-    EXPECT_OK(sd15_image_from_decoder(t, out, &e));
+    EXPECT_OK(vae_image_from_decoder(t, out, &e));
     ok(out[0] == 0 && out[1] == 0 && out[2] == 0.5f && out[3] == 0.75f && out[4] == 1 && out[5] == 1,
        "decoder output -> clamp((x+1)/2), channels last");
     tensor_free(t);
@@ -480,7 +482,7 @@ static void test_image(struct dev *d)
         for (int x = 0; x < W; x++)
             for (int c = 0; c < 3; c++)
                 pix[(y * W + x) * 3 + c] = (float)(y * 100 + x * 3 + c) / 2048.0f;
-    EXPECT_OK(sd15_image_to_encoder(d, pix, 1, H, W, &enc, &e));
+    EXPECT_OK(vae_image_to_encoder(d, pix, 1, H, W, &enc, &e));
     if (enc) {
         float got[3 * 64];
         tensor_read_f32(enc, got, 3 * 64, &e);
@@ -492,10 +494,10 @@ static void test_image(struct dev *d)
     }
     tensor_free(enc);
     xfree(pix);
-    ok(sd15_image_to_encoder(d, out, 1, 1, 2, &enc, &e) == ERR_INVALID, "a 2x1 image is refused");
+    ok(vae_image_to_encoder(d, out, 1, 1, 2, &enc, &e) == ERR_INVALID, "a 2x1 image is refused");
     float f[5] = {0.999f, 1.0f, 0.5f, -0.2f, 1.7f};
     uint8_t u[5];
-    sd15_image_to_u8(f, 5, u);
+    vae_image_to_u8(f, 5, u);
     ok(u[0] == 254 && u[1] == 255 && u[2] == 127 && u[3] == 0 && u[4] == 255,
        "8-bit conversion truncates (254 255 127 0 255)");
 }
@@ -504,7 +506,7 @@ static void test_image(struct dev *d)
  * peak minus what was live before), and not by much. */
 static void test_plan_bytes(struct loaded *L)
 {
-    struct dev *d = patcher_device(L->p[SD15_UNET]);
+    struct dev *d = patcher_device(L->p[MODEL_UNET]);
     struct err e = {0};
     int shapes[3][3] = {{1, 8, 8}, {2, 9, 7}, {2, 16, 24}};
     for (int i = 0; i < 3; i++) {
@@ -515,8 +517,8 @@ static void test_plan_bytes(struct loaded *L)
         float t[2] = {10, 20};
         size_t used = dev_bytes_used(d);
         dev_peak_reset(d);
-        sd15_unet_eval(L->p[SD15_UNET], &L->ck.cfg, x, t, c, o, NULL, &e);
-        size_t got = dev_bytes_peak(d) - used, plan = sd15_unet_plan_bytes(&L->ck.cfg, b, h, w, 77);
+        unet_eval(L->p[MODEL_UNET], &L->ck.cfg, x, t, c, o, NULL, &e);
+        size_t got = dev_bytes_peak(d) - used, plan = unet_plan_bytes(&L->ck.cfg, b, h, w, 77);
         ok(got <= plan && plan <= got + got / 3 + (1 << 20),
            "unet %dx%dx%d: plan %zu bytes bounds the peak %zu tightly", b, h, w, plan, got);
         tensor_free(x);
@@ -527,9 +529,9 @@ static void test_plan_bytes(struct loaded *L)
         tensor_new(d, TENSOR_F32, 4, is, &img, &e);
         used = dev_bytes_used(d);
         dev_peak_reset(d);
-        sd15_vae_decode(L->p[SD15_VAE], &L->ck.cfg, z, img, NULL, &e);
+        vae_decode(L->p[MODEL_VAE], &L->ck.cfg, z, img, NULL, &e);
         got = dev_bytes_peak(d) - used;
-        plan = sd15_vae_plan_bytes(&L->ck.cfg, 1, h, w);
+        plan = vae_plan_bytes(&L->ck.cfg, 1, h, w);
         ok(got <= plan && plan <= got + got / 3 + (1 << 20),
            "vae decode %dx%d: plan %zu bytes bounds the peak %zu tightly", h, w, plan, got);
         if (h % 8 == 0 && w % 8 == 0) {
@@ -541,9 +543,9 @@ static void test_plan_bytes(struct loaded *L)
             tensor_new_zeros(d, TENSOR_F32, 4, is2, &ii, &e);
             used = dev_bytes_used(d);
             dev_peak_reset(d);
-            sd15_vae_encode(L->p[SD15_VAE], &L->ck.cfg, ii, m, NULL, &e);
+            vae_encode(L->p[MODEL_VAE], &L->ck.cfg, ii, m, NULL, &e);
             got = dev_bytes_peak(d) - used;
-            ok(got <= sd15_vae_plan_bytes(&L->ck.cfg, 1, h / 8, w / 8),
+            ok(got <= vae_plan_bytes(&L->ck.cfg, 1, h / 8, w / 8),
                "vae encode %dx%d: within the plan (%zu)", h, w, got);
             tensor_free(m);
             tensor_free(ii);
@@ -567,14 +569,14 @@ static void test_vae_oom(const char *path)
         ok(0, "mm_new sim: %s", e.msg);
         return;
     }
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
-    if (sd15_ckpt_load(path, SD15_LOAD_VAE, f32, &ck, &e) < 0) {
+    if (model_ckpt_load(path, MODEL_LOAD_VAE, f32, &ck, &e) < 0) {
         ok(0, "load vae: %s", e.msg);
         mm_free(mm);
         return;
     }
-    struct patcher *p = patcher_new(ck.model[SD15_VAE]);
+    struct patcher *p = patcher_new(ck.model[MODEL_VAE]);
     struct mm_request req = {.n_models = 1, .models = {p}, .activation_bytes = 1 << 20};
     struct mm_report rep;
     EXPECT_OK(mm_load_models(mm, &req, &rep, &e));
@@ -584,12 +586,12 @@ static void test_vae_oom(const char *path)
     tensor_new(d, TENSOR_F32, 4, is, &a, &e);
     tensor_new(d, TENSOR_F32, 4, is, &b, &e);
     err_clear(&e);
-    int rc = sd15_vae_decode(p, &ck.cfg, z, a, NULL, &e);
+    int rc = vae_decode(p, &ck.cfg, z, a, NULL, &e);
     ok(rc == ERR_DEVICE_OOM, "whole decode over the 40M budget: ERR_DEVICE_OOM (%s)", e.msg);
     err_clear(&e);
-    ok(sd15_vae_decode_auto(p, &ck.cfg, z, a, 8, 2, &e) == 0, "auto decode falls back to tiles (%s)",
+    ok(vae_decode_auto(p, &ck.cfg, z, a, 8, 2, &e) == 0, "auto decode falls back to tiles (%s)",
        e.msg);
-    ok(sd15_vae_decode_tiled(p, &ck.cfg, z, b, 8, 2, &e) == 0, "explicit tiled decode");
+    ok(vae_decode_tiled(p, &ck.cfg, z, b, 8, 2, &e) == 0, "explicit tiled decode");
     float *va = xmalloc(256 * 256 * 3 * 4), *vb = xmalloc(256 * 256 * 3 * 4);
     tensor_read_f32(a, va, 256 * 256 * 3, &e);
     tensor_read_f32(b, vb, 256 * 256 * 3, &e);
@@ -600,9 +602,9 @@ static void test_vae_oom(const char *path)
     tensor_free(a);
     tensor_free(b);
     mm_node_end(mm, &rep);
-    mm_unload(mm, ck.model[SD15_VAE]);
+    mm_unload(mm, ck.model[MODEL_VAE]);
     patcher_unref(p);
-    sd15_ckpt_release(&ck);
+    model_ckpt_release(&ck);
     mm_free(mm);
 }
 
@@ -640,7 +642,7 @@ int main(int argc, char **argv)
         test_unet(&L);
         test_vae(&L);
         test_plan_bytes(&L);
-        test_image(patcher_device(L.p[SD15_VAE]));
+        test_image(patcher_device(L.p[MODEL_VAE]));
     }
     unload(mm, &L);
     test_vae_oom(path);

@@ -14,8 +14,9 @@
 #include "ckpt_gen.h"
 #include "harness.h"
 #include "safetensors.h"
-#include "sd15_ckpt.h"
-#include "sd15_layout.h"
+#include "checkpoint.h"
+#include "model_config.h"
+#include "family.h"
 
 static const char *fixtures;
 static char tmpdir[256];
@@ -218,7 +219,7 @@ struct cmp_ctx {
     size_t per_comp[3];
 };
 
-static void on_key_cmp(void *user, const struct sd15_key *k)
+static void on_key_cmp(void *user, const struct model_key *k)
 {
     struct cmp_ctx *c = user;
     char shape[96];
@@ -238,7 +239,7 @@ static void on_key_cmp(void *user, const struct sd15_key *k)
     c->mismatched++;
 }
 
-static void count_key(void *user, const struct sd15_key *k)
+static void count_key(void *user, const struct model_key *k)
 {
     size_t *n = user;
     n[k->comp]++;
@@ -269,18 +270,18 @@ static void test_layout(void)
         t.n++;
     }
     fclose(fp);
-    struct sd15_config c;
+    struct model_config c;
     sd15_config_canonical(&c);
     ok(sd15_config_is_canonical(&c), "canonical config is canonical");
     struct cmp_ctx cc = {.t = &t};
-    size_t n = sd15_layout_build(&c, on_key_cmp, &cc);
+    size_t n = model_layout_build(&c, on_key_cmp, &cc);
     EXPECT_EQ(n, 1130);
     EXPECT_EQ(t.n, 1130);
     EXPECT_EQ(cc.matched, 1130);
     EXPECT_EQ(cc.mismatched, 0);
-    EXPECT_EQ(cc.per_comp[SD15_UNET], 686);
-    EXPECT_EQ(cc.per_comp[SD15_VAE], 248);
-    EXPECT_EQ(cc.per_comp[SD15_CLIP], 196);
+    EXPECT_EQ(cc.per_comp[MODEL_UNET], 686);
+    EXPECT_EQ(cc.per_comp[MODEL_VAE], 248);
+    EXPECT_EQ(cc.per_comp[MODEL_CLIP], 196);
     for (size_t i = 0; i < t.n; i++) {
         xfree(t.names[i]);
         xfree(t.shapes[i]);
@@ -292,30 +293,30 @@ static void test_layout(void)
     size_t cnt[3] = {0};
     sd15_config_tiny(&c);
     ok(!sd15_config_is_canonical(&c), "tiny config is not canonical");
-    sd15_layout_build(&c, count_key, cnt);
+    model_layout_build(&c, count_key, cnt);
     ok(cnt[0] == 686 && cnt[1] == 248 && cnt[2] == 52, "tiny: 686/248/52 tensors (%zu/%zu/%zu)",
        cnt[0], cnt[1], cnt[2]);
     for (int l = 0; l < 4; l++)
         c.unet_mult[l] = c.vae_mult[l] = 1;
     memset(cnt, 0, sizeof(cnt));
-    sd15_layout_build(&c, count_key, cnt);
+    model_layout_build(&c, count_key, cnt);
     ok(cnt[0] == 682 && cnt[1] == 240, "mult [1,1,1,1]: 682/240 tensors (%zu/%zu)", cnt[0],
        cnt[1]);
     char ln[96];
-    sd15_layer_of(SD15_UNET, "input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight", ln,
+    model_layer_of(MODEL_UNET, "input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight", ln,
                   sizeof(ln));
     EXPECT_STR(ln, "input_blocks.1.1");
-    sd15_layer_of(SD15_UNET, "middle_block.2.in_layers.0.weight", ln, sizeof(ln));
+    model_layer_of(MODEL_UNET, "middle_block.2.in_layers.0.weight", ln, sizeof(ln));
     EXPECT_STR(ln, "middle_block.2");
-    sd15_layer_of(SD15_UNET, "time_embed.2.bias", ln, sizeof(ln));
+    model_layer_of(MODEL_UNET, "time_embed.2.bias", ln, sizeof(ln));
     EXPECT_STR(ln, "time_embed");
-    sd15_layer_of(SD15_VAE, "decoder.up.1.block.0.nin_shortcut.weight", ln, sizeof(ln));
+    model_layer_of(MODEL_VAE, "decoder.up.1.block.0.nin_shortcut.weight", ln, sizeof(ln));
     EXPECT_STR(ln, "decoder.up.1.block.0");
-    sd15_layer_of(SD15_VAE, "encoder.down.2.downsample.conv.bias", ln, sizeof(ln));
+    model_layer_of(MODEL_VAE, "encoder.down.2.downsample.conv.bias", ln, sizeof(ln));
     EXPECT_STR(ln, "encoder.down.2.downsample");
-    sd15_layer_of(SD15_VAE, "decoder.conv_out.weight", ln, sizeof(ln));
+    model_layer_of(MODEL_VAE, "decoder.conv_out.weight", ln, sizeof(ln));
     EXPECT_STR(ln, "decoder.out");
-    sd15_layer_of(SD15_CLIP, "encoder.layers.2.mlp.fc1.weight", ln, sizeof(ln));
+    model_layer_of(MODEL_CLIP, "encoder.layers.2.mlp.fc1.weight", ln, sizeof(ln));
     EXPECT_STR(ln, "encoder.layers.2");
 }
 
@@ -370,13 +371,13 @@ static void expect_probe_error(const char *name, void (*tweak)(struct ckpt_gen_o
 {
     const char *p;
     struct err e = {0};
-    struct sd15_config c;
+    struct model_config c;
     if (gen(name, tweak, &p) < 0) {
         ok(0, "generate %s", name);
         return;
     }
     err_clear(&e);
-    int rc = sd15_ckpt_probe(p, &c, &e);
+    int rc = model_ckpt_probe(p, &c, &e);
     ok(rc == code && strstr(e.msg, needle) && strstr(e.msg, name), "%s refused: %s", name, e.msg);
     unlink(p);
 }
@@ -385,15 +386,15 @@ static void test_generator_and_detection(void)
 {
     const char *p32, *p16, *pbf;
     struct err e = {0};
-    struct sd15_config c, tiny;
+    struct model_config c, tiny;
     sd15_config_tiny(&tiny);
     EXPECT_OK(gen("tiny32.safetensors", NULL, &p32));
     EXPECT_OK(gen("tiny16.safetensors", t_f16, &p16));
     EXPECT_OK(gen("tinybf.safetensors", t_bf16, &pbf));
-    ok(sd15_ckpt_probe(p32, &c, &e) == 0, "tiny f32 loads (%s)", e.msg);
+    ok(model_ckpt_probe(p32, &c, &e) == 0, "tiny f32 loads (%s)", e.msg);
     ok(memcmp(&c, &tiny, sizeof(c)) == 0, "config derived from shapes equals the tiny config");
-    EXPECT_OK(sd15_ckpt_probe(p16, &c, &e));
-    EXPECT_OK(sd15_ckpt_probe(pbf, &c, &e));
+    EXPECT_OK(model_ckpt_probe(p16, &c, &e));
+    EXPECT_OK(model_ckpt_probe(pbf, &c, &e));
 
     /* Same weights across dtypes, and deterministic. */
     struct st_file *a = NULL, *b = NULL, *bb = NULL;
@@ -409,7 +410,7 @@ static void test_generator_and_detection(void)
         st_tensor_to_f32(a, ta, x, &e);
         st_tensor_to_f32(b, tb, y, &e);
         st_tensor_to_f32(bb, tc, z, &e);
-        ckpt_gen_fill(42, nm, SD15_INIT_WEIGHT, ta->ndim, ta->shape, r, n);
+        ckpt_gen_fill(42, nm, MODEL_INIT_WEIGHT, ta->ndim, ta->shape, r, n);
         double m16 = 0, mbf = 0, sum2 = 0;
         int same = 1;
         for (uint64_t i = 0; i < n; i++) {
@@ -439,7 +440,7 @@ static void test_generator_and_detection(void)
     const char *pv;
     EXPECT_OK(gen("variants.safetensors", t_variants, &pv));
     err_clear(&e);
-    ok(sd15_ckpt_probe(pv, &c, &e) == 0 && memcmp(&c, &tiny, sizeof(c)) == 0,
+    ok(model_ckpt_probe(pv, &c, &e) == 0 && memcmp(&c, &tiny, sizeof(c)) == 0,
        "EMA/buffers/position_ids ignored, old CLIP names renamed, 2-D 1x1 convs accepted (%s)",
        e.msg);
     struct st_file *fv = NULL;
@@ -450,7 +451,7 @@ static void test_generator_and_detection(void)
     st_close(fv);
     const char *pd;
     EXPECT_OK(gen("depth2.safetensors", t_depth2, &pd));
-    ok(sd15_ckpt_probe(pd, &c, &e) == 0 && c.unet_depth == 2, "transformer depth 2 derived");
+    ok(model_ckpt_probe(pd, &c, &e) == 0 && c.unet_depth == 2, "transformer depth 2 derived");
     unlink(pd);
 
     /* Other model types. */
@@ -473,7 +474,7 @@ static void test_generator_and_detection(void)
                  "\"shape\":[1],\"data_offsets\":[0,4]}}",
                  4);
     err_clear(&e);
-    ok(sd15_ckpt_probe(pl, &c, &e) == ERR_UNSUPPORTED && strstr(e.msg, "LoRA"), "LoRA file: %s",
+    ok(model_ckpt_probe(pl, &c, &e) == ERR_UNSUPPORTED && strstr(e.msg, "LoRA"), "LoRA file: %s",
        e.msg);
 
     /* Truncation: cut the tiny file in half. */
@@ -481,7 +482,7 @@ static void test_generator_and_detection(void)
     stat(p32, &sb);
     ok(truncate(p32, sb.st_size / 2) == 0, "truncate");
     err_clear(&e);
-    ok(sd15_ckpt_probe(p32, &c, &e) == ERR_INVALID && strstr(e.msg, "outside the data section") &&
+    ok(model_ckpt_probe(p32, &c, &e) == ERR_INVALID && strstr(e.msg, "outside the data section") &&
            strstr(e.msg, "tiny32"),
        "truncated checkpoint: %s", e.msg);
 
@@ -511,7 +512,7 @@ static void test_generator_and_detection(void)
         st_writer_finish(w, &e);
         st_writer_free(w);
         err_clear(&e);
-        ok(sd15_ckpt_probe(wrong, &c, &e) == ERR_INVALID && strstr(e.msg, victim) &&
+        ok(model_ckpt_probe(wrong, &c, &e) == ERR_INVALID && strstr(e.msg, victim) &&
                strstr(e.msg, "[96,64]") && strstr(e.msg, "expected [96,128]"),
            "wrong shape: %s", e.msg);
         unlink(wrong);
@@ -596,24 +597,24 @@ static void test_changed_ckpt(void)
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
     const char *p32, *p16;
     struct err e = {0};
-    struct sd15_ckpt a, b;
+    struct model_ckpt a, b;
     EXPECT_OK(gen("chg32.safetensors", NULL, &p32));
     EXPECT_OK(gen("chg16.safetensors", t_f16, &p16));
-    EXPECT_OK(sd15_ckpt_load(p32, SD15_LOAD_ALL, f32, &a, &e));
-    EXPECT_OK(sd15_ckpt_load(p16, SD15_LOAD_ALL, f32, &b, &e));
-    EXPECT_OK(patcher_model_check(a.model[SD15_UNET], &e));
+    EXPECT_OK(model_ckpt_load(p32, MODEL_LOAD_ALL, f32, &a, &e));
+    EXPECT_OK(model_ckpt_load(p16, MODEL_LOAD_ALL, f32, &b, &e));
+    EXPECT_OK(patcher_model_check(a.model[MODEL_UNET], &e));
     ok(truncate(p32, 4096) == 0 && truncate(p16, 4096) == 0, "truncate both files");
     err_clear(&e);
-    ok(patcher_model_check(a.model[SD15_UNET], &e) == ERR_IO && strstr(e.msg, "changed on disk"),
+    ok(patcher_model_check(a.model[MODEL_UNET], &e) == ERR_IO && strstr(e.msg, "changed on disk"),
        "f32 (borrowed): the check fails: %s", e.msg);
     err_clear(&e);
-    ok(patcher_model_check(b.model[SD15_UNET], &e) == 0, "f16 (converted): unaffected (%s)",
+    ok(patcher_model_check(b.model[MODEL_UNET], &e) == 0, "f16 (converted): unaffected (%s)",
        e.msg);
-    sd15_ckpt_release(&a);
-    sd15_ckpt_release(&b);
+    model_ckpt_release(&a);
+    model_ckpt_release(&b);
     /* Loading a file that is short of its header's promises fails cleanly. */
     err_clear(&e);
-    ok(sd15_ckpt_load(p32, SD15_LOAD_ALL, f32, &a, &e) < 0, "the truncated file fails to load");
+    ok(model_ckpt_load(p32, MODEL_LOAD_ALL, f32, &a, &e) < 0, "the truncated file fails to load");
     unlink(p32);
     unlink(p16);
 }

@@ -15,14 +15,15 @@
 #include "ckpt_gen.h"
 #include "harness.h"
 #include "memmgr.h"
-#include "sd15_ckpt.h"
-#include "sd15_lora.h"
+#include "checkpoint.h"
+#include "lora.h"
+#include "family.h"
 
 static char dir[64];
 
 static void test_map(void)
 {
-    struct sd15_config c;
+    struct model_config c;
     sd15_config_canonical(&c);
     static const char *const cases[][2] = {
         {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q",
@@ -59,14 +60,14 @@ static void test_map(void)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char key[256] = "";
-        int comp = sd15_lora_map_prefix(&c, cases[i][0], key, sizeof(key));
+        int comp = lora_map_prefix(&c, cases[i][0], key, sizeof(key));
         ok(comp >= 0 && !strcmp(key, cases[i][1]), "%s -> %s (got %s)", cases[i][0], cases[i][1],
            key);
     }
     char key[256];
-    ok(sd15_lora_map_prefix(&c, "lora_unet_down_blocks_3_attentions_0_proj_in", key, sizeof(key)) < 0,
+    ok(lora_map_prefix(&c, "lora_unet_down_blocks_3_attentions_0_proj_in", key, sizeof(key)) < 0,
        "no attention at level 3: unmapped");
-    ok(sd15_lora_map_prefix(&c, "lora_te_text_model_encoder_layers_12_mlp_fc1", key, sizeof(key)) < 0,
+    ok(lora_map_prefix(&c, "lora_te_text_model_encoder_layers_12_mlp_fc1", key, sizeof(key)) < 0,
        "layer 12 does not exist: unmapped");
 }
 
@@ -228,9 +229,9 @@ static void test_apply(void)
     ckpt_gen_opts_default(&o);
     struct err e = {0};
     EXPECT_OK(ckpt_gen_write(&o, ck_path, &e));
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
-    if (sd15_ckpt_load(ck_path, SD15_LOAD_UNET | SD15_LOAD_CLIP, f32, &ck, &e) < 0) {
+    if (model_ckpt_load(ck_path, MODEL_LOAD_UNET | MODEL_LOAD_CLIP, f32, &ck, &e) < 0) {
         ok(0, "load: %s", e.msg);
         return;
     }
@@ -251,10 +252,10 @@ static void test_apply(void)
     add_t("lora_unet_down_blocks_0_resnets_0_conv2.hada_w1_a", 2, (const int64_t[]){32, 2}, 1);
     write_lora(lora);
 
-    struct patcher *u0 = patcher_new(ck.model[SD15_UNET]), *c0 = patcher_new(ck.model[SD15_CLIP]);
+    struct patcher *u0 = patcher_new(ck.model[MODEL_UNET]), *c0 = patcher_new(ck.model[MODEL_CLIP]);
     struct patcher *u = patcher_clone(u0), *c = patcher_clone(c0);
-    struct sd15_lora_stats st;
-    int rc = sd15_lora_apply(lora, &ck.cfg, u, 0.75f, c, 1.5f, &st, &e);
+    struct lora_stats st;
+    int rc = lora_apply(lora, &ck.cfg, u, 0.75f, c, 1.5f, &st, &e);
     ok(rc == 0, "apply lora (%s)", e.msg);
     ok(st.unet_patched == 4 && st.clip_patched == 2 && st.unmatched == 2,
        "4 unet + 2 clip patches, 2 keys not loaded (got %d/%d/%d)", st.unet_patched,
@@ -301,7 +302,7 @@ static void test_apply(void)
     write_lora(lora);
     struct patcher *u2 = patcher_clone(u0);
     err_clear(&e);
-    rc = sd15_lora_apply(lora, &ck.cfg, u2, 1, NULL, 1, NULL, &e);
+    rc = lora_apply(lora, &ck.cfg, u2, 1, NULL, 1, NULL, &e);
     ok(rc == ERR_INVALID && strstr(e.msg, "lora.safetensors") &&
            strstr(e.msg, "attn2_to_k.lora_up.weight") && strstr(e.msg, "another model"),
        "mis-shaped LoRA: %s", e.msg);
@@ -310,23 +311,23 @@ static void test_apply(void)
              8, 8, 1, 2, 0);
     write_lora(lora);
     err_clear(&e);
-    rc = sd15_lora_apply(lora, &ck.cfg, u2, 1, NULL, 1, NULL, &e);
+    rc = lora_apply(lora, &ck.cfg, u2, 1, NULL, 1, NULL, &e);
     ok(rc == ERR_INVALID && strstr(e.msg, "none of its") && strstr(e.msg, "another model"),
        "LoRA with no SD1.x keys: %s", e.msg);
     clear_lts();
     err_clear(&e);
-    ok(sd15_lora_apply(ck_path, &ck.cfg, u2, 1, NULL, 1, NULL, &e) == ERR_INVALID,
+    ok(lora_apply(ck_path, &ck.cfg, u2, 1, NULL, 1, NULL, &e) == ERR_INVALID,
        "a checkpoint is not a LoRA: %s", e.msg);
     patcher_unref(u2);
 
-    mm_unload(mm, ck.model[SD15_UNET]);
-    mm_unload(mm, ck.model[SD15_CLIP]);
+    mm_unload(mm, ck.model[MODEL_UNET]);
+    mm_unload(mm, ck.model[MODEL_CLIP]);
     mm_free(mm);
     patcher_unref(u);
     patcher_unref(c);
     patcher_unref(u0);
     patcher_unref(c0);
-    sd15_ckpt_release(&ck);
+    model_ckpt_release(&ck);
     unlink(ck_path);
     unlink(lora);
 }

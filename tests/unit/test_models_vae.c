@@ -1,8 +1,8 @@
 /*
- * test_models_vae — standalone VAE files (sd15_vae_load): bare LDM keys,
+ * test_models_vae — standalone VAE files (model_vae_load): bare LDM keys,
  * first_stage_model.* keys, diffusers keys, and a full checkpoint, in f32, f16
  * and bf16. A VAE file generated with seed 7 must decode a latent to exactly the
- * pixels of the VAE of a seed-7 checkpoint loaded through sd15_ckpt_load (the
+ * pixels of the VAE of a seed-7 checkpoint loaded through model_ckpt_load (the
  * generator's values depend only on the checkpoint name), and a seed-42 one must
  * not. Files that are not VAEs fail with messages naming the file.
  */
@@ -15,9 +15,12 @@
 #include "ckpt_gen.h"
 #include "harness.h"
 #include "memmgr.h"
-#include "sd15_ckpt.h"
-#include "sd15_ckpt_impl.h"
-#include "sd15_models.h"
+#include "checkpoint.h"
+#include "checkpoint_impl.h"
+#include "text_encoder.h"
+#include "unet.h"
+#include "vae.h"
+#include "family.h"
 
 static char dir[] = "/tmp/test_models_vae.XXXXXX";
 static struct mm *mm;
@@ -52,10 +55,10 @@ static const char *gen(const char *name, uint64_t seed, enum st_dtype dt, unsign
 }
 
 /* Decode a fixed 1x4x5x6 latent with the VAE of `ck` into px[NPIX]. */
-static int decode(struct sd15_ckpt *ck, float *px)
+static int decode(struct model_ckpt *ck, float *px)
 {
     struct err e = {0};
-    struct patcher *p = patcher_new(ck->model[SD15_VAE]);
+    struct patcher *p = patcher_new(ck->model[MODEL_VAE]);
     struct mm_request req = {.n_models = 1, .activation_bytes = (size_t)128 << 20};
     req.models[0] = p;
     struct mm_report rep;
@@ -73,14 +76,14 @@ static int decode(struct sd15_ckpt *ck, float *px)
         rc = tensor_write_f32(z, zv, 4 * ZH * ZW, &e);
     }
     if (rc == 0)
-        rc = sd15_vae_decode(p, &ck->cfg, z, img, NULL, &e);
+        rc = vae_decode(p, &ck->cfg, z, img, NULL, &e);
     if (rc == 0)
         rc = tensor_read_f32(img, px, NPIX, &e);
     if (rc < 0)
         printf("# decode: %s\n", e.msg);
     tensor_free(z);
     tensor_free(img);
-    mm_unload(mm, ck->model[SD15_VAE]);
+    mm_unload(mm, ck->model[MODEL_VAE]);
     patcher_unref(p);
     return rc;
 }
@@ -88,19 +91,19 @@ static int decode(struct sd15_ckpt *ck, float *px)
 /* Pixels of the VAE in `path`, loaded as a standalone VAE (vae_file) or a checkpoint. */
 static int pixels(const char *path, int vae_file, enum tensor_dtype dt, float *px)
 {
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     struct err e = {0};
     const enum tensor_dtype d3[3] = {dt, dt, dt};
-    int rc = vae_file ? sd15_vae_load(path, dt, &ck, &e)
-                      : sd15_ckpt_load(path, SD15_LOAD_VAE, d3, &ck, &e);
+    int rc = vae_file ? model_vae_load(path, dt, &ck, &e)
+                      : model_ckpt_load(path, MODEL_LOAD_VAE, d3, &ck, &e);
     if (rc < 0) {
         printf("# load %s: %s\n", path, e.msg);
         return rc;
     }
-    ok(ck.model[SD15_UNET] == NULL && ck.model[SD15_CLIP] == NULL && ck.model[SD15_VAE],
+    ok(ck.model[MODEL_UNET] == NULL && ck.model[MODEL_CLIP] == NULL && ck.model[MODEL_VAE],
        "%s: only the VAE is built", path);
     rc = decode(&ck, px);
-    sd15_ckpt_release(&ck);
+    model_ckpt_release(&ck);
     return rc;
 }
 
@@ -121,10 +124,10 @@ static void test_names(void)
     };
     char out[200];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        EXPECT_EQ(sd15_vae_name_to_diffusers(cases[i][0], out, sizeof(out)), 0);
+        EXPECT_EQ(vae_name_to_diffusers(cases[i][0], out, sizeof(out)), 0);
         EXPECT_STR(out, cases[i][1]);
     }
-    EXPECT_EQ(sd15_vae_name_to_diffusers("model.diffusion_model.out.0.weight", out, sizeof(out)),
+    EXPECT_EQ(vae_name_to_diffusers("model.diffusion_model.out.0.weight", out, sizeof(out)),
               -1);
 }
 
@@ -133,17 +136,17 @@ struct rt {
     int n, bad;
 };
 
-static void on_vae_key(void *user, const struct sd15_key *k)
+static void on_vae_key(void *user, const struct model_key *k)
 {
     struct rt *r = user;
-    if (k->comp != SD15_VAE)
+    if (k->comp != MODEL_VAE)
         return;
     char dif[200], back[300];
-    const char *rel = k->name + strlen(SD15_PREFIX_VAE);
+    const char *rel = k->name + strlen(MODEL_PREFIX_VAE);
     r->n++;
-    if (sd15_vae_name_to_diffusers(rel, dif, sizeof(dif)) < 0 ||
-        !sd15__vae_file_name(dif, back, sizeof(back)) || strcmp(back, k->name) != 0 ||
-        !sd15__vae_file_name(rel, back, sizeof(back)) || strcmp(back, k->name) != 0) {
+    if (vae_name_to_diffusers(rel, dif, sizeof(dif)) < 0 ||
+        !ckpt__vae_file_name(dif, back, sizeof(back)) || strcmp(back, k->name) != 0 ||
+        !ckpt__vae_file_name(rel, back, sizeof(back)) || strcmp(back, k->name) != 0) {
         if (r->bad++ < 3)
             printf("# round trip of '%s' via '%s' gave '%s'\n", k->name, dif, back);
     }
@@ -151,11 +154,11 @@ static void on_vae_key(void *user, const struct sd15_key *k)
 
 static void test_name_round_trip(void)
 {
-    struct sd15_config c;
+    struct model_config c;
     for (int canon = 0; canon < 2; canon++) {
         canon ? sd15_config_canonical(&c) : sd15_config_tiny(&c);
         struct rt r = {0};
-        sd15_layout_build(&c, on_vae_key, &r);
+        model_layout_build(&c, on_vae_key, &r);
         ok(r.n > 200 && r.bad == 0, "%s layout: %d VAE names survive LDM -> diffusers -> loader",
            canon ? "SD1.5" : "tiny", r.n);
     }
@@ -170,12 +173,12 @@ static void test_name_round_trip(void)
     };
     char out[300];
     for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++) {
-        EXPECT_EQ(sd15__vae_file_name(old[i][0], out, sizeof(out)), 1);
+        EXPECT_EQ(ckpt__vae_file_name(old[i][0], out, sizeof(out)), 1);
         EXPECT_STR(out, old[i][1]);
     }
-    EXPECT_EQ(sd15__vae_file_name("first_stage_model.encoder.conv_in.weight", out, sizeof(out)), 0);
-    EXPECT_EQ(sd15__vae_file_name("model.diffusion_model.out.2.weight", out, sizeof(out)), 0);
-    EXPECT_EQ(sd15__vae_file_name("lora_unet_x.lora_up.weight", out, sizeof(out)), 0);
+    EXPECT_EQ(ckpt__vae_file_name("first_stage_model.encoder.conv_in.weight", out, sizeof(out)), 0);
+    EXPECT_EQ(ckpt__vae_file_name("model.diffusion_model.out.2.weight", out, sizeof(out)), 0);
+    EXPECT_EQ(ckpt__vae_file_name("lora_unet_x.lora_up.weight", out, sizeof(out)), 0);
 }
 
 static int same(const float *a, const float *b)
@@ -245,15 +248,15 @@ static void test_pixels(void)
 
 static void expect_error(const char *path, int code, const char *n1, const char *n2)
 {
-    struct sd15_ckpt ck;
+    struct model_ckpt ck;
     struct err e = {0};
-    int rc = sd15_vae_load(path, TENSOR_F32, &ck, &e);
+    int rc = model_vae_load(path, TENSOR_F32, &ck, &e);
     ok(rc == code, "%s: error %d (got %d: %s)", path, code, rc, e.msg);
     ok(strstr(e.msg, path) != NULL, "message names the file: %s", e.msg);
     ok(!n1 || strstr(e.msg, n1), "message says '%s'", n1 ? n1 : "");
     ok(!n2 || strstr(e.msg, n2), "message says '%s'", n2 ? n2 : "");
     if (rc == 0)
-        sd15_ckpt_release(&ck);
+        model_ckpt_release(&ck);
 }
 
 static void test_errors(void)
