@@ -16,6 +16,7 @@
 
 #include "alloc.h"
 #include "log.h"
+#include "pt_load.h"
 #include "safetensors_guard.h"
 
 static const char *const dtype_names[ST_DTYPE_COUNT] = {
@@ -311,24 +312,41 @@ int st_check(const struct st_file *f, struct err *e)
     return 0;
 }
 
-static int ends_with(const char *s, const char *suffix)
+/* The safetensors header length from the file's first 8 bytes, checked against its size. */
+static int read_header_len(const char *path, const uint8_t head[8], uint64_t fsize,
+                           uint64_t *hlen, struct err *e)
 {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcasecmp(s + a - b, suffix) == 0;
+    if (fsize < 8 + 2)
+        return err_set(e, ERR_INVALID, "'%s' is too short to be a safetensors file (%llu bytes)",
+                       path, (unsigned long long)fsize);
+    *hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        *hlen = (*hlen << 8) | head[i];
+    if (*hlen > ST_HEADER_MAX)
+        return err_set(e, ERR_TOO_LARGE,
+                       "'%s': header length %llu exceeds the %u byte limit (not a safetensors "
+                       "file?)",
+                       path, (unsigned long long)*hlen, ST_HEADER_MAX);
+    if (*hlen < 2 || 8 + *hlen > fsize)
+        return err_set(e, ERR_INVALID,
+                       "'%s': header length %llu does not fit in the file (%llu bytes; "
+                       "truncated?)",
+                       path, (unsigned long long)*hlen, (unsigned long long)fsize);
+    return 0;
 }
 
-static int refuse_pickle(const char *path, const uint8_t *head, size_t n, struct err *e)
+/* Fill f's tables from the mapping: a safetensors header, or a torch zip (pt_load.h). */
+static int parse_mapped(struct st_file *f, enum pt_format fmt, uint64_t hlen, struct err *e)
 {
-    int zip = n >= 4 && memcmp(head, "PK\x03\x04", 4) == 0;
-    int pickle = n >= 2 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5;
-    int ext = ends_with(path, ".ckpt") || ends_with(path, ".pt") || ends_with(path, ".pth") ||
-              ends_with(path, ".bin") || ends_with(path, ".pkl");
-    if (!zip && !pickle && !ext)
-        return 0;
-    return err_set(e, ERR_UNSUPPORTED,
-                   "cannot load '%s': pickle-based checkpoints (.ckpt/.pt) are not loaded "
-                   "because they can run code; convert it to .safetensors first",
-                   path);
+    const uint8_t *map = f->_map;
+    if (fmt == PT_FORMAT_ZIP) {
+        f->data = map; /* tensor offsets are file offsets */
+        f->data_size = f->_map_size;
+        return pt_parse(map, f->_map_size, f->path, f, e);
+    }
+    f->data = map + 8 + hlen;
+    f->data_size = f->_map_size - 8 - hlen;
+    return st_parse_header((const char *)map + 8, (size_t)hlen, f->data_size, f->path, f, e);
 }
 
 int st_open(const char *path, struct st_file **out, struct err *e)
@@ -352,31 +370,16 @@ int st_open(const char *path, struct st_file **out, struct err *e)
         close(fd);
         return rc;
     }
-    if ((rc = refuse_pickle(path, head, (size_t)got, e)) < 0) {
+    /* The format is decided by content, not by name: a ".ckpt" may be a safetensors file. */
+    enum pt_format fmt = pt_sniff(head, (size_t)got);
+    uint64_t hlen = 0;
+    if (fmt == PT_FORMAT_PICKLE)
+        rc = pt_refuse_pickle(path, e);
+    else if (fmt == PT_FORMAT_NONE)
+        rc = read_header_len(path, head, fsize, &hlen, e);
+    if (rc < 0) {
         close(fd);
         return rc;
-    }
-    if (fsize < 8 + 2) {
-        close(fd);
-        return err_set(e, ERR_INVALID, "'%s' is too short to be a safetensors file (%llu bytes)",
-                       path, (unsigned long long)fsize);
-    }
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = (hlen << 8) | head[i];
-    if (hlen > ST_HEADER_MAX) {
-        close(fd);
-        return err_set(e, ERR_TOO_LARGE,
-                       "'%s': header length %llu exceeds the %u byte limit (not a safetensors "
-                       "file?)",
-                       path, (unsigned long long)hlen, ST_HEADER_MAX);
-    }
-    if (hlen < 2 || 8 + hlen > fsize) {
-        close(fd);
-        return err_set(e, ERR_INVALID,
-                       "'%s': header length %llu does not fit in the file (%llu bytes; "
-                       "truncated?)",
-                       path, (unsigned long long)hlen, (unsigned long long)fsize);
     }
     void *map = mmap(NULL, (size_t)fsize, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
@@ -396,10 +399,7 @@ int st_open(const char *path, struct st_file **out, struct err *e)
         log_warn("'%s': mapped without the SIGBUS guard (no free slot or no handler); a "
                  "truncation while it is read would kill the process",
                  path);
-    f->data = (const uint8_t *)map + 8 + hlen;
-    f->data_size = fsize - 8 - hlen;
-    if ((rc = st_parse_header((const char *)map + 8, (size_t)hlen, f->data_size, path, f, e)) < 0 ||
-        (rc = st_check(f, e)) < 0)
+    if ((rc = parse_mapped(f, fmt, hlen, e)) < 0 || (rc = st_check(f, e)) < 0)
         goto fail;
     *out = f;
     return 0;

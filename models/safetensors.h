@@ -16,9 +16,11 @@
  * binary search) and every st_tensor's bytes lie inside the mapping, so the
  * accessors below never fail for bounds reasons.
  *
- * Pickle-based checkpoints (.ckpt/.pt/.pth/.bin, or any file starting with a
- * zip or pickle signature) are refused with a message suggesting conversion:
- * we never execute pickles.
+ * PyTorch checkpoints (.ckpt/.pt/.pth/.bin as torch.save writes them: a zip
+ * archive) give the same table through a restricted unpickler that executes
+ * nothing (pt_load.h): their offsets are from the start of the file (data points
+ * at the mapping's start) and two tensors may share bytes. The format is decided
+ * by the content, not the name; a bare pickle (torch's legacy format) is refused.
  *
  * Data is borrowed from the mapping: a pointer from st_tensor_data() stays valid
  * until st_close(). No copy is made unless a conversion is asked for
@@ -124,7 +126,8 @@ void st_shape_str(const struct st_tensor *t, char *out, size_t size);
  * Open and validate `path`. Returns 0 and a new st_file in *out (caller frees
  * with st_close), or a negative ERR_* with a message naming the file (and the
  * tensor, when one is at fault) in `e`: ERR_NOT_FOUND, ERR_IO, ERR_INVALID,
- * ERR_TOO_LARGE or ERR_UNSUPPORTED (pickle checkpoints).
+ * ERR_TOO_LARGE, ERR_UNSUPPORTED (legacy pickles, compressed archives, ...) or
+ * ERR_DENIED (a pickle that names what the allow-list refuses; pt_pickle.h).
  */
 int st_open(const char *path, struct st_file **out, struct err *e);
 
