@@ -70,3 +70,5 @@ latentd_add_fuzz(upload_image SOURCES ${PROJECT_SOURCE_DIR}/server/srv_image.c
                  INCLUDES ${PROJECT_SOURCE_DIR}/server)
 # LoRA files against a tiny generated checkpoint (tools/ckpt_gen.h).
 latentd_add_fuzz(lora LIBS latentd_ckptgen latentd_models)
+# PyTorch .ckpt/.pt files: the zip directory and the restricted unpickler (models/pt_*.h).
+latentd_add_fuzz(ckpt LIBS latentd_models)

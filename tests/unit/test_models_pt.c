@@ -75,6 +75,13 @@ static void test_valid(void)
         expect_same(fx("small.safetensors"), fx(small_twins[i]));
     expect_same(fx("small_f16.safetensors"), fx("small_f16.pt"));
 
+    /* A dict holding itself as key and value: no recursion anywhere, no tensors. */
+    struct st_file *g = NULL;
+    struct err ge = {0};
+    ok(st_open(fx("self_ref.ckpt"), &g, &ge) == 0 && g && g->n_tensors == 0,
+       "self_ref.ckpt loads with no tensors %s", ge.msg);
+    st_close(g);
+
     /* Values, and a weight and bias read in place from one shared storage. */
     struct st_file *f = NULL;
     struct err e = {0};
