@@ -9,47 +9,13 @@
  */
 #include "dev_backend.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
+#include "bytesize.h"
 #include "log.h"
-
-int dev_parse_size(const char *s, size_t *out)
-{
-    if (!s || !*s)
-        return ERR_INVALID;
-    const char *p = s;
-    if (!isdigit((unsigned char)*p))
-        return ERR_INVALID;
-    errno = 0;
-    char *end;
-    double v = strtod(p, &end);
-    if (errno || end == p || v < 0)
-        return ERR_INVALID;
-    double mul = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': mul = 1024.0; end++; break;
-    case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (mul > 1 && *end == 'i')
-        end++;
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end)
-        return ERR_INVALID;
-    double bytes = v * mul;
-    if (bytes >= 18446744073709551615.0)
-        return ERR_INVALID;
-    *out = (size_t)bytes;
-    return 0;
-}
 
 int dev_cuda_count(void)
 {
@@ -92,7 +58,7 @@ int dev_open(const char *spec, size_t budget, struct dev **out, struct err *e)
         rc = dev__cpu_open(d, e);
     } else if (strncmp(spec, "sim:", 4) == 0) {
         size_t sz;
-        if (dev_parse_size(spec + 4, &sz) < 0 || sz == 0)
+        if (bytesize_parse(spec + 4, &sz) < 0 || sz == 0)
             rc = err_set(e, ERR_INVALID,
                          "cannot open device '%s': bad size (want e.g. sim:512M, sim:2G)", spec);
         else

@@ -67,9 +67,6 @@ int dev_is_host(const struct dev *d);       /* memory is CPU-addressable (cpu, s
 /* Number of CUDA devices usable now (0 without a driver, a GPU or a CUDA build). */
 int dev_cuda_count(void);
 
-/* Parse a byte size: "1073741824", "512M", "2G", "1.5GiB", "64k" (binary units).
- * Returns 0 or ERR_INVALID. For --vram-budget, --reserve-vram and sim:SIZE. */
-int dev_parse_size(const char *s, size_t *out);
 
 /* ---- memory ------------------------------------------------------------------- */
 

@@ -13,25 +13,6 @@
 #include "device.h"
 #include "harness.h"
 
-static void test_parse_size(void)
-{
-    size_t v = 0;
-    EXPECT_OK(dev_parse_size("1073741824", &v));
-    EXPECT_EQ(v, 1073741824ull);
-    EXPECT_OK(dev_parse_size("512M", &v));
-    EXPECT_EQ(v, 512ull << 20);
-    EXPECT_OK(dev_parse_size("2G", &v));
-    EXPECT_EQ(v, 2ull << 30);
-    EXPECT_OK(dev_parse_size("1.5GiB", &v));
-    EXPECT_EQ(v, 3ull << 29);
-    EXPECT_OK(dev_parse_size("64k", &v));
-    EXPECT_EQ(v, 65536);
-    EXPECT_EQ(dev_parse_size("", &v), ERR_INVALID);
-    EXPECT_EQ(dev_parse_size("12Q", &v), ERR_INVALID);
-    EXPECT_EQ(dev_parse_size("-5", &v), ERR_INVALID);
-    EXPECT_EQ(dev_parse_size("G", &v), ERR_INVALID);
-}
-
 static void test_open_errors(void)
 {
     struct dev *d = NULL;
@@ -262,7 +243,6 @@ static void test_cuda_budget(void)
 int main(void)
 {
     long live0 = alloc_live_count();
-    test_parse_size();
     test_open_errors();
     test_budget_exact();
     test_no_leak_cycles("sim:64M");
