@@ -14,6 +14,10 @@
 
 enum pt_format pt_sniff(const uint8_t *head, size_t n)
 {
+    /* A safetensors header length may begin with either signature (0x0380 = 896 bytes
+     * reads as pickle protocol 3), but its JSON must then start with '{' at byte 8. */
+    if (n >= 9 && head[8] == '{')
+        return PT_FORMAT_NONE;
     if (n >= 4 && memcmp(head, "PK\x03\x04", 4) == 0)
         return PT_FORMAT_ZIP;
     if (n >= 2 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5)

@@ -38,7 +38,7 @@ enum pt_format {
     PT_FORMAT_PICKLE, /* a bare pickle: torch's legacy format, or not a checkpoint */
 };
 
-/* What the first n bytes of a file (8 are enough) say it is. */
+/* What the first n bytes of a file (9 are enough) say it is. */
 enum pt_format pt_sniff(const uint8_t *head, size_t n);
 
 /* ERR_UNSUPPORTED with a message for a PT_FORMAT_PICKLE file named `what`. */

@@ -313,7 +313,7 @@ int st_check(const struct st_file *f, struct err *e)
 }
 
 /* The safetensors header length from the file's first 8 bytes, checked against its size. */
-static int read_header_len(const char *path, const uint8_t head[8], uint64_t fsize,
+static int read_header_len(const char *path, const uint8_t *head, uint64_t fsize,
                            uint64_t *hlen, struct err *e)
 {
     if (fsize < 8 + 2)
@@ -363,7 +363,7 @@ int st_open(const char *path, struct st_file **out, struct err *e)
         return err_set(e, ERR_IO, "cannot open '%s': not a regular file", path);
     }
     uint64_t fsize = (uint64_t)sb.st_size;
-    uint8_t head[8] = {0};
+    uint8_t head[9] = {0}; /* the length and the header's first byte, for pt_sniff */
     ssize_t got = fsize ? pread(fd, head, sizeof(head), 0) : 0;
     if (got < 0) {
         rc = err_set(e, ERR_IO, "cannot read '%s': %s", path, strerror(errno));

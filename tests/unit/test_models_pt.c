@@ -203,6 +203,25 @@ static void test_by_content(void)
     snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", fx("small.safetensors"), path);
     ok(system(cmd) == 0, "copied small.safetensors to a .ckpt name");
     expect_same(fx("small.safetensors"), path);
+
+    /* A header of 0x380 bytes: the length's first bytes read "80 03", a pickle's start. */
+    char json[0x380];
+    memset(json, ' ', sizeof(json));
+    const char *h = "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    memcpy(json, h, strlen(h));
+    uint8_t len8[8] = {0x80, 0x03};
+    float one = 1.0f;
+    snprintf(path, sizeof(path), "%s/pickle_like_length.safetensors", tmpdir);
+    FILE *fp = fopen(path, "wb");
+    ok(fp && fwrite(len8, 8, 1, fp) == 1 && fwrite(json, sizeof(json), 1, fp) == 1 &&
+           fwrite(&one, 4, 1, fp) == 1 && fclose(fp) == 0,
+       "wrote a safetensors file with a 0x380-byte header");
+    struct st_file *f = NULL;
+    struct err e = {0};
+    ok(st_open(path, &f, &e) == 0 && f->n_tensors == 1 &&
+           *st_tensor_f32_view(f, &f->tensors[0]) == 1.0f,
+       "it loads as safetensors, not as a legacy pickle %s", e.msg);
+    st_close(f);
 }
 
 int main(int argc, char **argv)
