@@ -35,23 +35,12 @@ struct graph_ctx *graph_new(const struct graph_config *cfg, struct err *e)
     atomic_init(&g->interrupt, 0);
     /* The memory manager opens the compute device (memory/memmgr.h); nodes reach it
      * through node_env.mm. */
-    struct mm_config mc;
-    mm_config_init(&mc);
-    mc.device_spec = cfg->device_spec;
-    mc.cpu = cfg->device_spec && !strcmp(cfg->device_spec, "cpu");
-    mc.vram_budget = cfg->vram_budget;
-    if (cfg->reserve_vram) {
-        mc.reserve_vram = cfg->reserve_vram;
-        mc.reserve_set = 1;
-    }
-    mc.disable_smart_memory = cfg->disable_smart_memory;
-    mc.async_offload = cfg->async_offload ? -1 : 0; /* graph_config: a switch; -1 = default depth */
-    mc.disable_pinned_memory = cfg->disable_pinned_memory;
     struct mm *mm = NULL;
-    if (mm_config_set_state(&mc, cfg->vram_state, e) < 0 || mm_new(&mc, &mm, e) < 0) {
+    if (mm_new(cfg->mm, &mm, e) < 0) {
         xfree(g);
         return NULL;
     }
+    g->cfg.mm = NULL; /* borrowed for this call only */
     g->mm = mm;
     g->env.mm = mm;
     g->reg = node_registry_new();

@@ -43,6 +43,8 @@ enum graph_preview_method {
     GRAPH_PREVIEW_LATENT2RGB,
 };
 
+struct mm_config; /* memory/memmgr.h */
+
 /* Everything below the server needs from the command line. Strings are borrowed
  * for the context's lifetime (owned by the server's config). */
 struct graph_config {
@@ -56,13 +58,9 @@ struct graph_config {
     enum graph_preview_method preview_method;
     int preview_size;         /* px, --preview-size (default 512) */
     int disable_metadata;     /* --disable-metadata: no PNG text chunks */
-    const char *device_spec;  /* "auto", "cpu", "sim:SIZE", "cuda:N" (memory/device.h) */
-    size_t vram_budget;       /* --vram-budget, bytes, 0 = none */
-    const char *vram_state;   /* "normal", "low", "no", "high", "gpu-only", NULL = auto */
-    size_t reserve_vram;      /* --reserve-vram, bytes */
-    int disable_smart_memory; /* --disable-smart-memory */
-    int async_offload;        /* copy streams; 0 disables */
-    int disable_pinned_memory;
+    /* The memory manager's flags as the server parsed them, passed to mm_new as they
+     * are; borrowed for the graph_new call. NULL = mm_config_init's defaults. */
+    const struct mm_config *mm;
 };
 
 struct graph_ctx; /* opaque */

@@ -55,14 +55,16 @@ enum mm_vram_state {
 const char *mm_vram_state_name(enum mm_vram_state s); /* "NORMAL_VRAM", ... */
 
 /*
- * The flags of this subsystem (memory.md §8). The server parses argv into
- * graph/graph.h's struct graph_config; the graph layer fills this from it
- * (mm_config_set_state parses graph_config.vram_state). Strings are borrowed.
+ * The flags of this subsystem (memory.md §8). The server fills one from argv as it
+ * parses (server/srv_config.c) and hands it down through graph_new untouched; tests
+ * and benchmarks fill their own. Strings are borrowed for the call to mm_new.
  */
 struct mm_config {
-    const char *device_spec;  /* "auto" (default), "cpu", "cuda:N", "sim:SIZE" */
-    int cpu;                  /* --cpu: device cpu, state DISABLED */
-    int lowvram, novram, highvram, gpu_only, normalvram; /* the exclusive group */
+    const char *device_spec;  /* "auto" (default), "cpu" (--cpu), "cuda:N", "sim:SIZE" */
+    /* The state the flags ask for: NORMAL_VRAM (default, --normalvram), LOW_VRAM,
+     * NO_VRAM or HIGH_VRAM (--highvram, --gpu-only). A cpu device always runs
+     * DISABLED, whatever is asked; SHARED is never asked for. */
+    enum mm_vram_state vram_state;
     size_t vram_budget;       /* --vram-budget: hard cap, bytes; 0 = none */
     size_t reserve_vram;      /* --reserve-vram, bytes; used only when reserve_set */
     int reserve_set;          /* the flag was given (default: 400 MiB on CUDA, 0 on sim) */
@@ -71,11 +73,8 @@ struct mm_config {
     int disable_pinned_memory;
 };
 
-void mm_config_init(struct mm_config *c); /* defaults: auto device, async_offload -1 */
-
-/* Set the exclusive state flags from graph_config.vram_state: "normal", "low", "no",
- * "high", "gpu-only", or NULL / "" (default). ERR_INVALID with a message otherwise. */
-int mm_config_set_state(struct mm_config *c, const char *vram_state, struct err *e);
+/* Defaults: auto device, NORMAL_VRAM asked, async_offload -1. */
+void mm_config_init(struct mm_config *c);
 
 struct mm; /* opaque */
 

@@ -33,43 +33,14 @@ void mm_config_init(struct mm_config *c)
 {
     memset(c, 0, sizeof(*c));
     c->device_spec = "auto";
+    c->vram_state = MM_VRAM_NORMAL_VRAM;
     c->async_offload = -1;
-}
-
-int mm_config_set_state(struct mm_config *c, const char *s, struct err *e)
-{
-    c->lowvram = c->novram = c->highvram = c->gpu_only = c->normalvram = 0;
-    if (!s || !*s)
-        return 0;
-    if (strcmp(s, "normal") == 0)
-        c->normalvram = 1;
-    else if (strcmp(s, "low") == 0)
-        c->lowvram = 1;
-    else if (strcmp(s, "no") == 0)
-        c->novram = 1;
-    else if (strcmp(s, "high") == 0)
-        c->highvram = 1;
-    else if (strcmp(s, "gpu-only") == 0)
-        c->gpu_only = 1;
-    else
-        return err_set(e, ERR_INVALID,
-                       "unknown vram state '%s' (want normal, low, no, high or gpu-only)", s);
-    return 0;
 }
 
 /* memory.md §1.2: flags pick the state; no automatic size thresholds. */
 static enum mm_vram_state choose_state(const struct mm_config *c, const struct dev *d)
 {
-    enum mm_vram_state st = MM_VRAM_NORMAL_VRAM;
-    if (c->lowvram)
-        st = MM_VRAM_LOW_VRAM;
-    else if (c->novram)
-        st = MM_VRAM_NO_VRAM;
-    else if (c->highvram || c->gpu_only)
-        st = MM_VRAM_HIGH_VRAM;
-    if (c->cpu || dev_kind(d) == DEV_KIND_CPU)
-        st = MM_VRAM_DISABLED;
-    return st;
+    return dev_kind(d) == DEV_KIND_CPU ? MM_VRAM_DISABLED : c->vram_state;
 }
 
 /* Host->device bandwidth with the copy path the streamer uses (pinned, async). */
@@ -116,17 +87,10 @@ int mm_new(const struct mm_config *cfg, struct mm **out, struct err *e)
         mm_config_init(&def);
         cfg = &def;
     }
-    int exclusive = !!cfg->lowvram + !!cfg->novram + !!(cfg->highvram || cfg->gpu_only) +
-                    !!cfg->normalvram;
-    if (exclusive > 1)
-        return err_set(e, ERR_INVALID,
-                       "--lowvram, --novram, --normalvram and --highvram/--gpu-only are "
-                       "mutually exclusive");
     struct mm *mm = xcalloc(1, sizeof(*mm));
     mm->cfg = *cfg;
     buf_init(&mm->reports);
-    const char *spec = cfg->cpu ? "cpu" : (cfg->device_spec && *cfg->device_spec
-                                               ? cfg->device_spec : "auto");
+    const char *spec = cfg->device_spec && *cfg->device_spec ? cfg->device_spec : "auto";
     int rc = dev_open(spec, cfg->vram_budget, &mm->dev, e);
     if (rc < 0) {
         xfree(mm);

@@ -16,6 +16,7 @@
 #include "err.h"
 #include "graph.h"
 #include "log.h"
+#include "memmgr.h"
 
 #define SRV_MAX_LISTEN 8
 
@@ -48,13 +49,12 @@ struct srv_config {
     char *database_path;/* owned: from --database-url (sqlite:///PATH or PATH) or <user>/latentd.db */
     int user_dir_given; /* --user-directory must already exist */
 
+    /* The memory manager's flags, filled as argv is read and handed to graph_new as
+     * they are: --cpu/--device/--cuda-device, the VRAM state group, --vram-budget,
+     * --reserve-vram, --disable-smart-memory, --[disable-]async-offload,
+     * --disable-pinned-memory. mm.device_spec borrows device_spec. */
+    struct mm_config mm;
     char *device_spec;  /* owned: "auto", "cpu", "sim:SIZE", "cuda:N" */
-    char *vram_state;   /* borrowed string literal or NULL */
-    size_t vram_budget; /* bytes */
-    size_t reserve_vram;/* bytes */
-    int disable_smart_memory;
-    int async_offload;
-    int disable_pinned_memory;
     enum graph_cache_mode cache_mode;
     int cache_lru_size;
     enum graph_preview_method preview_method;
@@ -80,7 +80,7 @@ int srv_config_parse(struct srv_config *cfg, int argc, char **argv, const char *
                      struct err *e);
 void srv_config_release(struct srv_config *cfg);
 
-/* Fill a graph_config whose strings borrow from cfg. */
+/* Fill a graph_config whose strings (and memory config) borrow from cfg. */
 void srv_config_to_graph(const struct srv_config *cfg, struct graph_config *gc);
 
 /* Print --help to stdout. */

@@ -11,8 +11,9 @@
 
 int bytesize_parse(const char *s, size_t *out)
 {
-    /* A leading digit keeps out what strtod would also take: spaces, signs, "inf". */
-    if (!s || !isdigit((unsigned char)*s))
+    /* A leading digit (or ".5") keeps out what strtod would also take: spaces, signs,
+     * "inf", hex. */
+    if (!s || !(isdigit((unsigned char)s[0]) || (s[0] == '.' && isdigit((unsigned char)s[1]))))
         return ERR_INVALID;
     errno = 0;
     char *end;

@@ -1,7 +1,7 @@
 /*
  * bytesize — byte counts as people write them on a command line.
  *
- * "1073741824", "512M", "1.5GiB", "64k", "2T": a non-negative decimal number, an
+ * "1073741824", "512M", "1.5GiB", ".5G", "64k", "2T": a non-negative decimal number, an
  * optional K/M/G/T suffix (powers of 1024, any case), an optional "i" after it and an
  * optional trailing "B"/"b". Threads: any; pure.
  */

@@ -266,7 +266,6 @@ int main(int argc, char **argv)
     struct mm_config mc;
     mm_config_init(&mc);
     mc.device_spec = device;
-    mc.cpu = !strcmp(device, "cpu");
     struct mm *mm = NULL;
     if (mm_new(&mc, &mm, &e) < 0)
         PANIC("mm_new: %s", e.msg);

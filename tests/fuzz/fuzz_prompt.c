@@ -24,6 +24,7 @@
 
 #include "fuzz_util.h"
 #include "graph.h"
+#include "memmgr.h"
 #include "node_imageio.h"
 #include "node_registry.h"
 
@@ -98,7 +99,10 @@ static void setup(void)
     cfg.output_dir = dirs[2];
     cfg.temp_dir = dirs[3];
     cfg.cache_mode = GRAPH_CACHE_CLASSIC;
-    cfg.device_spec = "cpu";
+    struct mm_config mc;
+    mm_config_init(&mc);
+    mc.device_spec = "cpu";
+    cfg.mm = &mc;
     G = graph_new(&cfg, &e);
     if (!G) {
         fprintf(stderr, "fuzz_prompt: graph_new: %s\n", e.msg);

@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "graph.h"
+#include "memmgr.h"
 
 struct tdirs {
     char base[256], models[300], input[300], output[300], temp[300];
@@ -55,7 +56,10 @@ static inline struct graph_ctx *tgraph_new(const struct tdirs *d, enum graph_cac
     cfg.temp_dir = d->temp;
     cfg.cache_mode = mode;
     cfg.cache_lru_size = lru;
-    cfg.device_spec = "cpu";
+    struct mm_config mc;
+    mm_config_init(&mc);
+    mc.device_spec = "cpu";
+    cfg.mm = &mc;
     struct err e = {0};
     struct graph_ctx *g = graph_new(&cfg, &e);
     if (!g) {

@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "graph_test_util.h"
 #include "harness.h"
+#include "memmgr.h"
 #include "node_registry.h"
 
 /* The corpus table leaves trailing fields out on purpose (unchecked = NULL). */
@@ -1064,8 +1065,10 @@ static void test_device_stats(const struct tdirs *d)
     cfg.input_dir = d->input;
     cfg.output_dir = d->output;
     cfg.temp_dir = d->temp;
-    cfg.device_spec = "sim:256M";
-    cfg.async_offload = 1;
+    struct mm_config mc;
+    mm_config_init(&mc);
+    mc.device_spec = "sim:256M";
+    cfg.mm = &mc;
     struct err e = {0};
     struct graph_ctx *g = graph_new(&cfg, &e);
     ok(g != NULL, "graph on a simulated device (%s)", e.msg);
@@ -1078,13 +1081,9 @@ static void test_device_stats(const struct tdirs *d)
         cJSON_Delete(ds);
         graph_free(g);
     }
-    cfg.device_spec = "bogus:1";
+    mc.device_spec = "bogus:1";
     e.msg[0] = 0;
     ok(graph_new(&cfg, &e) == NULL && e.msg[0], "bad device spec is a clear error: %s", e.msg);
-    cfg.device_spec = "cpu";
-    cfg.vram_state = "sideways";
-    e.msg[0] = 0;
-    ok(graph_new(&cfg, &e) == NULL && e.msg[0], "bad vram state is a clear error: %s", e.msg);
 }
 
 static void test_cache_modes(const struct tdirs *d)

@@ -20,14 +20,13 @@
 
 static size_t mib(double x) { return (size_t)(x * 1048576.0); }
 
-static int open_mm(const char *spec, struct mm **mm, const char *state)
+static int open_mm(const char *spec, struct mm **mm, enum mm_vram_state state)
 {
     struct mm_config c;
     mm_config_init(&c);
     c.device_spec = spec;
+    c.vram_state = state;
     struct err e = {0};
-    if (state && mm_config_set_state(&c, state, &e) < 0)
-        return -1;
     int rc = mm_new(&c, mm, &e);
     if (rc < 0)
         printf("# mm_new(%s): %s\n", spec, e.msg);
@@ -68,7 +67,7 @@ static void test_budgets(void)
         char spec[64];
         snprintf(spec, sizeof(spec), "sim:%zu", budget);
         struct mm *mm;
-        if (open_mm(spec, &mm, NULL) < 0) {
+        if (open_mm(spec, &mm, MM_VRAM_NORMAL_VRAM) < 0) {
             ok(0, "open %s", spec);
             continue;
         }
@@ -116,13 +115,13 @@ static void test_budgets(void)
     }
     /* --novram streams every layer, --disable-async-offload copies synchronously: same
      * bytes out either way. */
-    const char *states[2] = {"no", NULL};
+    enum mm_vram_state states[2] = {MM_VRAM_NO_VRAM, MM_VRAM_NORMAL_VRAM};
     for (int k = 0; k < 2; k++) {
         struct mm_config c;
         mm_config_init(&c);
         c.device_spec = "sim:64M";
         struct err e = {0};
-        mm_config_set_state(&c, states[k], &e);
+        c.vram_state = states[k];
         if (k == 1)
             c.async_offload = 0;
         c.disable_pinned_memory = k == 1;
@@ -140,7 +139,7 @@ static void test_budgets(void)
     }
     /* cpu device: DISABLED state, weights used in place (no device copies). */
     struct mm *mm;
-    EXPECT_OK(open_mm("cpu", &mm, NULL));
+    EXPECT_OK(open_mm("cpu", &mm, MM_VRAM_NORMAL_VRAM));
     EXPECT_EQ(mm_state(mm), MM_VRAM_DISABLED);
     struct mm_report rep;
     struct err e = {0};
@@ -269,7 +268,7 @@ static void test_lora(void)
     struct mm *mm;
     char spec[64];
     snprintf(spec, sizeof(spec), "sim:%zu", total * 2 + mib(4));
-    EXPECT_OK(open_mm(spec, &mm, NULL));
+    EXPECT_OK(open_mm(spec, &mm, MM_VRAM_NORMAL_VRAM));
     struct mm_report rep;
     EXPECT_OK(run_node(mm, &sr, merged, in, o_ref, 1, &rep, &e));
     EXPECT_OK(run_node(mm, &s, base, in, o_base, 1, &rep, &e));
@@ -290,7 +289,7 @@ static void test_lora(void)
         snprintf(spec, sizeof(spec), "sim:%zu",
                  total * (size_t)pcts[k] / 100 + synth_activation_bytes(&s, B) +
                      patcher_patch_workspace_bytes(lora));
-        if (open_mm(spec, &mm, NULL) < 0)
+        if (open_mm(spec, &mm, MM_VRAM_NORMAL_VRAM) < 0)
             continue;
         memset(o, 0, nout * 4);
         int rc = run_node(mm, &s, lora, in, o, 3, &rep, &e);
@@ -363,7 +362,7 @@ static void test_eviction(void)
     struct patcher *a = patcher_new(ma), *b = patcher_new(mb), *c = patcher_new(mc);
     struct patcher *d = patcher_new(md);
     struct mm *mm;
-    EXPECT_OK(open_mm("sim:30M", &mm, NULL));
+    EXPECT_OK(open_mm("sim:30M", &mm, MM_VRAM_NORMAL_VRAM));
     struct mm_report r;
     EXPECT_OK(load1(mm, a, NULL, &r));
     EXPECT_OK(load1(mm, b, NULL, &r));
@@ -426,7 +425,7 @@ static void test_eviction(void)
     mm_free(mm);
 
     /* Dropping the last reference to a loaded model unloads it. */
-    EXPECT_OK(open_mm("sim:100M", &mm, NULL));
+    EXPECT_OK(open_mm("sim:100M", &mm, MM_VRAM_NORMAL_VRAM));
     EXPECT_OK(load1(mm, d, NULL, &r));
     patcher_unref(d);
     patcher_model_unref(md);
@@ -453,7 +452,7 @@ static void test_errors_and_flags(void)
     struct tensor *const *w;
     EXPECT_EQ(patcher_acquire(p, 0, &w, &e), ERR_INVALID);
     ok(strstr(e.msg, "not loaded") != NULL, "acquire before load: %s", e.msg);
-    EXPECT_OK(open_mm("sim:6M", &mm, NULL));
+    EXPECT_OK(open_mm("sim:6M", &mm, MM_VRAM_NORMAL_VRAM));
     struct mm_request req = {.n_models = 1, .activation_bytes = mib(6)};
     req.models[0] = p;
     err_clear(&e);
@@ -476,29 +475,25 @@ static void test_errors_and_flags(void)
     EXPECT_EQ(patcher_acquire(p, 0, &w, &e), ERR_INVALID); /* unloaded with mm_free */
 
     struct mm_config c;
-    mm_config_init(&c);
-    EXPECT_EQ(mm_config_set_state(&c, "bogus", &e), ERR_INVALID);
-    const char *names[5] = {"normal", "low", "no", "high", "gpu-only"};
-    enum mm_vram_state want[5] = {MM_VRAM_NORMAL_VRAM, MM_VRAM_LOW_VRAM, MM_VRAM_NO_VRAM,
-                                  MM_VRAM_HIGH_VRAM, MM_VRAM_HIGH_VRAM};
-    for (int i = 0; i < 5; i++) {
-        EXPECT_OK(open_mm("sim:16M", &mm, names[i]));
-        ok(mm_state(mm) == want[i], "--%s gives %s", names[i], mm_vram_state_name(mm_state(mm)));
+    enum mm_vram_state asked[4] = {MM_VRAM_NORMAL_VRAM, MM_VRAM_LOW_VRAM, MM_VRAM_NO_VRAM,
+                                   MM_VRAM_HIGH_VRAM};
+    for (int i = 0; i < 4; i++) {
+        EXPECT_OK(open_mm("sim:16M", &mm, asked[i]));
+        ok(mm_state(mm) == asked[i], "%s asked, %s given", mm_vram_state_name(asked[i]),
+           mm_vram_state_name(mm_state(mm)));
         mm_free(mm);
     }
-    c.device_spec = "sim:16M";
-    c.lowvram = c.novram = 1;
-    EXPECT_EQ(mm_new(&c, &mm, &e), ERR_INVALID);
+    /* --cpu is the cpu device: DISABLED whatever state the flags asked for. */
     mm_config_init(&c);
-    c.device_spec = "sim:16M";
-    c.cpu = 1;
+    c.device_spec = "cpu";
+    c.vram_state = MM_VRAM_LOW_VRAM;
     EXPECT_OK(mm_new(&c, &mm, &e));
     EXPECT_EQ(mm_state(mm), MM_VRAM_DISABLED);
     EXPECT_EQ(dev_kind(mm_device(mm)), DEV_KIND_CPU);
     mm_free(mm);
     /* --lowvram: text encoders run on the CPU, the rest on the device. */
     /* An allocation that fails although the plan fit: shrink, retry once, succeed. */
-    EXPECT_OK(open_mm("sim:30M", &mm, NULL));
+    EXPECT_OK(open_mm("sim:30M", &mm, MM_VRAM_NORMAL_VRAM));
     struct mm_report rr;
     req.models[0] = p;
     req.activation_bytes = mib(1);
@@ -527,7 +522,7 @@ static void test_errors_and_flags(void)
     EXPECT_EQ(patcher_model_add_weight(te, l, "emb.weight", TENSOR_F16, 1, &n, blob,
                                        TENSOR_F32, &e), ERR_EXISTS);
     struct patcher *tp = patcher_new(te);
-    EXPECT_OK(open_mm("sim:16M", &mm, "low"));
+    EXPECT_OK(open_mm("sim:16M", &mm, MM_VRAM_LOW_VRAM));
     req.models[0] = tp;
     req.n_models = 1;
     EXPECT_OK(mm_load_models(mm, &req, NULL, &e));
@@ -565,7 +560,7 @@ static void test_cycles(void)
     char spec[64];
     snprintf(spec, sizeof(spec), "sim:%zu", total / 4 + 128 * 1024);
     struct mm *mm;
-    EXPECT_OK(open_mm(spec, &mm, NULL));
+    EXPECT_OK(open_mm(spec, &mm, MM_VRAM_NORMAL_VRAM));
     float in[B * 64], out[B * 64];
     synth_input(&s, in, B, 1);
     int fails = 0;
@@ -612,7 +607,7 @@ static void test_cuda(void)
     synth_input(&s, in, B, 7);
     struct mm *mm;
     struct err e = {0};
-    EXPECT_OK(open_mm("cpu", &mm, NULL));
+    EXPECT_OK(open_mm("cpu", &mm, MM_VRAM_NORMAL_VRAM));
     EXPECT_OK(run_node(mm, &s, p, in, host, 1, NULL, &e));
     mm_free(mm);
     int pcts[4] = {100, 50, 25, 5};

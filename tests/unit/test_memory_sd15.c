@@ -62,7 +62,6 @@ static int run_on(const char *spec, struct run *r, struct err *e)
     struct mm_config mc;
     mm_config_init(&mc);
     mc.device_spec = spec;
-    mc.cpu = !strcmp(spec, "cpu");
     struct mm *mm = NULL;
     int rc = mm_new(&mc, &mm, e);
     if (rc < 0)

@@ -74,7 +74,6 @@ int main(int argc, char **argv)
     struct mm_config mc;
     mm_config_init(&mc);
     mc.device_spec = "cpu";
-    mc.cpu = 1;
     struct mm *mm = NULL;
     EXPECT_OK(mm_new(&mc, &mm, &e));
     struct patcher *p = patcher_new(ck.model[MODEL_UNET]);

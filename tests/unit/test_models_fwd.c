@@ -629,7 +629,6 @@ int main(int argc, char **argv)
     struct mm_config mc;
     mm_config_init(&mc);
     mc.device_spec = "cpu";
-    mc.cpu = 1;
     struct mm *mm = NULL;
     if (mm_new(&mc, &mm, &e) < 0) {
         ok(0, "mm_new: %s", e.msg);

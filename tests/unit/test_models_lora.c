@@ -265,7 +265,6 @@ static void test_apply(void)
     struct mm_config mc;
     mm_config_init(&mc);
     mc.device_spec = "cpu";
-    mc.cpu = 1;
     struct mm *mm = NULL;
     EXPECT_OK(mm_new(&mc, &mm, &e));
     struct mm_request req = {.n_models = 2, .models = {u, c}, .activation_bytes = 1 << 20};

@@ -326,7 +326,6 @@ int main(void)
     struct mm_config mc;
     mm_config_init(&mc);
     mc.device_spec = "cpu";
-    mc.cpu = 1;
     struct err e = {0};
     if (mm_new(&mc, &mm, &e) < 0) {
         ok(0, "mm_new: %s", e.msg);

@@ -541,7 +541,6 @@ int main(void)
     struct mm_config mc;
     mm_config_init(&mc);
     mc.device_spec = "cpu";
-    mc.cpu = 1;
     struct mm *mm = NULL;
     EXPECT_OK(mm_new(&mc, &mm, &e));
     env.models_dir = dir;
