@@ -13,6 +13,9 @@ Usage:
   pt_write.py convert IN.safetensors OUT.ckpt [--nested] [--param] [--zip64]
       the same tensors (same dtype and bytes) as a torch checkpoint; --nested wraps them
       as a pytorch-lightning checkpoint {"state_dict": ..., "global_step": ...}
+  pt_write.py strip IN.safetensors OUT.safetensors
+      the same tensors without __metadata__: what a torch checkpoint can carry (gen_ckpt's
+      shrunk configs say their head counts there, which no .ckpt can)
   pt_write.py lora CKPT.safetensors OUT_DIR
       a small kohya LoRA for that checkpoint's UNet as lora.safetensors and lora.pt
 (tools/pt_fixtures.py uses this module to write tests/fixtures/ckpt.)
@@ -261,6 +264,8 @@ def main(argv):
     if len(argv) >= 3 and argv[0] == "convert":
         flags = set(argv[3:])
         convert(argv[1], argv[2], "--nested" in flags, "--param" in flags, "--zip64" in flags)
+    elif len(argv) == 3 and argv[0] == "strip":
+        write_safetensors(argv[2], read_safetensors(argv[1]))
     elif len(argv) == 3 and argv[0] == "lora":
         lora(argv[1], argv[2])
     else:

@@ -1,7 +1,7 @@
 // e2e: PyTorch checkpoints (.ckpt/.pt, models/pt_load.h) through the real server. The tiny
 // seed-42 checkpoint is generated as .safetensors and converted by tools/pt_write.py to a
-// pytorch-lightning .ckpt (state_dict nested beside global_step); a LoRA and a standalone
-// VAE likewise exist as .safetensors and .pt twins.
+// pytorch-lightning .ckpt (state_dict nested beside global_step) and to a metadata-free
+// .safetensors twin; a LoRA and a standalone VAE likewise exist as .safetensors and .pt.
 //   - CheckpointLoaderSimple lists the .ckpt and saves exactly the pixels of its twin;
 //   - LoraLoader with lora.pt saves the pixels of lora.safetensors (and not the plain ones);
 //   - VAELoader with a .pt VAE decodes as with its .safetensors twin;
@@ -82,9 +82,13 @@ describe("PyTorch .ckpt/.pt checkpoints end to end", () => {
         const vae = path.join(dir, "models", "vae");
         fs.mkdirSync(lo, { recursive: true });
         fs.mkdirSync(vae, { recursive: true });
-        run(gen, ["--tiny", path.join(ck, "tiny.safetensors")]);
-        run(python, [ptWrite, "convert", path.join(ck, "tiny.safetensors"), path.join(ck, "tiny.ckpt"), "--nested"]);
-        run(python, [ptWrite, "lora", path.join(ck, "tiny.safetensors"), lo]);
+        // gen_ckpt's tiny config states its CLIP head count in __metadata__, which a torch
+        // file cannot carry: the twin is the same tensors without it, as real files are.
+        const made = path.join(dir, "gen.safetensors");
+        run(gen, ["--tiny", made]);
+        run(python, [ptWrite, "strip", made, path.join(ck, "tiny.safetensors")]);
+        run(python, [ptWrite, "convert", made, path.join(ck, "tiny.ckpt"), "--nested"]);
+        run(python, [ptWrite, "lora", made, lo]);
         run(gen, ["--tiny", "--vae-only", "--seed", "7", path.join(vae, "mine.safetensors")]);
         run(python, [ptWrite, "convert", path.join(vae, "mine.safetensors"), path.join(vae, "mine.pt")]);
         fs.copyFileSync(hostile, path.join(ck, "evil.ckpt"));

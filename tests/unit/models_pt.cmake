@@ -10,7 +10,8 @@ latentd_add_test(test_models_pt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_pt
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND AND TARGET gen_ckpt)
   set(pt_dir ${PROJECT_BINARY_DIR}/test_models_pt_tiny)
-  set(pt_conv ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/pt_write.py convert)
+  # One string, not a list: it is spliced into the sh -c command below.
+  set(pt_conv "${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tools/pt_write.py convert")
   add_test(NAME test_models_pt_tiny_setup COMMAND sh -c
     "mkdir -p ${pt_dir} && cd ${pt_dir} && \
      $<TARGET_FILE:gen_ckpt> --tiny tiny.safetensors && \
