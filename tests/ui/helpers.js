@@ -188,6 +188,38 @@ async function widgetCenter(page, nodeId, name) {
   }, { nodeId, name });
 }
 
+// Screen coordinates of a point given in graph space.
+async function screenPos(page, graphPos) {
+  return page.evaluate((gp) => {
+    const app = window.app; const p = app.canvas.ds.convertOffsetToCanvas(gp);
+    const r = app.canvas.canvas.getBoundingClientRect(); return { x: r.left + p[0], y: r.top + p[1] };
+  }, graphPos);
+}
+
+// Screen coordinates of a point on a node's title bar (dx from its left edge).
+async function titlePos(page, nodeId, dx = 40) {
+  const gp = await page.evaluate(({ nodeId, dx }) => { const n = window.app.graph.getNodeById(nodeId); return [n.pos[0] + dx, n.pos[1] - window.LiteGraph.NODE_TITLE_HEIGHT / 2]; }, { nodeId, dx });
+  return screenPos(page, gp);
+}
+
+// Screen coordinates of a node's input or output slot.
+async function slotPos(page, nodeId, isInput, slot) {
+  const gp = await page.evaluate(({ nodeId, isInput, slot }) => Array.from(window.app.graph.getNodeById(nodeId).getConnectionPos(isInput, slot)), { nodeId, isInput, slot });
+  return screenPos(page, gp);
+}
+
+// Mouse drag in small steps (litegraph needs moves between down and up).
+async function drag(page, from, to, { steps = 8 } = {}) {
+  await page.mouse.move(from.x, from.y);
+  await page.mouse.down();
+  await page.mouse.move(to.x, to.y, { steps });
+  await page.mouse.up();
+}
+
+// The graph as the change tracker (web/js/undo.js) sees it: litegraph's serialisation as a
+// string, nodes in id order, execution order recomputed.
+const graphJson = (page) => page.evaluate(() => window.app.tracker.snapshot());
+
 async function waitForEvent(page, type, pred = "true", timeout = 60000) {
   return page.waitForFunction(({ type, pred }) => {
     const f = new Function("d", `return (${pred});`);
@@ -197,4 +229,4 @@ async function waitForEvent(page, type, pred = "true", timeout = 60000) {
 }
 
 module.exports = { sleep, skipFile, startLatentd, openPage, screenshot, objectInfo, requireNodes, encodePng, pngText,
-  pngWithoutText, loadPrompt, widgetCenter, waitForEvent, artifactDir };
+  pngWithoutText, loadPrompt, widgetCenter, waitForEvent, artifactDir, screenPos, titlePos, slotPos, drag, graphJson };

@@ -151,7 +151,7 @@ test("multi-line text is edited in place", async () => {
 test("save the workflow as JSON and load it back", async () => {
   const { page } = ui;
   const before = await page.evaluate(() => window.app.graph._nodes.map((n) => `${n.id}:${n.type}`).sort());
-  const [dl] = await Promise.all([page.waitForEvent("download"), page.click("#btn-save")]);
+  const [dl] = await Promise.all([page.waitForEvent("download"), page.click("#btn-export")]);
   const text = require("fs").readFileSync(await dl.path(), "utf8");
   const wf = JSON.parse(text);
   assert.strictEqual(wf.version, 0.4);

@@ -41,14 +41,40 @@ class Api extends EventTarget {
   getSystemStats() { return this.getJson("/system_stats"); }
 
   // POST /prompt. Resolves to {ok, status, body}; body is the parsed JSON (or an error text).
-  async queuePrompt(prompt, workflow) {
-    const body = { client_id: this.clientId, prompt, extra_data: { extra_pnginfo: { workflow } } };
+  // create_time (ms) travels in extra_data, so the queue and history panels can show when
+  // a prompt was queued (ComfyUI's server adds the same field itself).
+  async queuePrompt(prompt, workflow, { front = false } = {}) {
+    const body = { client_id: this.clientId, prompt, extra_data: { extra_pnginfo: { workflow }, create_time: Date.now() } };
+    if (front) body.front = true;
     const res = await this.postJson("/prompt", body);
     let json = null;
     const text = await res.text();
     try { json = JSON.parse(text); } catch { json = { error: { message: text || `HTTP ${res.status}`, details: "" } }; }
     return { ok: res.ok, status: res.status, body: json };
   }
+
+  // User files (ComfyUI keeps saved workflows under the user's workflows/). `path` is
+  // relative to the user dir ("workflows/a.json") and travels as ONE encoded segment.
+  async listUserData(dir) {
+    const res = await this.fetchApi(`/userdata?dir=${encodeURIComponent(dir)}&recurse=true&split=false&full_info=true`);
+    if (res.status === 404) return []; // no such folder yet: nothing saved
+    if (!res.ok) throw new Error(`listing ${dir}: HTTP ${res.status}`);
+    return res.json();
+  }
+  async getUserData(path) {
+    const res = await this.fetchApi(`/userdata/${encodeURIComponent(path)}`);
+    if (!res.ok) throw new Error(`${path}: HTTP ${res.status}`);
+    return res.text();
+  }
+  // Resolves to the Response: 409 means it exists and overwrite was false.
+  storeUserData(path, text, { overwrite = true } = {}) {
+    return this.fetchApi(`/userdata/${encodeURIComponent(path)}?overwrite=${overwrite}&full_info=true`, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: text });
+  }
+  moveUserData(from, to, { overwrite = false } = {}) {
+    return this.fetchApi(`/userdata/${encodeURIComponent(from)}/move/${encodeURIComponent(to)}?overwrite=${overwrite}&full_info=true`, { method: "POST" });
+  }
+  deleteUserData(path) { return this.fetchApi(`/userdata/${encodeURIComponent(path)}`, { method: "DELETE" }); }
 
   interrupt() { return this.postJson("/interrupt"); }
   deleteQueueItems(ids) { return this.postJson("/queue", { delete: ids }); }

@@ -2,14 +2,18 @@
 // (queue, history, gallery, system), error dialog, drag-and-drop of PNG/JSON workflows.
 // window.app is the page's state and is what the UI tests drive and inspect.
 import { api } from "./api.js";
-import { registerNodeTypes, applySeedControl } from "./nodes.js";
+import { registerNodeTypes, applySeedControl, fitLoadedSizes } from "./nodes.js";
 import { graphToPrompt, apiPromptToGraph, isApiPrompt, isWorkflow, registerMissingTypes } from "./workflow.js";
 import { readComfyMetadata } from "./png.js";
 import { Panels } from "./panels.js";
 import { registerVirtualNodes } from "./virtual.js";
+import { ChangeTracker } from "./undo.js";
+import { Workflows } from "./workflows.js";
+import { bindShortcuts, selectedNodes } from "./shortcuts.js";
+import { bindLinkMode } from "./linkmode.js";
 
 const LG = window.LiteGraph;
-const STORE_KEY = "latentd.workflow";
+const STORE_KEY = "latentd.workflow"; // the single workflow of older versions of this page
 
 class App {
   constructor() {
@@ -28,6 +32,7 @@ class App {
   async setup() {
     LG.release_link_on_empty_shows_menu = true;
     LG.alt_drag_do_clone_nodes = true;
+    LG.ctrl_shift_v_paste_connect_unselected_outputs = true; // ComfyUI's Ctrl+Shift+V
     this.graph = new LG.LGraph();
     const el = this.$("graph-canvas");
     this.canvas = new LG.LGraphCanvas(el, this.graph);
@@ -46,7 +51,13 @@ class App {
     new ResizeObserver(() => this.resizeCanvas()).observe(el.parentElement);
 
     this.panels = new Panels(this);
+    this.tracker = new ChangeTracker(this.graph, (state) => this.applyGraphState(state));
+    this.tracker.bind();
+    this.workflows = new Workflows(this);
+    this.tracker.onChange = () => this.workflows.render();
     this.bindToolbar();
+    bindShortcuts(this);
+    bindLinkMode(this.canvas, this.$("link-mode"));
     this.bindDrop();
     this.bindSocket();
 
@@ -56,11 +67,17 @@ class App {
       this.showError(`could not load node definitions from /object_info: ${e.message}`);
     }
     let restored = false;
-    try {
-      const saved = localStorage.getItem(STORE_KEY);
-      if (saved) restored = await this.loadGraphData(JSON.parse(saved), { quiet: true });
-    } catch (e) { console.warn("stored workflow unreadable", e); }
-    if (!restored) await this.loadDefault();
+    try { restored = await this.workflows.restore(); } catch (e) { console.warn("stored tabs unreadable", e); }
+    if (!restored) {
+      await this.workflows.newTab();
+      try {
+        const saved = localStorage.getItem(STORE_KEY);
+        if (saved) restored = await this.loadGraphData(JSON.parse(saved), { quiet: true });
+      } catch (e) { console.warn("stored workflow unreadable", e); }
+      if (!restored) await this.loadDefault();
+      this.workflows.markOpened();
+    }
+    this.workflows.refreshList();
     setInterval(() => this.persist(), 2000);
     window.addEventListener("beforeunload", () => this.persist());
     api.connect();
@@ -81,12 +98,27 @@ class App {
     this.objectInfo = await api.getObjectInfo();
     registerNodeTypes(this.objectInfo);
     registerVirtualNodes(this.objectInfo);
-    this.setStatus(`${Object.keys(this.objectInfo).length} node types`);
+    this.setStatus(`${Object.keys(this.objectInfo).length} node types`, 10000);
+    this.panels.showModelHint(this.objectInfo);
   }
 
   persist() {
     if (!this.graph || !this.ready) return;
-    try { localStorage.setItem(STORE_KEY, JSON.stringify(this.serializeWorkflow())); } catch { /* quota */ }
+    this.workflows.persist();
+  }
+
+  viewState() { return { scale: this.canvas.ds.scale, offset: Array.from(this.canvas.ds.offset) }; }
+
+  // Shows a snapshot taken by the change tracker (undo, redo, switching tabs): the graph
+  // exactly as serialised, nothing re-laid-out; the view stays unless `ds` is given.
+  async applyGraphState(state, ds = null) {
+    const data = typeof state === "string" ? JSON.parse(state) : state;
+    this.clearRunState();
+    this.missingTypes = registerMissingTypes(data);
+    this.graph.configure(data);
+    if (ds) { this.canvas.ds.scale = ds.scale; this.canvas.ds.offset = ds.offset.slice(); }
+    this.panels.showMissing(this.missingTypes);
+    this.canvas.setDirty(true, true);
   }
 
   // --- loading and saving workflows ------------------------------------------------
@@ -107,24 +139,26 @@ class App {
   }
 
   // data: a litegraph workflow or an API prompt. Returns true when loaded.
-  async loadGraphData(data, { quiet = false } = {}) {
+  async loadGraphData(data, { quiet = false, ds = null } = {}) {
     this.clearRunState();
     this.nodeErrors = {};
     if (isWorkflow(data)) {
       this.missingTypes = registerMissingTypes(data);
       this.graph.clear();
       this.graph.configure(data);
-      if (data.extra && data.extra.ds) {
-        this.canvas.ds.offset = data.extra.ds.offset || [0, 0];
-        this.canvas.ds.scale = data.extra.ds.scale || 1;
+      ds = ds || data.extra?.ds;
+      if (ds) {
+        this.canvas.ds.offset = ds.offset ? Array.from(ds.offset) : [0, 0];
+        this.canvas.ds.scale = ds.scale || 1;
       }
+      fitLoadedSizes(this.graph);
     } else if (isApiPrompt(data)) {
       this.missingTypes = apiPromptToGraph(this.graph, data);
     } else {
       if (!quiet) this.showError("this file holds no workflow (no litegraph graph and no API prompt)");
       return false;
     }
-    if (!data.extra || !data.extra.ds) this.fitView();
+    if (!ds) this.fitView();
     this.panels.showMissing(this.missingTypes);
     this.canvas.setDirty(true, true);
     return true;
@@ -151,12 +185,14 @@ class App {
     return wf;
   }
 
-  saveWorkflow() {
+  // Export: the workflow as a downloaded file (the server copy is workflows.js's job).
+  exportWorkflow() {
     const wf = this.serializeWorkflow();
     const blob = new Blob([JSON.stringify(wf, null, 2)], { type: "application/json" });
     const a = document.createElement("a");
     a.href = URL.createObjectURL(blob);
-    a.download = "workflow.json";
+    const t = this.workflows.active;
+    a.download = `${t && t.path ? t.path.replace(/^workflows\//, "").replace(/\.json$/, "") : "workflow"}.json`;
     document.body.appendChild(a); a.click(); a.remove();
     setTimeout(() => URL.revokeObjectURL(a.href), 1000);
   }
@@ -184,20 +220,27 @@ class App {
 
   // --- queueing --------------------------------------------------------------------
 
-  async queue(batchCount = 1) {
+  batchCount() { return Math.max(1, Math.min(100, parseInt(this.$("batch-count").value, 10) || 1)); }
+
+  // front: ComfyUI's Ctrl+Shift+Enter, the prompt goes before the pending ones.
+  async queue(batchCount = 1, { front = false } = {}) {
     this.nodeErrors = {};
     this.canvas.setDirty(true, true);
     for (let i = 0; i < batchCount; i++) {
       let p;
       try { p = graphToPrompt(this.graph); }
       catch (e) { this.showError(e.message); return null; }
-      const r = await api.queuePrompt(p.output, this.serializeWorkflow());
+      const r = await api.queuePrompt(p.output, this.serializeWorkflow(), { front });
       if (!r.ok) {
         this.showPromptError(r.body);
         return null;
       }
       if (r.body.node_errors && Object.keys(r.body.node_errors).length) this.showPromptError({ error: { message: "Some outputs failed validation and were skipped", details: "" }, node_errors: r.body.node_errors });
-      this.myPrompts[r.body.prompt_id] = { total: Object.keys(p.output).length, done: new Set(), cached: 0 };
+      // The socket may have announced this prompt (execution_start, executing) before the
+      // POST answered: fill in the entry those events made instead of replacing it, which
+      // lost the finished nodes and showed 0 % near the end of the run.
+      const entry = this.promptEntry(r.body.prompt_id);
+      entry.total = Object.keys(p.output).length;
       this.lastPromptId = r.body.prompt_id;
       for (const n of this.graph._nodes) for (const w of n.widgets || []) if (w.linkedWidget) applySeedControl(w);
       this.canvas.setDirty(true, true);
@@ -230,19 +273,27 @@ class App {
   clearRunState() {
     this.runningNodeId = null;
     this.nodeProgress = {};
-    for (const n of this.graph?._nodes || []) if (n.previewImg) { n.previewImg = null; n.setDirtyCanvas(true, true); }
+    for (const n of this.graph?._nodes || []) if (n.previewImg) n.endLivePreview();
+  }
+
+  promptEntry(id) {
+    return this.myPrompts[id] || (this.myPrompts[id] = { total: 0, done: new Set(), cached: new Set() });
   }
 
   nodeFor(id) { return id == null ? null : this.graph.getNodeById(Number(id)); }
 
+  // Nodes finished of the nodes this prompt really runs (cached ones are skipped, so they
+  // count neither way), plus the running node's steps as a fraction of one node.
   overallProgress() {
     const p = this.myPrompts[this.runningPromptId];
     if (!p || !p.total) return null;
-    const todo = Math.max(1, p.total - p.cached);
+    const todo = Math.max(1, p.total - p.cached.size);
+    let done = 0;
+    for (const id of p.done) if (!p.cached.has(id)) done++;
     let frac = 0;
     const cur = this.nodeProgress[this.runningNodeId];
-    if (cur && cur.max > 0 && cur.state !== "finished") frac = cur.value / cur.max;
-    return Math.min(1, (p.done.size + frac) / todo);
+    if (cur && cur.max > 0 && !p.done.has(String(this.runningNodeId))) frac = Math.min(1, cur.value / cur.max);
+    return Math.min(1, (done + frac) / todo);
   }
 
   updateProgressBar() {
@@ -287,18 +338,19 @@ class App {
     api.addEventListener("execution_start", (e) => {
       this.clearRunState();
       this.runningPromptId = e.detail.prompt_id;
-      if (!this.myPrompts[this.runningPromptId]) this.myPrompts[this.runningPromptId] = { total: 0, done: new Set(), cached: 0 };
+      this.promptEntry(this.runningPromptId).startedAt = Date.now();
+      this.setStatus(""); // the last run's "done" / "interrupted" no longer applies
       this.updateProgressBar();
       this.panels.refreshQueue();
     });
     api.addEventListener("execution_cached", (e) => {
-      const p = this.myPrompts[e.detail.prompt_id];
-      if (p) p.cached = (e.detail.nodes || []).length;
+      const p = this.promptEntry(e.detail.prompt_id);
+      p.cached = new Set((e.detail.nodes || []).map(String));
     });
     api.addEventListener("executing", (e) => {
       const d = e.detail;
       const prev = this.runningNodeId;
-      if (prev != null && this.myPrompts[this.runningPromptId]) this.myPrompts[this.runningPromptId].done.add(String(prev));
+      if (prev != null && this.runningPromptId) this.promptEntry(this.runningPromptId).done.add(String(prev));
       if (d.node == null) {
         this.runningNodeId = null;
         this.nodeProgress = {};
@@ -317,8 +369,12 @@ class App {
       this.updateProgressBar();
     });
     api.addEventListener("progress_state", (e) => {
-      for (const [id, s] of Object.entries(e.detail.nodes || {}))
-        this.nodeProgress[s.display_node_id || id] = { value: s.value, max: s.max, state: s.state };
+      const p = e.detail.prompt_id ? this.promptEntry(e.detail.prompt_id) : null;
+      for (const [id, s] of Object.entries(e.detail.nodes || {})) {
+        const nid = String(s.display_node_id || id);
+        this.nodeProgress[nid] = { value: s.value, max: s.max, state: s.state };
+        if (p && s.state === "finished") p.done.add(nid);
+      }
       this.updateProgressBar();
     });
     api.addEventListener("b_preview", (e) => {
@@ -347,11 +403,15 @@ class App {
       this.finishRun();
     });
     api.addEventListener("execution_interrupted", (e) => {
-      this.setStatus(`interrupted at #${e.detail.node_id} ${e.detail.node_type || ""}`);
+      this.setStatus(`interrupted at #${e.detail.node_id} ${e.detail.node_type || ""}`, 15000);
       this.lastInterrupted = e.detail;
       this.finishRun();
     });
-    api.addEventListener("execution_success", () => this.setStatus("done"));
+    api.addEventListener("execution_success", (e) => {
+      const p = this.myPrompts[e.detail.prompt_id];
+      const secs = p && p.startedAt ? ` in ${((Date.now() - p.startedAt) / 1000).toFixed(1)} s` : "";
+      this.setStatus(`done${secs}`, 10000);
+    });
   }
 
   finishRun() {
@@ -361,18 +421,21 @@ class App {
     this.panels.refreshHistory();
   }
 
-  setStatus(text) { this.$("status-text").textContent = text; }
+  // A status line that is only true for a while (done, saved…) clears itself after ttl ms,
+  // so the bar never shows a message about a run long gone.
+  setStatus(text, ttl = 0) {
+    this.$("status-text").textContent = text;
+    clearTimeout(this.statusTimer);
+    if (ttl) this.statusTimer = setTimeout(() => { this.$("status-text").textContent = ""; }, ttl);
+  }
 
   // --- toolbar and drop ------------------------------------------------------------
 
   bindToolbar() {
-    this.$("btn-queue").addEventListener("click", () => {
-      const n = Math.max(1, Math.min(100, parseInt(this.$("batch-count").value, 10) || 1));
-      this.queue(n);
-    });
+    this.$("btn-queue").addEventListener("click", () => this.queue(this.batchCount()));
     this.$("btn-interrupt").addEventListener("click", () => api.interrupt());
-    this.$("btn-save").addEventListener("click", () => this.saveWorkflow());
-    this.$("btn-load").addEventListener("click", () => this.$("file-input").click());
+    this.$("btn-export").addEventListener("click", () => this.exportWorkflow());
+    this.$("btn-load").addEventListener("click", () => this.openFileDialog());
     this.$("file-input").addEventListener("change", (e) => {
       const f = e.target.files[0];
       if (f) this.loadFile(f);
@@ -380,20 +443,22 @@ class App {
     });
     this.$("btn-default").addEventListener("click", () => this.loadDefault());
     this.$("btn-clear").addEventListener("click", () => { this.graph.clear(); this.nodeErrors = {}; this.canvas.setDirty(true, true); });
-    this.$("btn-refresh").addEventListener("click", async () => {
-      const wf = this.graph.serialize();
-      await this.loadNodeDefs();
-      await this.loadGraphData(wf);
-    });
-    document.addEventListener("keydown", (e) => {
-      if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.$("btn-queue").click(); }
-      if (e.key === "Escape") this.panels.hideErrorDialog();
-      // ComfyUI's Ctrl+M (mute) and Ctrl+B (bypass) on the selected nodes, when the canvas has focus.
-      if ((e.ctrlKey || e.metaKey) && (e.key === "m" || e.key === "b") && document.activeElement === this.canvas.canvas) {
-        e.preventDefault();
-        this.toggleMode(e.key === "m" ? 2 : 4);
-      }
-    });
+    this.$("btn-refresh").addEventListener("click", () => this.refreshNodeDefs());
+  }
+
+  openFileDialog() { this.$("file-input").click(); }
+
+  // ComfyUI's R: node definitions again (new checkpoints appear in the combos), same graph.
+  async refreshNodeDefs() {
+    const wf = this.graph.serialize();
+    const ds = this.viewState();
+    await this.loadNodeDefs();
+    await this.loadGraphData(wf, { ds });
+  }
+
+  collapseSelected() {
+    for (const n of selectedNodes(this.canvas)) n.collapse();
+    this.canvas.setDirty(true, true);
   }
 
   // mode 2 = never (muted), 4 = bypass (ComfyUI's extra mode); pressing again restores 0.

@@ -9,6 +9,17 @@ const LG = window.LiteGraph;
 export const SEED_CONTROL_VALUES = ["fixed", "increment", "decrement", "randomize"];
 const MIN_WIDTH = 220;
 
+// litegraph 0.7 keeps pos and size in Float32Arrays (pos one of length 10), which
+// JSON.stringify writes as {"0": x, "1": y, …}. ComfyUI writes and expects [x, y]: so do
+// we, for saved files, the clipboard and the undo snapshots alike.
+const serializeNode = LG.LGraphNode.prototype.serialize;
+LG.LGraphNode.prototype.serialize = function () {
+  const o = serializeNode.call(this);
+  if (o.pos) o.pos = [o.pos[0], o.pos[1]];
+  if (o.size) o.size = [o.size[0], o.size[1]];
+  return o;
+};
+
 // --- widgets ---------------------------------------------------------------------
 
 function decimalsOf(x) {
@@ -37,20 +48,36 @@ function addNumberWidget(node, name, type, opts) {
   return w;
 }
 
-// Multi-line text: drawn as a box of wrapped lines, edited in litegraph's multiline prompt.
+// Multi-line text: a box of wrapped lines that takes the node's spare height, so a prompt
+// box grows when the node is resized (as ComfyUI's textarea does). Its height `_h` is
+// settled while drawing (litegraph lays widgets out from computeSize as it draws them);
+// while the node measures its minimum size the box counts as MIN_TEXT_H, so the node can
+// always be made small again.
+const MIN_TEXT_H = 60;
 export function addMultilineWidget(node, name, value) {
+  if (!node.measuresTextMin) {
+    const computeSize = node.computeSize;
+    node.computeSize = function (...a) {
+      this.measuring = true;
+      try { return computeSize.apply(this, a); } finally { this.measuring = false; }
+    };
+    node.measuresTextMin = true;
+  }
   const w = {
-    type: "customtext", name, value, options: { multiline: true }, comfyType: "STRING",
-    computeSize(width) { return [width, 76]; },
+    type: "customtext", name, value, options: { multiline: true }, comfyType: "STRING", _h: MIN_TEXT_H,
+    computeSize(width) { return [width, node.measuring ? MIN_TEXT_H : this._h]; },
     draw(ctx, n, width, y) {
-      const h = 72, m = 15;
+      const m = 15;
+      let below = 0; // the widgets under this one keep their own heights
+      for (const o of n.widgets.slice(n.widgets.indexOf(this) + 1)) below += (o.computeSize ? o.computeSize(width)[1] : LG.NODE_WIDGET_HEIGHT) + 4;
+      const h = this._h = Math.max(MIN_TEXT_H, Math.floor(n.size[1] - y - below - 8));
       ctx.fillStyle = LG.WIDGET_BGCOLOR; ctx.strokeStyle = LG.WIDGET_OUTLINE_COLOR;
       ctx.beginPath(); ctx.rect(m, y, width - 2 * m, h); ctx.fill(); ctx.stroke();
       ctx.save(); ctx.beginPath(); ctx.rect(m, y, width - 2 * m, h); ctx.clip();
       ctx.fillStyle = LG.WIDGET_TEXT_COLOR; ctx.textAlign = "left"; ctx.font = "12px Arial";
       const lines = wrapText(ctx, String(this.value ?? ""), width - 2 * m - 10);
       if (!lines.length || (lines.length === 1 && !lines[0])) { ctx.fillStyle = LG.WIDGET_SECONDARY_TEXT_COLOR; lines.splice(0, 1, name); }
-      lines.slice(0, 5).forEach((l, i) => ctx.fillText(l, m + 5, y + 15 + i * 14));
+      lines.slice(0, Math.max(1, Math.floor((h - 4) / 14))).forEach((l, i) => ctx.fillText(l, m + 5, y + 15 + i * 14));
       ctx.restore();
     },
     mouse(event, pos, n) {
@@ -67,7 +94,7 @@ export function addMultilineWidget(node, name, value) {
 function editInPlace(node, w) {
   const app = window.app, canvas = app.canvas, ds = canvas.ds;
   document.querySelectorAll(".latentd-textedit").forEach((t) => t.blur());
-  const m = 15, h = 72;
+  const m = 15, h = w._h || MIN_TEXT_H;
   const p = ds.convertOffsetToCanvas([node.pos[0] + m, node.pos[1] + w.last_y]);
   const ta = document.createElement("textarea");
   ta.className = "latentd-textedit";
@@ -82,6 +109,7 @@ function editInPlace(node, w) {
     if (keep) w.value = ta.value;
     ta.remove();
     node.setDirtyCanvas(true, true);
+    app.tracker?.check(); // the edit is one undo step
   };
   ta.addEventListener("blur", done);
   ta.addEventListener("keydown", (e) => {
@@ -205,11 +233,39 @@ function drawImages(node, ctx) {
   }
 }
 
+// Grows a node to show images. The size it had before is remembered and is what gets saved
+// while the node keeps the grown size (onSerialize below): results shown after a run are no
+// edit, so they neither mark the workflow modified nor become undo steps, and a workflow
+// saved after a run opens at its own size. A size the user sets wins from then on.
 function ensureImageSpace(node) {
-  const need = contentTop(node) + 220;
-  if (node.size[1] < need) node.size[1] = need;
-  if (node.size[0] < 240) node.size[0] = 240;
+  const need = [Math.max(node.size[0], 240), Math.max(node.size[1], contentTop(node) + 220)];
+  if (need[0] === node.size[0] && need[1] === node.size[1]) return;
+  if (!node.grown || !sameSize(node.size, node.grown.to)) node.grown = { from: node.size.slice() };
+  node.size[0] = need[0]; node.size[1] = need[1];
+  node.grown.to = node.size.slice();
 }
+
+function sameSize(a, b) { return !!a && !!b && a[0] === b[0] && a[1] === b[1]; }
+
+// The size that is saved: the one before any growth for images, unless resized since.
+function savedSize(node) {
+  return node.grown && sameSize(node.size, node.grown.to) ? node.grown.from.slice() : node.size.slice();
+}
+
+// Nodes that show images (outputs, LoadImage) keep room for them; any other node is cut
+// down to what its slots and widgets need (a KSampler left tall by a live preview).
+export function canShowImages(node) {
+  return !!(node.constructor.nodeData?.output_node || node.uploadFile || node.imgs?.length);
+}
+
+export function fitToContent(node) {
+  if (canShowImages(node) || node.flags?.collapsed) return;
+  const need = node.computeSize();
+  if (node.size[1] > need[1] && !(node.widgets || []).some((w) => w.type === "customtext")) node.size[1] = need[1];
+}
+
+// After loading a workflow: stale preview space goes (see fitToContent).
+export function fitLoadedSizes(graph) { for (const n of graph._nodes) fitToContent(n); }
 
 // Overlays drawn in node space: executing outline, per-node progress, validation errors.
 function drawOverlays(node, ctx) {
@@ -312,6 +368,13 @@ function commonPrototype(proto) {
     ensureImageSpace(this);
     this.setDirtyCanvas(true, true);
   };
+  // The preview is gone (a new run, a new graph): the node returns to its own size.
+  proto.endLivePreview = function () {
+    this.previewImg = null;
+    if (this.grown && sameSize(this.size, this.grown.to) && !this.imgs?.length) { this.size = this.grown.from.slice(); this.grown = null; }
+    this.setDirtyCanvas(true, true);
+  };
+  proto.onSerialize = function (o) { o.size = savedSize(this); };
 }
 
 export function registerNodeTypes(objectInfo) {

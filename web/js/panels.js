@@ -52,6 +52,15 @@ export class Panels {
     if (name === "system") this.refreshSystem();
     if (name === "history") this.refreshHistory();
     if (name === "queue") this.refreshQueue();
+    if (name === "workflows") this.app.workflows?.refreshList();
+  }
+
+  // Q: show the queue, or hide the side panel when the queue is already shown.
+  toggleTab(name) {
+    const side = document.getElementById("side");
+    if (!side.hidden && this.tab === name) { side.hidden = true; return; }
+    side.hidden = false;
+    this.showTab(name);
   }
 
   refreshAll() { this.refreshQueue(); this.refreshHistory(); this.refreshSystem(); }
@@ -177,6 +186,17 @@ export class Panels {
   }
 
   hideErrorDialog() { document.getElementById("error-dialog").hidden = true; }
+
+  // First run without a model: say where checkpoints go instead of showing empty combos.
+  showModelHint(objectInfo) {
+    const b = document.getElementById("hint-banner");
+    const spec = objectInfo.CheckpointLoaderSimple?.input?.required?.ckpt_name;
+    const values = Array.isArray(spec?.[0]) ? spec[0] : spec?.[1]?.options;
+    if (!spec || (values && values.length)) { b.hidden = true; return; }
+    b.replaceChildren("No checkpoint found. Put a checkpoint (.safetensors) in ", el("code", {}, "models/checkpoints"),
+      " under the server's base directory, then press Refresh (R).");
+    b.hidden = false;
+  }
 
   showMissing(types) {
     const b = document.getElementById("missing-banner");
