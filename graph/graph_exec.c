@@ -365,10 +365,9 @@ static void build_history(struct run *r)
 {
     for (int i = 0; i < r->p.n; i++) {
         const char *id = r->p.nodes[i].id;
-        if (r->x[i].memory) {
-            cJSON_AddItemToObject(meta_entry(r, id), "memory", r->x[i].memory);
-            r->x[i].memory = NULL;
-        }
+        if (r->x[i].n_mem)
+            cJSON_AddItemToObject(meta_entry(r, id), "memory",
+                                  graph__mm_reports_json(r->x[i].mem, r->x[i].n_mem));
         const cJSON *ui = r->x[i].ui;
         if (!ui) {
             struct gcache_entry *e = graph__cached(r, i);
@@ -437,11 +436,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     int next;
     while ((next = graph__pick_next(&r)) >= 0) {
         stopped = execute_node(&r, next);
-        char *plans = mm_reports_take(g->mm);
-        if (plans) {
-            r.x[next].memory = cJSON_Parse(plans);
-            xfree(plans);
-        }
+        r.x[next].n_mem = mm_reports_take(g->mm, &r.x[next].mem);
         if (stopped)
             break;
         graph__mark_done(&r, next);
@@ -469,7 +464,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
         }
         if (x->ui_owned)
             cJSON_Delete(x->ui);
-        cJSON_Delete(x->memory);
+        xfree(x->mem);
     }
     for (int k = 0; k < 4; k++)
         xfree(r.heaps[k].v);

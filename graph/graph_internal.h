@@ -155,4 +155,9 @@ struct graph_ctx {
 
 void graph__instances_free(struct graph_ctx *g);
 
+struct mm_report; /* memory/memmgr.h */
+/* The memory manager's reports of one node as history meta's "memory" array (new
+ * cJSON array, caller owns it). graph_mmjson.c. */
+cJSON *graph__mm_reports_json(const struct mm_report *r, int n);
+
 #endif

@@ -25,7 +25,8 @@ struct xnode {
     struct value **out; /* refs held for this run, [n_out] */
     cJSON *ui;          /* borrowed from the cache entry, or owned when ui_owned */
     uint8_t ui_owned;
-    cJSON *memory;      /* owned: the memory manager's plans for this node, or NULL */
+    struct mm_report *mem; /* owned (xmalloc): the memory manager's plans for this node */
+    int n_mem;
     double pv, pmax;
 };
 

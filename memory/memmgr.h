@@ -28,7 +28,7 @@
  *
  * Every call fills a `struct mm_report` (plan and outcome: resident/streamed MiB,
  * activation peak, bytes copied, predicted and measured time), logged at info level
- * by mm_node_end(); mm_report_json() renders it for /history or an endpoint.
+ * by mm_node_end() and kept for mm_reports_take(); graph/ renders it as JSON for /history.
  *
  * Threads: executor thread only, except mm_stats() (any thread: reads atomics).
  */
@@ -37,7 +37,6 @@
 
 #include <stddef.h>
 
-#include "buf.h"
 #include "device.h"
 #include "err.h"
 #include "patcher.h"
@@ -144,13 +143,11 @@ int mm_load_models(struct mm *mm, const struct mm_request *req, struct mm_report
  * rep->measured_ms, bytes_copied, peak_bytes, logs the report at info level. */
 void mm_node_end(struct mm *mm, struct mm_report *rep);
 
-/* Append the report as one JSON object to `out` (for /history meta). */
-void mm_report_json(const struct mm_report *rep, struct buf *out);
-
-/* The reports of every mm_node_end since the last call, as a JSON array text, or NULL
- * when there were none. The executor takes them after each node, so that a job's
- * history shows each model-running node's plan and outcome. Caller xfrees. */
-char *mm_reports_take(struct mm *mm);
+/* The reports of every mm_node_end since the last call, oldest first: returns how many
+ * and transfers the array to *out (caller xfrees; NULL when there were none). The
+ * executor takes them after each node, so that a job's history shows each
+ * model-running node's plan and outcome. */
+int mm_reports_take(struct mm *mm, struct mm_report **out);
 
 /* ---- unloading and housekeeping ----------------------------------------------------------- */
 

@@ -89,7 +89,6 @@ int mm_new(const struct mm_config *cfg, struct mm **out, struct err *e)
     }
     struct mm *mm = xcalloc(1, sizeof(*mm));
     mm->cfg = *cfg;
-    buf_init(&mm->reports);
     const char *spec = cfg->device_spec && *cfg->device_spec ? cfg->device_spec : "auto";
     int rc = dev_open(spec, cfg->vram_budget, &mm->dev, e);
     if (rc < 0) {
@@ -125,7 +124,7 @@ void mm_free(struct mm *mm)
         return;
     mm_unload_all(mm);
     xfree(mm->loaded);
-    buf_release(&mm->reports);
+    xfree(mm->reports);
     dev_close(mm->cpu);
     dev_close(mm->dev);
     xfree(mm);

@@ -646,20 +646,18 @@ void mm_node_end(struct mm *mm, struct mm_report *rep)
              rep->activation_bytes / 1048576.0, rep->bytes_copied / 1048576.0,
              rep->peak_bytes / 1048576.0, rep->budget / 1048576.0, rep->predicted_ms,
              rep->measured_pass_ms, rep->passes, rep->measured_ms);
-    if (mm->reports.len)
-        buf_adds(&mm->reports, ", ");
-    mm_report_json(rep, &mm->reports);
+    if (mm->n_reports == mm->cap_reports) {
+        mm->cap_reports = mm->cap_reports ? 2 * mm->cap_reports : 4;
+        mm->reports = xrealloc(mm->reports, (size_t)mm->cap_reports * sizeof(*mm->reports));
+    }
+    mm->reports[mm->n_reports++] = *rep;
 }
 
-char *mm_reports_take(struct mm *mm)
+int mm_reports_take(struct mm *mm, struct mm_report **out)
 {
-    if (!mm->reports.len)
-        return NULL;
-    struct buf out;
-    buf_init(&out);
-    buf_addc(&out, '[');
-    buf_add(&out, mm->reports.ptr, mm->reports.len);
-    buf_addc(&out, ']');
-    buf_reset(&mm->reports);
-    return buf_detach(&out, NULL);
+    int n = mm->n_reports;
+    *out = mm->reports;
+    mm->reports = NULL;
+    mm->n_reports = mm->cap_reports = 0;
+    return n;
 }

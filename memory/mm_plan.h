@@ -26,7 +26,8 @@ struct mm {
     struct patcher_model *cur[MM_MAX_MODELS]; /* borrowed; NULLed if unloaded */
     int ncur;
     double node_t0;             /* ms, end of loading */
-    struct buf reports;         /* JSON objects from mm_node_end not yet taken, ", "-joined */
+    struct mm_report *reports;  /* owned: from mm_node_end, not yet taken */
+    int n_reports, cap_reports;
     atomic_size_t stat_models_bytes;
     atomic_int stat_models_loaded;
 };

@@ -10,6 +10,7 @@
 
 #include "alloc.h"
 #include "buf.h"
+#include "graph_internal.h"
 #include "graph_test_util.h"
 #include "harness.h"
 #include "memmgr.h"
@@ -1217,6 +1218,48 @@ static void test_object_info(struct graph_ctx *g)
     cJSON_Delete(ds);
 }
 
+/* The memory reports become JSON only here (graph_mmjson.c); the history must read as
+ * it did when memory/ wrote the text by hand and the executor parsed it back. */
+static void test_mm_reports_json(void)
+{
+    struct mm_report r;
+    memset(&r, 0, sizeof(r));
+    snprintf(r.device, sizeof(r.device), "sim \"0\"");
+    r.budget = 16777216, r.activation_bytes = 1048576, r.workspace_bytes = 4096;
+    r.bytes_unloaded = 123, r.models_unloaded = 1, r.n_models = 2;
+    struct mm_model_plan *m = &r.models[0];
+    snprintf(m->name, sizeof(m->name), "unet\t1");
+    m->layers = 12, m->layers_resident = 8, m->layers_streamed = 4;
+    m->bytes_resident = 8388608, m->bytes_streamed = 4194304;
+    m->ring_slots = 3, m->ring_bytes = 3145728, m->prefetch = 2;
+    snprintf(r.models[1].name, sizeof(r.models[1].name), "E");
+    r.bytes_resident = 8388608, r.bytes_streamed = 4194304, r.bytes_loaded = 8388608;
+    r.bytes_copied = 12582912, r.peak_bytes = 15000000;
+    r.predicted_ms = 12.34567, r.load_ms = 0.0004, r.measured_ms = 100.5;
+    r.passes = 20, r.measured_pass_ms = 5.025, r.retried = 1;
+    /* What the old mm_report_json wrote for this report. */
+    const char *old_text =
+        "{\"device\":\"sim \\\"0\\\"\",\"budget\":16777216,\"activation_bytes\":1048576,"
+        "\"workspace_bytes\":4096,\"patch_workspace_bytes\":0,\"bytes_unloaded\":123,"
+        "\"models_unloaded\":1,\"bytes_resident\":8388608,\"bytes_streamed\":4194304,"
+        "\"bytes_loaded\":8388608,\"bytes_copied\":12582912,\"peak_bytes\":15000000,"
+        "\"predicted_ms\":12.346,\"load_ms\":0.000,\"measured_ms\":100.500,\"passes\":20,"
+        "\"measured_pass_ms\":5.025,\"retried\":true,\"models\":[{\"name\":\"unet\\u00091\","
+        "\"layers\":12,\"layers_resident\":8,\"layers_streamed\":4,"
+        "\"bytes_resident\":8388608,\"bytes_streamed\":4194304,\"ring_slots\":3,"
+        "\"ring_bytes\":3145728,\"prefetch\":2},{\"name\":\"E\",\"layers\":0,"
+        "\"layers_resident\":0,\"layers_streamed\":0,\"bytes_resident\":0,"
+        "\"bytes_streamed\":0,\"ring_slots\":0,\"ring_bytes\":0,\"prefetch\":0}]}";
+    cJSON *want = cJSON_Parse(old_text);
+    cJSON *got = graph__mm_reports_json(&r, 1);
+    char *w = cJSON_PrintUnformatted(want), *g = cJSON_PrintUnformatted(cJSON_GetArrayItem(got, 0));
+    ok(w && g && !strcmp(w, g), "memory report JSON as before:\n# %s\n# %s", w, g);
+    cJSON_free(w);
+    cJSON_free(g);
+    cJSON_Delete(want);
+    cJSON_Delete(got);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -1226,6 +1269,7 @@ int main(int argc, char **argv)
     long live0 = alloc_live_count();
     struct graph_ctx *g = tgraph_new(&d, GRAPH_CACHE_CLASSIC, 0);
     register_test_nodes(g);
+    test_mm_reports_json();
     test_corpus(g);
     test_validation_details(g);
     test_object_info(g);
