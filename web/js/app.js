@@ -11,6 +11,7 @@ import { ChangeTracker } from "./undo.js";
 import { Workflows } from "./workflows.js";
 import { bindShortcuts, selectedNodes } from "./shortcuts.js";
 import { bindLinkMode } from "./linkmode.js";
+import { NodeSearch } from "./search.js";
 
 const LG = window.LiteGraph;
 const STORE_KEY = "latentd.workflow"; // the single workflow of older versions of this page
@@ -58,6 +59,8 @@ class App {
     this.bindToolbar();
     bindShortcuts(this);
     bindLinkMode(this.canvas, this.$("link-mode"));
+    this.search = new NodeSearch(this);
+    this.search.install(this.canvas);
     this.bindDrop();
     this.bindSocket();
 
