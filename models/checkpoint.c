@@ -1,6 +1,6 @@
 /*
- * SD1.5 checkpoint detection, validation and loading into patcher models
- * (see sd15_ckpt.h).
+ * Checkpoint names (normalised), validation against the layout of the detected
+ * config, probing (see checkpoint.h). Detection is checkpoint_detect.c's.
  */
 #include "checkpoint.h"
 #include "checkpoint_impl.h"
@@ -16,30 +16,25 @@
 
 /* ---- normalised name table ------------------------------------------------------------ */
 
-struct nkey {
-    char *name;                  /* owned: normalised full name */
-    const struct st_tensor *t;   /* borrowed from the st_file */
-    int used;
-};
-
-struct ntable {
-    struct nkey *v;
-    size_t n;
-    int skipped;
-};
-
 static int starts_with(const char *s, const char *p)
 {
     return strncmp(s, p, strlen(p)) == 0;
 }
 
-/* Names ComfyUI never reads for SD1.5 (sd15.md §1.2). */
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Names ComfyUI never reads (sd15.md §1.2; a Hugging Face CLIP's position_ids buffer
+ * and unused text_projection, in any family). */
 static int is_ignored(const char *name)
 {
     if (starts_with(name, "model_ema.") || starts_with(name, "first_stage_model.loss."))
         return 1;
-    if (strcmp(name, SD15_PREFIX_CLIP "embeddings.position_ids") == 0 ||
-        strcmp(name, SD15_PREFIX_CLIP "text_projection.weight") == 0)
+    if (ends_with(name, ".text_model.embeddings.position_ids") ||
+        ends_with(name, ".text_model.text_projection.weight"))
         return 1;
     /* Everything outside the component prefixes (schedule buffers, ...), except the
      * other text encoders' prefixes, which detection must see. */
@@ -93,226 +88,29 @@ static void ntable_release(struct ntable *nt)
     nt->n = 0;
 }
 
-static struct nkey *ntable_find(const struct ntable *nt, const char *name)
+struct nkey *ckpt__ntable_find(const struct ntable *nt, const char *name)
 {
     struct nkey key = {.name = (char *)name};
     return bsearch(&key, nt->v, nt->n, sizeof(*nt->v), cmp_nkey);
 }
 
-static const struct st_tensor *nfind(const struct ntable *nt, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static const struct st_tensor *nfind(const struct ntable *nt, const char *fmt, ...)
+const struct st_tensor *ckpt__nfind(const struct ntable *nt, const char *fmt, ...)
 {
     char name[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(name, sizeof(name), fmt, ap);
     va_end(ap);
-    struct nkey *k = ntable_find(nt, name);
+    struct nkey *k = ckpt__ntable_find(nt, name);
     return k ? k->t : NULL;
 }
 
-static size_t count_prefix(const struct ntable *nt, const char *prefix)
+size_t ckpt__count_prefix(const struct ntable *nt, const char *prefix)
 {
     size_t n = 0;
     for (size_t i = 0; i < nt->n; i++)
         n += starts_with(nt->v[i].name, prefix);
     return n;
-}
-
-/* ---- detection (sd15.md §1.5) ---------------------------------------------------------- */
-
-static int unsupported(struct err *e, const char *path, const char *what)
-{
-    return err_set(e, ERR_UNSUPPORTED, "unsupported model type in '%s': %s (only SD1.x is supported)",
-                   path, what);
-}
-
-static int meta_int(const struct st_file *f, const char *key, int dflt)
-{
-    const char *v = st_meta_get(f, key);
-    if (!v)
-        return dflt;
-    char *end;
-    long x = strtol(v, &end, 10);
-    return (*end || x <= 0 || x > 4096) ? dflt : (int)x;
-}
-
-static int detect_unet(const struct st_file *f, const struct ntable *nt, struct model_config *c,
-                       struct err *e)
-{
-    const char *path = f->path;
-    const char *P = MODEL_PREFIX_UNET;
-    if (nfind(nt, "%slabel_emb.0.0.weight", P))
-        return unsupported(e, path, "SDXL or unCLIP UNet (found label_emb)");
-    const struct st_tensor *t0 = nfind(nt, "%sinput_blocks.0.0.weight", P);
-    if (!t0 || t0->ndim != 4)
-        return unsupported(e, path, "UNet without input_blocks.0.0.weight");
-    c->unet_mc = (int)t0->shape[0];
-    c->unet_in_ch = (int)t0->shape[1];
-    if (c->unet_in_ch == 9)
-        return unsupported(e, path, "SD1.x inpainting UNet (in_channels 9)");
-    if (c->unet_in_ch == 8)
-        return unsupported(e, path, "instruct-pix2pix UNet (in_channels 8)");
-    if (c->unet_in_ch != 4) {
-        char w[96];
-        snprintf(w, sizeof(w), "UNet with %d input channels", c->unet_in_ch);
-        return unsupported(e, path, w);
-    }
-    const struct st_tensor *k = nfind(nt, "%sinput_blocks.1.1.transformer_blocks.0.attn2.to_k.weight", P);
-    const struct st_tensor *pin = nfind(nt, "%sinput_blocks.1.1.proj_in.weight", P);
-    if (!k || k->ndim != 2 || !pin)
-        return unsupported(e, path, "UNet without SD1.x cross-attention at the first level");
-    c->ctx_dim = (int)k->shape[1];
-    if (c->ctx_dim == 1024)
-        return unsupported(e, path, "SD2.x UNet (context width 1024)");
-    if (c->ctx_dim == 2048)
-        return unsupported(e, path, "SDXL UNet (context width 2048)");
-    for (int l = 0; l < 4; l++) {
-        const struct st_tensor *o = nfind(nt, "%sinput_blocks.%d.0.out_layers.3.weight", P, 1 + 3 * l);
-        if (!o || o->shape[0] % c->unet_mc)
-            return unsupported(e, path, "UNet whose levels differ from SD1.x (4 levels, 2 ResBlocks each)");
-        c->unet_mult[l] = (int)(o->shape[0] / c->unet_mc);
-    }
-    int depth = 0;
-    while (nfind(nt, "%sinput_blocks.1.1.transformer_blocks.%d.norm1.weight", P, depth))
-        depth++;
-    c->unet_depth = depth;
-    const struct st_tensor *out = nfind(nt, "%sout.2.weight", P);
-    c->unet_out_ch = out ? (int)out->shape[0] : 4;
-    c->unet_heads = meta_int(f, "latentd.unet_heads", 8);
-    if (c->unet_mc % 32)
-        return err_set(e, ERR_INVALID, "'%s': UNet width %d is not a multiple of 32 (GroupNorm)",
-                       path, c->unet_mc);
-    for (int l = 0; l < 3; l++)
-        if ((c->unet_mult[l] * c->unet_mc) % c->unet_heads)
-            return err_set(e, ERR_INVALID, "'%s': UNet width %d not divisible by %d heads", path,
-                           c->unet_mult[l] * c->unet_mc, c->unet_heads);
-    return 0;
-}
-
-static int detect_clip(const struct st_file *f, const struct ntable *nt, struct model_config *c,
-                       struct err *e)
-{
-    const char *path = f->path;
-    const char *P = SD15_PREFIX_CLIP;
-    const struct st_tensor *tok = nfind(nt, "%sembeddings.token_embedding.weight", P);
-    const struct st_tensor *pos = nfind(nt, "%sembeddings.position_embedding.weight", P);
-    const struct st_tensor *fc1 = nfind(nt, "%sencoder.layers.0.mlp.fc1.weight", P);
-    if (!tok || !pos || !fc1 || tok->ndim != 2 || pos->ndim != 2 || fc1->ndim != 2)
-        return err_set(e, ERR_INVALID,
-                       "'%s': CLIP text encoder incomplete (token/position embedding or layer 0 "
-                       "missing)",
-                       path);
-    c->clip_vocab = (int)tok->shape[0];
-    c->clip_width = (int)tok->shape[1];
-    c->clip_pos = (int)pos->shape[0];
-    c->clip_mlp = (int)fc1->shape[0];
-    int layers = 0;
-    while (nfind(nt, "%sencoder.layers.%d.layer_norm1.weight", P, layers))
-        layers++;
-    c->clip_layers = layers;
-    c->clip_heads = meta_int(f, "latentd.clip_heads", c->clip_width % 64 == 0 ? c->clip_width / 64 : 1);
-    if (c->clip_width % c->clip_heads)
-        return err_set(e, ERR_INVALID, "'%s': CLIP width %d not divisible by %d heads", path,
-                       c->clip_width, c->clip_heads);
-    if (c->clip_pos != 77 || c->clip_vocab != 49408)
-        return err_set(e, ERR_UNSUPPORTED,
-                       "'%s': CLIP text encoder with %d tokens and %d positions (SD1.x has "
-                       "49408 and 77)",
-                       path, c->clip_vocab, c->clip_pos);
-    return 0;
-}
-
-static int detect_vae(const struct st_file *f, const struct ntable *nt, struct model_config *c,
-                      struct err *e)
-{
-    const char *P = MODEL_PREFIX_VAE;
-    const struct st_tensor *cin = nfind(nt, "%sencoder.conv_in.weight", P);
-    const struct st_tensor *dcin = nfind(nt, "%sdecoder.conv_in.weight", P);
-    const struct st_tensor *pq = nfind(nt, "%spost_quant_conv.weight", P);
-    if (!cin || !dcin || !pq || cin->ndim != 4 || dcin->ndim != 4)
-        return err_set(e, ERR_INVALID,
-                       "'%s': VAE incomplete (encoder.conv_in, decoder.conv_in or "
-                       "post_quant_conv missing)",
-                       f->path);
-    c->vae_ch = (int)cin->shape[0];
-    c->vae_z = (int)dcin->shape[1];
-    c->vae_embed = (int)pq->shape[0];
-    for (int l = 0; l < 4; l++) {
-        const struct st_tensor *b = nfind(nt, "%sencoder.down.%d.block.1.conv2.weight", P, l);
-        if (!b || b->shape[0] % c->vae_ch)
-            return err_set(e, ERR_INVALID, "'%s': VAE encoder level %d missing or malformed",
-                           f->path, l);
-        c->vae_mult[l] = (int)(b->shape[0] / c->vae_ch);
-    }
-    if (c->vae_ch % 32)
-        return err_set(e, ERR_INVALID, "'%s': VAE width %d is not a multiple of 32 (GroupNorm)",
-                       f->path, c->vae_ch);
-    return 0;
-}
-
-static int detect(const struct st_file *f, const struct ntable *nt, unsigned flags,
-                  struct model_config *c, struct err *e)
-{
-    const char *path = f->path;
-    sd15_config_canonical(c);
-    size_t n_unet = count_prefix(nt, MODEL_PREFIX_UNET);
-    if (count_prefix(nt, "conditioner.embedders."))
-        return unsupported(e, path, "SDXL checkpoint (conditioner.embedders.* text encoders)");
-    if (count_prefix(nt, "cond_stage_model.model."))
-        return unsupported(e, path, "SD2.x checkpoint (OpenCLIP text encoder cond_stage_model.model.*)");
-    if ((flags & MODEL_LOAD_UNET) && n_unet <= 5) {
-        /* Name something recognisable from the raw keys. */
-        const char *what = "no SD1.x UNet (model.diffusion_model.*) found";
-        for (size_t i = 0; i < f->n_tensors; i++) {
-            const char *nm = f->tensors[i].name;
-            if (strstr(nm, "double_blocks.")) {
-                what = "Flux-style transformer (double_blocks.*)";
-                break;
-            }
-            if (strstr(nm, "joint_blocks.")) {
-                what = "SD3-style MMDiT (joint_blocks.*)";
-                break;
-            }
-            if (starts_with(nm, "down_blocks.") || starts_with(nm, "unet.down_blocks.")) {
-                what = "diffusers-format UNet (down_blocks.*); use a single-file checkpoint";
-                break;
-            }
-            if (starts_with(nm, "lora_") || strstr(nm, ".lora_up.") || strstr(nm, "lora_A")) {
-                what = "a LoRA file, not a checkpoint";
-                break;
-            }
-        }
-        return unsupported(e, path, what);
-    }
-    int rc;
-    if ((flags & MODEL_LOAD_UNET) && (rc = detect_unet(f, nt, c, e)) < 0)
-        return rc;
-    if (flags & MODEL_LOAD_CLIP) {
-        if (!count_prefix(nt, SD15_PREFIX_CLIP))
-            return err_set(e, ERR_INVALID, "'%s' has no CLIP text encoder (%s*)", path,
-                           SD15_PREFIX_CLIP);
-        if ((rc = detect_clip(f, nt, c, e)) < 0)
-            return rc;
-    }
-    if (flags & MODEL_LOAD_VAE) {
-        /* A VAE file without either conv_in (a T5's encoder.block.*, ...) is no VAE at all. */
-        if ((flags & MODEL_LOAD_VAE_FILE) &&
-            (!count_prefix(nt, MODEL_PREFIX_VAE) ||
-             (!nfind(nt, "%sencoder.conv_in.weight", MODEL_PREFIX_VAE) &&
-              !nfind(nt, "%sdecoder.conv_in.weight", MODEL_PREFIX_VAE))))
-            return ckpt__not_a_vae(f, e);
-        if (!count_prefix(nt, MODEL_PREFIX_VAE))
-            return err_set(e, ERR_INVALID, "'%s' has no VAE (%s*)", path, MODEL_PREFIX_VAE);
-        if ((rc = detect_vae(f, nt, c, e)) < 0)
-            return rc;
-    }
-    if ((flags & MODEL_LOAD_UNET) && (flags & MODEL_LOAD_CLIP) && c->ctx_dim != c->clip_width)
-        return unsupported(e, path, "UNet context width differs from the text encoder width");
-    /* A 2-D proj_in is SD2's linear transformer unless everything else says SD1.x (§1.3):
-     * the checks above already refused SD2's context widths and text encoder. */
-    return 0;
 }
 
 /* ---- validation --------------------------------------------------------------------------- */
@@ -353,44 +151,8 @@ static int check_finite(const struct st_file *f, const struct st_tensor *t)
     return 1;
 }
 
-void model_layer_of(enum model_component comp, const char *rel, char *out, size_t size)
-{
-    /* Number of dot-separated parts that name the layer. */
-    int parts = 1;
-    if (comp == MODEL_UNET) {
-        if (starts_with(rel, "input_blocks.") || starts_with(rel, "output_blocks."))
-            parts = 3;
-        else if (starts_with(rel, "middle_block."))
-            parts = 2;
-    } else if (comp == MODEL_CLIP) {
-        parts = starts_with(rel, "encoder.layers.") ? 3 : 1;
-    } else {
-        if (starts_with(rel, "encoder.down.") || starts_with(rel, "decoder.up.")) {
-            const char *p = strchr(rel, '.');
-            p = p ? strchr(p + 1, '.') : NULL;
-            p = p ? strchr(p + 1, '.') : NULL;
-            parts = (p && starts_with(p + 1, "block.")) ? 5 : 4;
-        } else if (starts_with(rel, "encoder.mid.") || starts_with(rel, "decoder.mid.")) {
-            parts = 3;
-        } else if (starts_with(rel, "encoder.norm_out") || starts_with(rel, "encoder.conv_out")) {
-            snprintf(out, size, "encoder.out");
-            return;
-        } else if (starts_with(rel, "decoder.norm_out") || starts_with(rel, "decoder.conv_out")) {
-            snprintf(out, size, "decoder.out");
-            return;
-        } else if (starts_with(rel, "encoder.") || starts_with(rel, "decoder.")) {
-            parts = 2;
-        }
-    }
-    size_t i = 0;
-    int seen = 0;
-    for (; rel[i]; i++)
-        if (rel[i] == '.' && ++seen == parts)
-            break;
-    snprintf(out, size, "%.*s", (int)i, rel);
-}
-
 struct build {
+    const struct model_config *cfg;
     const struct st_file *f;
     struct ntable *nt;
     unsigned flags;
@@ -399,14 +161,13 @@ struct build {
     int rc;
 };
 
+/* Every text encoder comes with MODEL_LOAD_CLIP. */
 static const unsigned comp_flag[MODEL_COMPONENT_COUNT] = {MODEL_LOAD_UNET, MODEL_LOAD_VAE,
-                                                          MODEL_LOAD_CLIP};
-static const char *const comp_prefix[MODEL_COMPONENT_COUNT] = {MODEL_PREFIX_UNET, MODEL_PREFIX_VAE,
-                                                               SD15_PREFIX_CLIP};
+                                                          MODEL_LOAD_CLIP, MODEL_LOAD_CLIP};
 
-const char *ckpt__comp_prefix(enum model_component c)
+unsigned ckpt__comp_flag(enum model_component c)
 {
-    return comp_prefix[c];
+    return comp_flag[c];
 }
 
 static void on_key(void *user, const struct model_key *k)
@@ -415,7 +176,7 @@ static void on_key(void *user, const struct model_key *k)
     if (b->rc < 0 || !(b->flags & comp_flag[k->comp]))
         return;
     const char *path = b->f->path;
-    struct nkey *nk = ntable_find(b->nt, k->name);
+    struct nkey *nk = ckpt__ntable_find(b->nt, k->name);
     char want[96], got[96];
     if (!nk) {
         b->rc = err_set(b->e, ERR_INVALID, "'%s': tensor '%s' is missing", path, k->name);
@@ -464,11 +225,14 @@ static int check_unused(const struct build *b)
         const struct nkey *k = &b->nt->v[i];
         if (k->used)
             continue;
-        for (int c = 0; c < MODEL_COMPONENT_COUNT; c++)
-            if ((b->flags & comp_flag[c]) && starts_with(k->name, comp_prefix[c]))
+        for (int c = 0; c < MODEL_COMPONENT_COUNT; c++) {
+            const char *p = model_prefix(b->cfg, c);
+            if ((b->flags & comp_flag[c]) && p && starts_with(k->name, p))
                 return err_set(b->e, ERR_INVALID,
-                               "'%s': unexpected tensor '%s' (not part of the SD1.x %s layout)",
-                               b->f->path, k->t->name, model_component_name((enum model_component)c));
+                               "'%s': unexpected tensor '%s' (not part of the %s %s layout)",
+                               b->f->path, k->t->name, model_family_get(b->cfg->family)->name,
+                               model_component_name((enum model_component)c));
+        }
     }
     return 0;
 }
@@ -495,9 +259,9 @@ int ckpt__validate(const char *path, unsigned flags, struct st_file **f_out,
     if ((rc = st_open(path, &f, e)) < 0)
         return rc;
     ntable_build(f, flags, &nt);
-    if ((rc = detect(f, &nt, flags, cfg, e)) < 0)
+    if ((rc = ckpt__detect(f, &nt, flags, cfg, e)) < 0)
         goto fail;
-    struct build b = {.f = f, .nt = &nt, .flags = flags, .items = items, .e = e};
+    struct build b = {.cfg = cfg, .f = f, .nt = &nt, .flags = flags, .items = items, .e = e};
     model_layout_build(cfg, on_key, &b);
     if ((rc = b.rc) < 0 || (rc = check_unused(&b)) < 0)
         goto fail;

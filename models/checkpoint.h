@@ -1,6 +1,6 @@
 /*
- * sd15_ckpt — load a single-file SD1.5 checkpoint into three patcher models
- * (UNet, VAE, CLIP text encoder), after checking what it is (sd15.md §1).
+ * checkpoint — load a single-file checkpoint into patcher models (UNet, VAE, text
+ * encoders), after checking what it is (sd15.md §1, sdxl.md §1, §3).
  *
  * Loading:
  *   1. st_open() validates the container (safetensors.h).
@@ -8,10 +8,11 @@
  *      gains it); EMA copies (`model_ema.*`), training buffers (betas, ...),
  *      `position_ids`, `text_projection` and `first_stage_model.loss.*` are
  *      skipped.
- *   3. Detection (§1.5) derives every width and count from shapes and refuses
- *      other model types with ERR_UNSUPPORTED and "unsupported model type: ..."
- *      naming what was found (SD2.x, SDXL, inpainting, no UNet, ...).
- *   4. The full expected tensor list for the derived config (sd15_layout.h) is
+ *   3. Detection (§1.5, checkpoint_detect.c) derives every width and count from
+ *      shapes, the family table (family.h) says which family that is, and other
+ *      model types are refused with ERR_UNSUPPORTED and "unsupported model type:
+ *      ..." naming what was found (SD2.x, SDXL, inpainting, no UNet, ...).
+ *   4. The full expected tensor list for the derived config (model_config.h) is
  *      checked against the file: a missing tensor, an unexpected tensor under a
  *      component prefix, a wrong shape, a non-float dtype or a NaN/Inf value is
  *      an error naming the file and the tensor.
@@ -30,8 +31,8 @@
  *
  * Threads: the executor thread (it builds patcher models).
  */
-#ifndef LATENTD_MODELS_SD15_CKPT_H
-#define LATENTD_MODELS_SD15_CKPT_H
+#ifndef LATENTD_MODELS_CHECKPOINT_H
+#define LATENTD_MODELS_CHECKPOINT_H
 
 #include "err.h"
 #include "patcher.h"
@@ -50,7 +51,7 @@ enum model_load_flags {
 
 struct model_ckpt {
     struct model_config cfg;            /* derived from shapes */
-    int canonical;                     /* 1 if cfg is exactly SD1.5's */
+    int canonical;                      /* 1 if cfg is its family's real model (not shrunk) */
     struct patcher_model *model[MODEL_COMPONENT_COUNT]; /* owned refs; NULL if not loaded */
     size_t bytes[MODEL_COMPONENT_COUNT];                /* weight bytes per component */
     int tensors[MODEL_COMPONENT_COUNT];                 /* tensors per component */
@@ -97,8 +98,11 @@ void model_ckpt_release(struct model_ckpt *ck);
  */
 int model_ckpt_probe(const char *path, struct model_config *cfg, struct err *e);
 
-/* Layer name of a component-relative tensor name ("input_blocks.1.0.in_layers.0.weight"
- * -> "input_blocks.1.0"), written into out. */
-void model_layer_of(enum model_component comp, const char *rel, char *out, size_t size);
+/* The index into a load's dtype array (unet, vae, text encoders) of component c: every
+ * text encoder takes the text encoders' dtype, as ComfyUI's text_encoder_dtype. */
+static inline int model_dtype_slot(enum model_component c)
+{
+    return c >= MODEL_CLIP ? MODEL_CLIP : (int)c;
+}
 
 #endif

@@ -1,13 +1,36 @@
 /*
- * Private to sd15_ckpt*.c: the validated tensor list shared by probing
- * (sd15_ckpt.c, no patcher) and loading (sd15_load.c, builds patcher models).
+ * Private to checkpoint*.c: the name table, detection, and the validated tensor list
+ * shared by probing (checkpoint.c, no patcher) and loading (checkpoint_load.c).
  */
-#ifndef LATENTD_MODELS_SD15_CKPT_IMPL_H
-#define LATENTD_MODELS_SD15_CKPT_IMPL_H
+#ifndef LATENTD_MODELS_CHECKPOINT_IMPL_H
+#define LATENTD_MODELS_CHECKPOINT_IMPL_H
 
 #include "safetensors.h"
 #include "model_config.h"
 #include "tensor.h"
+
+/* The file's tensors under their normalised names, sorted by name. */
+struct nkey {
+    char *name;                /* owned: normalised full name */
+    const struct st_tensor *t; /* borrowed from the st_file */
+    int used;
+};
+
+struct ntable {
+    struct nkey *v;
+    size_t n;
+    int skipped;
+};
+
+struct nkey *ckpt__ntable_find(const struct ntable *nt, const char *name);
+const struct st_tensor *ckpt__nfind(const struct ntable *nt, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+size_t ckpt__count_prefix(const struct ntable *nt, const char *prefix);
+
+/* checkpoint_detect.c: the family and every knob of the components in `flags`
+ * (enum model_load_flags) from shapes, or ERR_UNSUPPORTED naming what was found. */
+int ckpt__detect(const struct st_file *f, const struct ntable *nt, unsigned flags,
+                 struct model_config *c, struct err *e);
 
 struct ckpt__item {
     struct model_key key;           /* expected name (normalised), shape, component */
@@ -19,7 +42,7 @@ struct ckpt__items {
     size_t n, cap;
 };
 
-/* Open, detect and validate (sd15_ckpt.h steps 1-4). On success *f_out is open (caller
+/* Open, detect and validate (checkpoint.h steps 1-4). On success *f_out is open (caller
  * closes) and items lists every expected tensor of the flagged components in layout
  * (forward) order. */
 int ckpt__validate(const char *path, unsigned flags, struct st_file **f_out,
@@ -27,9 +50,10 @@ int ckpt__validate(const char *path, unsigned flags, struct st_file **f_out,
                    struct err *e);
 
 int ckpt__tensor_dtype(const struct st_tensor *t, enum tensor_dtype *dt);
-const char *ckpt__comp_prefix(enum model_component c);
+/* The MODEL_LOAD_* flag that loads component c. */
+unsigned ckpt__comp_flag(enum model_component c);
 
-/* sd15_ckpt_vae.c: the first_stage_model.* name of a standalone VAE file's tensor
+/* checkpoint_vae.c: the first_stage_model.* name of a standalone VAE file's tensor
  * `name` (bare LDM or diffusers naming) into out; 0 when the name is left as is
  * (already prefixed, or not a VAE name). */
 int ckpt__vae_file_name(const char *name, char *out, size_t size);

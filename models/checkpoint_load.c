@@ -1,5 +1,5 @@
 /*
- * Build the three patcher models of a validated checkpoint (see sd15_ckpt.h).
+ * Build the patcher models of a validated checkpoint (see checkpoint.h).
  * Kept apart from detection so that probing needs no memory manager.
  */
 #include <stdatomic.h>
@@ -49,7 +49,8 @@ static int shared_file_check(void *user, struct err *e)
  * (not reclaimable) and add a read of the whole file. The check costs one fstat,
  * 1.3-2 us, per layer acquire.
  */
-static void share_file(struct model_ckpt *ck, struct st_file *f, const int borrowed[3])
+static void share_file(struct model_ckpt *ck, struct st_file *f,
+                       const int borrowed[MODEL_COMPONENT_COUNT])
 {
     struct shared_file *sf = NULL;
     for (int c = 0; c < MODEL_COMPONENT_COUNT; c++) {
@@ -67,13 +68,10 @@ static void share_file(struct model_ckpt *ck, struct st_file *f, const int borro
         st_close(f);
 }
 
-static const unsigned comp_flag[MODEL_COMPONENT_COUNT] = {MODEL_LOAD_UNET, MODEL_LOAD_VAE,
-                                                          MODEL_LOAD_CLIP};
-
 /* Add the validated tensors to the models, in layout order; counts borrowed weights. */
 static int add_weights(const char *path, struct st_file *f, const struct ckpt__items *items,
-                       const enum tensor_dtype dt[3], struct model_ckpt *ck, int borrowed[3],
-                       struct err *e)
+                       const enum tensor_dtype dt[3], struct model_ckpt *ck,
+                       int borrowed[MODEL_COMPONENT_COUNT], struct err *e)
 {
     char last[MODEL_COMPONENT_COUNT][96] = {{0}};
     int layer[MODEL_COMPONENT_COUNT] = {0};
@@ -81,21 +79,20 @@ static int add_weights(const char *path, struct st_file *f, const struct ckpt__i
         const struct model_key *k = &items->v[i].key;
         const struct st_tensor *t = items->v[i].t;
         struct patcher_model *m = ck->model[k->comp];
-        char lname[96];
-        model_layer_of(k->comp, k->name + strlen(ckpt__comp_prefix(k->comp)), lname, sizeof(lname));
-        if (strcmp(lname, last[k->comp]) != 0) {
-            snprintf(last[k->comp], sizeof(last[k->comp]), "%s", lname);
-            layer[k->comp] = patcher_model_add_layer(m, lname, 0);
+        enum tensor_dtype want = dt[model_dtype_slot(k->comp)];
+        if (strcmp(k->layer, last[k->comp]) != 0) {
+            snprintf(last[k->comp], sizeof(last[k->comp]), "%s", k->layer);
+            layer[k->comp] = patcher_model_add_layer(m, k->layer, 0);
         }
         enum tensor_dtype src_dt;
         ckpt__tensor_dtype(t, &src_dt); /* validated */
         /* The canonical 4-D shape also for a 2-D stored 1x1 conv: same bytes. */
-        int rc = patcher_model_add_weight(m, layer[k->comp], k->name, dt[k->comp], k->ndim,
-                                          k->shape, st_tensor_data(f, t), src_dt, e);
+        int rc = patcher_model_add_weight(m, layer[k->comp], k->name, want, k->ndim, k->shape,
+                                          st_tensor_data(f, t), src_dt, e);
         if (rc < 0)
             return err_prefix(e, "'%s': tensor '%s'", path, t->name);
-        borrowed[k->comp] += src_dt == dt[k->comp]; /* patcher_model_add_weight's rule */
-        ck->bytes[k->comp] += st_tensor_numel(t) * tensor_dtype_size(dt[k->comp]);
+        borrowed[k->comp] += src_dt == want; /* patcher_model_add_weight's rule */
+        ck->bytes[k->comp] += st_tensor_numel(t) * tensor_dtype_size(want);
         ck->tensors[k->comp]++;
     }
     return 0;
@@ -104,18 +101,19 @@ static int add_weights(const char *path, struct st_file *f, const struct ckpt__i
 int model_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[3],
                    struct model_ckpt *ck, struct err *e)
 {
-    static const enum patcher_role roles[3] = {PATCHER_ROLE_UNET, PATCHER_ROLE_VAE,
-                                               PATCHER_ROLE_TEXT_ENCODER};
+    static const enum patcher_role roles[MODEL_COMPONENT_COUNT] = {
+        PATCHER_ROLE_UNET, PATCHER_ROLE_VAE, PATCHER_ROLE_TEXT_ENCODER, PATCHER_ROLE_TEXT_ENCODER};
     struct st_file *f;
     struct ckpt__items items;
     int skipped = 0, borrowed[MODEL_COMPONENT_COUNT] = {0}, rc;
     memset(ck, 0, sizeof(*ck));
     if ((rc = ckpt__validate(path, flags, &f, &ck->cfg, &items, &skipped, e)) < 0)
         return rc;
-    ck->canonical = sd15_config_is_canonical(&ck->cfg);
+    ck->canonical = model_config_is_canonical(&ck->cfg);
     ck->skipped = skipped;
     for (int c = 0; c < MODEL_COMPONENT_COUNT; c++)
-        if (flags & comp_flag[c])
+        if ((flags & ckpt__comp_flag(c)) && model_prefix(&ck->cfg, c) &&
+            (c < MODEL_CLIP || ck->cfg.text[c - MODEL_CLIP].width > 0))
             ck->model[c] = patcher_model_new(model_component_name((enum model_component)c), roles[c]);
     if ((rc = add_weights(path, f, &items, dt, ck, borrowed, e)) < 0)
         goto fail;
@@ -125,9 +123,11 @@ int model_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt
         goto fail;
     xfree(items.v);
     share_file(ck, f, borrowed);
-    log_info("loaded '%s': %s (unet %d tensors, vae %d, clip %d; %d ignored)", path,
-             ck->canonical ? "SD1.5" : "SD1.x layout with shrunk widths", ck->tensors[0],
-             ck->tensors[1], ck->tensors[2], ck->skipped);
+    log_info("loaded '%s': %s%s (unet %d tensors, vae %d, clip %d + %d; %d ignored)", path,
+             model_family_get(ck->cfg.family)->name,
+             ck->canonical ? "" : " layout with shrunk widths", ck->tensors[MODEL_UNET],
+             ck->tensors[MODEL_VAE], ck->tensors[MODEL_CLIP], ck->tensors[MODEL_CLIP2],
+             ck->skipped);
     return 0;
 fail:
     xfree(items.v);

@@ -1,11 +1,11 @@
 /*
- * Standalone VAE files (model_vae_load in sd15_ckpt.h): their tensor names mapped
+ * Standalone VAE files (model_vae_load in checkpoint.h): their tensor names mapped
  * onto the checkpoint's first_stage_model.* layout, so that detection, validation
- * and loading are the checkpoint's own (sd15_ckpt.c, sd15_load.c).
+ * and loading are the checkpoint's own (checkpoint.c, checkpoint_load.c).
  *
  * The diffusers <-> LDM correspondence is the one ComfyUI's diffusers_convert.py
  * uses: encoder down_blocks.i == down.i, decoder up_blocks.i == up.(3 - i) (the SD
- * VAE always has 4 levels, sd15_layout.h), resnets.j == block.j, mid_block.resnets.j
+ * VAE always has 4 levels, vae_arch.h), resnets.j == block.j, mid_block.resnets.j
  * == mid.block_(j + 1), conv_shortcut == nin_shortcut, conv_norm_out == norm_out,
  * and the mid attention's group_norm / to_q|query / to_k|key / to_v|value /
  * to_out.0|proj_attn == norm / q / k / v / proj_out (stored 2-D as linears, which

@@ -20,37 +20,37 @@
 
 struct tensor;
 
+#include "text_arch.h"
+#include "unet_arch.h"
+#include "vae_arch.h"
+
 #define MODEL_PREFIX_UNET "model.diffusion_model."
 #define MODEL_PREFIX_VAE "first_stage_model."
-
-struct model_config {
-    /* UNet */
-    int unet_in_ch;       /* 4 */
-    int unet_out_ch;      /* 4 */
-    int unet_mc;          /* model_channels: 320 */
-    int unet_mult[4];     /* channel_mult: 1,2,4,4 */
-    int unet_depth;       /* transformer blocks per SpatialTransformer: 1 */
-    int unet_heads;       /* attention heads at every level: 8 (not stored in files) */
-    int ctx_dim;          /* cross-attention context width = clip_width: 768 */
-    /* CLIP text encoder */
-    int clip_width;       /* 768 */
-    int clip_layers;      /* 12 */
-    int clip_mlp;         /* 3072 */
-    int clip_heads;       /* 12 (not stored in files) */
-    int clip_vocab;       /* 49408 */
-    int clip_pos;         /* 77 */
-    /* VAE */
-    int vae_ch;           /* 128 */
-    int vae_mult[4];      /* 1,2,4,4 */
-    int vae_z;            /* z_channels: 4 */
-    int vae_embed;        /* embed_dim: 4 */
-};
 
 enum model_component {
     MODEL_UNET = 0,
     MODEL_VAE = 1,
-    MODEL_CLIP = 2,
-    MODEL_COMPONENT_COUNT = 3,
+    MODEL_CLIP = 2,  /* the (first) text encoder: CLIP-L for SD1.x and SDXL */
+    MODEL_CLIP2 = 3, /* a second text encoder: OpenCLIP bigG for SDXL */
+    MODEL_COMPONENT_COUNT = 4,
+};
+
+/* Families (family.h has their table). */
+enum model_family_id {
+    MODEL_FAMILY_SD15 = 0,
+    MODEL_FAMILY_COUNT,
+};
+
+/*
+ * A model's architecture: the family it belongs to and the knobs of each component,
+ * derived from tensor shapes at load (tests shrink them). Plain ints only, so two
+ * configs compare with memcmp.
+ */
+struct model_config {
+    int family; /* enum model_family_id: prefixes, latent format, ... */
+    struct unet_arch unet;
+    struct text_arch text[2]; /* MODEL_CLIP, MODEL_CLIP2 (width 0 = absent) */
+    struct vae_arch vae;
 };
 
 /* How a tensor is initialised by the generator (sd15.md §9.1). */
@@ -63,21 +63,28 @@ enum model_init {
 
 struct model_key {
     char name[160];           /* full name, with the component prefix */
+    char layer[48];           /* the patcher layer (block) it is streamed with */
+    int rel;                  /* name + rel: the name without the component prefix */
     enum model_component comp;
     enum model_init init;
     int ndim;
     int64_t shape[4];
 };
 
-/* Component name for messages: "unet", "vae", "clip". */
+/* Component name for messages: "unet", "vae", "clip", "clip2". */
 const char *model_component_name(enum model_component comp);
 
 /*
  * Enumerate every tensor of `c`: calls fn(user, key) once per tensor, in a fixed
- * order (CLIP, UNet, VAE, each in forward order). Returns the count.
+ * order (text encoders, UNet, VAE, each in forward order, each with its family's
+ * prefix). Returns the count.
  */
 size_t model_layout_build(const struct model_config *c,
                          void (*fn)(void *user, const struct model_key *k), void *user);
+
+/* The key prefix of component `comp` in `c`'s family ("model.diffusion_model.", ...),
+ * or NULL when the family has no such component. */
+const char *model_prefix(const struct model_config *c, enum model_component comp);
 
 /*
  * Named intermediates of a forward pass, for the reference comparisons in tests

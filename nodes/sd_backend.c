@@ -1,5 +1,5 @@
 /*
- * sd_backend — MODEL / CLIP / VAE payloads over models/sd15_models.h and the
+ * sd_backend — MODEL / CLIP / VAE payloads over models/ (unet.h, text_encoder.h, vae.h) and the
  * memory manager (see sd_backend.h).
  */
 #include "sd_backend.h"
@@ -74,7 +74,7 @@ static int unet_apply(void *impl, const float *x_in, int batch, int h, int w, co
     if ((rc = dev_tensor(d, 4, xs, x_in, &x, e)) < 0 || (rc = dev_tensor(d, 3, cs, ctx, &c, e)) < 0 ||
         (rc = dev_tensor(d, 4, xs, NULL, &eps, e)) < 0)
         goto out;
-    if ((rc = unet_eval(u->p, &u->cfg, x, ts, c, eps, NULL, e)) < 0 ||
+    if ((rc = unet_eval(u->p, &u->cfg.unet, x, ts, c, NULL, eps, NULL, e)) < 0 ||
         (rc = vouch(u->p, e)) < 0)
         goto out;
     rc = tensor_read_f32(eps, eps_out, tensor_numel(eps), e);
@@ -92,8 +92,9 @@ static int unet_prepare(void *impl, struct mm *mm, int max_batch, int h, int w, 
     if (!mm)
         return no_mm(e);
     /* The UNet's own peak plus the x, context and eps tensors of one call. */
-    size_t io = (size_t)max_batch * ((size_t)8 * h * w + (size_t)max_tokens * u->cfg.ctx_dim) * 4;
-    size_t act = unet_plan_bytes(&u->cfg, max_batch, h, w, max_tokens) + io;
+    size_t io =
+        (size_t)max_batch * ((size_t)8 * h * w + (size_t)max_tokens * u->cfg.unet.ctx_dim) * 4;
+    size_t act = unet_plan_bytes(&u->cfg.unet, max_batch, h, w, max_tokens) + io;
     return load_one(mm, u->p, act, &u->rep, e);
 }
 
@@ -222,16 +223,18 @@ int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *t
     float *cond = NULL, *pooled = NULL;
     clip_tokenize_prompt(clip->_shared->tok, text ? text : "", &tk);
     /* A weighted prompt also encodes the empty prompt (sd15.md §2.12): one more sequence. */
-    size_t plan = text_plan_bytes(&clip->cfg, tk.n_chunks + tk.has_weights);
+    size_t plan = text_plan_bytes(&clip->cfg.text[0], tk.n_chunks + tk.has_weights);
     int rc = load_one(mm, clip->p, plan, &rep, e);
     if (rc >= 0) {
-        rc = text_encode(clip->p, &clip->cfg, &tk, clip->clip_skip, &cond, &pooled, NULL, e);
+        rc = text_encode(clip->p, &clip->cfg.text[0], model_prefix(&clip->cfg, MODEL_CLIP), &tk,
+                         &(struct text_encode_opts){.layer = clip->clip_skip, .norm_hidden = 1},
+                         &cond, &pooled, NULL, e);
         if (rc >= 0)
             rc = vouch(clip->p, e);
         mm_node_end(mm, &rep);
     }
     if (rc >= 0) {
-        int width = clip->cfg.clip_width;
+        int width = clip->cfg.text[0].width;
         *out = sd_cond_new(cond, 1, tk.n_chunks * CLIP_CHUNK_LEN, width, pooled, width);
     }
     xfree(cond);
@@ -292,7 +295,7 @@ static int host_check(struct mm *mm, size_t act_bytes, size_t host_floats, struc
 /*
  * Decode z [1, c, h, w] (host) into out [3, 8h, 8w] (host): tiled with tile /
  * overlap latent pixels when tile > 0, else whole with ComfyUI's 64/16 tiled
- * retry on device OOM (models/sd15_models.h does both).
+ * retry on device OOM (models/vae/vae.h does both).
  */
 static int decode_one(const struct sd_vae *vae, const float *z, int64_t c, int64_t h, int64_t w,
                       int tile, int overlap, float *out, struct err *e)
@@ -303,9 +306,9 @@ static int decode_one(const struct sd_vae *vae, const float *z, int64_t c, int64
     int rc;
     if ((rc = dev_tensor(d, 4, zs, z, &zt, e)) >= 0 && (rc = dev_tensor(d, 4, os, NULL, &o, e)) >= 0) {
         if (tile > 0)
-            rc = vae_decode_tiled(vae->p, &vae->cfg, zt, o, tile, overlap, e);
+            rc = vae_decode_tiled(vae->p, &vae->cfg.vae, zt, o, tile, overlap, e);
         else
-            rc = vae_decode_auto(vae->p, &vae->cfg, zt, o, 64, 16, e);
+            rc = vae_decode_auto(vae->p, &vae->cfg.vae, zt, o, 64, 16, e);
         if (rc >= 0)
             rc = vouch(vae->p, e);
         if (rc >= 0)
@@ -322,12 +325,12 @@ int sd_vae_decode_latent(const struct sd_vae *vae, struct mm *mm, const struct s
     *image = NULL;
     if (!mm)
         return no_mm(e);
-    if (lat->c != vae->cfg.vae_embed)
+    if (lat->c != vae->cfg.vae.embed)
         return err_set(e, ERR_INVALID, "the latent has %lld channels; this VAE expects %d",
-                       (long long)lat->c, vae->cfg.vae_embed);
+                       (long long)lat->c, vae->cfg.vae.embed);
     int64_t h = lat->h, w = lat->w, H = 8 * h, W = 8 * w;
     size_t per = (size_t)(lat->c * h * w), px = (size_t)(3 * H * W);
-    size_t act = vae_plan_bytes(&vae->cfg, 1, (int)h, (int)w) + (per + px) * 4;
+    size_t act = vae_plan_bytes(&vae->cfg.vae, 1, (int)h, (int)w) + (per + px) * 4;
     int64_t ishape[4] = {lat->b, H, W, 3};
     struct value *img = NULL;
     float *host = NULL;
@@ -380,14 +383,14 @@ static int encode_one(const struct sd_vae *vae, const float *img, int64_t H, int
                       int overlap, float *out, struct err *e)
 {
     struct dev *d = patcher_device(vae->p);
-    int64_t zc = vae->cfg.vae_embed, is[4] = {1, 3, H, W}, ms[4] = {1, zc, H / 8, W / 8};
+    int64_t zc = vae->cfg.vae.embed, is[4] = {1, 3, H, W}, ms[4] = {1, zc, H / 8, W / 8};
     struct tensor *t = NULL, *m = NULL;
     int rc;
     if ((rc = dev_tensor(d, 4, is, img, &t, e)) >= 0 && (rc = dev_tensor(d, 4, ms, NULL, &m, e)) >= 0) {
         if (tile > 0)
-            rc = vae_encode_tiled(vae->p, &vae->cfg, t, m, tile, overlap, e);
+            rc = vae_encode_tiled(vae->p, &vae->cfg.vae, t, m, tile, overlap, e);
         else
-            rc = vae_encode_auto(vae->p, &vae->cfg, t, m, 512, 64, e);
+            rc = vae_encode_auto(vae->p, &vae->cfg.vae, t, m, 512, 64, e);
         if (rc >= 0)
             rc = vouch(vae->p, e);
         if (rc >= 0)
@@ -413,13 +416,13 @@ int sd_vae_encode_image(const struct sd_vae *vae, struct mm *mm, const struct va
         return err_set(e, ERR_INVALID, "image %lldx%lld is too small to encode", (long long)W0,
                        (long long)H0);
     int64_t h = H / 8, w = W / 8;
-    size_t px = (size_t)(3 * H * W), per = (size_t)(vae->cfg.vae_embed * h * w);
-    size_t act = vae_plan_bytes(&vae->cfg, 1, (int)h, (int)w) + (px + per) * 4;
+    size_t px = (size_t)(3 * H * W), per = (size_t)(vae->cfg.vae.embed * h * w);
+    size_t act = vae_plan_bytes(&vae->cfg.vae, 1, (int)h, (int)w) + (px + per) * 4;
     struct sd_latent *lat = NULL;
     float *host = NULL;
     int rc;
     if ((rc = host_check(mm, act, (size_t)B * per + px, e)) < 0 ||
-        (rc = sd_latent_try_new(B, vae->cfg.vae_embed, h, w, &lat, e)) < 0 ||
+        (rc = sd_latent_try_new(B, vae->cfg.vae.embed, h, w, &lat, e)) < 0 ||
         (rc = xtry_malloc(px * sizeof *host, (void **)&host, e)) < 0) {
         sd_latent_free(lat);
         return rc;

@@ -1,7 +1,7 @@
 /*
- * sd_backend — the SD1.5 models behind the MODEL, CLIP and VAE link types,
- * and the runs the model nodes make with them (models/sd15_models.h through
- * the memory manager).
+ * sd_backend — the models behind the MODEL, CLIP and VAE link types, and the
+ * runs the model nodes make with them (models/ unet.h, text_encoder.h, vae.h,
+ * through the memory manager).
  *
  *   MODEL  an sd_model (sd_types.h) whose ops run unet_eval on a UNet
  *          patcher; prepare() asks the planner for the exact plan of the
@@ -12,7 +12,7 @@
  *
  * Every run takes the node's memory manager (node_env.mm); each model call is
  * preceded by mm_load_models() with the call's exact activation bytes
- * (sd15_*_plan_bytes plus the input and output tensors) and followed by
+ * (unet/text/vae *_plan_bytes plus the input and output tensors) and followed by
  * mm_node_end(). Weights are stored f32 (sd15.md §8.5's CPU policy; the CUDA
  * fp16 UNet policy is the models layer's to add).
  *

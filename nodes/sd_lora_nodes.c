@@ -1,7 +1,7 @@
 /*
  * sd_lora_nodes — LoraLoader and LoraLoaderModelOnly (comfy-api.md §7.3):
  * clone the UNet / text-encoder patchers and add the file's patches
- * (models/sd15_lora.h), so the unpatched model stays available to other
+ * (models/lora/lora.h), so the unpatched model stays available to other
  * branches of the graph. Both strengths 0 passes the inputs through.
  */
 #include <string.h>

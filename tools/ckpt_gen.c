@@ -165,7 +165,7 @@ static void add_special(struct gen_list *l, const char *name, enum st_dtype dt, 
 static void add_extras(struct gen_list *l)
 {
     const struct ckpt_gen_opts *o = l->o;
-    int64_t d = o->cfg.unet_mc;
+    int64_t d = o->cfg.unet.model_ch;
     add_special(l, "model_ema.decay", ST_DTYPE_F32, FILL_CONST, 0.9999f, 0, NULL);
     add_special(l, "model_ema.num_updates", ST_DTYPE_I32, FILL_CONST, 0, 0, NULL);
     add_special(l, "model_ema.diffusion_modeltime_embed0weight", o->dtype, FILL_RANDOM, 0, 2,
@@ -174,8 +174,8 @@ static void add_extras(struct gen_list *l)
                                        "sqrt_alphas_cumprod", "posterior_variance"};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         add_special(l, bufs[i], ST_DTYPE_F32, FILL_CONST, 0.5f, 1, (const int64_t[]){1000});
-    add_special(l, "cond_stage_model.transformer.text_model.embeddings.position_ids",
-                ST_DTYPE_I64, FILL_ARANGE, 0, 2, (const int64_t[]){1, o->cfg.clip_pos});
+    add_special(l, "cond_stage_model.transformer.text_model.embeddings.position_ids", ST_DTYPE_I64,
+                FILL_ARANGE, 0, 2, (const int64_t[]){1, o->cfg.text[0].pos});
     add_special(l, "first_stage_model.loss.logvar", ST_DTYPE_F32, FILL_CONST, 0, 0, NULL);
 }
 
@@ -187,13 +187,13 @@ static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
         add_extras(l);
     if (o->flags & CKPT_GEN_SDXL_MARK)
         add_special(l, "model.diffusion_model.label_emb.0.0.weight", o->dtype, FILL_RANDOM, 0, 2,
-                    (const int64_t[]){4 * o->cfg.unet_mc, 2816});
+                    (const int64_t[]){4 * o->cfg.unet.model_ch, 2816});
     if (o->flags & CKPT_GEN_OPENCLIP) {
-        int64_t w = o->cfg.clip_width;
-        add_special(l, "cond_stage_model.model.token_embedding.weight", o->dtype, FILL_RANDOM, 0,
-                    2, (const int64_t[]){o->cfg.clip_vocab, w});
-        add_special(l, "cond_stage_model.model.positional_embedding", o->dtype, FILL_RANDOM, 0,
-                    2, (const int64_t[]){o->cfg.clip_pos, w});
+        int64_t w = o->cfg.text[0].width;
+        add_special(l, "cond_stage_model.model.token_embedding.weight", o->dtype, FILL_RANDOM, 0, 2,
+                    (const int64_t[]){o->cfg.text[0].vocab, w});
+        add_special(l, "cond_stage_model.model.positional_embedding", o->dtype, FILL_RANDOM, 0, 2,
+                    (const int64_t[]){o->cfg.text[0].pos, w});
         add_special(l, "cond_stage_model.model.ln_final.weight", o->dtype, FILL_RANDOM, 0, 1,
                     (const int64_t[]){w});
     }
@@ -241,9 +241,9 @@ int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *
     /* Head counts are not stored in checkpoints; a shrunk config needs them said. */
     if (!sd15_config_is_canonical(&o->cfg)) {
         char v[32];
-        snprintf(v, sizeof(v), "%d", o->cfg.clip_heads);
+        snprintf(v, sizeof(v), "%d", o->cfg.text[0].heads);
         st_writer_meta(w, "latentd.clip_heads", v);
-        snprintf(v, sizeof(v), "%d", o->cfg.unet_heads);
+        snprintf(v, sizeof(v), "%d", o->cfg.unet.heads);
         st_writer_meta(w, "latentd.unet_heads", v);
     }
     uint64_t max_n = 1;

@@ -6,7 +6,7 @@
  * variants of one config hold the same values up to rounding, and a tensor's
  * values do not change when other tensors are added or removed (variants).
  * Each tensor is drawn from its own counter-based stream (splitmix64 seeded by
- * a hash of the name), Box-Muller normals, scaled per sd15_init.
+ * a hash of the name), Box-Muller normals, scaled per model_init.
  *
  * A VAE tensor's values depend on its checkpoint name (first_stage_model.*)
  * whatever naming it is written in, so a standalone VAE of seed S holds the

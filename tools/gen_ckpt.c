@@ -81,7 +81,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--small")) {
             sd15_config_tiny(&o.cfg);
             for (int k = 0; k < 4; k++)
-                o.cfg.unet_mult[k] = o.cfg.vae_mult[k] = 1;
+                o.cfg.unet.mult[k] = o.cfg.vae.mult[k] = 1;
         } else if (!strcmp(a, "--full")) {
             sd15_config_canonical(&o.cfg);
         } else if (!strcmp(a, "--dtype")) {
@@ -154,17 +154,17 @@ int main(int argc, char **argv)
         return 2;
     }
     if (depth > 0)
-        o.cfg.unet_depth = depth;
+        sd15_config_set_depth(&o.cfg, depth);
     if (clip_layers > 0)
-        o.cfg.clip_layers = clip_layers;
+        o.cfg.text[0].layers = clip_layers;
     if (!strcmp(arch, "sd2")) {
         o.flags |= CKPT_GEN_OPENCLIP | CKPT_GEN_CONV_2D;
-        o.cfg.ctx_dim = 1024;
+        o.cfg.unet.ctx_dim = 1024;
     } else if (!strcmp(arch, "sdxl")) {
         o.flags |= CKPT_GEN_SDXL_MARK;
-        o.cfg.ctx_dim = 2048;
+        o.cfg.unet.ctx_dim = 2048;
     } else if (!strcmp(arch, "inpaint")) {
-        o.cfg.unet_in_ch = 9;
+        o.cfg.unet.in_ch = 9;
     } else if (strcmp(arch, "sd15") != 0) {
         fprintf(stderr, "gen_ckpt: unknown --arch '%s'\n", arch);
         return 2;

@@ -139,24 +139,29 @@ int main(int argc, char **argv)
 
     /* CLIP: one 77-token chunk. */
     struct clip_tokenizer *tok = NULL;
-    if (clip_tokenizer_load(NULL, &tok, &e) == 0 && load(mm, &ck, &clip, text_plan_bytes(c, 1)) == 0) {
+    if (clip_tokenizer_load(NULL, &tok, &e) == 0 &&
+        load(mm, &ck, &clip, text_plan_bytes(&c->text[0], 1)) == 0) {
         d = patcher_device(clip);
         struct clip_tokens tk;
         clip_tokenize_prompt(tok, "a photograph of an astronaut riding a horse, highly detailed", &tk);
         float *cond = NULL, *pooled = NULL;
-        text_encode(clip, c, &tk, -1, &cond, &pooled, NULL, &e); /* warm */
+        text_encode(clip, &c->text[0], model_prefix(c, MODEL_CLIP), &tk,
+                    &(struct text_encode_opts){.layer = -1, .norm_hidden = 1}, &cond, &pooled, NULL,
+                    &e); /* warm */
         xfree(cond);
         xfree(pooled);
         double sg0 = sgemm_rate(d), best = 1e30;
         for (int r = 0; r < 3; r++) {
             double s = now_s();
-            text_encode(clip, c, &tk, -1, &cond, &pooled, NULL, &e);
+            text_encode(clip, &c->text[0], model_prefix(c, MODEL_CLIP), &tk,
+                        &(struct text_encode_opts){.layer = -1, .norm_hidden = 1}, &cond, &pooled,
+                        NULL, &e);
             best = fmin(best, now_s() - s);
             xfree(cond);
             xfree(pooled);
         }
-        double D = c->clip_width, M = c->clip_mlp, T = 77;
-        double fl = c->clip_layers * (2 * T * (4 * D * D + 2 * D * M) + 4 * T * T * D);
+        double D = c->text[0].width, M = c->text[0].mlp, T = 77;
+        double fl = c->text[0].layers * (2 * T * (4 * D * D + 2 * D * M) + 4 * T * T * D);
         report("clip_encode_77", best, fl, sg0, sgemm_rate(d));
         clip_tokens_release(&tk);
         mm_unload(mm, ck.model[MODEL_CLIP]);
@@ -171,10 +176,10 @@ int main(int argc, char **argv)
     double got_unet_s[2] = {0, 0}, got_vae_s[2] = {0, 0};
     for (int si = 0; si < (quick ? 1 : 2); si++) {
         int lat = sizes[si] / 8;
-        if (load(mm, &ck, &unet, unet_plan_bytes(c, 2, lat, lat, 77)) < 0)
+        if (load(mm, &ck, &unet, unet_plan_bytes(&c->unet, 2, lat, lat, 77)) < 0)
             break;
         d = patcher_device(unet);
-        int64_t xs[4] = {2, 4, lat, lat}, cs[3] = {2, 77, c->ctx_dim};
+        int64_t xs[4] = {2, 4, lat, lat}, cs[3] = {2, 77, c->unet.ctx_dim};
         struct tensor *x = filled(d, 4, xs, 0.37), *ctx = filled(d, 3, cs, 0.011), *eps = NULL;
         tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
         float t[2] = {500, 500};
@@ -182,20 +187,20 @@ int main(int argc, char **argv)
         double sg0 = sgemm_rate(d), best = 1e30;
         for (int r = 0; r < reps; r++) {
             double s = now_s();
-            if (unet_eval(unet, c, x, t, ctx, eps, NULL, &e) < 0)
+            if (unet_eval(unet, &c->unet, x, t, ctx, NULL, eps, NULL, &e) < 0)
                 fprintf(stderr, "bench_sd15: %s\n", e.msg);
             best = fmin(best, now_s() - s);
         }
         char name[64];
         got_unet_s[si] = best;
         snprintf(name, sizeof(name), "unet_b2_%d", sizes[si]);
-        report(name, best, unet_flops(c, 2, lat, lat, 77), sg0, sgemm_rate(d));
+        report(name, best, unet_flops(&c->unet, 2, lat, lat, 77), sg0, sgemm_rate(d));
         tensor_free(x);
         tensor_free(ctx);
         tensor_free(eps);
         mm_unload(mm, ck.model[MODEL_UNET]);
 
-        if (load(mm, &ck, &vae, vae_plan_bytes(c, 1, lat, lat)) < 0)
+        if (load(mm, &ck, &vae, vae_plan_bytes(&c->vae, 1, lat, lat)) < 0)
             break;
         d = patcher_device(vae);
         int64_t zs[4] = {1, 4, lat, lat}, is[4] = {1, 3, 8 * lat, 8 * lat};
@@ -205,13 +210,13 @@ int main(int argc, char **argv)
         best = 1e30;
         for (int r = 0; r < reps; r++) {
             double s = now_s();
-            if (vae_decode(vae, c, z, img, NULL, &e) < 0)
+            if (vae_decode(vae, &c->vae, z, img, NULL, &e) < 0)
                 fprintf(stderr, "bench_sd15: %s\n", e.msg);
             best = fmin(best, now_s() - s);
         }
         got_vae_s[si] = best;
         snprintf(name, sizeof(name), "vae_decode_%d", sizes[si]);
-        report(name, best, vae_decode_flops(c, 1, lat, lat), sg0, sgemm_rate(d));
+        report(name, best, vae_decode_flops(&c->vae, 1, lat, lat), sg0, sgemm_rate(d));
         tensor_free(z);
         tensor_free(img);
         mm_unload(mm, ck.model[MODEL_VAE]);

@@ -47,8 +47,8 @@ static int node(struct sd15_bench *s, struct mm *mm, struct mm_report *rep, floa
     if (rc < 0)
         return rc;
     struct dev *d = mm_device(mm);
-    int64_t xs[4] = {s->b, 4, s->h, s->w}, cs[3] = {s->b, s->t, s->ck.cfg.ctx_dim};
-    size_t nx = (size_t)s->b * 4 * s->h * s->w, nc = (size_t)s->b * s->t * s->ck.cfg.ctx_dim;
+    int64_t xs[4] = {s->b, 4, s->h, s->w}, cs[3] = {s->b, s->t, s->ck.cfg.unet.ctx_dim};
+    size_t nx = (size_t)s->b * 4 * s->h * s->w, nc = (size_t)s->b * s->t * s->ck.cfg.unet.ctx_dim;
     struct tensor *x = NULL, *c = NULL, *eps = NULL;
     if ((rc = tensor_new(d, TENSOR_F32, 4, xs, &x, e)) < 0 ||
         (rc = tensor_write_f32(x, s->x, nx, e)) < 0 ||
@@ -57,7 +57,7 @@ static int node(struct sd15_bench *s, struct mm *mm, struct mm_report *rep, floa
         (rc = tensor_new(d, TENSOR_F32, 4, xs, &eps, e)) < 0)
         goto out;
     double t0 = bench_now_ms();
-    rc = unet_eval(s->unet, &s->ck.cfg, x, s->ts, c, eps, NULL, e);
+    rc = unet_eval(s->unet, &s->ck.cfg.unet, x, s->ts, c, NULL, eps, NULL, e);
     *ms = bench_now_ms() - t0;
     if (rc == 0)
         rc = tensor_read_f32(eps, eps_out, nx, e);
@@ -84,7 +84,7 @@ int bench_streaming_sd15(const char *ckpt, int size, int rounds)
         return 1;
     }
     s.unet = patcher_new(s.ck.model[MODEL_UNET]);
-    size_t nx = (size_t)s.b * 4 * s.h * s.w, nc = (size_t)s.b * s.t * s.ck.cfg.ctx_dim;
+    size_t nx = (size_t)s.b * 4 * s.h * s.w, nc = (size_t)s.b * s.t * s.ck.cfg.unet.ctx_dim;
     s.x = xmalloc(nx * 4);
     s.ctx = xmalloc(nc * 4);
     for (size_t i = 0; i < nx; i++)
@@ -92,8 +92,8 @@ int bench_streaming_sd15(const char *ckpt, int size, int rounds)
     for (size_t i = 0; i < nc; i++)
         s.ctx[i] = (float)((i * 40503u) % 1001) / 1000.0f - 0.5f;
     /* As nodes/sd_backend.c's unet_prepare: the UNet's peak plus x, context and eps. */
-    s.act = unet_plan_bytes(&s.ck.cfg, s.b, s.h, s.w, s.t) +
-            (size_t)s.b * ((size_t)8 * s.h * s.w + (size_t)s.t * s.ck.cfg.ctx_dim) * 4;
+    s.act = unet_plan_bytes(&s.ck.cfg.unet, s.b, s.h, s.w, s.t) +
+            (size_t)s.b * ((size_t)8 * s.h * s.w + (size_t)s.t * s.ck.cfg.unet.ctx_dim) * 4;
     size_t wbytes = patcher_model_bytes(s.ck.model[MODEL_UNET]);
 
     int pct[NB] = {100, 50, 25, 5}, rc = 0;

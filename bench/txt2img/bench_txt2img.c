@@ -338,8 +338,8 @@ int main(int argc, char **argv)
         double vae_cpu = cpu_s() - vc0;
         perf_ctl(perf_vae ? perf : NULL, "disable\n");
         double vae = now_s() - v0, total = now_s() - start;
-        double sgf = unet_flops(&cfg, 2, lh, lh, 77) / step / 1e9;
-        double vgf = vae_decode_flops(&cfg, 1, lh, lh) / vae / 1e9;
+        double sgf = unet_flops(&cfg.unet, 2, lh, lh, 77) / step / 1e9;
+        double vgf = vae_decode_flops(&cfg.vae, 1, lh, lh) / vae / 1e9;
         printf("%-5d %7.3f %6.2f %8.3f %6.2f %7.3f %6.2f %8.3f %7.1f %7.1f %8.1f %6.2f %7.2f %7.2f %7.2f "
                "%7.0f\n",
                px, step, step_cpu, raw, step / raw, vae, vae_cpu, total, sgf, vgf, sg, sgf / peak, sgf / sg,

@@ -1,7 +1,14 @@
 /*
- * family — the model families latentd knows: per family its detection, components
- * and their key prefixes, canonical configuration, latent format and model sampling
- * (ComfyUI's supported_models.py over model_detection.py).
+ * family — the model families latentd knows, one table entry each: how a checkpoint
+ * is recognised, its components and their key prefixes, its canonical knobs, latent
+ * format and model sampling (ComfyUI's supported_models.py over model_detection.py).
+ * A family is an entry plus code of its own only where it really differs; the UNet,
+ * text encoders and VAE are shared and configured by model_config.
+ *
+ * Detection follows ComfyUI: the UNet knobs are derived from shapes
+ * (checkpoint.c), then the entries are tried in table order and the first whose
+ * match() accepts them wins. Shrunk test checkpoints (sd15.md §9.1) match their
+ * family by structure and are reported as not canonical.
  *
  * Pure data and functions; any thread.
  */
@@ -10,13 +17,61 @@
 
 #include "model_config.h"
 
+/* A latent space (ComfyUI's latent_formats.py). */
+struct latent_format {
+    int channels;       /* 4 */
+    float scale_factor; /* the sampler works on latent * scale_factor: 0.18215 */
+    float rgb[4][3];    /* latent2rgb factors: rows latent channels, columns R, G, B */
+    float rgb_bias[3];  /* added after the product (0 for SD1.5) */
+};
+
+/* ModelSamplingDiscrete's schedule (sd15.md §5.1). */
+struct family_sampling {
+    double linear_start; /* 0.00085 */
+    double linear_end;   /* 0.012 */
+    int eps;             /* 1: epsilon prediction (the only kind supported yet) */
+};
+
+struct model_family {
+    int id;                                    /* enum model_family_id */
+    const char *name;                          /* "SD1.5", for messages and logs */
+    const char *prefix[MODEL_COMPONENT_COUNT]; /* key prefix per component, NULL = none */
+    struct latent_format latent;
+    struct family_sampling sampling;
+    /*
+     * 1 when UNet knobs derived from shapes belong to this family (the checks of
+     * ComfyUI's unet_config for it, by structure rather than exact widths so that
+     * shrunk test files match too).
+     */
+    int (*match)(const struct unet_arch *u);
+    /* The real model's knobs (every component). */
+    void (*canonical)(struct model_config *c);
+    /* Text encoders' heads when a file does not say (heads are not stored). */
+    int (*text_heads)(const struct text_arch *t);
+};
+
+/* The entry for `id`, or NULL. */
+const struct model_family *model_family_get(int id);
+
+/* The first entry whose match() accepts u, or NULL. */
+const struct model_family *model_family_detect(const struct unet_arch *u);
+
+/* 1 if c equals its family's canonical knobs. */
+int model_config_is_canonical(const struct model_config *c);
+
+/* ---- SD1.5 (family_sd15.c) ---- */
+
 #define SD15_PREFIX_CLIP "cond_stage_model.transformer.text_model."
+
+extern const struct model_family family_sd15;
 
 /* The real SD1.5 numbers. */
 void sd15_config_canonical(struct model_config *c);
 /* The tiny test config of sd15.md §9.1: UNet MC 32 mult 1,2,3,3; CLIP 64/3/256 with
  * 2 heads; VAE 32 mult 1,2,3,3; same key set as SD1.5. */
 void sd15_config_tiny(struct model_config *c);
+/* Transformer depth `depth` in every SpatialTransformer (levels 0-2 and the middle). */
+void sd15_config_set_depth(struct model_config *c, int depth);
 /* 1 if every knob equals SD1.5's. */
 int sd15_config_is_canonical(const struct model_config *c);
 

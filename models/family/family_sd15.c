@@ -1,36 +1,96 @@
 /*
- * The SD1.5 family entry (see family.h): its canonical and tiny configurations.
+ * The SD1.5 family entry (see family.h; sd15.md): 4 UNet levels with 2 ResBlocks
+ * each, transformer depth 1 at levels 0-2, 8 heads, context 768 from CLIP-L
+ * (Hugging Face names), 1x1 conv projections, no ADM input; latent scale 0.18215.
  */
 #include "family.h"
 
 #include <string.h>
 
+/*
+ * The structure ComfyUI's SD15 unet_config implies. It compares context width 768 and
+ * model_channels 320; we take any width so that shrunk test files match
+ * (model_config_is_canonical tells), except SD2.x's 1024 and SDXL's 2048, whose
+ * look-alikes with this structure are those models, not SD1.x. A 2-D proj_in is a
+ * converted file's 1x1 conv here (sd15.md §1.3), not SD2's linear transformer.
+ */
+static int sd15_match(const struct unet_arch *u)
+{
+    if (u->levels != 4 || u->adm_in || u->ctx_dim == 1024 || u->ctx_dim == 2048)
+        return 0;
+    for (int l = 0; l < 4; l++)
+        if (u->res_blocks[l] != 2 || (l < 3) != (u->depth[l] > 0))
+            return 0;
+    return 1;
+}
+
+static int sd15_text_heads(const struct text_arch *t)
+{
+    return t->width % 64 == 0 ? t->width / 64 : 1; /* head width 64 */
+}
+
+static void unet_sd15(struct unet_arch *u, int mc, const int mult[4], int ctx)
+{
+    *u = (struct unet_arch){
+        .in_ch = 4,
+        .out_ch = 4,
+        .model_ch = mc,
+        .levels = 4,
+        .mult = {mult[0], mult[1], mult[2], mult[3]},
+        .res_blocks = {2, 2, 2, 2},
+        .depth = {1, 1, 1, 0},
+        .depth_mid = 1,
+        .heads = 8,
+        .ctx_dim = ctx,
+    };
+}
+
 void sd15_config_canonical(struct model_config *c)
 {
-    *c = (struct model_config){
-        .unet_in_ch = 4, .unet_out_ch = 4, .unet_mc = 320, .unet_mult = {1, 2, 4, 4},
-        .unet_depth = 1, .unet_heads = 8, .ctx_dim = 768,
-        .clip_width = 768, .clip_layers = 12, .clip_mlp = 3072, .clip_heads = 12,
-        .clip_vocab = 49408, .clip_pos = 77,
-        .vae_ch = 128, .vae_mult = {1, 2, 4, 4}, .vae_z = 4, .vae_embed = 4,
-    };
+    memset(c, 0, sizeof(*c));
+    c->family = MODEL_FAMILY_SD15;
+    unet_sd15(&c->unet, 320, (const int[]){1, 2, 4, 4}, 768);
+    c->text[0] = (struct text_arch){
+        .width = 768, .layers = 12, .mlp = 3072, .heads = 12, .vocab = 49408, .pos = 77};
+    c->vae = (struct vae_arch){.ch = 128, .mult = {1, 2, 4, 4}, .z = 4, .embed = 4};
 }
 
 void sd15_config_tiny(struct model_config *c)
 {
-    *c = (struct model_config){
-        .unet_in_ch = 4, .unet_out_ch = 4, .unet_mc = 32, .unet_mult = {1, 2, 3, 3},
-        .unet_depth = 1, .unet_heads = 8, .ctx_dim = 64,
-        .clip_width = 64, .clip_layers = 3, .clip_mlp = 256, .clip_heads = 2,
-        .clip_vocab = 49408, .clip_pos = 77,
-        .vae_ch = 32, .vae_mult = {1, 2, 3, 3}, .vae_z = 4, .vae_embed = 4,
-    };
+    memset(c, 0, sizeof(*c));
+    c->family = MODEL_FAMILY_SD15;
+    unet_sd15(&c->unet, 32, (const int[]){1, 2, 3, 3}, 64);
+    c->text[0] = (struct text_arch){
+        .width = 64, .layers = 3, .mlp = 256, .heads = 2, .vocab = 49408, .pos = 77};
+    c->vae = (struct vae_arch){.ch = 32, .mult = {1, 2, 3, 3}, .z = 4, .embed = 4};
+}
+
+void sd15_config_set_depth(struct model_config *c, int depth)
+{
+    for (int l = 0; l < 3; l++)
+        c->unet.depth[l] = depth;
+    c->unet.depth_mid = depth;
 }
 
 int sd15_config_is_canonical(const struct model_config *c)
 {
-    struct model_config k;
-    sd15_config_canonical(&k);
-    return memcmp(c, &k, sizeof(k)) == 0;
+    return c->family == MODEL_FAMILY_SD15 && model_config_is_canonical(c);
 }
 
+const struct model_family family_sd15 = {
+    .id = MODEL_FAMILY_SD15,
+    .name = "SD1.5",
+    .prefix = {[MODEL_UNET] = MODEL_PREFIX_UNET,
+               [MODEL_VAE] = MODEL_PREFIX_VAE,
+               [MODEL_CLIP] = SD15_PREFIX_CLIP},
+    .latent = {.channels = 4,
+               .scale_factor = 0.18215f,
+               .rgb = {{0.3512f, 0.2297f, 0.3227f},
+                       {0.3250f, 0.4974f, 0.2350f},
+                       {-0.2829f, 0.1762f, 0.2721f},
+                       {-0.2120f, -0.2616f, -0.7177f}}},
+    .sampling = {.linear_start = 0.00085, .linear_end = 0.012, .eps = 1},
+    .match = sd15_match,
+    .canonical = sd15_config_canonical,
+    .text_heads = sd15_text_heads,
+};

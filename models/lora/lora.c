@@ -1,5 +1,5 @@
 /*
- * LoRA key mapping and patch loading for SD1.x (see sd15_lora.h).
+ * LoRA key mapping and patch loading for SD1.x (see lora.h).
  */
 #include "lora.h"
 
@@ -164,7 +164,7 @@ static void on_key(void *user, const struct model_key *k)
     if (k->ndim < 2 || nl < 7 || strcmp(k->name + nl - 7, ".weight") != 0)
         return; /* LoRA adapts linears and convs */
     if (k->comp == MODEL_UNET) {
-        const char *x = k->name + strlen(MODEL_PREFIX_UNET);
+        const char *x = k->name + k->rel;
         snprintf(base, sizeof(base), "%.*s", (int)(strlen(x) - 7), x);
         mangle(base, mg, sizeof(mg));
         snprintf(buf, sizeof(buf), "lora_unet_%s", mg);
@@ -186,7 +186,7 @@ static void on_key(void *user, const struct model_key *k)
             }
         }
     } else if (k->comp == MODEL_CLIP) {
-        const char *x = k->name + strlen(SD15_PREFIX_CLIP);
+        const char *x = k->name + k->rel;
         if (!starts_with(x, "encoder.layers."))
             return;
         snprintf(base, sizeof(base), "text_model.%.*s", (int)(strlen(x) - 7), x);

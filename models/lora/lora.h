@@ -1,5 +1,5 @@
 /*
- * sd15_lora — map a LoRA file's tensor names to SD1.x checkpoint weights and add
+ * lora — map a LoRA file's tensor names to SD1.x checkpoint weights and add
  * them as patches to the UNet / text-encoder patchers (memory.md §5.1-5.3).
  *
  * Like ComfyUI, names are never parsed back into dotted paths: a forward map is
@@ -22,8 +22,8 @@
  *
  * Threads: executor thread (it touches patchers).
  */
-#ifndef LATENTD_MODELS_SD15_LORA_H
-#define LATENTD_MODELS_SD15_LORA_H
+#ifndef LATENTD_MODELS_LORA_H
+#define LATENTD_MODELS_LORA_H
 
 #include "err.h"
 #include "patcher.h"

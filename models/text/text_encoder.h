@@ -15,21 +15,30 @@
 #include "patcher.h"
 #include "tensor.h"
 #include "clip_tokenizer.h"
+#include "text_arch.h"
 
-/* ---- CLIP ------------------------------------------------------------------------------ */
+/* How a conditioning builder wants the encoder's output (sd15.md §2.11, sdxl.md §4.2). */
+struct text_encode_opts {
+    int layer;       /* CLIPSetLastLayer: -1 (or 0) = last, -2 = penultimate, ...; below
+                      * -layers falls back to last */
+    int norm_hidden; /* a hidden (not last) layer goes through final_layer_norm: SD1.x 1,
+                      * SDXL 0; the last layer always does */
+};
 
 /*
- * Encode a tokenized prompt (clip_tokenize_prompt). clip_skip: -1 (or 0) = last layer,
- * -2 = penultimate, ... (CLIPSetLastLayer; below -layers falls back to last, §2.11).
- * Emphasis is applied to the output (§2.12). Outputs are new host arrays (caller frees
- * with xfree): *cond [tk->n_chunks * 77 * width] (= [1, 77n, width]), *pooled [width]
- * (chunk 0's final-LN output at its first end token, §2.13). *width_out may be NULL.
+ * Encode a tokenized prompt (clip_tokenize_prompt) with the encoder whose weights are
+ * `prefix` + internal names in `clip`. Emphasis is applied to the output (§2.12).
+ * Outputs are new host arrays (caller frees with xfree): *cond [tk->n_chunks * 77 *
+ * width] (= [1, 77n, width]), *pooled (may be NULL: not computed) [proj_dim or width]:
+ * chunk 0's final-LN last-layer output at its first end token (§2.13), projected when
+ * the arch has a text_projection. `probe` (NULL in production) gets embeddings,
+ * layer.0, last and selected.
  */
-int text_encode(struct patcher *clip, const struct model_config *cfg,
-                     const struct clip_tokens *tk, int clip_skip, float **cond, float **pooled,
-                     struct model_probe *probe, struct err *e);
+int text_encode(struct patcher *clip, const struct text_arch *a, const char *prefix,
+                const struct clip_tokens *tk, const struct text_encode_opts *opts, float **cond,
+                float **pooled, struct model_probe *probe, struct err *e);
 
 /* Activation bytes the encode needs on the device for n_seq sequences (plan input). */
-size_t text_plan_bytes(const struct model_config *cfg, int n_seq);
+size_t text_plan_bytes(const struct text_arch *a, int n_seq);
 
 #endif

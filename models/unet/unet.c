@@ -1,5 +1,5 @@
 /*
- * SD1.x UNet forward pass (sd15.md §3). See sd15_models.h.
+ * The UNet forward pass (sd15.md §3, sdxl.md §6): a walk of the block list (unet_arch.h).
  *
  * Each block (ResBlock, SpatialTransformer, down/upsampler) is one patcher layer;
  * a block's weights are fetched, used, and released before the next block's.
@@ -13,7 +13,8 @@
 #include "unet.h"
 
 struct unet_ctx {
-    const struct model_config *cfg;
+    const struct unet_arch *a;
+    const struct tensor *y; /* ADM vector [B, adm_in], or NULL */
     struct nn_w w;
     struct dev *d;
     struct err *e;
@@ -77,8 +78,8 @@ fail:
 }
 
 /* Multi-head attention sub-block: h += to_out(attn(q(n), k(src), v(src))). */
-static int attn_block(struct unet_ctx *u, const char *p, struct tensor *h, const struct tensor *n,
-                      const struct tensor *src)
+static int attn_block(struct unet_ctx *u, const char *p, int heads, struct tensor *h,
+                      const struct tensor *n, const struct tensor *src)
 {
     struct err *e = u->e;
     const struct tensor *wq, *wk, *wv, *wo, *bo;
@@ -97,7 +98,7 @@ static int attn_block(struct unet_ctx *u, const char *p, struct tensor *h, const
     NN_TRY(tensor_linear(k, src, wk, NULL, e));
     NN_TRY(tensor_linear(v, src, wv, NULL, e));
     NN_TRY(nn__new(u->d, &a, e, 3, B, T, C));
-    NN_TRY(tensor_attention(a, q, k, v, u->cfg->unet_heads, 0.0f, 0, e));
+    NN_TRY(tensor_attention(a, q, k, v, heads, 0.0f, 0, e));
     NN_TRY(nn__new(u->d, &o, e, 3, B, T, C));
     NN_TRY(tensor_linear(o, a, wo, bo, e));
     NN_TRY(tensor_add(h, h, o, e));
@@ -110,8 +111,9 @@ fail:
     return rc;
 }
 
-/* SpatialTransformer (§3.4), in place on x [B,C,H,W]. */
-static int transformer(struct unet_ctx *u, const char *p, struct tensor *x)
+/* SpatialTransformer (§3.4) of `depth` blocks, in place on x [B,C,H,W]. proj_in and
+ * proj_out run on tokens: the same for a 1x1 conv (SD1.x) and a Linear (SDXL). */
+static int transformer(struct unet_ctx *u, const char *p, int depth, int heads, struct tensor *x)
 {
     struct err *e = u->e;
     const struct tensor *gn_w, *gn_b, *pi_w, *pi_b, *po_w, *po_b;
@@ -134,18 +136,18 @@ static int transformer(struct unet_ctx *u, const char *p, struct tensor *x)
     tensor_free(tok); /* early: the FF below is the block's peak */
     tok = NULL;
     NN_TRY(nn__new(u->d, &n, e, 3, B, T, C));
-    for (int d = 0; d < u->cfg->unet_depth; d++) {
+    for (int d = 0; d < depth; d++) {
         const struct tensor *lw, *lb, *f0w, *f0b, *f2w, *f2b;
         NN_W(lw, &u->w, "%s.transformer_blocks.%d.norm1.weight", p, d);
         NN_W(lb, &u->w, "%s.transformer_blocks.%d.norm1.bias", p, d);
         NN_TRY(tensor_layer_norm(n, h, lw, lb, 1e-5f, e));
         snprintf(q, sizeof(q), "%s.transformer_blocks.%d.attn1", p, d);
-        NN_TRY(attn_block(u, q, h, n, n));
+        NN_TRY(attn_block(u, q, heads, h, n, n));
         NN_W(lw, &u->w, "%s.transformer_blocks.%d.norm2.weight", p, d);
         NN_W(lb, &u->w, "%s.transformer_blocks.%d.norm2.bias", p, d);
         NN_TRY(tensor_layer_norm(n, h, lw, lb, 1e-5f, e));
         snprintf(q, sizeof(q), "%s.transformer_blocks.%d.attn2", p, d);
-        NN_TRY(attn_block(u, q, h, n, u->ctx));
+        NN_TRY(attn_block(u, q, heads, h, n, u->ctx));
         NN_W(lw, &u->w, "%s.transformer_blocks.%d.norm3.weight", p, d);
         NN_W(lb, &u->w, "%s.transformer_blocks.%d.norm3.bias", p, d);
         NN_TRY(tensor_layer_norm(n, h, lw, lb, 1e-5f, e));
@@ -227,7 +229,7 @@ static int time_embed(struct unet_ctx *u, const float *t, int64_t B)
     const struct tensor *w0, *b0, *w2, *b2;
     struct tensor *emb = NULL, *h = NULL;
     int rc;
-    int64_t mc = u->cfg->unet_mc, te = 4 * mc;
+    int64_t mc = u->a->model_ch, te = 4 * mc;
     NN_TRY(nn__new(u->d, &emb, e, 2, B, mc));
     NN_TRY(tensor_timestep_embedding(emb, t, B, e));
     nn__probe(u->probe, "t_emb", emb);
@@ -241,254 +243,206 @@ static int time_embed(struct unet_ctx *u, const float *t, int64_t B)
     NN_TRY(nn__new(u->d, &u->temb_silu, e, 2, B, te));
     NN_TRY(tensor_linear(u->temb_silu, h, w2, b2, e));
     nn__probe(u->probe, "time_embed", u->temb_silu);
-    NN_TRY(tensor_silu(u->temb_silu, u->temb_silu, e));
+    if (!u->a->adm_in) /* else label_emb adds its part first */
+        NN_TRY(tensor_silu(u->temb_silu, u->temb_silu, e));
 fail:
     tensor_free(emb);
     tensor_free(h);
     return rc;
 }
 
-int unet_eval(struct patcher *unet, const struct model_config *cfg, const struct tensor *x,
-                   const float *t, const struct tensor *ctx, struct tensor *eps,
-                   struct model_probe *probe, struct err *e)
+/* emb += label_emb(y) (sdxl.md §6.4), then the SiLU every ResBlock's emb_layers take. */
+static int label_embed(struct unet_ctx *u, int64_t B)
 {
-    struct unet_ctx u = {.cfg = cfg, .d = patcher_device(unet), .e = e, .ctx = ctx, .probe = probe};
-    struct tensor *skips[12] = {0}, *h = NULL, *nh = NULL, *cat = NULL;
-    int ns = 0, rc;
-    char p[64], name[64];
-    if (!u.d)
-        return err_set(e, ERR_INVALID, "unet: model is not loaded (call mm_load_models first)");
-    if (x->ndim != 4 || x->shape[1] != cfg->unet_in_ch || ctx->ndim != 3 ||
-        ctx->shape[0] != x->shape[0] || ctx->shape[2] != cfg->ctx_dim || !tensor_same_shape(x, eps))
+    struct err *e = u->e;
+    const struct tensor *w0, *b0, *w2, *b2;
+    struct tensor *h = NULL, *l = NULL;
+    int rc;
+    int64_t te = 4 * (int64_t)u->a->model_ch;
+    NN_W(w0, &u->w, "label_emb.0.0.weight");
+    NN_W(b0, &u->w, "label_emb.0.0.bias");
+    NN_W(w2, &u->w, "label_emb.0.2.weight");
+    NN_W(b2, &u->w, "label_emb.0.2.bias");
+    NN_TRY(nn__new(u->d, &h, e, 2, B, te));
+    NN_TRY(tensor_linear(h, u->y, w0, b0, e));
+    NN_TRY(tensor_silu(h, h, e));
+    NN_TRY(nn__new(u->d, &l, e, 2, B, te));
+    NN_TRY(tensor_linear(l, h, w2, b2, e));
+    NN_TRY(tensor_add(u->temb_silu, u->temb_silu, l, e));
+    NN_TRY(tensor_silu(u->temb_silu, u->temb_silu, e));
+fail:
+    tensor_free(h);
+    tensor_free(l);
+    return rc;
+}
+
+/*
+ * The walk's state between blocks: h, the skip stack, and whether h is the stack's
+ * top (then a block that replaces h must not free it).
+ */
+struct walk {
+    struct tensor *h;
+    struct tensor *skips[UNET_MAX_BLOCKS];
+    int ns;
+    int h_on_stack;
+};
+
+/* h = new, freeing the old h unless the skip stack holds it. */
+static void walk_set_h(struct walk *s, struct tensor *nh)
+{
+    if (!s->h_on_stack)
+        tensor_free(s->h);
+    s->h = nh;
+    s->h_on_stack = 0;
+}
+
+/* Output side: h becomes cat(h, popped skip) (sd15.md §3.6), both freed. */
+static int walk_pop(struct unet_ctx *u, struct walk *s)
+{
+    struct tensor *sk = s->skips[--s->ns], *cat = NULL, *h = s->h;
+    s->skips[s->ns] = NULL;
+    int rc = nn__new(u->d, &cat, u->e, 4, h->shape[0], h->shape[1] + sk->shape[1], h->shape[2],
+                     h->shape[3]);
+    if (rc == 0)
+        rc = tensor_concat(cat, h, sk, 1, u->e);
+    tensor_free(sk);
+    if (rc < 0) {
+        tensor_free(cat);
+        return rc;
+    }
+    walk_set_h(s, cat);
+    return 0;
+}
+
+static int out_block(struct unet_ctx *u, struct walk *s, struct tensor *eps)
+{
+    const struct tensor *ow, *ob, *cw, *cb;
+    struct tensor *g = NULL;
+    int rc;
+    NN_W(ow, &u->w, "out.0.weight");
+    NN_W(ob, &u->w, "out.0.bias");
+    NN_W(cw, &u->w, "out.2.weight");
+    NN_W(cb, &u->w, "out.2.bias");
+    NN_TRY(tensor_new_like(s->h, TENSOR_F32, &g, u->e));
+    NN_TRY(tensor_group_norm(g, s->h, 32, ow, ob, 1e-5f, 1, u->e));
+    NN_TRY(nn__conv3(eps, g, cw, cb, u->e));
+fail:
+    tensor_free(g);
+    return rc;
+}
+
+static int conv_in(struct unet_ctx *u, const struct tensor *x, struct tensor **out)
+{
+    const struct tensor *cw, *cb;
+    int rc;
+    *out = NULL;
+    NN_W(cw, &u->w, "input_blocks.0.0.weight");
+    NN_W(cb, &u->w, "input_blocks.0.0.bias");
+    NN_TRY(nn__new(u->d, out, u->e, 4, x->shape[0], (int64_t)u->a->model_ch, x->shape[2],
+                   x->shape[3]));
+    NN_TRY(nn__conv3(*out, x, cw, cb, u->e));
+    return 0;
+fail:
+    tensor_free(*out);
+    *out = NULL;
+    return rc;
+}
+
+/* One block of the list; h and the skip stack as in unet_blocks_build's flags. */
+static int run_block(struct unet_ctx *u, const struct unet_block *b, struct walk *s,
+                     const struct tensor *x, const float *t, struct tensor *eps)
+{
+    struct tensor *nh = NULL;
+    int rc = 0;
+    switch (b->op) {
+    case UNET_OP_TIME_EMBED:
+        return time_embed(u, t, x->shape[0]);
+    case UNET_OP_LABEL_EMB:
+        return label_embed(u, x->shape[0]);
+    case UNET_OP_CONV_IN:
+        rc = conv_in(u, x, &nh);
+        break;
+    case UNET_OP_RES:
+        if ((b->flags & UNET_BLOCK_POP) && (rc = walk_pop(u, s)) < 0)
+            return rc;
+        rc = resblock(u, b->name, s->h, &nh);
+        break;
+    case UNET_OP_ST:
+        return transformer(u, b->name, b->depth, b->heads, s->h);
+    case UNET_OP_DOWN:
+        rc = downsample(u, b->name, s->h, &nh);
+        break;
+    case UNET_OP_UP: {
+        /* Resize to the spatial size of the skip popped next (§3.5). */
+        const struct tensor *nxt = s->skips[s->ns - 1];
+        rc = upsample(u, b->name, s->h, nxt->shape[2], nxt->shape[3], &nh);
+        break;
+    }
+    case UNET_OP_OUT:
+        return out_block(u, s, eps);
+    }
+    if (rc < 0)
+        return rc;
+    walk_set_h(s, nh);
+    if (b->flags & UNET_BLOCK_PUSH) {
+        s->skips[s->ns++] = nh;
+        s->h_on_stack = 1;
+    }
+    return 0;
+}
+
+/* "input_blocks.4.1" -> "input_blocks.4": the probe names of the reference fixtures. */
+static void probe_block(struct unet_ctx *u, const struct unet_block *b, const struct tensor *h)
+{
+    char name[32];
+    const char *dot = strrchr(b->name, '.');
+    snprintf(name, sizeof(name), "%.*s", dot ? (int)(dot - b->name) : (int)strlen(b->name),
+             b->name);
+    nn__probe(u->probe, name, h);
+}
+
+static int check_shapes(const struct unet_arch *a, const struct tensor *x, const struct tensor *ctx,
+                        const struct tensor *y, const struct tensor *eps, struct err *e)
+{
+    if (x->ndim != 4 || x->shape[1] != a->in_ch || ctx->ndim != 3 || ctx->shape[0] != x->shape[0] ||
+        ctx->shape[2] != a->ctx_dim || !tensor_same_shape(x, eps))
         return err_set(e, ERR_INVALID,
                        "unet: bad shapes (x [B,%d,h,w], context [B,T,%d], eps like x expected)",
-                       cfg->unet_in_ch, cfg->ctx_dim);
+                       a->in_ch, a->ctx_dim);
+    if (a->adm_in && (!y || y->ndim != 2 || y->shape[0] != x->shape[0] || y->shape[1] != a->adm_in))
+        return err_set(e, ERR_INVALID, "unet: this model needs an ADM vector y [B,%d]", a->adm_in);
+    return 0;
+}
+
+int unet_eval(struct patcher *unet, const struct unet_arch *a, const struct tensor *x,
+              const float *t, const struct tensor *ctx, const struct tensor *y, struct tensor *eps,
+              struct model_probe *probe, struct err *e)
+{
+    struct unet_ctx u = {
+        .a = a, .y = y, .d = patcher_device(unet), .e = e, .ctx = ctx, .probe = probe};
+    struct walk s = {0};
+    struct unet_blocks bl;
+    int rc;
+    if (!u.d)
+        return err_set(e, ERR_INVALID, "unet: model is not loaded (call mm_load_models first)");
+    if ((rc = check_shapes(a, x, ctx, y, eps, e)) < 0)
+        return rc;
+    unet_blocks_build(a, &bl);
     tensor_profile_reset();
     nn__w_init(&u.w, unet, MODEL_PREFIX_UNET, e);
-    int64_t B = x->shape[0];
-    NN_TRY(time_embed(&u, t, B));
-
-    /* Input blocks: conv_in, then per level 2x (ResBlock [+ ST]) and a downsample. */
-    const struct tensor *cw, *cb;
-    NN_W(cw, &u.w, "input_blocks.0.0.weight");
-    NN_W(cb, &u.w, "input_blocks.0.0.bias");
-    NN_TRY(nn__new(u.d, &h, e, 4, B, (int64_t)cfg->unet_mc, x->shape[2], x->shape[3]));
-    NN_TRY(nn__conv3(h, x, cw, cb, e));
-    nn__probe(probe, "input_blocks.0", h);
-    skips[ns++] = h;
-    int idx = 1;
-    for (int l = 0; l < 4; l++) {
-        for (int r = 0; r < 2; r++, idx++) {
-            snprintf(p, sizeof(p), "input_blocks.%d.0", idx);
-            NN_TRY(resblock(&u, p, h, &nh));
-            h = nh;
-            nh = NULL;
-            skips[ns++] = h;
-            if (l < 3) {
-                snprintf(p, sizeof(p), "input_blocks.%d.1", idx);
-                NN_TRY(transformer(&u, p, h));
-            }
-            snprintf(name, sizeof(name), "input_blocks.%d", idx);
-            nn__probe(probe, name, h);
-        }
-        if (l < 3) {
-            snprintf(p, sizeof(p), "input_blocks.%d.0", idx);
-            NN_TRY(downsample(&u, p, h, &nh));
-            h = nh;
-            nh = NULL;
-            skips[ns++] = h;
-            snprintf(name, sizeof(name), "input_blocks.%d", idx);
-            nn__probe(probe, name, h);
-            idx++;
-        }
+    for (int i = 0; i < bl.n; i++) {
+        NN_TRY(run_block(&u, &bl.v[i], &s, x, t, eps));
+        if (bl.v[i].flags & UNET_BLOCK_PROBE)
+            probe_block(&u, &bl.v[i], s.h);
     }
-    /* h aliases skips[ns-1]; the middle block works on its own copy. */
-    NN_TRY(resblock(&u, "middle_block.0", h, &nh));
-    h = nh;
-    nh = NULL;
-    NN_TRY(transformer(&u, "middle_block.1", h));
-    NN_TRY(resblock(&u, "middle_block.2", h, &nh));
-    tensor_free(h);
-    h = nh;
-    nh = NULL;
-    nn__probe(probe, "middle_block", h);
-
-    idx = 0;
-    for (int l = 3; l >= 0; l--) {
-        for (int r = 0; r < 3; r++, idx++) {
-            struct tensor *s = skips[--ns];
-            skips[ns] = NULL;
-            NN_TRY(nn__new(u.d, &cat, e, 4, B, h->shape[1] + s->shape[1], h->shape[2], h->shape[3]));
-            rc = tensor_concat(cat, h, s, 1, e);
-            tensor_free(s);
-            if (rc < 0)
-                goto fail;
-            tensor_free(h);
-            h = NULL;
-            snprintf(p, sizeof(p), "output_blocks.%d.0", idx);
-            NN_TRY(resblock(&u, p, cat, &h));
-            tensor_free(cat);
-            cat = NULL;
-            int sub = 1;
-            if (l < 3) {
-                snprintf(p, sizeof(p), "output_blocks.%d.1", idx);
-                NN_TRY(transformer(&u, p, h));
-                sub = 2;
-            }
-            if (l > 0 && r == 2) {
-                /* Resize to the spatial size of the skip popped next (§3.5). */
-                const struct tensor *nxt = skips[ns - 1];
-                snprintf(p, sizeof(p), "output_blocks.%d.%d", idx, sub);
-                NN_TRY(upsample(&u, p, h, nxt->shape[2], nxt->shape[3], &nh));
-                tensor_free(h);
-                h = nh;
-                nh = NULL;
-            }
-            snprintf(name, sizeof(name), "output_blocks.%d", idx);
-            nn__probe(probe, name, h);
-        }
-    }
-    const struct tensor *ow, *ob, *cw2, *cb2;
-    NN_W(ow, &u.w, "out.0.weight");
-    NN_W(ob, &u.w, "out.0.bias");
-    NN_W(cw2, &u.w, "out.2.weight");
-    NN_W(cb2, &u.w, "out.2.bias");
-    NN_TRY(tensor_new_like(h, TENSOR_F32, &nh, e));
-    NN_TRY(tensor_group_norm(nh, h, 32, ow, ob, 1e-5f, 1, e));
-    NN_TRY(nn__conv3(eps, nh, cw2, cb2, e));
     nn__probe(probe, "eps", eps);
     tensor_profile_print("unet");
 fail:
     nn__w_release(&u.w);
-    for (int i = 0; i < 12; i++)
-        if (skips[i] != h)
-            tensor_free(skips[i]);
-    tensor_free(h);
-    tensor_free(nh);
-    tensor_free(cat);
+    for (int i = 0; i < s.ns; i++)
+        if (s.skips[i] != s.h)
+            tensor_free(s.skips[i]);
+    tensor_free(s.h);
     tensor_free(u.temb_silu);
     return rc;
-}
-
-/* ---- planning figures ------------------------------------------------------------------------ */
-
-/*
- * The activation peak of unet_eval, by walking the block sequence as the code
- * allocates: `base` is what is alive between blocks (the skip stack and the current
- * h), each block adds its own temporaries (ResBlock: max(GN(in) + out, 3 out);
- * SpatialTransformer: 7 C per token for the FF (h, n, 4C, and the 8C / 8 temporary of
- * tensor_linear_geglu's chunks on backends without the fused kernel) plus k, v over the
- * context; up/downsample: their outputs). Floats; x, ctx and eps are the caller's.
- */
-size_t unet_plan_bytes(const struct model_config *c, int b, int h, int w, int t)
-{
-    double mc = c->unet_mc, hh = h, ww = w, peak = 0, base = 0;
-    double skip_c[16], skip_px[16];
-    int ns = 0;
-#define PEAK(extra) peak = fmax(peak, base + (extra))
-    double px = hh * ww, ch = mc;
-    base = mc * px; /* conv_in output */
-    PEAK(0);
-    skip_c[ns] = mc;
-    skip_px[ns++] = px;
-    double lv_px[4];
-    for (int l = 0; l < 4; l++) {
-        lv_px[l] = hh * ww;
-        px = lv_px[l];
-        for (int r = 0; r < 2; r++) {
-            double co = c->unet_mult[l] * mc;
-            PEAK(fmax(ch + co, 3 * co) * px);
-            base += co * px; /* the new h; the old one stays on the skip stack */
-            ch = co;
-            if (l < 3)
-                PEAK(7 * ch * px + 2 * ch * t);
-            skip_c[ns] = ch;
-            skip_px[ns++] = px;
-        }
-        if (l < 3) {
-            hh = ceil(hh / 2);
-            ww = ceil(ww / 2);
-            base += ch * hh * ww;
-            PEAK(0);
-            skip_c[ns] = ch;
-            skip_px[ns++] = hh * ww;
-        }
-    }
-    px = hh * ww;
-    /* Middle: its own h beside the stack. */
-    PEAK(fmax(2 * ch, 3 * ch) * px + ch * px);
-    PEAK(ch * px + 7 * ch * px + 2 * ch * t);
-    base += ch * px;
-    for (int l = 3; l >= 0; l--) {
-        px = lv_px[l];
-        for (int r = 0; r < 3; r++) {
-            double s = skip_c[--ns], cat = ch + s, co = c->unet_mult[l] * mc;
-            base -= s * skip_px[ns]; /* popped ... */
-            base -= ch * px;         /* ... and h, both folded into cat */
-            base += cat * px;
-            PEAK(fmax(cat + co, 3 * co) * px);
-            base += co * px - cat * px;
-            ch = co;
-            if (l < 3)
-                PEAK(7 * ch * px + 2 * ch * t);
-            if (l > 0 && r == 2) {
-                double up = lv_px[l - 1];
-                PEAK(2 * ch * up);
-                base += ch * up - ch * px;
-            }
-        }
-    }
-    PEAK(ch * px); /* GN before out.2 */
-#undef PEAK
-    return (size_t)(peak * b * 4.0) + ((size_t)1 << 20);
-}
-
-double unet_flops(const struct model_config *c, int b, int h, int w, int t)
-{
-    double fl = 0, mc = c->unet_mc, te = 4 * mc, hh = h, ww = w, ctx = c->ctx_dim;
-    double ch = mc;
-    double widths[12];
-    int n = 0;
-#define CONV(ci, co, k, px) (2.0 * (ci) * (co) * (k) * (k) * (px))
-#define RES(ci, co, px) (CONV(ci, co, 3, px) + CONV(co, co, 3, px) + ((ci) != (co) ? CONV(ci, co, 1, px) : 0) + 2.0 * te * (co))
-#define ST(cc, px) (2.0 * (px) * (cc) * (cc) * 2 /* proj */ + 2.0 * (px) * (cc) * (cc) * 4 /* attn1 qkvo */ + \
-                    4.0 * (px) * (px) * (cc) /* attn1 */ + 2.0 * (px) * (cc) * (cc) * 2 + 2.0 * t * ctx * (cc) * 2 + \
-                    4.0 * (px) * t * (cc) + 2.0 * (px) * (cc) * 12 * (cc) /* FF */)
-    fl += CONV(c->unet_in_ch, mc, 3, hh * ww);
-    widths[n++] = mc;
-    double res[4][2];
-    for (int l = 0; l < 4; l++) {
-        double co = c->unet_mult[l] * mc, px = hh * ww;
-        res[l][0] = hh;
-        res[l][1] = ww;
-        for (int r = 0; r < 2; r++) {
-            fl += RES(ch, co, px) + (l < 3 ? ST(co, px) * c->unet_depth : 0);
-            ch = co;
-            widths[n++] = ch;
-        }
-        if (l < 3) {
-            hh = ceil(hh / 2);
-            ww = ceil(ww / 2);
-            fl += CONV(ch, ch, 3, hh * ww);
-            widths[n++] = ch;
-        }
-    }
-    double px = hh * ww;
-    fl += 2 * RES(ch, ch, px) + ST(ch, px) * c->unet_depth;
-    for (int l = 3; l >= 0; l--) {
-        double co = c->unet_mult[l] * mc;
-        px = res[l][0] * res[l][1];
-        for (int r = 0; r < 3; r++) {
-            double s = widths[--n];
-            fl += RES(ch + s, co, px) + (l < 3 ? ST(co, px) * c->unet_depth : 0);
-            ch = co;
-            if (l > 0 && r == 2)
-                fl += CONV(ch, ch, 3, res[l - 1][0] * res[l - 1][1]);
-        }
-    }
-    fl += CONV(mc, c->unet_out_ch, 3, px);
-    return fl * b;
-#undef CONV
-#undef RES
-#undef ST
 }

@@ -23,27 +23,28 @@
 #include "patcher.h"
 #include "tensor.h"
 
-/* ---- UNet ------------------------------------------------------------------------------ */
-
 /*
- * eps = UNet(x, t, ctx) (§3.7). x [B, 4, h, w] and ctx [B, T, ctx_dim] (T a multiple
- * of 77 in practice) on patcher_device(unet); t: B host floats (timesteps, §3.9);
- * eps: a caller-allocated [B, 4, h, w] tensor on the same device. Any h, w >= 1
- * (odd sizes use size-matched upsampling, §3.5).
+ * eps = UNet(x, t, ctx, y) (sd15.md §3.7, sdxl.md §6.4). x [B, in_ch, h, w] and ctx
+ * [B, T, ctx_dim] (T a multiple of 77 in practice) on patcher_device(unet); t: B host
+ * floats (timesteps, §3.9); y: the ADM vector [B, adm_in] on the same device when the
+ * arch has one (SDXL), else NULL; eps: a caller-allocated [B, out_ch, h, w] tensor on
+ * the same device. Any h, w >= 1 (odd sizes use size-matched upsampling, §3.5).
+ * `probe` (NULL in production) gets t_emb, time_embed, each input/middle/output block
+ * and eps.
  */
-int unet_eval(struct patcher *unet, const struct model_config *cfg, const struct tensor *x,
-                   const float *t, const struct tensor *ctx, struct tensor *eps,
-                   struct model_probe *probe, struct err *e);
+int unet_eval(struct patcher *unet, const struct unet_arch *a, const struct tensor *x,
+              const float *t, const struct tensor *ctx, const struct tensor *y, struct tensor *eps,
+              struct model_probe *probe, struct err *e);
 
 /*
  * Activation bytes (f32) one eval allocates on the device at these shapes, from a walk
- * of the block sequence mirroring the code's allocations (checked against the measured
+ * of the block list mirroring the code's allocations (checked against the measured
  * device peak in test_models_fwd; op workspaces such as attention scratch are not
  * included: they are the backend's, mm_request.workspace_bytes).
  */
-size_t unet_plan_bytes(const struct model_config *cfg, int b, int h, int w, int t);
+size_t unet_plan_bytes(const struct unet_arch *a, int b, int h, int w, int t);
 
 /* Multiply-adds x2 of one eval (for benchmarks: GFLOP/s). */
-double unet_flops(const struct model_config *cfg, int b, int h, int w, int t);
+double unet_flops(const struct unet_arch *a, int b, int h, int w, int t);
 
 #endif

@@ -143,8 +143,8 @@ fail:
     return rc;
 }
 
-int vae_decode(struct patcher *vae, const struct model_config *cfg, const struct tensor *z,
-                    struct tensor *img, struct model_probe *probe, struct err *e)
+int vae_decode(struct patcher *vae, const struct vae_arch *cfg, const struct tensor *z,
+               struct tensor *img, struct model_probe *probe, struct err *e)
 {
     struct vae_ctx v = {.d = patcher_device(vae), .e = e, .probe = probe};
     struct tensor *h = NULL, *nh = NULL, *zz = NULL;
@@ -152,18 +152,18 @@ int vae_decode(struct patcher *vae, const struct model_config *cfg, const struct
     char p[64];
     if (!v.d)
         return err_set(e, ERR_INVALID, "vae: model is not loaded (call mm_load_models first)");
-    if (z->ndim != 4 || z->shape[1] != cfg->vae_embed || img->ndim != 4 || img->shape[1] != 3 ||
+    if (z->ndim != 4 || z->shape[1] != cfg->embed || img->ndim != 4 || img->shape[1] != 3 ||
         img->shape[0] != z->shape[0] || img->shape[2] != 8 * z->shape[2] ||
         img->shape[3] != 8 * z->shape[3])
         return err_set(e, ERR_INVALID, "vae decode: bad shapes (z [B,%d,h,w] -> img [B,3,8h,8w])",
-                       cfg->vae_embed);
+                       cfg->embed);
     tensor_profile_reset();
     nn__w_init(&v.w, vae, MODEL_PREFIX_VAE, e);
     int64_t B = z->shape[0], H = z->shape[2], W = z->shape[3];
     const struct tensor *pw, *pb, *cw, *cb;
     NN_W(pw, &v.w, "post_quant_conv.weight");
     NN_W(pb, &v.w, "post_quant_conv.bias");
-    NN_TRY(nn__new(v.d, &zz, e, 4, B, (int64_t)cfg->vae_z, H, W));
+    NN_TRY(nn__new(v.d, &zz, e, 4, B, (int64_t)cfg->z, H, W));
     NN_TRY(nn__conv1(zz, z, pw, pb, e));
     NN_W(cw, &v.w, "decoder.conv_in.weight");
     NN_W(cb, &v.w, "decoder.conv_in.bias");
@@ -206,8 +206,8 @@ fail:
     return rc;
 }
 
-int vae_encode(struct patcher *vae, const struct model_config *cfg, const struct tensor *img,
-                    struct tensor *mean, struct model_probe *probe, struct err *e)
+int vae_encode(struct patcher *vae, const struct vae_arch *cfg, const struct tensor *img,
+               struct tensor *mean, struct model_probe *probe, struct err *e)
 {
     struct vae_ctx v = {.d = patcher_device(vae), .e = e, .probe = probe};
     struct tensor *h = NULL, *nh = NULL, *mo = NULL, *q = NULL, *sl = NULL;
@@ -216,12 +216,12 @@ int vae_encode(struct patcher *vae, const struct model_config *cfg, const struct
     if (!v.d)
         return err_set(e, ERR_INVALID, "vae: model is not loaded (call mm_load_models first)");
     if (img->ndim != 4 || img->shape[1] != 3 || img->shape[2] % 8 || img->shape[3] % 8 ||
-        mean->ndim != 4 || mean->shape[0] != img->shape[0] || mean->shape[1] != cfg->vae_embed ||
+        mean->ndim != 4 || mean->shape[0] != img->shape[0] || mean->shape[1] != cfg->embed ||
         mean->shape[2] * 8 != img->shape[2] || mean->shape[3] * 8 != img->shape[3])
         return err_set(e, ERR_INVALID,
                        "vae encode: bad shapes (img [B,3,H,W] with H, W multiples of 8 -> "
                        "mean [B,%d,H/8,W/8])",
-                       cfg->vae_embed);
+                       cfg->embed);
     nn__w_init(&v.w, vae, MODEL_PREFIX_VAE, e);
     int64_t B = img->shape[0];
     const struct tensor *cw, *cb;
@@ -256,16 +256,16 @@ int vae_encode(struct patcher *vae, const struct model_config *cfg, const struct
     }
     NN_TRY(mid(&v, "encoder", &h));
     nn__probe(probe, "encoder.mid", h);
-    NN_TRY(nn__new(v.d, &mo, e, 4, B, (int64_t)(2 * cfg->vae_z), h->shape[2], h->shape[3]));
+    NN_TRY(nn__new(v.d, &mo, e, 4, B, (int64_t)(2 * cfg->z), h->shape[2], h->shape[3]));
     NN_TRY(norm_out_conv(&v, "encoder", h, mo));
     const struct tensor *qw, *qb;
     NN_W(qw, &v.w, "quant_conv.weight");
     NN_W(qb, &v.w, "quant_conv.bias");
-    NN_TRY(nn__new(v.d, &q, e, 4, B, (int64_t)(2 * cfg->vae_embed), h->shape[2], h->shape[3]));
+    NN_TRY(nn__new(v.d, &q, e, 4, B, (int64_t)(2 * cfg->embed), h->shape[2], h->shape[3]));
     NN_TRY(nn__conv1(q, mo, qw, qb, e));
     nn__probe(probe, "moments", q);
     /* ComfyUI's VAEEncode returns the distribution's mean: channels 0..embed-1 (§4.4). */
-    NN_TRY(tensor_slice(q, 1, 0, cfg->vae_embed, &sl, e));
+    NN_TRY(tensor_slice(q, 1, 0, cfg->embed, &sl, e));
     NN_TRY(tensor_copy(mean, sl, e));
 fail:
     nn__w_release(&v.w);
@@ -284,11 +284,11 @@ fail:
  * its input, the resized tensor and the conv output; the mid attention ~7 C per
  * pixel. Encode is bounded by the same walk at the same resolutions.
  */
-size_t vae_plan_bytes(const struct model_config *c, int b, int h, int w)
+size_t vae_plan_bytes(const struct vae_arch *c, int b, int h, int w)
 {
-    double px = (double)h * w, cin = (double)c->vae_ch * c->vae_mult[3], peak = 7 * cin * px;
+    double px = (double)h * w, cin = (double)c->ch * c->mult[3], peak = 7 * cin * px;
     for (int l = 3; l >= 0; l--) {
-        double co = (double)c->vae_ch * c->vae_mult[l];
+        double co = (double)c->ch * c->mult[l];
         for (int k = 0; k < 3; k++) {
             peak = fmax(peak, fmax(2 * cin + co, cin + 3 * co) * px);
             cin = co;
@@ -302,15 +302,15 @@ size_t vae_plan_bytes(const struct model_config *c, int b, int h, int w)
     return (size_t)(peak * b * 4.0) + ((size_t)1 << 20);
 }
 
-double vae_decode_flops(const struct model_config *c, int b, int h, int w)
+double vae_decode_flops(const struct vae_arch *c, int b, int h, int w)
 {
-    double fl = 0, px = (double)h * w, ch = (double)c->vae_ch * c->vae_mult[3];
+    double fl = 0, px = (double)h * w, ch = (double)c->ch * c->mult[3];
 #define CONV(ci, co, k, p) (2.0 * (ci) * (co) * (k) * (k) * (p))
 #define RES(ci, co, p) (CONV(ci, co, 3, p) + CONV(co, co, 3, p) + ((ci) != (co) ? CONV(ci, co, 1, p) : 0))
-    fl += CONV(c->vae_z, ch, 3, px) + 2 * RES(ch, ch, px) + 4 * CONV(ch, ch, 1, px) +
-          4.0 * px * px * ch;
+    fl +=
+        CONV(c->z, ch, 3, px) + 2 * RES(ch, ch, px) + 4 * CONV(ch, ch, 1, px) + 4.0 * px * px * ch;
     for (int l = 3; l >= 0; l--) {
-        double co = (double)c->vae_ch * c->vae_mult[l];
+        double co = (double)c->ch * c->mult[l];
         for (int k = 0; k < 3; k++) {
             fl += RES(ch, co, px);
             ch = co;

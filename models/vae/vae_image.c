@@ -1,5 +1,5 @@
 /*
- * Pixel conventions around the VAE (see sd15_image.h).
+ * Pixel conventions around the VAE (see vae_image.h).
  */
 #include "vae_image.h"
 

@@ -1,5 +1,5 @@
 /*
- * sd15_image — ComfyUI's pixel conventions around the VAE (sd15.md §4.4), so that
+ * vae_image — ComfyUI's pixel conventions around the VAE (sd15.md §4.4), so that
  * nodes do not re-derive them:
  *   - IMAGE values are [B, H, W, 3] float32 in [0, 1], channels last;
  *   - VAEDecode: image = clamp((decoder_output + 1) / 2, 0, 1), then channels last;
@@ -10,8 +10,8 @@
  * Threads: any (pure functions over caller memory), except the tensor ones, which
  * follow tensor.h (executor thread).
  */
-#ifndef LATENTD_MODELS_SD15_IMAGE_H
-#define LATENTD_MODELS_SD15_IMAGE_H
+#ifndef LATENTD_MODELS_VAE_IMAGE_H
+#define LATENTD_MODELS_VAE_IMAGE_H
 
 #include <stddef.h>
 #include <stdint.h>

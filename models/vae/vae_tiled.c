@@ -167,7 +167,7 @@ fail:
 
 struct vae_fn_ctx {
     struct patcher *vae;
-    const struct model_config *cfg;
+    const struct vae_arch *cfg;
 };
 
 static int dec_fn(void *ctx, const struct tensor *in, struct tensor *out, struct err *e)
@@ -182,9 +182,8 @@ static int enc_fn(void *ctx, const struct tensor *in, struct tensor *out, struct
     return vae_encode(c->vae, c->cfg, in, out, NULL, e);
 }
 
-int vae_decode_tiled(struct patcher *vae, const struct model_config *cfg,
-                          const struct tensor *z, struct tensor *img, int tile, int overlap,
-                          struct err *e)
+int vae_decode_tiled(struct patcher *vae, const struct vae_arch *cfg, const struct tensor *z,
+                     struct tensor *img, int tile, int overlap, struct err *e)
 {
     struct dev *d = patcher_device(vae);
     if (!d)
@@ -200,9 +199,8 @@ int vae_decode_tiled(struct patcher *vae, const struct model_config *cfg,
     return tiled_run(&t, z, img, tile, overlap, e);
 }
 
-int vae_encode_tiled(struct patcher *vae, const struct model_config *cfg,
-                          const struct tensor *img, struct tensor *mean, int tile, int overlap,
-                          struct err *e)
+int vae_encode_tiled(struct patcher *vae, const struct vae_arch *cfg, const struct tensor *img,
+                     struct tensor *mean, int tile, int overlap, struct err *e)
 {
     struct dev *d = patcher_device(vae);
     if (!d)
@@ -218,13 +216,12 @@ int vae_encode_tiled(struct patcher *vae, const struct model_config *cfg,
         return err_set(e, ERR_INVALID,
                        "vae tiled encode: bad shapes (img [B,3,H,W], H and W multiples of 8)");
     struct vae_fn_ctx c = {.vae = vae, .cfg = cfg};
-    struct tiler t = {.d = d, .fn = enc_fn, .ctx = &c, .out_ch = cfg->vae_embed, .num = 1, .den = 8};
+    struct tiler t = {.d = d, .fn = enc_fn, .ctx = &c, .out_ch = cfg->embed, .num = 1, .den = 8};
     return tiled_run(&t, img, mean, tile, overlap, e);
 }
 
-int vae_decode_auto(struct patcher *vae, const struct model_config *cfg,
-                         const struct tensor *z, struct tensor *img, int tile, int overlap,
-                         struct err *e)
+int vae_decode_auto(struct patcher *vae, const struct vae_arch *cfg, const struct tensor *z,
+                    struct tensor *img, int tile, int overlap, struct err *e)
 {
     int rc = vae_decode(vae, cfg, z, img, NULL, e);
     if (rc != ERR_DEVICE_OOM)
@@ -234,9 +231,8 @@ int vae_decode_auto(struct patcher *vae, const struct model_config *cfg,
     return vae_decode_tiled(vae, cfg, z, img, tile, overlap, e);
 }
 
-int vae_encode_auto(struct patcher *vae, const struct model_config *cfg,
-                         const struct tensor *img, struct tensor *mean, int tile, int overlap,
-                         struct err *e)
+int vae_encode_auto(struct patcher *vae, const struct vae_arch *cfg, const struct tensor *img,
+                    struct tensor *mean, int tile, int overlap, struct err *e)
 {
     int rc = vae_encode(vae, cfg, img, mean, NULL, e);
     if (rc != ERR_DEVICE_OOM)

@@ -1,5 +1,5 @@
 /*
- * fuzz_lora — LoRA files as LoraLoader reads them (models/sd15_lora.h, lora_apply):
+ * fuzz_lora — LoRA files as LoraLoader reads them (models/lora/lora.h, lora_apply):
  * the safetensors header, grouping tensor names into modules by suffix, mapping module
  * prefixes to checkpoint keys and checking the factors' shapes against the weight.
  *

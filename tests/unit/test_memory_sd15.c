@@ -36,8 +36,8 @@ static const float ts[B] = {999.0f, 321.0f};
 /* The activation plan nodes/sd_backend.c's unet_prepare asks for. */
 static size_t act_bytes(void)
 {
-    size_t io = (size_t)B * ((size_t)8 * H * W + (size_t)T * ck.cfg.ctx_dim) * 4;
-    return unet_plan_bytes(&ck.cfg, B, H, W, T) + io;
+    size_t io = (size_t)B * ((size_t)8 * H * W + (size_t)T * ck.cfg.unet.ctx_dim) * 4;
+    return unet_plan_bytes(&ck.cfg.unet, B, H, W, T) + io;
 }
 
 static void fill(float *v, size_t n, unsigned seed)
@@ -75,14 +75,14 @@ static int run_on(const char *spec, struct run *r, struct err *e)
         mm_free(mm);
         return rc;
     }
-    int64_t xs[4] = {B, 4, H, W}, cs[3] = {B, T, ck.cfg.ctx_dim};
+    int64_t xs[4] = {B, 4, H, W}, cs[3] = {B, T, ck.cfg.unet.ctx_dim};
     struct tensor *x = NULL, *c = NULL, *eps = NULL;
     EXPECT_OK(tensor_new(d, TENSOR_F32, 4, xs, &x, e));
     EXPECT_OK(tensor_write_f32(x, x_host, B * 4 * H * W, e));
     EXPECT_OK(tensor_new(d, TENSOR_F32, 3, cs, &c, e));
-    EXPECT_OK(tensor_write_f32(c, ctx_host, (size_t)B * T * ck.cfg.ctx_dim, e));
+    EXPECT_OK(tensor_write_f32(c, ctx_host, (size_t)B * T * ck.cfg.unet.ctx_dim, e));
     EXPECT_OK(tensor_new(d, TENSOR_F32, 4, xs, &eps, e));
-    rc = unet_eval(unet, &ck.cfg, x, ts, c, eps, NULL, e);
+    rc = unet_eval(unet, &ck.cfg.unet, x, ts, c, NULL, eps, NULL, e);
     ok(rc == 0, "%s: unet eval (%s)", spec, e->msg);
     EXPECT_OK(tensor_read_f32(eps, r->eps, B * 4 * H * W, e));
     tensor_free(x);
@@ -118,9 +118,9 @@ int main(void)
         return harness_done();
     }
     unet = patcher_new(ck.model[MODEL_UNET]);
-    ASSERT(ck.cfg.ctx_dim <= 768);
+    ASSERT(ck.cfg.unet.ctx_dim <= 768);
     fill(x_host, sizeof(x_host) / 4, 1);
-    fill(ctx_host, (size_t)B * T * ck.cfg.ctx_dim, 2);
+    fill(ctx_host, (size_t)B * T * ck.cfg.unet.ctx_dim, 2);
     size_t wbytes = patcher_model_bytes(ck.model[MODEL_UNET]), act = act_bytes();
     printf("# tiny unet: %zu weight bytes, %d layers, activation plan %zu bytes\n", wbytes,
            patcher_model_layer_count(ck.model[MODEL_UNET]), act);

@@ -39,20 +39,20 @@ static int unet_once(struct mm *mm, struct patcher *p, const struct model_config
                      struct err *e)
 {
     struct mm_request req = {.n_models = 1, .models = {p}};
-    req.activation_bytes = unet_plan_bytes(cfg, B, H, W, T) + (1u << 20);
+    req.activation_bytes = unet_plan_bytes(&cfg->unet, B, H, W, T) + (1u << 20);
     struct mm_report rep;
     int rc = mm_load_models(mm, &req, &rep, e);
     if (rc < 0)
         return rc;
     struct dev *d = mm_device(mm);
-    int64_t xs[4] = {B, 4, H, W}, cs[3] = {B, T, cfg->ctx_dim};
+    int64_t xs[4] = {B, 4, H, W}, cs[3] = {B, T, cfg->unet.ctx_dim};
     const float ts[B] = {500.0f};
     struct tensor *x = NULL, *c = NULL, *eps = NULL;
     if ((rc = tensor_new(d, TENSOR_F32, 4, xs, &x, e)) >= 0 &&
         (rc = tensor_new(d, TENSOR_F32, 3, cs, &c, e)) >= 0 &&
         (rc = tensor_new(d, TENSOR_F32, 4, xs, &eps, e)) >= 0 &&
         (rc = tensor_fill(x, 0.25f, e)) >= 0 && (rc = tensor_fill(c, 0.5f, e)) >= 0)
-        rc = unet_eval(p, cfg, x, ts, c, eps, NULL, e);
+        rc = unet_eval(p, &cfg->unet, x, ts, c, NULL, eps, NULL, e);
     tensor_free(x);
     tensor_free(c);
     tensor_free(eps);
@@ -64,7 +64,7 @@ static int vae_once(struct mm *mm, struct patcher *p, const struct model_config 
                     struct err *e)
 {
     struct mm_request req = {.n_models = 1, .models = {p}};
-    req.activation_bytes = vae_plan_bytes(cfg, B, H, W) + (1u << 20);
+    req.activation_bytes = vae_plan_bytes(&cfg->vae, B, H, W) + (1u << 20);
     struct mm_report rep;
     int rc = mm_load_models(mm, &req, &rep, e);
     if (rc < 0)
@@ -75,7 +75,7 @@ static int vae_once(struct mm *mm, struct patcher *p, const struct model_config 
     if ((rc = tensor_new(d, TENSOR_F32, 4, zs, &z, e)) >= 0 &&
         (rc = tensor_new(d, TENSOR_F32, 4, is, &img, e)) >= 0 &&
         (rc = tensor_fill(z, 0.1f, e)) >= 0)
-        rc = vae_decode(p, cfg, z, img, NULL, e);
+        rc = vae_decode(p, &cfg->vae, z, img, NULL, e);
     tensor_free(z);
     tensor_free(img);
     mm_node_end(mm, &rep);

@@ -66,8 +66,8 @@ int main(int argc, char **argv)
     unlink(path);
     struct model_config canon;
     sd15_config_canonical(&canon);
-    ok(ck.cfg.unet_mc == 320 && ck.cfg.ctx_dim == 768 && ck.tensors[MODEL_UNET] == 686 &&
-           memcmp(ck.cfg.unet_mult, canon.unet_mult, sizeof(canon.unet_mult)) == 0,
+    ok(ck.cfg.unet.model_ch == 320 && ck.cfg.unet.ctx_dim == 768 && ck.tensors[MODEL_UNET] == 686 &&
+           memcmp(ck.cfg.unet.mult, canon.unet.mult, sizeof(canon.unet.mult)) == 0,
        "detected SD1.5 UNet widths from shapes (686 tensors)");
     EXPECT_EQ(ck.bytes[MODEL_UNET], (size_t)859520964 * 2);
 
@@ -77,8 +77,9 @@ int main(int argc, char **argv)
     struct mm *mm = NULL;
     EXPECT_OK(mm_new(&mc, &mm, &e));
     struct patcher *p = patcher_new(ck.model[MODEL_UNET]);
-    struct mm_request req = {.n_models = 1, .models = {p},
-                             .activation_bytes = unet_plan_bytes(&ck.cfg, 2, 8, 8, 77)};
+    struct mm_request req = {.n_models = 1,
+                             .models = {p},
+                             .activation_bytes = unet_plan_bytes(&ck.cfg.unet, 2, 8, 8, 77)};
     struct mm_report rep;
     EXPECT_OK(mm_load_models(mm, &req, &rep, &e));
     struct dev *d = patcher_device(p);
@@ -89,7 +90,7 @@ int main(int argc, char **argv)
     tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
     tensor_new(d, TENSOR_F32, 4, x1s, &eps1, &e);
     float t[2] = {999, 250};
-    rc = unet_eval(p, &ck.cfg, x, t, ctx, eps, NULL, &e);
+    rc = unet_eval(p, &ck.cfg.unet, x, t, ctx, NULL, eps, NULL, &e);
     ok(rc == 0, "full-size UNet eval, batch 2 at 8x8 (%s)", e.msg);
     float *out = xmalloc(2 * 256 * 4), *one = xmalloc(256 * 4);
     tensor_read_f32(eps, out, 512, &e);
@@ -107,7 +108,7 @@ int main(int argc, char **argv)
     tensor_new(d, TENSOR_F32, 3, c1s, &cc, &e);
     tensor_copy(xc, xv, &e);
     tensor_copy(cc, cv, &e);
-    rc = unet_eval(p, &ck.cfg, xc, &t[1], cc, eps1, NULL, &e);
+    rc = unet_eval(p, &ck.cfg.unet, xc, &t[1], cc, NULL, eps1, NULL, &e);
     tensor_read_f32(eps1, one, 256, &e);
     double diff = 0;
     for (int i = 0; i < 256; i++)

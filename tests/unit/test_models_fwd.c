@@ -224,15 +224,17 @@ static void test_clip(struct loaded *L, struct clip_tokenizer *tok)
         struct err e = {0};
         struct probe_ctx pc = {.prefix = "clip0", .names = probe0, .tol = 1e-5};
         struct model_probe pr = {.fn = on_probe, .user = &pc};
-        int rc = text_encode(L->p[MODEL_CLIP], &L->ck.cfg, &tk, skips[k], &cond, &pooled,
-                                  k == 0 ? &pr : NULL, &e);
+        int rc =
+            text_encode(L->p[MODEL_CLIP], &L->ck.cfg.text[0], model_prefix(&L->ck.cfg, MODEL_CLIP),
+                        &tk, &(struct text_encode_opts){.layer = skips[k], .norm_hidden = 1}, &cond,
+                        &pooled, k == 0 ? &pr : NULL, &e);
         ok(rc == 0, "clip encode %d (%s)", k, e.msg);
         if (rc == 0) {
             char name[64];
-            int64_t cs[3] = {1, (int64_t)tk.n_chunks * 77, L->ck.cfg.clip_width};
+            int64_t cs[3] = {1, (int64_t)tk.n_chunks * 77, L->ck.cfg.text[0].width};
             snprintf(name, sizeof(name), "clip%d.cond", k);
             compare(name, cond, 3, cs, 1e-5);
-            int64_t ps[1] = {L->ck.cfg.clip_width};
+            int64_t ps[1] = {L->ck.cfg.text[0].width};
             snprintf(name, sizeof(name), "clip%d.pooled", k);
             compare(name, pooled, 1, ps, 1e-5);
         }
@@ -249,7 +251,7 @@ static void test_clip_embedding(struct loaded *L, struct clip_tokenizer *tok, co
 {
     char path[256];
     snprintf(path, sizeof(path), "%s/myemb.safetensors", dir);
-    int64_t D = L->ck.cfg.clip_width, shape[2] = {2, D};
+    int64_t D = L->ck.cfg.text[0].width, shape[2] = {2, D};
     float *v = xmalloc((size_t)(2 * D) * 4);
     wave(v, 2 * D, 0.77, 0.2);
     struct st_writer *w = st_writer_new();
@@ -268,7 +270,9 @@ static void test_clip_embedding(struct loaded *L, struct clip_tokenizer *tok, co
            tk.weights[2] == 1.2f,
        "embedding:myemb gives 2 vector tokens at weight 1.2; embedding:missing skipped");
     float *cond = NULL, *pooled = NULL;
-    int rc = text_encode(L->p[MODEL_CLIP], &L->ck.cfg, &tk, -1, &cond, &pooled, NULL, &e);
+    int rc = text_encode(L->p[MODEL_CLIP], &L->ck.cfg.text[0], model_prefix(&L->ck.cfg, MODEL_CLIP),
+                         &tk, &(struct text_encode_opts){.layer = -1, .norm_hidden = 1}, &cond,
+                         &pooled, NULL, &e);
     ok(rc == 0, "clip encode with an embedding (%s)", e.msg);
     if (rc == 0) {
         int64_t cs[3] = {1, 77, D}, ps[1] = {D};
@@ -295,26 +299,28 @@ static void test_unet(struct loaded *L)
     struct dev *d = patcher_device(L->p[MODEL_UNET]);
     for (int c = 0; c < 2; c++) {
         int64_t xs[4] = {cases[c].b, 4, cases[c].h, cases[c].w};
-        int64_t cs[3] = {cases[c].b, cases[c].t, L->ck.cfg.ctx_dim};
+        int64_t cs[3] = {cases[c].b, cases[c].t, L->ck.cfg.unet.ctx_dim};
         struct tensor *x = new_wave(d, 4, xs, 0.37, 0.1), *ctx = new_wave(d, 3, cs, 0.011, 0.5);
         struct tensor *eps = NULL;
         struct err e = {0};
         tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
         struct probe_ctx pc = {.prefix = cases[c].name, .names = names, .tol = 1e-4};
         struct model_probe pr = {.fn = on_probe, .user = &pc};
-        int rc = unet_eval(L->p[MODEL_UNET], &L->ck.cfg, x, cases[c].ts, ctx, eps, &pr, &e);
+        int rc =
+            unet_eval(L->p[MODEL_UNET], &L->ck.cfg.unet, x, cases[c].ts, ctx, NULL, eps, &pr, &e);
         ok(rc == 0, "unet eval %s (%s)", cases[c].name, e.msg);
         tensor_free(x);
         tensor_free(ctx);
         tensor_free(eps);
     }
     /* Bad shapes are errors, not crashes. */
-    int64_t xs[4] = {1, 3, 8, 8}, cs[3] = {1, 77, L->ck.cfg.ctx_dim};
+    int64_t xs[4] = {1, 3, 8, 8}, cs[3] = {1, 77, L->ck.cfg.unet.ctx_dim};
     struct tensor *x = new_wave(d, 4, xs, 1, 0), *ctx = new_wave(d, 3, cs, 1, 0), *eps = NULL;
     struct err e = {0};
     tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
     float t = 10;
-    ok(unet_eval(L->p[MODEL_UNET], &L->ck.cfg, x, &t, ctx, eps, NULL, &e) == ERR_INVALID &&
+    ok(unet_eval(L->p[MODEL_UNET], &L->ck.cfg.unet, x, &t, ctx, NULL, eps, NULL, &e) ==
+               ERR_INVALID &&
            strstr(e.msg, "bad shapes"),
        "unet with 3 latent channels: %s", e.msg);
     tensor_free(x);
@@ -333,7 +339,7 @@ static void test_vae(struct loaded *L)
                                      NULL};
     struct probe_ctx pc = {.prefix = "vaedec", .names = dn, .tol = 1e-4};
     struct model_probe pr = {.fn = on_probe, .user = &pc};
-    ok(vae_decode(L->p[MODEL_VAE], &L->ck.cfg, z, img, &pr, &e) == 0, "vae decode (%s)", e.msg);
+    ok(vae_decode(L->p[MODEL_VAE], &L->ck.cfg.vae, z, img, &pr, &e) == 0, "vae decode (%s)", e.msg);
 
     int64_t es[4] = {1, 3, 32, 40}, ms[4] = {1, 4, 4, 5};
     struct tensor *im = new_wave(d, 4, es, 0.051, 0.2), *mean = NULL;
@@ -342,7 +348,7 @@ static void test_vae(struct loaded *L)
                                      NULL};
     struct probe_ctx pe = {.prefix = "vaeenc", .names = en, .tol = 1e-4};
     struct model_probe pr2 = {.fn = on_probe, .user = &pe};
-    ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg, im, mean, &pr2, &e) == 0, "vae encode (%s)",
+    ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg.vae, im, mean, &pr2, &e) == 0, "vae encode (%s)",
        e.msg);
     compare_tensor("vaeenc.mean", mean, 1e-4);
 
@@ -351,9 +357,9 @@ static void test_vae(struct loaded *L)
     tensor_new_like(img, TENSOR_F32, &cl, &e);
     tensor_clamp(cl, img, -1, 1, &e);
     tensor_new(d, TENSOR_F32, 4, zs, &m2, &e);
-    ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg, cl, m2, NULL, &e) == 0, "round trip encode");
+    ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg.vae, cl, m2, NULL, &e) == 0, "round trip encode");
     compare_tensor("vaert.mean", m2, 2e-4);
-    ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg, z, m2, NULL, &e) == ERR_INVALID,
+    ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg.vae, z, m2, NULL, &e) == ERR_INVALID,
        "encode of a 4-channel input refused");
     err_clear(&e);
     /* Tiled decode (batch 2, 7x9 latents, tile 4, overlap 1) and tiled encode (48x64,
@@ -361,16 +367,16 @@ static void test_vae(struct loaded *L)
     int64_t zts[4] = {2, 4, 7, 9}, its[4] = {2, 3, 56, 72};
     struct tensor *zt = new_wave(d, 4, zts, 0.19, 0.4), *dt = NULL;
     tensor_new(d, TENSOR_F32, 4, its, &dt, &e);
-    ok(vae_decode_tiled(L->p[MODEL_VAE], &L->ck.cfg, zt, dt, 4, 1, &e) == 0,
+    ok(vae_decode_tiled(L->p[MODEL_VAE], &L->ck.cfg.vae, zt, dt, 4, 1, &e) == 0,
        "tiled decode (%s)", e.msg);
     compare_tensor("vaetiled.dec", dt, 1e-4);
     int64_t ies[4] = {1, 3, 48, 64}, mes[4] = {1, 4, 6, 8};
     struct tensor *ie = new_wave(d, 4, ies, 0.043, 0.6), *me = NULL;
     tensor_new(d, TENSOR_F32, 4, mes, &me, &e);
-    ok(vae_encode_tiled(L->p[MODEL_VAE], &L->ck.cfg, ie, me, 32, 8, &e) == 0,
+    ok(vae_encode_tiled(L->p[MODEL_VAE], &L->ck.cfg.vae, ie, me, 32, 8, &e) == 0,
        "tiled encode (%s)", e.msg);
     compare_tensor("vaetiled.enc", me, 1e-4);
-    ok(vae_encode_tiled(L->p[MODEL_VAE], &L->ck.cfg, ie, me, 30, 8, &e) == ERR_INVALID,
+    ok(vae_encode_tiled(L->p[MODEL_VAE], &L->ck.cfg.vae, ie, me, 30, 8, &e) == ERR_INVALID,
        "tiled encode with tile 30 refused");
     tensor_free(zt);
     tensor_free(dt);
@@ -410,12 +416,12 @@ static int eps_for(struct mm *mm, const char *dir, enum st_dtype sdt, enum tenso
     struct mm_report rep;
     rc = mm_load_models(mm, &req, &rep, &e);
     struct dev *d = patcher_device(p);
-    int64_t xs[4] = {1, 4, 8, 8}, cs[3] = {1, 77, ck.cfg.ctx_dim};
+    int64_t xs[4] = {1, 4, 8, 8}, cs[3] = {1, 77, ck.cfg.unet.ctx_dim};
     struct tensor *x = new_wave(d, 4, xs, 0.37, 0.1), *ctx = new_wave(d, 3, cs, 0.011, 0.5), *eps = NULL;
     float t = 500;
     tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
     if (rc == 0)
-        rc = unet_eval(p, &ck.cfg, x, &t, ctx, eps, NULL, &e);
+        rc = unet_eval(p, &ck.cfg.unet, x, &t, ctx, NULL, eps, NULL, &e);
     if (rc == 0)
         rc = tensor_read_f32(eps, out, 256, &e);
     if (rc < 0)
@@ -511,14 +517,14 @@ static void test_plan_bytes(struct loaded *L)
     int shapes[3][3] = {{1, 8, 8}, {2, 9, 7}, {2, 16, 24}};
     for (int i = 0; i < 3; i++) {
         int b = shapes[i][0], h = shapes[i][1], w = shapes[i][2];
-        int64_t xs[4] = {b, 4, h, w}, cs[3] = {b, 77, L->ck.cfg.ctx_dim};
+        int64_t xs[4] = {b, 4, h, w}, cs[3] = {b, 77, L->ck.cfg.unet.ctx_dim};
         struct tensor *x = new_wave(d, 4, xs, 0.1, 0), *c = new_wave(d, 3, cs, 0.2, 0), *o = NULL;
         tensor_new(d, TENSOR_F32, 4, xs, &o, &e);
         float t[2] = {10, 20};
         size_t used = dev_bytes_used(d);
         dev_peak_reset(d);
-        unet_eval(L->p[MODEL_UNET], &L->ck.cfg, x, t, c, o, NULL, &e);
-        size_t got = dev_bytes_peak(d) - used, plan = unet_plan_bytes(&L->ck.cfg, b, h, w, 77);
+        unet_eval(L->p[MODEL_UNET], &L->ck.cfg.unet, x, t, c, NULL, o, NULL, &e);
+        size_t got = dev_bytes_peak(d) - used, plan = unet_plan_bytes(&L->ck.cfg.unet, b, h, w, 77);
         ok(got <= plan && plan <= got + got / 3 + (1 << 20),
            "unet %dx%dx%d: plan %zu bytes bounds the peak %zu tightly", b, h, w, plan, got);
         tensor_free(x);
@@ -529,9 +535,9 @@ static void test_plan_bytes(struct loaded *L)
         tensor_new(d, TENSOR_F32, 4, is, &img, &e);
         used = dev_bytes_used(d);
         dev_peak_reset(d);
-        vae_decode(L->p[MODEL_VAE], &L->ck.cfg, z, img, NULL, &e);
+        vae_decode(L->p[MODEL_VAE], &L->ck.cfg.vae, z, img, NULL, &e);
         got = dev_bytes_peak(d) - used;
-        plan = vae_plan_bytes(&L->ck.cfg, 1, h, w);
+        plan = vae_plan_bytes(&L->ck.cfg.vae, 1, h, w);
         ok(got <= plan && plan <= got + got / 3 + (1 << 20),
            "vae decode %dx%d: plan %zu bytes bounds the peak %zu tightly", h, w, plan, got);
         if (h % 8 == 0 && w % 8 == 0) {
@@ -543,9 +549,9 @@ static void test_plan_bytes(struct loaded *L)
             tensor_new_zeros(d, TENSOR_F32, 4, is2, &ii, &e);
             used = dev_bytes_used(d);
             dev_peak_reset(d);
-            vae_encode(L->p[MODEL_VAE], &L->ck.cfg, ii, m, NULL, &e);
+            vae_encode(L->p[MODEL_VAE], &L->ck.cfg.vae, ii, m, NULL, &e);
             got = dev_bytes_peak(d) - used;
-            ok(got <= vae_plan_bytes(&L->ck.cfg, 1, h / 8, w / 8),
+            ok(got <= vae_plan_bytes(&L->ck.cfg.vae, 1, h / 8, w / 8),
                "vae encode %dx%d: within the plan (%zu)", h, w, got);
             tensor_free(m);
             tensor_free(ii);
@@ -586,12 +592,12 @@ static void test_vae_oom(const char *path)
     tensor_new(d, TENSOR_F32, 4, is, &a, &e);
     tensor_new(d, TENSOR_F32, 4, is, &b, &e);
     err_clear(&e);
-    int rc = vae_decode(p, &ck.cfg, z, a, NULL, &e);
+    int rc = vae_decode(p, &ck.cfg.vae, z, a, NULL, &e);
     ok(rc == ERR_DEVICE_OOM, "whole decode over the 40M budget: ERR_DEVICE_OOM (%s)", e.msg);
     err_clear(&e);
-    ok(vae_decode_auto(p, &ck.cfg, z, a, 8, 2, &e) == 0, "auto decode falls back to tiles (%s)",
+    ok(vae_decode_auto(p, &ck.cfg.vae, z, a, 8, 2, &e) == 0, "auto decode falls back to tiles (%s)",
        e.msg);
-    ok(vae_decode_tiled(p, &ck.cfg, z, b, 8, 2, &e) == 0, "explicit tiled decode");
+    ok(vae_decode_tiled(p, &ck.cfg.vae, z, b, 8, 2, &e) == 0, "explicit tiled decode");
     float *va = xmalloc(256 * 256 * 3 * 4), *vb = xmalloc(256 * 256 * 3 * 4);
     tensor_read_f32(a, va, 256 * 256 * 3, &e);
     tensor_read_f32(b, vb, 256 * 256 * 3, &e);

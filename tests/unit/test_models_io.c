@@ -239,6 +239,30 @@ static void on_key_cmp(void *user, const struct model_key *k)
     c->mismatched++;
 }
 
+/* The patcher layer the layout gives the canonical SD1.5 tensor `rel` of `comp`. */
+struct layer_find {
+    enum model_component comp;
+    const char *rel;
+    char *out;
+    size_t size;
+};
+
+static void find_layer(void *user, const struct model_key *k)
+{
+    struct layer_find *f = user;
+    if (k->comp == f->comp && strcmp(k->name + k->rel, f->rel) == 0)
+        snprintf(f->out, f->size, "%s", k->layer);
+}
+
+static void layer_of(enum model_component comp, const char *rel, char *out, size_t size)
+{
+    struct model_config c;
+    struct layer_find f = {comp, rel, out, size};
+    sd15_config_canonical(&c);
+    out[0] = 0;
+    model_layout_build(&c, find_layer, &f);
+}
+
 static void count_key(void *user, const struct model_key *k)
 {
     size_t *n = user;
@@ -297,26 +321,25 @@ static void test_layout(void)
     ok(cnt[0] == 686 && cnt[1] == 248 && cnt[2] == 52, "tiny: 686/248/52 tensors (%zu/%zu/%zu)",
        cnt[0], cnt[1], cnt[2]);
     for (int l = 0; l < 4; l++)
-        c.unet_mult[l] = c.vae_mult[l] = 1;
+        c.unet.mult[l] = c.vae.mult[l] = 1;
     memset(cnt, 0, sizeof(cnt));
     model_layout_build(&c, count_key, cnt);
     ok(cnt[0] == 682 && cnt[1] == 240, "mult [1,1,1,1]: 682/240 tensors (%zu/%zu)", cnt[0],
        cnt[1]);
     char ln[96];
-    model_layer_of(MODEL_UNET, "input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight", ln,
-                  sizeof(ln));
+    layer_of(MODEL_UNET, "input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight", ln, sizeof(ln));
     EXPECT_STR(ln, "input_blocks.1.1");
-    model_layer_of(MODEL_UNET, "middle_block.2.in_layers.0.weight", ln, sizeof(ln));
+    layer_of(MODEL_UNET, "middle_block.2.in_layers.0.weight", ln, sizeof(ln));
     EXPECT_STR(ln, "middle_block.2");
-    model_layer_of(MODEL_UNET, "time_embed.2.bias", ln, sizeof(ln));
+    layer_of(MODEL_UNET, "time_embed.2.bias", ln, sizeof(ln));
     EXPECT_STR(ln, "time_embed");
-    model_layer_of(MODEL_VAE, "decoder.up.1.block.0.nin_shortcut.weight", ln, sizeof(ln));
+    layer_of(MODEL_VAE, "decoder.up.1.block.0.nin_shortcut.weight", ln, sizeof(ln));
     EXPECT_STR(ln, "decoder.up.1.block.0");
-    model_layer_of(MODEL_VAE, "encoder.down.2.downsample.conv.bias", ln, sizeof(ln));
+    layer_of(MODEL_VAE, "encoder.down.2.downsample.conv.bias", ln, sizeof(ln));
     EXPECT_STR(ln, "encoder.down.2.downsample");
-    model_layer_of(MODEL_VAE, "decoder.conv_out.weight", ln, sizeof(ln));
+    layer_of(MODEL_VAE, "decoder.conv_out.weight", ln, sizeof(ln));
     EXPECT_STR(ln, "decoder.out");
-    model_layer_of(MODEL_CLIP, "encoder.layers.2.mlp.fc1.weight", ln, sizeof(ln));
+    layer_of(MODEL_CLIP, "encoder.layers.2.mlp.fc1.weight", ln, sizeof(ln));
     EXPECT_STR(ln, "encoder.layers.2");
 }
 
@@ -347,11 +370,17 @@ static void t_variants(struct ckpt_gen_opts *o)
 static void t_sd2(struct ckpt_gen_opts *o)
 {
     o->flags |= CKPT_GEN_OPENCLIP | CKPT_GEN_CONV_2D;
-    o->cfg.ctx_dim = 1024;
+    o->cfg.unet.ctx_dim = 1024;
 }
-static void t_sd2_ctx(struct ckpt_gen_opts *o) { o->cfg.ctx_dim = 1024; }
+static void t_sd2_ctx(struct ckpt_gen_opts *o)
+{
+    o->cfg.unet.ctx_dim = 1024;
+}
 static void t_sdxl(struct ckpt_gen_opts *o) { o->flags |= CKPT_GEN_SDXL_MARK; }
-static void t_inpaint(struct ckpt_gen_opts *o) { o->cfg.unet_in_ch = 9; }
+static void t_inpaint(struct ckpt_gen_opts *o)
+{
+    o->cfg.unet.in_ch = 9;
+}
 static void t_nan(struct ckpt_gen_opts *o)
 {
     o->nan_tensor = "model.diffusion_model.middle_block.1.proj_in.weight";
@@ -364,7 +393,10 @@ static void t_extra(struct ckpt_gen_opts *o)
 {
     o->extra_tensor = "model.diffusion_model.input_blocks.1.0.mystery.weight";
 }
-static void t_depth2(struct ckpt_gen_opts *o) { o->cfg.unet_depth = 2; }
+static void t_depth2(struct ckpt_gen_opts *o)
+{
+    sd15_config_set_depth(&o->cfg, 2);
+}
 
 static void expect_probe_error(const char *name, void (*tweak)(struct ckpt_gen_opts *),
                                int code, const char *needle)
@@ -451,7 +483,8 @@ static void test_generator_and_detection(void)
     st_close(fv);
     const char *pd;
     EXPECT_OK(gen("depth2.safetensors", t_depth2, &pd));
-    ok(model_ckpt_probe(pd, &c, &e) == 0 && c.unet_depth == 2, "transformer depth 2 derived");
+    ok(model_ckpt_probe(pd, &c, &e) == 0 && c.unet.depth[0] == 2 && c.unet.depth_mid == 2,
+       "transformer depth 2 derived");
     unlink(pd);
 
     /* Other model types. */

@@ -76,7 +76,7 @@ static int decode(struct model_ckpt *ck, float *px)
         rc = tensor_write_f32(z, zv, 4 * ZH * ZW, &e);
     }
     if (rc == 0)
-        rc = vae_decode(p, &ck->cfg, z, img, NULL, &e);
+        rc = vae_decode(p, &ck->cfg.vae, z, img, NULL, &e);
     if (rc == 0)
         rc = tensor_read_f32(img, px, NPIX, &e);
     if (rc < 0)

@@ -290,7 +290,7 @@ int main(void)
     struct value *neg = encode(clip, "blurry");
     const struct sd_cond *pc = sd_cond_of(pos);
     ok(pc && pc->n == 1 && pc->entries[0].tokens == 77 &&
-           pc->entries[0].dim == sd_clip_of(clip)->cfg.clip_width && pc->entries[0].pooled,
+           pc->entries[0].dim == sd_clip_of(clip)->cfg.text[0].width && pc->entries[0].pooled,
        "CLIPTextEncode: [1, 77, width] with a pooled vector");
 
     /* CLIPSetLastLayer -2 changes the conditioning. */
