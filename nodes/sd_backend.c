@@ -124,7 +124,9 @@ struct sd_model *sd_unet_model_new(struct patcher *unet, const struct model_conf
     struct unet_impl *u = xcalloc(1, sizeof *u);
     u->p = unet;
     u->cfg = *cfg;
-    return sd_model_new(&unet_ops, u);
+    struct sd_model *m = sd_model_new(&unet_ops, u);
+    sd_model_set_family(m, model_family_get(cfg->family));
+    return m;
 }
 
 struct patcher *sd_model_unet_patcher(const struct sd_model *m, struct model_config *cfg)

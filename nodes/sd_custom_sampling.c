@@ -260,7 +260,8 @@ static int add_noise_run(struct node_ctx *c)
     const struct sd_sigmas *sig = sd_sigmas_of(node_in(c, "sigmas"));
     struct value *lv = node_in(c, "latent_image");
     const struct sd_latent *lat = sd_latent_of(lv);
-    if (!sd_model_of(node_in(c, "model")) || !nz || !sig || !lat)
+    const struct sd_model *m = sd_model_of(node_in(c, "model"));
+    if (!m || !nz || !sig || !lat)
         return node_fail(c, "RuntimeError", "AddNoise needs a MODEL, NOISE, SIGMAS and LATENT");
     if (sig->n == 0) {
         node_set_output(c, 0, value_ref(lv));
@@ -283,9 +284,9 @@ static int add_noise_run(struct node_ctx *c)
     for (size_t i = 0; i < n && !nonzero; i++)
         nonzero = lat->samples[i] != 0.0f;
     for (size_t i = 0; i < n; i++) {
-        float l = nonzero ? lat->samples[i] * SAMPLING_SD15_LATENT_SCALE : lat->samples[i];
+        float l = nonzero ? lat->samples[i] * m->latent->scale_factor : lat->samples[i];
         float v = out->samples[i] * scale;
-        v = (v + l) / SAMPLING_SD15_LATENT_SCALE;
+        v = (v + l) / m->latent->scale_factor;
         out->samples[i] = isfinite(v) ? v : 0.0f;
     }
     node_set_output(c, 0, sd_latent_value(out));

@@ -266,7 +266,8 @@ static int on_step(void *user, int step, int total, const float *x0, const float
         memcpy(k->x0_last, x0, n * sizeof *x0);
     k->steps_seen++;
     if (k->preview)
-        sampling_preview_make(x0, k->h, k->w, k->node->env->preview_size, &rgb, &pw, &ph, NULL);
+        sampling_preview_make(x0, k->h, k->w, k->node->env->preview_size, &k->model->latent->rgb,
+                              &rgb, &pw, &ph, NULL);
     int rc = node_progress(k->node, step + 1, total, rgb, pw, ph);
     xfree(rgb);
     sd_progress_update(&k->bar, step + 1);
@@ -309,12 +310,12 @@ static int sample_fail(struct node_ctx *c, int rc, const struct err *e)
 }
 
 /* The last step's x0 (scaled latent space) as a LATENT: process_latent_out. */
-static int denoised_latent(const struct sd_latent *lat, const float *x0, size_t n,
+static int denoised_latent(const struct sd_latent *lat, const float *x0, size_t n, float scale,
                            struct sd_latent **out, struct err *e)
 {
     int rc = sd_latent_try_new_like(lat, lat->b, lat->c, lat->h, lat->w, out, e);
     for (size_t i = 0; rc == 0 && i < n; i++)
-        (*out)->samples[i] = x0[i] / SAMPLING_SD15_LATENT_SCALE;
+        (*out)->samples[i] = x0[i] / scale;
     return rc;
 }
 
@@ -400,7 +401,8 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
     struct sampling_request req = {
         .sampler = a->sampler, .sigmas = a->sigmas, .n_sigmas = n_sigmas, .noise = noise,
         .seed = a->seed, .variant = SAMPLING_RANDN_V2, .noise_mask = mask,
-        .sigma_max = model->ms.sigma_max, .denoise = denoise, .denoise_user = &k,
+        .sigma_max = model->ms.sigma_max, .latent_scale = model->latent->scale_factor,
+        .denoise = denoise, .denoise_user = &k,
         .step = on_step, .step_user = &k};
     sd_progress_begin(&k.bar, n_sigmas > 0 ? n_sigmas - 1 : 0);
     rc = sampling_sample_latent(&req, lat->samples, out->samples, n, &e);
@@ -410,7 +412,7 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
     if (rc < 0)
         goto fail;
     if (denoisedp && k.steps_seen > 0 &&
-        (rc = denoised_latent(lat, k.x0_last, n, denoisedp, &e)) < 0)
+        (rc = denoised_latent(lat, k.x0_last, n, model->latent->scale_factor, denoisedp, &e)) < 0)
         goto fail;
     *outp = out;
     out = NULL;

@@ -190,8 +190,14 @@ struct sd_model *sd_model_new(const struct sd_model_ops *ops, void *impl)
     struct sd_model *m = xcalloc(1, sizeof *m);
     m->ops = ops;
     m->impl = impl;
-    sampling_discrete_init_sd15(&m->ms);
+    sd_model_set_family(m, &family_sd15);
     return m;
+}
+
+void sd_model_set_family(struct sd_model *m, const struct model_family *f)
+{
+    sampling_discrete_init(&m->ms, f->sampling.linear_start, f->sampling.linear_end);
+    m->latent = &f->latent;
 }
 
 void sd_model_free(struct sd_model *m)

@@ -31,6 +31,7 @@
 
 #include "err.h"
 #include "node_value.h"
+#include "family.h"
 #include "sampling_sched.h"
 
 struct mm; /* memory/memmgr.h */
@@ -129,12 +130,15 @@ struct sd_model_ops {
 struct sd_model {
     const struct sd_model_ops *ops; /* borrowed, static */
     void *impl;                     /* owned through ops->free */
-    struct sampling_discrete ms;    /* noise table (sampling_discrete_init_sd15) */
+    struct sampling_discrete ms;    /* noise table (the family's schedule) */
+    const struct latent_format *latent; /* borrowed, static: the family's latent space */
     int max_batch;                  /* largest batch per apply_eps call; 0 = any */
 };
 
-/* A model with the SD1.5 noise table around ops/impl (ownership of impl passes). */
+/* A model with the SD1.5 noise table and latent format around ops/impl (ownership of
+ * impl passes); sd_model_set_family changes both to another family's. */
 struct sd_model *sd_model_new(const struct sd_model_ops *ops, void *impl);
+void sd_model_set_family(struct sd_model *m, const struct model_family *f);
 void sd_model_free(struct sd_model *m); /* NULL-safe; calls ops->free(impl) */
 struct value *sd_model_value(struct sd_model *m);         /* "MODEL", takes m */
 const struct sd_model *sd_model_of(const struct value *v); /* NULL if not one */

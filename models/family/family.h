@@ -16,13 +16,13 @@
 #define LATENTD_MODELS_FAMILY_H
 
 #include "model_config.h"
+#include "sampling_preview.h"
 
 /* A latent space (ComfyUI's latent_formats.py). */
 struct latent_format {
     int channels;       /* 4 */
     float scale_factor; /* the sampler works on latent * scale_factor: 0.18215 */
-    float rgb[4][3];    /* latent2rgb factors: rows latent channels, columns R, G, B */
-    float rgb_bias[3];  /* added after the product (0 for SD1.5) */
+    struct sampling_latent_rgb rgb; /* Latent2RGB previews (sd15.md §7, sdxl.md §7) */
 };
 
 /* ModelSamplingDiscrete's schedule (sd15.md §5.1). */

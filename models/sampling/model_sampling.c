@@ -23,9 +23,9 @@ static double linspace64(double a, double b, int n, int i)
     return b - step * (double)(n - 1 - i);
 }
 
-void sampling_discrete_init_sd15(struct sampling_discrete *ms)
+void sampling_discrete_init(struct sampling_discrete *ms, double linear_start, double linear_end)
 {
-    const double lo = sqrt(0.00085), hi = sqrt(0.012);
+    const double lo = sqrt(linear_start), hi = sqrt(linear_end);
     double cumprod = 1.0;
     for (int i = 0; i < SAMPLING_TIMESTEPS; i++) {
         double s = linspace64(lo, hi, SAMPLING_TIMESTEPS, i);

@@ -43,6 +43,7 @@ int sampling_sample_latent(const struct sampling_request *req, const float *late
                            size_t n, struct err *e)
 {
     if (!req || !latent || !out || n == 0 || !req->noise || req->n_sigmas < 0 ||
+        !(req->latent_scale > 0.0f) ||
         (req->n_sigmas > 0 && !req->sigmas))
         return err_set(e, ERR_INVALID, "invalid sampling request");
     if (req->n_sigmas == 0) {
@@ -61,7 +62,7 @@ int sampling_sample_latent(const struct sampling_request *req, const float *late
     for (size_t i = 0; i < n && !nonzero; i++)
         nonzero = latent[i] != 0.0f;
     for (size_t i = 0; i < n; i++)
-        scaled[i] = nonzero ? latent[i] * SAMPLING_SD15_LATENT_SCALE : latent[i];
+        scaled[i] = nonzero ? latent[i] * req->latent_scale : latent[i];
 
     float s0 = req->sigmas[0];
     float f;
@@ -107,7 +108,7 @@ int sampling_sample_latent(const struct sampling_request *req, const float *late
         goto out;
     /* process_latent_out; inverse noise scaling is the identity for eps models. */
     for (size_t i = 0; i < n; i++)
-        out[i] = x[i] / SAMPLING_SD15_LATENT_SCALE;
+        out[i] = x[i] / req->latent_scale;
 out:
     xfree(inpaint_noise);
     xfree(x);

@@ -14,14 +14,6 @@
 
 #include "alloc.h"
 
-/* SD1.5 latent_rgb_factors: rows are latent channels, columns R, G, B. No bias. */
-static const float rgb_factors[4][3] = {
-    {0.3512f, 0.2297f, 0.3227f},
-    {0.3250f, 0.4974f, 0.2350f},
-    {-0.2829f, 0.1762f, 0.2721f},
-    {-0.2120f, -0.2616f, -0.7177f},
-};
-
 /* Python round(): half to even. */
 static double round_half_even(double x)
 {
@@ -45,14 +37,17 @@ void sampling_preview_size(int w, int h, int max_size, int *out_w, int *out_h)
     *out_h = sh < 1 ? 1 : sh;
 }
 
-void sampling_preview_latent2rgb(const float *x0, int h, int w, uint8_t *rgb)
+void sampling_preview_latent2rgb(const float *x0, int h, int w,
+                                 const struct sampling_latent_rgb *f, uint8_t *rgb)
 {
     size_t plane = (size_t)h * w;
     for (size_t p = 0; p < plane; p++) {
         for (int c = 0; c < 3; c++) {
-            float v = x0[p] * rgb_factors[0][c];
+            float v = x0[p] * f->factors[0][c];
             for (int k = 1; k < 4; k++)
-                v = v + x0[k * plane + p] * rgb_factors[k][c];
+                v = v + x0[k * plane + p] * f->factors[k][c];
+            if (f->has_bias)
+                v = v + f->bias[c];
             v = (v + 1.0f) / 2.0f;
             if (!(v > 0.0f)) /* NaN too */
                 v = 0.0f;
@@ -166,14 +161,15 @@ void sampling_preview_resize(const uint8_t *src, int iw, int ih, uint8_t *dst, i
     xfree(tmp);
 }
 
-int sampling_preview_make(const float *x0, int h, int w, int max_size, uint8_t **out, int *ow,
-                          int *oh, struct err *e)
+int sampling_preview_make(const float *x0, int h, int w, int max_size,
+                          const struct sampling_latent_rgb *f, uint8_t **out, int *ow, int *oh,
+                          struct err *e)
 {
     *out = NULL;
     if (!x0 || h < 1 || w < 1 || max_size < 1 || max_size > 16384)
         return err_set(e, ERR_INVALID, "invalid preview size %dx%d (max %d)", w, h, max_size);
     uint8_t *small = xmalloc((size_t)h * w * 3);
-    sampling_preview_latent2rgb(x0, h, w, small);
+    sampling_preview_latent2rgb(x0, h, w, f, small);
     sampling_preview_size(w, h, max_size, ow, oh);
     uint8_t *big = xmalloc((size_t)*ow * *oh * 3);
     sampling_preview_resize(small, w, h, big, *ow, *oh);

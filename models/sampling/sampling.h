@@ -9,7 +9,7 @@
  * is one flat array of n = B·4·h·w floats; the denoiser sees the whole batch.
  *
  * A KSampler node does, with the headers of this directory:
- *   sampling_discrete_init_sd15(&ms);                          (once)
+ *   sampling_discrete_init(&ms, 0.00085, 0.012);                          (once)
  *   sampling_sigmas_for_ksampler(&ms, sched, sampling_sampler_discards_penultimate(s),
  *                                steps, denoise, -1, -1, 0, &sigmas, &n_sigmas, e);
  *   sampling_prepare_noise(seed, batch_index, ..., noise, e);   (zeros if add_noise off)
@@ -145,6 +145,7 @@ struct sampling_request {
     enum sampling_randn_variant variant;
     const float *noise_mask;        /* optional [n] from sampling_mask_prepare (borrowed) */
     float sigma_max;                /* the model's sigma_max (max_denoise test) */
+    float latent_scale;             /* the model's latent scale factor (SD1.5 0.18215) */
     sampling_denoise_fn denoise;
     void *denoise_user;
     sampling_step_fn step;          /* optional */
@@ -153,9 +154,9 @@ struct sampling_request {
 
 /*
  * ComfyUI's KSampler sampling of one LATENT: the latent (unscaled, as stored
- * in LATENT.samples) is scaled by 0.18215 when not all zero, noised as
+ * in LATENT.samples) is scaled by req->latent_scale when not all zero, noised as
  * noise·sqrt(1 + s0²) + L when s0 is sigma_max (max_denoise) or noise·s0 + L
- * otherwise, sampled, and divided by 0.18215 into out[0..n). out may alias
+ * otherwise, sampled, and divided by the scale into out[0..n). out may alias
  * latent. With n_sigmas == 0 out is a copy of latent. With a noise mask,
  * the kept area is re-noised with req->noise, except for ddim, which (like
  * ComfyUI) uses a fresh randn seeded with seed + 1. Errors as

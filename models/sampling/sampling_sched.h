@@ -1,5 +1,5 @@
 /*
- * sampling_sched — SD1.5's discrete noise schedule (ComfyUI's
+ * sampling_sched — a discrete noise schedule (ComfyUI's
  * ModelSamplingDiscrete, epsilon prediction), the sigma <-> timestep maps the
  * UNet needs, the schedulers, and the sigma list KSampler / KSamplerAdvanced
  * build from them (sd15.md §5.1, §5.2, §5.5, §5.6).
@@ -19,8 +19,6 @@
 #include "err.h"
 
 #define SAMPLING_TIMESTEPS 1000
-/* SD1.5's latent scale factor: the sampler works on latent * 0.18215. */
-#define SAMPLING_SD15_LATENT_SCALE 0.18215f
 
 /* The noise table of a discrete-time epsilon model (caller-owned, ~8 KiB). */
 struct sampling_discrete {
@@ -30,8 +28,11 @@ struct sampling_discrete {
     float sigma_max;                      /* sigmas[999] = 14.614641 for SD1.5 */
 };
 
-/* Fill the table from SD1.5's scaled-linear betas (0.00085 .. 0.012, §5.1). */
-void sampling_discrete_init_sd15(struct sampling_discrete *ms);
+/*
+ * Fill the table from scaled-linear betas linear_start .. linear_end (§5.1; SD1.x and
+ * SDXL: 0.00085 .. 0.012, the family's struct family_sampling).
+ */
+void sampling_discrete_init(struct sampling_discrete *ms, double linear_start, double linear_end);
 
 /*
  * sigma -> timestep for the UNet: the index of the nearest table entry in

@@ -16,6 +16,12 @@
 #include "sampling_noise.h"
 #include "sampling_preview.h"
 #include "sampling_rng.h"
+
+/* SD1.5's Latent2RGB factors (sd15.md §7; family_sd15 holds the same). */
+static const struct sampling_latent_rgb rgb_sd15 = {.factors = {{0.3512f, 0.2297f, 0.3227f},
+                                                                {0.3250f, 0.4974f, 0.2350f},
+                                                                {-0.2829f, 0.1762f, 0.2721f},
+                                                                {-0.2120f, -0.2616f, -0.7177f}}};
 #include "sampling_sched.h"
 #include "test_sampling_ref.h"
 
@@ -622,7 +628,7 @@ static int run_pipeline(enum sampling_sampler smp, uint64_t seed, double denoise
         goto out;
     if ((rc = sampling_prepare_noise(seed, NULL, 0, 1, n, SAMPLING_RANDN_V2, noise, &e)) < 0)
         goto out;
-    struct sampling_request req = {.sampler = smp, .sigmas = sig, .n_sigmas = ns,
+    struct sampling_request req = {.latent_scale = 0.18215f, .sampler = smp, .sigmas = sig, .n_sigmas = ns,
                                    .noise = noise, .seed = seed,
                                    .variant = SAMPLING_RANDN_V2, .noise_mask = mask,
                                    .sigma_max = ms.sigma_max, .denoise = an_denoise,
@@ -726,7 +732,7 @@ static void test_pipeline(void)
        "interrupt at step 3: ERR_INTERRUPTED after 4 reports, 7 heun model calls, no leak");
 
     /* Empty schedule: the latent passes through. */
-    struct sampling_request req = {.sampler = SAMPLING_SAMPLER_EULER, .n_sigmas = 0,
+    struct sampling_request req = {.latent_scale = 0.18215f, .sampler = SAMPLING_SAMPLER_EULER, .n_sigmas = 0,
                                    .noise = zero, .denoise = an_denoise, .denoise_user = &c};
     EXPECT_OK(sampling_sample_latent(&req, lat, o1, n, &e));
     ok(memcmp(o1, lat, n * sizeof *o1) == 0, "no sigmas: output = input latent");
@@ -776,7 +782,7 @@ static void test_preview(void)
     float x0[8] = {1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, -1.0f, 0.5f};
     /* channel-major: c0 = {1, 0}, c1 = {0, 0}, c2 = {0, 0}, c3 = {-1, 0.5} */
     uint8_t rgb[6];
-    sampling_preview_latent2rgb(x0, 1, 2, rgb);
+    sampling_preview_latent2rgb(x0, 1, 2, &rgb_sd15, rgb);
     /* pixel 0: R = .3512 + .2120, G = .2297 + .2616, B = .3227 + .7177 (clamped) */
     uint8_t want0[3] = {(uint8_t)((1.0f + 0.5632f) / 2.0f * 255.0f),
                         (uint8_t)((1.0f + 0.4913f) / 2.0f * 255.0f), 255};
@@ -800,7 +806,7 @@ static void test_preview(void)
     float lat[4 * 8 * 12];
     for (int i = 0; i < 4 * 8 * 12; i++)
         lat[i] = 0.3f;
-    EXPECT_OK(sampling_preview_make(lat, 8, 12, 512, &img, &w, &h, &e));
+    EXPECT_OK(sampling_preview_make(lat, 8, 12, 512, &rgb_sd15, &img, &w, &h, &e));
     int uniform = w == 512 && h == 341;
     for (int i = 0; uniform && i < w * h * 3; i++)
         uniform = img[i] == img[i % 3];
@@ -811,7 +817,7 @@ static void test_preview(void)
 int main(void)
 {
     long live = alloc_live_count();
-    sampling_discrete_init_sd15(&ms);
+    sampling_discrete_init(&ms, 0.00085, 0.012);
     test_mt();
     test_randn_vectors();
     test_randn_paths();

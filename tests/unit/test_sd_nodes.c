@@ -334,7 +334,7 @@ static int run_ks(const struct ks *k, struct value *latent, float *out, struct f
 static int run_direct(const struct ks *k, const struct sd_latent *lat, float *out)
 {
     struct sampling_discrete ms;
-    sampling_discrete_init_sd15(&ms);
+    sampling_discrete_init(&ms, 0.00085, 0.012);
     enum sampling_sampler s;
     enum sampling_scheduler sc;
     sampling_sampler_from_name(k->sampler, &s);
@@ -358,7 +358,7 @@ static int run_direct(const struct ks *k, const struct sd_latent *lat, float *ou
                               (int)lat->b, 4, (int)lat->h, (int)lat->w, mask, &e);
     }
     struct direct d = {.ms = &ms, .mpos = 0.9f, .mneg = 0.5f, .cfg = k->cfg};
-    struct sampling_request req = {.sampler = s, .sigmas = sig, .n_sigmas = ns, .noise = noise,
+    struct sampling_request req = {.latent_scale = 0.18215f, .sampler = s, .sigmas = sig, .n_sigmas = ns, .noise = noise,
                                    .seed = k->seed, .variant = SAMPLING_RANDN_V2,
                                    .noise_mask = mask, .sigma_max = ms.sigma_max,
                                    .denoise = direct_denoise, .denoise_user = &d};
@@ -596,7 +596,7 @@ static void test_conditioning(void)
     node_go(&r, &sd_ksampler, NULL);
     const struct sd_latent *o = sd_latent_of(r.out[0]);
     struct sampling_discrete ms;
-    sampling_discrete_init_sd15(&ms);
+    sampling_discrete_init(&ms, 0.00085, 0.012);
     float *sig, *noise = xmalloc(per * sizeof *noise);
     int ns;
     struct err e = {0};
