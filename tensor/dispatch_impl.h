@@ -1,15 +1,10 @@
 /*
- * dispatch_impl — what every op entry point shares (private to tensor/): the
- * argument/device check that picks the backend (check_devs: the one place where
- * the storage device's kind decides between CPU kernels and the CUDA backend),
- * and the adapters that turn tensors into the CPU kernels' contract
- * (contiguous f32 host buffers).
+ * dispatch_impl — what every op entry point shares (private to tensor/): the operand
+ * check that finds the compute backend (check_devs: every operand on one device, whose
+ * backend is returned) and small helpers for shape messages.
  *
- * CPU side: an operand that already is contiguous f32 is used in place, anything
- * else (f16/bf16, strided views) goes through a temporary f32 copy, and a result
- * that cannot be written in place is computed into a temporary and scattered
- * back. Temporaries are host memory (xmalloc): on the sim device they are not
- * counted against its budget (they are workspace, like cuBLAS's).
+ * The entry points validate once and call through the backend's table
+ * (backend_impl.h); they never name a backend.
  *
  * Threads: as tensor.h.
  */
@@ -21,6 +16,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "backend_impl.h"
 #include "tensor_impl.h"
 
 static inline int is_host(const struct tensor *t)
@@ -29,76 +25,19 @@ static inline int is_host(const struct tensor *t)
     return !d || dev_is_host(d);
 }
 
-static inline int is_f32_contig(const struct tensor *t)
-{
-    return t->dtype == TENSOR_F32 && tensor_is_contiguous(t);
-}
-
-struct hbuf {
-    float *p;
-    int owned;
-};
-
-/* A contiguous f32 copy of t (or t's own memory when it already is one). */
-static inline const float *hin(const struct tensor *t, struct hbuf *h)
-{
-    if (!t) {
-        h->p = NULL;
-        h->owned = 0;
-        return NULL;
-    }
-    if (is_f32_contig(t)) {
-        h->p = (float *)tensor__ptr(t);
-        h->owned = 0;
-        return h->p;
-    }
-    h->p = xmalloc_aligned(64, (size_t)tensor_numel(t) * sizeof(float) + 64);
-    h->owned = 1;
-    tensor__gather_f32(h->p, t);
-    return h->p;
-}
-
-/* Where to write t's f32 result; hout_done stores it back. */
-static inline float *hout(struct tensor *t, struct hbuf *h)
-{
-    if (is_f32_contig(t)) {
-        h->p = (float *)tensor__ptr(t);
-        h->owned = 0;
-    } else {
-        h->p = xmalloc_aligned(64, (size_t)tensor_numel(t) * sizeof(float) + 64);
-        h->owned = 1; /* every op writes every element, so no need to load t first */
-    }
-    return h->p;
-}
-
-static inline void hfree(struct hbuf *h)
-{
-    if (h->owned)
-        xfree_aligned(h->p);
-    h->p = NULL;
-    h->owned = 0;
-}
-
-static inline void hout_done(struct tensor *t, struct hbuf *h)
-{
-    if (h->owned)
-        tensor__scatter_f32(t, h->p);
-    hfree(h);
-}
-
 static inline const char *shp(const struct tensor *t, char *buf)
 {
     return t ? tensor_shape_str(t, buf, 96) : "(null)";
 }
 
 /* The first nreq of the n tensors must be present; all present ones must be on one
- * device, whose kind is returned via *cuda. */
-static inline int check_devs(const char *op, struct err *e, int *cuda, int nreq, int n, ...)
+ * device, whose compute backend is returned via *b. */
+static inline int check_devs(const char *op, struct err *e, const struct tensor__backend **b,
+                             int nreq, int n, ...)
 {
     va_list ap;
     struct dev *d = NULL;
     int first = 1;
-    int host = 1;
     va_start(ap, n);
     for (int i = 0; i < n; i++) {
         const struct tensor *t = va_arg(ap, const struct tensor *);
@@ -110,7 +49,6 @@ static inline int check_devs(const char *op, struct err *e, int *cuda, int nreq,
             continue;
         if (first) {
             d = t->_storage->dev;
-            host = is_host(t);
             first = 0;
         } else if (t->_storage->dev != d) {
             va_end(ap);
@@ -118,19 +56,11 @@ static inline int check_devs(const char *op, struct err *e, int *cuda, int nreq,
         }
     }
     va_end(ap);
-    *cuda = !host;
-#ifndef TENSOR_HAVE_CUDA
-    if (!host)
-        return err_set(e, ERR_UNSUPPORTED, "%s: this build has no CUDA backend", op);
-#endif
+    if (!(*b = tensor__backend_for(d)))
+        return err_set(e, ERR_UNSUPPORTED, "%s: this build has no compute backend for '%s'", op,
+                       dev_name(d));
     return 0;
 }
-
-#ifdef TENSOR_HAVE_CUDA
-#define CUDA_OR(call) return (call)
-#else
-#define CUDA_OR(call) return err_set(e, ERR_UNSUPPORTED, "no CUDA backend in this build")
-#endif
 
 static inline int64_t rows_of(const struct tensor *t)
 {

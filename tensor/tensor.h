@@ -4,7 +4,7 @@
  * DESIGN
  *
  * A tensor is metadata (shape, strides, dtype, offset) plus a reference to a
- * refcounted *storage*: one device buffer (memory/device.h) holding the
+ * refcounted *storage*: one device buffer (device/device.h) holding the
  * elements. Views (reshape, slice, permute, ...) are new tensor objects that
  * share the storage and take a reference; the storage is released (dev_free,
  * or the caller's release callback for external memory) when the last tensor
@@ -27,8 +27,8 @@
  * on CUDA: that can fail with ERR_DEVICE_OOM). Unless an op says otherwise,
  * `out` may alias an input exactly (in place) but must not partly overlap one.
  * Every operand of one op must live on the same device; that device's kind
- * picks the backend (decided in one place: check_devs in
- * tensor/dispatch_impl.h).
+ * picks the compute backend (the registry in tensor/backend.c), whose table of
+ * ops (tensor/backend_impl.h) the op calls after checking its arguments.
  *
  * Errors: every op returns 0, or a negative ERR_* code (util/err.h) and fills
  * `e` (may be NULL) with a message such as

@@ -1,11 +1,11 @@
 /*
- * tensor_impl — private contract between the tensor/ sources, the CPU kernels in
- * tensor/cpu/ and the CUDA backend in tensor/cuda/. Not for other layers.
+ * tensor_impl — private contract between the tensor/ sources and the compute
+ * backends in tensor/cpu/ and tensor/cuda/. Not for other layers.
  *
  * The CPU kernels work on raw, contiguous f32 host buffers (so they are tested
- * without any device); the op entry points (dispatch_impl.h) turn tensors into such buffers
- * (converting dtypes and strides through temporaries when needed) and picks the
- * backend by the storage device's kind.
+ * without any device); the CPU backend's ops (cpu/op_*.c, cpu/adapt.h) turn tensors
+ * into such buffers (converting dtypes and strides through temporaries when needed).
+ * The op entry points pick a backend through the table in backend_impl.h.
  *
  * Threads: as tensor.h (one caller at a time; kernels use the internal pool).
  */
@@ -185,9 +185,5 @@ extern int cpu_attn_bk;            /* attention keys per tile */
 
 /* y = sum_k coef[k] * in[k] over n elements; y may alias any input. */
 void cpu_lincomb(float *y, int n_in, const float *coef, const float *const *in, int64_t n);
-
-/* ---- CUDA backend (tensor/cuda/, only in builds with TENSOR_HAVE_CUDA) ------------------ */
-
-#include "cuda/tensor_cuda.h"
 
 #endif

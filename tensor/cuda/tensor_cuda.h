@@ -1,7 +1,7 @@
 /*
- * tensor_cuda — the CUDA backend's entry points, called only from the op entry points
- * (tensor/ops_*.c, copy.c)
- * (private to tensor/). C and C++ (nvcc) both include it.
+ * tensor_cuda — the CUDA backend's entry points, reached only through its table
+ * (cuda/backend.c) and copy.c's host <-> device staging (private to tensor/).
+ * C and C++ (nvcc) both include it.
  *
  * Each function has the contract of the public op of the same name (tensor.h) with
  * arguments already checked and every operand on the same CUDA device. Work is
@@ -15,19 +15,12 @@
 #ifndef LATENTD_TENSOR_CUDA_H
 #define LATENTD_TENSOR_CUDA_H
 
+#include "backend_impl.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-enum tensor__unary {
-    TENSOR__SILU,
-    TENSOR__GELU,
-    TENSOR__QUICK_GELU,
-    TENSOR__SCALE, /* p0 = factor */
-    TENSOR__CLAMP, /* [p0, p1] */
-};
 
 /* Same contracts as the public ops; arguments are already checked, every operand is on
  * the same CUDA device. */
@@ -63,7 +56,7 @@ int tensor__cuda_embedding(struct tensor *out, const struct tensor *table, const
 void tensor__cuda_shutdown(void);
 
 /* Attention score buffer cap and the query chunk it implies (shared with the
- * workspace estimate in ops_elem.c, so the planner's numbers match what runs). */
+ * workspace estimate in workspace.c, so the planner's numbers match what runs). */
 #define TENSOR__CUDA_ATTN_SCORE_BYTES ((size_t)64 << 20)
 static inline int64_t tensor__cuda_attn_chunk(int heads, int64_t tq, int64_t tk)
 {

@@ -1,0 +1,81 @@
+/*
+ * adapt — turning tensors into the CPU kernels' contract, contiguous f32 host
+ * buffers (private to tensor/cpu/).
+ *
+ * An operand that already is contiguous f32 is used in place, anything else (f16/bf16,
+ * strided views) goes through a temporary f32 copy, and a result that cannot be
+ * written in place is computed into a temporary and scattered back. Temporaries are
+ * host memory (xmalloc): on the sim device they are not counted against its budget
+ * (they are workspace, like cuBLAS's).
+ *
+ * Threads: as tensor.h.
+ */
+#ifndef LATENTD_TENSOR_CPU_ADAPT_H
+#define LATENTD_TENSOR_CPU_ADAPT_H
+
+#include "alloc.h"
+#include "../tensor_impl.h"
+
+static inline int is_f32_contig(const struct tensor *t)
+{
+    return t->dtype == TENSOR_F32 && tensor_is_contiguous(t);
+}
+
+struct hbuf {
+    float *p;
+    int owned;
+};
+
+/* A contiguous f32 copy of t (or t's own memory when it already is one). */
+static inline const float *hin(const struct tensor *t, struct hbuf *h)
+{
+    if (!t) {
+        h->p = NULL;
+        h->owned = 0;
+        return NULL;
+    }
+    if (is_f32_contig(t)) {
+        h->p = (float *)tensor__ptr(t);
+        h->owned = 0;
+        return h->p;
+    }
+    h->p = xmalloc_aligned(64, (size_t)tensor_numel(t) * sizeof(float) + 64);
+    h->owned = 1;
+    tensor__gather_f32(h->p, t);
+    return h->p;
+}
+
+/* Where to write t's f32 result; hout_done stores it back. */
+static inline float *hout(struct tensor *t, struct hbuf *h)
+{
+    if (is_f32_contig(t)) {
+        h->p = (float *)tensor__ptr(t);
+        h->owned = 0;
+    } else {
+        h->p = xmalloc_aligned(64, (size_t)tensor_numel(t) * sizeof(float) + 64);
+        h->owned = 1; /* every op writes every element, so no need to load t first */
+    }
+    return h->p;
+}
+
+static inline void hfree(struct hbuf *h)
+{
+    if (h->owned)
+        xfree_aligned(h->p);
+    h->p = NULL;
+    h->owned = 0;
+}
+
+static inline void hout_done(struct tensor *t, struct hbuf *h)
+{
+    if (h->owned)
+        tensor__scatter_f32(t, h->p);
+    hfree(h);
+}
+
+static inline int64_t cpu_rows_of(const struct tensor *t)
+{
+    return tensor_numel(t) / t->shape[t->ndim - 1];
+}
+
+#endif

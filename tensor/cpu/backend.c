@@ -1,0 +1,36 @@
+/*
+ * backend.c — the CPU backend's table: f32 kernels over host memory, for the cpu and
+ * sim devices (and host tensors outside any device). Every op, every dtype (f16/bf16
+ * operands are converted to f32 temporaries, adapt.h).
+ */
+#include "../tensor_impl.h"
+#include "cpu_backend.h"
+
+/* The pool's threads and oneDNN's primitives; both restart on the next op. */
+static void cpu_shutdown(void)
+{
+    tensor__pool_shutdown();
+    cpu_conv_dnnl_release();
+}
+
+const struct tensor__backend tensor__cpu_backend = {
+    .name = "CPU",
+    .dev_kinds = 1u << DEV_KIND_CPU | 1u << DEV_KIND_SIM,
+    .copy = tensor__cpu_copy,
+    .fill = tensor__cpu_fill,
+    .matmul = tensor__cpu_matmul,
+    .linear = tensor__cpu_linear,
+    .linear_geglu = tensor__cpu_linear_geglu,
+    .conv2d = tensor__cpu_conv2d,
+    .group_norm = tensor__cpu_group_norm,
+    .layer_norm = tensor__cpu_layer_norm,
+    .unary = tensor__cpu_unary,
+    .geglu = tensor__cpu_geglu,
+    .softmax = tensor__cpu_softmax,
+    .attention = tensor__cpu_attention,
+    .binary = tensor__cpu_binary,
+    .lincomb = tensor__cpu_lincomb,
+    .upsample = tensor__cpu_upsample,
+    .embedding = tensor__cpu_embedding,
+    .shutdown = cpu_shutdown,
+};

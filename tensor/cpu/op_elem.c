@@ -1,0 +1,128 @@
+/*
+ * op_elem.c — the CPU backend's elementwise, lincomb, upsample, embedding and fill.
+ */
+#include "adapt.h"
+#include "cpu_backend.h"
+
+struct bin_job {
+    float *o;
+    const float *a, *b;
+    int64_t sh[4], sa[4], sb[4];
+    int mul;
+};
+
+static void bin_task(void *ctx, int64_t beg, int64_t end, int tid)
+{
+    struct bin_job *j = ctx;
+    int64_t n3 = j->sh[3];
+    for (int64_t r = beg; r < end; r++) {
+        int64_t i2 = r % j->sh[2], i1 = r / j->sh[2] % j->sh[1], i0 = r / (j->sh[2] * j->sh[1]);
+        const float *a = j->a + i0 * j->sa[0] + i1 * j->sa[1] + i2 * j->sa[2];
+        const float *b = j->b + i0 * j->sb[0] + i1 * j->sb[1] + i2 * j->sb[2];
+        float *o = j->o + r * n3;
+        int64_t a3 = j->sa[3], b3 = j->sb[3];
+        if (j->mul) {
+            if (a3 && b3)
+                for (int64_t i = 0; i < n3; i++) o[i] = a[i] * b[i];
+            else
+                for (int64_t i = 0; i < n3; i++) o[i] = a[i * a3] * b[i * b3];
+        } else {
+            if (a3 && b3)
+                for (int64_t i = 0; i < n3; i++) o[i] = a[i] + b[i];
+            else if (a3)
+                for (int64_t i = 0; i < n3; i++) o[i] = a[i] + b[0];
+            else
+                for (int64_t i = 0; i < n3; i++) o[i] = a[i * a3] + b[i * b3];
+        }
+    }
+}
+
+int tensor__cpu_binary(struct tensor *out, const struct tensor *a, const struct tensor *b,
+                       const struct tensor__bcast *bc, int mul, struct err *e)
+{
+    const int64_t *osh = bc->shape, *sa = bc->stride_a, *sb = bc->stride_b;
+    double pt0 = tensor__prof_t0();
+    struct hbuf ha, hb, ho;
+    const float *pa = hin(a, &ha), *pb = hin(b, &hb);
+    float *po = hout(out, &ho);
+    struct bin_job j = {po, pa, pb, {osh[0], osh[1], osh[2], osh[3]},
+                        {sa[0], sa[1], sa[2], sa[3]}, {sb[0], sb[1], sb[2], sb[3]}, mul};
+    int64_t rows = osh[0] * osh[1] * osh[2];
+    if (tensor_numel(out) < 16384)
+        bin_task(&j, 0, rows, 0);
+    else
+        tensor__pool_for(rows, bin_task, &j);
+    hfree(&ha);
+    hfree(&hb);
+    hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_BIN, pt0, 0);
+    return 0;
+}
+
+int tensor__cpu_lincomb(struct tensor *out, int n, const float *coef,
+                        const struct tensor *const *in, struct err *e)
+{
+    struct hbuf h[8], ho;
+    const float *p[8];
+    for (int i = 0; i < n; i++)
+        p[i] = hin(in[i], &h[i]);
+    float *po = hout(out, &ho);
+    cpu_lincomb(po, n, coef, p, tensor_numel(out));
+    for (int i = 0; i < n; i++)
+        hfree(&h[i]);
+    hout_done(out, &ho);
+    return 0;
+}
+
+int tensor__cpu_upsample(struct tensor *out, const struct tensor *x, struct err *e)
+{
+    double pt0 = tensor__prof_t0();
+    int64_t planes = x->shape[0] * x->shape[1];
+    int64_t h = x->shape[2], w = x->shape[3], ho = out->shape[2], wo = out->shape[3];
+    int64_t *sy = xmalloc((size_t)ho * sizeof(int64_t)), *sx = xmalloc((size_t)wo * sizeof(int64_t));
+    tensor__nearest_map(sy, h, ho);
+    tensor__nearest_map(sx, w, wo);
+    struct hbuf hx, hO;
+    const float *px = hin(x, &hx);
+    float *po = hout(out, &hO);
+    for (int64_t p = 0; p < planes; p++)
+        for (int64_t y = 0; y < ho; y++) {
+            const float *src = px + (p * h + sy[y]) * w;
+            float *dst = po + (p * ho + y) * wo;
+            for (int64_t i = 0; i < wo; i++)
+                dst[i] = src[sx[i]];
+        }
+    xfree(sy);
+    xfree(sx);
+    hfree(&hx);
+    hout_done(out, &hO);
+    tensor__prof_end(TENSOR__PROF_UPSAMPLE, pt0, 0);
+    return 0;
+}
+
+int tensor__cpu_embedding(struct tensor *out, const struct tensor *table, const int32_t *ids,
+                          int64_t n, struct err *e)
+{
+    int64_t dim = table->shape[1];
+    size_t es = tensor_dtype_size(table->dtype);
+    struct hbuf ho;
+    float *po = hout(out, &ho);
+    /* Convert only the rows used: the CLIP table is 49408 x 768, often f16. */
+    for (int64_t i = 0; i < n; i++)
+        tensor_convert_host(po + i * dim, TENSOR_F32,
+                            tensor__ptr(table) + (size_t)ids[i] * (size_t)dim * es, table->dtype,
+                            (size_t)dim);
+    hout_done(out, &ho);
+    return 0;
+}
+
+int tensor__cpu_fill(struct tensor *t, float value, struct err *e)
+{
+    struct hbuf h;
+    float *p = hout(t, &h);
+    int64_t n = tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = value;
+    hout_done(t, &h);
+    return 0;
+}

@@ -1,0 +1,154 @@
+/*
+ * op_linalg.c — the CPU backend's matmul, linear and conv2d: adapters to the GEMM
+ * (gemm.c), the fused linear+geglu (linear.c) and im2col/oneDNN conv (conv.c).
+ */
+#include "adapt.h"
+#include "cpu_backend.h"
+
+/* A matrix operand for sgemm: pointer, leading dim, transposed flag, batch strides. */
+struct mat {
+    const float *p;
+    int64_t ld;
+    int trans;
+    int64_t bs[2], bn[2]; /* batch strides and sizes (right-aligned to 2 batch dims) */
+    struct hbuf h;
+};
+
+static void mat_setup(struct mat *m, const struct tensor *t, int trans)
+{
+    int nd = t->ndim;
+    int64_t r = t->shape[nd - 2], c = t->shape[nd - 1];
+    int64_t sr = t->stride[nd - 2], sc = t->stride[nd - 1];
+    int usable = t->dtype == TENSOR_F32 &&
+                 ((sc == 1 && (sr >= c || r == 1)) || (sr == 1 && (sc >= r || c == 1)));
+    int64_t st[TENSOR_MAX_DIMS];
+    if (usable) {
+        m->h.p = (float *)tensor__ptr(t);
+        m->h.owned = 0;
+        for (int i = 0; i < nd; i++)
+            st[i] = t->stride[i];
+        if (sc == 1 && (sr >= c || r == 1)) {
+            m->ld = r == 1 ? c : sr;
+            m->trans = trans;
+        } else {
+            m->ld = c == 1 ? r : sc;
+            m->trans = !trans;
+        }
+    } else {
+        hin(t, &m->h);
+        tensor__contig_strides(nd, t->shape, st);
+        m->ld = c;
+        m->trans = trans;
+    }
+    if (m->ld < 1)
+        m->ld = 1;
+    m->p = m->h.p;
+    for (int i = 0; i < 2; i++) {
+        int d = nd - 4 + i; /* batch dim i of 2, right-aligned */
+        m->bn[i] = d >= 0 ? t->shape[d] : 1;
+        m->bs[i] = d >= 0 ? st[d] : 0;
+    }
+}
+
+int tensor__cpu_matmul(struct tensor *out, const struct tensor *a, const struct tensor *b,
+                       int trans_a, int trans_b, float alpha, struct err *e)
+{
+    int64_t m = trans_a ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
+    int64_t k = trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    int64_t n = trans_b ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
+    int64_t on[2];
+    for (int i = 0; i < 2; i++) {
+        int d = out->ndim - 4 + i;
+        on[i] = d >= 0 ? out->shape[d] : 1;
+    }
+    double pt0 = tensor__prof_t0();
+    struct mat ma, mb;
+    mat_setup(&ma, a, trans_a);
+    mat_setup(&mb, b, trans_b);
+    struct hbuf ho;
+    float *po;
+    int64_t ldo, os[2];
+    /* The result is written in place when contiguous f32, else via a temporary. */
+    po = hout(out, &ho);
+    ldo = n;
+    os[1] = m * n;
+    os[0] = on[1] * m * n;
+    for (int64_t i0 = 0; i0 < on[0]; i0++)
+        for (int64_t i1 = 0; i1 < on[1]; i1++) {
+            const float *pa = ma.p + (ma.bn[0] > 1 ? i0 * ma.bs[0] : 0) +
+                              (ma.bn[1] > 1 ? i1 * ma.bs[1] : 0);
+            const float *pb = mb.p + (mb.bn[0] > 1 ? i0 * mb.bs[0] : 0) +
+                              (mb.bn[1] > 1 ? i1 * mb.bs[1] : 0);
+            cpu_sgemm(ma.trans, mb.trans, m, n, k, alpha, pa, ma.ld, pb, mb.ld, 0.0f,
+                      po + i0 * os[0] + i1 * os[1], ldo, 0);
+        }
+    hfree(&ma.h);
+    hfree(&mb.h);
+    hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_MATMUL, pt0, 2.0 * (double)m * (double)n * (double)k *
+                                                   (double)on[0] * (double)on[1]);
+    return 0;
+}
+
+int tensor__cpu_linear(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                       const struct tensor *bias, struct err *e)
+{
+    int64_t k = x->shape[x->ndim - 1];
+    double pt0 = tensor__prof_t0();
+    int64_t rows = cpu_rows_of(x), n = w->shape[0];
+    struct hbuf hx, hw, hb, ho;
+    const float *px = hin(x, &hx), *pw = hin(w, &hw), *pb = hin(bias, &hb);
+    float *po = hout(out, &ho);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++)
+            po[r * n + j] = pb ? pb[j] : 0.0f;
+    cpu_sgemm(0, 1, rows, n, k, 1.0f, px, k, pw, k, 1.0f, po, n, 0);
+    hfree(&hx);
+    hfree(&hw);
+    hfree(&hb);
+    hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_LINEAR, pt0, 2.0 * (double)rows * (double)n * (double)k);
+    return 0;
+}
+
+int tensor__cpu_linear_geglu(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                             const struct tensor *bias, struct err *e)
+{
+    if (!cpu_linear_geglu_fused)
+        return tensor__linear_geglu_chunked(out, x, w, bias, e);
+    int64_t k = x->shape[x->ndim - 1];
+    double pt0 = tensor__prof_t0();
+    int64_t rows = cpu_rows_of(x), h = w->shape[0] / 2;
+    struct hbuf hx, hw, hb, ho;
+    const float *px = hin(x, &hx), *pw = hin(w, &hw), *pb = hin(bias, &hb);
+    float *po = hout(out, &ho);
+    cpu_linear_geglu(po, px, pw, pb, rows, k, h);
+    hfree(&hx);
+    hfree(&hw);
+    hfree(&hb);
+    hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_LINEAR, pt0, 4.0 * (double)rows * (double)h * (double)k);
+    return 0;
+}
+
+int tensor__cpu_conv2d(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                       const struct tensor *bias, const struct tensor_conv2d_opts *o,
+                       struct err *e)
+{
+    int64_t co = w->shape[0], ci = w->shape[1];
+    int64_t kh = w->ndim == 4 ? w->shape[2] : 1, kw = w->ndim == 4 ? w->shape[3] : 1;
+    int64_t ho = out->shape[2], wo = out->shape[3];
+    double pt0 = tensor__prof_t0();
+    struct hbuf hx, hw, hb, ho_;
+    const float *px = hin(x, &hx), *pw = hin(w, &hw), *pb = hin(bias, &hb);
+    float *po = hout(out, &ho_);
+    cpu_conv2d(po, px, pw, pb, x->shape[0], ci, x->shape[2], x->shape[3], co, kh, kw, o);
+    hfree(&hx);
+    hfree(&hw);
+    hfree(&hb);
+    hout_done(out, &ho_);
+    tensor__prof_end(kh * kw == 1 ? TENSOR__PROF_CONV1 : TENSOR__PROF_CONV3, pt0,
+                     2.0 * (double)x->shape[0] * (double)co * (double)ci * (double)(kh * kw) *
+                         (double)(ho * wo));
+    return 0;
+}
