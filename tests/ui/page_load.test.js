@@ -30,6 +30,9 @@ test("default graph is loaded and drawn", async () => {
   assert.ok(g.links.some((l) => l[0] === 4 && l[2] === 3 && l[4] === "MODEL"), "checkpoint MODEL feeds the sampler");
   assert.ok(g.links.some((l) => l[0] === 8 && l[2] === 9 && l[4] === "IMAGE"), "decoded IMAGE feeds SaveImage");
   assert.strictEqual(g.socket, "connected");
+  // No checkpoint in this server's models/checkpoints: the page says where one goes.
+  assert.match(await ui.page.textContent("#hint-banner"), /No checkpoint found.*models\/checkpoints/);
+  assert.strictEqual(await ui.page.isVisible("#hint-banner"), true);
   assert.ok(g.registered >= Object.keys(info).length, "every /object_info class is registered");
 
   const missing = g.nodes.filter((n) => !info[n.type]).map((n) => n.type);
@@ -108,12 +111,13 @@ test("add-node menu by category, and the search box", async () => {
   await page.locator(`.litemenu-entry:text-is('${def.display_name || cls}')`).click();
   await page.waitForFunction((n) => window.app.graph._nodes.length === n + 1, n0);
   assert.strictEqual(await page.evaluate(() => window.app.graph._nodes.at(-1).type), cls);
-  // Double-click empty canvas -> search box -> type the class name -> Enter.
+  // Double-click empty canvas -> search box -> type the class name -> Enter (search.test.js
+  // covers titles, typos and links).
   await page.mouse.dblclick(box.x + 60, box.y + box.h - 60);
-  const input = page.locator(".litesearchbox input").first();
+  const input = page.locator(".node-search input").first();
   await input.waitFor();
   await input.type(cls);
-  await page.waitForSelector(".litesearchbox .litegraph.lite-search-item");
+  await page.waitForSelector(`.node-search .result[data-type="${cls}"]`);
   await h.screenshot(page, "page_load_search");
   await input.press("Enter");
   await page.waitForFunction((n) => window.app.graph._nodes.length === n + 2, n0);
@@ -145,6 +149,22 @@ test("multi-line text is edited in place", async () => {
   await ta.press("Escape");
   await ta.waitFor({ state: "detached" });
   assert.strictEqual(await page.evaluate((id) => window.app.graph.getNodeById(id).widgets[0].value, id), "first line\nsecond line");
+  // The text box grows with its node: drag the node's bottom-right corner down.
+  const before = await page.evaluate((id) => window.app.graph.getNodeById(id).widgets[0]._h, id);
+  const corner = await page.evaluate((id) => { const n = window.app.graph.getNodeById(id); return [n.pos[0] + n.size[0] - 3, n.pos[1] + n.size[1] - 3]; }, id);
+  const from = await h.screenPos(page, corner);
+  await page.waitForTimeout(350); // not a double click
+  await h.drag(page, from, { x: from.x + 40, y: from.y + 150 });
+  await page.waitForTimeout(100);
+  const grown = await page.evaluate((id) => { const n = window.app.graph.getNodeById(id); return { h: n.widgets[0]._h, scale: window.app.canvas.ds.scale }; }, id);
+  assert.ok(grown.h >= before + 140 / grown.scale - 5, `text box ${before} -> ${grown.h}`);
+  await page.waitForTimeout(350);
+  await page.mouse.click(c.x, c.y);
+  await ta.waitFor();
+  const tah = await ta.evaluate((t) => t.getBoundingClientRect().height);
+  assert.ok(Math.abs(tah - grown.h * grown.scale) < 3, `the editor covers the grown box: ${tah}`);
+  await h.screenshot(page, "page_load_text_grown");
+  await ta.press("Escape");
   await page.evaluate((id) => window.app.graph.remove(window.app.graph.getNodeById(id)), id);
 });
 

@@ -81,6 +81,44 @@ test("edit a widget, queue, see the image on the node and in history", async () 
   assert.deepStrictEqual(ui.errors, []);
 });
 
+// Right-click a node that shows an image: Open / Save / Copy Image (ComfyUI's node menu).
+async function nodeMenu(page, id, entry) {
+  const p = await h.titlePos(page, id);
+  await page.mouse.click(p.x, p.y, { button: "right" });
+  await page.locator(`.litemenu-entry:has-text("${entry}")`).first().click();
+}
+
+test("image actions: open, save and copy the output and the preview image", async () => {
+  const { page } = ui;
+  const want = await page.evaluate(() => decodeURIComponent(/filename=([^&]+)/.exec(window.app.graph.getNodeById(3).imgs[0].src)[1]));
+  const [dl] = await Promise.all([page.waitForEvent("download"), nodeMenu(page, 3, "Save Image")]);
+  assert.strictEqual(dl.suggestedFilename(), want, "saved under the output's file name");
+  const saved = require("fs").readFileSync(await dl.path());
+  assert.strictEqual(saved.readUInt32BE(16), 80, "the downloaded file is the 80 px wide PNG");
+  const [popup] = await Promise.all([page.context().waitForEvent("page"), nodeMenu(page, 4, "Open Image")]);
+  await popup.waitForLoadState();
+  assert.match(popup.url(), /\/api\/view\?.*type=temp/, "PreviewImage's temp image opens in a new tab");
+  await popup.close();
+  await page.context().grantPermissions(["clipboard-read", "clipboard-write"], { origin: srv.url });
+  await nodeMenu(page, 3, "Copy Image");
+  await page.waitForFunction(() => /copied/.test(document.getElementById("status-text").textContent));
+  const clip = await page.evaluate(async () => {
+    const items = await navigator.clipboard.read();
+    const blob = await items[0].getType("image/png");
+    const bmp = await createImageBitmap(blob);
+    return [items[0].types, bmp.width, bmp.height];
+  });
+  assert.deepStrictEqual(clip, [["image/png"], 80, 48]);
+  const p = await h.titlePos(page, 3);
+  await page.mouse.click(p.x, p.y, { button: "right" });
+  await page.locator('.litemenu-entry:has-text("Copy Image")').waitFor();
+  await h.screenshot(page, "image_actions_menu");
+  await page.waitForTimeout(350); // not a double click
+  const box = await page.evaluate(() => window.app.canvas.canvas.getBoundingClientRect().toJSON());
+  await page.mouse.click(box.left + 10, box.bottom - 10); // empty canvas, away from the menu: closes it
+  await page.locator(".litecontextmenu").waitFor({ state: "detached" });
+});
+
 test("a history entry's workflow can be loaded back", async () => {
   const { page } = ui;
   const want = await page.evaluate(() => window.app.graph._nodes.map((n) => n.type).sort());

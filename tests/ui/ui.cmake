@@ -6,7 +6,7 @@
 find_program(LATENTD_NODE_EXE node)
 if(LATENTD_NODE_EXE)
   set(ui_dir ${CMAKE_CURRENT_LIST_DIR})
-  foreach(t page_load queue_image sampler_preview broken_graph interrupt png_drop upload undo_shortcuts search workflows)
+  foreach(t page_load queue_image sampler_preview broken_graph interrupt png_drop upload undo_shortcuts search workflows queue_history)
     add_test(NAME ui_${t} COMMAND ${LATENTD_NODE_EXE} ${ui_dir}/run.js ${ui_dir}/${t}.test.js
              WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
     set_tests_properties(ui_${t} PROPERTIES LABELS ui SKIP_RETURN_CODE 77 TIMEOUT 180 RUN_SERIAL ON

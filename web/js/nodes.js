@@ -4,6 +4,7 @@
 // LiteGraph.isValidConnection only lets matching types connect ("*" and comma lists as
 // litegraph defines them). Hidden inputs are not shown (the server fills them).
 import { api } from "./api.js";
+import { imageMenuOptions } from "./image_actions.js";
 
 const LG = window.LiteGraph;
 export const SEED_CONTROL_VALUES = ["fixed", "increment", "decrement", "randomize"];
@@ -435,6 +436,8 @@ export function registerNodeTypes(objectInfo) {
             add.push({ content: `Convert ${w.name} back to widget`, callback: () => { this.removeInput(idx); this.syncWidgetInputs(); } });
           }
         }
+        const img = imageMenuOptions(this);
+        if (img) add.push(...img, null);
         return add.length ? add : null; // litegraph puts these at the top of the node menu
       }
     }

@@ -2,6 +2,7 @@
 // missing-node banner. All lists are rebuilt from the server's answers (GET /queue,
 // /history, /system_stats) whenever a WS event says they changed.
 import { api } from "./api.js";
+import { promptSummary, firstWords, historyTimes, fmtClock, fmtDuration } from "./prompt_info.js";
 
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -65,23 +66,41 @@ export class Panels {
 
   refreshAll() { this.refreshQueue(); this.refreshHistory(); this.refreshSystem(); }
 
-  // --- queue -----------------------------------------------------------------------
+  // --- queue and history rows ------------------------------------------------------
+  // Status, duration and the actions on the first line (the actions never wrap), the times
+  // on the second, seed and the first words of the positive prompt on the third.
+  promptRow(cls, id, prompt, { tag, duration = "", times, actions }) {
+    const info = promptSummary(prompt);
+    const text = info.positive ? firstWords(info.positive) : "";
+    return el("div", { class: `item ${cls}`, "data-prompt-id": id },
+      el("div", { class: "row" },
+        el("span", { class: "tag" }, tag),
+        el("span", { class: "dur" }, duration),
+        el("span", { class: "acts" }, ...actions)),
+      el("div", { class: "row when", title: `prompt ${id}` }, times),
+      el("div", { class: "row info" },
+        info.seed != null ? el("span", { class: "seed" }, `seed ${info.seed}`) : null,
+        el("span", { class: "words", title: info.positive || "" }, text || `${Object.keys(prompt || {}).length} nodes`)));
+  }
+
   async refreshQueue() {
     let q;
     try { q = await api.getQueue(); } catch { return; }
     const root = document.getElementById("queue-list");
     root.replaceChildren();
     const row = (item, running) => {
-      const [number, id, prompt] = item;
-      const n = Object.keys(prompt || {}).length;
-      return el("div", { class: `item ${running ? "running" : "pending"}`, "data-prompt-id": id },
-        el("span", { class: "tag" }, running ? "running" : `#${number}`),
-        el("span", { class: "pid", title: id }, id.slice(0, 8)),
-        el("span", { class: "meta" }, `${n} nodes`),
-        running
-          ? el("button", { onclick: () => api.interrupt() }, "interrupt")
-          : el("button", { onclick: async () => { await api.deleteQueueItems([id]); this.refreshQueue(); } }, "delete"),
-        el("button", { onclick: () => this.loadFromItem(item) }, "load"));
+      const [number, id, prompt, extra] = item;
+      const queued = extra?.create_time ?? null;
+      const started = running ? this.app.myPrompts[id]?.startedAt ?? null : null;
+      const times = `queued ${fmtClock(queued)}${running ? ` · started ${fmtClock(started)}` : ""}`;
+      return this.promptRow(running ? "running" : "pending", id, prompt, {
+        tag: running ? "running" : `#${number}`, times, duration: running && started ? fmtDuration(Date.now() - started) : "",
+        actions: [
+          running
+            ? el("button", { onclick: () => api.interrupt() }, "interrupt")
+            : el("button", { onclick: async () => { await api.deleteQueueItems([id]); this.refreshQueue(); } }, "delete"),
+          el("button", { onclick: () => this.loadFromItem(item) }, "load")],
+      });
     };
     for (const it of q.queue_running || []) root.append(row(it, true));
     const pending = (q.queue_pending || []).slice().sort((a, b) => a[0] - b[0]);
@@ -96,7 +115,6 @@ export class Panels {
     else if (item[2]) this.app.loadGraphData(item[2]);
   }
 
-  // --- history ---------------------------------------------------------------------
   async refreshHistory() {
     let h;
     try { h = await api.getHistory(200); } catch { return; }
@@ -110,19 +128,21 @@ export class Panels {
       const thumbs = el("div", { class: "thumbs" });
       for (const img of images.slice(0, 8)) {
         const url = api.viewUrl(img);
-        thumbs.append(el("img", { src: url, title: img.filename, loading: "lazy", onclick: () => this.openLightbox(url) }));
+        thumbs.append(el("img", { src: url, title: img.filename, loading: "lazy", onclick: () => this.openLightbox(url, img) }));
       }
       const msgs = status.messages || [];
       const last = msgs.length ? msgs[msgs.length - 1][0] : "";
       const label = status.status_str === "success" ? "success" : last === "execution_interrupted" ? "interrupted" : (status.status_str || "?");
-      root.append(el("div", { class: `item hist ${label}`, "data-prompt-id": id },
-        el("div", { class: "row" },
-          el("span", { class: "tag" }, label),
-          el("span", { class: "pid", title: id }, id.slice(0, 8)),
-          el("span", { class: "meta" }, `${images.length} image${images.length === 1 ? "" : "s"}`),
+      const t = historyTimes(entry);
+      const times = `queued ${fmtClock(t.queued)} · started ${fmtClock(t.started)}`;
+      const item = this.promptRow(`hist ${label}`, id, entry.prompt?.[2], {
+        tag: label, times, duration: t.started != null && t.ended != null ? fmtDuration(t.ended - t.started) : "",
+        actions: [
           el("button", { onclick: () => this.loadFromItem(entry.prompt || []) }, "load"),
-          el("button", { onclick: async () => { await api.deleteHistoryItems([id]); this.refreshHistory(); } }, "delete")),
-        errorLine(msgs), thumbs));
+          el("button", { onclick: async () => { await api.deleteHistoryItems([id]); this.refreshHistory(); } }, "delete")],
+      });
+      item.append(...[errorLine(msgs), images.length ? thumbs : null].filter(Boolean));
+      root.append(item);
     }
     if (!entries.length) root.append(el("div", { class: "empty" }, "no history"));
     const all = [];
