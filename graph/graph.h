@@ -72,8 +72,15 @@ void graph_free(struct graph_ctx *g);
 
 /* ---- validation (HTTP threads) ------------------------------------------------- */
 
+/* A prompt in native form: nodes, links resolved to indices, constants typed for
+ * their declared inputs. Made by validation (or graph_prompt_parse), run by
+ * graph_execute. It borrows the JSON it was made from, which must outlive it. */
+struct graph_prompt;
+
 struct graph_validation {
     int ok;            /* 1: queue it (some outputs may still have node_errors) */
+    struct graph_prompt *prompt; /* owned; when ok: the coerced prompt in native form,
+                                    for graph_job.native (free with graph_prompt_free) */
     cJSON *error;      /* owned; {"type","message","details","extra_info"} or NULL when ok */
     cJSON *node_errors;/* owned; always an object, possibly empty */
     cJSON *outputs;    /* owned; array of output node ids (strings) to execute, valid ones only */
@@ -86,7 +93,14 @@ struct graph_validation {
  * Returns 0 (even when the prompt is invalid: see out->ok); <0 only on internal error.
  */
 int graph_validate(struct graph_ctx *g, cJSON *prompt, struct graph_validation *out);
+/* Frees everything still owned, prompt included (take it first to keep it). */
 void graph_validation_release(struct graph_validation *v);
+
+/* A prompt validated earlier (a job restored from the store) in native form, without
+ * validating again; NULL when `prompt` is not an object. Borrows `prompt`. Any thread;
+ * free with graph_prompt_free (NULL is a no-op). */
+struct graph_prompt *graph_prompt_parse(struct graph_ctx *g, cJSON *prompt);
+void graph_prompt_free(struct graph_prompt *p);
 
 /*
  * /object_info: every node class (class_name NULL) or one ("{}" when unknown), as
@@ -112,7 +126,10 @@ struct graph_events {
 
 struct graph_job {
     const char *prompt_id;
-    cJSON *prompt;             /* borrowed; validated and coerced */
+    cJSON *prompt;             /* borrowed; validated and coerced (the PROMPT hidden input) */
+    /* Borrowed: `prompt` in native form, what the executor runs. NULL: the executor
+     * parses `prompt` itself (tests and fuzzers that run raw prompts). */
+    const struct graph_prompt *native;
     cJSON *extra_data;         /* borrowed; may be NULL (extra_pnginfo goes into PNGs) */
     cJSON *outputs_to_execute; /* borrowed; array of node ids */
 };

@@ -39,7 +39,7 @@ void graph__send_ev(struct run *r, const char *type, cJSON *data, int record)
 static cJSON *pstate_entry(struct run *r, int n)
 {
     const struct xnode *x = &r->x[n];
-    const char *id = r->p.nodes[n].id;
+    const char *id = r->p->nodes[n].id;
     cJSON *e = cJSON_CreateObject();
     cJSON_AddNumberToObject(e, "value", x->pv);
     cJSON_AddNumberToObject(e, "max", x->pmax);
@@ -61,10 +61,10 @@ static void send_progress_state(struct run *r, int changed)
     cJSON *nodes = cJSON_AddObjectToObject(d, "nodes");
     if (r->n_started <= PROGRESS_SNAPSHOT_MAX) {
         for (int i = 0; i < r->n_started; i++)
-            cJSON_AddItemToObject(nodes, r->p.nodes[r->started[i]].id, pstate_entry(r, r->started[i]));
+            cJSON_AddItemToObject(nodes, r->p->nodes[r->started[i]].id, pstate_entry(r, r->started[i]));
     } else {
         /* Nodes run one at a time, so the changed node is the only running one. */
-        cJSON_AddItemToObject(nodes, r->p.nodes[changed].id, pstate_entry(r, changed));
+        cJSON_AddItemToObject(nodes, r->p->nodes[changed].id, pstate_entry(r, changed));
     }
     graph__send_ev(r, "progress_state", d, 0);
 }
@@ -91,7 +91,7 @@ void graph__send_executed(struct run *r, int n, const cJSON *ui)
 {
     if (!graph__want_events(r))
         return;
-    const char *id = r->p.nodes[n].id;
+    const char *id = r->p->nodes[n].id;
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "node", id);
     cJSON_AddStringToObject(d, "display_node", id);
@@ -102,7 +102,7 @@ void graph__send_executed(struct run *r, int n, const cJSON *ui)
 
 static cJSON *current_inputs(struct run *r, int n, struct value **in)
 {
-    const struct gnode *gn = &r->p.nodes[n];
+    const struct gnode *gn = &r->p->nodes[n];
     cJSON *o = cJSON_CreateObject();
     for (int k = 0; k < gn->n_in; k++) {
         const struct value *v = in[k];
@@ -134,13 +134,13 @@ static cJSON *current_inputs(struct run *r, int n, struct value **in)
 void graph__send_failure(struct run *r, int n, int interrupted, const char *exc_type,
                          const char *msg, struct value **in)
 {
-    const struct gnode *gn = &r->p.nodes[n];
+    const struct gnode *gn = &r->p->nodes[n];
     cJSON *d = graph__base_data(r);
     cJSON_AddStringToObject(d, "node_id", gn->id);
     cJSON_AddStringToObject(d, "node_type", gn->cls->name);
     cJSON *ex = cJSON_AddArrayToObject(d, "executed");
     for (int i = 0; i < r->n_executed; i++)
-        cJSON_AddItemToArray(ex, cJSON_CreateString(r->p.nodes[r->executed[i]].id));
+        cJSON_AddItemToArray(ex, cJSON_CreateString(r->p->nodes[r->executed[i]].id));
     if (!interrupted) {
         struct buf m;
         buf_init(&m);
@@ -151,8 +151,8 @@ void graph__send_failure(struct run *r, int n, int interrupted, const char *exc_
         cJSON_AddItemToObject(d, "traceback", cJSON_CreateArray());
         cJSON_AddItemToObject(d, "current_inputs", in ? current_inputs(r, n, in) : cJSON_CreateObject());
         cJSON *cur = cJSON_AddArrayToObject(d, "current_outputs");
-        for (int i = 0; i < r->p.n; i++)
-            cJSON_AddItemToArray(cur, cJSON_CreateString(r->p.nodes[i].id));
+        for (int i = 0; i < r->p->n; i++)
+            cJSON_AddItemToArray(cur, cJSON_CreateString(r->p->nodes[i].id));
     }
     cJSON_AddNumberToObject(d, "timestamp", (double)clock_wall_ms());
     graph__send_ev(r, interrupted ? "execution_interrupted" : "execution_error", d, 1);
@@ -179,7 +179,7 @@ int graph__hook_image(void *user, double value, double max, const uint8_t *px, i
         struct buf png;
         buf_init(&png);
         if (node_png_encode(px, w, h, c, 1, &png) == 0)
-            r->ev->preview(r->ev->user, 2, png.ptr, png.len, r->p.nodes[n].id, r->job->prompt_id);
+            r->ev->preview(r->ev->user, 2, png.ptr, png.len, r->p->nodes[n].id, r->job->prompt_id);
         buf_release(&png);
     }
     if (graph__want_events(r)) {
@@ -187,7 +187,7 @@ int graph__hook_image(void *user, double value, double max, const uint8_t *px, i
         cJSON_AddNumberToObject(d, "value", value);
         cJSON_AddNumberToObject(d, "max", max);
         cJSON_AddStringToObject(d, "prompt_id", r->job->prompt_id);
-        cJSON_AddStringToObject(d, "node", r->p.nodes[n].id);
+        cJSON_AddStringToObject(d, "node", r->p->nodes[n].id);
         graph__send_ev(r, "progress", d, 0);
     }
     return 0;

@@ -28,6 +28,10 @@ struct gin {
     cJSON *json;   /* borrowed from the prompt; NULL when the input is absent */
     int32_t src;   /* index of the source node for a link, else -1 */
     int32_t slot;  /* output slot of the link */
+    /* Owned reference: the constant as a value of its declared type, made once by
+     * gprompt_type_constants after validation coerced the JSON. NULL for a link, an
+     * absent input, or a constant on a socket input (the executor reports that). */
+    struct value *konst;
 };
 
 struct gnode {
@@ -59,6 +63,16 @@ struct gprompt {
  */
 int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *prompt);
 void gprompt_release(struct gprompt *p);
+/* Type every constant input of every known node (gin.konst) from its JSON. Call once
+ * the JSON is final (after validation's coercion); any thread. */
+void gprompt_type_constants(struct gprompt *p);
+
+/* graph.h's opaque native prompt: the parsed prompt with typed constants, and the
+ * JSON it borrows (kept for the PROMPT hidden input). */
+struct graph_prompt {
+    struct gprompt p;
+    cJSON *json; /* borrowed (the job owns it); must outlive this */
+};
 /* Node index by id, or -1. */
 int gprompt_find(const struct gprompt *p, const char *id);
 

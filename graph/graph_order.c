@@ -61,15 +61,15 @@ static int32_t heap_pop(struct run *r, struct heap *h)
  * of pending nodes. */
 int graph__build_pending(struct run *r)
 {
-    int n = r->p.n, order = 0;
+    int n = r->p->n, order = 0;
     size_t n_edges = 0, cap_edges = 0;
     int32_t *esrc = NULL, *edst = NULL;
     int32_t *stack = NULL;
     size_t sp = 0, cap_stack = 0;
     const cJSON *outs = r->job->outputs_to_execute;
     for (const cJSON *o = outs ? outs->child : NULL; o; o = o->next) {
-        int root = cJSON_IsString(o) ? gprompt_find(&r->p, o->valuestring) : -1;
-        if (root < 0 || !r->p.nodes[root].cls)
+        int root = cJSON_IsString(o) ? gprompt_find(r->p, o->valuestring) : -1;
+        if (root < 0 || !r->p->nodes[root].cls)
             continue;
         sp = 0;
         if (cap_stack == 0) {
@@ -83,7 +83,7 @@ int graph__build_pending(struct run *r)
                 continue;
             r->x[u].pending = 1;
             r->x[u].order = order++;
-            const struct gnode *gn = &r->p.nodes[u];
+            const struct gnode *gn = &r->p->nodes[u];
             size_t first_edge = n_edges;
             for (int j = 0; j < gn->n_keys; j++) {
                 int s = gn->in[gn->key_order[j]].src;
@@ -135,17 +135,17 @@ int graph__build_pending(struct run *r)
         if (!x->pending)
             continue;
         int rank = 3;
-        if (node_class_is_output(r->p.nodes[i].cls)) {
+        if (node_class_is_output(r->p->nodes[i].cls)) {
             rank = 0;
         } else {
             for (int d = 0; d < x->n_dep && rank > 1; d++) {
                 const struct xnode *y = &r->x[r->deps[x->dep_off + d]];
-                if (node_class_is_output(r->p.nodes[r->deps[x->dep_off + d]].cls)) {
+                if (node_class_is_output(r->p->nodes[r->deps[x->dep_off + d]].cls)) {
                     rank = 1;
                     break;
                 }
                 for (int e = 0; e < y->n_dep && rank > 2; e++)
-                    if (node_class_is_output(r->p.nodes[r->deps[y->dep_off + e]].cls))
+                    if (node_class_is_output(r->p->nodes[r->deps[y->dep_off + e]].cls))
                         rank = 2;
             }
         }
@@ -173,7 +173,7 @@ int graph__pick_next(struct run *r)
  */
 static void release_sources(struct run *r, int n)
 {
-    const struct gnode *gn = &r->p.nodes[n];
+    const struct gnode *gn = &r->p->nodes[n];
     for (int k = 0; k < gn->n_in; k++) {
         int s = gn->in[k].src;
         if (s < 0 || !r->x[s].pending)
@@ -182,9 +182,9 @@ static void release_sources(struct run *r, int n)
         for (int j = 0; j < k && !dup; j++)
             dup = gn->in[j].src == s;
         struct xnode *x = &r->x[s];
-        if (dup || --x->remaining > 0 || x->ui || node_class_is_output(r->p.nodes[s].cls) || !x->out)
+        if (dup || --x->remaining > 0 || x->ui || node_class_is_output(r->p->nodes[s].cls) || !x->out)
             continue;
-        for (int o = 0; o < r->p.nodes[s].n_out; o++)
+        for (int o = 0; o < r->p->nodes[s].n_out; o++)
             value_unref(x->out[o]);
         xfree(x->out);
         x->out = NULL;

@@ -1,14 +1,15 @@
 /*
  * The API-format prompt parsed into native structs: node array in prompt key
- * order, inputs by declared index, links resolved to node indices. Everything the
- * validator and executor need after this point is here; the JSON is only kept for
- * constants (which validation coerces in place).
+ * order, inputs by declared index, links resolved to node indices, and (once
+ * validation has coerced the JSON in place) constants as typed values. Validation
+ * hands this object to the executor (struct graph_prompt), so a queued prompt is
+ * parsed and typed once; the executor never reads an input's JSON.
  */
 #include <math.h>
 #include <string.h>
 
 #include "alloc.h"
-#include "graph_internal.h"
+#include "graph_run.h"
 #include "strhash.h"
 
 
@@ -32,6 +33,9 @@ int gprompt_find(const struct gprompt *p, const char *id)
 
 void gprompt_release(struct gprompt *p)
 {
+    for (int i = 0; i < p->n; i++)
+        for (int k = 0; k < p->nodes[i].n_in && p->nodes[i].cls; k++)
+            value_unref(p->nodes[i].in[k].konst);
     xfree(p->nodes);
     xfree(p->ins);
     xfree(p->keys);
@@ -97,6 +101,7 @@ int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *pro
             g->in[k].json = NULL;
             g->in[k].src = -1;
             g->in[k].slot = -1;
+            g->in[k].konst = NULL;
         }
         cJSON *inputs = cJSON_GetObjectItemCaseSensitive(g->json, "inputs");
         if (!cJSON_IsObject(inputs))
@@ -125,4 +130,38 @@ int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *pro
         }
     }
     return 0;
+}
+
+void gprompt_type_constants(struct gprompt *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        struct gnode *g = &p->nodes[i];
+        for (int k = 0; g->cls && k < g->n_in; k++) {
+            struct gin *in = &g->in[k];
+            value_unref(in->konst);
+            in->konst = in->json && !gjson_is_link(in->json)
+                            ? graph__const_value(&g->cls->inputs[k], in->json)
+                            : NULL;
+        }
+    }
+}
+
+struct graph_prompt *graph_prompt_parse(struct graph_ctx *g, cJSON *prompt)
+{
+    struct graph_prompt *np = xcalloc(1, sizeof(*np));
+    if (gprompt_parse(&np->p, g->reg, prompt) < 0) {
+        xfree(np);
+        return NULL;
+    }
+    gprompt_type_constants(&np->p);
+    np->json = prompt;
+    return np;
+}
+
+void graph_prompt_free(struct graph_prompt *np)
+{
+    if (!np)
+        return;
+    gprompt_release(&np->p);
+    xfree(np);
 }

@@ -1,6 +1,7 @@
 /*
  * graph_run — the state of one prompt's execution, shared by the executor's files:
- * graph_exec.c (running nodes, the prompt loop), graph_order.c (which nodes run and
+ * graph_exec.c (the prompt loop, progress hooks), graph_node.c (one node's turn),
+ * graph_order.c (which nodes run and
  * in what order), graph_sig.c (signatures and the cache policy) and
  * graph_events.c (the events and history messages). Private to graph/.
  *
@@ -40,7 +41,8 @@ struct run {
     const struct graph_job *job;
     const struct graph_events *ev;
     struct graph_result *res;
-    struct gprompt p;
+    const struct gprompt *p;     /* borrowed from job->native, or from parsed */
+    struct graph_prompt *parsed; /* owned: job->prompt parsed here when job->native is NULL */
     struct xnode *x;
     int32_t *deps;
     struct heap heaps[4];
@@ -80,6 +82,12 @@ void graph__policy_start(struct run *r);
 void graph__policy_end(struct run *r);
 /* A validated constant as a value of the input's type; NULL for socket types. */
 struct value *graph__const_value(const struct node_input_def *in, const cJSON *v);
+
+/* graph_node.c: one node's turn (cache, bind, run, publish or failure). Returns 1
+ * when the prompt must stop. */
+int graph__execute_node(struct run *r, int n);
+/* Drop instance state of (id, class) pairs absent from this run's prompt. */
+void graph__instances_retain(struct run *r);
 
 /* graph_order.c: the pending set and ComfyUI's order. */
 int graph__build_pending(struct run *r); /* returns the number of pending nodes */

@@ -89,11 +89,11 @@ static void hash_json(struct ghash *h, const cJSON *v)
 /* IS_CHANGED: the node's fingerprint of outside state, from its constant inputs. */
 static int node_fingerprint(struct run *r, int n, struct buf *out)
 {
-    const struct gnode *gn = &r->p.nodes[n];
+    const struct gnode *gn = &r->p->nodes[n];
     struct value **in = xcalloc((size_t)(gn->n_in ? gn->n_in : 1), sizeof(*in));
     for (int k = 0; k < gn->n_in; k++)
-        if (gn->in[k].json && !gjson_is_link(gn->in[k].json))
-            in[k] = graph__const_value(&gn->cls->inputs[k], gn->in[k].json);
+        if (gn->in[k].konst)
+            in[k] = value_ref(gn->in[k].konst);
     struct node_ctx c;
     node_ctx_init(&c, gn->cls, gn->id, &r->g->env, in, NULL);
     c.prompt_id = r->job->prompt_id;
@@ -120,7 +120,7 @@ static void sort_inputs(const struct gnode *gn, int *idx)
 /* Compute node n's signature once its sources have theirs. */
 static void sig_one(struct run *r, int n)
 {
-    const struct gnode *gn = &r->p.nodes[n];
+    const struct gnode *gn = &r->p->nodes[n];
     struct xnode *x = &r->x[n];
     struct ghash h;
     ghash_init(&h);
@@ -174,7 +174,7 @@ static void sig_one(struct run *r, int n)
 /* Signatures for every node (iterative post-order; nodes in cycles get none). */
 void graph__compute_sigs(struct run *r)
 {
-    int n = r->p.n;
+    int n = r->p->n;
     int32_t *st = xmalloc((size_t)(n ? n : 1) * 2 * sizeof(int32_t));
     for (int root = 0; root < n; root++) {
         if (r->x[root].sig_state)
@@ -185,7 +185,7 @@ void graph__compute_sigs(struct run *r)
         r->x[root].sig_state = 1;
         while (sp > 0) {
             int node = st[sp - 2], k = st[sp - 1];
-            const struct gnode *gn = &r->p.nodes[node];
+            const struct gnode *gn = &r->p->nodes[node];
             int pushed = 0;
             while (k < gn->n_in) {
                 int s = gn->in[k++].src;
@@ -228,7 +228,7 @@ void graph__policy_start(struct run *r)
         gcache_clear(&g->cache);
         return;
     }
-    for (int i = 0; i < r->p.n; i++) {
+    for (int i = 0; i < r->p->n; i++) {
         struct gcache_entry *e = graph__cached(r, i);
         if (e) {
             e->used_now = g->gen;

@@ -705,7 +705,15 @@ int graph_validate_targets(struct graph_ctx *g, cJSON *prompt, const cJSON *targ
     xfree(stack);
     xfree(outs);
     buf_release(&d);
-    gprompt_release(&p);
+    if (out->ok) {
+        /* The JSON is final now: type the constants once and hand the whole over. */
+        out->prompt = xcalloc(1, sizeof(*out->prompt));
+        out->prompt->p = p;
+        out->prompt->json = prompt;
+        gprompt_type_constants(&out->prompt->p);
+    } else {
+        gprompt_release(&p);
+    }
     return 0;
 }
 
@@ -719,5 +727,6 @@ void graph_validation_release(struct graph_validation *v)
     cJSON_Delete(v->error);
     cJSON_Delete(v->node_errors);
     cJSON_Delete(v->outputs);
+    graph_prompt_free(v->prompt);
     memset(v, 0, sizeof(*v));
 }

@@ -16,12 +16,15 @@
 
 #include <cjson/cJSON.h>
 
+#include "graph.h"
+
 struct srv_job {
     int64_t row_id;     /* job store row */
     char *prompt_id;    /* owned */
     double number;      /* sort key */
     char *number_text;  /* owned: JSON literal, "3" or "7.0" */
     cJSON *prompt;      /* owned: coerced prompt */
+    struct graph_prompt *native; /* owned: `prompt` in native form (borrows it) */
     cJSON *extra_data;  /* owned: object, includes client_id */
     cJSON *outputs;     /* owned: array of output node ids */
     char *client_id;    /* owned or NULL */
@@ -67,6 +70,18 @@ struct srv_job *srv_queue_wait_pop(struct srv_queue *q);
 struct srv_job *srv_queue_finish_running(struct srv_queue *q);
 
 void srv_queue_wake(struct srv_queue *q);
+
+/*
+ * Executor thread, shared store (the queue is in the database; this one only lists the
+ * job this process runs): wait up to timeout_ms for srv_queue_wake or srv_queue_stop.
+ * Returns 1 when woken (the wake is consumed), 0 on timeout, -1 when stopping.
+ */
+int srv_queue_wait_wake(struct srv_queue *q, int timeout_ms);
+/* Executor thread, shared store: `j` (claimed from the store) runs now; the queue owns
+ * it until srv_queue_finish_running. */
+void srv_queue_set_running(struct srv_queue *q, struct srv_job *j);
+/* Row id of the running job, 0 when none. */
+int64_t srv_queue_running_row(struct srv_queue *q);
 void srv_queue_stop(struct srv_queue *q);
 
 /* pending + running */

@@ -164,8 +164,8 @@ static inline enum graph_status trun(struct graph_ctx *g, struct sink *s, const 
         exit(1);
     }
     cJSON *ex = extra ? cJSON_Parse(extra) : NULL;
-    struct graph_job job = {.prompt_id = id, .prompt = prompt, .extra_data = ex,
-                            .outputs_to_execute = v.outputs};
+    struct graph_job job = {.prompt_id = id, .prompt = prompt, .native = v.prompt,
+                            .extra_data = ex, .outputs_to_execute = v.outputs};
     struct graph_events ev = {.user = s, .send = sink_send, .preview = sink_preview};
     struct graph_result r;
     graph_execute(g, &job, &ev, &r);
