@@ -49,6 +49,28 @@ static int cmp_nkey(const void *a, const void *b)
     return strcmp(((const struct nkey *)a)->name, ((const struct nkey *)b)->name);
 }
 
+/*
+ * A text encoder stored in another naming (OpenCLIP: SDXL's bigG) gets its internal
+ * name (text_name_from_file). Returns 1 renamed into buf, 0 kept, -1 not used.
+ */
+static int text_file_name(const char *name, char *buf, size_t size)
+{
+    for (int id = 0; id < MODEL_FAMILY_COUNT; id++) {
+        const struct model_family *fam = model_family_get(id);
+        for (int i = 0; fam && i < 2; i++) {
+            const char *p = fam->prefix[MODEL_CLIP + i];
+            char rel[384];
+            if (!p || fam->text_naming[i] == TEXT_NAMING_HF || !starts_with(name, p))
+                continue;
+            int rc = text_name_from_file(fam->text_naming[i], name + strlen(p), rel, sizeof(rel));
+            if (rc > 0)
+                snprintf(buf, size, "%s%s", p, rel);
+            return rc;
+        }
+    }
+    return 0;
+}
+
 static void ntable_build(const struct st_file *f, unsigned flags, struct ntable *nt)
 {
     nt->v = xcalloc(f->n_tensors ? f->n_tensors : 1, sizeof(*nt->v));
@@ -68,7 +90,11 @@ static void ntable_build(const struct st_file *f, unsigned flags, struct ntable 
         char vbuf[512];
         if ((flags & MODEL_LOAD_VAE_FILE) && ckpt__vae_file_name(name, vbuf, sizeof(vbuf)))
             name = vbuf;
-        if (is_ignored(name)) {
+        char tbuf[512];
+        int tr = text_file_name(name, tbuf, sizeof(tbuf));
+        if (tr > 0)
+            name = tbuf;
+        if (tr < 0 || is_ignored(name)) {
             nt->skipped++;
             continue;
         }

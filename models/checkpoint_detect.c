@@ -23,7 +23,7 @@ static int starts_with(const char *s, const char *p)
 static int unsupported(struct err *e, const char *path, const char *what)
 {
     return err_set(e, ERR_UNSUPPORTED,
-                   "unsupported model type in '%s': %s (only SD1.x is supported)", path, what);
+                   "unsupported model type in '%s': %s (supported: SD1.x, SDXL base)", path, what);
 }
 
 static int meta_int(const struct st_file *f, const char *key, int dflt)
@@ -88,13 +88,15 @@ static int walk_input(const struct ntable *nt, struct unet_arch *u)
 static int explain(const char *path, const struct unet_arch *u, struct err *e)
 {
     if (u->adm_in)
-        return unsupported(e, path, "SDXL or unCLIP UNet (found label_emb)");
+        return unsupported(e, path,
+                           "UNet with an ADM input (found label_emb) of no known family: "
+                           "SDXL refiner, SSD-1B, unCLIP, ...");
     if (!u->ctx_dim)
         return unsupported(e, path, "UNet without SD1.x cross-attention at the first level");
     if (u->ctx_dim == 1024)
         return unsupported(e, path, "SD2.x UNet (context width 1024)");
     if (u->ctx_dim == 2048)
-        return unsupported(e, path, "SDXL UNet (context width 2048)");
+        return unsupported(e, path, "SDXL-like UNet (context width 2048) without SDXL's structure");
     return unsupported(e, path, "UNet whose levels differ from SD1.x (4 levels, 2 ResBlocks each)");
 }
 
@@ -190,6 +192,8 @@ static int detect_clip(const struct st_file *f, const struct ntable *nt, const c
     while (nfind(nt, "%sencoder.layers.%d.layer_norm1.weight", P, layers))
         layers++;
     t->layers = layers;
+    const struct st_tensor *pj = nfind(nt, "%stext_projection", P);
+    t->proj_dim = pj && pj->ndim == 2 ? (int)pj->shape[1] : 0;
     t->heads = meta_int(f, "latentd.clip_heads", fam->text_heads(t));
     if (t->width % t->heads)
         return err_set(e, ERR_INVALID, "'%s': CLIP width %d not divisible by %d heads", path,
@@ -238,8 +242,6 @@ int ckpt__detect(const struct st_file *f, const struct ntable *nt, unsigned flag
     memset(c, 0, sizeof(*c));
     family_sd15.canonical(c);
     size_t n_unet = count_prefix(nt, MODEL_PREFIX_UNET);
-    if (count_prefix(nt, "conditioner.embedders."))
-        return unsupported(e, path, "SDXL checkpoint (conditioner.embedders.* text encoders)");
     if (count_prefix(nt, "cond_stage_model.model."))
         return unsupported(e, path,
                            "SD2.x checkpoint (OpenCLIP text encoder cond_stage_model.model.*)");

@@ -38,6 +38,7 @@ enum model_component {
 /* Families (family.h has their table). */
 enum model_family_id {
     MODEL_FAMILY_SD15 = 0,
+    MODEL_FAMILY_SDXL = 1,
     MODEL_FAMILY_COUNT,
 };
 

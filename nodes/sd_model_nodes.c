@@ -85,6 +85,17 @@ static int ckpt_run(struct node_ctx *c)
     if (rc < 0)
         return node_fail_code(c, rc, "RuntimeError", "ERROR: could not load '%s': %s", name,
                               e.msg);
+    if (ck.cfg.family != MODEL_FAMILY_SD15) {
+        /* TODO(models): SDXL's conditioning (two encoders, CLIPTextEncodeSDXL, the ADM
+         * vector through the sampler) is issue 13's next step; until then refuse here,
+         * not at the first sampler call. */
+        rc = node_fail_code(c, ERR_UNSUPPORTED, "RuntimeError",
+                            "ERROR: could not load '%s': %s checkpoints are recognised but "
+                            "their nodes are not supported yet",
+                            name, model_family_get(ck.cfg.family)->name);
+        model_ckpt_release(&ck);
+        return rc;
+    }
     struct patcher *unet = patcher_new(ck.model[MODEL_UNET]);
     struct patcher *clip = patcher_new(ck.model[MODEL_CLIP]);
     struct patcher *vae = patcher_new(ck.model[MODEL_VAE]);

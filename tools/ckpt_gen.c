@@ -124,7 +124,13 @@ static void on_key(void *user, const struct model_key *k)
         return;
     struct gen_entry *g = push(l);
     snprintf(g->seed_name, sizeof(g->seed_name), "%s", k->name);
-    if ((o->flags & CKPT_GEN_OLD_CLIP) && k->comp == MODEL_CLIP)
+    const struct text_arch *ta = k->comp >= MODEL_CLIP ? &o->cfg.text[k->comp - MODEL_CLIP] : NULL;
+    if (ta && ta->naming != TEXT_NAMING_HF) { /* written in the file's naming (OpenCLIP) */
+        char rel[160];
+        text_name_to_file(ta->naming, k->name + k->rel, rel, sizeof(rel));
+        snprintf(g->name, sizeof(g->name), "%.*s%s", k->rel, k->name, rel);
+        snprintf(g->seed_name, sizeof(g->seed_name), "%s", g->name);
+    } else if ((o->flags & CKPT_GEN_OLD_CLIP) && k->comp == MODEL_CLIP)
         snprintf(g->name, sizeof(g->name), "cond_stage_model.transformer.%s",
                  k->name + strlen(SD15_PREFIX_CLIP));
     else if (k->comp == MODEL_VAE && (o->flags & CKPT_GEN_VAE_DIFFUSERS))
@@ -179,6 +185,16 @@ static void add_extras(struct gen_list *l)
     add_special(l, "first_stage_model.loss.logvar", ST_DTYPE_F32, FILL_CONST, 0, 0, NULL);
 }
 
+static void add_sdxl_buffers(struct gen_list *l)
+{
+    const struct model_family *f = &family_sdxl;
+    char n[192];
+    snprintf(n, sizeof(n), "%sembeddings.position_ids", f->prefix[MODEL_CLIP]);
+    add_special(l, n, ST_DTYPE_I64, FILL_ARANGE, 0, 2, (const int64_t[]){1, l->o->cfg.text[0].pos});
+    snprintf(n, sizeof(n), "%slogit_scale", f->prefix[MODEL_CLIP2]);
+    add_special(l, n, l->o->dtype, FILL_CONST, 4.6052f, 0, NULL);
+}
+
 static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
 {
     l->o = o;
@@ -197,6 +213,8 @@ static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
         add_special(l, "cond_stage_model.model.ln_final.weight", o->dtype, FILL_RANDOM, 0, 1,
                     (const int64_t[]){w});
     }
+    if (o->cfg.family == MODEL_FAMILY_SDXL) /* non-parameters real SDXL files carry (§1.1) */
+        add_sdxl_buffers(l);
     if (o->extra_tensor)
         add_special(l, o->extra_tensor, o->dtype, FILL_RANDOM, 0, 1, (const int64_t[]){4});
 }
@@ -239,12 +257,13 @@ int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *
         st_writer_meta(w, "modelspec.title", "latentd random-weight test checkpoint");
     }
     /* Head counts are not stored in checkpoints; a shrunk config needs them said. */
-    if (!sd15_config_is_canonical(&o->cfg)) {
+    if (!model_config_is_canonical(&o->cfg)) {
         char v[32];
         snprintf(v, sizeof(v), "%d", o->cfg.text[0].heads);
         st_writer_meta(w, "latentd.clip_heads", v);
         snprintf(v, sizeof(v), "%d", o->cfg.unet.heads);
-        st_writer_meta(w, "latentd.unet_heads", v);
+        if (o->cfg.unet.heads) /* a head width (SDXL) needs no saying */
+            st_writer_meta(w, "latentd.unet_heads", v);
     }
     uint64_t max_n = 1;
     for (size_t i = 0; i < l.n; i++) {

@@ -27,7 +27,9 @@ static void usage(FILE *fp)
           "  --conv-2d           store 1x1 conv weights (proj_in/out, VAE attn) as 2-D\n"
           "  --metadata          add a __metadata__ block\n"
           "  --embed-f16         store the CLIP token table as F16\n"
-          "  --arch sd15|sd2|sdxl|inpaint  make a look-alike of another model type\n"
+          "  --arch sdxl         an SDXL base checkpoint (sdxl.md key layout; tiny, or\n"
+          "                      SDXL widths with --full; --depth and --clip-layers ignored)\n"
+          "  --arch sd2|sdxl-mark|inpaint  an SD1.5 look-alike of another model type\n"
           "  --nan NAME          put a NaN into tensor NAME (full name)\n"
           "  --drop NAME         leave tensor NAME out\n"
           "  --extra NAME        add an unexpected tensor NAME\n"
@@ -161,6 +163,11 @@ int main(int argc, char **argv)
         o.flags |= CKPT_GEN_OPENCLIP | CKPT_GEN_CONV_2D;
         o.cfg.unet.ctx_dim = 1024;
     } else if (!strcmp(arch, "sdxl")) {
+        if (sd15_config_is_canonical(&o.cfg))
+            sdxl_config_canonical(&o.cfg);
+        else
+            sdxl_config_tiny(&o.cfg);
+    } else if (!strcmp(arch, "sdxl-mark")) {
         o.flags |= CKPT_GEN_SDXL_MARK;
         o.cfg.unet.ctx_dim = 2048;
     } else if (!strcmp(arch, "inpaint")) {

@@ -9,6 +9,7 @@
 
 static const struct model_family *const families[] = {
     &family_sd15,
+    &family_sdxl,
 };
 
 #define N_FAMILIES (int)(sizeof(families) / sizeof(families[0]))

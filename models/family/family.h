@@ -36,6 +36,7 @@ struct model_family {
     int id;                                    /* enum model_family_id */
     const char *name;                          /* "SD1.5", for messages and logs */
     const char *prefix[MODEL_COMPONENT_COUNT]; /* key prefix per component, NULL = none */
+    int text_naming[2]; /* enum text_naming of MODEL_CLIP, MODEL_CLIP2 in files */
     struct latent_format latent;
     struct family_sampling sampling;
     /*
@@ -74,5 +75,15 @@ void sd15_config_tiny(struct model_config *c);
 void sd15_config_set_depth(struct model_config *c, int depth);
 /* 1 if every knob equals SD1.5's. */
 int sd15_config_is_canonical(const struct model_config *c);
+
+/* ---- SDXL base (family_sdxl.c) ---- */
+
+extern const struct model_family family_sdxl;
+
+/* The real SDXL base numbers (sdxl.md §6). */
+void sdxl_config_canonical(struct model_config *c);
+/* A tiny SDXL (sdxl.md §12): UNet MC 32, 3 levels, depth 0,2,10 of 64-wide heads;
+ * CLIP-L and bigG 64 wide, 3 layers; context 128; ADM 64 + 1536; VAE as SD1.5's tiny. */
+void sdxl_config_tiny(struct model_config *c);
 
 #endif

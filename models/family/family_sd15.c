@@ -83,6 +83,7 @@ const struct model_family family_sd15 = {
     .prefix = {[MODEL_UNET] = MODEL_PREFIX_UNET,
                [MODEL_VAE] = MODEL_PREFIX_VAE,
                [MODEL_CLIP] = SD15_PREFIX_CLIP},
+    .text_naming = {TEXT_NAMING_HF, TEXT_NAMING_HF},
     .latent = {.channels = 4,
                .scale_factor = 0.18215f,
                .rgb = {.factors = {{0.3512f, 0.2297f, 0.3227f},

@@ -41,3 +41,10 @@ latentd_add_test(test_models_vae SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_v
 # the error comes back from every layer, nothing leaks, the model runs again after.
 latentd_add_test(test_models_fail SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_fail.c
                  LIBS latentd_ckptgen latentd_models LABELS unit TIMEOUT 120)
+# The SDXL base family: canonical layout == shared/data/sdxl_keys.tsv (copied into the
+# fixtures), a tiny generated SDXL detected, loaded and run (text encoders, UNet + ADM).
+latentd_add_test(test_models_sdxl SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_models_sdxl.c
+                 LIBS latentd_ckptgen latentd_models
+                 ARGS ${PROJECT_SOURCE_DIR}/tests/fixtures/models
+                      ${PROJECT_SOURCE_DIR}/models/data/sd1_tokenizer
+                 LABELS unit TIMEOUT 120)
