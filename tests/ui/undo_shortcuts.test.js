@@ -26,8 +26,8 @@ after(async () => { if (ui) await ui.browser.close(); if (srv) await srv.stop();
 // A fresh graph that is the start of the undo history.
 async function fresh(page) {
   await h.loadPrompt(page, PROMPT);
-  await page.evaluate(() => window.app.tracker.reset());
   await page.waitForTimeout(100); // one frame: widgets get their positions
+  await page.evaluate(() => window.app.tracker.reset());
   return h.graphJson(page);
 }
 
@@ -130,6 +130,51 @@ test("Ctrl+A, Alt+C collapses, Ctrl+G groups; both undone", async () => {
   await page.waitForFunction(() => window.app.graph._groups.length === 0);
   await page.keyboard.press("Control+z"); // un-collapse
   await page.keyboard.press("Control+z"); // collapse
+  await page.waitForFunction((s) => window.app.tracker.snapshot() === s, s0);
+});
+
+// Right-click a node's title and follow menu entries.
+async function nodeMenu(page, id, ...entries) {
+  const p = await h.titlePos(page, id);
+  await page.mouse.click(p.x, p.y, { button: "right" });
+  for (const e of entries) {
+    await page.waitForTimeout(150); // litegraph's menus ignore a click that comes too soon
+    await page.locator(".litecontextmenu .litemenu-entry", { hasText: new RegExp(`^${e}$`) }).last().click();
+  }
+}
+
+test("node colour, title and collapse from the node menu; link render modes", async () => {
+  const { page } = ui;
+  const s0 = await fresh(page);
+  await nodeMenu(page, 2, "Colors", "red");
+  const red = await page.evaluate(() => { const n = window.app.graph.getNodeById(2); return [n.color, n.bgcolor]; });
+  const want = await page.evaluate(() => window.LGraphCanvas.node_colors.red);
+  assert.deepStrictEqual(red, [want.color, want.bgcolor]);
+  await page.waitForTimeout(350);
+  await nodeMenu(page, 2, "Title");
+  const input = page.locator(".graphdialog input").first();
+  await input.fill("Flip colours");
+  await input.press("Enter");
+  await page.waitForFunction(() => window.app.graph.getNodeById(2).title === "Flip colours");
+  await page.waitForTimeout(350);
+  await nodeMenu(page, 1, "Collapse");
+  assert.ok(await page.evaluate(() => window.app.graph.getNodeById(1).flags.collapsed));
+  const saved = JSON.parse(await h.graphJson(page)).nodes.find((n) => n.id === 2);
+  assert.deepStrictEqual([saved.title, saved.color], ["Flip colours", red[0]], "colour and title are saved");
+  // The API prompt carries the new title as _meta.title.
+  const api = await page.evaluate(async () => (await import("./js/workflow.js")).graphToPrompt(window.app.graph).output);
+  assert.strictEqual(api["2"]._meta.title, "Flip colours");
+  for (const mode of ["straight", "linear", "hidden", "spline"]) {
+    await page.selectOption("#link-mode", mode);
+    const st = await page.evaluate(() => ({ m: window.app.canvas.links_render_mode, hidden: !!window.app.canvas.links_hidden }));
+    const LG = { straight: 0, linear: 1, spline: 2 };
+    assert.strictEqual(st.hidden, mode === "hidden");
+    if (mode !== "hidden") assert.strictEqual(st.m, LG[mode]);
+    if (mode === "straight") await h.screenshot(page, "canvas_links_straight_colour_title");
+  }
+  assert.strictEqual(await page.evaluate(() => localStorage.getItem("latentd.linkMode")), "spline");
+  await page.focus("#graph-canvas");
+  for (let i = 0; i < 3; i++) await page.keyboard.press("Control+z");
   await page.waitForFunction((s) => window.app.tracker.snapshot() === s, s0);
 });
 

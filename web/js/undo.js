@@ -48,7 +48,9 @@ export class ChangeTracker {
   // Records a step when the graph differs from the last known state. Cheap enough to call
   // after every input event: serialising a 100-node graph takes about a millisecond.
   check() {
-    if (this.paused) return false;
+    // Never in the middle of a drag, which would split one move into several steps (any
+    // caller: the timers of the safety net and of persistence included).
+    if (this.paused || this.pointerDown) return false;
     const s = this.snapshot();
     const h = this.hist;
     if (h.current == null) { h.current = s; return false; }
@@ -85,8 +87,7 @@ export class ChangeTracker {
     target.addEventListener("pointerup", () => { this.pointerDown = false; later(); }, true);
     target.addEventListener("click", later, true);
     target.addEventListener("keyup", later, true);
-    // A safety net for edits made without any input event (async callbacks); never in the
-    // middle of a drag, which would split one move into several steps.
-    setInterval(() => { if (!this.pointerDown) this.check(); }, 1000);
+    // A safety net for edits made without any input event (async callbacks).
+    setInterval(() => this.check(), 1000);
   }
 }
