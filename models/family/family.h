@@ -86,4 +86,21 @@ void sdxl_config_canonical(struct model_config *c);
  * CLIP-L and bigG 64 wide, 3 layers; context 128; ADM 64 + 1536; VAE as SD1.5's tiny. */
 void sdxl_config_tiny(struct model_config *c);
 
+/* The ADM vector's size inputs (sdxl.md §5.2: the sampler fills width/height from the
+ * latent x 8 and target_* from them unless CLIPTextEncodeSDXL set them). */
+struct sdxl_adm_sizes {
+    int width, height;               /* pixels */
+    int crop_w, crop_h;              /* 0 by default */
+    int target_width, target_height; /* default: width, height */
+};
+
+#define SDXL_ADM_EMBED 256 /* width of one size embedding (Timestep(256)) */
+
+/* E(v): [cos(v f_0..127), sin(v f_0..127)], f_k = exp(-ln(10000) k / 128), in float32. */
+void sdxl_adm_embed(float v, float out[SDXL_ADM_EMBED]);
+
+/* y [pooled_dim + 6 * 256] = pooled | E(height) | E(width) | E(crop_h) | E(crop_w) |
+ * E(target_height) | E(target_width) (sdxl.md §5.1; 2816 for the base). */
+void sdxl_adm_vector(const float *pooled, int pooled_dim, const struct sdxl_adm_sizes *s, float *y);
+
 #endif

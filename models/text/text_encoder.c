@@ -90,6 +90,23 @@ fail:
 }
 
 /*
+ * OpenCLIP pads with id 0 after each chunk's first end token (sdxl.md §4.1); the
+ * tokenizer pads with the end token, as CLIP-L (SD1.x) wants.
+ */
+static void pad_with_zero(int32_t *ids, int n_chunks)
+{
+    for (int c = 0; c < n_chunks; c++) {
+        int32_t *s = ids + (size_t)c * CLIP_CHUNK_LEN;
+        int j = 1;
+        while (j < CLIP_CHUNK_LEN && s[j] != CLIP_TOKEN_EOS)
+            j++;
+        for (j++; j < CLIP_CHUNK_LEN; j++)
+            if (s[j] == CLIP_TOKEN_EOS)
+                s[j] = 0;
+    }
+}
+
+/*
  * The pooled vector (§2.13): chunk 0's row of `hl` (the final-LN output of the last
  * layer, host copy) at its first end token, times text_projection P (pooled . P) when
  * the arch has one (sdxl.md §4.3). P is fetched from the held final layer.
@@ -143,14 +160,20 @@ int text_encode(struct patcher *clip, const struct text_arch *cfg, const char *p
     const int n = tk->n_chunks, S = n + (tk->has_weights ? 1 : 0);
     int32_t *ids = xmalloc((size_t)S * T * sizeof(int32_t));
     memcpy(ids, tk->ids, (size_t)n * T * sizeof(int32_t));
+    if (opts->pad_zero)
+        pad_with_zero(ids, n);
     if (tk->has_weights) { /* the "empty" sequence of §2.8 */
         ids[n * T] = CLIP_TOKEN_BOS;
         for (int64_t j = 1; j < T; j++)
-            ids[n * T + j] = CLIP_TOKEN_EOS;
+            ids[n * T + j] = opts->pad_zero && j > 1 ? 0 : CLIP_TOKEN_EOS;
     }
     /* Layer to keep: -1/0 -> last (after final LN); -k (k <= L) -> output of layer L-k+1,
      * after final LN when opts->norm_hidden (SD1.x) or as it is (SDXL). */
-    int keep = (clip_skip < 0 && -clip_skip <= L) ? (int)(L + clip_skip + 1) : (int)L;
+    int in_range = clip_skip < 0 && -clip_skip <= L;
+    int keep = in_range ? (int)(L + clip_skip + 1) : (int)L;
+    /* A hidden state to keep apart from `last`: any but the last layer, and the last one
+     * too when it is selected without the final norm (SDXL's CLIPSetLastLayer(-1)). */
+    int keep_raw = keep != L || (in_range && !opts->norm_hidden);
     struct nn_w w;
     nn__w_init(&w, clip, prefix, e);
     struct tensor *x = NULL, *pe = NULL, *sel = NULL, *last = NULL;
@@ -199,7 +222,7 @@ int text_encode(struct patcher *clip, const struct text_arch *cfg, const char *p
         NN_TRY(clip_layer(&w, cfg, l, x, e));
         if (l == 0)
             nn__probe(probe, "layer.0", x);
-        if (l + 1 == keep && keep != L) {
+        if (l + 1 == keep && keep_raw) {
             NN_TRY(nn__new(d, &sel, e, 3, (int64_t)S, T, D));
             NN_TRY(tensor_copy(sel, x, e));
         }

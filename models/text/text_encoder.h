@@ -21,8 +21,10 @@
 struct text_encode_opts {
     int layer;       /* CLIPSetLastLayer: -1 (or 0) = last, -2 = penultimate, ...; below
                       * -layers falls back to last */
-    int norm_hidden; /* a hidden (not last) layer goes through final_layer_norm: SD1.x 1,
-                      * SDXL 0; the last layer always does */
+    int norm_hidden; /* the selected layer goes through final_layer_norm: SD1.x 1, SDXL 0
+                      * (out of range or 0 -> last, always normalized) */
+    int pad_zero;    /* pad with id 0 after the first end token, not with the end token
+                      * (OpenCLIP bigG, sdxl.md §4.1); the empty sequence likewise */
 };
 
 /*

@@ -132,6 +132,87 @@ static int load_all(struct mm *mm, struct patcher **p, int n, size_t act, struct
     return mm_load_models(mm, &req, rep, e);
 }
 
+/* bigG's cond [77, width] with these options into out; 0 or an error. */
+static int encode_g(struct patcher *p, const struct model_config *cfg, const struct clip_tokens *tk,
+                    struct text_encode_opts o, float *out)
+{
+    struct err e = {0};
+    float *cond = NULL;
+    int rc = text_encode(p, &cfg->text[1], model_prefix(cfg, MODEL_CLIP2), tk, &o, &cond, NULL,
+                         NULL, &e);
+    if (rc == 0)
+        memcpy(out, cond, (size_t)77 * cfg->text[1].width * sizeof(float));
+    xfree(cond);
+    return rc;
+}
+
+/* sdxl.md §4.1, §4.6: bigG's pad id matters; CLIPSetLastLayer(-1) is the last layer
+ * without the final norm, unlike SD1.x's; -2 is the default. */
+static void test_text_options(struct patcher *g, const struct model_config *cfg,
+                              const struct clip_tokens *tk)
+{
+    size_t n = (size_t)77 * cfg->text[1].width, sz = n * sizeof(float);
+    float *a = xmalloc(sz), *b = xmalloc(sz), *c = xmalloc(sz), *d = xmalloc(sz);
+    int rc = encode_g(g, cfg, tk, (struct text_encode_opts){.layer = -2, .pad_zero = 1}, a);
+    rc |= encode_g(g, cfg, tk, (struct text_encode_opts){.layer = -2}, b);
+    rc |= encode_g(g, cfg, tk, (struct text_encode_opts){.layer = -1, .pad_zero = 1}, c);
+    rc |= encode_g(g, cfg, tk,
+                   (struct text_encode_opts){.layer = -1, .norm_hidden = 1, .pad_zero = 1}, d);
+    ok(rc == 0 && memcmp(a, b, sz) != 0, "bigG: padding with 0 changes the conditioning");
+    ok(rc == 0 && memcmp(a, c, sz) != 0 && memcmp(c, d, sz) != 0,
+       "bigG: layer -1 without final norm differs from -2 and from the normalized last layer");
+    xfree(a);
+    xfree(b);
+    xfree(c);
+    xfree(d);
+}
+
+static void test_adm(void)
+{
+    float e0[SDXL_ADM_EMBED], e64[SDXL_ADM_EMBED], e1024[SDXL_ADM_EMBED];
+    sdxl_adm_embed(0, e0);
+    sdxl_adm_embed(64, e64);
+    sdxl_adm_embed(1024, e1024);
+    int zero_ok = 1;
+    for (int k = 0; k < 128; k++)
+        zero_ok &= e0[k] == 1.0f && e0[128 + k] == 0.0f;
+    ok(zero_ok, "E(0) = [1 x 128, 0 x 128]");
+    /* ComfyUI's values (sdxl.md §5.1); libm vs torch differ by up to 3.4e-6 / 6.1e-5. */
+    const struct {
+        const float *e;
+        int i;
+        float want, tol;
+    } chk[] = {
+        {e64, 0, 0.39185724f, 1e-5f},      {e64, 1, -0.99108207f, 1e-5f},
+        {e64, 2, 0.42941359f, 1e-5f},      {e64, 128, 0.92002606f, 1e-5f},
+        {e64, 129, 0.13325278f, 1e-5f},    {e64, 130, -0.90310794f, 1e-5f},
+        {e64, 127, 0.99997634f, 1e-5f},    {e64, 255, 0.0068774344f, 1e-5f},
+        {e1024, 0, 0.98735362f, 1e-4f},    {e1024, 1, -0.53761721f, 1e-4f},
+        {e1024, 2, 0.68345720f, 1e-4f},    {e1024, 128, -0.15853338f, 1e-4f},
+        {e1024, 129, -0.84318900f, 1e-4f}, {e1024, 130, 0.72999060f, 1e-4f},
+        {e1024, 127, 0.99395174f, 1e-4f},  {e1024, 255, 0.10981788f, 1e-4f},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof(chk) / sizeof(chk[0]); i++)
+        if (fabsf(chk[i].e[chk[i].i] - chk[i].want) > chk[i].tol && bad++ < 3)
+            printf("# E[%d] = %.8f, ComfyUI %.8f\n", chk[i].i, chk[i].e[chk[i].i], chk[i].want);
+    ok(bad == 0, "E(64), E(1024) match ComfyUI's check values within libm's difference");
+    float pooled[4] = {1, 2, 3, 4}, y[4 + 6 * SDXL_ADM_EMBED];
+    struct sdxl_adm_sizes s = {.width = 1024,
+                               .height = 64,
+                               .crop_w = 0,
+                               .crop_h = 0,
+                               .target_width = 64,
+                               .target_height = 1024};
+    sdxl_adm_vector(pooled, 4, &s, y);
+    ok(memcmp(y, pooled, sizeof(pooled)) == 0 && memcmp(y + 4, e64, sizeof(e64)) == 0 &&
+           memcmp(y + 4 + 256, e1024, sizeof(e64)) == 0 &&
+           memcmp(y + 4 + 512, e0, sizeof(e0)) == 0 &&
+           memcmp(y + 4 + 1024, e1024, sizeof(e64)) == 0 &&
+           memcmp(y + 4 + 1280, e64, sizeof(e64)) == 0,
+       "y = pooled | E(height) | E(width) | E(crop_h) | E(crop_w) | E(target_h) | E(target_w)");
+}
+
 static void test_text(struct mm *mm, struct patcher *tp[2], const struct model_config *cfg,
                       const char *tokdir)
 {
@@ -159,6 +240,7 @@ static void test_text(struct mm *mm, struct patcher *tp[2], const struct model_c
         xfree(cond);
         xfree(pooled);
     }
+    test_text_options(tp[1], cfg, &tk);
     mm_node_end(mm, &rep);
     clip_tokens_release(&tk);
     clip_tokenizer_free(tok);
@@ -260,6 +342,7 @@ int main(int argc, char **argv)
     tensor_threads_set(2);
     long live0 = alloc_live_count();
     test_layout(argv[1]);
+    test_adm();
     test_tiny(argv[2], ST_DTYPE_F32);
     test_tiny(argv[2], ST_DTYPE_F16);
     EXPECT_EQ(alloc_live_count(), live0);
