@@ -67,6 +67,15 @@ test("edit a widget, queue, see the image on the node and in history", async () 
   await item.waitFor({ timeout: 10000 });
   await item.locator("img").first().waitFor();
   assert.match(await item.textContent(), /success/);
+  // A history thumbnail opens the image large, with Save (download under its own name).
+  await item.locator("img").first().click();
+  await page.locator("#lightbox").waitFor();
+  const [dl] = await Promise.all([page.waitForEvent("download"), page.click("#lightbox button[data-act='save']")]);
+  assert.match(dl.suggestedFilename(), /^ui_queue_\d+_\.png$/);
+  assert.strictEqual(await page.isVisible("#lightbox"), true, "an action leaves the view open");
+  await h.screenshot(page, "image_actions_lightbox");
+  await page.click("#lightbox img");
+  await page.locator("#lightbox").waitFor({ state: "hidden" });
   const gallery = await page.evaluate(() => window.app.panels.gallery.map((i) => i.filename));
   assert.ok(gallery.includes(executed.output.images[0].filename));
 

@@ -2,6 +2,7 @@
 // missing-node banner. All lists are rebuilt from the server's answers (GET /queue,
 // /history, /system_stats) whenever a WS event says they changed.
 import { api } from "./api.js";
+import { openImage, saveImage, copyImage } from "./image_actions.js";
 import { promptSummary, firstWords, historyTimes, fmtClock, fmtDuration } from "./prompt_info.js";
 
 function el(tag, attrs = {}, ...children) {
@@ -42,6 +43,15 @@ export class Panels {
     document.getElementById("btn-history-clear").addEventListener("click", async () => { await api.clearHistory(); this.refreshHistory(); });
     document.getElementById("error-close").addEventListener("click", () => this.hideErrorDialog());
     document.getElementById("lightbox").addEventListener("click", (e) => { e.currentTarget.hidden = true; });
+    // The same image actions as on nodes, for history and gallery images.
+    for (const b of document.querySelectorAll("#lightbox .lb-actions button")) {
+      b.addEventListener("click", (e) => {
+        e.stopPropagation(); // an action does not close the view
+        const img = document.querySelector("#lightbox img");
+        const act = { open: openImage, save: saveImage, copy: (i) => copyImage(i).then(() => this.app.setStatus("image copied", 4000)) }[b.dataset.act];
+        Promise.resolve(act(img)).catch((err) => this.app.showError(`image action failed: ${err.message || err}`));
+      });
+    }
     this.showTab("queue");
     setInterval(() => { if (this.tab === "system") this.refreshSystem(); }, 5000);
   }
