@@ -1,6 +1,8 @@
-// app.js — the page: graph canvas, top bar (queue, batch, interrupt, progress), side panels
-// (queue, history, gallery, system), error dialog, drag-and-drop of PNG/JSON workflows.
-// window.app is the page's state and is what the UI tests drive and inspect.
+// app.js — the page: graph canvas, top bar (queue, batch, interrupt, progress), workflow
+// tabs (workflows.js), side panels (queue, history, gallery, workflows, system), error
+// dialog, drag-and-drop of PNG/JSON workflows. Undo (undo.js), shortcuts (shortcuts.js) and
+// the node search (search.js) are wired here. window.app is the page's state and is what
+// the UI tests drive and inspect.
 import { api } from "./api.js";
 import { registerNodeTypes, applySeedControl, fitLoadedSizes } from "./nodes.js";
 import { graphToPrompt, apiPromptToGraph, isApiPrompt, isWorkflow, registerMissingTypes } from "./workflow.js";

@@ -260,7 +260,7 @@ export function canShowImages(node) {
 }
 
 export function fitToContent(node) {
-  if (canShowImages(node) || node.flags?.collapsed) return;
+  if (canShowImages(node) || node.flags?.collapsed || node.isMissing) return; // a missing node sized itself for its saved values
   const need = node.computeSize();
   if (node.size[1] > need[1] && !(node.widgets || []).some((w) => w.type === "customtext")) node.size[1] = need[1];
 }
