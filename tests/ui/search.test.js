@@ -95,3 +95,21 @@ test("a link dropped on empty space: filtered search, the chosen node is connect
   assert.deepStrictEqual(save.inputs.images, ["1", 0], "the server got the connected node");
   assert.deepStrictEqual(ui.errors, []);
 });
+
+test("a link dragged back from an input: nodes giving that type, connected to the input", async () => {
+  const { page } = ui;
+  await h.loadPrompt(page, { "5": { class_type: "PreviewImage", inputs: {} } });
+  await page.waitForTimeout(350);
+  const to = await h.slotPos(page, 5, true, 0);
+  await h.drag(page, to, { x: to.x - 200, y: to.y + 80 });
+  await page.locator(".node-search").waitFor();
+  assert.match(await page.getAttribute(".node-search input", "placeholder"), /give IMAGE/);
+  await page.keyboard.type("empty image");
+  await page.waitForFunction(() => document.querySelector(".node-search .result")?.dataset.type === "EmptyImage");
+  await page.keyboard.press("Enter");
+  const link = await page.evaluate(() => {
+    const g = window.app.graph; const n = g.getNodeById(5); const l = g.links[n.inputs[0].link];
+    return l && [g.getNodeById(l.origin_id).type, l.target_id, l.type];
+  });
+  assert.deepStrictEqual(link, ["EmptyImage", 5, "IMAGE"]);
+});
