@@ -1,41 +1,15 @@
-#include "clock.h"
+/*
+ * The job store's front: picks a backend from the URL and forwards each call to its
+ * table. Helpers both backends use (the messages of a job that never finished, secret
+ * stripping) live here so the rule is written once.
+ */
 #include "srv_store.h"
 
-#include <pthread.h>
-#include <sqlite3.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "graph.h"
-#include "log.h"
-#include "srv_dblock.h"
-
-struct srv_store {
-    sqlite3 *db;
-    pthread_mutex_t lock; /* leaf: guards db */
-    int dblock_fd;        /* srv_dblock: no second process on this database */
-};
-
-static const char *const schema =
-    "PRAGMA journal_mode=WAL;"
-    "PRAGMA synchronous=NORMAL;" /* WAL + NORMAL survives a process crash (kill -9) */
-    "CREATE TABLE IF NOT EXISTS jobs("
-    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    " prompt_id TEXT NOT NULL,"
-    " number REAL NOT NULL,"
-    " number_text TEXT NOT NULL,"
-    " prompt TEXT NOT NULL,"
-    " extra_data TEXT NOT NULL,"
-    " outputs_to_execute TEXT NOT NULL,"
-    " client_id TEXT,"
-    " status TEXT NOT NULL," /* pending|running|success|error|interrupted */
-    " outputs TEXT, messages TEXT, meta TEXT,"
-    " created_ms INTEGER, started_ms INTEGER, completed_ms INTEGER,"
-    " history_seq INTEGER,"
-    " attempts INTEGER NOT NULL DEFAULT 0);" /* times it started running */
-    "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);"
-    "CREATE INDEX IF NOT EXISTS jobs_history ON jobs(history_seq);";
 
 void srv_store_job_release(struct srv_store_job *j)
 {
@@ -48,113 +22,101 @@ void srv_store_job_release(struct srv_store_job *j)
     memset(j, 0, sizeof(*j));
 }
 
-static char *col_dup(sqlite3_stmt *s, int i)
+int srv_store_url_is_pg(const char *url)
 {
-    const unsigned char *t = sqlite3_column_text(s, i);
-    return t ? xstrdup((const char *)t) : NULL;
+    return url && (strncmp(url, "postgresql://", 13) == 0 || strncmp(url, "postgres://", 11) == 0);
 }
 
-static int64_t next_history_seq(struct srv_store *st)
+struct srv_store *srv_store_open_opts(const char *url, const struct srv_store_options *o,
+                                      struct err *e)
 {
-    sqlite3_stmt *s;
-    int64_t seq = 1;
-    if (sqlite3_prepare_v2(st->db, "SELECT COALESCE(MAX(history_seq),0)+1 FROM jobs", -1, &s,
-                           NULL) == SQLITE_OK) {
-        if (sqlite3_step(s) == SQLITE_ROW)
-            seq = sqlite3_column_int64(s, 0);
-        sqlite3_finalize(s);
-    }
-    return seq;
+    int pg = srv_store_url_is_pg(url);
+    void *ctx = pg ? srv_store__pg_open(url, o, e) : srv_store__sqlite_open(url, e);
+    if (!ctx)
+        return NULL;
+    struct srv_store *st = xcalloc(1, sizeof(*st));
+    st->ops = pg ? &srv_store__pg_ops : &srv_store__sqlite_ops;
+    st->ctx = ctx;
+    return st;
 }
 
-/* Drop older finished rows with the same prompt_id, and history beyond the cap. */
-static void history_trim(struct srv_store *st, int64_t id)
+struct srv_store *srv_store_open(const char *url, struct err *e)
 {
-    sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(st->db,
-                           "DELETE FROM jobs WHERE id<>?1 AND history_seq IS NOT NULL AND "
-                           "prompt_id=(SELECT prompt_id FROM jobs WHERE id=?1)",
-                           -1, &s, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(s, 1, id);
-        sqlite3_step(s);
-        sqlite3_finalize(s);
-    }
-    char sql[256];
-    snprintf(sql, sizeof(sql),
-             "DELETE FROM jobs WHERE history_seq IS NOT NULL AND history_seq <= "
-             "(SELECT MAX(history_seq) FROM jobs) - %d",
-             SRV_STORE_HISTORY_MAX);
-    sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+    struct srv_store_options o = {.worker = 1};
+    return srv_store_open_opts(url, &o, e);
 }
 
-static int finish_locked(struct srv_store *st, int64_t id, const char *status_str,
-                         const char *outputs, const char *messages, const char *meta)
+void srv_store_close(struct srv_store *st)
 {
-    /* Secrets for API nodes are stripped before the job becomes history (comfy-api §3.5). */
-    char *extra = NULL;
-    sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(st->db, "SELECT extra_data FROM jobs WHERE id=?", -1, &s, NULL) ==
-        SQLITE_OK) {
-        sqlite3_bind_int64(s, 1, id);
-        if (sqlite3_step(s) == SQLITE_ROW) {
-            cJSON *x = cJSON_Parse((const char *)sqlite3_column_text(s, 0));
-            if (x) {
-                cJSON_DeleteItemFromObjectCaseSensitive(x, "auth_token_comfy_org");
-                cJSON_DeleteItemFromObjectCaseSensitive(x, "api_key_comfy_org");
-                char *p = cJSON_PrintUnformatted(x);
-                extra = xstrdup(p);
-                cJSON_free(p);
-                cJSON_Delete(x);
-            }
-        }
-        sqlite3_finalize(s);
-    }
-    int rc = -1;
-    if (sqlite3_prepare_v2(st->db,
-                           "UPDATE jobs SET status=?, outputs=?, messages=?, meta=?, "
-                           "completed_ms=?, history_seq=?, extra_data=COALESCE(?, extra_data) "
-                           "WHERE id=?",
-                           -1, &s, NULL) == SQLITE_OK) {
-        sqlite3_bind_text(s, 1, status_str, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2, outputs ? outputs : "{}", -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 3, messages ? messages : "[]", -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 4, meta ? meta : "{}", -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 5, clock_wall_ms());
-        sqlite3_bind_int64(s, 6, next_history_seq(st));
-        if (extra)
-            sqlite3_bind_text(s, 7, extra, -1, SQLITE_STATIC);
-        else
-            sqlite3_bind_null(s, 7);
-        sqlite3_bind_int64(s, 8, id);
-        rc = sqlite3_step(s) == SQLITE_DONE ? 0 : -1;
-        sqlite3_finalize(s);
-    }
-    if (rc == 0)
-        history_trim(st, id);
-    else
-        log_error("job store: cannot finish job %lld: %s", (long long)id, sqlite3_errmsg(st->db));
-    xfree(extra);
-    return rc < 0 ? ERR_IO : 0;
+    if (!st)
+        return;
+    st->ops->close(st->ctx);
+    xfree(st);
 }
 
-/* Run `sql` with ?1 = id and ?2 = now (ms); the caller holds the lock (or is opening). */
-static int exec_id_locked(struct srv_store *st, const char *sql, int64_t id)
+int srv_store_shared(const struct srv_store *st)
 {
-    sqlite3_stmt *s;
-    int rc = ERR_IO;
-    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(s, 1, id);
-        sqlite3_bind_int64(s, 2, clock_wall_ms());
-        if (sqlite3_step(s) == SQLITE_DONE)
-            rc = 0;
-        sqlite3_finalize(s);
-    }
-    return rc;
+    return st->ops->claim != NULL;
 }
 
-/* ComfyUI's history messages for a job that never finished: execution_start, then an
- * execution_error without a node saying why. Caller frees with cJSON_free. */
-static char *stopped_messages(const char *pid, int64_t started, const char *why)
+int srv_store_add(struct srv_store *st, struct srv_store_job *j, struct err *e)
+{
+    return st->ops->add(st->ctx, j, e);
+}
+
+int srv_store_load_pending(struct srv_store *st, void (*fn)(void *user, struct srv_store_job *j),
+                           void *user)
+{
+    return st->ops->load_pending ? st->ops->load_pending(st->ctx, fn, user) : 0;
+}
+
+int64_t srv_store_next_counter(struct srv_store *st)
+{
+    return st->ops->next_counter(st->ctx);
+}
+
+int srv_store_mark_running(struct srv_store *st, int64_t id)
+{
+    return st->ops->mark_running(st->ctx, id);
+}
+
+int srv_store_finish(struct srv_store *st, int64_t id, const char *status_str,
+                     const char *outputs, const char *messages, const char *meta)
+{
+    return st->ops->finish(st->ctx, id, status_str, outputs, messages, meta);
+}
+
+int srv_store_delete_pending(struct srv_store *st, int64_t id)
+{
+    return st->ops->delete_pending(st->ctx, id);
+}
+
+cJSON *srv_store_history(struct srv_store *st, long max_items, long offset)
+{
+    return st->ops->history(st->ctx, max_items, offset);
+}
+
+cJSON *srv_store_history_one(struct srv_store *st, const char *prompt_id)
+{
+    return st->ops->history_one(st->ctx, prompt_id);
+}
+
+int srv_store_history_clear(struct srv_store *st)
+{
+    return st->ops->history_clear(st->ctx);
+}
+
+int srv_store_history_delete(struct srv_store *st, const char *prompt_id)
+{
+    return st->ops->history_delete(st->ctx, prompt_id);
+}
+
+long srv_store_history_count(struct srv_store *st)
+{
+    return st->ops->history_count(st->ctx);
+}
+
+char *srv_store__stopped_messages(const char *pid, int64_t started, const char *why)
 {
     cJSON *msgs = cJSON_CreateArray();
     cJSON *m = cJSON_CreateArray();
@@ -184,348 +146,46 @@ static char *stopped_messages(const char *pid, int64_t started, const char *why)
     return text;
 }
 
-/*
- * Jobs a dead process left behind. A job "running" at the crash may not be to blame
- * (kill -9, power, a deploy), so it goes back to the queue in its place; but one that
- * has started SRV_STORE_MAX_ATTEMPTS times already is most likely what killed the
- * process each time (a request that aborts it), and running it again at every
- * start would be a crash loop: it becomes a failed history entry saying why.
- */
-static void recover_one(struct srv_store *st, int64_t id, const char *pid, int64_t started,
-                        int attempts)
+char *srv_store__strip_secrets(const char *extra)
 {
-    if (attempts < SRV_STORE_MAX_ATTEMPTS) {
-        log_warn("job store: prompt '%s' was running when latentd stopped; queued again "
-                 "(start %d of at most %d)", pid, attempts + 1, SRV_STORE_MAX_ATTEMPTS);
-        exec_id_locked(st, "UPDATE jobs SET status='pending' WHERE id=?1 AND ?2 IS NOT NULL", id);
-        return;
-    }
-    char why[192];
-    snprintf(why, sizeof(why),
-             "latentd stopped while this prompt was running, each of the %d times it started; "
-             "it is not run again\n", attempts);
-    char *text = stopped_messages(pid, started, why);
-    log_warn("job store: prompt '%s' was running each of the %d times latentd stopped; marked "
-             "as failed instead of running it again", pid, attempts);
-    finish_locked(st, id, "error", "{}", text, "{}");
-    cJSON_free(text);
+    cJSON *x = extra ? cJSON_Parse(extra) : NULL;
+    if (!x)
+        return NULL;
+    cJSON_DeleteItemFromObjectCaseSensitive(x, "auth_token_comfy_org");
+    cJSON_DeleteItemFromObjectCaseSensitive(x, "api_key_comfy_org");
+    char *p = cJSON_PrintUnformatted(x);
+    char *s = xstrdup(p);
+    cJSON_free(p);
+    cJSON_Delete(x);
+    return s;
 }
 
-static void recover_running(struct srv_store *st)
-{
-    struct row {
-        int64_t id, started;
-        char *pid;
-        int attempts;
-    } *rows = NULL;
-    int n = 0, cap = 0;
-    sqlite3_stmt *s;
-    /* Collected first: the updates below change the rows this query walks. */
-    if (sqlite3_prepare_v2(st->db,
-                           "SELECT id, prompt_id, COALESCE(started_ms, created_ms), attempts "
-                           "FROM jobs WHERE status='running' OR "
-                           "(status='pending' AND attempts>=?1) ORDER BY id",
-                           -1, &s, NULL) != SQLITE_OK)
-        return;
-    sqlite3_bind_int(s, 1, SRV_STORE_MAX_ATTEMPTS);
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        if (n == cap)
-            rows = xrealloc(rows, (size_t)(cap = cap ? 2 * cap : 8) * sizeof(*rows));
-        rows[n].id = sqlite3_column_int64(s, 0);
-        rows[n].pid = col_dup(s, 1);
-        rows[n].started = sqlite3_column_int64(s, 2);
-        rows[n++].attempts = sqlite3_column_int(s, 3);
-    }
-    sqlite3_finalize(s);
-    for (int i = 0; i < n; i++) {
-        recover_one(st, rows[i].id, rows[i].pid ? rows[i].pid : "", rows[i].started,
-                    rows[i].attempts);
-        xfree(rows[i].pid);
-    }
-    xfree(rows);
-}
-
-/* Databases made before the attempts column get it (SQLite has no ADD COLUMN IF NOT
- * EXISTS: the error for a column already there is the expected case). */
-static void migrate(struct srv_store *st)
-{
-    sqlite3_exec(st->db, "ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",
-                 NULL, NULL, NULL);
-}
-
-struct srv_store *srv_store_open(const char *path, struct err *e)
-{
-    struct srv_store *st = xcalloc(1, sizeof(*st));
-    pthread_mutex_init(&st->lock, NULL);
-    if (srv_dblock_take(path, &st->dblock_fd, e) < 0)
-        goto fail;
-    if (sqlite3_open_v2(path, &st->db,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                        NULL) != SQLITE_OK) {
-        err_set(e, ERR_IO, "cannot open job store '%s': %s", path,
-                st->db ? sqlite3_errmsg(st->db) : "out of memory");
-        goto fail;
-    }
-    sqlite3_busy_timeout(st->db, 5000);
-    char *msg = NULL;
-    if (sqlite3_exec(st->db, schema, NULL, NULL, &msg) != SQLITE_OK) {
-        err_set(e, ERR_IO, "cannot initialise job store '%s': %s", path, msg ? msg : "?");
-        sqlite3_free(msg);
-        goto fail;
-    }
-    migrate(st);
-    recover_running(st);
-    return st;
-fail:
-    srv_store_close(st);
-    return NULL;
-}
-
-void srv_store_close(struct srv_store *st)
-{
-    if (!st)
-        return;
-    if (st->db)
-        sqlite3_close(st->db);
-    srv_dblock_release(st->dblock_fd); /* after the database is closed */
-    pthread_mutex_destroy(&st->lock);
-    xfree(st);
-}
-
-int srv_store_add(struct srv_store *st, struct srv_store_job *j, struct err *e)
-{
-    sqlite3_stmt *s;
-    int rc = 0;
-    pthread_mutex_lock(&st->lock);
-    if (sqlite3_prepare_v2(st->db,
-                           "INSERT INTO jobs(prompt_id, number, number_text, prompt, extra_data, "
-                           "outputs_to_execute, client_id, status, created_ms) "
-                           "VALUES(?,?,?,?,?,?,?,'pending',?)",
-                           -1, &s, NULL) != SQLITE_OK) {
-        rc = err_set(e, ERR_IO, "cannot store job: %s", sqlite3_errmsg(st->db));
-        goto out;
-    }
-    sqlite3_bind_text(s, 1, j->prompt_id, -1, SQLITE_STATIC);
-    sqlite3_bind_double(s, 2, j->number);
-    sqlite3_bind_text(s, 3, j->number_text, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 4, j->prompt, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 5, j->extra_data, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 6, j->outputs_to_execute, -1, SQLITE_STATIC);
-    if (j->client_id)
-        sqlite3_bind_text(s, 7, j->client_id, -1, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(s, 7);
-    sqlite3_bind_int64(s, 8, clock_wall_ms());
-    if (sqlite3_step(s) != SQLITE_DONE)
-        rc = err_set(e, ERR_IO, "cannot store job: %s", sqlite3_errmsg(st->db));
-    else
-        j->id = sqlite3_last_insert_rowid(st->db);
-    sqlite3_finalize(s);
-out:
-    pthread_mutex_unlock(&st->lock);
-    return rc;
-}
-
-int srv_store_load_pending(struct srv_store *st, void (*fn)(void *user, struct srv_store_job *j),
-                           void *user)
-{
-    sqlite3_stmt *s;
-    pthread_mutex_lock(&st->lock);
-    if (sqlite3_prepare_v2(st->db,
-                           "SELECT id, prompt_id, number, number_text, prompt, extra_data, "
-                           "outputs_to_execute, client_id FROM jobs WHERE status='pending' "
-                           "ORDER BY number, prompt_id, id",
-                           -1, &s, NULL) != SQLITE_OK) {
-        pthread_mutex_unlock(&st->lock);
-        return ERR_IO;
-    }
-    int n = 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        struct srv_store_job j = {
-            .id = sqlite3_column_int64(s, 0),
-            .prompt_id = col_dup(s, 1),
-            .number = sqlite3_column_double(s, 2),
-            .number_text = col_dup(s, 3),
-            .prompt = col_dup(s, 4),
-            .extra_data = col_dup(s, 5),
-            .outputs_to_execute = col_dup(s, 6),
-            .client_id = col_dup(s, 7),
-        };
-        fn(user, &j);
-        srv_store_job_release(&j);
-        n++;
-    }
-    sqlite3_finalize(s);
-    pthread_mutex_unlock(&st->lock);
-    return n;
-}
-
-int64_t srv_store_next_counter(struct srv_store *st)
-{
-    sqlite3_stmt *s;
-    int64_t next = 0;
-    pthread_mutex_lock(&st->lock);
-    /* Only counter-assigned numbers (n or -n for front) look like plain integers; client
-     * numbers are Python floats and always carry '.' or 'e'. */
-    if (sqlite3_prepare_v2(st->db,
-                           "SELECT COALESCE(MAX(ABS(CAST(number_text AS INTEGER))), -1) + 1 FROM jobs "
-                           "WHERE number_text NOT LIKE '%.%' AND number_text NOT LIKE '%e%'",
-                           -1, &s, NULL) == SQLITE_OK) {
-        if (sqlite3_step(s) == SQLITE_ROW)
-            next = sqlite3_column_int64(s, 0);
-        sqlite3_finalize(s);
-    }
-    pthread_mutex_unlock(&st->lock);
-    return next;
-}
-
-static int exec_id(struct srv_store *st, const char *sql, int64_t id)
-{
-    pthread_mutex_lock(&st->lock);
-    int rc = exec_id_locked(st, sql, id);
-    pthread_mutex_unlock(&st->lock);
-    return rc;
-}
-
-int srv_store_mark_running(struct srv_store *st, int64_t id)
-{
-    /* Counted and committed before the job runs, so a crash during it is on record. */
-    return exec_id(st,
-                   "UPDATE jobs SET status='running', started_ms=?2, attempts=attempts+1 "
-                   "WHERE id=?1",
-                   id);
-}
-
-int srv_store_delete_pending(struct srv_store *st, int64_t id)
-{
-    return exec_id(st, "DELETE FROM jobs WHERE id=?1 AND status='pending' AND ?2 IS NOT NULL", id);
-}
-
-int srv_store_finish(struct srv_store *st, int64_t id, const char *status_str,
-                     const char *outputs, const char *messages, const char *meta)
-{
-    pthread_mutex_lock(&st->lock);
-    int rc = finish_locked(st, id, status_str, outputs, messages, meta);
-    pthread_mutex_unlock(&st->lock);
-    return rc;
-}
-
-static cJSON *parse_or(const unsigned char *t, cJSON *(*dflt)(void))
+static cJSON *parse_or(const char *t, cJSON *(*dflt)(void))
 {
     /* graph_json_parse keeps 64-bit seeds exact in the stored prompt. */
-    cJSON *j = t ? graph_json_parse((const char *)t, strlen((const char *)t)) : NULL;
+    cJSON *j = t ? graph_json_parse(t, strlen(t)) : NULL;
     return j ? j : dflt();
 }
 
-/* Row columns: prompt_id, number_text, prompt, extra_data, outputs_to_execute, status,
- * outputs, messages, meta. */
-static void add_entry(cJSON *obj, sqlite3_stmt *s)
+void srv_store__history_entry(cJSON *obj, const char *const col[9])
 {
-    const char *pid = (const char *)sqlite3_column_text(s, 0);
+    const char *pid = col[0] ? col[0] : "";
     cJSON *entry = cJSON_CreateObject();
     cJSON *p = cJSON_CreateArray();
-    cJSON_AddItemToArray(p, cJSON_CreateRaw((const char *)sqlite3_column_text(s, 1)));
+    cJSON_AddItemToArray(p, cJSON_CreateRaw(col[1] ? col[1] : "0"));
     cJSON_AddItemToArray(p, cJSON_CreateString(pid));
-    cJSON_AddItemToArray(p, parse_or(sqlite3_column_text(s, 2), cJSON_CreateObject));
-    cJSON_AddItemToArray(p, parse_or(sqlite3_column_text(s, 3), cJSON_CreateObject));
-    cJSON_AddItemToArray(p, parse_or(sqlite3_column_text(s, 4), cJSON_CreateArray));
+    cJSON_AddItemToArray(p, parse_or(col[2], cJSON_CreateObject));
+    cJSON_AddItemToArray(p, parse_or(col[3], cJSON_CreateObject));
+    cJSON_AddItemToArray(p, parse_or(col[4], cJSON_CreateArray));
     cJSON_AddItemToObject(entry, "prompt", p);
-    cJSON_AddItemToObject(entry, "outputs", parse_or(sqlite3_column_text(s, 6), cJSON_CreateObject));
-    const char *status = (const char *)sqlite3_column_text(s, 5);
-    int success = status && strcmp(status, "success") == 0;
+    cJSON_AddItemToObject(entry, "outputs", parse_or(col[6], cJSON_CreateObject));
+    int success = col[5] && strcmp(col[5], "success") == 0;
     cJSON *st = cJSON_CreateObject();
     cJSON_AddStringToObject(st, "status_str", success ? "success" : "error");
     cJSON_AddBoolToObject(st, "completed", success);
-    cJSON_AddItemToObject(st, "messages", parse_or(sqlite3_column_text(s, 7), cJSON_CreateArray));
+    cJSON_AddItemToObject(st, "messages", parse_or(col[7], cJSON_CreateArray));
     cJSON_AddItemToObject(entry, "status", st);
-    cJSON_AddItemToObject(entry, "meta", parse_or(sqlite3_column_text(s, 8), cJSON_CreateObject));
+    cJSON_AddItemToObject(entry, "meta", parse_or(col[8], cJSON_CreateObject));
     cJSON_DeleteItemFromObjectCaseSensitive(obj, pid);
     cJSON_AddItemToObject(obj, pid, entry);
-}
-
-#define HISTORY_COLS                                                                       \
-    "SELECT prompt_id, number_text, prompt, extra_data, outputs_to_execute, status, "     \
-    "outputs, messages, meta FROM jobs WHERE history_seq IS NOT NULL "
-
-cJSON *srv_store_history(struct srv_store *st, long max_items, long offset)
-{
-    cJSON *obj = cJSON_CreateObject();
-    pthread_mutex_lock(&st->lock);
-    long count = 0;
-    sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(st->db, "SELECT COUNT(*) FROM jobs WHERE history_seq IS NOT NULL", -1,
-                           &s, NULL) == SQLITE_OK) {
-        if (sqlite3_step(s) == SQLITE_ROW)
-            count = (long)sqlite3_column_int64(s, 0);
-        sqlite3_finalize(s);
-    }
-    /* ComfyUI: max_items alone takes the newest N; offset counts from the oldest. */
-    if (offset < 0)
-        offset = max_items >= 0 && max_items < count ? count - max_items : 0;
-    long limit = max_items >= 0 ? max_items : -1;
-    if (sqlite3_prepare_v2(st->db, HISTORY_COLS "ORDER BY history_seq LIMIT ? OFFSET ?", -1, &s,
-                           NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(s, 1, limit);
-        sqlite3_bind_int64(s, 2, offset);
-        while (sqlite3_step(s) == SQLITE_ROW)
-            add_entry(obj, s);
-        sqlite3_finalize(s);
-    }
-    pthread_mutex_unlock(&st->lock);
-    return obj;
-}
-
-cJSON *srv_store_history_one(struct srv_store *st, const char *prompt_id)
-{
-    cJSON *obj = cJSON_CreateObject();
-    sqlite3_stmt *s;
-    pthread_mutex_lock(&st->lock);
-    if (sqlite3_prepare_v2(st->db, HISTORY_COLS "AND prompt_id=? ORDER BY history_seq DESC LIMIT 1",
-                           -1, &s, NULL) == SQLITE_OK) {
-        sqlite3_bind_text(s, 1, prompt_id, -1, SQLITE_STATIC);
-        if (sqlite3_step(s) == SQLITE_ROW)
-            add_entry(obj, s);
-        sqlite3_finalize(s);
-    }
-    pthread_mutex_unlock(&st->lock);
-    return obj;
-}
-
-int srv_store_history_clear(struct srv_store *st)
-{
-    pthread_mutex_lock(&st->lock);
-    int rc = sqlite3_exec(st->db, "DELETE FROM jobs WHERE history_seq IS NOT NULL", NULL, NULL,
-                          NULL) == SQLITE_OK ? 0 : ERR_IO;
-    pthread_mutex_unlock(&st->lock);
-    return rc;
-}
-
-int srv_store_history_delete(struct srv_store *st, const char *prompt_id)
-{
-    sqlite3_stmt *s;
-    int rc = ERR_IO;
-    pthread_mutex_lock(&st->lock);
-    if (sqlite3_prepare_v2(st->db, "DELETE FROM jobs WHERE history_seq IS NOT NULL AND prompt_id=?",
-                           -1, &s, NULL) == SQLITE_OK) {
-        sqlite3_bind_text(s, 1, prompt_id, -1, SQLITE_STATIC);
-        rc = sqlite3_step(s) == SQLITE_DONE ? 0 : ERR_IO;
-        sqlite3_finalize(s);
-    }
-    pthread_mutex_unlock(&st->lock);
-    return rc;
-}
-
-long srv_store_history_count(struct srv_store *st)
-{
-    sqlite3_stmt *s;
-    long n = 0;
-    pthread_mutex_lock(&st->lock);
-    if (sqlite3_prepare_v2(st->db, "SELECT COUNT(*) FROM jobs WHERE history_seq IS NOT NULL", -1,
-                           &s, NULL) == SQLITE_OK) {
-        if (sqlite3_step(s) == SQLITE_ROW)
-            n = (long)sqlite3_column_int64(s, 0);
-        sqlite3_finalize(s);
-    }
-    pthread_mutex_unlock(&st->lock);
-    return n;
 }

@@ -10,10 +10,12 @@ if [ "$(id -u)" != 0 ]; then
     SUDO=sudo
 fi
 
-# Build tools and the libraries latentd links (see README "Dependencies").
+# Build tools and the libraries latentd links (see README "Dependencies"); postgresql is
+# the server e2e_cluster_pg starts privately (latentd itself only needs libpq).
 PACKAGES="build-essential cmake ninja-build pkg-config git
   libmicrohttpd-dev libwebsockets-dev libcjson-dev libsqlite3-dev libpng-dev
-  libjpeg62-turbo-dev libopenblas-dev libdnnl-dev chromium wrk"
+  libjpeg62-turbo-dev libopenblas-dev libdnnl-dev chromium wrk
+  libpq-dev postgresql"
 
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
