@@ -90,6 +90,8 @@ static int prepare_dirs(const struct srv_config *cfg, struct err *e)
     srv_fs_remove_tree(cfg->temp_dir);
     if (srv_fs_mkdirs(cfg->temp_dir, 0755) < 0)
         return err_set(e, ERR_IO, "cannot create '%s': %s", cfg->temp_dir, strerror(errno));
+    if (srv_store_url_is_pg(cfg->database_path))
+        return 0; /* a PostgreSQL store has no folder here */
     char *db_dir = xstrdup(cfg->database_path);
     char *slash = strrchr(db_dir, '/');
     if (slash && slash != db_dir) {
@@ -123,7 +125,12 @@ static void banner(const struct srv *s, int port)
     log_info("temp: %s", cfg->temp_dir);
     log_info("user: %s", cfg->user_dir);
     log_info("web: %s", cfg->web_dir);
-    log_info("job store: %s (%d pending)", cfg->database_path, srv_queue_remaining((struct srv_queue *)&s->queue));
+    if (srv_store_shared(s->store)) /* the URL may carry a password: not logged */
+        log_info("job store: postgresql, shared (%d queued, %s)", srv_jobs_remaining((struct srv *)s),
+                 cfg->no_worker ? "API only: --no-worker" : "this process is a worker");
+    else
+        log_info("job store: %s (%d pending)", cfg->database_path,
+                 srv_queue_remaining((struct srv_queue *)&s->queue));
 }
 
 int main(int argc, char **argv)
@@ -160,7 +167,12 @@ int main(int argc, char **argv)
 
     if (prepare_dirs(&cfg, &e) < 0)
         goto fail;
-    s.store = srv_store_open(cfg.database_path, &e);
+    if (cfg.no_worker && !srv_store_url_is_pg(cfg.database_path)) {
+        err_set(&e, ERR_INVALID, "--no-worker needs a shared store (--database-url postgresql://...)");
+        goto fail;
+    }
+    struct srv_store_options so = {.worker = !cfg.no_worker, .lease_s = cfg.lease_s};
+    s.store = srv_store_open_opts(cfg.database_path, &so, &e);
     if (!s.store)
         goto fail;
     srv_config_to_graph(&cfg, &gc);
@@ -170,6 +182,8 @@ int main(int argc, char **argv)
     srv_queue_init(&s.queue, srv_store_next_counter(s.store));
     srv_store_load_pending(s.store, on_pending, &s);
     if (!(s.ws = srv_ws_new(&s, &e)))
+        goto fail_queue;
+    if (srv_jobs_start(&s, &e) < 0) /* after the hub: the watch thread hands it events */
         goto fail_queue;
     if (!(s.http = srv_http_new(&s, &e)))
         goto fail_queue;
@@ -203,6 +217,7 @@ fail_exec:
 fail_queue:
     srv_listen_free(s.listener);
     srv_http_free(s.http);
+    srv_jobs_stop(&s);
     srv_ws_free(s.ws);
     srv_queue_release(&s.queue);
 fail:

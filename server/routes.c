@@ -101,7 +101,7 @@ static void broadcast_count(void *user, int remaining)
 
 void srv_broadcast_status(struct srv *s)
 {
-    broadcast_count(s, srv_queue_remaining(&s->queue));
+    srv_emit_status(s);
 }
 
 /* ---- POST /prompt ---------------------------------------------------------------------- */
@@ -146,8 +146,8 @@ static void route_prompt_post(struct srv_req *r)
         snprintf(number_text, sizeof(number_text), "%s", t);
         xfree(t);
     } else {
-        int64_t n = srv_queue_take_number(&s->queue,
-                                          py_truthy(cJSON_GetObjectItemCaseSensitive(body, "front")));
+        int64_t n = srv_jobs_take_number(s,
+                                         py_truthy(cJSON_GetObjectItemCaseSensitive(body, "front")));
         number = (double)n;
         snprintf(number_text, sizeof(number_text), "%lld", (long long)n);
     }
@@ -160,6 +160,7 @@ static void route_prompt_post(struct srv_req *r)
         resp_error(r, 400, "invalid_prompt", "'prompt' must be an object of nodes");
         goto out;
     }
+    srv_jobs_fetch_inputs(s, prompt); /* an upload made through another process */
     const cJSON *targets = cJSON_GetObjectItemCaseSensitive(body, "partial_execution_targets");
     if (graph_validate_targets(s->graph, prompt, cJSON_IsArray(targets) ? targets : NULL, &v) < 0) {
         resp_error(r, 500, "internal_error", "validation failed internally");
@@ -235,8 +236,12 @@ static void route_prompt_post(struct srv_req *r)
     cJSON_AddItemToObject(resp, "node_errors", v.node_errors ? v.node_errors : cJSON_CreateObject());
     v.node_errors = NULL;
     log_debug("prompt '%s' queued (number %s)", job->prompt_id, job->number_text);
-    srv_queue_push(&s->queue, job, broadcast_count, s); /* status queued before any run event */
-    job = NULL;
+    /* A shared store has published the status already, in the job's own transaction; the
+     * job itself runs wherever a worker claims it. */
+    if (!srv_store_shared(s->store)) {
+        srv_queue_push(&s->queue, job, broadcast_count, s); /* status before any run event */
+        job = NULL;
+    }
     resp_json(r, 200, resp);
 out:
     srv_job_free(job);
@@ -248,7 +253,7 @@ static void route_prompt_get(struct srv_req *r)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *ei = cJSON_AddObjectToObject(o, "exec_info");
-    cJSON_AddNumberToObject(ei, "queue_remaining", srv_queue_remaining(&r->srv->queue));
+    cJSON_AddNumberToObject(ei, "queue_remaining", srv_jobs_remaining(r->srv));
     resp_json(r, 200, o);
 }
 
@@ -256,7 +261,7 @@ static void route_prompt_get(struct srv_req *r)
 
 static void route_queue_get(struct srv_req *r)
 {
-    resp_json(r, 200, srv_queue_json(&r->srv->queue));
+    resp_json(r, 200, srv_jobs_queue_json(r->srv));
 }
 
 /* A JSON object body, or {} for an empty one; NULL (and a 400 set) when malformed. */
@@ -282,14 +287,8 @@ static void route_queue_post(struct srv_req *r)
         return;
     const cJSON *del = cJSON_GetObjectItemCaseSensitive(b, "delete");
     int clear = py_truthy(cJSON_GetObjectItemCaseSensitive(b, "clear"));
-    if (clear || cJSON_IsArray(del)) {
-        int64_t *rows = NULL;
-        int n = srv_queue_remove(&s->queue, clear, cJSON_IsArray(del) ? del : NULL, &rows);
-        for (int i = 0; i < n; i++)
-            srv_store_delete_pending(s->store, rows[i]);
-        xfree(rows);
-        srv_broadcast_status(s);
-    }
+    if (clear || cJSON_IsArray(del))
+        srv_jobs_remove(s, clear, cJSON_IsArray(del) ? del : NULL);
     cJSON_Delete(b);
     resp_empty(r, 200);
 }
@@ -300,16 +299,9 @@ static void route_interrupt(struct srv_req *r)
     int empty;
     cJSON *b = req_json(r, &empty); /* body optional; malformed JSON counts as {} */
     const cJSON *pid = cJSON_IsObject(b) ? cJSON_GetObjectItemCaseSensitive(b, "prompt_id") : NULL;
-    if (pid && !cJSON_IsNull(pid)) {
-        char *want = py_str(pid);
-        char *running = srv_queue_running_id(&s->queue);
-        if (running && strcmp(running, want) == 0)
-            graph_interrupt(s->graph);
-        xfree(running);
-        xfree(want);
-    } else {
-        graph_interrupt(s->graph);
-    }
+    char *want = pid && !cJSON_IsNull(pid) ? py_str(pid) : NULL;
+    srv_jobs_interrupt(s, want);
+    xfree(want);
     cJSON_Delete(b);
     resp_empty(r, 200);
 }
@@ -463,6 +455,10 @@ static char *system_stats_text(struct srv *s)
     cJSON *d = graph_device_stats(s->graph);
     if (d)
         cJSON_AddItemToArray(devs, d);
+    /* latentd: every live process on a shared store, beside ComfyUI's own fields. */
+    cJSON *workers = srv_jobs_workers(s);
+    if (workers)
+        cJSON_AddItemToObject(o, "workers", workers);
     char *p = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     char *text = xstrdup(p);

@@ -104,7 +104,11 @@ static void route_view(struct srv_req *r)
         goto out;
     }
     struct stat st;
-    if (stat(path, &st) < 0 || !S_ISREG(st.st_mode)) {
+    /* A shared store: the file may have been made (or uploaded) through another process. */
+    int found = stat(path, &st) == 0;
+    if (!found && errno == ENOENT && srv_jobs_fetch_file(r->srv, type, sub ? sub : "", base) == 0)
+        found = stat(path, &st) == 0;
+    if (!found || !S_ISREG(st.st_mode)) {
         resp_empty(r, 404);
         goto out;
     }
@@ -374,6 +378,8 @@ static int upload_target(struct srv_req *r, struct form *f, const void *data, si
 
 static void upload_respond(struct srv_req *r, struct form *f, struct upload_target *t)
 {
+    /* A shared store: prompts that name it may run on another machine. */
+    srv_jobs_share_file(r->srv, t->type, f->subfolder.ptr, t->name);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", t->name);
     cJSON_AddStringToObject(o, "subfolder", f->subfolder.ptr);

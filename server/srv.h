@@ -119,6 +119,50 @@ void srv_listen_free(struct srv_listener *l);
 void srv_reply_raw(int fd, unsigned status, const char *type, const char *message);
 void srv_reply_close(int fd, unsigned status, const char *type, const char *message);
 
+/* ---- the queue wherever it lives (srv_jobs.c) ----------------------------------------------
+ * In memory (SQLite store) or in the database (shared PostgreSQL store): routes and the
+ * executor call these and never choose. Any thread unless noted. */
+
+/* The next priority number (ComfyUI's counter; negated for `front`), cluster-wide. */
+int64_t srv_jobs_take_number(struct srv *s, int front);
+/* pending + running, cluster-wide. */
+int srv_jobs_remaining(struct srv *s);
+/* /queue's {"queue_running", "queue_pending"}; caller frees. */
+cJSON *srv_jobs_queue_json(struct srv *s);
+/* Remove pending jobs (all with `clear`, and those whose prompt_id is in `ids`), then
+ * announce the new count. */
+void srv_jobs_remove(struct srv *s, int clear, const cJSON *ids);
+/* Interrupt the running prompt `prompt_id`, or every running prompt when NULL (one
+ * process runs at most one; a cluster may run one per worker). */
+void srv_jobs_interrupt(struct srv *s, const char *prompt_id);
+/* /system_stats "workers" (live processes on a shared store) or NULL. Caller frees. */
+cJSON *srv_jobs_workers(struct srv *s);
+/* Main thread: start the shared store's watch thread (events, interrupts, leases). */
+int srv_jobs_start(struct srv *s, struct err *e);
+/* Main thread: stop it again (before the hub goes: it delivers events there). */
+void srv_jobs_stop(struct srv *s);
+/* Executor thread: the next job to run (now listed as running), or NULL on stop/wake. */
+struct srv_job *srv_jobs_next(struct srv *s);
+
+/* Send an event to a client (sid NULL = all): straight to this process's hub, or through a
+ * shared store to whichever process the client is connected to. Takes `data`. */
+void srv_emit(struct srv *s, const char *sid, const char *type, cJSON *data);
+void srv_emit_preview(struct srv *s, const char *sid, int image_type, const void *bytes,
+                      size_t n, const char *node_id, const char *prompt_id);
+/* "status" with the queue count, to everyone. */
+void srv_emit_status(struct srv *s);
+
+/* Shared store: copy a file to / from the database, so /view on any process serves what
+ * any worker made and a prompt may name an upload made through another process (fetched
+ * into the local folder, where it is then kept). 0, ERR_NOT_FOUND, or another error. */
+int srv_jobs_share_file(struct srv *s, const char *type, const char *sub, const char *name);
+int srv_jobs_fetch_file(struct srv *s, const char *type, const char *sub, const char *name);
+/* Fetch the inputs a prompt names ("image" inputs) that are missing here: before
+ * validation on a front, before the run on a worker. No-op for a store of one process. */
+void srv_jobs_fetch_inputs(struct srv *s, const cJSON *prompt);
+/* Executor thread: share every file a result's outputs list. */
+void srv_jobs_share_outputs(struct srv *s, const cJSON *outputs);
+
 /* ---- executor (srv_exec.c) ---------------------------------------------------------------- */
 
 int srv_exec_start(struct srv *s, struct err *e);

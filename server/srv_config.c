@@ -29,7 +29,7 @@ enum flag_id {
     F_NORMALVRAM, F_LOWVRAM, F_NOVRAM, F_RESERVE_VRAM, F_DISABLE_SMART_MEMORY, F_CUDA_DEVICE,
     F_DEVICE, F_VRAM_BUDGET, F_ASYNC_OFFLOAD, F_DISABLE_ASYNC_OFFLOAD, F_DISABLE_PINNED,
     F_CACHE_CLASSIC, F_CACHE_LRU, F_CACHE_NONE, F_PREVIEW_METHOD, F_PREVIEW_SIZE,
-    F_DISABLE_METADATA, F_HASH, F_QUICK_TEST, F_HELP, F_IGNORED,
+    F_DISABLE_METADATA, F_HASH, F_QUICK_TEST, F_HELP, F_IGNORED, F_WORKER, F_NO_WORKER, F_LEASE,
 };
 
 struct flag {
@@ -62,7 +62,10 @@ static const struct flag flags[] = {
     {"--temp-directory", FLAG_ONE, F_TEMP_DIR, "DIR  temp root is DIR/temp; wiped at start"},
     {"--user-directory", FLAG_ONE, F_USER_DIR, "DIR  user data root (must exist)"},
     {"--front-end-root", FLAG_ONE, F_FRONT_END_ROOT, "DIR  serve DIR as the web UI"},
-    {"--database-url", FLAG_ONE, F_DATABASE_URL, "URL  job store: sqlite:///PATH or PATH (default <user>/latentd.db)"},
+    {"--database-url", FLAG_ONE, F_DATABASE_URL, "URL  job store: sqlite:///PATH or PATH (default <user>/latentd.db), or postgresql://... shared by several latentd processes"},
+    {"--worker", FLAG_NONE, F_WORKER, "latentd: run prompts from the queue (default)"},
+    {"--no-worker", FLAG_NONE, F_NO_WORKER, "latentd: PostgreSQL store only: serve the API, run nothing"},
+    {"--lease-seconds", FLAG_ONE, F_LEASE, "SEC  latentd: PostgreSQL store: a running job's lease, renewed every SEC/3 (default 30, 3..60)"},
     {"--cpu", FLAG_NONE, F_CPU, "run everything on the CPU"},
     {"--gpu-only", FLAG_NONE, F_GPU_ONLY, "keep every model on the GPU"},
     {"--highvram", FLAG_NONE, F_HIGHVRAM, "keep models in VRAM after use"},
@@ -368,6 +371,13 @@ static int apply(struct srv_config *cfg, const struct flag *f, char **vals, int 
         set_str(&cfg->hash_function, v);
         break;
     case F_QUICK_TEST: cfg->quick_test_for_ci = 1; break;
+    case F_WORKER: cfg->no_worker = 0; break;
+    case F_NO_WORKER: cfg->no_worker = 1; break;
+    case F_LEASE:
+        if (parse_int(v, 3, 60, &l) < 0)
+            return err_set(e, ERR_INVALID, "invalid %s '%s': 3..60 seconds", f->name, v);
+        cfg->lease_s = (int)l;
+        break;
     case F_HELP: return SRV_CONFIG_EXIT;
     case F_IGNORED:
         log_info("notice: '%s' accepted for ComfyUI compatibility; it has no effect in latentd",
@@ -380,6 +390,8 @@ static int apply(struct srv_config *cfg, const struct flag *f, char **vals, int 
 static char *database_from_url(const char *url)
 {
     /* ComfyUI's form is an SQLAlchemy URL: sqlite:///relative or sqlite:////absolute. */
+    if (strncmp(url, "postgresql://", 13) == 0 || strncmp(url, "postgres://", 11) == 0)
+        return xstrdup(url); /* libpq's connection URI, kept as given */
     if (strncmp(url, "sqlite:///", 10) == 0)
         url += 10;
     else if (strncmp(url, "sqlite://", 9) == 0)

@@ -46,8 +46,11 @@ struct srv_config {
     char *temp_dir;     /* owned: <--temp-directory>/temp or <base>/temp */
     char *user_dir;     /* owned */
     char *web_dir;      /* owned: --front-end-root or the built-in web/ folder */
-    char *database_path;/* owned: from --database-url (sqlite:///PATH or PATH) or <user>/latentd.db */
+    char *database_path;/* owned: from --database-url: a SQLite path (sqlite:///PATH or PATH,
+                           default <user>/latentd.db) or a postgresql:// URL as given */
     int user_dir_given; /* --user-directory must already exist */
+    int no_worker;      /* --no-worker: a PostgreSQL store's front only, runs no prompt */
+    int lease_s;        /* --lease-seconds; 0 = the store's default */
 
     /* The memory manager's flags, filled as argv is read and handed to graph_new as
      * they are: --cpu/--device/--cuda-device, the VRAM state group, --vram-budget,

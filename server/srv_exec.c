@@ -32,7 +32,7 @@ static int client_only(const char *type)
 static void route_event(struct srv *s, const char *client, const char *type, cJSON *data)
 {
     if (strcmp(type, "status") == 0) {
-        srv_ws_send(s->ws, NULL, type, data);
+        srv_emit(s, NULL, type, data);
         return;
     }
     if (client_only(type) && !client) {
@@ -40,7 +40,7 @@ static void route_event(struct srv *s, const char *client, const char *type, cJS
         return;
     }
     /* progress, progress_state, execution_interrupted: everyone when there is no client */
-    srv_ws_send(s->ws, client, type, data);
+    srv_emit(s, client, type, data);
 }
 
 static void on_send(void *user, const char *type, cJSON *data)
@@ -61,8 +61,8 @@ static void on_preview(void *user, int image_type, const void *bytes, size_t n,
                        const char *node_id, const char *prompt_id)
 {
     struct exec_ctx *ec = user;
-    srv_ws_send_preview(ec->srv->ws, ec->job->client_id, image_type, bytes, n, node_id,
-                        prompt_id ? prompt_id : ec->job->prompt_id);
+    srv_emit_preview(ec->srv, ec->job->client_id, image_type, bytes, n, node_id,
+                     prompt_id ? prompt_id : ec->job->prompt_id);
 }
 
 static cJSON *stamp(const char *prompt_id)
@@ -135,8 +135,12 @@ static void run_job(struct srv *s, struct srv_job *j)
     char *outputs = print_or(res.outputs, "{}");
     char *messages = print_or(res.messages, "[]");
     char *meta = print_or(res.meta, "{}");
-    /* 1. history written */
-    srv_store_finish(s->store, j->row_id, status_str, outputs, messages, meta);
+    /* 0. files shared (a shared store), so /view anywhere finds what history lists */
+    srv_jobs_share_outputs(s, res.outputs);
+    /* 1. history written; ERR_BUSY: our lease ran out and the job was taken over, so the
+     * new run speaks for it from here on */
+    int taken = srv_store_finish(s->store, j->row_id, status_str, outputs, messages, meta) ==
+                ERR_BUSY;
     xfree(outputs);
     xfree(messages);
     xfree(meta);
@@ -144,6 +148,11 @@ static void run_job(struct srv *s, struct srv_job *j)
     /* 2. the item leaves queue_running */
     struct srv_job *done = srv_queue_finish_running(&s->queue);
     srv_ws_set_executing(s->ws, NULL, NULL);
+    if (taken) {
+        cJSON_Delete(success);
+        srv_job_free(done);
+        return;
+    }
     /* 3. execution_success */
     if (success)
         route_event(s, j->client_id, "execution_success", success);
@@ -174,7 +183,7 @@ static void *exec_main(void *arg)
     struct srv *s = arg;
     for (;;) {
         apply_free(s);
-        struct srv_job *j = srv_queue_wait_pop(&s->queue);
+        struct srv_job *j = srv_jobs_next(s);
         if (j) {
             run_job(s, j);
             continue;

@@ -1,6 +1,7 @@
 #include "srv_queue.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "alloc.h"
 
@@ -109,6 +110,41 @@ void srv_queue_wake(struct srv_queue *q)
     q->wake = 1;
     pthread_cond_signal(&q->cond);
     pthread_mutex_unlock(&q->lock);
+}
+
+int srv_queue_wait_wake(struct srv_queue *q, int timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&q->lock);
+    while (!q->stopping && !q->wake)
+        if (pthread_cond_timedwait(&q->cond, &q->lock, &ts) != 0)
+            break;
+    int rc = q->stopping ? -1 : q->wake ? 1 : 0;
+    q->wake = 0;
+    pthread_mutex_unlock(&q->lock);
+    return rc;
+}
+
+void srv_queue_set_running(struct srv_queue *q, struct srv_job *j)
+{
+    pthread_mutex_lock(&q->lock);
+    q->running = j;
+    pthread_mutex_unlock(&q->lock);
+}
+
+int64_t srv_queue_running_row(struct srv_queue *q)
+{
+    pthread_mutex_lock(&q->lock);
+    int64_t id = q->running ? q->running->row_id : 0;
+    pthread_mutex_unlock(&q->lock);
+    return id;
 }
 
 void srv_queue_stop(struct srv_queue *q)

@@ -70,6 +70,18 @@ struct srv_job *srv_queue_wait_pop(struct srv_queue *q);
 struct srv_job *srv_queue_finish_running(struct srv_queue *q);
 
 void srv_queue_wake(struct srv_queue *q);
+
+/*
+ * Executor thread, shared store (the queue is in the database; this one only lists the
+ * job this process runs): wait up to timeout_ms for srv_queue_wake or srv_queue_stop.
+ * Returns 1 when woken (the wake is consumed), 0 on timeout, -1 when stopping.
+ */
+int srv_queue_wait_wake(struct srv_queue *q, int timeout_ms);
+/* Executor thread, shared store: `j` (claimed from the store) runs now; the queue owns
+ * it until srv_queue_finish_running. */
+void srv_queue_set_running(struct srv_queue *q, struct srv_job *j);
+/* Row id of the running job, 0 when none. */
+int64_t srv_queue_running_row(struct srv_queue *q);
 void srv_queue_stop(struct srv_queue *q);
 
 /* pending + running */

@@ -363,7 +363,7 @@ static void on_established(struct srv_ws *ws, struct ws_conn *c, struct lws *wsi
     cJSON *d = cJSON_CreateObject();
     cJSON *st = cJSON_AddObjectToObject(d, "status");
     cJSON *ei = cJSON_AddObjectToObject(st, "exec_info");
-    cJSON_AddNumberToObject(ei, "queue_remaining", srv_queue_remaining(&ws->srv->queue));
+    cJSON_AddNumberToObject(ei, "queue_remaining", srv_jobs_remaining(ws->srv));
     cJSON_AddStringToObject(d, "sid", c->sid);
     struct ws_frame *f = json_frame("status", d);
     conn_push(c, f);
