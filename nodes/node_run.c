@@ -41,28 +41,16 @@ struct value *node_in_at(const struct node_ctx *c, int index)
     return c->inputs[index];
 }
 
-static const struct node_input_def *in_def(const struct node_ctx *c, const char *name, int *idx)
+/* Widget readers over one declaration and its bound value (NULL when absent). */
+static int64_t as_int(const struct node_input_def *d, const struct value *v)
 {
-    *idx = node_class_input_index(c->cls, name);
-    ASSERT(*idx >= 0); /* a node asking for an input it did not declare is a bug */
-    return &c->cls->inputs[*idx];
-}
-
-int64_t node_in_int(const struct node_ctx *c, const char *name)
-{
-    int idx;
-    const struct node_input_def *d = in_def(c, name, &idx);
-    struct value *v = c->inputs[idx];
     if (!v)
         return d->def.set ? d->def.i : 0;
     return value_i64(v);
 }
 
-double node_in_float(const struct node_ctx *c, const char *name)
+static double as_float(const struct node_input_def *d, const struct value *v)
 {
-    int idx;
-    const struct node_input_def *d = in_def(c, name, &idx);
-    struct value *v = c->inputs[idx];
     if (!v)
         return d->def.set ? d->def.f : 0.0;
     if (v->kind == VALUE_FLOAT)
@@ -70,21 +58,15 @@ double node_in_float(const struct node_ctx *c, const char *name)
     return (double)v->i;
 }
 
-const char *node_in_str(const struct node_ctx *c, const char *name)
+static const char *as_str(const struct node_input_def *d, const struct value *v)
 {
-    int idx;
-    const struct node_input_def *d = in_def(c, name, &idx);
-    struct value *v = c->inputs[idx];
     if (!v || v->kind != VALUE_STRING)
         return d->def_str ? d->def_str : "";
     return v->s;
 }
 
-int node_in_bool(const struct node_ctx *c, const char *name)
+static int as_bool(const struct node_input_def *d, const struct value *v)
 {
-    int idx;
-    const struct node_input_def *d = in_def(c, name, &idx);
-    struct value *v = c->inputs[idx];
     if (!v)
         return d->has_def_bool ? d->def_bool : 0;
     if (v->kind == VALUE_FLOAT)
@@ -93,6 +75,64 @@ int node_in_bool(const struct node_ctx *c, const char *name)
         return v->s[0] != '\0';
     return v->i != 0;
 }
+
+/* Asking for an undeclared input (index or name) is a bug in the node. */
+static int check_index(const struct node_ctx *c, int index)
+{
+    ASSERT(index >= 0 && index < node_class_n_inputs(c->cls));
+    return index;
+}
+
+static int index_of(const struct node_ctx *c, const char *name)
+{
+    int idx = node_class_input_index(c->cls, name);
+    ASSERT(idx >= 0);
+    return idx;
+}
+
+#define READ(fn, c, i) fn(&(c)->cls->inputs[i], (c)->inputs[i])
+
+int64_t node_in_int_at(const struct node_ctx *c, int i)
+{
+    return READ(as_int, c, check_index(c, i));
+}
+
+double node_in_float_at(const struct node_ctx *c, int i)
+{
+    return READ(as_float, c, check_index(c, i));
+}
+
+const char *node_in_str_at(const struct node_ctx *c, int i)
+{
+    return READ(as_str, c, check_index(c, i));
+}
+
+int node_in_bool_at(const struct node_ctx *c, int i)
+{
+    return READ(as_bool, c, check_index(c, i));
+}
+
+int64_t node_in_int(const struct node_ctx *c, const char *n)
+{
+    return READ(as_int, c, index_of(c, n));
+}
+
+double node_in_float(const struct node_ctx *c, const char *n)
+{
+    return READ(as_float, c, index_of(c, n));
+}
+
+const char *node_in_str(const struct node_ctx *c, const char *n)
+{
+    return READ(as_str, c, index_of(c, n));
+}
+
+int node_in_bool(const struct node_ctx *c, const char *n)
+{
+    return READ(as_bool, c, index_of(c, n));
+}
+
+#undef READ
 
 struct value *node_in(const struct node_ctx *c, const char *name)
 {

@@ -3,8 +3,9 @@
  * progress/preview channel, the interrupt flag and error reporting.
  *
  * graph/ fills a struct node_ctx for each node it executes and calls the class's
- * run(c). Inputs are indexed like the class's declared inputs (node_in_at), or
- * looked up by name (node_in). A node:
+ * run(c). Inputs are indexed like the class's declared inputs: a family names the
+ * indices in an enum beside its declaration and reads node_in_at / node_in_*_at
+ * (node_in and friends look a name up on each call). A node:
  *   - reads inputs (borrowed; never writes into them: make a new value instead),
  *   - sets each output with node_set_output (transfers one reference),
  *   - output nodes add UI results (saved images) with node_ui_add_image,
@@ -96,12 +97,21 @@ struct node_ctx {
     const struct node_hooks *hooks; /* borrowed */
 };
 
-/* The value of input `index` / named input; NULL when absent (optional). */
+/* The value of input `index` (the class's declared order); NULL when absent
+ * (optional) or out of range. */
 struct value *node_in_at(const struct node_ctx *c, int index);
+/* Typed readers for widget inputs by declared index; the graph guarantees presence
+ * and type after validation for required inputs. For an absent optional input they
+ * return the declared default, or 0 / "" when none is declared. */
+int64_t node_in_int_at(const struct node_ctx *c, int index);
+double node_in_float_at(const struct node_ctx *c, int index);
+const char *node_in_str_at(const struct node_ctx *c, int index);
+int node_in_bool_at(const struct node_ctx *c, int index);
+
+/* The same by input name: a linear search of the declaration on every call. Node
+ * families not yet given index enums use these (TODO(cfg): the sd_* families, after
+ * the models redesign settles; see issue 12). */
 struct value *node_in(const struct node_ctx *c, const char *name);
-/* Typed readers for widget inputs; the graph guarantees presence and type after
- * validation for required inputs. For an absent optional input they return the
- * declared default, or 0 / "" when none is declared. */
 int64_t node_in_int(const struct node_ctx *c, const char *name);
 double node_in_float(const struct node_ctx *c, const char *name);
 const char *node_in_str(const struct node_ctx *c, const char *name);

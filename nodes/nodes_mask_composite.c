@@ -98,6 +98,9 @@ static int composite(struct node_ctx *c, struct planes *dst, struct planes src, 
 
 /* ---- LatentCompositeMasked ---- */
 
+/* Both composites declare their inputs in this order (COMPOSITE_INPUTS below). */
+enum { IN_DESTINATION, IN_SOURCE, IN_X, IN_Y, IN_RESIZE_SOURCE, IN_MASK, IN_END };
+
 static int latent_composite_run(struct node_ctx *c)
 {
     const struct sd_latent *d = sd__latent_in(c, "destination");
@@ -109,8 +112,9 @@ static int latent_composite_run(struct node_ctx *c)
         return ERR_DEVICE_OOM;
     memcpy(out->samples, d->samples, (size_t)(d->b * d->c * d->h * d->w) * sizeof(float));
     struct planes dst = {out->samples, d->b, d->c, d->h, d->w};
-    int rc = composite(c, &dst, (struct planes){s->samples, s->b, s->c, s->h, s->w}, node_in_int(c, "x"),
-                       node_in_int(c, "y"), node_in(c, "mask"), 8, node_in_bool(c, "resize_source"));
+    int rc = composite(c, &dst, (struct planes){s->samples, s->b, s->c, s->h, s->w},
+                       node_in_int_at(c, IN_X), node_in_int_at(c, IN_Y), node_in_at(c, IN_MASK), 8,
+                       node_in_bool_at(c, IN_RESIZE_SOURCE));
     if (rc < 0) {
         sd_latent_free(out);
         return rc;
@@ -135,7 +139,7 @@ static float *to_planes(const struct value *img, int64_t keep, int64_t pad)
 
 static int image_composite_run(struct node_ctx *c)
 {
-    const struct value *d = node_in(c, "destination"), *s = node_in(c, "source");
+    const struct value *d = node_in_at(c, IN_DESTINATION), *s = node_in_at(c, IN_SOURCE);
     if (!d || d->kind != VALUE_TENSOR || d->ndim != 4 || !s || s->kind != VALUE_TENSOR || s->ndim != 4)
         return node_fail(c, "ValueError", "inputs 'destination' and 'source' must be IMAGEs [B,H,W,C]");
     /* node_helpers.image_alpha_fix: cut the source's extra channels, or give the
@@ -147,8 +151,8 @@ static int image_composite_run(struct node_ctx *c)
         return ERR_TOO_LARGE;
     struct planes dst = {to_planes(d, dc, dpad), d->shape[0], dc + dpad, d->shape[1], d->shape[2]};
     struct planes src = {to_planes(s, skeep, 0), s->shape[0], skeep, s->shape[1], s->shape[2]};
-    int rc = composite(c, &dst, src, node_in_int(c, "x"), node_in_int(c, "y"), node_in(c, "mask"), 1,
-                       node_in_bool(c, "resize_source"));
+    int rc = composite(c, &dst, src, node_in_int_at(c, IN_X), node_in_int_at(c, IN_Y),
+                       node_in_at(c, IN_MASK), 1, node_in_bool_at(c, IN_RESIZE_SOURCE));
     if (rc == 0) {
         int64_t hw = dst.h * dst.w;
         for (int64_t i = 0; i < dst.b; i++)
@@ -164,14 +168,17 @@ static int image_composite_run(struct node_ctx *c)
     return rc;
 }
 
-#define COMPOSITE_INPUTS(ty, st)                                                              \
-    {.name = "destination", .type = ty}, {.name = "source", .type = ty},                      \
-    {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), \
-     .step = NODE_I(st)},                                                                       \
-    {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), \
-     .step = NODE_I(st)},                                                                       \
-    {.name = "resize_source", .type = "BOOLEAN", .def_bool = 0, .has_def_bool = 1},               \
-    {.name = "mask", .type = "MASK", .group = NODE_INPUT_OPTIONAL}, NODE_INPUTS_END
+#define COMPOSITE_INPUTS(ty, st)                                                                 \
+    [IN_DESTINATION] = {.name = "destination", .type = ty},                                      \
+    [IN_SOURCE] = {.name = "source", .type = ty},                                                \
+    [IN_X] = {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0),                    \
+              .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(st)},                                \
+    [IN_Y] = {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0),                    \
+              .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(st)},                                \
+    [IN_RESIZE_SOURCE] = {.name = "resize_source", .type = "BOOLEAN", .def_bool = 0,             \
+                          .has_def_bool = 1},                                                    \
+    [IN_MASK] = {.name = "mask", .type = "MASK", .group = NODE_INPUT_OPTIONAL},                 \
+    [IN_END] = NODE_INPUTS_END
 
 static const struct node_input_def latent_in[] = {COMPOSITE_INPUTS("LATENT", 8)};
 static const struct node_input_def image_in[] = {COMPOSITE_INPUTS("IMAGE", 1)};

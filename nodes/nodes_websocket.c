@@ -24,7 +24,7 @@ static void to_u8(const float *src, size_t n, uint8_t *px)
 
 static int ws_save_run(struct node_ctx *c)
 {
-    const struct value *img = node_in(c, "images");
+    const struct value *img = node_in_at(c, 0); /* ws_save_in[0]: images */
     if (!img || img->kind != VALUE_TENSOR || img->ndim != 4)
         return node_fail(c, "ValueError", "input 'images' is not an IMAGE [B,H,W,C]");
     int64_t b = img->shape[0], h = img->shape[1], w = img->shape[2], ch = img->shape[3];
