@@ -63,26 +63,36 @@ struct unet_impl {
     struct mm_report rep;       /* of the current sampling node */
 };
 
-static int unet_apply(void *impl, const float *x_in, int batch, int h, int w, const float *ts,
-                      const float *ctx, int tokens, int dim, float *eps_out, struct err *e)
+static int unet_apply_y(void *impl, const float *x_in, int batch, int h, int w, const float *ts,
+                        const float *ctx, int tokens, int dim, const float *y_in, int adm_dim,
+                        float *eps_out, struct err *e)
 {
     struct unet_impl *u = impl;
     struct dev *d = patcher_device(u->p);
-    struct tensor *x = NULL, *c = NULL, *eps = NULL;
-    int64_t xs[4] = {batch, 4, h, w}, cs[3] = {batch, tokens, dim};
+    struct tensor *x = NULL, *c = NULL, *y = NULL, *eps = NULL;
+    int64_t xs[4] = {batch, 4, h, w}, cs[3] = {batch, tokens, dim}, ys[2] = {batch, adm_dim};
     int rc;
-    if ((rc = dev_tensor(d, 4, xs, x_in, &x, e)) < 0 || (rc = dev_tensor(d, 3, cs, ctx, &c, e)) < 0 ||
+    if ((rc = dev_tensor(d, 4, xs, x_in, &x, e)) < 0 ||
+        (rc = dev_tensor(d, 3, cs, ctx, &c, e)) < 0 ||
+        (y_in && (rc = dev_tensor(d, 2, ys, y_in, &y, e)) < 0) ||
         (rc = dev_tensor(d, 4, xs, NULL, &eps, e)) < 0)
         goto out;
-    if ((rc = unet_eval(u->p, &u->cfg.unet, x, ts, c, NULL, eps, NULL, e)) < 0 ||
+    if ((rc = unet_eval(u->p, &u->cfg.unet, x, ts, c, y, eps, NULL, e)) < 0 ||
         (rc = vouch(u->p, e)) < 0)
         goto out;
     rc = tensor_read_f32(eps, eps_out, tensor_numel(eps), e);
 out:
     tensor_free(x);
     tensor_free(c);
+    tensor_free(y);
     tensor_free(eps);
     return rc;
+}
+
+static int unet_apply(void *impl, const float *x_in, int batch, int h, int w, const float *ts,
+                      const float *ctx, int tokens, int dim, float *eps_out, struct err *e)
+{
+    return unet_apply_y(impl, x_in, batch, h, w, ts, ctx, tokens, dim, NULL, 0, eps_out, e);
 }
 
 static int unet_prepare(void *impl, struct mm *mm, int max_batch, int h, int w, int max_tokens,
@@ -93,7 +103,8 @@ static int unet_prepare(void *impl, struct mm *mm, int max_batch, int h, int w, 
         return no_mm(e);
     /* The UNet's own peak plus the x, context and eps tensors of one call. */
     size_t io =
-        (size_t)max_batch * ((size_t)8 * h * w + (size_t)max_tokens * u->cfg.unet.ctx_dim) * 4;
+        (size_t)max_batch *
+        ((size_t)8 * h * w + (size_t)max_tokens * u->cfg.unet.ctx_dim + u->cfg.unet.adm_in) * 4;
     size_t act = unet_plan_bytes(&u->cfg.unet, max_batch, h, w, max_tokens) + io;
     return load_one(mm, u->p, act, &u->rep, e);
 }
@@ -114,6 +125,7 @@ static void unet_free(void *impl)
 
 static const struct sd_model_ops unet_ops = {
     .apply_eps = unet_apply,
+    .apply_eps_y = unet_apply_y,
     .prepare = unet_prepare,
     .finish = unet_finish,
     .free = unet_free,
@@ -126,6 +138,8 @@ struct sd_model *sd_unet_model_new(struct patcher *unet, const struct model_conf
     u->cfg = *cfg;
     struct sd_model *m = sd_model_new(&unet_ops, u);
     sd_model_set_family(m, model_family_get(cfg->family));
+    m->adm_dim = cfg->unet.adm_in;
+    m->ctx_dim = cfg->unet.ctx_dim;
     return m;
 }
 
@@ -177,11 +191,19 @@ void sd_clip_set_embedding_dir(struct sd_clip *c, const char *models_dir)
     buf_release(&dir);
 }
 
+void sd_clip_set_second(struct sd_clip *c, struct patcher *p2)
+{
+    patcher_unref(c->p2);
+    c->p2 = p2;
+}
+
 struct sd_clip *sd_clip_clone(const struct sd_clip *src)
 {
     struct sd_clip *c = xcalloc(1, sizeof *c);
     *c = *src;
     patcher_ref(c->p);
+    if (c->p2)
+        patcher_ref(c->p2);
     atomic_fetch_add(&c->_shared->refs, 1);
     return c;
 }
@@ -191,6 +213,7 @@ void sd_clip_free(struct sd_clip *c)
     if (!c)
         return;
     patcher_unref(c->p);
+    patcher_unref(c->p2);
     if (atomic_fetch_sub(&c->_shared->refs, 1) == 1) {
         clip_tokenizer_free(c->_shared->tok);
         xfree(c->_shared);
@@ -215,6 +238,34 @@ const struct sd_clip *sd_clip_of(const struct value *v)
     return v->obj;
 }
 
+/* Encoder i's output for tk, with the family's conditioning-builder settings. */
+static int text_encode_one(const struct sd_clip *clip, int i, const struct clip_tokens *tk,
+                           float **cond, float **pooled, struct err *e)
+{
+    const struct model_family *f = model_family_get(clip->cfg.family);
+    struct text_encode_opts o = {.layer = clip->clip_skip_set ? clip->clip_skip : f->text_layer,
+                                 .norm_hidden = f->text_norm_hidden,
+                                 .pad_zero = f->text_pad_zero[i]};
+    struct patcher *p = i ? clip->p2 : clip->p;
+    int rc = text_encode(p, &clip->cfg.text[i], model_prefix(&clip->cfg, MODEL_CLIP + i), tk, &o,
+                         cond, pooled, NULL, e);
+    return rc < 0 ? rc : vouch(p, e);
+}
+
+/*
+ * cond [rows, w0 + w1] = the encoders' outputs side by side per token (CLIP-L's
+ * features first, sdxl.md §4.5); both have the same rows for one token list.
+ */
+static float *concat_features(const float *a, int wa, const float *b, int wb, size_t rows)
+{
+    float *out = xmalloc(rows * (size_t)(wa + wb) * sizeof(float));
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(out + r * (wa + wb), a + r * wa, (size_t)wa * sizeof(float));
+        memcpy(out + r * (wa + wb) + wa, b + r * wb, (size_t)wb * sizeof(float));
+    }
+    return out;
+}
+
 int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *text,
                         struct sd_cond **out, struct err *e)
 {
@@ -222,25 +273,36 @@ int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *t
         return no_mm(e);
     struct clip_tokens tk;
     struct mm_report rep;
-    float *cond = NULL, *pooled = NULL;
+    float *cond[2] = {NULL, NULL}, *pooled[2] = {NULL, NULL};
+    int n_enc = clip->p2 ? 2 : 1, last = n_enc - 1;
     clip_tokenize_prompt(clip->_shared->tok, text ? text : "", &tk);
     /* A weighted prompt also encodes the empty prompt (sd15.md §2.12): one more sequence. */
-    size_t plan = text_plan_bytes(&clip->cfg.text[0], tk.n_chunks + tk.has_weights);
-    int rc = load_one(mm, clip->p, plan, &rep, e);
+    struct mm_request req = {.n_models = n_enc};
+    for (int i = 0; i < n_enc; i++) {
+        req.models[i] = i ? clip->p2 : clip->p;
+        size_t b = text_plan_bytes(&clip->cfg.text[i], tk.n_chunks + tk.has_weights);
+        req.activation_bytes = b > req.activation_bytes ? b : req.activation_bytes;
+    }
+    int rc = mm_load_models(mm, &req, &rep, e);
     if (rc >= 0) {
-        rc = text_encode(clip->p, &clip->cfg.text[0], model_prefix(&clip->cfg, MODEL_CLIP), &tk,
-                         &(struct text_encode_opts){.layer = clip->clip_skip, .norm_hidden = 1},
-                         &cond, &pooled, NULL, e);
-        if (rc >= 0)
-            rc = vouch(clip->p, e);
+        for (int i = 0; i < n_enc && rc >= 0; i++)
+            rc = text_encode_one(clip, i, &tk, &cond[i], i == last ? &pooled[i] : NULL, e);
         mm_node_end(mm, &rep);
     }
     if (rc >= 0) {
-        int width = clip->cfg.text[0].width;
-        *out = sd_cond_new(cond, 1, tk.n_chunks * CLIP_CHUNK_LEN, width, pooled, width);
+        size_t rows = (size_t)tk.n_chunks * CLIP_CHUNK_LEN;
+        int w0 = clip->cfg.text[0].width, w1 = n_enc > 1 ? clip->cfg.text[1].width : 0;
+        const struct text_arch *pt = &clip->cfg.text[last];
+        int pw = pt->proj_dim ? pt->proj_dim : pt->width;
+        float *c = n_enc > 1 ? concat_features(cond[0], w0, cond[1], w1, rows) : cond[0];
+        *out = sd_cond_new(c, 1, (int)rows, w0 + w1, pooled[last], pw);
+        if (c != cond[0])
+            xfree(c);
     }
-    xfree(cond);
-    xfree(pooled);
+    for (int i = 0; i < 2; i++) {
+        xfree(cond[i]);
+        xfree(pooled[i]);
+    }
     clip_tokens_release(&tk);
     return rc;
 }

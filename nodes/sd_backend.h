@@ -32,9 +32,11 @@ struct clip_tokenizer;
 struct sd_clip_shared;
 
 struct sd_clip {
-    struct patcher *p;             /* owned reference */
+    struct patcher *p;  /* owned reference: the (first) text encoder */
+    struct patcher *p2; /* owned reference: SDXL's bigG, or NULL */
     struct model_config cfg;
     int clip_skip;                 /* -1 = last layer, -2 = penultimate, ... */
+    int clip_skip_set;             /* CLIPSetLastLayer ran (else the family's default) */
     struct sd_clip_shared *_shared; /* refcounted tokenizer */
 };
 
@@ -67,6 +69,9 @@ int sd_clip_new(struct patcher *clip, const struct model_config *cfg, struct sd_
  * <models_dir>/embeddings; models_dir NULL leaves them unset (warned and ignored). */
 void sd_clip_set_embedding_dir(struct sd_clip *c, const char *models_dir);
 /* A copy sharing the patcher and tokenizer (CLIPSetLastLayer). */
+/* Give a CLIP its second text encoder (SDXL's bigG; takes the reference). */
+void sd_clip_set_second(struct sd_clip *c, struct patcher *p2);
+
 struct sd_clip *sd_clip_clone(const struct sd_clip *c);
 void sd_clip_free(struct sd_clip *c); /* NULL-safe */
 struct value *sd_clip_value(struct sd_clip *c);           /* "CLIP", takes c */

@@ -144,6 +144,29 @@ static const float *entry_context(const struct sd_cond_entry *e, int k)
 }
 
 /*
+ * The ADM vector of sample k from an entry (SDXL, sdxl.md §5.2): its pooled output and
+ * the sizes ComfyUI's encode_model_conds fills in, the noise's pixel size (latent x 8)
+ * for width, height and the targets, crops 0. An entry without a pooled vector of the
+ * width the model wants (an SD1.x CLIP's conditioning) is an error naming both.
+ */
+static int entry_adm(struct kctx *k, const struct sd_cond_entry *en, int smp, float *y)
+{
+    const struct sd_model *m = k->model;
+    int pooled_dim = m->adm_dim - 6 * SDXL_ADM_EMBED;
+    if (!m->family->encode_adm || !en->pooled || en->pooled_dim != pooled_dim)
+        return err_set(&k->err, ERR_INVALID,
+                       "this %s model needs conditioning with a %d-wide pooled output (got %d): "
+                       "use the CLIP of an %s checkpoint",
+                       m->family->name, pooled_dim, en->pooled ? en->pooled_dim : 0,
+                       m->family->name);
+    struct adm_sizes s = {.width = 8 * k->w, .height = 8 * k->h};
+    s.target_width = s.width;
+    s.target_height = s.height;
+    m->family->encode_adm(en->pooled + (size_t)(smp % en->batch) * pooled_dim, pooled_dim, &s, y);
+    return 0;
+}
+
+/*
  * Run the jobs idx[0..count) (same token count, width and region size) in
  * batched calls of at most max_batch samples, adding each job's x0·mult into
  * its side's accumulator.
@@ -155,12 +178,18 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
     int tokens = j0->entry->tokens, dim = j0->entry->dim, rh = j0->rh, rw = j0->rw;
     int total = count * k->batch;
     int chunk = m->max_batch > 0 ? m->max_batch : total;
+    if (m->ctx_dim && dim != m->ctx_dim) /* a CLIP of another model type */
+        return err_set(&k->err, ERR_INVALID,
+                       "this %s model needs %d-wide conditioning, got %d (from the CLIP of "
+                       "another model type?)",
+                       m->family->name, m->ctx_dim, dim);
     float t = (float)sampling_discrete_timestep(&m->ms, sigma);
     size_t ctx_per = (size_t)tokens * dim, rper = (size_t)4 * rh * rw;
     float *xin = xmalloc((size_t)chunk * rper * sizeof *xin);
     float *ctx = xmalloc((size_t)chunk * ctx_per * sizeof *ctx);
     float *eps = xmalloc((size_t)chunk * rper * sizeof *eps);
     float *ts = xmalloc((size_t)chunk * sizeof *ts);
+    float *ybuf = m->adm_dim ? xmalloc((size_t)chunk * m->adm_dim * sizeof *ybuf) : NULL;
     int rc = 0;
     for (int s0 = 0; s0 < total && rc == 0; s0 += chunk) {
         int nb = total - s0 < chunk ? total - s0 : chunk;
@@ -175,8 +204,16 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
             memcpy(ctx + (size_t)i * ctx_per, entry_context(jb->entry, smp),
                    ctx_per * sizeof *ctx);
             ts[i] = t;
+            if (ybuf && (rc = entry_adm(k, jb->entry, smp, ybuf + (size_t)i * m->adm_dim)) < 0)
+                break;
         }
-        rc = m->ops->apply_eps(m->impl, xin, nb, rh, rw, ts, ctx, tokens, dim, eps, &k->err);
+        if (rc < 0)
+            break;
+        if (ybuf)
+            rc = m->ops->apply_eps_y(m->impl, xin, nb, rh, rw, ts, ctx, tokens, dim, ybuf,
+                                     m->adm_dim, eps, &k->err);
+        else
+            rc = m->ops->apply_eps(m->impl, xin, nb, rh, rw, ts, ctx, tokens, dim, eps, &k->err);
         if (rc < 0)
             break;
         for (int i = 0; i < nb; i++) {
@@ -199,6 +236,7 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
     xfree(ctx);
     xfree(eps);
     xfree(ts);
+    xfree(ybuf);
     return rc;
 }
 

@@ -83,30 +83,21 @@ static int ckpt_run(struct node_ctx *c)
     int rc = model_ckpt_load(path.ptr, MODEL_LOAD_ALL, dt, &ck, &e);
     buf_release(&path);
     if (rc < 0)
-        return node_fail_code(c, rc, "RuntimeError", "ERROR: could not load '%s': %s", name,
-                              e.msg);
-    if (ck.cfg.family != MODEL_FAMILY_SD15) {
-        /* TODO(models): SDXL's conditioning (two encoders, CLIPTextEncodeSDXL, the ADM
-         * vector through the sampler) is issue 13's next step; until then refuse here,
-         * not at the first sampler call. */
-        rc = node_fail_code(c, ERR_UNSUPPORTED, "RuntimeError",
-                            "ERROR: could not load '%s': %s checkpoints are recognised but "
-                            "their nodes are not supported yet",
-                            name, model_family_get(ck.cfg.family)->name);
-        model_ckpt_release(&ck);
-        return rc;
-    }
+        return node_fail_code(c, rc, "RuntimeError", "ERROR: could not load '%s': %s", name, e.msg);
     struct patcher *unet = patcher_new(ck.model[MODEL_UNET]);
     struct patcher *clip = patcher_new(ck.model[MODEL_CLIP]);
     struct patcher *vae = patcher_new(ck.model[MODEL_VAE]);
+    struct patcher *clip2 = ck.model[MODEL_CLIP2] ? patcher_new(ck.model[MODEL_CLIP2]) : NULL;
     struct model_config cfg = ck.cfg;
     model_ckpt_release(&ck); /* the patchers hold the models now */
     struct sd_clip *cl = NULL;
     if ((rc = sd_clip_new(clip, &cfg, &cl, &e)) < 0) {
         patcher_unref(unet);
         patcher_unref(vae);
+        patcher_unref(clip2);
         return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
     }
+    sd_clip_set_second(cl, clip2); /* SDXL's bigG: CLIPTextEncode concatenates both */
     sd_clip_set_embedding_dir(cl, c->env->models_dir);
     node_set_output(c, 0, sd_model_value(sd_unet_model_new(unet, &cfg)));
     node_set_output(c, 1, sd_clip_value(cl));
@@ -252,6 +243,7 @@ static int last_layer_run(struct node_ctx *c)
                          (long long)layer);
     struct sd_clip *out = sd_clip_clone(clip);
     out->clip_skip = (int)layer;
+    out->clip_skip_set = 1;
     node_set_output(c, 0, sd_clip_value(out));
     return 0;
 }

@@ -198,6 +198,7 @@ void sd_model_set_family(struct sd_model *m, const struct model_family *f)
 {
     sampling_discrete_init(&m->ms, f->sampling.linear_start, f->sampling.linear_end);
     m->latent = &f->latent;
+    m->family = f;
 }
 
 void sd_model_free(struct sd_model *m)

@@ -121,6 +121,13 @@ struct sd_model_ops {
      */
     int (*prepare)(void *impl, struct mm *mm, int max_batch, int h, int w, int max_tokens,
                    struct err *e);
+    /*
+     * Required when the model has an ADM input (sd_model.adm_dim > 0, SDXL): apply_eps
+     * with y [batch, adm_dim], one ADM vector per sample (the family's encode_adm).
+     */
+    int (*apply_eps_y)(void *impl, const float *x_in, int batch, int h, int w,
+                       const float *timesteps, const float *context, int tokens, int dim,
+                       const float *y, int adm_dim, float *eps_out, struct err *e);
     /* Optional: sampling is over (after a successful prepare), e.g. mm_node_end. */
     void (*finish)(void *impl, struct mm *mm);
     /* Frees impl when the MODEL value goes (optional: NULL = nothing to free). */
@@ -132,6 +139,9 @@ struct sd_model {
     void *impl;                     /* owned through ops->free */
     struct sampling_discrete ms;    /* noise table (the family's schedule) */
     const struct latent_format *latent; /* borrowed, static: the family's latent space */
+    const struct model_family *family;  /* borrowed, static */
+    int adm_dim;                        /* y width per sample (SDXL 2816); 0 = none */
+    int ctx_dim;                        /* conditioning width it takes; 0 = any (tests) */
     int max_batch;                  /* largest batch per apply_eps call; 0 = any */
 };
 

@@ -32,6 +32,14 @@ struct family_sampling {
     int eps;             /* 1: epsilon prediction (the only kind supported yet) */
 };
 
+/* The ADM vector's size inputs (sdxl.md §5.2: the sampler fills width/height from the
+ * latent x 8 and target_* from them unless CLIPTextEncodeSDXL set them). */
+struct adm_sizes {
+    int width, height;               /* pixels */
+    int crop_w, crop_h;              /* 0 by default */
+    int target_width, target_height; /* default: width, height */
+};
+
 struct model_family {
     int id;                                    /* enum model_family_id */
     const char *name;                          /* "SD1.5", for messages and logs */
@@ -49,6 +57,19 @@ struct model_family {
     void (*canonical)(struct model_config *c);
     /* Text encoders' heads when a file does not say (heads are not stored). */
     int (*text_heads)(const struct text_arch *t);
+    /*
+     * The conditioning builder's settings (ComfyUI's sd1_clip / sdxl_clip options): the
+     * layer when CLIPSetLastLayer was not used (-1 last; SDXL -2), whether a selected
+     * layer gets the final norm, and per encoder whether it pads with id 0. The
+     * encoders' outputs are concatenated per token; the pooled vector is the last
+     * encoder's.
+     */
+    int text_layer;
+    int text_norm_hidden;
+    int text_pad_zero[2];
+    /* y [adm_in] from the pooled vector and sizes, for a UNet with an ADM input; NULL
+     * for families without one. */
+    void (*encode_adm)(const float *pooled, int pooled_dim, const struct adm_sizes *s, float *y);
 };
 
 /* The entry for `id`, or NULL. */
@@ -86,14 +107,6 @@ void sdxl_config_canonical(struct model_config *c);
  * CLIP-L and bigG 64 wide, 3 layers; context 128; ADM 64 + 1536; VAE as SD1.5's tiny. */
 void sdxl_config_tiny(struct model_config *c);
 
-/* The ADM vector's size inputs (sdxl.md §5.2: the sampler fills width/height from the
- * latent x 8 and target_* from them unless CLIPTextEncodeSDXL set them). */
-struct sdxl_adm_sizes {
-    int width, height;               /* pixels */
-    int crop_w, crop_h;              /* 0 by default */
-    int target_width, target_height; /* default: width, height */
-};
-
 #define SDXL_ADM_EMBED 256 /* width of one size embedding (Timestep(256)) */
 
 /* E(v): [cos(v f_0..127), sin(v f_0..127)], f_k = exp(-ln(10000) k / 128), in float32. */
@@ -101,6 +114,6 @@ void sdxl_adm_embed(float v, float out[SDXL_ADM_EMBED]);
 
 /* y [pooled_dim + 6 * 256] = pooled | E(height) | E(width) | E(crop_h) | E(crop_w) |
  * E(target_height) | E(target_width) (sdxl.md §5.1; 2816 for the base). */
-void sdxl_adm_vector(const float *pooled, int pooled_dim, const struct sdxl_adm_sizes *s, float *y);
+void sdxl_adm_vector(const float *pooled, int pooled_dim, const struct adm_sizes *s, float *y);
 
 #endif

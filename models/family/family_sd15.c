@@ -94,4 +94,6 @@ const struct model_family family_sd15 = {
     .match = sd15_match,
     .canonical = sd15_config_canonical,
     .text_heads = sd15_text_heads,
+    .text_layer = -1,
+    .text_norm_hidden = 1,
 };

@@ -108,4 +108,8 @@ const struct model_family family_sdxl = {
     .match = sdxl_match,
     .canonical = sdxl_config_canonical,
     .text_heads = sdxl_text_heads,
+    .text_layer = -2, /* CLIP-L "hidden" -2, bigG "penultimate" (sdxl.md §4.2, §4.3) */
+    .text_norm_hidden = 0,
+    .text_pad_zero = {0, 1},
+    .encode_adm = sdxl_adm_vector,
 };

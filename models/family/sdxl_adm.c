@@ -22,7 +22,7 @@ void sdxl_adm_embed(float v, float out[SDXL_ADM_EMBED])
     }
 }
 
-void sdxl_adm_vector(const float *pooled, int pooled_dim, const struct sdxl_adm_sizes *s, float *y)
+void sdxl_adm_vector(const float *pooled, int pooled_dim, const struct adm_sizes *s, float *y)
 {
     const float v[6] = {(float)s->height, (float)s->width,         (float)s->crop_h,
                         (float)s->crop_w, (float)s->target_height, (float)s->target_width};

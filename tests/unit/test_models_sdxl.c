@@ -198,12 +198,12 @@ static void test_adm(void)
             printf("# E[%d] = %.8f, ComfyUI %.8f\n", chk[i].i, chk[i].e[chk[i].i], chk[i].want);
     ok(bad == 0, "E(64), E(1024) match ComfyUI's check values within libm's difference");
     float pooled[4] = {1, 2, 3, 4}, y[4 + 6 * SDXL_ADM_EMBED];
-    struct sdxl_adm_sizes s = {.width = 1024,
-                               .height = 64,
-                               .crop_w = 0,
-                               .crop_h = 0,
-                               .target_width = 64,
-                               .target_height = 1024};
+    struct adm_sizes s = {.width = 1024,
+                          .height = 64,
+                          .crop_w = 0,
+                          .crop_h = 0,
+                          .target_width = 64,
+                          .target_height = 1024};
     sdxl_adm_vector(pooled, 4, &s, y);
     ok(memcmp(y, pooled, sizeof(pooled)) == 0 && memcmp(y + 4, e64, sizeof(e64)) == 0 &&
            memcmp(y + 4 + 256, e1024, sizeof(e64)) == 0 &&

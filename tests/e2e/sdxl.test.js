@@ -1,0 +1,121 @@
+// e2e: an SDXL base checkpoint through the real server (issue 13 step 2; sdxl.md §0). A tiny
+// random-weight SDXL from gen_ckpt --arch sdxl (the real key layout: CLIP-L under
+// conditioner.embedders.0, OpenCLIP bigG names under conditioner.embedders.1, label_emb) and
+// the tiny SD1.5 one sit in models/checkpoints.
+//   - ComfyUI's default workflow on the SDXL file (64x64, 3 steps) succeeds: CLIPTextEncode
+//     runs both encoders, KSampler feeds the UNet its ADM vector, VAEDecode saves an image
+//     with varying pixels; the same seed gives the same pixels again, another seed others;
+//   - CLIPSetLastLayer(-1) changes an SDXL image (it is not a no-op there, sdxl.md §4.6);
+//   - SD1.5 conditioning into the SDXL model fails KSampler with an execution_error naming
+//     the pooled width it needs, and the server goes on.
+// Skips when gen_ckpt or the model nodes are not built.
+"use strict";
+const { describe, it, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const fs = require("fs");
+const path = require("path");
+const { spawnSync } = require("child_process");
+const L = require("./lib/latentd.js");
+
+const gen = process.env.LATENTD_GEN_CKPT || path.join(path.dirname(L.latentdBin()), "gen_ckpt");
+
+function genCkpt(out, ...extra) {
+  const r = spawnSync(gen, ["--tiny", ...extra, out], { encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`gen_ckpt ${extra.join(" ")} failed: ${r.stderr}`);
+}
+
+// The default txt2img graph at 64x64, 3 steps on `ckpt`; extra nodes merged in.
+function workflow(prefix, { seed = 5, ckpt = "sdxl.safetensors", clip = ["4", 1], extra = {} } = {}) {
+  const n = (class_type, inputs) => ({ inputs, class_type });
+  return {
+    3: n("KSampler", { seed, steps: 3, cfg: 8, sampler_name: "euler", scheduler: "normal", denoise: 1,
+      model: ["4", 0], positive: ["6", 0], negative: ["7", 0], latent_image: ["5", 0] }),
+    4: n("CheckpointLoaderSimple", { ckpt_name: ckpt }),
+    5: n("EmptyLatentImage", { width: 64, height: 64, batch_size: 1 }),
+    6: n("CLIPTextEncode", { text: "a (glass:1.2) bottle", clip }),
+    7: n("CLIPTextEncode", { text: "text, watermark", clip }),
+    8: n("VAEDecode", { samples: ["3", 0], vae: ["4", 2] }),
+    9: n("SaveImage", { filename_prefix: prefix, images: ["8", 0] }),
+    ...extra,
+  };
+}
+
+async function runToEnd(srv, prompt) {
+  const r = await L.postPrompt(srv, prompt);
+  assert.equal(r.status, 200, r.text);
+  const pid = r.json.prompt_id;
+  return L.waitFor(async () => {
+    const h = (await L.request(srv, "GET", `/history/${pid}`)).json()[pid];
+    return h && h.status && h.status.completed !== undefined && h.status.status_str ? h : null;
+  }, { timeoutMs: 120000 });
+}
+
+function savedPixels(srv, h) {
+  const img = h.outputs["9"].images[0];
+  return L.decodePng(fs.readFileSync(path.join(srv.dir, "output", img.subfolder, img.filename))).pixels;
+}
+
+describe("SDXL base end to end", () => {
+  let S = null, skip = null;
+
+  before(async () => {
+    if (!fs.existsSync(gen)) { skip = `no ${gen}`; return; }
+    S = await L.startLatentd({
+      setup: (dir) => {
+        const ck = path.join(dir, "models", "checkpoints");
+        genCkpt(path.join(ck, "sdxl.safetensors"), "--arch", "sdxl", "--dtype", "f16");
+        genCkpt(path.join(ck, "tiny.safetensors"));
+      },
+    });
+    const info = (await L.request(S, "GET", "/object_info")).json();
+    if (!info.CheckpointLoaderSimple || !info.KSampler) skip = "model nodes not registered";
+  });
+
+  after(async () => {
+    if (!S) return;
+    const r = await S.stop();
+    const log = S.log();
+    L.removeDir(S.dir);
+    assert.deepEqual(r, { code: 0, signal: null }, log.slice(-3000));
+  });
+
+  it("runs the default workflow: both text encoders, the ADM vector, an image", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const a = await runToEnd(S, workflow("sdxl_a"));
+    assert.equal(a.status.status_str, "success", JSON.stringify(a.status));
+    const b = await runToEnd(S, workflow("sdxl_b"));
+    assert.equal(b.status.status_str, "success", JSON.stringify(b.status));
+    const c = await runToEnd(S, workflow("sdxl_c", { seed: 6 }));
+    assert.equal(c.status.status_str, "success", JSON.stringify(c.status));
+    const pa = savedPixels(S, a), pb = savedPixels(S, b), pc = savedPixels(S, c);
+    assert.equal(pa.length, 64 * 64 * 3);
+    assert.ok(new Set(pa).size > 8, "the image is not flat");
+    assert.ok(pa.equals(pb), "same seed, same pixels");
+    assert.ok(!pa.equals(pc), "another seed, other pixels");
+  });
+
+  it("CLIPSetLastLayer(-1) is not the SDXL default", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const base = await runToEnd(S, workflow("sdxl_d"));
+    const last = await runToEnd(S, workflow("sdxl_last", { clip: ["10", 0],
+      extra: { 10: { class_type: "CLIPSetLastLayer", inputs: { stop_at_clip_layer: -1, clip: ["4", 1] } } } }));
+    const pen = await runToEnd(S, workflow("sdxl_pen", { clip: ["10", 0],
+      extra: { 10: { class_type: "CLIPSetLastLayer", inputs: { stop_at_clip_layer: -2, clip: ["4", 1] } } } }));
+    for (const h of [base, last, pen]) assert.equal(h.status.status_str, "success", JSON.stringify(h.status));
+    assert.ok(!savedPixels(S, base).equals(savedPixels(S, last)), "-1 switches to the last layer");
+    assert.ok(savedPixels(S, base).equals(savedPixels(S, pen)), "-2 reproduces the default");
+  });
+
+  it("SD1.5 conditioning into the SDXL model is a KSampler error naming the widths", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const h = await runToEnd(S, workflow("mixed", { clip: ["10", 1],
+      extra: { 10: { class_type: "CheckpointLoaderSimple", inputs: { ckpt_name: "tiny.safetensors" } } } }));
+    assert.equal(h.status.status_str, "error");
+    const [type, data] = h.status.messages.at(-1);
+    assert.equal(type, "execution_error");
+    assert.equal(data.node_id, "3");
+    assert.match(data.exception_message, /this SDXL model needs 128-wide conditioning, got 64/);
+    const ok = await runToEnd(S, workflow("after"));
+    assert.equal(ok.status.status_str, "success", "the server goes on");
+  });
+});
