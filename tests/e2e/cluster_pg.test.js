@@ -228,3 +228,36 @@ test("kill -9 of the worker running a job: re-run once, then failed; the queue d
     await ws.close();
   });
 });
+
+test("PostgreSQL restarted mid-run: the processes reconnect and carry on; nothing is lost", { timeout: 300000 }, async (t) => {
+  await withPostgres(t, async (pg, servers) => {
+    const url = pg.createDatabase("restart");
+    const fronts = await startCluster(servers, url, 2);
+    const ws = await L.openWs(fronts[1], { clientId: "r" });
+    const ids = [];
+    const post = async (i) => {
+      const pid = `r-${i}`;
+      // A front may answer 500 while its connection is being re-established: retry.
+      await L.waitFor(async () => (await L.postPrompt(fronts[i % 2], invertPrompt(pid, 1024, 2), { prompt_id: pid, client_id: "r" })).status === 200,
+        { timeoutMs: 20000, intervalMs: 200 });
+      ids.push(pid);
+    };
+    for (let i = 0; i < 10; i++) await post(i);
+    const before = Object.keys(await history(fronts[0])).length;
+    assert.ok(before < 10, `the restart comes mid-run (${before} of 10 done)`);
+    await pg.restart();
+    for (let i = 10; i < 20; i++) await post(i);
+    const h = await L.waitFor(async () => {
+      try {
+        const hh = await history(fronts[0]);
+        return ids.every((p) => hh[p]) && hh;
+      } catch { return false; }
+    }, { timeoutMs: 120000, intervalMs: 300 });
+    for (const p of ids) assert.equal(h[p].status.status_str, "success", `${p}: ${JSON.stringify(h[p].status.messages)}`);
+    await L.waitIdle(fronts[1], 30000);
+    // Events still flow after the restart.
+    await ws.waitFor((m) => m.type === "execution_success" && m.data.prompt_id === "r-19", 30000);
+    assert.ok(fronts.some((f) => /reconnected|connection restored/.test(f.log())), "a reconnection is logged");
+    await ws.close();
+  });
+});

@@ -83,9 +83,12 @@ async function startPostgres() {
   };
   pg.halt = async () => {
     if (!pg.proc) return;
-    // runuser forwards SIGINT to postgres: fast shutdown (aborts sessions, no wait).
-    pg.proc.kill("SIGINT");
-    const t = setTimeout(() => pg.proc.kill("SIGKILL"), 10000);
+    // SIGINT to the postmaster itself (runuser does not pass it on): fast shutdown, which
+    // aborts open sessions. Its pid is the first line of postmaster.pid.
+    let pid = 0;
+    try { pid = parseInt(fs.readFileSync(path.join(data, "postmaster.pid"), "utf8"), 10); } catch { /* not running */ }
+    if (pid > 0) { try { process.kill(pid, "SIGINT"); } catch { /* gone */ } }
+    const t = setTimeout(() => { try { if (pid > 0) process.kill(pid, "SIGKILL"); } catch { /* gone */ } pg.proc.kill("SIGKILL"); }, 10000);
     await pg.exited;
     clearTimeout(t);
     pg.proc = null;
