@@ -1,7 +1,7 @@
 # Several latentd processes on one PostgreSQL store (issue 18). The test starts a private
 # PostgreSQL server (tests/e2e/lib/postgres.js: initdb in a temp dir, a Unix socket, run as
 # the `postgres` user under root) and skips, saying why, when PostgreSQL is not installed.
-# LATENTD_CLUSTER_PROMPTS sets how many prompts go through the three fronts (default 60).
+# LATENTD_CLUSTER_PROMPTS sets how many prompts go through the three fronts (default 300, as issue 18 asks).
 find_program(LATENTD_NODE_EXE node)
 if(LATENTD_NODE_EXE AND TARGET latentd)
   add_test(NAME e2e_cluster_pg

@@ -15,7 +15,7 @@ const path = require("path");
 const L = require("./lib/latentd.js");
 const P = require("./lib/postgres.js");
 
-const N = parseInt(process.env.LATENTD_CLUSTER_PROMPTS || "60", 10);
+const N = parseInt(process.env.LATENTD_CLUSTER_PROMPTS || "300", 10);
 
 function invertPrompt(prefix, size = 8, batch = 1) {
   return {
