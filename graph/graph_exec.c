@@ -124,7 +124,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     graph__send_ev(&r, "execution_start", d, 1);
 
     if (!job->native)
-        r.parsed = graph_prompt_parse(g, job->prompt);
+        r.parsed = graph__prompt_parse_untyped(g, job->prompt);
     const struct graph_prompt *np = job->native ? job->native : r.parsed;
     if (!np) {
         /* Not reachable for validated prompts; report it as a node-less error. */

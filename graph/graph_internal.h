@@ -73,6 +73,11 @@ struct graph_prompt {
     struct gprompt p;
     cJSON *json; /* borrowed (the job owns it); must outlive this */
 };
+
+/* A raw prompt (graph_job.native NULL: tests, fuzzers) in native form with its
+ * constants left untyped: the executor types those it binds, as a raw run only needs
+ * the nodes it executes (and a fully cached run none). */
+struct graph_prompt *graph__prompt_parse_untyped(struct graph_ctx *g, cJSON *prompt);
 /* Node index by id, or -1. */
 int gprompt_find(const struct gprompt *p, const char *id);
 

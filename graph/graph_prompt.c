@@ -146,15 +146,22 @@ void gprompt_type_constants(struct gprompt *p)
     }
 }
 
-struct graph_prompt *graph_prompt_parse(struct graph_ctx *g, cJSON *prompt)
+struct graph_prompt *graph__prompt_parse_untyped(struct graph_ctx *g, cJSON *prompt)
 {
     struct graph_prompt *np = xcalloc(1, sizeof(*np));
     if (gprompt_parse(&np->p, g->reg, prompt) < 0) {
         xfree(np);
         return NULL;
     }
-    gprompt_type_constants(&np->p);
     np->json = prompt;
+    return np;
+}
+
+struct graph_prompt *graph_prompt_parse(struct graph_ctx *g, cJSON *prompt)
+{
+    struct graph_prompt *np = graph__prompt_parse_untyped(g, prompt);
+    if (np)
+        gprompt_type_constants(&np->p);
     return np;
 }
 

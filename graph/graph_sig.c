@@ -94,6 +94,8 @@ static int node_fingerprint(struct run *r, int n, struct buf *out)
     for (int k = 0; k < gn->n_in; k++)
         if (gn->in[k].konst)
             in[k] = value_ref(gn->in[k].konst);
+        else if (gn->in[k].json && !gjson_is_link(gn->in[k].json)) /* untyped raw prompt */
+            in[k] = graph__const_value(&gn->cls->inputs[k], gn->in[k].json);
     struct node_ctx c;
     node_ctx_init(&c, gn->cls, gn->id, &r->g->env, in, NULL);
     c.prompt_id = r->job->prompt_id;
