@@ -11,6 +11,7 @@
 #include "clip_tokenizer.h"
 #include "log.h"
 #include "clip_tokenizer_impl.h"
+#include "pynum.h"
 #include "safetensors.h"
 
 /* Escaped parentheses become these two-byte placeholders while parsing (ComfyUI
@@ -79,46 +80,6 @@ static void parse_parens(const char *s, char ***items, size_t *n)
     buf_release(&cur);
 }
 
-/* Python float(): surrounding whitespace, sign, digits with single underscores between
- * digits, exponent, inf/nan; no hex. Returns 0 on success. */
-static int py_float(const char *s, double *out)
-{
-    struct buf b;
-    buf_init(&b);
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t len = strlen(s);
-    while (len && isspace((unsigned char)s[len - 1]))
-        len--;
-    int rc = -1;
-    if (len == 0)
-        goto done;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (c == '_') {
-            if (i == 0 || i + 1 >= len || !isdigit((unsigned char)s[i - 1]) ||
-                !isdigit((unsigned char)s[i + 1]))
-                goto done;
-            continue;
-        }
-        if (c == 'x' || c == 'X' || c == 'p' || c == 'P')
-            goto done; /* strtod would take hex floats; Python does not */
-        buf_addc(&b, c);
-    }
-    char *end;
-    double v = strtod(b.ptr, &end);
-    if (end == b.ptr || *end)
-        goto done;
-    /* strtod accepts "infinity"/"nan(...)": Python accepts inf/infinity/nan only. */
-    if (strchr(b.ptr, '('))
-        goto done;
-    *out = v;
-    rc = 0;
-done:
-    buf_release(&b);
-    return rc;
-}
-
 struct segs {
     struct clip_segment *v;
     size_t n;
@@ -146,7 +107,7 @@ static void token_weights(const char *s, double w, int depth, struct segs *out)
             double weight = w * 1.1;
             char *colon = strrchr(inner, ':');
             double v;
-            if (colon && colon > inner && py_float(colon + 1, &v) == 0) {
+            if (colon && colon > inner && pynum_parse_float(colon + 1, &v) == 0) {
                 weight = v;
                 *colon = 0;
             }
