@@ -266,31 +266,29 @@ static float *concat_features(const float *a, int wa, const float *b, int wb, si
     return out;
 }
 
-int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *text,
-                        struct sd_cond **out, struct err *e)
+/* Encode tk[i] with encoder i (one or two) into one conditioning entry (see
+ * sd_clip_encode_text). The lists have the same chunk count. */
+static int encode_tokens(const struct sd_clip *clip, struct mm *mm, const struct clip_tokens *tk[2],
+                         struct sd_cond **out, struct err *e)
 {
-    if (!mm)
-        return no_mm(e);
-    struct clip_tokens tk;
     struct mm_report rep;
     float *cond[2] = {NULL, NULL}, *pooled[2] = {NULL, NULL};
     int n_enc = clip->p2 ? 2 : 1, last = n_enc - 1;
-    clip_tokenize_prompt(clip->_shared->tok, text ? text : "", &tk);
     /* A weighted prompt also encodes the empty prompt (sd15.md §2.12): one more sequence. */
     struct mm_request req = {.n_models = n_enc};
     for (int i = 0; i < n_enc; i++) {
         req.models[i] = i ? clip->p2 : clip->p;
-        size_t b = text_plan_bytes(&clip->cfg.text[i], tk.n_chunks + tk.has_weights);
+        size_t b = text_plan_bytes(&clip->cfg.text[i], tk[i]->n_chunks + tk[i]->has_weights);
         req.activation_bytes = b > req.activation_bytes ? b : req.activation_bytes;
     }
     int rc = mm_load_models(mm, &req, &rep, e);
     if (rc >= 0) {
         for (int i = 0; i < n_enc && rc >= 0; i++)
-            rc = text_encode_one(clip, i, &tk, &cond[i], i == last ? &pooled[i] : NULL, e);
+            rc = text_encode_one(clip, i, tk[i], &cond[i], i == last ? &pooled[i] : NULL, e);
         mm_node_end(mm, &rep);
     }
     if (rc >= 0) {
-        size_t rows = (size_t)tk.n_chunks * CLIP_CHUNK_LEN;
+        size_t rows = (size_t)tk[0]->n_chunks * CLIP_CHUNK_LEN;
         int w0 = clip->cfg.text[0].width, w1 = n_enc > 1 ? clip->cfg.text[1].width : 0;
         const struct text_arch *pt = &clip->cfg.text[last];
         int pw = pt->proj_dim ? pt->proj_dim : pt->width;
@@ -303,7 +301,47 @@ int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *t
         xfree(cond[i]);
         xfree(pooled[i]);
     }
+    return rc;
+}
+
+int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *text,
+                        struct sd_cond **out, struct err *e)
+{
+    if (!mm)
+        return no_mm(e);
+    struct clip_tokens tk;
+    clip_tokenize_prompt(clip->_shared->tok, text ? text : "", &tk);
+    const struct clip_tokens *both[2] = {&tk, &tk};
+    int rc = encode_tokens(clip, mm, both, out, e);
     clip_tokens_release(&tk);
+    return rc;
+}
+
+int sd_clip_encode_sdxl(const struct sd_clip *clip, struct mm *mm, const char *text_g,
+                        const char *text_l, const struct adm_sizes *sizes, struct sd_cond **out,
+                        struct err *e)
+{
+    if (!mm)
+        return no_mm(e);
+    if (!clip->p2)
+        return err_set(e, ERR_INVALID,
+                       "CLIPTextEncodeSDXL needs an SDXL CLIP (CLIP-L and bigG); this one is %s's",
+                       model_family_get(clip->cfg.family)->name);
+    struct clip_tokens g, l;
+    clip_tokenize_prompt(clip->_shared->tok, text_g ? text_g : "", &g);
+    clip_tokenize_prompt(clip->_shared->tok, text_l ? text_l : "", &l);
+    /* The shorter list gets empty-prompt chunks (bigG's pads become 0 in the encoder). */
+    int n = g.n_chunks > l.n_chunks ? g.n_chunks : l.n_chunks;
+    clip_tokens_pad_chunks(&g, n);
+    clip_tokens_pad_chunks(&l, n);
+    const struct clip_tokens *both[2] = {&l, &g};
+    int rc = encode_tokens(clip, mm, both, out, e);
+    if (rc >= 0) {
+        (*out)->entries[0].has_adm_sizes = 1;
+        (*out)->entries[0].adm = *sizes;
+    }
+    clip_tokens_release(&g);
+    clip_tokens_release(&l);
     return rc;
 }
 

@@ -87,6 +87,15 @@ const struct sd_vae *sd_vae_of(const struct value *v);    /* NULL if not one */
  * CLIP's layer setting, and return a one-entry conditioning [1, 77·chunks,
  * width] with its pooled vector (caller frees with sd_cond_free).
  */
+/*
+ * CLIPTextEncodeSDXL (sdxl.md §4.7): text_g through bigG (and the pooled vector), text_l
+ * through CLIP-L, the shorter token list evened out with empty-prompt chunks; the entry
+ * carries `sizes` for the ADM vector. ERR_INVALID for a CLIP without bigG.
+ */
+int sd_clip_encode_sdxl(const struct sd_clip *clip, struct mm *mm, const char *text_g,
+                        const char *text_l, const struct adm_sizes *sizes, struct sd_cond **out,
+                        struct err *e);
+
 int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *text,
                         struct sd_cond **out, struct err *e);
 

@@ -162,6 +162,8 @@ static int entry_adm(struct kctx *k, const struct sd_cond_entry *en, int smp, fl
     struct adm_sizes s = {.width = 8 * k->w, .height = 8 * k->h};
     s.target_width = s.width;
     s.target_height = s.height;
+    if (en->has_adm_sizes)
+        s = en->adm;
     m->family->encode_adm(en->pooled + (size_t)(smp % en->batch) * pooled_dim, pooled_dim, &s, y);
     return 0;
 }

@@ -223,6 +223,59 @@ const struct node_class sd_clip_text_encode = {
     .run = encode_run,
 };
 
+/* ---- CLIPTextEncodeSDXL (comfy_extras/nodes_clip_sdxl.py, V3; sdxl.md §4.7) ---- */
+
+#define SDXL_SIZE(n, d)                                                                            \
+    {                                                                                              \
+        .name = n, .type = "INT", .def = NODE_I(d), .min = NODE_I(0), .max = NODE_I(16384)         \
+    }
+static const struct node_input_def encode_sdxl_inputs[] = {
+    {.name = "clip", .type = "CLIP"},
+    SDXL_SIZE("width", 1024),
+    SDXL_SIZE("height", 1024),
+    SDXL_SIZE("crop_w", 0),
+    SDXL_SIZE("crop_h", 0),
+    SDXL_SIZE("target_width", 1024),
+    SDXL_SIZE("target_height", 1024),
+    {.name = "text_g", .type = "STRING", .multiline = 1, .dynamic_prompts = 1},
+    {.name = "text_l", .type = "STRING", .multiline = 1, .dynamic_prompts = 1},
+    NODE_INPUTS_END};
+static const struct node_output_def encode_sdxl_outputs[] = {{.type = "CONDITIONING"},
+                                                             NODE_OUTPUTS_END};
+
+static int encode_sdxl_run(struct node_ctx *c)
+{
+    const struct sd_clip *clip = sd_clip_of(node_in(c, "clip"));
+    if (!clip)
+        return node_fail(c, "RuntimeError", "input 'clip' is not a CLIP");
+    struct adm_sizes s = {.width = (int)node_in_int(c, "width"),
+                          .height = (int)node_in_int(c, "height"),
+                          .crop_w = (int)node_in_int(c, "crop_w"),
+                          .crop_h = (int)node_in_int(c, "crop_h"),
+                          .target_width = (int)node_in_int(c, "target_width"),
+                          .target_height = (int)node_in_int(c, "target_height")};
+    struct sd_cond *cond = NULL;
+    struct err e = {0};
+    int rc = sd_clip_encode_sdxl(clip, c->env->mm, node_in_str(c, "text_g"),
+                                 node_in_str(c, "text_l"), &s, &cond, &e);
+    if (rc == ERR_DEVICE_OOM)
+        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
+    if (rc < 0)
+        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+    node_set_output(c, 0, sd_cond_value(cond));
+    return 0;
+}
+
+const struct node_class sd_clip_text_encode_sdxl = {
+    .name = "CLIPTextEncodeSDXL",
+    .category = "advanced/conditioning",
+    .python_module = "comfy_extras.nodes_clip_sdxl",
+    .flags = NODE_CLASS_V3,
+    .inputs = encode_sdxl_inputs,
+    .outputs = encode_sdxl_outputs,
+    .run = encode_sdxl_run,
+};
+
 /* ---- CLIPSetLastLayer ---- */
 
 static const struct node_input_def last_layer_inputs[] = {

@@ -42,6 +42,7 @@ extern const struct node_class sd_checkpoint_loader_simple;
 extern const struct node_class sd_vae_loader;
 extern const struct node_class sd_clip_text_encode;
 extern const struct node_class sd_clip_set_last_layer;
+extern const struct node_class sd_clip_text_encode_sdxl;
 extern const struct node_class sd_vae_decode;
 extern const struct node_class sd_vae_decode_tiled;
 extern const struct node_class sd_vae_encode;

@@ -78,6 +78,8 @@ struct sd_cond_entry {
     float strength;       /* weight in the average of the entries' predictions (1) */
     int has_area;         /* ConditioningSetArea: only this latent rectangle */
     int area_h, area_w, area_y, area_x; /* latent units (pixels / 8) */
+    int has_adm_sizes;    /* CLIPTextEncodeSDXL set the ADM sizes (else: the latent's) */
+    struct adm_sizes adm; /* pixels (sdxl.md §5.2) */
 };
 
 struct sd_cond {

@@ -408,6 +408,20 @@ void clip_tokenize_prompt(struct clip_tokenizer *t, const char *prompt, struct c
     xfree(c.v);
 }
 
+void clip_tokens_pad_chunks(struct clip_tokens *tk, int n_chunks)
+{
+    if (n_chunks <= tk->n_chunks)
+        return;
+    size_t n = (size_t)n_chunks * CLIP_CHUNK_LEN;
+    tk->ids = xrealloc(tk->ids, n * sizeof(*tk->ids));
+    tk->weights = xrealloc(tk->weights, n * sizeof(*tk->weights));
+    for (size_t i = (size_t)tk->n_chunks * CLIP_CHUNK_LEN; i < n; i++) {
+        tk->ids[i] = i % CLIP_CHUNK_LEN == 0 ? CLIP_TOKEN_BOS : CLIP_TOKEN_EOS;
+        tk->weights[i] = 1.0f;
+    }
+    tk->n_chunks = n_chunks;
+}
+
 void clip_tokens_release(struct clip_tokens *tk)
 {
     xfree(tk->ids);

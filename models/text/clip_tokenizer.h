@@ -101,4 +101,10 @@ struct clip_tokens {
 void clip_tokenize_prompt(struct clip_tokenizer *t, const char *prompt, struct clip_tokens *out);
 void clip_tokens_release(struct clip_tokens *tk);
 
+/*
+ * Append chunks of the tokenized empty prompt ([start, end, end x 75], weight 1) until
+ * tk has n_chunks (CLIPTextEncodeSDXL evens out its two lists so, sdxl.md §4.7).
+ */
+void clip_tokens_pad_chunks(struct clip_tokens *tk, int n_chunks);
+
 #endif

@@ -106,6 +106,35 @@ describe("SDXL base end to end", () => {
     assert.ok(savedPixels(S, base).equals(savedPixels(S, pen)), "-2 reproduces the default");
   });
 
+  it("CLIPTextEncodeSDXL: listed as ComfyUI's V3 node, encodes, refuses an SD1.5 CLIP", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const n = (await L.request(S, "GET", "/object_info/CLIPTextEncodeSDXL")).json().CLIPTextEncodeSDXL;
+    assert.deepEqual(Object.keys(n.input.required),
+      ["clip", "width", "height", "crop_w", "crop_h", "target_width", "target_height", "text_g", "text_l"]);
+    assert.deepEqual(n.input.required.width, ["INT", { default: 1024, min: 0, max: 16384 }]);
+    assert.deepEqual(n.input.required.text_g, ["STRING", { multiline: true, dynamicPrompts: true }]);
+    assert.equal(n.category, "advanced/conditioning");
+    assert.equal(n.python_module, "comfy_extras.nodes_clip_sdxl");
+    assert.deepEqual(n.output, ["CONDITIONING"]);
+    const sdxlNode = (clip, sizes = {}) => ({ class_type: "CLIPTextEncodeSDXL", inputs: { clip, width: 1024,
+      height: 1024, crop_w: 0, crop_h: 0, target_width: 1024, target_height: 1024,
+      text_g: "a glass bottle on a table, studio light", text_l: "a glass bottle", ...sizes } });
+    const a = await runToEnd(S, { ...workflow("sdxl_node"), 6: sdxlNode(["4", 1]) });
+    assert.equal(a.status.status_str, "success", JSON.stringify(a.status));
+    const b = await runToEnd(S, { ...workflow("sdxl_node_small"), 6: sdxlNode(["4", 1], { width: 64, height: 64, target_width: 64, target_height: 64 }) });
+    assert.equal(b.status.status_str, "success", JSON.stringify(b.status));
+    assert.ok(!savedPixels(S, a).equals(savedPixels(S, b)), "the sizes reach the ADM vector");
+    const w = workflow("sdxl_node_bad");
+    w[10] = { class_type: "CheckpointLoaderSimple", inputs: { ckpt_name: "tiny.safetensors" } };
+    w[6] = sdxlNode(["10", 1]);
+    const h = await runToEnd(S, w);
+    assert.equal(h.status.status_str, "error");
+    const [type, data] = h.status.messages.at(-1);
+    assert.equal(type, "execution_error");
+    assert.equal(data.node_type, "CLIPTextEncodeSDXL");
+    assert.match(data.exception_message, /needs an SDXL CLIP .*SD1\.5/);
+  });
+
   it("SD1.5 conditioning into the SDXL model is a KSampler error naming the widths", async (t) => {
     if (skip) { t.skip(skip); return; }
     const h = await runToEnd(S, workflow("mixed", { clip: ["10", 1],
