@@ -39,6 +39,7 @@ enum model_component {
 enum model_family_id {
     MODEL_FAMILY_SD15 = 0,
     MODEL_FAMILY_SDXL = 1,
+    MODEL_FAMILY_SDXL_REFINER = 2,
     MODEL_FAMILY_COUNT,
 };
 

@@ -149,10 +149,11 @@ static const float *entry_context(const struct sd_cond_entry *e, int k)
  * for width, height and the targets, crops 0. An entry without a pooled vector of the
  * width the model wants (an SD1.x CLIP's conditioning) is an error naming both.
  */
-static int entry_adm(struct kctx *k, const struct sd_cond_entry *en, int smp, float *y)
+static int entry_adm(struct kctx *k, const struct sd_cond_entry *en, int negative, int smp,
+                     float *y)
 {
     const struct sd_model *m = k->model;
-    int pooled_dim = m->adm_dim - 6 * SDXL_ADM_EMBED;
+    int pooled_dim = m->adm_dim - m->family->adm_embeds * SDXL_ADM_EMBED;
     if (!m->family->encode_adm || !en->pooled || en->pooled_dim != pooled_dim)
         return err_set(&k->err, ERR_INVALID,
                        "this %s model needs conditioning with a %d-wide pooled output (got %d): "
@@ -162,8 +163,13 @@ static int entry_adm(struct kctx *k, const struct sd_cond_entry *en, int smp, fl
     struct adm_sizes s = {.width = 8 * k->w, .height = 8 * k->h};
     s.target_width = s.width;
     s.target_height = s.height;
-    if (en->has_adm_sizes)
+    s.aesthetic_score = negative ? 2.5 : 6.0; /* the refiner's defaults (sdxl.md §5.2) */
+    if (en->has_adm_sizes) { /* CLIPTextEncodeSDXL: no aesthetic score of its own */
+        double a = s.aesthetic_score;
         s = en->adm;
+        if (s.aesthetic_score == 0)
+            s.aesthetic_score = a;
+    }
     m->family->encode_adm(en->pooled + (size_t)(smp % en->batch) * pooled_dim, pooled_dim, &s, y);
     return 0;
 }
@@ -206,7 +212,8 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
             memcpy(ctx + (size_t)i * ctx_per, entry_context(jb->entry, smp),
                    ctx_per * sizeof *ctx);
             ts[i] = t;
-            if (ybuf && (rc = entry_adm(k, jb->entry, smp, ybuf + (size_t)i * m->adm_dim)) < 0)
+            if (ybuf && (rc = entry_adm(k, jb->entry, jb->negative, smp,
+                                        ybuf + (size_t)i * m->adm_dim)) < 0)
                 break;
         }
         if (rc < 0)

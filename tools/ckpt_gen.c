@@ -185,14 +185,25 @@ static void add_extras(struct gen_list *l)
     add_special(l, "first_stage_model.loss.logvar", ST_DTYPE_F32, FILL_CONST, 0, 0, NULL);
 }
 
-static void add_sdxl_buffers(struct gen_list *l)
+/* The non-parameters real SDXL-family files carry (sdxl.md §1.1): a Hugging Face CLIP's
+ * I64 position_ids, an OpenCLIP encoder's scalar logit_scale. */
+static void add_text_buffers(struct gen_list *l)
 {
-    const struct model_family *f = &family_sdxl;
+    const struct model_config *c = &l->o->cfg;
     char n[192];
-    snprintf(n, sizeof(n), "%sembeddings.position_ids", f->prefix[MODEL_CLIP]);
-    add_special(l, n, ST_DTYPE_I64, FILL_ARANGE, 0, 2, (const int64_t[]){1, l->o->cfg.text[0].pos});
-    snprintf(n, sizeof(n), "%slogit_scale", f->prefix[MODEL_CLIP2]);
-    add_special(l, n, l->o->dtype, FILL_CONST, 4.6052f, 0, NULL);
+    for (int i = 0; i < 2; i++) {
+        const char *p = model_prefix(c, MODEL_CLIP + i);
+        if (!p || c->text[i].width <= 0)
+            continue;
+        if (c->text[i].naming == TEXT_NAMING_OPENCLIP) {
+            snprintf(n, sizeof(n), "%slogit_scale", p);
+            add_special(l, n, l->o->dtype, FILL_CONST, 4.6052f, 0, NULL);
+        } else {
+            snprintf(n, sizeof(n), "%sembeddings.position_ids", p);
+            add_special(l, n, ST_DTYPE_I64, FILL_ARANGE, 0, 2,
+                        (const int64_t[]){1, c->text[i].pos});
+        }
+    }
 }
 
 static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
@@ -213,8 +224,8 @@ static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
         add_special(l, "cond_stage_model.model.ln_final.weight", o->dtype, FILL_RANDOM, 0, 1,
                     (const int64_t[]){w});
     }
-    if (o->cfg.family == MODEL_FAMILY_SDXL) /* non-parameters real SDXL files carry (§1.1) */
-        add_sdxl_buffers(l);
+    if (o->cfg.family != MODEL_FAMILY_SD15)
+        add_text_buffers(l);
     if (o->extra_tensor)
         add_special(l, o->extra_tensor, o->dtype, FILL_RANDOM, 0, 1, (const int64_t[]){4});
 }

@@ -29,6 +29,7 @@ static void usage(FILE *fp)
           "  --embed-f16         store the CLIP token table as F16\n"
           "  --arch sdxl         an SDXL base checkpoint (sdxl.md key layout; tiny, or\n"
           "                      SDXL widths with --full; --depth and --clip-layers ignored)\n"
+          "  --arch sdxl-refiner an SDXL refiner checkpoint (likewise)\n"
           "  --arch sd2|sdxl-mark|inpaint  an SD1.5 look-alike of another model type\n"
           "  --nan NAME          put a NaN into tensor NAME (full name)\n"
           "  --drop NAME         leave tensor NAME out\n"
@@ -167,6 +168,11 @@ int main(int argc, char **argv)
             sdxl_config_canonical(&o.cfg);
         else
             sdxl_config_tiny(&o.cfg);
+    } else if (!strcmp(arch, "sdxl-refiner")) {
+        if (sd15_config_is_canonical(&o.cfg))
+            sdxl_refiner_config_canonical(&o.cfg);
+        else
+            sdxl_refiner_config_tiny(&o.cfg);
     } else if (!strcmp(arch, "sdxl-mark")) {
         o.flags |= CKPT_GEN_SDXL_MARK;
         o.cfg.unet.ctx_dim = 2048;

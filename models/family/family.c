@@ -9,6 +9,7 @@
 
 static const struct model_family *const families[] = {
     &family_sd15,
+    &family_sdxl_refiner, /* before SDXL, as in ComfyUI's list (no overlap either way) */
     &family_sdxl,
 };
 

@@ -38,6 +38,7 @@ struct adm_sizes {
     int width, height;               /* pixels */
     int crop_w, crop_h;              /* 0 by default */
     int target_width, target_height; /* default: width, height */
+    double aesthetic_score;          /* refiner: 6 positive, 2.5 negative by default */
 };
 
 struct model_family {
@@ -70,6 +71,7 @@ struct model_family {
     /* y [adm_in] from the pooled vector and sizes, for a UNet with an ADM input; NULL
      * for families without one. */
     void (*encode_adm)(const float *pooled, int pooled_dim, const struct adm_sizes *s, float *y);
+    int adm_embeds; /* 256-wide embeddings after the pooled vector in y (SDXL 6, refiner 5) */
 };
 
 /* The entry for `id`, or NULL. */
@@ -115,5 +117,13 @@ void sdxl_adm_embed(float v, float out[SDXL_ADM_EMBED]);
 /* y [pooled_dim + 6 * 256] = pooled | E(height) | E(width) | E(crop_h) | E(crop_w) |
  * E(target_height) | E(target_width) (sdxl.md §5.1; 2816 for the base). */
 void sdxl_adm_vector(const float *pooled, int pooled_dim, const struct adm_sizes *s, float *y);
+
+/* ---- SDXL refiner (family_sdxl_refiner.c) ---- */
+
+extern const struct model_family family_sdxl_refiner;
+
+void sdxl_refiner_config_canonical(struct model_config *c);
+/* Tiny: UNet MC 32, 4 levels, depth 0,4,4,0; bigG 64 wide, 3 layers; ADM 64 + 1280. */
+void sdxl_refiner_config_tiny(struct model_config *c);
 
 #endif

@@ -112,4 +112,5 @@ const struct model_family family_sdxl = {
     .text_norm_hidden = 0,
     .text_pad_zero = {0, 1},
     .encode_adm = sdxl_adm_vector,
+    .adm_embeds = 6,
 };

@@ -75,42 +75,62 @@ static void check_key(struct tsv *t, const char *name, const char *shape)
         printf("# layout key '%s' is not in the tsv\n", name);
 }
 
+struct layout_check {
+    struct tsv t;
+    const struct model_config *c;
+};
+
 static void on_canon_key(void *user, const struct model_key *k)
 {
-    struct tsv *t = user;
+    struct layout_check *lc = user;
     char name[192], rel[160], shape[64];
-    int naming = k->comp == MODEL_CLIP2 ? TEXT_NAMING_OPENCLIP : TEXT_NAMING_HF;
+    int naming = k->comp >= MODEL_CLIP ? lc->c->text[k->comp - MODEL_CLIP].naming : TEXT_NAMING_HF;
     text_name_to_file(naming, k->name + k->rel, rel, sizeof(rel));
     snprintf(name, sizeof(name), "%.*s%s", k->rel, k->name, rel);
     shape_str(k->ndim, k->shape, shape, sizeof(shape));
-    check_key(t, name, shape);
+    check_key(&lc->t, name, shape);
 }
 
-static void test_layout(const char *fixtures)
+/* The canonical layout of `c` (file names) plus `extra` non-parameters == the tsv. */
+static void test_layout(const char *fixtures, const char *tsv, const struct model_config *c,
+                        const char *const *extra, int n_keys)
 {
     char path[512];
-    struct tsv t = {0};
-    struct model_config c;
-    snprintf(path, sizeof(path), "%s/sdxl_keys.tsv", fixtures);
-    if (load_tsv(path, &t) < 0) {
+    struct layout_check lc = {.c = c};
+    snprintf(path, sizeof(path), "%s/%s", fixtures, tsv);
+    if (load_tsv(path, &lc.t) < 0) {
         ok(0, "read %s", path);
         return;
     }
-    sdxl_config_canonical(&c);
-    size_t n = model_layout_build(&c, on_canon_key, &t);
-    /* The two non-parameters real files carry (sdxl.md §1.1), which the loader skips. */
-    check_key(&t, "conditioner.embedders.0.transformer.text_model.embeddings.position_ids",
-              "[1,77]");
-    check_key(&t, "conditioner.embedders.1.model.logit_scale", "[]");
+    size_t n = model_layout_build(c, on_canon_key, &lc);
+    /* The non-parameters real files carry (sdxl.md §1.1), which the loader skips. */
+    int n_extra = 0;
+    for (; extra[n_extra]; n_extra += 2)
+        check_key(&lc.t, extra[n_extra], extra[n_extra + 1]);
+    n_extra /= 2;
     int missing = 0;
-    for (int i = 0; i < t.n; i++)
-        if (t.v[i].seen != 1 && missing++ < 5)
-            printf("# tsv key '%s' seen %d times\n", t.v[i].name, t.v[i].seen);
-    ok(t.n == 2515 && n + 2 == 2515 && t.bad == 0 && missing == 0,
-       "SDXL canonical layout == sdxl_keys.tsv (%zu + 2 keys, tsv %d, %d wrong, %d missing)", n,
-       t.n, t.bad, missing);
-    EXPECT_EQ(model_config_is_canonical(&c), 1);
-    xfree(t.v);
+    for (int i = 0; i < lc.t.n; i++)
+        if (lc.t.v[i].seen != 1 && missing++ < 5)
+            printf("# tsv key '%s' seen %d times\n", lc.t.v[i].name, lc.t.v[i].seen);
+    ok(lc.t.n == n_keys && (int)n + n_extra == n_keys && lc.t.bad == 0 && missing == 0,
+       "%s canonical layout == %s (%zu + %d keys, tsv %d, %d wrong, %d missing)",
+       model_family_get(c->family)->name, tsv, n, n_extra, lc.t.n, lc.t.bad, missing);
+    EXPECT_EQ(model_config_is_canonical(c), 1);
+    xfree(lc.t.v);
+}
+
+static void test_layouts(const char *fixtures)
+{
+    struct model_config c;
+    static const char *const base_extra[] = {
+        "conditioner.embedders.0.transformer.text_model.embeddings.position_ids", "[1,77]",
+        "conditioner.embedders.1.model.logit_scale", "[]", NULL};
+    static const char *const refiner_extra[] = {"conditioner.embedders.0.model.logit_scale", "[]",
+                                                NULL};
+    sdxl_config_canonical(&c);
+    test_layout(fixtures, "sdxl_keys.tsv", &c, base_extra, 2515);
+    sdxl_refiner_config_canonical(&c);
+    test_layout(fixtures, "sdxl_refiner_keys.tsv", &c, refiner_extra, 1858);
 }
 
 /* ---- a tiny SDXL checkpoint ---- */
@@ -389,6 +409,49 @@ static void test_tiny(const char *tokdir, enum st_dtype dtype)
     rmdir(dir);
 }
 
+/* A tiny refiner: detected, bigG alone as the text encoder, its UNet (4 levels, depth
+ * 0,4,4,0, ADM 64 + 5 x 256) runs with finite results. */
+static void test_tiny_refiner(void)
+{
+    char dir[] = "/tmp/test_models_sdxl.XXXXXX", path[64];
+    struct err e = {0};
+    struct ckpt_gen_opts o;
+    struct model_ckpt ck;
+    static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
+    if (!mkdtemp(dir))
+        PANIC("mkdtemp");
+    snprintf(path, sizeof(path), "%s/refiner.safetensors", dir);
+    ckpt_gen_opts_default(&o);
+    sdxl_refiner_config_tiny(&o.cfg);
+    EXPECT_OK(ckpt_gen_write(&o, path, &e));
+    if (model_ckpt_load(path, MODEL_LOAD_ALL, f32, &ck, &e) < 0) {
+        ok(0, "load tiny refiner: %s", e.msg);
+        return;
+    }
+    ok(ck.cfg.family == MODEL_FAMILY_SDXL_REFINER && !ck.canonical &&
+           memcmp(&ck.cfg, &o.cfg, sizeof(ck.cfg)) == 0 && ck.model[MODEL_CLIP] &&
+           !ck.model[MODEL_CLIP2] && ck.skipped == 1,
+       "tiny refiner detected with the generator's knobs, bigG as its only text encoder");
+    struct mm_config mc;
+    struct mm *mm = NULL;
+    mm_config_init(&mc);
+    mc.device_spec = "cpu";
+    EXPECT_OK(mm_new(&mc, &mm, &e));
+    struct patcher *unet = patcher_new(ck.model[MODEL_UNET]);
+    size_t n = 4 * UH * UW;
+    float *a = xmalloc(n * sizeof(float));
+    err_clear(&e);
+    int rc = unet_run(mm, unet, &ck.cfg, 0.2f, a, n, &e);
+    ok(rc == 0 && all_finite(a, n), "refiner UNet with its ADM vector runs, finite (%s)",
+       rc ? e.msg : "ok");
+    xfree(a);
+    patcher_unref(unet);
+    mm_free(mm);
+    model_ckpt_release(&ck);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -397,10 +460,11 @@ int main(int argc, char **argv)
     }
     tensor_threads_set(2);
     long live0 = alloc_live_count();
-    test_layout(argv[1]);
+    test_layouts(argv[1]);
     test_adm();
     test_tiny(argv[2], ST_DTYPE_F32);
     test_tiny(argv[2], ST_DTYPE_F16);
+    test_tiny_refiner();
     EXPECT_EQ(alloc_live_count(), live0);
     return harness_done();
 }
