@@ -8,6 +8,8 @@
 //   - CLIPSetLastLayer(-1) changes an SDXL image (it is not a no-op there, sdxl.md §4.6);
 //   - SD1.5 conditioning into the SDXL model fails KSampler with an execution_error naming
 //     the pooled width it needs, and the server goes on.
+//   - base + refiner with KSamplerAdvanced (the base's leftover noise finished by the
+//     refiner, each with its own CLIPTextEncode) saves an image unlike the base alone.
 // Skips when gen_ckpt or the model nodes are not built.
 "use strict";
 const { describe, it, before, after } = require("node:test");
@@ -65,6 +67,7 @@ describe("SDXL base end to end", () => {
         const ck = path.join(dir, "models", "checkpoints");
         genCkpt(path.join(ck, "sdxl.safetensors"), "--arch", "sdxl", "--dtype", "f16");
         genCkpt(path.join(ck, "tiny.safetensors"));
+        genCkpt(path.join(ck, "refiner.safetensors"), "--arch", "sdxl-refiner", "--dtype", "f16");
       },
     });
     const info = (await L.request(S, "GET", "/object_info")).json();
@@ -133,6 +136,33 @@ describe("SDXL base end to end", () => {
     assert.equal(type, "execution_error");
     assert.equal(data.node_type, "CLIPTextEncodeSDXL");
     assert.match(data.exception_message, /needs an SDXL CLIP .*SD1\.5/);
+  });
+
+  it("base + refiner through KSamplerAdvanced", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const n = (class_type, inputs) => ({ inputs, class_type });
+    const adv = (model, pos, neg, latent, start, end, add, leftover) => n("KSamplerAdvanced", {
+      add_noise: add, noise_seed: 5, steps: 4, cfg: 8, sampler_name: "euler", scheduler: "normal",
+      positive: pos, negative: neg, latent_image: latent, start_at_step: start, end_at_step: end,
+      return_with_leftover_noise: leftover, model });
+    const w = {
+      4: n("CheckpointLoaderSimple", { ckpt_name: "sdxl.safetensors" }),
+      12: n("CheckpointLoaderSimple", { ckpt_name: "refiner.safetensors" }),
+      5: n("EmptyLatentImage", { width: 64, height: 64, batch_size: 1 }),
+      6: n("CLIPTextEncode", { text: "a glass bottle", clip: ["4", 1] }),
+      7: n("CLIPTextEncode", { text: "text, watermark", clip: ["4", 1] }),
+      13: n("CLIPTextEncode", { text: "a glass bottle", clip: ["12", 1] }),
+      14: n("CLIPTextEncode", { text: "text, watermark", clip: ["12", 1] }),
+      10: adv(["4", 0], ["6", 0], ["7", 0], ["5", 0], 0, 3, "enable", "enable"),
+      11: adv(["12", 0], ["13", 0], ["14", 0], ["10", 0], 3, 10000, "disable", "disable"),
+      8: n("VAEDecode", { samples: ["11", 0], vae: ["4", 2] }),
+      9: n("SaveImage", { filename_prefix: "refined", images: ["8", 0] }),
+    };
+    const h = await runToEnd(S, w);
+    assert.equal(h.status.status_str, "success", JSON.stringify(h.status));
+    const base = await runToEnd(S, { ...w, 11: undefined, 8: n("VAEDecode", { samples: ["10", 0], vae: ["4", 2] }) });
+    assert.equal(base.status.status_str, "success", JSON.stringify(base.status));
+    assert.ok(!savedPixels(S, h).equals(savedPixels(S, base)), "the refiner changed the image");
   });
 
   it("SD1.5 conditioning into the SDXL model is a KSampler error naming the widths", async (t) => {
