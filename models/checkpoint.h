@@ -25,9 +25,11 @@
  *      when none does). A model that borrows fails patcher_acquire once its file is
  *      rewritten in place or truncated (st_check), instead of reading other bytes.
  *
- * Heads are not stored in checkpoints: SD1.5 uses 8 UNet heads and 12 CLIP heads
- * (head width 64). A shrunk test file may say otherwise in its __metadata__
- * ("latentd.unet_heads", "latentd.clip_heads"), which the generator writes.
+ * Heads are not stored in checkpoints: the family says (SD1.5: 8 UNet heads; SDXL:
+ * 64-wide heads; text encoders 64-wide heads). A shrunk test file may say otherwise in
+ * its __metadata__ ("latentd.unet_heads", "latentd.clip_heads"), which the generator
+ * writes. Text encoders stored in OpenCLIP naming (SDXL's bigG) are renamed to the
+ * internal Hugging Face names at step 2 (text_arch.h).
  *
  * Threads: the executor thread (it builds patcher models).
  */
