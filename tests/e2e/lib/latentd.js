@@ -30,6 +30,7 @@
 //       text: { key: value } written as tEXt chunks)
 //   decodePng(buf) -> { width, height, channels, pixels, text }  (8-bit, non-interlaced)
 //   removeDir(dir)
+// LATENTD_E2E_STORE=pg: every server gets a PostgreSQL store (see pgArgs below).
 "use strict";
 const fs = require("fs");
 const os = require("os");
@@ -62,8 +63,34 @@ function removeDir(dir) {
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
 }
 
+// LATENTD_E2E_STORE=pg runs every server on a PostgreSQL store instead of SQLite: one
+// private PostgreSQL server per test process (lib/postgres.js), one database per base
+// directory (so a restart on the same directory finds its jobs again).
+let pgServer = null;
+async function pgArgs(dir) {
+  if (process.env.LATENTD_E2E_STORE !== "pg") return [];
+  if (!pgServer) {
+    pgServer = await require("./postgres.js").startPostgres();
+    if (pgServer.skip) {
+      // CTest's SKIP_RETURN_CODE: reported as skipped, with the reason in the output.
+      console.log(`skipped: LATENTD_E2E_STORE=pg but PostgreSQL is unavailable: ${pgServer.skip}`);
+      process.exit(77);
+    }
+    // The server must not keep the test process alive; it goes when the process does.
+    pgServer.proc.unref();
+    process.on("exit", () => {
+      try { process.kill(parseInt(fs.readFileSync(path.join(pgServer.dir, "data", "postmaster.pid"), "utf8"), 10), "SIGQUIT"); } catch { /* gone */ }
+      removeDir(pgServer.dir);
+    });
+  }
+  const db = "e2e_" + path.basename(dir).replace(/[^A-Za-z0-9]/g, "_").toLowerCase();
+  try { pgServer.createDatabase(db); } catch { /* exists: a restart */ }
+  return ["--database-url", pgServer.url(db)];
+}
+
 async function startLatentd({ args = [], setup, baseDir, env, readyPath = "/system_stats", nofile } = {}) {
   const dir = baseDir || fs.mkdtempSync(path.join(os.tmpdir(), "latentd-e2e-"));
+  args = [...(await pgArgs(dir)), ...args];
   for (const d of ["input", "output", "user", "models/checkpoints"]) fs.mkdirSync(path.join(dir, d), { recursive: true });
   if (setup) await setup(dir);
   const portFile = path.join(dir, "port");
