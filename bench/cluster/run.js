@@ -1,0 +1,140 @@
+// bench/cluster/run.js LATENTD_BIN — throughput and latency of latentd processes sharing one
+// PostgreSQL store (issue 18), against one process on SQLite, all in the same run:
+//   - model-free prompts (EmptyImage 64x64 -> ImageInvert -> SaveImage) through 1, 2 and 3
+//     workers: prompts/s and the ratio to 1 worker;
+//   - submit -> execution_start p50/p99 as seen by a WebSocket client (under load, and idle
+//     with one prompt at a time): one process on
+//     SQLite (events in process), one on PostgreSQL (events through the database), and a
+//     client on an API-only front while workers elsewhere run the prompts (cross-instance);
+//   - the queue alone: POST /prompt through three --no-worker fronts (no worker drains it),
+//     prompts/s accepted into one database.
+// PROMPTS (default 200), CONCURRENCY (posting clients, default 8).
+"use strict";
+const path = require("path");
+const L = require("../../tests/e2e/lib/latentd.js");
+const P = require("../../tests/e2e/lib/postgres.js");
+
+const N = parseInt(process.env.PROMPTS || "200", 10);
+const C = parseInt(process.env.CONCURRENCY || "8", 10);
+
+const prompt = (prefix) => ({
+  1: { class_type: "EmptyImage", inputs: { width: 64, height: 64, batch_size: 1, color: 4242 } },
+  2: { class_type: "ImageInvert", inputs: { image: ["1", 0] } },
+  3: { class_type: "SaveImage", inputs: { images: ["2", 0], filename_prefix: prefix } },
+});
+
+const pct = (v, p) => { const s = [...v].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor(p * s.length))]; };
+
+// Post N prompts from C concurrent posters to `fronts` (round-robin); a client on `wsFront`
+// times execution_start and counts execution_success.
+async function drive(fronts, wsFront, tag) {
+  const ws = await L.openWs(wsFront, { clientId: `bench-${tag}` });
+  const posted = new Map(), lat = [];
+  let done = 0, lastDone = 0;
+  const finished = new Promise((resolve) => {
+    ws.ws.on("message", (data, bin) => {
+      if (bin) return;
+      const m = JSON.parse(data.toString());
+      if (m.type === "execution_start" && posted.has(m.data.prompt_id)) lat.push(performance.now() - posted.get(m.data.prompt_id));
+      if (m.type === "execution_success" && ++done === N) { lastDone = performance.now(); resolve(); }
+    });
+  });
+  const t0 = performance.now();
+  let next = 0;
+  await Promise.all(Array.from({ length: C }, async () => {
+    while (next < N) {
+      const i = next++, pid = `${tag}-${i}`;
+      posted.set(pid, performance.now());
+      const r = await L.postPrompt(fronts[i % fronts.length], prompt(pid), { prompt_id: pid, client_id: `bench-${tag}` });
+      if (r.status !== 200) throw new Error(`${pid}: ${r.status} ${r.text}`);
+    }
+  }));
+  await finished;
+  await ws.close();
+  return { rate: N / ((lastDone - t0) / 1000), p50: pct(lat, 0.5), p99: pct(lat, 0.99) };
+}
+
+// One prompt at a time on an idle system: submit -> execution_start is the event path
+// itself, not time spent waiting in the queue.
+async function idleLatency(front, wsFront, tag, n = 30) {
+  const ws = await L.openWs(wsFront, { clientId: `idle-${tag}` });
+  const lat = [];
+  for (let i = 0; i < n; i++) {
+    const pid = `${tag}-idle-${i}`;
+    const start = ws.next((m) => m.type === "execution_start" && m.data.prompt_id === pid, 20000);
+    const ok = ws.next((m) => m.type === "execution_success" && m.data.prompt_id === pid, 20000);
+    const t = performance.now();
+    await L.postPrompt(front, prompt(pid), { prompt_id: pid, client_id: `idle-${tag}` });
+    await start;
+    lat.push(performance.now() - t);
+    await ok;
+  }
+  await ws.close();
+  return { p50: pct(lat, 0.5), p99: pct(lat, 0.99) };
+}
+
+async function cluster(url, workers, apiFronts = 0) {
+  const s = [];
+  for (let i = 0; i < workers; i++) s.push(await L.startLatentd({ args: ["--database-url", url] }));
+  for (let i = 0; i < apiFronts; i++) s.push(await L.startLatentd({ args: ["--database-url", url, "--no-worker"] }));
+  return s;
+}
+
+async function stopAll(s) { for (const x of s) { await x.stop(); L.removeDir(x.dir); } }
+
+(async () => {
+  const pg = await P.startPostgres();
+  if (pg.skip) { console.log(`skipped: ${pg.skip}`); process.exit(0); }
+  const out = [];
+  try {
+    // One process on SQLite: the baseline for event latency.
+    let s = [await L.startLatentd()];
+    const sqIdle = await idleLatency(s[0], s[0], "sqlite");
+    const sq = await drive(s, s[0], "sqlite");
+    await stopAll(s);
+    out.push(["1 process, SQLite", sq]);
+    const rates = {};
+    for (const w of [1, 2, 3]) {
+      s = await cluster(pg.createDatabase(`w${w}`), w);
+      const r = await drive(s, s[0], `pg${w}`);
+      await stopAll(s);
+      rates[w] = r.rate;
+      out.push([`${w} worker${w > 1 ? "s" : ""}, PostgreSQL (client on a worker)`, r]);
+    }
+    // Cross-instance: the client and the posts on an API-only front, 3 workers elsewhere.
+    s = await cluster(pg.createDatabase("crossinst"), 3, 1);
+    const crossIdle = await idleLatency(s[3], s[3], "cross");
+    const cross = await drive([s[3]], s[3], "cross");
+    await stopAll(s);
+    out.push(["3 workers, client on a --no-worker front", cross]);
+
+    console.log(`model-free prompts: ${N}, ${C} posting clients`);
+    console.log("case                                              prompts/s  start p50 ms  start p99 ms");
+    for (const [k, v] of out)
+      console.log(`${k.padEnd(50)}${v.rate.toFixed(1).padStart(9)}${v.p50.toFixed(1).padStart(14)}${v.p99.toFixed(1).padStart(14)}`);
+    console.log(`scaling vs 1 worker: 2 workers ${(rates[2] / rates[1]).toFixed(2)}x, 3 workers ${(rates[3] / rates[1]).toFixed(2)}x (${require("os").cpus().length} cores)`);
+    console.log("(start latency above includes the wait in a queue of N; idle, one prompt at a time:)");
+    console.log(`submit -> execution_start, idle: one SQLite process p50 ${sqIdle.p50.toFixed(1)} ms p99 ${sqIdle.p99.toFixed(1)} ms; ` +
+      `cross-instance (API front -> worker -> API front) p50 ${crossIdle.p50.toFixed(1)} ms p99 ${crossIdle.p99.toFixed(1)} ms ` +
+      `(+${(crossIdle.p50 - sqIdle.p50).toFixed(1)} ms)`);
+
+    // The queue alone: three API-only fronts accept prompts into one database.
+    s = await cluster(pg.createDatabase("intake"), 0, 3);
+    const M = N * 5;
+    const t0 = performance.now();
+    let next = 0;
+    await Promise.all(Array.from({ length: 4 * C }, async () => {
+      while (next < M) {
+        const i = next++;
+        const r = await L.postPrompt(s[i % 3], prompt(`q${i}`), { prompt_id: `q${i}` });
+        if (r.status !== 200) throw new Error(`${r.status} ${r.text}`);
+      }
+    }));
+    const qrate = M / ((performance.now() - t0) / 1000);
+    const q = (await L.request(s[0], "GET", "/queue")).json();
+    await stopAll(s);
+    console.log(`queue alone: ${M} prompts accepted through 3 fronts into one database at ${qrate.toFixed(0)}/s (${q.queue_pending.length} pending after)`);
+  } finally {
+    await pg.stop();
+  }
+})().catch((e) => { console.error(e); process.exit(1); });
