@@ -323,6 +323,9 @@ static int pg_finish(void *ctx, int64_t id, const char *status_str, const char *
     char ids[32];
     snprintf(ids, sizeof(ids), "%" PRId64, id);
     const char *v[2] = {ids, st->worker_id};
+    /* Renewals stop first: one that ran after this commit would find the row no longer
+     * running, take the lease for lost and interrupt whatever this worker runs next. */
+    atomic_store(&st->running_id, 0);
     PGconn *c = pg__take(st);
     int rc = ERR_IO;
     PGresult *r = NULL;
@@ -347,7 +350,6 @@ out:
         PQclear(PQexec(c, "ROLLBACK"));
     PQclear(r);
     pg__give(st, c);
-    atomic_store(&st->running_id, 0);
     return rc;
 }
 
