@@ -109,7 +109,7 @@ void graph__instances_free(struct graph_ctx *g)
 static cJSON *ui_json(const struct node_ctx *c)
 {
     cJSON *ui = cJSON_CreateObject();
-    cJSON *imgs = cJSON_AddArrayToObject(ui, "images");
+    cJSON *imgs = cJSON_AddArrayToObject(ui, c->ui_key ? c->ui_key : "images");
     for (int i = 0; i < c->n_ui_images; i++) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "filename", c->ui_images[i].filename);

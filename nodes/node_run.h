@@ -89,6 +89,7 @@ struct node_ctx {
     struct node_ui_image *ui_images; /* owned by the ctx */
     int n_ui_images, cap_ui_images;
     int has_ui;                      /* the node produced a UI result (possibly empty) */
+    const char *ui_key;              /* static; the UI list's key, NULL = "images" */
 
     /* Error (set by node_fail). */
     char exc_type[64];

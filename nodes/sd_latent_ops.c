@@ -253,7 +253,8 @@ const struct node_class sd_latent_crop = {
 /* NODE_CLASS_MAPPINGS order of nodes.py and of nodes_latent.py's node list. */
 static const struct node_class *const core_classes[] = {
     &sd_latent_from_batch, &sd_repeat_latent_batch, &sd_latent_rotate, &sd_latent_flip,
-    &sd_latent_composite,  &sd_latent_blend,        &sd_latent_crop};
+    &sd_latent_composite,  &sd_latent_blend,        &sd_latent_crop,
+    &sd_save_latent,       &sd_load_latent /* sd_latent_io.c */};
 static const struct node_class *const extras_classes[] = {
     &sd_latent_add,   &sd_latent_subtract, &sd_latent_multiply, &sd_latent_interpolate,
     &sd_latent_batch, &sd_latent_batch_seed_behavior};

@@ -4,7 +4,8 @@
  * LatentCrop (sd_latent_ops.c), LatentComposite, LatentBlend
  * (sd_latent_blend.c), and comfy_extras/nodes_latent.py's LatentAdd,
  * LatentSubtract, LatentMultiply, LatentInterpolate, LatentBatch,
- * LatentBatchSeedBehavior (sd_latent_math.c, V3 nodes).
+ * LatentBatchSeedBehavior (sd_latent_math.c, V3 nodes), and nodes.py's
+ * SaveLatent, LoadLatent (sd_latent_io.c).
  *
  * nodes_sd_register() calls the two register functions: the nodes.py classes
  * with the core ones, the comfy_extras ones after the custom-sampling family.
@@ -16,7 +17,7 @@
 #include "node_registry.h"
 
 /* Number of classes the two register functions add together. */
-#define SD_LATENT_OPS_N_CLASSES 13
+#define SD_LATENT_OPS_N_CLASSES 15
 
 void nodes_sd_latent_core_register(struct node_registry *r);
 void nodes_sd_latent_extras_register(struct node_registry *r);
@@ -35,5 +36,7 @@ extern const struct node_class sd_latent_multiply;
 extern const struct node_class sd_latent_interpolate;
 extern const struct node_class sd_latent_batch;
 extern const struct node_class sd_latent_batch_seed_behavior;
+extern const struct node_class sd_save_latent; /* sd_latent_io.c */
+extern const struct node_class sd_load_latent;
 
 #endif

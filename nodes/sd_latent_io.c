@@ -1,0 +1,334 @@
+/*
+ * sd_latent_io — nodes.py's SaveLatent and LoadLatent.
+ *
+ * SaveLatent writes "<output>/<subfolder>/<name>_<counter:05d>_.latent": a
+ * safetensors file holding "latent_tensor" (the samples, contiguous float32
+ * [b, c, h, w]) and "latent_format_version_0" (an empty float32 tensor that
+ * marks latents saved unscaled), with the prompt and the extra_pnginfo entries
+ * as "__metadata__" JSON strings unless --disable-metadata. The file is written
+ * to a hidden temporary and renamed over the name, so a reader never sees half
+ * a file. The UI result is {"latents": [{filename, subfolder, type}]}.
+ *
+ * LoadLatent lists the .latent files of the input folder (sorted), reads
+ * latent_tensor as float32 and multiplies it by 1/0.18215 when the version
+ * marker is absent (latents from before the marker were saved scaled), as
+ * ComfyUI does. IS_CHANGED is the file's SHA-256; VALIDATE_INPUTS accepts any
+ * existing file of the input folder (annotated names included).
+ */
+#include <errno.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "buf.h"
+#include "node_files.h"
+#include "node_registry.h"
+#include "safetensors.h"
+#include "sd_latent_ops.h"
+#include "sd_latent_util.h"
+#include "sd_types.h"
+#include "sha256.h"
+
+/* ---- SaveLatent ---- */
+
+/* os.path.normpath for a relative prefix; -1 when it is absolute or climbs out. */
+static int normalize_rel(const char *in, struct buf *out)
+{
+    if (in[0] == '/')
+        return -1;
+    char *tmp = xstrdup(in), *save;
+    int n = 0, rc = 0;
+    char *parts[256];
+    for (char *t = strtok_r(tmp, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(t, "."))
+            continue;
+        if (!strcmp(t, "..")) {
+            if (n == 0) {
+                rc = -1;
+                break;
+            }
+            n--;
+            continue;
+        }
+        if (n == 256) {
+            rc = -1;
+            break;
+        }
+        parts[n++] = t;
+    }
+    for (int i = 0; rc == 0 && i < n; i++)
+        buf_printf(out, "%s%s", i ? "/" : "", parts[i]);
+    xfree(tmp);
+    return rc;
+}
+
+/* The next counter for `filename` in `dir`, as folder_paths.get_save_image_path. */
+static int next_counter(const char *dir, const char *filename)
+{
+    DIR *d = opendir(dir);
+    int best = 0;
+    size_t fl = strlen(filename);
+    if (!d)
+        return 1;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, filename, fl) != 0 || de->d_name[fl] != '_')
+            continue;
+        const char *s = de->d_name + fl + 1;
+        const char *e = strchr(s, '_');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        int digits = n > 0;
+        for (size_t i = 0; i < n; i++)
+            digits &= s[i] >= '0' && s[i] <= '9';
+        int v = digits && n < 10 ? atoi(s) : 0;
+        if (v > best)
+            best = v;
+    }
+    closedir(d);
+    return best + 1;
+}
+
+/* Write `l` to `path` through a hidden temporary beside it. */
+static int write_latent(const struct node_ctx *c, const struct sd_latent *l, const char *dir,
+                        const char *name, struct err *e)
+{
+    struct buf tmp;
+    buf_init(&tmp);
+    static unsigned seq;
+    buf_printf(&tmp, "%s/.%s.tmp-%d-%u", dir, name, (int)getpid(),
+               __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
+    struct st_writer *w = st_writer_new();
+    int64_t shape[4] = {l->b, l->c, l->h, l->w}, empty[1] = {0};
+    st_writer_add(w, "latent_tensor", ST_DTYPE_F32, 4, shape);
+    st_writer_add(w, "latent_format_version_0", ST_DTYPE_F32, 1, empty);
+    if (!c->env->disable_metadata) {
+        if (c->prompt_json)
+            st_writer_meta(w, "prompt", c->prompt_json);
+        for (int i = 0; i < c->n_pnginfo; i++)
+            st_writer_meta(w, c->pnginfo[i].key, c->pnginfo[i].value);
+    }
+    uint64_t nbytes = (uint64_t)(l->b * l->c * l->h * l->w) * sizeof(float);
+    int rc = st_writer_begin(w, tmp.ptr, e);
+    if (rc == 0)
+        rc = st_writer_write(w, l->samples, nbytes, e);
+    if (rc == 0)
+        rc = st_writer_write(w, NULL, 0, e);
+    if (rc == 0)
+        rc = st_writer_finish(w, e); /* on failure st_writer_free closes the file */
+    struct buf path;
+    buf_init(&path);
+    buf_printf(&path, "%s/%s", dir, name);
+    if (rc == 0 && rename(tmp.ptr, path.ptr) != 0)
+        rc = err_set(e, ERR_IO, "%s", strerror(errno));
+    if (rc < 0)
+        unlink(tmp.ptr);
+    st_writer_free(w);
+    buf_release(&path);
+    buf_release(&tmp);
+    return rc;
+}
+
+static int save_latent_run(struct node_ctx *c)
+{
+    const struct sd_latent *l = sd__latent_in(c, "samples");
+    if (!l)
+        return ERR_INVALID;
+    const char *prefix = node_in_str(c, "filename_prefix");
+    struct buf norm, sub, fname, dir, name;
+    buf_init(&norm);
+    buf_init(&sub);
+    buf_init(&fname);
+    buf_init(&dir);
+    buf_init(&name);
+    int rc = 0;
+    if (normalize_rel(prefix, &norm) < 0) {
+        rc = node_fail(c, "Exception", "Saving image outside the output folder is not allowed.");
+        goto out;
+    }
+    const char *slash = strrchr(norm.ptr ? norm.ptr : "", '/');
+    if (slash) {
+        buf_add(&sub, norm.ptr, (size_t)(slash - norm.ptr));
+        buf_adds(&fname, slash + 1);
+    } else {
+        buf_adds(&fname, norm.ptr ? norm.ptr : "");
+    }
+    buf_printf(&dir, "%s%s%s", c->env->output_dir, sub.len ? "/" : "", sub.len ? sub.ptr : "");
+    if (node_files_mkdirs(dir.ptr) < 0) {
+        rc = node_fail(c, "OSError", "cannot create folder '%s' in the output folder", sub.ptr);
+        goto out;
+    }
+    buf_printf(&name, "%s_%05d_.latent", fname.ptr ? fname.ptr : "", next_counter(dir.ptr, fname.ptr ? fname.ptr : ""));
+    struct err e = {0};
+    errno = 0;
+    if (write_latent(c, l, dir.ptr, name.ptr, &e) < 0) {
+        /* Named relative to the output folder: clients never see the server's paths. */
+        rc = node_fail(c, "OSError", "cannot save '%s%s%s': %s", sub.len ? sub.ptr : "",
+                       sub.len ? "/" : "", name.ptr, errno ? strerror(errno) : "write failed");
+        goto out;
+    }
+    c->ui_key = "latents";
+    node_ui_add_image(c, name.ptr, sub.len ? sub.ptr : "", "output");
+out:
+    buf_release(&norm);
+    buf_release(&sub);
+    buf_release(&fname);
+    buf_release(&dir);
+    buf_release(&name);
+    return rc;
+}
+
+static const struct node_input_def save_latent_in[] = {
+    {.name = "samples", .type = "LATENT"},
+    {.name = "filename_prefix", .type = "STRING", .def_str = "latents/ComfyUI"},
+    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},
+    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN},
+    NODE_INPUTS_END};
+static const struct node_output_def no_outputs[] = {NODE_OUTPUTS_END};
+
+const struct node_class sd_save_latent = {
+    .name = "SaveLatent", .category = "_for_testing", .flags = NODE_CLASS_OUTPUT,
+    .inputs = save_latent_in, .outputs = no_outputs, .run = save_latent_run};
+
+/* ---- LoadLatent ---- */
+
+static int has_latent_ext(const char *n)
+{
+    size_t len = strlen(n);
+    return len >= 7 && strcmp(n + len - 7, ".latent") == 0;
+}
+
+static void input_latents(const struct node_env *env, struct node_strlist *out)
+{
+    if (!env->input_dir)
+        return;
+    DIR *d = opendir(env->input_dir);
+    if (!d)
+        return;
+    struct node_strlist tmp;
+    node_strlist_init(&tmp);
+    struct buf p;
+    buf_init(&p);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!has_latent_ext(de->d_name))
+            continue;
+        buf_reset(&p);
+        buf_printf(&p, "%s/%s", env->input_dir, de->d_name);
+        struct stat st;
+        if (stat(p.ptr, &st) == 0 && S_ISREG(st.st_mode))
+            node_strlist_add(&tmp, de->d_name);
+    }
+    closedir(d);
+    buf_release(&p);
+    node_strlist_sort(&tmp);
+    for (size_t i = 0; i < tmp.n; i++)
+        node_strlist_add(out, tmp.items[i]);
+    node_strlist_release(&tmp);
+}
+
+static int validate_latent_name(const struct node_env *env, const char *value, struct buf *reason)
+{
+    struct buf path;
+    buf_init(&path);
+    int rc = node_files_resolve_input(env, value, &path);
+    buf_release(&path);
+    if (rc < 0) {
+        buf_printf(reason, "Invalid latent file: %s", value);
+        return rc;
+    }
+    return 0;
+}
+
+static int latent_is_changed(struct node_ctx *c, struct buf *out)
+{
+    const struct value *v = node_in(c, "latent");
+    if (!v || v->kind != VALUE_STRING)
+        return ERR_INVALID;
+    struct buf path;
+    buf_init(&path);
+    int rc = node_files_resolve_input(c->env, v->s, &path);
+    uint8_t digest[32];
+    if (rc == 0)
+        rc = sha256_file(path.ptr, digest);
+    buf_release(&path);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < 32; i++)
+        buf_printf(out, "%02x", digest[i]);
+    return 0;
+}
+
+static int load_latent_file(struct node_ctx *c, const char *name, const char *path)
+{
+    struct err e = {0};
+    struct st_file *f = NULL;
+    int rc = st_open(path, &f, &e);
+    if (rc < 0)
+        return node_fail_code(c, rc, "safetensors_rust.SafetensorError",
+                              "'%s' is not a latent file (safetensors): %s", name, e.msg);
+    const struct st_tensor *t = st_find(f, "latent_tensor");
+    if (!t) {
+        st_close(f);
+        return node_fail(c, "KeyError", "'latent_tensor' (%s has no latent_tensor)", name);
+    }
+    if (t->ndim != 4 || t->shape[0] < 1 || t->shape[1] < 1 || t->shape[2] < 1 || t->shape[3] < 1) {
+        char shp[128];
+        st_shape_str(t, shp, sizeof shp);
+        st_close(f);
+        return node_fail(c, "ValueError", "%s: latent_tensor has shape %s, expected [b,c,h,w]",
+                         name, shp);
+    }
+    struct sd_latent *l = NULL;
+    rc = sd_latent_try_new(t->shape[0], t->shape[1], t->shape[2], t->shape[3], &l, &e);
+    if (rc < 0) {
+        st_close(f);
+        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
+    }
+    rc = st_tensor_to_f32(f, t, l->samples, &e);
+    if (rc == 0)
+        rc = st_check(f, &e);
+    int versioned = st_find(f, "latent_format_version_0") != NULL;
+    st_close(f);
+    if (rc < 0) {
+        sd_latent_free(l);
+        return node_fail_code(c, rc, "safetensors_rust.SafetensorError", "%s: %s", name, e.msg);
+    }
+    if (!versioned) {
+        float m = 1.0f / 0.18215f;
+        size_t n = (size_t)(l->b * l->c * l->h * l->w);
+        for (size_t k = 0; k < n; k++)
+            l->samples[k] *= m;
+    }
+    node_set_output(c, 0, sd_latent_value(l));
+    return 0;
+}
+
+static int load_latent_run(struct node_ctx *c)
+{
+    const char *name = node_in_str(c, "latent");
+    struct buf path;
+    buf_init(&path);
+    int rc = node_files_resolve_input(c->env, name, &path);
+    if (rc < 0) {
+        buf_release(&path);
+        return node_fail_code(c, ERR_NOT_FOUND, "FileNotFoundError",
+                              "[Errno 2] No such file or directory: '%s'", name);
+    }
+    rc = load_latent_file(c, name, path.ptr);
+    buf_release(&path);
+    return rc;
+}
+
+static const struct node_input_def load_latent_in[] = {
+    {.name = "latent", .type = NODE_COMBO, .options_fn = input_latents,
+     .validate = validate_latent_name},
+    NODE_INPUTS_END};
+static const struct node_output_def latent_out[] = {{.type = "LATENT"}, NODE_OUTPUTS_END};
+
+const struct node_class sd_load_latent = {
+    .name = "LoadLatent", .category = "_for_testing", .inputs = load_latent_in,
+    .outputs = latent_out, .run = load_latent_run, .is_changed = latent_is_changed};
