@@ -323,25 +323,60 @@ int sd_clip_encode_sdxl(const struct sd_clip *clip, struct mm *mm, const char *t
 {
     if (!mm)
         return no_mm(e);
-    if (!clip->p2)
+    int refiner = clip->cfg.family == MODEL_FAMILY_SDXL_REFINER && !clip->p2;
+    if (!refiner && (clip->cfg.family != MODEL_FAMILY_SDXL || !clip->p2))
         return err_set(e, ERR_INVALID,
-                       "CLIPTextEncodeSDXL needs an SDXL CLIP (CLIP-L and bigG); this one is %s's",
+                       "CLIPTextEncodeSDXL needs an SDXL CLIP (CLIP-L and bigG, or the refiner's "
+                       "bigG); this one is %s's",
                        model_family_get(clip->cfg.family)->name);
     struct clip_tokens g, l;
     clip_tokenize_prompt(clip->_shared->tok, text_g ? text_g : "", &g);
-    clip_tokenize_prompt(clip->_shared->tok, text_l ? text_l : "", &l);
-    /* The shorter list gets empty-prompt chunks (bigG's pads become 0 in the encoder). */
-    int n = g.n_chunks > l.n_chunks ? g.n_chunks : l.n_chunks;
-    clip_tokens_pad_chunks(&g, n);
-    clip_tokens_pad_chunks(&l, n);
-    const struct clip_tokens *both[2] = {&l, &g};
-    int rc = encode_tokens(clip, mm, both, out, e);
+    int rc;
+    if (refiner) {
+        /* ComfyUI's refiner CLIP has only clip_g: text_l is tokenized there and unused. */
+        const struct clip_tokens *one[2] = {&g, &g};
+        rc = encode_tokens(clip, mm, one, out, e);
+    } else {
+        clip_tokenize_prompt(clip->_shared->tok, text_l ? text_l : "", &l);
+        /* The shorter list gets empty-prompt chunks (bigG's pads become 0 in the encoder). */
+        int n = g.n_chunks > l.n_chunks ? g.n_chunks : l.n_chunks;
+        clip_tokens_pad_chunks(&g, n);
+        clip_tokens_pad_chunks(&l, n);
+        const struct clip_tokens *both[2] = {&l, &g};
+        rc = encode_tokens(clip, mm, both, out, e);
+        clip_tokens_release(&l);
+    }
     if (rc >= 0) {
         (*out)->entries[0].has_adm_sizes = 1;
         (*out)->entries[0].adm = *sizes;
     }
     clip_tokens_release(&g);
-    clip_tokens_release(&l);
+    return rc;
+}
+
+int sd_clip_encode_sdxl_refiner(const struct sd_clip *clip, struct mm *mm, const char *text,
+                                double ascore, int width, int height, struct sd_cond **out,
+                                struct err *e)
+{
+    if (!mm)
+        return no_mm(e);
+    if (clip->cfg.family != MODEL_FAMILY_SDXL && clip->cfg.family != MODEL_FAMILY_SDXL_REFINER)
+        return err_set(e, ERR_INVALID,
+                       "CLIPTextEncodeSDXLRefiner needs an SDXL refiner or SDXL CLIP (bigG); "
+                       "this one is %s's",
+                       model_family_get(clip->cfg.family)->name);
+    int rc = sd_clip_encode_text(clip, mm, text, out, e);
+    if (rc >= 0) {
+        /* add_dict {aesthetic_score, width, height}: crops 0, targets = the size. */
+        struct sd_cond_entry *en = &(*out)->entries[0];
+        en->has_adm_sizes = 1;
+        en->has_ascore = 1;
+        en->adm = (struct adm_sizes){.width = width,
+                                     .height = height,
+                                     .target_width = width,
+                                     .target_height = height,
+                                     .aesthetic_score = ascore};
+    }
     return rc;
 }
 

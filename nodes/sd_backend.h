@@ -96,6 +96,15 @@ int sd_clip_encode_sdxl(const struct sd_clip *clip, struct mm *mm, const char *t
                         const char *text_l, const struct adm_sizes *sizes, struct sd_cond **out,
                         struct err *e);
 
+/*
+ * CLIPTextEncodeSDXLRefiner: `text` through the CLIP's encoders as CLIPTextEncode does; the
+ * entry carries the aesthetic score and size (crops 0, targets = size) for the ADM vector.
+ * ERR_INVALID for a CLIP of neither SDXL family.
+ */
+int sd_clip_encode_sdxl_refiner(const struct sd_clip *clip, struct mm *mm, const char *text,
+                                double ascore, int width, int height, struct sd_cond **out,
+                                struct err *e);
+
 int sd_clip_encode_text(const struct sd_clip *clip, struct mm *mm, const char *text,
                         struct sd_cond **out, struct err *e);
 

@@ -167,7 +167,7 @@ static int entry_adm(struct kctx *k, const struct sd_cond_entry *en, int negativ
     if (en->has_adm_sizes) { /* CLIPTextEncodeSDXL: no aesthetic score of its own */
         double a = s.aesthetic_score;
         s = en->adm;
-        if (s.aesthetic_score == 0)
+        if (!en->has_ascore)
             s.aesthetic_score = a;
     }
     m->family->encode_adm(en->pooled + (size_t)(smp % en->batch) * pooled_dim, pooled_dim, &s, y);

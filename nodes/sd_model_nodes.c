@@ -276,6 +276,49 @@ const struct node_class sd_clip_text_encode_sdxl = {
     .run = encode_sdxl_run,
 };
 
+/* ---- CLIPTextEncodeSDXLRefiner (comfy_extras/nodes_clip_sdxl.py, V3) ---- */
+
+static const struct node_input_def encode_refiner_inputs[] = {
+    {.name = "ascore",
+     .type = "FLOAT",
+     .def = NODE_F(6.0),
+     .min = NODE_F(0.0),
+     .max = NODE_F(1000.0),
+     .step = NODE_F(0.01)},
+    SDXL_SIZE("width", 1024),
+    SDXL_SIZE("height", 1024),
+    {.name = "text", .type = "STRING", .multiline = 1, .dynamic_prompts = 1},
+    {.name = "clip", .type = "CLIP"},
+    NODE_INPUTS_END};
+
+static int encode_refiner_run(struct node_ctx *c)
+{
+    const struct sd_clip *clip = sd_clip_of(node_in(c, "clip"));
+    if (!clip)
+        return node_fail(c, "RuntimeError", "input 'clip' is not a CLIP");
+    struct sd_cond *cond = NULL;
+    struct err e = {0};
+    int rc = sd_clip_encode_sdxl_refiner(clip, c->env->mm, node_in_str(c, "text"),
+                                         node_in_float(c, "ascore"), (int)node_in_int(c, "width"),
+                                         (int)node_in_int(c, "height"), &cond, &e);
+    if (rc == ERR_DEVICE_OOM)
+        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
+    if (rc < 0)
+        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+    node_set_output(c, 0, sd_cond_value(cond));
+    return 0;
+}
+
+const struct node_class sd_clip_text_encode_sdxl_refiner = {
+    .name = "CLIPTextEncodeSDXLRefiner",
+    .category = "advanced/conditioning",
+    .python_module = "comfy_extras.nodes_clip_sdxl",
+    .flags = NODE_CLASS_V3,
+    .inputs = encode_refiner_inputs,
+    .outputs = encode_sdxl_outputs,
+    .run = encode_refiner_run,
+};
+
 /* ---- CLIPSetLastLayer ---- */
 
 static const struct node_input_def last_layer_inputs[] = {

@@ -37,5 +37,7 @@ void nodes_sd_register(struct node_registry *r)
     /* comfy_extras load after nodes.py: their classes follow in /object_info. */
     nodes_sd_custom_register(r);
     nodes_sd_latent_extras_register(r);
-    node_registry_add(r, &sd_clip_text_encode_sdxl); /* comfy_extras.nodes_clip_sdxl */
+    /* comfy_extras.nodes_clip_sdxl, in its get_node_list order */
+    node_registry_add(r, &sd_clip_text_encode_sdxl_refiner);
+    node_registry_add(r, &sd_clip_text_encode_sdxl);
 }

@@ -43,6 +43,7 @@ extern const struct node_class sd_vae_loader;
 extern const struct node_class sd_clip_text_encode;
 extern const struct node_class sd_clip_set_last_layer;
 extern const struct node_class sd_clip_text_encode_sdxl;
+extern const struct node_class sd_clip_text_encode_sdxl_refiner;
 extern const struct node_class sd_vae_decode;
 extern const struct node_class sd_vae_decode_tiled;
 extern const struct node_class sd_vae_encode;

@@ -80,6 +80,7 @@ struct sd_cond_entry {
     int area_h, area_w, area_y, area_x; /* latent units (pixels / 8) */
     int has_adm_sizes;    /* CLIPTextEncodeSDXL set the ADM sizes (else: the latent's) */
     struct adm_sizes adm; /* pixels (sdxl.md §5.2) */
+    int has_ascore;       /* CLIPTextEncodeSDXLRefiner set adm.aesthetic_score */
 };
 
 struct sd_cond {

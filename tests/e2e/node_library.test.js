@@ -2,7 +2,8 @@
 //   - /object_info equals, for every class latentd registers from them, the fixtures built
 //     from ComfyUI's sources by tools/comfy_object_info.py: nodes_latent_core.json (nodes.py),
 //     nodes_latent.json (comfy_extras/nodes_latent.py, V3 shape: display_name null,
-//     output_tooltips [null], COMBO with options) and nodes_mask.json;
+//     output_tooltips [null], COMBO with options), nodes_mask.json and nodes_clip_sdxl.json
+//     (CLIPTextEncodeSDXLRefiner, CLIPTextEncodeSDXL: registered without a model);
 //   - bad input: an empty CropMask is an execution_error and the server keeps serving; a
 //     mask of another size composites (resized, as ComfyUI does).
 "use strict";
@@ -21,6 +22,7 @@ const WANT = {
   "nodes_mask.json": ["LatentCompositeMasked", "ImageCompositeMasked", "MaskToImage", "ImageToMask",
     "ImageColorToMask", "SolidMask", "InvertMask", "CropMask", "MaskComposite", "FeatherMask", "GrowMask",
     "ThresholdMask"],
+  "nodes_clip_sdxl.json": ["CLIPTextEncodeSDXLRefiner", "CLIPTextEncodeSDXL"],
 };
 
 let S = null;

@@ -10,6 +10,9 @@
 //     the pooled width it needs, and the server goes on.
 //   - base + refiner with KSamplerAdvanced (the base's leftover noise finished by the
 //     refiner, each with its own CLIPTextEncode) saves an image unlike the base alone.
+//   - CLIPTextEncodeSDXLRefiner on the refiner: its ascore reaches the ADM vector (another
+//     ascore, other pixels); CLIPTextEncodeSDXL takes the refiner's CLIP and the refiner
+//     node the base's, as ComfyUI does; an SD1.5 CLIP is a node error naming its family.
 // Skips when gen_ckpt or the model nodes are not built.
 "use strict";
 const { describe, it, before, after } = require("node:test");
@@ -163,6 +166,46 @@ describe("SDXL base end to end", () => {
     const base = await runToEnd(S, { ...w, 11: undefined, 8: n("VAEDecode", { samples: ["10", 0], vae: ["4", 2] }) });
     assert.equal(base.status.status_str, "success", JSON.stringify(base.status));
     assert.ok(!savedPixels(S, h).equals(savedPixels(S, base)), "the refiner changed the image");
+  });
+
+  it("CLIPTextEncodeSDXLRefiner: ascore reaches the refiner's ADM, SDXL node on the refiner CLIP, SD1.5 refused", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const n = (class_type, inputs) => ({ inputs, class_type });
+    const ref = (text, ascore, clip = ["4", 1], size = 1024) => n("CLIPTextEncodeSDXLRefiner",
+      { ascore, width: size, height: size, text, clip });
+    const w = (prefix, pos, neg) => workflow(prefix, { ckpt: "refiner.safetensors",
+      extra: { 6: pos, 7: neg } });
+    const a = await runToEnd(S, w("ref_a", ref("a glass bottle", 6), ref("text, watermark", 2.5)));
+    assert.equal(a.status.status_str, "success", JSON.stringify(a.status));
+    const a2 = await runToEnd(S, w("ref_a2", ref("a glass bottle", 6), ref("text, watermark", 2.5)));
+    const b = await runToEnd(S, w("ref_b", ref("a glass bottle", 9.5), ref("text, watermark", 2.5)));
+    assert.equal(b.status.status_str, "success", JSON.stringify(b.status));
+    // CLIPTextEncode's ADM: the latent's size (64) and the refiner's defaults 6 / 2.5, as here.
+    const c = await runToEnd(S, w("ref_c", ref("a (glass:1.2) bottle", 6, ["4", 1], 64),
+      ref("text, watermark", 2.5, ["4", 1], 64)));
+    const d = await runToEnd(S, workflow("ref_d", { ckpt: "refiner.safetensors" }));
+    assert.equal(d.status.status_str, "success", JSON.stringify(d.status));
+    assert.ok(savedPixels(S, c).equals(savedPixels(S, d)), "ascore 6 / 2.5 at 64 px is CLIPTextEncode's ADM");
+    assert.ok(savedPixels(S, a).equals(savedPixels(S, a2)), "same ascore, same pixels");
+    assert.ok(!savedPixels(S, a).equals(savedPixels(S, b)), "another ascore, other pixels");
+    // CLIPTextEncodeSDXL on the refiner's CLIP (bigG alone): ComfyUI accepts it (text_l unused).
+    const sdxlNode = n("CLIPTextEncodeSDXL", { clip: ["4", 1], width: 1024, height: 1024, crop_w: 0,
+      crop_h: 0, target_width: 1024, target_height: 1024, text_g: "a glass bottle", text_l: "ignored" });
+    const e = await runToEnd(S, w("ref_sdxl", sdxlNode, ref("text, watermark", 2.5)));
+    assert.equal(e.status.status_str, "success", JSON.stringify(e.status));
+    // The refiner node on the SDXL base CLIP runs too (its size reaches the base's ADM).
+    const f = await runToEnd(S, workflow("ref_on_base", { extra: { 6: ref("a glass bottle", 6) } }));
+    assert.equal(f.status.status_str, "success", JSON.stringify(f.status));
+    const bad = workflow("ref_bad", { ckpt: "refiner.safetensors", extra: {
+      10: n("CheckpointLoaderSimple", { ckpt_name: "tiny.safetensors" }), 6: ref("a glass bottle", 6, ["10", 1]) } });
+    const h = await runToEnd(S, bad);
+    assert.equal(h.status.status_str, "error");
+    const [type, data] = h.status.messages.at(-1);
+    assert.equal(type, "execution_error");
+    assert.equal(data.node_type, "CLIPTextEncodeSDXLRefiner");
+    assert.match(data.exception_message, /needs an SDXL refiner or SDXL CLIP .*SD1\.5/);
+    const ok = await runToEnd(S, w("ref_after", ref("a glass bottle", 6), ref("text, watermark", 2.5)));
+    assert.equal(ok.status.status_str, "success", "the server goes on");
   });
 
   it("SD1.5 conditioning into the SDXL model is a KSampler error naming the widths", async (t) => {

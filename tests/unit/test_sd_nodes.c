@@ -671,9 +671,10 @@ static void test_register(void)
            node_registry_find(r, "SamplerCustomAdvanced") == &sd_sampler_custom_advanced &&
            node_registry_find(r, "LatentBatch") == &sd_latent_batch &&
            node_registry_find(r, "CLIPTextEncodeSDXL") == &sd_clip_text_encode_sdxl &&
-           node_registry_count(r) == 21 + SD_CUSTOM_N_CLASSES + SD_LATENT_OPS_N_CLASSES,
+           node_registry_find(r, "CLIPTextEncodeSDXLRefiner") == &sd_clip_text_encode_sdxl_refiner &&
+           node_registry_count(r) == 22 + SD_CUSTOM_N_CLASSES + SD_LATENT_OPS_N_CLASSES,
        "nodes_sd_register adds the twenty classes, the custom-sampling and latent-op families "
-       "and CLIPTextEncodeSDXL");
+       "and CLIPTextEncodeSDXL(Refiner)");
     EXPECT_EQ(node_class_input_index(&sd_ksampler, "denoise"), 9);
     EXPECT_EQ(node_class_input_index(&sd_ksampler_advanced, "return_with_leftover_noise"), 12);
     node_registry_free(r);
