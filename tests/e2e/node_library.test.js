@@ -3,7 +3,8 @@
 //     from ComfyUI's sources by tools/comfy_object_info.py: nodes_latent_core.json (nodes.py),
 //     nodes_latent.json (comfy_extras/nodes_latent.py, V3 shape: display_name null,
 //     output_tooltips [null], COMBO with options), nodes_mask.json and nodes_clip_sdxl.json
-//     (CLIPTextEncodeSDXLRefiner, CLIPTextEncodeSDXL: registered without a model);
+//     (CLIPTextEncodeSDXLRefiner, CLIPTextEncodeSDXL: registered without a model), and
+//     SaveLatent/LoadLatent with LoadLatent's listing of the input folder;
 //   - bad input: an empty CropMask is an execution_error and the server keeps serving; a
 //     mask of another size composites (resized, as ComfyUI does).
 "use strict";
@@ -16,7 +17,7 @@ const L = require("./lib/latentd.js");
 const FIX = path.join(L.SOURCE, "tests", "fixtures", "object_info");
 const WANT = {
   "nodes_latent_core.json": ["LatentFromBatch", "RepeatLatentBatch", "LatentComposite", "LatentBlend",
-    "LatentRotate", "LatentFlip", "LatentCrop"],
+    "LatentRotate", "LatentFlip", "LatentCrop", "SaveLatent", "LoadLatent"],
   "nodes_latent.json": ["LatentAdd", "LatentSubtract", "LatentMultiply", "LatentInterpolate", "LatentBatch",
     "LatentBatchSeedBehavior"],
   "nodes_mask.json": ["LatentCompositeMasked", "ImageCompositeMasked", "MaskToImage", "ImageToMask",
@@ -40,7 +41,15 @@ async function run(prompt, id) {
 }
 
 describe("latent and mask nodes", () => {
-  before(async () => { S = await L.startLatentd({}); });
+  // LoadLatent's combo lists the input folder's .latent files, sorted (nothing else).
+  const LATENTS = ["a.latent", "b.latent"];
+  before(async () => {
+    S = await L.startLatentd({
+      setup(dir) {
+        for (const f of ["b.latent", "a.latent", "x.png"]) fs.writeFileSync(path.join(dir, "input", f), "");
+      },
+    });
+  });
   after(async () => {
     if (!S) return;
     const r = await S.stop();
@@ -55,6 +64,7 @@ describe("latent and mask nodes", () => {
       const want = JSON.parse(fs.readFileSync(path.join(FIX, file), "utf8"));
       for (const c of classes) {
         assert.ok(info[c], `${c} is registered`);
+        if (c === "LoadLatent") want[c].input.required.latent[0] = LATENTS; // "$INPUT_LATENTS"
         assert.deepEqual(info[c], want[c], c);
       }
     }
