@@ -203,7 +203,8 @@ size_t st_writer_add(struct st_writer *w, const char *name, enum st_dtype dtype,
                      const int64_t *shape);
 /* Add a "__metadata__" string pair (copied). */
 void st_writer_meta(struct st_writer *w, const char *key, const char *val);
-/* Open `path` and write the header. Returns 0 or ERR_IO with a message. */
+/* Open a temporary beside `path` (util/afile) and write the header; finish renames it over
+ * `path`, st_writer_free before finish removes it. Returns 0 or ERR_IO with a message. */
 int st_writer_begin(struct st_writer *w, const char *path, struct err *e);
 /* Write the next tensor's bytes (must be that tensor's nbytes). */
 int st_writer_write(struct st_writer *w, const void *bytes, uint64_t nbytes, struct err *e);

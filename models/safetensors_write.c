@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "afile.h"
 #include "alloc.h"
 #include "buf.h"
 #include "safetensors.h"
@@ -15,7 +16,7 @@ struct st_writer {
     size_t n, cap;
     struct st_meta *meta; /* owned */
     size_t n_meta;
-    FILE *fp;
+    struct afile af; /* the temporary until finish renames it over `path` */
     char *path;
     size_t next; /* index of the next tensor to write */
 };
@@ -29,8 +30,8 @@ void st_writer_free(struct st_writer *w)
 {
     if (!w)
         return;
-    if (w->fp)
-        fclose(w->fp);
+    if (w->af.fp)
+        afile_abort(&w->af); /* never finished: the target is left untouched */
     for (size_t i = 0; i < w->n; i++)
         xfree(w->t[i].name);
     for (size_t i = 0; i < w->n_meta; i++) {
@@ -46,7 +47,7 @@ void st_writer_free(struct st_writer *w)
 size_t st_writer_add(struct st_writer *w, const char *name, enum st_dtype dtype, int ndim,
                      const int64_t *shape)
 {
-    ASSERT(ndim >= 0 && ndim <= ST_MAX_DIMS && !w->fp);
+    ASSERT(ndim >= 0 && ndim <= ST_MAX_DIMS && !w->af.fp);
     if (w->n == w->cap) {
         w->cap = w->cap ? 2 * w->cap : 64;
         w->t = xrealloc(w->t, w->cap * sizeof(*w->t));
@@ -120,16 +121,13 @@ int st_writer_begin(struct st_writer *w, const char *path, struct err *e)
     while ((8 + h.len) % 8) /* pad so the data section starts 8-byte aligned */
         buf_addc(&h, ' ');
     int rc = 0;
-    w->fp = fopen(path, "wb");
-    if (!w->fp) {
-        rc = err_set(e, ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+    if ((rc = afile_open(&w->af, path, e)) < 0)
         goto out;
-    }
     w->path = xstrdup(path);
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    if (fwrite(len8, 1, 8, w->fp) != 8 || fwrite(h.ptr, 1, h.len, w->fp) != h.len)
+    if (fwrite(len8, 1, 8, w->af.fp) != 8 || fwrite(h.ptr, 1, h.len, w->af.fp) != h.len)
         rc = err_set(e, ERR_IO, "cannot write '%s': %s", path, strerror(errno));
 out:
     buf_release(&h);
@@ -138,21 +136,21 @@ out:
 
 int st_writer_write(struct st_writer *w, const void *bytes, uint64_t nbytes, struct err *e)
 {
-    ASSERT(w->fp && w->next < w->n && nbytes == w->t[w->next].nbytes);
+    ASSERT(w->af.fp && w->next < w->n && nbytes == w->t[w->next].nbytes);
     w->next++;
-    if (nbytes && fwrite(bytes, 1, (size_t)nbytes, w->fp) != nbytes)
+    if (nbytes && fwrite(bytes, 1, (size_t)nbytes, w->af.fp) != nbytes)
         return err_set(e, ERR_IO, "cannot write '%s': %s", w->path, strerror(errno));
     return 0;
 }
 
 int st_writer_finish(struct st_writer *w, struct err *e)
 {
-    ASSERT(w->fp);
+    ASSERT(w->af.fp);
     int rc = 0;
     if (w->next != w->n)
         rc = err_set(e, ERR_INVALID, "'%s': %zu of %zu tensors written", w->path, w->next, w->n);
-    if (fclose(w->fp) != 0 && rc == 0)
-        rc = err_set(e, ERR_IO, "cannot write '%s': %s", w->path, strerror(errno));
-    w->fp = NULL;
-    return rc;
+    /* As before, what was written is kept even then (tests write short files on purpose);
+     * it only appears under `path` whole, never half-written. */
+    int rc2 = afile_commit(&w->af, e);
+    return rc ? rc : rc2;
 }

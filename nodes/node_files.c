@@ -2,12 +2,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 
 #include "alloc.h"
 #include "err.h"
+#include "sha256.h"
 
 const char *const node_model_exts[] = {".ckpt", ".pt", ".pt2", ".bin", ".pth",
                                        ".safetensors", ".pkl", ".sft", NULL};
@@ -219,4 +221,78 @@ int node_files_mkdirs(const char *path)
     }
     xfree(p);
     return rc;
+}
+
+/* os.path.normpath for a relative path; returns 0, or -1 when it climbs out. */
+int node_files_normalize_rel(const char *in, struct buf *out)
+{
+    if (in[0] == '/')
+        return -1;
+    char *tmp = xstrdup(in);
+    char *parts[256];
+    int n = 0, rc = 0;
+    char *save;
+    for (char *t = strtok_r(tmp, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(t, "."))
+            continue;
+        if (!strcmp(t, "..")) {
+            if (n == 0) {
+                rc = -1;
+                break;
+            }
+            n--;
+            continue;
+        }
+        if (n == 256) {
+            rc = -1;
+            break;
+        }
+        parts[n++] = t;
+    }
+    for (int i = 0; rc == 0 && i < n; i++)
+        buf_printf(out, "%s%s", i ? "/" : "", parts[i]);
+    xfree(tmp);
+    return rc;
+}
+
+/* Next counter for `filename` in `dir` (comfy-api.md §8.1 step 4). */
+int node_files_next_counter(const char *dir, const char *filename)
+{
+    DIR *d = opendir(dir);
+    int best = 0;
+    size_t fl = strlen(filename);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (strncmp(de->d_name, filename, fl) != 0 || de->d_name[fl] != '_')
+                continue;
+            const char *s = de->d_name + fl + 1;
+            const char *e = strchr(s, '_');
+            size_t n = e ? (size_t)(e - s) : strlen(s);
+            int digits = n > 0;
+            for (size_t i = 0; i < n; i++)
+                digits &= s[i] >= '0' && s[i] <= '9';
+            int v = digits && n < 10 ? atoi(s) : 0;
+            if (v > best)
+                best = v;
+        }
+        closedir(d);
+    }
+    return best + 1;
+}
+
+int node_files_input_sha256_hex(const struct node_env *env, const char *name, struct buf *out)
+{
+    struct buf path;
+    buf_init(&path);
+    int rc = node_files_resolve_input(env, name, &path);
+    uint8_t digest[32];
+    if (rc == 0)
+        rc = sha256_file(path.ptr, digest);
+    buf_release(&path);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < 32; i++)
+        buf_printf(out, "%02x", digest[i]);
+    return 0;
 }

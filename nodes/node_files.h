@@ -49,4 +49,14 @@ int node_files_resolve_input(const struct node_env *env, const char *name, struc
 /* mkdir -p. Returns 0 or ERR_IO. */
 int node_files_mkdirs(const char *path);
 
+/* Shared by the save nodes (SaveImage, SaveLatent): os.path.normpath for a relative
+ * prefix, 0 or -1 when it climbs out of its folder; and the next "<filename>_<counter>_"
+ * counter in `dir`, as folder_paths.get_save_image_path (comfy-api.md §8.1 step 4). */
+int node_files_normalize_rel(const char *in, struct buf *out);
+int node_files_next_counter(const char *dir, const char *filename);
+
+/* IS_CHANGED of the load nodes (LoadImage, LoadLatent): the SHA-256 of the input file
+ * `name` names, in hex. Returns 0 or the resolve/read error. */
+int node_files_input_sha256_hex(const struct node_env *env, const char *name, struct buf *out);
+
 #endif

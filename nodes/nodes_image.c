@@ -4,7 +4,6 @@
  * EmptyImage, ImageBatch, ImageCrop, ImagePadForOutpaint. Inputs, outputs,
  * titles and categories are ComfyUI's.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,7 +17,6 @@
 #include "node_imageio.h"
 #include "node_imgops.h"
 #include "node_registry.h"
-#include "sha256.h"
 
 #define MAX_RESOLUTION 16384
 
@@ -59,18 +57,7 @@ static int image_is_changed(struct node_ctx *c, struct buf *out)
     const struct value *v = node_in(c, "image");
     if (!v || v->kind != VALUE_STRING)
         return ERR_INVALID;
-    struct buf path;
-    buf_init(&path);
-    int rc = node_files_resolve_input(c->env, v->s, &path);
-    uint8_t digest[32];
-    if (rc == 0)
-        rc = sha256_file(path.ptr, digest);
-    buf_release(&path);
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < 32; i++)
-        buf_printf(out, "%02x", digest[i]);
-    return 0;
+    return node_files_input_sha256_hex(c->env, v->s, out);
 }
 
 static int load_file(struct node_ctx *c, struct node_image_file *f)
@@ -225,64 +212,6 @@ static void expand_prefix(const char *prefix, int w, int h, struct buf *out)
     }
 }
 
-/* os.path.normpath for a relative path; returns 0, or -1 when it climbs out. */
-static int normalize_rel(const char *in, struct buf *out)
-{
-    if (in[0] == '/')
-        return -1;
-    char *tmp = xstrdup(in);
-    char *parts[256];
-    int n = 0, rc = 0;
-    char *save;
-    for (char *t = strtok_r(tmp, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
-        if (!strcmp(t, "."))
-            continue;
-        if (!strcmp(t, "..")) {
-            if (n == 0) {
-                rc = -1;
-                break;
-            }
-            n--;
-            continue;
-        }
-        if (n == 256) {
-            rc = -1;
-            break;
-        }
-        parts[n++] = t;
-    }
-    for (int i = 0; rc == 0 && i < n; i++)
-        buf_printf(out, "%s%s", i ? "/" : "", parts[i]);
-    xfree(tmp);
-    return rc;
-}
-
-/* Next counter for `filename` in `dir` (comfy-api.md §8.1 step 4). */
-static int next_counter(const char *dir, const char *filename)
-{
-    DIR *d = opendir(dir);
-    int best = 0;
-    size_t fl = strlen(filename);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            if (strncmp(de->d_name, filename, fl) != 0 || de->d_name[fl] != '_')
-                continue;
-            const char *s = de->d_name + fl + 1;
-            const char *e = strchr(s, '_');
-            size_t n = e ? (size_t)(e - s) : strlen(s);
-            int digits = n > 0;
-            for (size_t i = 0; i < n; i++)
-                digits &= s[i] >= '0' && s[i] <= '9';
-            int v = digits && n < 10 ? atoi(s) : 0;
-            if (v > best)
-                best = v;
-        }
-        closedir(d);
-    }
-    return best + 1;
-}
-
 static const char batch_tok[] = "%batch_num%";
 
 static int save_images(struct node_ctx *c, const char *base, const char *prefix, const char *type,
@@ -303,7 +232,7 @@ static int save_images(struct node_ctx *c, const char *base, const char *prefix,
     buf_init(&dir);
     buf_init(&path);
     expand_prefix(prefix, (int)W, (int)H, &pre);
-    if (normalize_rel(pre.ptr, &norm) < 0) {
+    if (node_files_normalize_rel(pre.ptr, &norm) < 0) {
         rc = node_fail(c, "Exception", "Saving image outside the output folder is not allowed.");
         goto out;
     }
@@ -320,7 +249,7 @@ static int save_images(struct node_ctx *c, const char *base, const char *prefix,
                        sub.ptr);
         goto out;
     }
-    int counter = next_counter(dir.ptr, fname.ptr);
+    int counter = node_files_next_counter(dir.ptr, fname.ptr);
     struct node_text_chunk *text = NULL;
     int n_text = 0;
     if (!c->env->disable_metadata) {

@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "alloc.h"
 #include "buf.h"
@@ -31,76 +30,16 @@
 #include "sd_latent_ops.h"
 #include "sd_latent_util.h"
 #include "sd_types.h"
-#include "sha256.h"
 
 /* ---- SaveLatent ---- */
 
-/* os.path.normpath for a relative prefix; -1 when it is absolute or climbs out. */
-static int normalize_rel(const char *in, struct buf *out)
-{
-    if (in[0] == '/')
-        return -1;
-    char *tmp = xstrdup(in), *save;
-    int n = 0, rc = 0;
-    char *parts[256];
-    for (char *t = strtok_r(tmp, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
-        if (!strcmp(t, "."))
-            continue;
-        if (!strcmp(t, "..")) {
-            if (n == 0) {
-                rc = -1;
-                break;
-            }
-            n--;
-            continue;
-        }
-        if (n == 256) {
-            rc = -1;
-            break;
-        }
-        parts[n++] = t;
-    }
-    for (int i = 0; rc == 0 && i < n; i++)
-        buf_printf(out, "%s%s", i ? "/" : "", parts[i]);
-    xfree(tmp);
-    return rc;
-}
-
-/* The next counter for `filename` in `dir`, as folder_paths.get_save_image_path. */
-static int next_counter(const char *dir, const char *filename)
-{
-    DIR *d = opendir(dir);
-    int best = 0;
-    size_t fl = strlen(filename);
-    if (!d)
-        return 1;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (strncmp(de->d_name, filename, fl) != 0 || de->d_name[fl] != '_')
-            continue;
-        const char *s = de->d_name + fl + 1;
-        const char *e = strchr(s, '_');
-        size_t n = e ? (size_t)(e - s) : strlen(s);
-        int digits = n > 0;
-        for (size_t i = 0; i < n; i++)
-            digits &= s[i] >= '0' && s[i] <= '9';
-        int v = digits && n < 10 ? atoi(s) : 0;
-        if (v > best)
-            best = v;
-    }
-    closedir(d);
-    return best + 1;
-}
-
-/* Write `l` to `path` through a hidden temporary beside it. */
+/* Write `l` to `dir`/`name` (the writer goes through a temporary and a rename). */
 static int write_latent(const struct node_ctx *c, const struct sd_latent *l, const char *dir,
                         const char *name, struct err *e)
 {
-    struct buf tmp;
-    buf_init(&tmp);
-    static unsigned seq;
-    buf_printf(&tmp, "%s/.%s.tmp-%d-%u", dir, name, (int)getpid(),
-               __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
+    struct buf path;
+    buf_init(&path);
+    buf_printf(&path, "%s/%s", dir, name);
     struct st_writer *w = st_writer_new();
     int64_t shape[4] = {l->b, l->c, l->h, l->w}, empty[1] = {0};
     st_writer_add(w, "latent_tensor", ST_DTYPE_F32, 4, shape);
@@ -112,23 +51,15 @@ static int write_latent(const struct node_ctx *c, const struct sd_latent *l, con
             st_writer_meta(w, c->pnginfo[i].key, c->pnginfo[i].value);
     }
     uint64_t nbytes = (uint64_t)(l->b * l->c * l->h * l->w) * sizeof(float);
-    int rc = st_writer_begin(w, tmp.ptr, e);
+    int rc = st_writer_begin(w, path.ptr, e);
     if (rc == 0)
         rc = st_writer_write(w, l->samples, nbytes, e);
     if (rc == 0)
         rc = st_writer_write(w, NULL, 0, e);
     if (rc == 0)
-        rc = st_writer_finish(w, e); /* on failure st_writer_free closes the file */
-    struct buf path;
-    buf_init(&path);
-    buf_printf(&path, "%s/%s", dir, name);
-    if (rc == 0 && rename(tmp.ptr, path.ptr) != 0)
-        rc = err_set(e, ERR_IO, "%s", strerror(errno));
-    if (rc < 0)
-        unlink(tmp.ptr);
-    st_writer_free(w);
+        rc = st_writer_finish(w, e);
+    st_writer_free(w); /* unfinished: removes the temporary */
     buf_release(&path);
-    buf_release(&tmp);
     return rc;
 }
 
@@ -145,7 +76,7 @@ static int save_latent_run(struct node_ctx *c)
     buf_init(&dir);
     buf_init(&name);
     int rc = 0;
-    if (normalize_rel(prefix, &norm) < 0) {
+    if (node_files_normalize_rel(prefix, &norm) < 0) {
         rc = node_fail(c, "Exception", "Saving image outside the output folder is not allowed.");
         goto out;
     }
@@ -161,7 +92,7 @@ static int save_latent_run(struct node_ctx *c)
         rc = node_fail(c, "OSError", "cannot create folder '%s' in the output folder", sub.ptr);
         goto out;
     }
-    buf_printf(&name, "%s_%05d_.latent", fname.ptr ? fname.ptr : "", next_counter(dir.ptr, fname.ptr ? fname.ptr : ""));
+    buf_printf(&name, "%s_%05d_.latent", fname.ptr ? fname.ptr : "", node_files_next_counter(dir.ptr, fname.ptr ? fname.ptr : ""));
     struct err e = {0};
     errno = 0;
     if (write_latent(c, l, dir.ptr, name.ptr, &e) < 0) {
@@ -248,18 +179,7 @@ static int latent_is_changed(struct node_ctx *c, struct buf *out)
     const struct value *v = node_in(c, "latent");
     if (!v || v->kind != VALUE_STRING)
         return ERR_INVALID;
-    struct buf path;
-    buf_init(&path);
-    int rc = node_files_resolve_input(c->env, v->s, &path);
-    uint8_t digest[32];
-    if (rc == 0)
-        rc = sha256_file(path.ptr, digest);
-    buf_release(&path);
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < 32; i++)
-        buf_printf(out, "%02x", digest[i]);
-    return 0;
+    return node_files_input_sha256_hex(c->env, v->s, out);
 }
 
 static int load_latent_file(struct node_ctx *c, const char *name, const char *path)
