@@ -20,8 +20,6 @@
 
 #define MAX_RESOLUTION 16384
 
-static const char *const upscale_methods[] = {"nearest-exact", "bilinear", "area", "bicubic",
-                                              "lanczos", NULL};
 static const char *const crop_methods[] = {"disabled", "center", NULL};
 
 static int check_image(struct node_ctx *c, const struct value *v, const char *name)
@@ -368,10 +366,11 @@ static int scale_to(struct node_ctx *c, const struct value *img, int64_t w, int6
     struct value *out = node_new_image(c, img->shape[0], h, w, img->shape[3]);
     if (!out)
         return ERR_TOO_LARGE;
+    struct err e = {0};
     if (node_img_resize(img->data, img->shape[0], img->shape[1], img->shape[2], img->shape[3],
-                        out->data, h, w, method, crop) < 0) {
+                        out->data, h, w, method, crop, &e) < 0) {
         value_unref(out);
-        return node_fail(c, "ValueError", "unknown upscale method '%s'", method);
+        return node_fail(c, "ValueError", "%s", e.msg);
     }
     node_set_output(c, 0, out);
     return 0;
@@ -416,7 +415,7 @@ static int image_scale_by_run(struct node_ctx *c)
 
 static const struct node_input_def image_scale_in[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "upscale_method", .type = NODE_COMBO, .options = upscale_methods},
+    {.name = "upscale_method", .type = NODE_COMBO, .options = node_img_upscale_methods},
     {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
      .step = NODE_I(1)},
     {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
@@ -425,7 +424,7 @@ static const struct node_input_def image_scale_in[] = {
     NODE_INPUTS_END};
 static const struct node_input_def image_scale_by_in[] = {
     {.name = "image", .type = "IMAGE"},
-    {.name = "upscale_method", .type = NODE_COMBO, .options = upscale_methods},
+    {.name = "upscale_method", .type = NODE_COMBO, .options = node_img_upscale_methods},
     {.name = "scale_by", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.01), .max = NODE_F(8.0),
      .step = NODE_F(0.01)},
     NODE_INPUTS_END};
@@ -484,12 +483,16 @@ static int image_batch_run(struct node_ctx *c)
     struct value *out = node_new_image(c, a->shape[0] + b->shape[0], H, W, C);
     if (!out)
         return ERR_TOO_LARGE;
+    struct err e = {0};
     memcpy(out->data, a->data, a->numel * sizeof(float));
     float *dst = out->data + a->numel;
     if (b->shape[1] == H && b->shape[2] == W)
         memcpy(dst, b->data, b->numel * sizeof(float));
-    else
-        node_img_resize(b->data, b->shape[0], b->shape[1], b->shape[2], C, dst, H, W, "bilinear", 1);
+    else if (node_img_resize(b->data, b->shape[0], b->shape[1], b->shape[2], C, dst, H, W, "bilinear", 1,
+                             &e) < 0) {
+        value_unref(out);
+        return node_fail(c, "RuntimeError", "%s", e.msg);
+    }
     node_set_output(c, 0, out);
     return 0;
 }

@@ -1,9 +1,8 @@
 /*
  * sd_upscale — ComfyUI's common_upscale for latents (LatentUpscale,
- * LatentUpscaleBy): optional center crop to the target aspect, then
- * torch.nn.functional.interpolate in mode nearest-exact, bilinear, area or
- * bicubic (align_corners = False, no antialias), or ComfyUI's bislerp
- * (spherical interpolation of the channel vectors, first along w then h).
+ * LatentUpscaleBy): the methods LatentUpscale offers (nearest-exact, bilinear,
+ * area, bicubic, bislerp) on planar [b, c, h, w] data, through the one resampler
+ * (node_resample.h, which holds the numerics).
  *
  * Pure functions over caller buffers; any thread.
  */
@@ -16,9 +15,6 @@
 
 /* The methods LatentUpscale offers, in ComfyUI's order, NULL-terminated. */
 extern const char *const sd_upscale_methods[];
-
-/* Python's round() (half to even) of a double. */
-double sd_round_half_even(double x);
 
 /*
  * Resize src [b, c, h, w] to dst [b, c, oh, ow] with `method` (one of

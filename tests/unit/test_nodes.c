@@ -311,26 +311,26 @@ static void test_gif(const struct tdirs *d)
 static void test_resize(void)
 {
     float row[2] = {0, 1}, out[4];
-    node_img_resize(row, 1, 1, 2, 1, out, 1, 4, "bilinear", 0);
+    node_img_resize(row, 1, 1, 2, 1, out, 1, 4, "bilinear", 0, NULL);
     ok(fabsf(out[0]) < 1e-6 && fabsf(out[1] - 0.25f) < 1e-6 && fabsf(out[2] - 0.75f) < 1e-6 && fabsf(out[3] - 1) < 1e-6,
        "bilinear matches torch (%g %g %g %g)", out[0], out[1], out[2], out[3]);
-    node_img_resize(row, 1, 1, 2, 1, out, 1, 4, "nearest-exact", 0);
+    node_img_resize(row, 1, 1, 2, 1, out, 1, 4, "nearest-exact", 0, NULL);
     ok(out[0] == 0 && out[1] == 0 && out[2] == 1 && out[3] == 1, "nearest-exact");
-    node_img_resize(row, 1, 1, 2, 1, out, 1, 4, "bicubic", 0);
+    node_img_resize(row, 1, 1, 2, 1, out, 1, 4, "bicubic", 0, NULL);
     EXPECT_NEAR(out[0], -0.10546875, 1e-6); /* torch's A=-0.75 overshoot */
     EXPECT_NEAR(out[3], 1.10546875, 1e-6);
     float four[4] = {0, 1, 2, 3}, two[2];
-    node_img_resize(four, 1, 1, 4, 1, two, 1, 2, "area", 0);
+    node_img_resize(four, 1, 1, 4, 1, two, 1, 2, "area", 0, NULL);
     ok(two[0] == 0.5f && two[1] == 2.5f, "area averages");
     float half[16];
     for (int i = 0; i < 16; i++)
         half[i] = 0.5f;
-    node_img_resize(half, 1, 4, 4, 1, two, 1, 2, "lanczos", 0);
+    node_img_resize(half, 1, 4, 4, 1, two, 1, 2, "lanczos", 0, NULL);
     EXPECT_NEAR(two[0], 127.0 / 255.0, 1e-6); /* 8-bit like PIL, truncated on the way in */
-    ok(node_img_resize(half, 1, 4, 4, 1, two, 1, 2, "bislerp", 0) < 0, "unknown method refused");
+    ok(node_img_resize(half, 1, 4, 4, 1, two, 1, 2, "bislerp", 0, NULL) < 0, "unknown method refused");
     /* center crop: 4 wide -> 2x2 keeps the middle columns */
     float grid[8] = {0, 1, 2, 3, 0, 1, 2, 3}, c2[4];
-    node_img_resize(grid, 1, 2, 4, 1, c2, 2, 2, "nearest-exact", 1);
+    node_img_resize(grid, 1, 2, 4, 1, c2, 2, 2, "nearest-exact", 1, NULL);
     ok(c2[0] == 1 && c2[1] == 2, "center crop (%g %g)", c2[0], c2[1]);
     EXPECT_NEAR(node_round_half_even(2.5), 2, 0);
     EXPECT_NEAR(node_round_half_even(3.5), 4, 0);
