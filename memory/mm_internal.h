@@ -3,9 +3,16 @@
  * Not a public header: models/ and above use patcher.h and memmgr.h only.
  *
  * Device layout of a layer: its weights packed back to back, each at a 256-byte
- * aligned offset (pm_weight.off), `pm_layer.bytes` in all. The same layout is used
- * for a resident layer's device buffer, for a ring slot, and for the streamed
- * layers' pinned host pack, so one layer is always one transfer.
+ * aligned offset (pm_weight.off), `pm_layer.bytes` in all, every weight at its
+ * compute dtype (pm_weight.dt). The same layout is used for a resident layer's
+ * device buffer, for a ring slot, and for the streamed layers' pinned host pack, so
+ * one layer is always one transfer.
+ *
+ * The host copy may be narrower than the layout (issue 15): an f16/bf16 file weight
+ * of an f32 model stays at its file dtype (pm_weight.host_dt), borrowed from the
+ * mapping, and is widened (exactly) wherever bytes go into the layout (pack fill,
+ * upload: pm__copy_weight) or, on the cpu device's zero-copy path, inside the op
+ * that reads it.
  *
  * Threads: executor only.
  */
@@ -22,10 +29,12 @@
 
 struct pm_weight {
     char *key;             /* owned */
-    enum tensor_dtype dt;
+    enum tensor_dtype dt;  /* compute dtype: device copies and views of them hold it */
+    enum tensor_dtype host_dt; /* the host copy's dtype (dt, or the narrower file dtype) */
     int ndim;
     int64_t shape[4];
-    size_t bytes;          /* storage bytes */
+    size_t bytes;          /* bytes at dt (its size in the packed layout) */
+    size_t host_bytes;     /* bytes of the host copy, at host_dt */
     size_t off;            /* offset inside the layer's packed layout */
     const void *host;      /* clean host copy: borrowed (src) or == owned */
     void *owned;           /* owned converted copy, or NULL */
@@ -66,6 +75,7 @@ struct patcher_model {
     int nlayers, caplayers;
     struct pm_keep *keeps; /* owned array */
     int nkeeps;
+    int convert;           /* 1: every weight converted to its dt at add (no narrow host) */
     int32_t *index;        /* owned: open-addressing key -> (layer << 16 | weight) + 1 */
     size_t index_cap;      /* slots (power of two), 0 while not built */
 
@@ -130,3 +140,8 @@ void mm__forget(struct mm *mm, struct patcher_model *m);
 void mm__unload_model(struct patcher_model *m);
 
 #endif
+/* Weight w's clean bytes at its dt into dst (device memory of d), widening a narrow
+ * host copy on the way; synchronous. */
+int pm__copy_weight(struct dev *d, const struct pm_weight *w, void *dst);
+/* The same into host memory (the stream pack, a host device's buffer). */
+void pm__weight_to_host(const struct pm_weight *w, void *dst);

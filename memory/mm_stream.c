@@ -172,7 +172,7 @@ int mm__stream_new(struct patcher_model *m, int slots, int prefetch, int use_pin
     for (int k = 0; !st->direct && k < st->n; k++) {
         const struct pm_layer *L = &m->layers[st->order[k]];
         for (int j = 0; j < L->nw; j++)
-            memcpy(st->pack + L->pack_off + L->w[j].off, L->w[j].host, L->w[j].bytes);
+            pm__weight_to_host(&L->w[j], st->pack + L->pack_off + L->w[j].off);
     }
     *out = st;
     return 0;
@@ -219,10 +219,19 @@ static int issue_copy(struct patcher_model *m, struct mm_stream *st, int s, int 
     int rc;
     if (st->direct) {
         for (int j = 0; j < L->nw; j++) {
-            char *dst = (char *)st->slot_buf[s] + L->w[j].off;
-            rc = st->copy ? dev_copy_async(st->d, st->copy, DEV_COPY_H2D, dst, L->w[j].host,
-                                           L->w[j].bytes)
-                          : dev_copy(st->d, DEV_COPY_H2D, dst, L->w[j].host, L->w[j].bytes);
+            const struct pm_weight *w = &L->w[j];
+            char *dst = (char *)st->slot_buf[s] + w->off;
+            if (w->host_dt != w->dt) {
+                /* A narrow host copy is widened through staging, synchronously: wait
+                 * until compute is done with the slot first. */
+                if (st->copy && (rc = dev_event_sync(st->compute_done[s])) < 0)
+                    return rc;
+                rc = pm__copy_weight(st->d, w, dst);
+            } else {
+                rc = st->copy ? dev_copy_async(st->d, st->copy, DEV_COPY_H2D, dst, w->host,
+                                               w->bytes)
+                              : dev_copy(st->d, DEV_COPY_H2D, dst, w->host, w->bytes);
+            }
             if (rc < 0)
                 return rc;
         }

@@ -73,6 +73,22 @@ int patcher_model_add_layer(struct patcher_model *m, const char *name, double fl
     return m->nlayers++;
 }
 
+/*
+ * Whether a weight's host copy stays at the source dtype: when equal to dt, and when
+ * widening it to dt is exact (f16 or bf16 for an f32 model). The second halves an
+ * f16 checkpoint's resident memory against converting at load (issue 15), and costs
+ * nothing in fidelity: the conversion moves into the op (or the upload) and yields
+ * the same f32 values. Narrowing (an f32 file for an f16 model) rounds, so it is done
+ * once here.
+ */
+static int keeps_src_dtype(const struct patcher_model *m, enum tensor_dtype dt,
+                           enum tensor_dtype src_dt)
+{
+    if (src_dt == dt)
+        return 1;
+    return !m->convert && dt == TENSOR_F32 && (src_dt == TENSOR_F16 || src_dt == TENSOR_BF16);
+}
+
 int patcher_model_add_weight(struct patcher_model *m, int layer, const char *key,
                              enum tensor_dtype dt, int ndim, const int64_t *shape,
                              const void *src, enum tensor_dtype src_dt, struct err *e)
@@ -112,10 +128,12 @@ int patcher_model_add_weight(struct patcher_model *m, int layer, const char *key
     for (int i = 0; i < 4; i++)
         w->shape[i] = i < ndim ? shape[i] : 1;
     w->bytes = numel * tensor_dtype_size(dt);
-    if (src_dt == dt) {
+    w->host_dt = keeps_src_dtype(m, dt, src_dt) ? src_dt : dt;
+    w->host_bytes = numel * tensor_dtype_size(w->host_dt);
+    if (w->host_dt == src_dt) {
         w->host = src; /* borrowed: the file mapping, kept alive by patcher_model_keep */
     } else {
-        w->owned = xmalloc(w->bytes);
+        w->owned = xmalloc(w->host_bytes);
         tensor_convert_host(w->owned, dt, src, src_dt, numel);
         w->host = w->owned;
     }
@@ -167,6 +185,22 @@ size_t patcher_model_bytes(const struct patcher_model *m)
     size_t n = 0;
     for (int i = 0; i < m->nlayers; i++)
         n += m->layers[i].bytes;
+    return n;
+}
+
+void patcher_model_set_convert(struct patcher_model *m, int on) { m->convert = !!on; }
+
+size_t patcher_model_host_bytes(const struct patcher_model *m, size_t *owned)
+{
+    size_t n = 0, own = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        for (int j = 0; j < m->layers[i].nw; j++) {
+            const struct pm_weight *w = &m->layers[i].w[j];
+            n += w->host_bytes;
+            own += w->owned ? w->host_bytes : 0;
+        }
+    if (owned)
+        *owned = own;
     return n;
 }
 
@@ -231,7 +265,7 @@ const void *patcher_model_host_data(const struct patcher_model *m, int layer, in
         return NULL;
     const struct pm_weight *w = &m->layers[layer].w[index];
     if (dt)
-        *dt = w->dt;
+        *dt = w->host_dt;
     if (ndim)
         *ndim = w->ndim;
     if (shape)

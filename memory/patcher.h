@@ -5,11 +5,16 @@
  *
  * A `struct patcher_model` is one network's weights: an ordered list of layers
  * (in execution order: a ResBlock, an attention block, a norm + conv, ...), each
- * holding named weight tensors. It owns the *host copy*: when a weight's storage
- * dtype equals its source dtype the source memory is borrowed (typically a
- * read-only mmap of the safetensors file, kept alive with patcher_model_keep), else
- * the model makes exactly one converted copy. The host copy is never modified:
- * patches are applied to device copies only, so there are no backups.
+ * holding named weight tensors. It owns the *host copy*: when a weight's source
+ * dtype equals its compute dtype, or widens to it exactly (an f16/bf16 file weight of
+ * an f32 model: the host copy stays at the file dtype, half the bytes), the source
+ * memory is borrowed (typically a read-only mmap of the safetensors file, kept alive
+ * with patcher_model_keep); else the model makes exactly one converted copy. The
+ * host copy is never modified: patches are applied to device copies only, so there
+ * are no backups. Device copies (resident buffers, ring slots, LoRA-patched layers on
+ * the cpu device) hold the compute dtype; a narrow host copy is widened into them.
+ * On the cpu device clean layers are used in place, so ops get weights at the host
+ * dtype and widen them themselves (exactly: f16 and bf16 are subsets of f32).
  *
  * A `struct patcher` is a model plus a patch list (LoRA up/down/alpha with a
  * strength, memory.md §5.1). patcher_clone() gives a new patcher sharing the model
@@ -73,15 +78,21 @@ int patcher_model_add_layer(struct patcher_model *m, const char *name, double fl
 /*
  * Append a weight to `layer`; returns its index within the layer (the order
  * patcher_acquire() returns them in), or a negative ERR_* with a message.
- * `src` holds numel(shape) elements of `src_dt`. If src_dt == dt the memory is
- * borrowed and must stay valid and unchanged until the model is freed (see
- * patcher_model_keep); otherwise the model converts it into its own copy at once.
+ * `src` holds numel(shape) elements of `src_dt`; `dt` is the compute dtype. If
+ * src_dt == dt, or src_dt is f16/bf16 and dt f32 (unless patcher_model_set_convert),
+ * the memory is borrowed and must stay valid and unchanged until the model is freed
+ * (see patcher_model_keep); otherwise the model converts it into its own copy at once.
  * `key` is the checkpoint name ("model.diffusion_model.out.2.weight"), unique in
  * the model, and is what LoRA patches name.
  */
 int patcher_model_add_weight(struct patcher_model *m, int layer, const char *key,
                              enum tensor_dtype dt, int ndim, const int64_t *shape,
                              const void *src, enum tensor_dtype src_dt, struct err *e);
+
+/* With on = 1, weights added afterwards are converted to their compute dtype at once
+ * (an owned copy) instead of kept at a narrower file dtype: the behaviour before
+ * issue 15, for comparisons in tests and benchmarks. Default 0. */
+void patcher_model_set_convert(struct patcher_model *m, int on);
 
 /* Call release(user) when the model is freed (e.g. munmap of the file that the
  * borrowed weights point into). Any number of keeps; run in reverse order. */
@@ -109,12 +120,17 @@ int patcher_model_weight_count(const struct patcher_model *m, int layer);
 size_t patcher_model_layer_bytes(const struct patcher_model *m, int layer); /* storage */
 size_t patcher_model_bytes(const struct patcher_model *m);                 /* all layers */
 
+/* Bytes of the host copies of all weights (at their host dtype); *owned (if not NULL)
+ * gets the part the model allocated (converted copies), the rest is borrowed. */
+size_t patcher_model_host_bytes(const struct patcher_model *m, size_t *owned);
+
 /* Find a weight by key: 0 and (*layer, *index), or ERR_NOT_FOUND. */
 int patcher_model_find(const struct patcher_model *m, const char *key, int *layer,
                        int *index);
 
 /* A weight's host copy (read-only; the clean, unpatched weights), for CPU-side use
- * such as the tokenizer-free embedding lookups or tests. Borrowed from the model. */
+ * such as the tokenizer-free embedding lookups or tests. Borrowed from the model.
+ * *dt is the host copy's dtype, which may be narrower than the compute dtype. */
 const void *patcher_model_host_data(const struct patcher_model *m, int layer, int index,
                                     enum tensor_dtype *dt, int *ndim, int64_t shape[4]);
 

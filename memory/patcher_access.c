@@ -15,11 +15,44 @@
 #include "log.h"
 #include "mm_internal.h"
 
+#define PM_STAGE_ELEMS ((size_t)1 << 20) /* staging for widening into device memory */
+
+void pm__weight_to_host(const struct pm_weight *w, void *dst)
+{
+    if (w->host_dt == w->dt)
+        memcpy(dst, w->host, w->bytes);
+    else
+        tensor_convert_host(dst, w->dt, w->host, w->host_dt, w->bytes / tensor_dtype_size(w->dt));
+}
+
+int pm__copy_weight(struct dev *d, const struct pm_weight *w, void *dst)
+{
+    if (w->host_dt == w->dt)
+        return dev_copy(d, DEV_COPY_H2D, dst, w->host, w->bytes);
+    if (dev_is_host(d)) {
+        pm__weight_to_host(w, dst);
+        return 0;
+    }
+    /* A device we cannot write directly: widen through a bounded staging buffer, so a
+     * 59 MB conv weight does not need a 118 MB temporary. */
+    size_t es = tensor_dtype_size(w->dt), hs = tensor_dtype_size(w->host_dt);
+    size_t n = w->bytes / es, chunk = n < PM_STAGE_ELEMS ? n : PM_STAGE_ELEMS;
+    void *stage = xmalloc(chunk * es);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc >= 0; i += chunk) {
+        size_t c = n - i < chunk ? n - i : chunk;
+        tensor_convert_host(stage, w->dt, (const char *)w->host + i * hs, w->host_dt, c);
+        rc = dev_copy(d, DEV_COPY_H2D, (char *)dst + i * es, stage, c * es);
+    }
+    xfree(stage);
+    return rc;
+}
+
 int pm__upload_layer(struct dev *d, const struct pm_layer *L, void *dst)
 {
     for (int j = 0; j < L->nw; j++) {
         const struct pm_weight *w = &L->w[j];
-        int rc = dev_copy(d, DEV_COPY_H2D, (char *)dst + w->off, w->host, w->bytes);
+        int rc = pm__copy_weight(d, w, (char *)dst + w->off);
         if (rc < 0)
             return rc;
     }
@@ -187,8 +220,10 @@ int patcher_acquire(struct patcher *p, int layer, struct tensor *const **w, stru
     L->views = xcalloc((size_t)(L->nw ? L->nw : 1), sizeof(*L->views));
     for (int j = 0; j < L->nw; j++) {
         const struct pm_weight *wt = &L->w[j];
+        /* Zero copy: the host copy itself, at its own (maybe narrower) dtype. */
         void *ptr = data ? (char *)data + wt->off : (void *)wt->host;
-        if ((rc = tensor_new_external(m->dev, wt->dt, wt->ndim, wt->shape, ptr, NULL, NULL,
+        enum tensor_dtype vdt = data ? wt->dt : wt->host_dt;
+        if ((rc = tensor_new_external(m->dev, vdt, wt->ndim, wt->shape, ptr, NULL, NULL,
                                       &L->views[j], e)) < 0) {
             L->holds = 1;
             patcher_release(p, layer);

@@ -49,6 +49,10 @@ enum model_load_flags {
     MODEL_LOAD_ALL = 7,
     /* With MODEL_LOAD_VAE: the file is a standalone VAE (see model_vae_load). */
     MODEL_LOAD_VAE_FILE = 1 << 3,
+    /* Convert every weight to its dt[] at load (an owned copy; the file is closed
+     * after) instead of keeping f16/bf16 file weights of an f32 model at the file
+     * dtype (patcher_model_set_convert): the pre-issue-15 behaviour, for comparisons. */
+    MODEL_LOAD_CONVERT = 1 << 4,
 };
 
 struct model_ckpt {
@@ -62,8 +66,10 @@ struct model_ckpt {
 
 /*
  * Open `path` and build the components named in `flags` (a component asked for
- * but absent is an error). `dt[c]` is the storage dtype wanted for component c
- * (TENSOR_F32 on the CPU; sd15.md §8.5). Fills *ck; release with
+ * but absent is an error). `dt[c]` is the compute dtype wanted for component c
+ * (TENSOR_F32 on the CPU; sd15.md §8.5); f16/bf16 file weights of an f32 component
+ * stay at the file dtype, borrowed from the mapping, unless MODEL_LOAD_CONVERT (see
+ * patcher.h). ck->bytes counts weights at dt. Fills *ck; release with
  * model_ckpt_release. Returns 0 or a negative ERR_* with a message in `e`.
  */
 int model_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt[3],

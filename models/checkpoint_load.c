@@ -91,7 +91,11 @@ static int add_weights(const char *path, struct st_file *f, const struct ckpt__i
                                           st_tensor_data(f, t), src_dt, e);
         if (rc < 0)
             return err_prefix(e, "'%s': tensor '%s'", path, t->name);
-        borrowed[k->comp] += src_dt == want; /* patcher_model_add_weight's rule */
+        /* Borrowed when the host copy kept the file's dtype (the patcher's rule:
+         * equal, or f16/bf16 widened to f32 inside the ops). */
+        enum tensor_dtype host_dt;
+        patcher_model_host_data(m, layer[k->comp], rc, &host_dt, NULL, NULL);
+        borrowed[k->comp] += host_dt == src_dt;
         ck->bytes[k->comp] += st_tensor_numel(t) * tensor_dtype_size(want);
         ck->tensors[k->comp]++;
     }
@@ -113,8 +117,10 @@ int model_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt
     ck->skipped = skipped;
     for (int c = 0; c < MODEL_COMPONENT_COUNT; c++)
         if ((flags & ckpt__comp_flag(c)) && model_prefix(&ck->cfg, c) &&
-            (c < MODEL_CLIP || ck->cfg.text[c - MODEL_CLIP].width > 0))
+            (c < MODEL_CLIP || ck->cfg.text[c - MODEL_CLIP].width > 0)) {
             ck->model[c] = patcher_model_new(model_component_name((enum model_component)c), roles[c]);
+            patcher_model_set_convert(ck->model[c], !!(flags & MODEL_LOAD_CONVERT));
+        }
     if ((rc = add_weights(path, f, &items, dt, ck, borrowed, e)) < 0)
         goto fail;
     /* Validation and conversion read the whole file: if it changed meanwhile (or a
