@@ -17,8 +17,9 @@
 #include "node_imageio.h"
 #include "node_imgops.h"
 #include "node_registry.h"
+#include "nodes_image.h"
 
-#define MAX_RESOLUTION 16384
+#define MAX_RESOLUTION NODES_IMAGE_MAX_RESOLUTION
 
 static const char *const crop_methods[] = {"disabled", "center", NULL};
 
@@ -27,6 +28,12 @@ static int check_image(struct node_ctx *c, const struct value *v, const char *na
     if (!v || v->kind != VALUE_TENSOR || v->ndim != 4)
         return node_fail(c, "ValueError", "input '%s' is not an IMAGE [B,H,W,C]", name);
     return 0;
+}
+
+int nodes__image_in(struct node_ctx *c, const char *name, const struct value **img)
+{
+    *img = node_in(c, name);
+    return check_image(c, *img, name);
 }
 
 /* ---- LoadImage / LoadImageMask ------------------------------------------------------ */
@@ -358,8 +365,8 @@ static const struct node_class preview_image = {
 
 /* ---- ImageScale / ImageScaleBy ------------------------------------------------------ */
 
-static int scale_to(struct node_ctx *c, const struct value *img, int64_t w, int64_t h,
-                    const char *method, int crop)
+int nodes__image_scale_to(struct node_ctx *c, const struct value *img, int64_t w, int64_t h,
+                          const char *method, int crop)
 {
     if (w > MAX_RESOLUTION * 4 || h > MAX_RESOLUTION * 4 || w < 1 || h < 1)
         return node_fail(c, "ValueError", "target size %lldx%lld is out of range", (long long)w, (long long)h);
@@ -397,7 +404,7 @@ static int image_scale_run(struct node_ctx *c)
         if (h < 1)
             h = 1;
     }
-    return scale_to(c, img, w, h, node_in_str(c, "upscale_method"),
+    return nodes__image_scale_to(c, img, w, h, node_in_str(c, "upscale_method"),
                     !strcmp(node_in_str(c, "crop"), "center"));
 }
 
@@ -410,7 +417,7 @@ static int image_scale_by_run(struct node_ctx *c)
     double s = node_in_float(c, "scale_by");
     int64_t w = (int64_t)node_round_half_even((double)img->shape[2] * s);
     int64_t h = (int64_t)node_round_half_even((double)img->shape[1] * s);
-    return scale_to(c, img, w, h, node_in_str(c, "upscale_method"), 0);
+    return nodes__image_scale_to(c, img, w, h, node_in_str(c, "upscale_method"), 0);
 }
 
 static const struct node_input_def image_scale_in[] = {

@@ -16,12 +16,14 @@ server.py does for them: asdict(Schema.get_v1_info()), evaluated with stand-ins
 for comfy_api.latest.io (V3_IO below) that reproduce its as_dict() rules. The
 python_module follows the path: nodes.py -> "nodes", comfy_extras/x.py ->
 "comfy_extras.x", custom_nodes/x.py -> "custom_nodes.x". --classes A,B keeps
-only those classes (nodes.py has many whose INPUT_TYPES read folders).
+only those classes (nodes.py has many whose INPUT_TYPES read folders). Display names of
+comfy_extras classes also come from ../nodes.py next to the file, when it is there.
 
 usage: comfy_object_info.py [--classes A,B,...] path/to/comfy_extras/nodes_custom_sampler.py > out.json
 """
 import ast
 import json
+import os
 import sys
 from types import SimpleNamespace
 
@@ -132,7 +134,8 @@ class _V3IO:
     NAMES = {"Int": "INT", "Float": "FLOAT", "Boolean": "BOOLEAN", "String": "STRING", "Combo": "COMBO",
              "Latent": "LATENT", "Image": "IMAGE", "Mask": "MASK", "Model": "MODEL", "Clip": "CLIP",
              "Vae": "VAE", "Conditioning": "CONDITIONING", "Sigmas": "SIGMAS", "Sampler": "SAMPLER",
-             "Noise": "NOISE", "Guider": "GUIDER", "LatentOperation": "LATENT_OPERATION"}
+             "Noise": "NOISE", "Guider": "GUIDER", "LatentOperation": "LATENT_OPERATION",
+             "UpscaleModel": "UPSCALE_MODEL"}
 
     def __getattr__(self, name):
         return _V3Type(self.NAMES[name])
@@ -141,6 +144,8 @@ class _V3IO:
 NAMESPACE = {
     "MAX_RESOLUTION": MAX_RESOLUTION,
     "files": ["$INPUT_LATENTS"],  # LoadLatent: the .latent files in the input directory
+    # A model folder's listing: ["$UPSCALE_MODELS"] for "upscale_models" (tests fill it in).
+    "folder_paths": SimpleNamespace(get_filename_list=lambda folder: ["$" + folder.upper()]),
     "nodes": SimpleNamespace(MAX_RESOLUTION=MAX_RESOLUTION),
     "io": _V3IO(),
     "IO": _Names(),
@@ -150,8 +155,20 @@ NAMESPACE = {
 }
 
 
-def literal(node):
-    return eval(compile(ast.Expression(node), "<ast>", "eval"), dict(NAMESPACE))
+def literal(node, cls=None):
+    """Evaluate an expression; `s.x` / `cls.x` read the class's own literal attributes
+    (ImageScaleToMaxDimension's upscale_methods)."""
+    ns = dict(NAMESPACE)
+    if cls is not None:
+        attrs = {}
+        for item in cls.body:
+            if isinstance(item, ast.Assign) and len(item.targets) == 1 and isinstance(item.targets[0], ast.Name):
+                try:
+                    attrs[item.targets[0].id] = literal(item.value)
+                except Exception:
+                    pass
+        ns["s"] = ns["cls"] = SimpleNamespace(**attrs)
+    return eval(compile(ast.Expression(node), "<ast>", "eval"), ns)
 
 
 def class_attrs(cls):
@@ -188,7 +205,7 @@ def as_json(v):
 
 def node_info(module, classes, name, display):
     cls = classes[name]
-    inputs = as_json(literal(lookup(classes, cls, "INPUT_TYPES")))
+    inputs = as_json(literal(lookup(classes, cls, "INPUT_TYPES"), cls))
     get = lambda k, d=None: literal(lookup(classes, cls, k)) if lookup(classes, cls, k) is not None else d
     outputs = list(get("RETURN_TYPES", ()))
     return {
@@ -212,7 +229,7 @@ def v3_schema(cls):
     for item in cls.body:
         if isinstance(item, ast.FunctionDef) and item.name == "define_schema":
             rets = [n for n in ast.walk(item) if isinstance(n, ast.Return)]
-            return literal(rets[0].value)
+            return literal(rets[0].value, cls)
     return None
 
 
@@ -248,6 +265,14 @@ def main(argv):
             elif n.targets[0].id == "NODE_DISPLAY_NAME_MAPPINGS":
                 display = literal(n.value)
     module = module_of(path)
+    # ComfyUI merges every module's display names into nodes.NODE_DISPLAY_NAME_MAPPINGS,
+    # whose own entries name some extras' classes ("ImageCrop": "Image Crop").
+    core = os.path.join(os.path.dirname(os.path.abspath(path)), "..", "nodes.py")
+    if module.startswith("comfy_extras.") and os.path.exists(core):
+        for n in ast.parse(open(core, encoding="utf-8").read()).body:
+            if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and \
+                    n.targets[0].id == "NODE_DISPLAY_NAME_MAPPINGS":
+                display = literal(n.value) | display
     out = {}
     for key, cls_name in mappings.items():
         if only is not None and key not in only:

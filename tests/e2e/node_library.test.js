@@ -3,8 +3,9 @@
 //     from ComfyUI's sources by tools/comfy_object_info.py: nodes_latent_core.json (nodes.py),
 //     nodes_latent.json (comfy_extras/nodes_latent.py, V3 shape: display_name null,
 //     output_tooltips [null], COMBO with options), nodes_mask.json and nodes_clip_sdxl.json
-//     (CLIPTextEncodeSDXLRefiner, CLIPTextEncodeSDXL: registered without a model), and
-//     SaveLatent/LoadLatent with LoadLatent's listing of the input folder;
+//     (CLIPTextEncodeSDXLRefiner, CLIPTextEncodeSDXL: registered without a model),
+//     SaveLatent/LoadLatent with LoadLatent's listing of the input folder, and the image
+//     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json;
 //   - bad input: an empty CropMask is an execution_error and the server keeps serving; a
 //     mask of another size composites (resized, as ComfyUI does).
 "use strict";
@@ -24,6 +25,11 @@ const WANT = {
     "ImageColorToMask", "SolidMask", "InvertMask", "CropMask", "MaskComposite", "FeatherMask", "GrowMask",
     "ThresholdMask"],
   "nodes_clip_sdxl.json": ["CLIPTextEncodeSDXLRefiner", "CLIPTextEncodeSDXL"],
+  "nodes_image_core.json": ["SaveImage", "PreviewImage", "LoadImageMask", "ImageScale", "ImageScaleBy",
+    "ImageInvert", "ImageBatch", "ImagePadForOutpaint", "EmptyImage"],
+  "nodes_images.json": ["ImageCrop", "RepeatImageBatch", "ImageFromBatch", "ImageAddNoise", "GetImageSize",
+    "ImageRotate", "ImageFlip", "ImageScaleToMaxDimension"],
+  "nodes_post_processing.json": ["ImageBlend", "ImageBlur", "ImageSharpen", "ImageScaleToTotalPixels"],
 };
 
 let S = null;
@@ -65,6 +71,7 @@ describe("latent and mask nodes", () => {
       for (const c of classes) {
         assert.ok(info[c], `${c} is registered`);
         if (c === "LoadLatent") want[c].input.required.latent[0] = LATENTS; // "$INPUT_LATENTS"
+        if (c === "LoadImageMask") want[c].input.required.image[0] = ["x.png"]; // the input images
         assert.deepEqual(info[c], want[c], c);
       }
     }

@@ -1,0 +1,263 @@
+/*
+ * comfy_extras/nodes_images.py's nodes that need no file format of their own:
+ * RepeatImageBatch, ImageFromBatch, ImageAddNoise, GetImageSize, ImageRotate,
+ * ImageFlip, ImageScaleToMaxDimension (ImageCrop is in nodes_image.c). Inputs,
+ * outputs, titles and categories are ComfyUI's; the animated savers, SVG and
+ * ImageStitch / ResizeAndPadImage are not implemented.
+ */
+#include <string.h>
+
+#include "node_builtin.h"
+#include "node_registry.h"
+#include "node_resample.h"
+#include "nodes_image.h"
+#include "sampling_rng.h"
+
+#define MODULE "comfy_extras.nodes_images"
+#define MAX_RESOLUTION NODES_IMAGE_MAX_RESOLUTION
+
+/* An IMAGE of the same shape as `img`, NULL when it cannot be allocated. */
+static struct value *image_like(struct node_ctx *c, const struct value *img)
+{
+    return node_new_image(c, img->shape[0], img->shape[1], img->shape[2], img->shape[3]);
+}
+
+/* ---- RepeatImageBatch / ImageFromBatch ------------------------------------------------- */
+
+static int repeat_run(struct node_ctx *c)
+{
+    const struct value *img;
+    int rc = nodes__image_in(c, "image", &img);
+    if (rc < 0)
+        return rc;
+    int64_t amount = node_in_int(c, "amount");
+    if (amount < 1)
+        return node_fail(c, "RuntimeError", "amount must be at least 1, got %lld", (long long)amount);
+    /* image.repeat((amount, 1, 1, 1)): the whole batch, amount times over. */
+    struct value *out = node_new_image(c, img->shape[0] * amount, img->shape[1], img->shape[2], img->shape[3]);
+    if (!out)
+        return ERR_TOO_LARGE;
+    for (int64_t i = 0; i < amount; i++)
+        memcpy(out->data + (size_t)i * img->numel, img->data, img->numel * sizeof(float));
+    node_set_output(c, 0, out);
+    return 0;
+}
+
+static int from_batch_run(struct node_ctx *c)
+{
+    const struct value *img;
+    int rc = nodes__image_in(c, "image", &img);
+    if (rc < 0)
+        return rc;
+    int64_t n = img->shape[0], index = node_in_int(c, "batch_index"), length = node_in_int(c, "length");
+    if (n < 1)
+        return node_fail(c, "IndexError", "the image batch is empty");
+    if (index < 0 || length < 1)
+        return node_fail(c, "ValueError", "batch_index %lld, length %lld out of range",
+                         (long long)index, (long long)length);
+    index = index < n - 1 ? index : n - 1;
+    length = length < n - index ? length : n - index;
+    struct value *out = node_new_image(c, length, img->shape[1], img->shape[2], img->shape[3]);
+    if (!out)
+        return ERR_TOO_LARGE;
+    size_t per = img->numel / (size_t)n;
+    memcpy(out->data, img->data + (size_t)index * per, (size_t)length * per * sizeof(float));
+    node_set_output(c, 0, out);
+    return 0;
+}
+
+/* ---- ImageAddNoise ---------------------------------------------------------------------- */
+
+static int add_noise_run(struct node_ctx *c)
+{
+    const struct value *img;
+    int rc = nodes__image_in(c, "image", &img);
+    if (rc < 0)
+        return rc;
+    struct value *out = image_like(c, img);
+    if (!out)
+        return ERR_TOO_LARGE;
+    /* torch.manual_seed(seed); torch.randn(image.size()) on the CPU, in float32. */
+    struct sampling_rng rng;
+    sampling_rng_seed(&rng, value_u64(node_in(c, "seed")));
+    sampling_rng_randn(&rng, out->data, out->numel, SAMPLING_RANDN_V2);
+    float strength = (float)node_in_float(c, "strength");
+    for (size_t i = 0; i < out->numel; i++) {
+        float v = img->data[i] + strength * out->data[i];
+        out->data[i] = v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
+    }
+    node_set_output(c, 0, out);
+    return 0;
+}
+
+/* ---- GetImageSize ----------------------------------------------------------------------- */
+
+static int get_size_run(struct node_ctx *c)
+{
+    const struct value *img;
+    int rc = nodes__image_in(c, "image", &img);
+    if (rc < 0)
+        return rc;
+    /* ComfyUI also shows the size as the node's progress text; latentd has no such event. */
+    node_set_output(c, 0, value_new_int(img->shape[2]));
+    node_set_output(c, 1, value_new_int(img->shape[1]));
+    node_set_output(c, 2, value_new_int(img->shape[0]));
+    return 0;
+}
+
+/* ---- ImageRotate / ImageFlip ------------------------------------------------------------ */
+
+static const char *const rotations[] = {"none", "90 degrees", "180 degrees", "270 degrees", NULL};
+static const char *const flips[] = {"x-axis: vertically", "y-axis: horizontally", NULL};
+
+/*
+ * torch.rot90(image, k, dims=[2, 1]): k = 1 is flip(H) then transpose, so
+ * out[i][j] = in[H-1-j][i] (clockwise); k = 2 flips both; k = 3 is flip(W) then
+ * transpose, out[i][j] = in[j][W-1-i].
+ */
+static int rotate_run(struct node_ctx *c)
+{
+    const struct value *img;
+    int rc = nodes__image_in(c, "image", &img);
+    if (rc < 0)
+        return rc;
+    const char *r = node_in_str(c, "rotation");
+    int k = !strncmp(r, "90", 2) ? 1 : !strncmp(r, "180", 3) ? 2 : !strncmp(r, "270", 3) ? 3 : 0;
+    int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
+    int64_t oh = k % 2 ? W : H, ow = k % 2 ? H : W;
+    struct value *out = node_new_image(c, B, oh, ow, C);
+    if (!out)
+        return ERR_TOO_LARGE;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < oh; i++)
+            for (int64_t j = 0; j < ow; j++) {
+                int64_t y = k == 0 ? i : k == 1 ? H - 1 - j : k == 2 ? H - 1 - i : j;
+                int64_t x = k == 0 ? j : k == 1 ? i : k == 2 ? W - 1 - j : W - 1 - i;
+                memcpy(out->data + ((size_t)(b * oh + i) * ow + j) * C,
+                       img->data + ((size_t)(b * H + y) * W + x) * C, (size_t)C * sizeof(float));
+            }
+    node_set_output(c, 0, out);
+    return 0;
+}
+
+static int flip_run(struct node_ctx *c)
+{
+    const struct value *img;
+    int rc = nodes__image_in(c, "image", &img);
+    if (rc < 0)
+        return rc;
+    const char *m = node_in_str(c, "flip_method");
+    int fy = m[0] == 'x', fx = m[0] == 'y'; /* x-axis: flip dim 1 (rows); y-axis: dim 2 */
+    int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
+    struct value *out = image_like(c, img);
+    if (!out)
+        return ERR_TOO_LARGE;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++)
+                memcpy(out->data + ((size_t)(b * H + y) * W + x) * C,
+                       img->data + ((size_t)(b * H + (fy ? H - 1 - y : y)) * W + (fx ? W - 1 - x : x)) * C,
+                       (size_t)C * sizeof(float));
+    node_set_output(c, 0, out);
+    return 0;
+}
+
+/* ---- ImageScaleToMaxDimension ----------------------------------------------------------- */
+
+/* ComfyUI's list, "bilinear" twice included. */
+static const char *const max_dim_methods[] = {"area", "lanczos", "bilinear", "nearest-exact",
+                                              "bilinear", "bicubic", NULL};
+
+static int max_dim_run(struct node_ctx *c)
+{
+    const struct value *img;
+    int rc = nodes__image_in(c, "image", &img);
+    if (rc < 0)
+        return rc;
+    int64_t h = img->shape[1], w = img->shape[2], l = node_in_int(c, "largest_size");
+    if (h > w) {
+        w = (int64_t)node_round_half_even(((double)w / (double)h) * (double)l);
+        h = l;
+    } else if (w > h) {
+        h = (int64_t)node_round_half_even(((double)h / (double)w) * (double)l);
+        w = l;
+    } else {
+        w = h = l;
+    }
+    return nodes__image_scale_to(c, img, w, h, node_in_str(c, "upscale_method"), 0);
+}
+
+/* ---- declarations ----------------------------------------------------------------------- */
+
+static const struct node_output_def image_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
+
+static const struct node_input_def repeat_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "amount", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(4096)},
+    NODE_INPUTS_END};
+static const struct node_input_def from_batch_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "batch_index", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(4095)},
+    {.name = "length", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(4096)},
+    NODE_INPUTS_END};
+static const struct node_input_def add_noise_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "seed", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_U64_MAX,
+     .control_after_generate = 1, .tooltip = "The random seed used for creating the noise."},
+    {.name = "strength", .type = "FLOAT", .def = NODE_F(0.5), .min = NODE_F(0.0), .max = NODE_F(1.0),
+     .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+static const struct node_input_def get_size_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "unique_id", .type = "UNIQUE_ID", .group = NODE_INPUT_HIDDEN},
+    NODE_INPUTS_END};
+static const struct node_output_def get_size_out[] = {
+    {.type = "INT", .name = "width"}, {.type = "INT", .name = "height"},
+    {.type = "INT", .name = "batch_size"}, NODE_OUTPUTS_END};
+static const struct node_input_def rotate_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "rotation", .type = NODE_COMBO, .options = rotations},
+    NODE_INPUTS_END};
+static const struct node_input_def flip_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "flip_method", .type = NODE_COMBO, .options = flips},
+    NODE_INPUTS_END};
+static const struct node_input_def max_dim_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "upscale_method", .type = NODE_COMBO, .options = max_dim_methods},
+    {.name = "largest_size", .type = "INT", .def = NODE_I(512), .min = NODE_I(0),
+     .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(1)},
+    NODE_INPUTS_END};
+
+const struct node_class nodes_repeat_image_batch = {
+    .name = "RepeatImageBatch", .category = "image/batch", .python_module = MODULE,
+    .inputs = repeat_in, .outputs = image_out, .run = repeat_run};
+const struct node_class nodes_image_from_batch = {
+    .name = "ImageFromBatch", .category = "image/batch", .python_module = MODULE,
+    .inputs = from_batch_in, .outputs = image_out, .run = from_batch_run};
+const struct node_class nodes_image_add_noise = {
+    .name = "ImageAddNoise", .category = "image", .python_module = MODULE,
+    .inputs = add_noise_in, .outputs = image_out, .run = add_noise_run};
+const struct node_class nodes_get_image_size = {
+    .name = "GetImageSize", .display_name = "Get Image Size", .category = "image", .python_module = MODULE,
+    .description = "Returns width and height of the image, and passes it through unchanged.",
+    .inputs = get_size_in, .outputs = get_size_out, .run = get_size_run};
+const struct node_class nodes_image_rotate = {
+    .name = "ImageRotate", .category = "image/transform", .python_module = MODULE,
+    .inputs = rotate_in, .outputs = image_out, .run = rotate_run};
+const struct node_class nodes_image_flip = {
+    .name = "ImageFlip", .category = "image/transform", .python_module = MODULE,
+    .inputs = flip_in, .outputs = image_out, .run = flip_run};
+const struct node_class nodes_image_scale_to_max_dimension = {
+    .name = "ImageScaleToMaxDimension", .category = "image/upscaling", .python_module = MODULE,
+    .inputs = max_dim_in, .outputs = image_out, .run = max_dim_run};
+
+/* NODE_CLASS_MAPPINGS order. */
+static const struct node_class *const extras_classes[] = {
+    &nodes_repeat_image_batch, &nodes_image_from_batch, &nodes_image_add_noise, &nodes_get_image_size,
+    &nodes_image_rotate,       &nodes_image_flip,       &nodes_image_scale_to_max_dimension};
+
+void nodes_image_extras_register(struct node_registry *r)
+{
+    node_registry_add_all(r, extras_classes, sizeof(extras_classes) / sizeof(extras_classes[0]));
+}
