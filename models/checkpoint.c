@@ -71,7 +71,42 @@ static int text_file_name(const char *name, char *buf, size_t size)
     return 0;
 }
 
-static void ntable_build(const struct st_file *f, unsigned flags, struct ntable *nt)
+/* The checkpoint's own renames (see checkpoint.h, step 2): 1 renamed into buf, 0 kept,
+ * -1 not used. */
+static int ckpt_name(const char *name, unsigned flags, char *buf, size_t size)
+{
+    char tmp[512];
+    int renamed = 0;
+    /* §1.3: old CLIP naming without the text_model. level. */
+    if (starts_with(name, "cond_stage_model.transformer.") &&
+        !starts_with(name, "cond_stage_model.transformer.text_model.")) {
+        snprintf(tmp, sizeof(tmp), "cond_stage_model.transformer.text_model.%s",
+                 name + strlen("cond_stage_model.transformer."));
+        name = tmp;
+        renamed = 1;
+    }
+    /* A standalone VAE file: bare or diffusers names become first_stage_model.*. */
+    char vbuf[512];
+    if ((flags & MODEL_LOAD_VAE_FILE) && ckpt__vae_file_name(name, vbuf, sizeof(vbuf))) {
+        name = vbuf;
+        renamed = 1;
+    }
+    char tbuf[512];
+    int tr = text_file_name(name, tbuf, sizeof(tbuf));
+    if (tr > 0) {
+        name = tbuf;
+        renamed = 1;
+    }
+    if (tr < 0 || is_ignored(name))
+        return -1;
+    if (renamed)
+        snprintf(buf, size, "%s", name);
+    return renamed;
+}
+
+void ckpt__ntable_build(const struct st_file *f,
+                        int (*map)(const char *name, unsigned flags, char *buf, size_t size),
+                        unsigned flags, struct ntable *nt)
 {
     nt->v = xcalloc(f->n_tensors ? f->n_tensors : 1, sizeof(*nt->v));
     nt->n = 0;
@@ -79,33 +114,19 @@ static void ntable_build(const struct st_file *f, unsigned flags, struct ntable 
     for (size_t i = 0; i < f->n_tensors; i++) {
         const char *name = f->tensors[i].name;
         char buf[512];
-        /* §1.3: old CLIP naming without the text_model. level. */
-        if (starts_with(name, "cond_stage_model.transformer.") &&
-            !starts_with(name, "cond_stage_model.transformer.text_model.")) {
-            snprintf(buf, sizeof(buf), "cond_stage_model.transformer.text_model.%s",
-                     name + strlen("cond_stage_model.transformer."));
-            name = buf;
-        }
-        /* A standalone VAE file: bare or diffusers names become first_stage_model.*. */
-        char vbuf[512];
-        if ((flags & MODEL_LOAD_VAE_FILE) && ckpt__vae_file_name(name, vbuf, sizeof(vbuf)))
-            name = vbuf;
-        char tbuf[512];
-        int tr = text_file_name(name, tbuf, sizeof(tbuf));
-        if (tr > 0)
-            name = tbuf;
-        if (tr < 0 || is_ignored(name)) {
+        int r = map(name, flags, buf, sizeof(buf));
+        if (r < 0) {
             nt->skipped++;
             continue;
         }
-        nt->v[nt->n].name = xstrdup(name);
+        nt->v[nt->n].name = xstrdup(r > 0 ? buf : name);
         nt->v[nt->n].t = &f->tensors[i];
         nt->n++;
     }
     qsort(nt->v, nt->n, sizeof(*nt->v), cmp_nkey);
 }
 
-static void ntable_release(struct ntable *nt)
+void ckpt__ntable_release(struct ntable *nt)
 {
     for (size_t i = 0; i < nt->n; i++)
         xfree(nt->v[i].name);
@@ -196,46 +217,37 @@ unsigned ckpt__comp_flag(enum model_component c)
     return comp_flag[c];
 }
 
-static void on_key(void *user, const struct model_key *k)
+int ckpt__check_tensor(const struct st_file *f, const struct st_tensor *t,
+                       const struct model_key *k, struct err *e)
 {
-    struct build *b = user;
-    if (b->rc < 0 || !(b->flags & comp_flag[k->comp]))
-        return;
-    const char *path = b->f->path;
-    struct nkey *nk = ckpt__ntable_find(b->nt, k->name);
+    const char *path = f->path;
     char want[96], got[96];
-    if (!nk) {
-        b->rc = err_set(b->e, ERR_INVALID, "'%s': tensor '%s' is missing", path, k->name);
-        return;
-    }
-    nk->used = 1;
-    const struct st_tensor *t = nk->t;
     if (!shape_ok(t, k)) {
         struct st_tensor tmp = {.ndim = k->ndim};
         memcpy(tmp.shape, k->shape, sizeof(k->shape));
         st_shape_str(&tmp, want, sizeof(want));
         st_shape_str(t, got, sizeof(got));
-        b->rc = err_set(b->e, ERR_INVALID, "'%s': tensor '%s' has shape %s, expected %s", path,
-                        t->name, got, want);
-        return;
+        return err_set(e, ERR_INVALID, "'%s': tensor '%s' has shape %s, expected %s", path,
+                       t->name, got, want);
     }
     enum tensor_dtype src_dt;
-    if (ckpt__tensor_dtype(t, &src_dt) < 0) {
-        b->rc = err_set(b->e, ERR_UNSUPPORTED,
-                        "'%s': tensor '%s' is stored as %s; only F32, F16 and BF16 are "
-                        "supported%s",
-                        path, t->name, st_dtype_name(t->dtype),
-                        t->dtype == ST_DTYPE_F8_E4M3 || t->dtype == ST_DTYPE_F8_E5M2
-                            ? " (convert fp8 checkpoints to fp16)"
-                            : "");
-        return;
-    }
-    if (!check_finite(b->f, t)) {
-        b->rc = err_set(b->e, ERR_INVALID, "'%s': tensor '%s' contains NaN or infinite values",
-                        path, t->name);
-        return;
-    }
-    struct ckpt__items *it = b->items;
+    if (ckpt__tensor_dtype(t, &src_dt) < 0)
+        return err_set(e, ERR_UNSUPPORTED,
+                       "'%s': tensor '%s' is stored as %s; only F32, F16 and BF16 are "
+                       "supported%s",
+                       path, t->name, st_dtype_name(t->dtype),
+                       t->dtype == ST_DTYPE_F8_E4M3 || t->dtype == ST_DTYPE_F8_E5M2
+                           ? " (convert fp8 checkpoints to fp16)"
+                           : "");
+    if (!check_finite(f, t))
+        return err_set(e, ERR_INVALID, "'%s': tensor '%s' contains NaN or infinite values",
+                       path, t->name);
+    return 0;
+}
+
+void ckpt__items_push(struct ckpt__items *it, const struct model_key *k,
+                      const struct st_tensor *t)
+{
     if (it->n == it->cap) {
         it->cap = it->cap ? 2 * it->cap : 1024;
         it->v = xrealloc(it->v, it->cap * sizeof(*it->v));
@@ -243,6 +255,22 @@ static void on_key(void *user, const struct model_key *k)
     it->v[it->n].key = *k;
     it->v[it->n].t = t;
     it->n++;
+}
+
+static void on_key(void *user, const struct model_key *k)
+{
+    struct build *b = user;
+    if (b->rc < 0 || !(b->flags & comp_flag[k->comp]))
+        return;
+    struct nkey *nk = ckpt__ntable_find(b->nt, k->name);
+    if (!nk) {
+        b->rc = err_set(b->e, ERR_INVALID, "'%s': tensor '%s' is missing", b->f->path, k->name);
+        return;
+    }
+    nk->used = 1;
+    if ((b->rc = ckpt__check_tensor(b->f, nk->t, k, b->e)) < 0)
+        return;
+    ckpt__items_push(b->items, k, nk->t);
 }
 
 static int check_unused(const struct build *b)
@@ -284,7 +312,7 @@ int ckpt__validate(const char *path, unsigned flags, struct st_file **f_out,
     memset(items, 0, sizeof(*items));
     if ((rc = st_open(path, &f, e)) < 0)
         return rc;
-    ntable_build(f, flags, &nt);
+    ckpt__ntable_build(f, ckpt_name, flags, &nt);
     if ((rc = ckpt__detect(f, &nt, flags, cfg, e)) < 0)
         goto fail;
     struct build b = {.cfg = cfg, .f = f, .nt = &nt, .flags = flags, .items = items, .e = e};
@@ -293,11 +321,11 @@ int ckpt__validate(const char *path, unsigned flags, struct st_file **f_out,
         goto fail;
     if (skipped)
         *skipped = nt.skipped;
-    ntable_release(&nt);
+    ckpt__ntable_release(&nt);
     *f_out = f;
     return 0;
 fail:
-    ntable_release(&nt);
+    ckpt__ntable_release(&nt);
     xfree(items->v);
     memset(items, 0, sizeof(*items));
     st_close(f);

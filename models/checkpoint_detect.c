@@ -131,8 +131,8 @@ static int unet_heads(const struct st_file *f, const struct unet_arch *canon, st
     return 0;
 }
 
-static int detect_unet(const struct st_file *f, const struct ntable *nt, struct model_config *c,
-                       struct err *e)
+int ckpt__detect_unet(const struct st_file *f, const struct ntable *nt, struct model_config *c,
+                      struct err *e)
 {
     const char *path = f->path, *P = MODEL_PREFIX_UNET;
     struct unet_arch u = {0};
@@ -270,7 +270,7 @@ int ckpt__detect(const struct st_file *f, const struct ntable *nt, unsigned flag
         return unsupported(e, path, what);
     }
     int rc;
-    if ((flags & MODEL_LOAD_UNET) && (rc = detect_unet(f, nt, c, e)) < 0)
+    if ((flags & MODEL_LOAD_UNET) && (rc = ckpt__detect_unet(f, nt, c, e)) < 0)
         return rc;
     const struct model_family *fam = model_family_get(c->family);
     for (int comp = MODEL_CLIP; comp <= MODEL_CLIP2 && (flags & MODEL_LOAD_CLIP); comp++) {

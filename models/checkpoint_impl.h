@@ -22,6 +22,12 @@ struct ntable {
     int skipped;
 };
 
+/* Build the sorted table of f's tensors under the names map() gives (1: renamed into buf,
+ * 0: kept, -1: skipped and counted); release with ckpt__ntable_release. */
+void ckpt__ntable_build(const struct st_file *f,
+                        int (*map)(const char *name, unsigned flags, char *buf, size_t size),
+                        unsigned flags, struct ntable *nt);
+void ckpt__ntable_release(struct ntable *nt);
 struct nkey *ckpt__ntable_find(const struct ntable *nt, const char *name);
 const struct st_tensor *ckpt__nfind(const struct ntable *nt, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -31,6 +37,10 @@ size_t ckpt__count_prefix(const struct ntable *nt, const char *prefix);
  * (enum model_load_flags) from shapes, or ERR_UNSUPPORTED naming what was found. */
 int ckpt__detect(const struct st_file *f, const struct ntable *nt, unsigned flags,
                  struct model_config *c, struct err *e);
+
+/* The UNet's knobs and family from its shapes (model.diffusion_model.* in nt). */
+int ckpt__detect_unet(const struct st_file *f, const struct ntable *nt, struct model_config *c,
+                      struct err *e);
 
 struct ckpt__item {
     struct model_key key;           /* expected name (normalised), shape, component */
@@ -48,6 +58,14 @@ struct ckpt__items {
 int ckpt__validate(const char *path, unsigned flags, struct st_file **f_out,
                    struct model_config *cfg, struct ckpt__items *items, int *skipped,
                    struct err *e);
+
+/* A file tensor against the expected key: shape, a supported dtype, finite values.
+ * 0, or an error naming the file and the tensor. */
+int ckpt__check_tensor(const struct st_file *f, const struct st_tensor *t,
+                       const struct model_key *k, struct err *e);
+/* Append (k, t) to the list. */
+void ckpt__items_push(struct ckpt__items *it, const struct model_key *k,
+                      const struct st_tensor *t);
 
 int ckpt__tensor_dtype(const struct st_tensor *t, enum tensor_dtype *dt);
 /* The MODEL_LOAD_* flag that loads component c. */

@@ -35,6 +35,13 @@ void key__name(char *out, size_t size, const char *fmt, ...) __attribute__((form
 /* The per-component walks. */
 void text__walk(struct key_walk *w, const struct text_arch *a);
 void unet__walk(struct key_walk *w, const struct unet_arch *a);
+/* The UNet's time embedding, input and middle blocks (a ControlNet's trunk); after(...)
+ * follows each input block's last block (skip = its index) and the middle's (skip -1). */
+struct unet_block;
+void unet__walk_trunk(struct key_walk *w, const struct unet_arch *a,
+                      void (*after)(struct key_walk *w, const struct unet_block *b, int skip,
+                                    void *user),
+                      void *user);
 void vae__walk(struct key_walk *w, const struct vae_arch *a);
 
 #endif

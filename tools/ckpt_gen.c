@@ -11,6 +11,7 @@
 
 #include "alloc.h"
 #include "checkpoint.h"
+#include "controlnet.h"
 #include "strhash.h"
 #include "family.h"
 
@@ -206,9 +207,35 @@ static void add_text_buffers(struct gen_list *l)
     }
 }
 
+/* A ControlNet's tensor: control_model.<UNet-relative name>, or bare. */
+static void on_cn_key(void *user, const struct model_key *k)
+{
+    struct gen_list *l = user;
+    const struct ckpt_gen_opts *o = l->o;
+    if (o->drop_tensor && strcmp(o->drop_tensor, k->name + k->rel) == 0)
+        return;
+    struct gen_entry *g = push(l);
+    snprintf(g->seed_name, sizeof(g->seed_name), "control_model.%s", k->name + k->rel);
+    snprintf(g->name, sizeof(g->name), "%s%s",
+             (o->flags & CKPT_GEN_CN_BARE) ? "" : "control_model.", k->name + k->rel);
+    g->dtype = o->dtype;
+    g->init = k->init;
+    g->fill = FILL_RANDOM;
+    g->ndim = k->ndim;
+    memcpy(g->shape, k->shape, sizeof(g->shape));
+}
+
 static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
 {
     l->o = o;
+    if (o->flags & CKPT_GEN_CONTROLNET) {
+        controlnet_layout(&o->cfg, 3, on_cn_key, l);
+        if (o->flags & CKPT_GEN_CN_DIFF)
+            add_special(l, "difference", ST_DTYPE_F32, FILL_CONST, 0, 0, NULL);
+        if (o->extra_tensor)
+            add_special(l, o->extra_tensor, o->dtype, FILL_RANDOM, 0, 1, (const int64_t[]){4});
+        return;
+    }
     model_layout_build(&o->cfg, on_key, l);
     if (o->flags & CKPT_GEN_EXTRAS)
         add_extras(l);

@@ -37,6 +37,11 @@ enum ckpt_gen_flags {
     CKPT_GEN_VAE_ONLY = 1 << 9,      /* only the VAE: a standalone VAE file */
     CKPT_GEN_VAE_BARE = 1 << 10,     /* VAE keys without first_stage_model. */
     CKPT_GEN_VAE_DIFFUSERS = 1 << 11, /* VAE keys in diffusers naming (implies bare, 2-D attn) */
+    /* A ControlNet (models/controlnet/controlnet.h) of cfg's UNet instead of a checkpoint:
+     * control_model.* names; values depend on the control_model.* name whatever naming. */
+    CKPT_GEN_CONTROLNET = 1 << 12,
+    CKPT_GEN_CN_BARE = 1 << 13, /* with CONTROLNET: names without control_model. */
+    CKPT_GEN_CN_DIFF = 1 << 14, /* with CONTROLNET: add the "difference" marker tensor */
 };
 
 struct ckpt_gen_opts {

@@ -41,7 +41,11 @@ static void usage(FILE *fp)
           "                      first_stage_model in a checkpoint, none with --vae-only)\n"
           "  --truncate N        cut the written file to N bytes (N < 0: drop -N bytes)\n"
           "  --corrupt-header    overwrite the start of the JSON header with garbage\n"
-          "  --if-missing        do nothing if OUT already exists\n",
+          "  --if-missing        do nothing if OUT already exists\n"
+          "  --controlnet        write a ControlNet of the chosen UNet (--tiny, --full,\n"
+          "                      --arch sdxl ...) instead of a checkpoint\n"
+          "  --cn-prefix control_model|none  ControlNet key naming (default control_model)\n"
+          "  --difference        a diff ControlNet (adds the \"difference\" marker)\n",
           fp);
 }
 
@@ -141,6 +145,18 @@ int main(int argc, char **argv)
             corrupt = 1;
         } else if (!strcmp(a, "--if-missing")) {
             if_missing = 1;
+        } else if (!strcmp(a, "--controlnet")) {
+            o.flags |= CKPT_GEN_CONTROLNET;
+        } else if (!strcmp(a, "--difference")) {
+            o.flags |= CKPT_GEN_CN_DIFF;
+        } else if (!strcmp(a, "--cn-prefix")) {
+            NEED();
+            if (!strcmp(next, "none"))
+                o.flags |= CKPT_GEN_CN_BARE;
+            else if (strcmp(next, "control_model") != 0) {
+                fprintf(stderr, "gen_ckpt: unknown --cn-prefix '%s'\n", next);
+                return 2;
+            }
         } else if (a[0] == '-') {
             fprintf(stderr, "gen_ckpt: unknown option '%s'\n", a);
             usage(stderr);

@@ -10,7 +10,7 @@
 
 #include "alloc.h"
 #include "nn.h"
-#include "unet.h"
+#include "unet_impl.h"
 
 struct unet_ctx {
     const struct unet_arch *a;
@@ -21,7 +21,24 @@ struct unet_ctx {
     struct tensor *temb_silu; /* SiLU(temb) [B, TE]: every ResBlock adds a projection of it */
     const struct tensor *ctx; /* [B, T, ctx_dim] */
     struct model_probe *probe;
+    const struct unet_control *control; /* residuals, or NULL */
 };
+
+/* h += a control residual (apply_control), after checking it fits. */
+static int add_control(struct unet_ctx *u, struct tensor *h, const struct tensor *r,
+                       const char *what, int i)
+{
+    if (!r)
+        return 0;
+    if (!tensor_same_shape(h, r))
+        return err_set(u->e, ERR_INVALID,
+                       "controlnet: %s residual %d is [%lld,%lld,%lld,%lld] but the unet's is "
+                       "[%lld,%lld,%lld,%lld] (a ControlNet for another model?)",
+                       what, i, (long long)r->shape[0], (long long)r->shape[1],
+                       (long long)r->shape[2], (long long)r->shape[3], (long long)h->shape[0],
+                       (long long)h->shape[1], (long long)h->shape[2], (long long)h->shape[3]);
+    return tensor_add(h, h, r, u->e);
+}
 
 /* ResBlock (§3.3): x [B,Ci,H,W] -> *out [B,Co,H,W]. */
 static int resblock(struct unet_ctx *u, const char *p, const struct tensor *x, struct tensor **out)
@@ -300,8 +317,11 @@ static void walk_set_h(struct walk *s, struct tensor *nh)
 static int walk_pop(struct unet_ctx *u, struct walk *s)
 {
     struct tensor *sk = s->skips[--s->ns], *cat = NULL, *h = s->h;
+    const struct unet_control *c = u->control;
     s->skips[s->ns] = NULL;
-    int rc = nn__new(u->d, &cat, u->e, 4, h->shape[0], h->shape[1] + sk->shape[1], h->shape[2],
+    int rc = c && s->ns < c->n_output ? add_control(u, sk, c->output[s->ns], "output", s->ns) : 0;
+    if (rc == 0)
+        rc = nn__new(u->d, &cat, u->e, 4, h->shape[0], h->shape[1] + sk->shape[1], h->shape[2],
                      h->shape[3]);
     if (rc == 0)
         rc = tensor_concat(cat, h, sk, 1, u->e);
@@ -414,29 +434,52 @@ static int check_shapes(const struct unet_arch *a, const struct tensor *x, const
     return 0;
 }
 
-int unet_eval(struct patcher *unet, const struct unet_arch *a, const struct tensor *x,
-              const float *t, const struct tensor *ctx, const struct tensor *y, struct tensor *eps,
-              struct model_probe *probe, struct err *e)
+/* After block b: the hooks' and the control's part. Returns 1 when the walk ends here. */
+static int after_block(struct unet_ctx *u, const struct unet_block *b, struct walk *s,
+                       const struct unet_hooks *hooks, int *skip_idx)
 {
-    struct unet_ctx u = {
-        .a = a, .y = y, .d = patcher_device(unet), .e = e, .ctx = ctx, .probe = probe};
+    int rc = 0;
+    if ((b->flags & UNET_BLOCK_IN_END) && hooks && hooks->on_skip)
+        rc = hooks->on_skip(hooks->user, &u->w, (*skip_idx)++, s->h, u->e);
+    if (rc == 0 && (b->flags & UNET_BLOCK_MID_END) && u->control)
+        rc = add_control(u, s->h, u->control->middle, "middle", 0);
+    if (rc == 0 && (b->flags & UNET_BLOCK_MID_END) && hooks && hooks->on_middle) {
+        if ((rc = hooks->on_middle(hooks->user, &u->w, s->h, u->e)) == 0)
+            return 1;
+    }
+    return rc;
+}
+
+int unet__eval(struct patcher *unet, const struct unet_arch *a, const struct tensor *x,
+               const float *t, const struct tensor *ctx, const struct tensor *y,
+               const struct unet_control *control, const struct unet_hooks *hooks,
+               struct tensor *eps, struct model_probe *probe, struct err *e)
+{
+    struct unet_ctx u = {.a = a, .y = y, .d = patcher_device(unet), .e = e, .ctx = ctx,
+                         .probe = probe, .control = control};
     struct walk s = {0};
     struct unet_blocks bl;
-    int rc;
+    int rc, skip_idx = 0;
     if (!u.d)
         return err_set(e, ERR_INVALID, "unet: model is not loaded (call mm_load_models first)");
-    if ((rc = check_shapes(a, x, ctx, y, eps, e)) < 0)
+    if ((rc = check_shapes(a, x, ctx, y, hooks ? x : eps, e)) < 0)
         return rc;
     unet_blocks_build(a, &bl);
     tensor_profile_reset();
-    nn__w_init(&u.w, unet, MODEL_PREFIX_UNET, e);
+    nn__w_init(&u.w, unet, hooks && hooks->prefix ? hooks->prefix : MODEL_PREFIX_UNET, e);
     for (int i = 0; i < bl.n; i++) {
         NN_TRY(run_block(&u, &bl.v[i], &s, x, t, eps));
         if (bl.v[i].flags & UNET_BLOCK_PROBE)
             probe_block(&u, &bl.v[i], s.h);
+        NN_TRY(after_block(&u, &bl.v[i], &s, hooks, &skip_idx));
+        if (rc == 1) {
+            rc = 0;
+            break;
+        }
     }
-    nn__probe(probe, "eps", eps);
-    tensor_profile_print("unet");
+    if (!hooks)
+        nn__probe(probe, "eps", eps);
+    tensor_profile_print(hooks ? "controlnet" : "unet");
 fail:
     nn__w_release(&u.w);
     for (int i = 0; i < s.ns; i++)
@@ -445,4 +488,18 @@ fail:
     tensor_free(s.h);
     tensor_free(u.temb_silu);
     return rc;
+}
+
+int unet_eval(struct patcher *unet, const struct unet_arch *a, const struct tensor *x,
+              const float *t, const struct tensor *ctx, const struct tensor *y, struct tensor *eps,
+              struct model_probe *probe, struct err *e)
+{
+    return unet__eval(unet, a, x, t, ctx, y, NULL, NULL, eps, probe, e);
+}
+
+int unet_eval_control(struct patcher *unet, const struct unet_arch *a, const struct tensor *x,
+                      const float *t, const struct tensor *ctx, const struct tensor *y,
+                      const struct unet_control *control, struct tensor *eps, struct err *e)
+{
+    return unet__eval(unet, a, x, t, ctx, y, control, NULL, eps, NULL, e);
 }

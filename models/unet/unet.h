@@ -37,6 +37,24 @@ int unet_eval(struct patcher *unet, const struct unet_arch *a, const struct tens
               struct model_probe *probe, struct err *e);
 
 /*
+ * ControlNet residuals for one eval (ComfyUI's control dict, openaimodel's apply_control):
+ * output[i] is added to the i-th skip connection (input block i's output, in the order
+ * the input side pushes them) when the output side pops it, middle to the middle block's
+ * output. NULL entries (and i >= n_output) add nothing. Each tensor has the shape of
+ * what it is added to; borrowed for the call.
+ */
+struct unet_control {
+    const struct tensor *output[UNET_MAX_BLOCKS];
+    int n_output;
+    const struct tensor *middle;
+};
+
+/* unet_eval with ControlNet residuals (control may be NULL: the same as unet_eval). */
+int unet_eval_control(struct patcher *unet, const struct unet_arch *a, const struct tensor *x,
+                      const float *t, const struct tensor *ctx, const struct tensor *y,
+                      const struct unet_control *control, struct tensor *eps, struct err *e);
+
+/*
  * Activation bytes (f32) one eval allocates on the device at these shapes, from a walk
  * of the block list mirroring the code's allocations (checked against the measured
  * device peak in test_models_fwd; op workspaces such as attention scratch are not

@@ -49,6 +49,8 @@ enum unet_block_flags {
     UNET_BLOCK_PUSH = 1 << 0,  /* the output joins the skip stack */
     UNET_BLOCK_POP = 1 << 1,   /* the input is h concatenated with the popped skip */
     UNET_BLOCK_PROBE = 1 << 2, /* last block of an input/middle/output block: probe h */
+    UNET_BLOCK_IN_END = 1 << 3,  /* last block of an input block: h is that skip's value */
+    UNET_BLOCK_MID_END = 1 << 4, /* last block of the middle block (a ControlNet stops here) */
 };
 
 struct unet_block {

@@ -44,25 +44,27 @@ static void build_input(const struct unet_arch *a, struct unet_blocks *l, int *s
 {
     int mc = a->model_ch, ch = mc, idx = 1;
     char n[32];
-    add(l, UNET_OP_CONV_IN, a->in_ch, mc, 0, UNET_BLOCK_PUSH | UNET_BLOCK_PROBE,
+    add(l, UNET_OP_CONV_IN, a->in_ch, mc, 0, UNET_BLOCK_PUSH | UNET_BLOCK_PROBE | UNET_BLOCK_IN_END,
         "input_blocks.0.0");
     skips[(*ns)++] = ch;
     for (int lv = 0; lv < a->levels; lv++) {
         int st = a->depth[lv] > 0;
         for (int r = 0; r < a->res_blocks[lv]; r++, idx++) {
             int co = a->mult[lv] * mc;
-            add(l, UNET_OP_RES, ch, co, lv, UNET_BLOCK_PUSH | (st ? 0 : UNET_BLOCK_PROBE),
+            add(l, UNET_OP_RES, ch, co, lv,
+                UNET_BLOCK_PUSH | (st ? 0 : UNET_BLOCK_PROBE | UNET_BLOCK_IN_END),
                 "input_blocks.%d.0", idx);
             ch = co;
             if (st) {
                 snprintf(n, sizeof(n), "input_blocks.%d.1", idx);
-                add_st(l, a, ch, lv, a->depth[lv], UNET_BLOCK_PROBE, n);
+                add_st(l, a, ch, lv, a->depth[lv], UNET_BLOCK_PROBE | UNET_BLOCK_IN_END, n);
             }
             skips[(*ns)++] = ch;
         }
         if (lv < a->levels - 1) {
-            add(l, UNET_OP_DOWN, ch, ch, lv + 1, UNET_BLOCK_PUSH | UNET_BLOCK_PROBE,
-                "input_blocks.%d.0", idx++);
+            add(l, UNET_OP_DOWN, ch, ch, lv + 1,
+                UNET_BLOCK_PUSH | UNET_BLOCK_PROBE | UNET_BLOCK_IN_END, "input_blocks.%d.0",
+                idx++);
             skips[(*ns)++] = ch;
         }
     }
@@ -104,6 +106,6 @@ void unet_blocks_build(const struct unet_arch *a, struct unet_blocks *l)
     int lv = a->levels - 1;
     add(l, UNET_OP_RES, ch, ch, lv, 0, "middle_block.0");
     add_st(l, a, ch, lv, a->depth_mid, 0, "middle_block.1");
-    add(l, UNET_OP_RES, ch, ch, lv, UNET_BLOCK_PROBE, "middle_block.2");
+    add(l, UNET_OP_RES, ch, ch, lv, UNET_BLOCK_PROBE | UNET_BLOCK_MID_END, "middle_block.2");
     build_output(a, l, skips, ns, ch);
 }

@@ -110,3 +110,22 @@ void unet__walk(struct key_walk *w, const struct unet_arch *a)
     for (int i = 0; i < bl.n; i++)
         block_keys(w, a, &bl.v[i]);
 }
+
+void unet__walk_trunk(struct key_walk *w, const struct unet_arch *a,
+                      void (*after)(struct key_walk *w, const struct unet_block *b, int skip,
+                                    void *user),
+                      void *user)
+{
+    struct unet_blocks bl;
+    int skip = 0;
+    unet_blocks_build(a, &bl);
+    for (int i = 0; i < bl.n; i++) {
+        block_keys(w, a, &bl.v[i]);
+        if (bl.v[i].flags & UNET_BLOCK_IN_END)
+            after(w, &bl.v[i], skip++, user);
+        if (bl.v[i].flags & UNET_BLOCK_MID_END) {
+            after(w, &bl.v[i], -1, user);
+            break;
+        }
+    }
+}

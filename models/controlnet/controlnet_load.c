@@ -1,0 +1,277 @@
+/*
+ * Loading a ControlNet file (see controlnet.h): naming, detection through the
+ * checkpoint's UNet detection (checkpoint_impl.h) on the trunk keys renamed to
+ * model.diffusion_model.*, validation against controlnet_layout, and the patcher model.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "checkpoint_impl.h"
+#include "controlnet.h"
+#include "family.h"
+#include "log.h"
+
+#define CN_PREFIXED 1u /* map flag: the file's names carry "control_model." */
+#define CN_PTH_PREFIX "control_model."
+
+static int starts_with(const char *s, const char *p)
+{
+    return strncmp(s, p, strlen(p)) == 0;
+}
+
+/* File name -> the UNet name the layout uses; "difference" and names outside the
+ * control_model. prefix (of a prefixed file) are not weights. */
+static int cn_name(const char *name, unsigned flags, char *buf, size_t size)
+{
+    if (strcmp(name, "difference") == 0)
+        return -1;
+    if (flags & CN_PREFIXED) {
+        if (!starts_with(name, CN_PTH_PREFIX))
+            return -1;
+        name += strlen(CN_PTH_PREFIX);
+    }
+    snprintf(buf, size, "%s%s", MODEL_PREFIX_UNET, name);
+    return 1;
+}
+
+/* What a file that is no classic ControlNet holds, for the error. */
+static int not_a_controlnet(const struct st_file *f, struct err *e)
+{
+    const char *what = "no zero_convs.0.0.weight (a T2I adapter or another kind of file?)";
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const char *nm = f->tensors[i].name;
+        if (starts_with(nm, "controlnet_cond_embedding.")) {
+            what = "a diffusers-format ControlNet (controlnet_cond_embedding.*): use the "
+                   "original (ldm) file";
+            break;
+        }
+        if (strcmp(nm, "lora_controlnet") == 0) {
+            what = "a Control-LoRA (lora_controlnet)";
+            break;
+        }
+        if (starts_with(nm, "model.diffusion_model.")) {
+            what = "a checkpoint (model.diffusion_model.*), not a ControlNet";
+            break;
+        }
+        if (strstr(nm, "lora_up.") || strstr(nm, "lora_A") || starts_with(nm, "lora_")) {
+            what = "a LoRA file, not a ControlNet";
+            break;
+        }
+    }
+    return err_set(e, ERR_UNSUPPORTED, "'%s' is not a supported ControlNet: %s", f->path, what);
+}
+
+struct check {
+    const struct st_file *f;
+    struct ntable *nt;
+    struct ckpt__items items;
+    struct err *e;
+    int rc;
+};
+
+static void on_key(void *user, const struct model_key *k)
+{
+    struct check *c = user;
+    if (c->rc < 0)
+        return;
+    struct nkey *nk = ckpt__ntable_find(c->nt, k->name);
+    if (!nk) {
+        c->rc = err_set(c->e, ERR_INVALID, "'%s': ControlNet tensor '%s' is missing", c->f->path,
+                        k->name + k->rel);
+        return;
+    }
+    nk->used = 1;
+    if ((c->rc = ckpt__check_tensor(c->f, nk->t, k, c->e)) == 0)
+        ckpt__items_push(&c->items, k, nk->t);
+}
+
+static int check_unused(const struct check *c, const struct model_config *cfg)
+{
+    for (size_t i = 0; i < c->nt->n; i++)
+        if (!c->nt->v[i].used)
+            return err_set(c->e, ERR_INVALID,
+                           "'%s': unexpected tensor '%s' (not part of the %s ControlNet layout)",
+                           c->f->path, c->nt->v[i].t->name,
+                           model_family_get(cfg->family)->name);
+    return 0;
+}
+
+/* Diff ControlNets: the f32 weights made here (file delta + the UNet's), freed with
+ * the model. */
+struct owned {
+    float **v;
+    size_t n;
+};
+
+static void owned_free(void *user)
+{
+    struct owned *o = user;
+    for (size_t i = 0; i < o->n; i++)
+        xfree(o->v[i]);
+    xfree(o->v);
+    xfree(o);
+}
+
+/* delta (file) + the base UNet's weight of the same key, in f32: a new owned buffer. */
+static int diff_weight(struct patcher_model *base, const struct ckpt__item *it,
+                       const struct st_file *f, struct owned *o, const float **out,
+                       struct err *e)
+{
+    size_t n = st_tensor_numel(it->t);
+    enum tensor_dtype sdt;
+    float *w = NULL;
+    int layer, idx, rc;
+    ckpt__tensor_dtype(it->t, &sdt); /* validated */
+    if ((rc = xtry_malloc(n * sizeof *w, (void **)&w, e)) < 0)
+        return rc;
+    tensor_convert_host(w, TENSOR_F32, st_tensor_data(f, it->t), sdt, n);
+    if (patcher_model_find(base, it->key.name, &layer, &idx) == 0) {
+        enum tensor_dtype bdt;
+        int nd;
+        int64_t shape[4];
+        const void *b = patcher_model_host_data(base, layer, idx, &bdt, &nd, shape);
+        size_t bn = 1;
+        for (int i = 0; i < nd; i++)
+            bn *= (size_t)shape[i];
+        if (b && bn == n) {
+            float *tmp = xmalloc(n * sizeof *tmp);
+            tensor_convert_host(tmp, TENSOR_F32, b, bdt, n);
+            for (size_t i = 0; i < n; i++)
+                w[i] += tmp[i];
+            xfree(tmp);
+        }
+    }
+    o->v = xrealloc(o->v, (o->n + 1) * sizeof *o->v);
+    o->v[o->n++] = w;
+    *out = w;
+    return 0;
+}
+
+static void file_close(void *user)
+{
+    st_close(user);
+}
+
+static int file_check(void *user, struct err *e)
+{
+    return st_check(user, e);
+}
+
+/* The patcher model: one layer per block of the layout, in its order. */
+static int build_model(const struct st_file *f, const struct ckpt__items *items,
+                       struct patcher_model *base, enum tensor_dtype dt,
+                       struct patcher_model **out, struct err *e)
+{
+    struct patcher_model *m = patcher_model_new("controlnet", PATCHER_ROLE_UNET);
+    struct owned *o = base ? xcalloc(1, sizeof *o) : NULL;
+    char last[48] = "";
+    int layer = -1, rc = 0;
+    if (o)
+        patcher_model_keep(m, owned_free, o);
+    for (size_t i = 0; i < items->n && rc == 0; i++) {
+        const struct ckpt__item *it = &items->v[i];
+        const void *src = st_tensor_data(f, it->t);
+        enum tensor_dtype sdt;
+        ckpt__tensor_dtype(it->t, &sdt);
+        if (strcmp(it->key.layer, last) != 0) {
+            snprintf(last, sizeof(last), "%s", it->key.layer);
+            layer = patcher_model_add_layer(m, it->key.layer, 0);
+        }
+        if (o) {
+            const float *w;
+            if ((rc = diff_weight(base, it, f, o, &w, e)) < 0)
+                break;
+            src = w;
+            sdt = TENSOR_F32;
+        }
+        /* returns the weight's index in its layer */
+        if ((rc = patcher_model_add_weight(m, layer, it->key.name, dt, it->key.ndim,
+                                           it->key.shape, src, sdt, e)) < 0) {
+            err_prefix(e, "'%s': tensor '%s'", f->path, it->t->name);
+            break;
+        }
+        rc = 0;
+    }
+    if (rc < 0) {
+        patcher_model_unref(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+int controlnet_load(const char *path, struct patcher *diff_base, enum tensor_dtype dt,
+                    struct controlnet **out, struct err *e)
+{
+    struct st_file *f = NULL;
+    struct ntable nt = {0};
+    struct check c = {.e = e};
+    struct controlnet *cn = NULL;
+    struct patcher_model *m = NULL;
+    int rc;
+    unsigned flags = 0;
+    *out = NULL;
+    if ((rc = st_open(path, &f, e)) < 0)
+        return rc;
+    if (st_find(f, CN_PTH_PREFIX "zero_convs.0.0.weight"))
+        flags = CN_PREFIXED;
+    else if (!st_find(f, "zero_convs.0.0.weight")) {
+        rc = not_a_controlnet(f, e);
+        goto fail;
+    }
+    int diff = st_find(f, "difference") != NULL;
+    ckpt__ntable_build(f, cn_name, flags, &nt);
+    cn = xcalloc(1, sizeof *cn);
+    if ((rc = ckpt__detect_unet(f, &nt, &cn->cfg, e)) < 0)
+        goto fail;
+    const struct st_tensor *h0 = ckpt__nfind(&nt, "%sinput_hint_block.0.weight", MODEL_PREFIX_UNET);
+    if (!h0 || h0->ndim != 4) {
+        rc = err_set(e, ERR_INVALID, "'%s': ControlNet without input_hint_block.0.weight", path);
+        goto fail;
+    }
+    cn->hint_ch = (int)h0->shape[1];
+    c.f = f;
+    c.nt = &nt;
+    controlnet_layout(&cn->cfg, cn->hint_ch, on_key, &c);
+    if ((rc = c.rc) < 0 || (rc = check_unused(&c, &cn->cfg)) < 0)
+        goto fail;
+    if (diff && !diff_base)
+        log_warn("'%s' is a diff ControlNet loaded without a model: it will likely not work "
+                 "(use DiffControlNetLoader)", path);
+    struct patcher_model *base = diff ? (diff_base ? patcher_model_of(diff_base) : NULL) : NULL;
+    if ((rc = build_model(f, &c.items, base, dt, &m, e)) < 0 || (rc = st_check(f, e)) < 0)
+        goto fail;
+    patcher_model_keep_checked(m, file_close, file_check, f);
+    f = NULL;
+    cn->p = patcher_new(m);
+    patcher_model_unref(m);
+    atomic_init(&cn->_refs, 1);
+    log_info("loaded ControlNet '%s': %s%s, %zu tensors", path,
+             model_family_get(cn->cfg.family)->name, diff ? " (difference)" : "", c.items.n);
+    ckpt__ntable_release(&nt);
+    xfree(c.items.v);
+    *out = cn;
+    return 0;
+fail:
+    patcher_model_unref(m);
+    ckpt__ntable_release(&nt);
+    xfree(c.items.v);
+    xfree(cn);
+    st_close(f);
+    return rc;
+}
+
+void controlnet_ref(struct controlnet *cn)
+{
+    atomic_fetch_add(&cn->_refs, 1);
+}
+
+void controlnet_unref(struct controlnet *cn)
+{
+    if (!cn || atomic_fetch_sub(&cn->_refs, 1) != 1)
+        return;
+    patcher_unref(cn->p);
+    xfree(cn);
+}
