@@ -103,6 +103,14 @@ struct graph_prompt *graph_prompt_parse(struct graph_ctx *g, cJSON *prompt);
 void graph_prompt_free(struct graph_prompt *p);
 
 /*
+ * The model files `p` names as constants: each input declared with a models folder,
+ * as "folder/name", sorted, unique, joined by '\n' ("" for none). A cluster worker
+ * keeps these loaded after running the prompt, so the store's claim can send the next
+ * prompt naming them to it (model affinity). Caller frees with xfree. Any thread.
+ */
+char *graph_prompt_model_files(const struct graph_prompt *p);
+
+/*
  * /object_info: every node class (class_name NULL) or one ("{}" when unknown), as
  * JSON text in ComfyUI's shape, including exact 64-bit integers (the seed maximum
  * 18446744073709551615) that cJSON's doubles cannot print. Model combos list the

@@ -171,7 +171,8 @@ int main(int argc, char **argv)
         err_set(&e, ERR_INVALID, "--no-worker needs a shared store (--database-url postgresql://...)");
         goto fail;
     }
-    struct srv_store_options so = {.worker = !cfg.no_worker, .lease_s = cfg.lease_s};
+    struct srv_store_options so = {.worker = !cfg.no_worker, .lease_s = cfg.lease_s,
+                                   .affinity_s = cfg.affinity_s};
     s.store = srv_store_open_opts(cfg.database_path, &so, &e);
     if (!s.store)
         goto fail;

@@ -219,12 +219,14 @@ static void route_prompt_post(struct srv_req *r)
         .extra_data = json_text(job->extra_data),
         .outputs_to_execute = json_text(job->outputs),
         .client_id = job->client_id,
+        .models = job->native ? graph_prompt_model_files(job->native) : NULL,
     };
     struct err e = {0};
     int rc = srv_store_add(s->store, &sj, &e);
     xfree(sj.prompt);
     xfree(sj.extra_data);
     xfree(sj.outputs_to_execute);
+    xfree(sj.models);
     if (rc < 0) {
         resp_error(r, 500, "internal_error", "%s", e.msg);
         goto out;

@@ -30,6 +30,7 @@ enum flag_id {
     F_DEVICE, F_VRAM_BUDGET, F_ASYNC_OFFLOAD, F_DISABLE_ASYNC_OFFLOAD, F_DISABLE_PINNED,
     F_CACHE_CLASSIC, F_CACHE_LRU, F_CACHE_NONE, F_PREVIEW_METHOD, F_PREVIEW_SIZE,
     F_DISABLE_METADATA, F_HASH, F_QUICK_TEST, F_HELP, F_IGNORED, F_WORKER, F_NO_WORKER, F_LEASE,
+    F_AFFINITY,
 };
 
 struct flag {
@@ -65,6 +66,7 @@ static const struct flag flags[] = {
     {"--database-url", FLAG_ONE, F_DATABASE_URL, "URL  job store: sqlite:///PATH or PATH (default <user>/latentd.db), or postgresql://... shared by several latentd processes"},
     {"--worker", FLAG_NONE, F_WORKER, "latentd: run prompts from the queue (default)"},
     {"--no-worker", FLAG_NONE, F_NO_WORKER, "latentd: PostgreSQL store only: serve the API, run nothing"},
+    {"--affinity-wait", FLAG_ONE, F_AFFINITY, "SEC  latentd: PostgreSQL store: how long a queued prompt may wait for a live worker that already holds its models (default 10, 0 = plain FIFO)"},
     {"--lease-seconds", FLAG_ONE, F_LEASE, "SEC  latentd: PostgreSQL store: a running job's lease, renewed every SEC/3 (default 30, 3..60)"},
     {"--cpu", FLAG_NONE, F_CPU, "run everything on the CPU"},
     {"--gpu-only", FLAG_NONE, F_GPU_ONLY, "keep every model on the GPU"},
@@ -247,6 +249,7 @@ static void config_init(struct srv_config *cfg)
     cfg->cache_mode = GRAPH_CACHE_CLASSIC;
     cfg->preview_method = GRAPH_PREVIEW_NONE;
     cfg->preview_size = 512;
+    cfg->affinity_s = -1;
     mm_config_init(&cfg->mm);
     cfg->device_spec = xstrdup("auto");
     cfg->hash_function = xstrdup("sha256");
@@ -377,6 +380,11 @@ static int apply(struct srv_config *cfg, const struct flag *f, char **vals, int 
         if (parse_int(v, 3, 60, &l) < 0)
             return err_set(e, ERR_INVALID, "invalid %s '%s': 3..60 seconds", f->name, v);
         cfg->lease_s = (int)l;
+        break;
+    case F_AFFINITY:
+        if (parse_int(v, 0, 3600, &l) < 0)
+            return err_set(e, ERR_INVALID, "invalid %s '%s': 0..3600 seconds", f->name, v);
+        cfg->affinity_s = (int)l;
         break;
     case F_HELP: return SRV_CONFIG_EXIT;
     case F_IGNORED:

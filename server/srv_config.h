@@ -51,6 +51,7 @@ struct srv_config {
     int user_dir_given; /* --user-directory must already exist */
     int no_worker;      /* --no-worker: a PostgreSQL store's front only, runs no prompt */
     int lease_s;        /* --lease-seconds; 0 = the store's default */
+    int affinity_s;     /* --affinity-wait; -1 = the store's default */
 
     /* The memory manager's flags, filled as argv is read and handed to graph_new as
      * they are: --cpu/--device/--cuda-device, the VRAM state group, --vram-budget,

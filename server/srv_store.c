@@ -19,6 +19,7 @@ void srv_store_job_release(struct srv_store_job *j)
     xfree(j->extra_data);
     xfree(j->outputs_to_execute);
     xfree(j->client_id);
+    xfree(j->models);
     memset(j, 0, sizeof(*j));
 }
 
@@ -42,7 +43,7 @@ struct srv_store *srv_store_open_opts(const char *url, const struct srv_store_op
 
 struct srv_store *srv_store_open(const char *url, struct err *e)
 {
-    struct srv_store_options o = {.worker = 1};
+    struct srv_store_options o = {.worker = 1, .affinity_s = -1};
     return srv_store_open_opts(url, &o, e);
 }
 

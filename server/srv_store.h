@@ -40,6 +40,7 @@
 #define SRV_STORE_HISTORY_MAX 10000
 #define SRV_STORE_MAX_ATTEMPTS 2 /* starts before a job is given up */
 #define SRV_STORE_LEASE_S 30     /* default job lease of a shared store (--lease-seconds) */
+#define SRV_STORE_AFFINITY_S 10  /* default --affinity-wait (model affinity), seconds */
 
 /* A job as stored; strings are JSON text unless noted. */
 struct srv_store_job {
@@ -51,6 +52,8 @@ struct srv_store_job {
     char *extra_data;         /* JSON object */
     char *outputs_to_execute; /* JSON array */
     char *client_id;          /* plain string or NULL */
+    char *models;             /* graph_prompt_model_files; NULL = none (shared stores:
+                                 model affinity; SQLite ignores it) */
 };
 
 void srv_store_job_release(struct srv_store_job *j);
@@ -119,6 +122,8 @@ struct srv_store {
 struct srv_store_options {
     int worker;           /* this process runs jobs (--no-worker clears it); shared stores */
     int lease_s;          /* job lease (--lease-seconds); 0 = SRV_STORE_LEASE_S */
+    int affinity_s;       /* --affinity-wait: how long a pending job may wait for a live
+                             worker that holds its models (0: plain FIFO); < 0 = default */
 };
 
 /* 1 when `url` names a PostgreSQL database (postgresql:// or postgres://). */

@@ -41,6 +41,8 @@ static const char *const schema =
     "ALTER TABLE latentd_jobs ADD COLUMN IF NOT EXISTS worker TEXT;"
     "ALTER TABLE latentd_jobs ADD COLUMN IF NOT EXISTS lease_until TIMESTAMPTZ;"
     "ALTER TABLE latentd_jobs ADD COLUMN IF NOT EXISTS interrupt BOOLEAN NOT NULL DEFAULT FALSE;"
+    /* Model affinity: the files a job names, and those a worker's last job named. */
+    "ALTER TABLE latentd_jobs ADD COLUMN IF NOT EXISTS models TEXT[] NOT NULL DEFAULT '{}';"
     "CREATE INDEX IF NOT EXISTS latentd_jobs_pending ON latentd_jobs"
     " (number, prompt_id COLLATE \"C\", id) WHERE status='pending';"
     "CREATE INDEX IF NOT EXISTS latentd_jobs_running ON latentd_jobs(lease_until)"
@@ -54,6 +56,7 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS latentd_workers("
     " id TEXT PRIMARY KEY, host TEXT, pid INTEGER, device TEXT, worker BOOLEAN,"
     " started TIMESTAMPTZ NOT NULL DEFAULT now(), heartbeat TIMESTAMPTZ NOT NULL DEFAULT now());"
+    "ALTER TABLE latentd_workers ADD COLUMN IF NOT EXISTS models TEXT[] NOT NULL DEFAULT '{}';"
     "CREATE TABLE IF NOT EXISTS latentd_files("
     " type TEXT NOT NULL, subfolder TEXT NOT NULL, filename TEXT NOT NULL, data BYTEA NOT NULL,"
     " created TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY(type, subfolder, filename));"
@@ -200,6 +203,7 @@ void *srv_store__pg_open(const char *url, const struct srv_store_options *o, str
     st->url = xstrdup(url);
     st->worker = o->worker;
     st->lease_s = o->lease_s > 0 ? o->lease_s : SRV_STORE_LEASE_S;
+    st->affinity_s = o->affinity_s >= 0 ? o->affinity_s : SRV_STORE_AFFINITY_S;
     char host[64] = "";
     gethostname(host, sizeof(host) - 1);
     srand((unsigned)(clock_wall_ms() ^ getpid()));
@@ -224,7 +228,7 @@ static int pg_add(void *ctx, struct srv_store_job *j, struct err *e)
     snprintf(number, sizeof(number), "%.17g", j->number);
     snprintf(created, sizeof(created), "%" PRId64, clock_wall_ms());
     const char *v[9] = {j->prompt_id, number, j->number_text, j->prompt, j->extra_data,
-                        j->outputs_to_execute, j->client_id, created};
+                        j->outputs_to_execute, j->client_id, created, j->models ? j->models : ""};
     PGconn *c = pg__take(st);
     int rc = ERR_IO;
     PGresult *r = NULL;
@@ -234,9 +238,10 @@ static int pg_add(void *ctx, struct srv_store_job *j, struct err *e)
         goto out;
     r = pg__exec(c,
                  "INSERT INTO latentd_jobs(prompt_id, number, number_text, prompt, extra_data, "
-                 "outputs_to_execute, client_id, status, created_ms) "
-                 "VALUES($1,$2,$3,$4,$5,$6,$7,'pending',$8) RETURNING id",
-                 8, v);
+                 "outputs_to_execute, client_id, status, created_ms, models) "
+                 "VALUES($1,$2,$3,$4,$5,$6,$7,'pending',$8,string_to_array($9, E'\\n')) "
+                 "RETURNING id",
+                 9, v);
     if (!r || pg__publish_status(c) < 0 || pg__cmd(c, "NOTIFY latentd_jobs", 0, NULL) < 0 ||
         pg__cmd(c, "COMMIT", 0, NULL) < 0)
         goto out;
@@ -273,26 +278,46 @@ static char *val_dup(PGresult *r, int row, int col)
     return PQgetisnull(r, row, col) ? NULL : xstrdup(PQgetvalue(r, row, col));
 }
 
+/*
+ * The claim: the first pending job in ComfyUI's queue order, with one exception (model
+ * affinity). Among the first AFFINITY_WINDOW pending jobs, one that names models
+ * (checkpoint, LoRA...) which this worker does not hold but another live worker does
+ * (the models of the last job each ran: its executor keeps them loaded) is left to
+ * that worker, for at most affinity_s seconds after it was queued (by the front's
+ * clock: hosts are assumed to keep time); then anyone takes it, so nothing starves.
+ * When every candidate is left to others this worker takes nothing and polls again.
+ * A single worker, or jobs naming no models, get plain FIFO.
+ */
+#define AFFINITY_WINDOW "8"
+
+static const char *const claim_sql =
+    "UPDATE latentd_jobs SET status='running', worker=$1, attempts=attempts+1, "
+    "started_ms=$2, interrupt=FALSE, lease_until=now() + make_interval(secs => $3::int) "
+    "WHERE id = (SELECT j.id FROM latentd_jobs j WHERE j.status='pending' AND j.id IN "
+    " (SELECT id FROM latentd_jobs WHERE status='pending' "
+    "  ORDER BY number, prompt_id COLLATE \"C\", id LIMIT " AFFINITY_WINDOW ") "
+    " AND NOT (cardinality(j.models) > 0 AND j.created_ms > $2::bigint - 1000 * $4::bigint "
+    "  AND NOT EXISTS (SELECT 1 FROM latentd_workers me WHERE me.id=$1 AND "
+    "   me.models @> j.models) "
+    "  AND EXISTS (SELECT 1 FROM latentd_workers w WHERE w.id <> $1 AND w.worker AND "
+    "   w.heartbeat > now() - make_interval(secs => $3::int) AND w.models @> j.models)) "
+    " ORDER BY j.number, j.prompt_id COLLATE \"C\", j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED) "
+    "RETURNING id, prompt_id, number, number_text, prompt, extra_data, "
+    "outputs_to_execute, client_id";
+
 static int pg_claim(void *ctx, struct srv_store_job *out)
 {
     struct pg_store *st = ctx;
     if (!st->worker)
         return 0;
-    char started[32], lease[16];
+    char started[32], lease[16], wait[16];
     snprintf(started, sizeof(started), "%" PRId64, clock_wall_ms());
     snprintf(lease, sizeof(lease), "%d", st->lease_s);
-    const char *v[3] = {st->worker_id, started, lease};
+    snprintf(wait, sizeof(wait), "%d", st->affinity_s);
+    const char *v[4] = {st->worker_id, started, lease, wait};
     PGconn *c = pg__take(st);
     /* Counted (attempts) and leased in the claim's own commit, before the job runs. */
-    PGresult *r = pg__exec(
-        c,
-        "UPDATE latentd_jobs SET status='running', worker=$1, attempts=attempts+1, "
-        "started_ms=$2, interrupt=FALSE, lease_until=now() + make_interval(secs => $3::int) "
-        "WHERE id = (SELECT id FROM latentd_jobs WHERE status='pending' "
-        "ORDER BY number, prompt_id COLLATE \"C\", id LIMIT 1 FOR UPDATE SKIP LOCKED) "
-        "RETURNING id, prompt_id, number, number_text, prompt, extra_data, "
-        "outputs_to_execute, client_id",
-        3, v);
+    PGresult *r = pg__exec(c, claim_sql, 4, v);
     int got = r && PQntuples(r) == 1;
     if (got) {
         out->id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
@@ -341,7 +366,10 @@ static int pg_finish(void *ctx, int64_t id, const char *status_str, const char *
         rc = ERR_BUSY;
         goto out;
     }
+    /* What this worker now holds loaded, for the claims' model affinity. */
     if (pg__finish_row(c, id, status_str, outputs, messages, meta) < 0 ||
+        pg__cmd(c, "UPDATE latentd_workers SET models=(SELECT models FROM latentd_jobs "
+                   "WHERE id=$1) WHERE id=$2", 2, v) < 0 ||
         pg__cmd(c, "COMMIT", 0, NULL) < 0)
         goto out;
     rc = 0;

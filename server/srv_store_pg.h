@@ -39,6 +39,7 @@ struct pg_store {
     char worker_id[96];        /* host:pid:random, unique per process */
     int worker;                /* this process claims jobs */
     int lease_s;
+    int affinity_s;            /* --affinity-wait (see pg_claim) */
     char *device;              /* owned: for the workers list */
 
     pthread_mutex_t pool_lock; /* leaf: guards conns' busy flags */

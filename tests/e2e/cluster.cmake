@@ -8,7 +8,7 @@ if(LATENTD_NODE_EXE AND TARGET latentd)
            COMMAND ${LATENTD_NODE_EXE} --test --test-reporter=spec ${CMAKE_CURRENT_LIST_DIR}/cluster_pg.test.js
            WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(e2e_cluster_pg PROPERTIES LABELS e2e TIMEOUT 600
-    ENVIRONMENT "LATENTD_BIN=${PROJECT_BINARY_DIR}/latentd"
+    ENVIRONMENT "LATENTD_BIN=${PROJECT_BINARY_DIR}/latentd;LATENTD_GEN_CKPT=${PROJECT_BINARY_DIR}/gen_ckpt"
     SKIP_REGULAR_EXPRESSION "ℹ skipped [1-9]")
 endif()
 

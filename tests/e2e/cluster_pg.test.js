@@ -7,6 +7,8 @@
 //     /interrupt on one front stops the prompt on the worker that runs it.
 //   - kill -9 of the worker running a job, twice: re-run once after its lease expires,
 //     then failed with a message (srv_store.h's attempts rule); the queue drains.
+//   - model affinity: prompts naming a checkpoint go to the live worker that holds it
+//     (--affinity-wait), so each worker loads its checkpoint once.
 "use strict";
 const test = require("node:test");
 const assert = require("node:assert/strict");
@@ -260,4 +262,67 @@ test("PostgreSQL restarted mid-run: the processes reconnect and carry on; nothin
     assert.ok(fronts.some((f) => /reconnected|connection restored/.test(f.log())), "a reconnection is logged");
     await ws.close();
   });
+});
+
+// Model affinity (srv_store_pg.c pg_claim): two workers, two checkpoints, prompts naming
+// them alternately. Worker A is made to hold c1 and B c2 (the models of the last job each
+// ran, as pg_finish records them); every c1 prompt must then run on A and every c2 prompt
+// on B, so each loads its checkpoint once. Plain FIFO would hand them out by arrival.
+test("model affinity: a prompt goes to the worker that holds its checkpoint", { timeout: 300000 }, async (t) => {
+  const gen = process.env.LATENTD_GEN_CKPT || path.join(path.dirname(L.latentdBin()), "gen_ckpt");
+  if (!fs.existsSync(gen)) { t.skip(`no ${gen}`); return; }
+  const os = require("os");
+  const { spawnSync } = require("child_process");
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "latentd-aff-"));
+  for (const [n, seed] of [["c1", "1"], ["c2", "2"]]) {
+    const r = spawnSync(gen, ["--tiny", "--seed", seed, path.join(tmp, `${n}.safetensors`)], { encoding: "utf8" });
+    assert.equal(r.status, 0, r.stderr);
+  }
+  const setup = (dir) => {
+    for (const n of ["c1", "c2"]) fs.copyFileSync(path.join(tmp, `${n}.safetensors`), path.join(dir, "models", "checkpoints", `${n}.safetensors`));
+  };
+  const decode = (ckpt, prefix) => ({
+    1: { class_type: "CheckpointLoaderSimple", inputs: { ckpt_name: ckpt } },
+    2: { class_type: "EmptyLatentImage", inputs: { width: 64, height: 64, batch_size: 1 } },
+    3: { class_type: "VAEDecode", inputs: { samples: ["2", 0], vae: ["1", 2] } },
+    4: { class_type: "SaveImage", inputs: { images: ["3", 0], filename_prefix: prefix } },
+  });
+  try {
+    await withPostgres(t, async (pg, servers) => {
+      const url = pg.createDatabase("affinity");
+      for (let i = 0; i < 2; i++)
+        servers.push(await L.startLatentd({ setup, args: ["--database-url", url, "--affinity-wait", "120"] }));
+      const [A, B] = servers;
+      const workers = (await L.request(A, "GET", "/system_stats")).json().workers;
+      const idOf = (s) => {
+        const w = workers.find((x) => x.pid === s.proc.pid);
+        assert.ok(w, `worker of pid ${s.proc.pid} listed: ${JSON.stringify(workers)}`);
+        return w.id;
+      };
+      pg.psql("affinity", `UPDATE latentd_workers SET models='{checkpoints/c1.safetensors}' WHERE id='${idOf(A)}'`);
+      pg.psql("affinity", `UPDATE latentd_workers SET models='{checkpoints/c2.safetensors}' WHERE id='${idOf(B)}'`);
+      const want = {};
+      for (let i = 0; i < 12; i++) {
+        const ck = i % 2 ? "c2" : "c1";
+        const pid = `aff-${i}`;
+        const r = await L.postPrompt(servers[i % 2], decode(`${ck}.safetensors`, pid), { prompt_id: pid });
+        assert.equal(r.status, 200, r.text);
+        want[pid] = ck === "c1" ? A : B;
+      }
+      const h = await L.waitFor(async () => {
+        const hh = await history(A);
+        return Object.keys(want).every((p) => hh[p]) && hh;
+      }, { timeoutMs: 120000, intervalMs: 300 });
+      for (const p of Object.keys(want)) {
+        assert.equal(h[p].status.status_str, "success", `${p}: ${JSON.stringify(h[p].status.messages)}`);
+        assert.match(want[p].log(), new RegExp(`prompt '${p}': started`), `${p} ran on the worker holding its checkpoint`);
+      }
+      for (const [s, ck] of [[A, "c1"], [B, "c2"]]) {
+        const loads = s.log().match(/loaded '[^']*checkpoints\/c\d\.safetensors'/g) || [];
+        assert.deepEqual(loads.map((l) => l.slice(-15, -1)), [`${ck}.safetensors`], "one load of its own checkpoint");
+      }
+    });
+  } finally {
+    L.removeDir(tmp);
+  }
 });
