@@ -89,6 +89,10 @@ struct patcher_model {
     int passes;            /* acquires of layer 0 since the last load */
 };
 
+/*
+ * A patch's payload: LoRA factors, or (src != NULL) a model patch: another patcher's
+ * weight, the merge nodes' "model_as_lora"-style diff (patcher_add_model_patch).
+ */
 struct pm_lora {
     atomic_int refs;
     int64_t out, in, rank;
@@ -96,13 +100,24 @@ struct pm_lora {
     float *up;             /* owned [out, rank] f32 */
     float *down;           /* owned [rank, in] f32 */
     uint64_t id;           /* unique, for patch signatures */
+    struct patcher *src;   /* model patch: one reference, else NULL */
+    int src_layer, src_index; /* model patch: the weight of src */
+    size_t ws;             /* model patch: device scratch bytes to bake it (with src's) */
 };
 
 struct pm_patch {
     int layer, index;      /* the weight */
     struct pm_lora *lora;  /* one reference */
-    float strength;
+    float strength;        /* ComfyUI's strength_patch */
+    float strength_model;  /* W *= strength_model first (1 for LoRAs) */
 };
+
+/* A patch that leaves the weight as it is (skipped everywhere, so that the bytes equal
+ * the unpatched ones). */
+static inline int pm__patch_is_noop(const struct pm_patch *pp)
+{
+    return pp->strength == 0.0f && pp->strength_model == 1.0f;
+}
 
 struct patcher {
     atomic_int refs;
@@ -132,16 +147,17 @@ int mm__stream_slot_of(struct mm_stream *st, int layer);
 uint64_t pm__layer_sig(struct patcher *p, int layer);
 int pm__apply_patches(struct patcher *p, int layer, void *buf, struct dev *d, struct err *e);
 size_t pm__patch_workspace(const struct patcher *p);
+size_t pm__patch_bytes(const struct pm_patch *pp); /* device scratch to apply one */
 int pm__bake_resident(struct patcher *p, int layer, struct err *e);
 int pm__upload_layer(struct dev *d, const struct pm_layer *L, void *dst);
+/* Weight w's clean bytes at its dt into dst (device memory of d), widening a narrow
+ * host copy on the way; synchronous. */
+int pm__copy_weight(struct dev *d, const struct pm_weight *w, void *dst);
+/* The same into host memory (the stream pack, a host device's buffer). */
+void pm__weight_to_host(const struct pm_weight *w, void *dst);
 
 /* Manager hooks (mm.c). */
 void mm__forget(struct mm *mm, struct patcher_model *m);
 void mm__unload_model(struct patcher_model *m);
 
 #endif
-/* Weight w's clean bytes at its dt into dst (device memory of d), widening a narrow
- * host copy on the way; synchronous. */
-int pm__copy_weight(struct dev *d, const struct pm_weight *w, void *dst);
-/* The same into host memory (the stream pack, a host device's buffer). */
-void pm__weight_to_host(const struct pm_weight *w, void *dst);

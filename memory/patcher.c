@@ -305,6 +305,7 @@ static void lora_unref(struct pm_lora *l)
         return;
     xfree(l->up);
     xfree(l->down);
+    patcher_unref(l->src);
     xfree(l);
 }
 
@@ -356,8 +357,76 @@ int patcher_add_lora(struct patcher *p, const char *key, const void *up, const v
         p->cappatches = p->cappatches ? p->cappatches * 2 : 16;
         p->patches = xrealloc(p->patches, (size_t)p->cappatches * sizeof(*p->patches));
     }
-    p->patches[p->npatches++] = (struct pm_patch){layer, index, l, strength};
+    p->patches[p->npatches++] = (struct pm_patch){layer, index, l, strength, 1.0f};
     xfree(p->sig); /* signatures recomputed lazily */
+    p->sig = NULL;
+    return 0;
+}
+
+const char *patcher_model_weight_key(const struct patcher_model *m, int layer, int index)
+{
+    if (layer < 0 || layer >= m->nlayers || index < 0 || index >= m->layers[layer].nw)
+        return NULL;
+    return m->layers[layer].w[index].key;
+}
+
+enum tensor_dtype patcher_model_weight_dtype(const struct patcher_model *m, int layer, int index)
+{
+    if (layer < 0 || layer >= m->nlayers || index < 0 || index >= m->layers[layer].nw)
+        return TENSOR_F32;
+    return m->layers[layer].w[index].dt;
+}
+
+int patcher_add_model_patch(struct patcher *p, const char *key, struct patcher *src,
+                            const char *src_key, float strength_patch, float strength_model,
+                            struct err *e)
+{
+    int layer, index, sl, si;
+    if (!key || patcher_model_find(p->model, key, &layer, &index) < 0)
+        return err_set(e, ERR_NOT_FOUND, "key '%s' not in model '%s'", key ? key : "?",
+                       p->model->name);
+    if (!src || !src_key || patcher_model_find(src->model, src_key, &sl, &si) < 0)
+        return err_set(e, ERR_NOT_FOUND, "key '%s' not in model '%s'", src_key ? src_key : "?",
+                       src ? src->model->name : "?");
+    const struct pm_weight *w = &p->model->layers[layer].w[index];
+    const struct pm_weight *sw = &src->model->layers[sl].w[si];
+    int same = w->ndim == sw->ndim;
+    for (int i = 0; same && i < 4; i++)
+        same = w->shape[i] == sw->shape[i];
+    if (!same)
+        return err_set(e, ERR_INVALID, "cannot merge '%s': shape [%lld,%lld,%lld,%lld] of '%s' "
+                       "does not match [%lld,%lld,%lld,%lld] of '%s'", key,
+                       (long long)w->shape[0], (long long)w->shape[1], (long long)w->shape[2],
+                       (long long)w->shape[3], p->model->name, (long long)sw->shape[0],
+                       (long long)sw->shape[1], (long long)sw->shape[2], (long long)sw->shape[3],
+                       src->model->name);
+    if (!isfinite(strength_patch) || !isfinite(strength_model))
+        return err_set(e, ERR_INVALID, "cannot merge '%s': a strength is not finite", key);
+    struct pm_lora *l = xcalloc(1, sizeof(*l));
+    atomic_init(&l->refs, 1);
+    patcher_ref(src);
+    l->src = src;
+    l->src_layer = sl;
+    l->src_index = si;
+    /* The f32 copy of src's weight, and what src's own patches on it need while it is
+     * in use (they are baked into the copy one after another). */
+    size_t nested = 0;
+    for (int i = 0; i < src->npatches; i++) {
+        const struct pm_patch *q = &src->patches[i];
+        if (q->layer == sl && q->index == si && !pm__patch_is_noop(q)) {
+            size_t b = pm__patch_bytes(q);
+            nested = b > nested ? b : nested;
+        }
+    }
+    l->ws = sw->bytes / tensor_dtype_size(sw->dt) * sizeof(float) + nested;
+    l->id = atomic_fetch_add(&lora_ids, 1);
+    if (p->npatches == p->cappatches) {
+        p->cappatches = p->cappatches ? p->cappatches * 2 : 16;
+        p->patches = xrealloc(p->patches, (size_t)p->cappatches * sizeof(*p->patches));
+    }
+    p->patches[p->npatches++] =
+        (struct pm_patch){layer, index, l, strength_patch, strength_model};
+    xfree(p->sig);
     p->sig = NULL;
     return 0;
 }
@@ -373,13 +442,14 @@ uint64_t pm__layer_sig(struct patcher *p, int layer)
         p->sig = xcalloc((size_t)(p->model->nlayers ? p->model->nlayers : 1), sizeof(uint64_t));
         for (int i = 0; i < p->npatches; i++) {
             const struct pm_patch *pp = &p->patches[i];
-            if (pp->strength == 0.0f)
+            if (pm__patch_is_noop(pp))
                 continue; /* adds nothing (patcher_access.c skips it too) */
-            uint32_t sbits;
+            uint32_t sbits, mbits;
             memcpy(&sbits, &pp->strength, sizeof(sbits));
+            memcpy(&mbits, &pp->strength_model, sizeof(mbits));
             uint64_t h = p->sig[pp->layer] ? p->sig[pp->layer] : 1469598103934665603ull;
-            uint64_t parts[3] = {pp->lora->id, (uint64_t)pp->index, sbits};
-            for (int k = 0; k < 3; k++) {
+            uint64_t parts[4] = {pp->lora->id, (uint64_t)pp->index, sbits, mbits};
+            for (int k = 0; k < 4; k++) {
                 h ^= parts[k];
                 h *= 1099511628211ull;
                 h ^= h >> 29;

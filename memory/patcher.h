@@ -17,7 +17,8 @@
  * dtype and widen them themselves (exactly: f16 and bf16 are subsets of f32).
  *
  * A `struct patcher` is a model plus a patch list (LoRA up/down/alpha with a
- * strength, memory.md §5.1). patcher_clone() gives a new patcher sharing the model
+ * strength, memory.md §5.1; or another patcher's weight with two strengths, the
+ * model-merging nodes' patch). patcher_clone() gives a new patcher sharing the model
  * and copying the patch list; clones differ only in patches (ComfyUI's clones).
  * Both objects are refcounted: a node output cache entry holds a patcher ref.
  *
@@ -119,7 +120,6 @@ int patcher_model_layer_count(const struct patcher_model *m);
 int patcher_model_weight_count(const struct patcher_model *m, int layer);
 size_t patcher_model_layer_bytes(const struct patcher_model *m, int layer); /* storage */
 size_t patcher_model_bytes(const struct patcher_model *m);                 /* all layers */
-
 /* Bytes of the host copies of all weights (at their host dtype); *owned (if not NULL)
  * gets the part the model allocated (converted copies), the rest is borrowed. */
 size_t patcher_model_host_bytes(const struct patcher_model *m, size_t *owned);
@@ -133,6 +133,11 @@ int patcher_model_find(const struct patcher_model *m, const char *key, int *laye
  * *dt is the host copy's dtype, which may be narrower than the compute dtype. */
 const void *patcher_model_host_data(const struct patcher_model *m, int layer, int index,
                                     enum tensor_dtype *dt, int *ndim, int64_t shape[4]);
+
+/* The key of weight (layer, index), borrowed from the model; NULL when out of range. */
+const char *patcher_model_weight_key(const struct patcher_model *m, int layer, int index);
+/* The compute dtype of weight (layer, index): what a baked (patched) device copy holds. */
+enum tensor_dtype patcher_model_weight_dtype(const struct patcher_model *m, int layer, int index);
 
 /* ---- patchers (model + patches) --------------------------------------------------------- */
 
@@ -158,6 +163,21 @@ struct patcher_model *patcher_model_of(const struct patcher *p); /* borrowed */
 int patcher_add_lora(struct patcher *p, const char *key, const void *up, const void *down,
                      enum tensor_dtype factor_dt, int64_t rank, float alpha, int has_alpha,
                      float strength, struct err *e);
+
+/*
+ * Add a model patch to weight `key` (ComfyUI's add_patches with another model's weight,
+ * as the model-merging nodes use it):
+ *     W = strength_model * W + strength_patch * W2
+ * where W2 is weight `src_key` of `src` with src's own patches applied, in f32. Nothing
+ * is copied now: src's host copy is read when a layer is baked (src need not be loaded,
+ * and stays alive: the patch holds a reference on src). Patches on one key apply in the
+ * order added, each scaling what the earlier ones left (as calculate_weight does).
+ * Returns 0, ERR_NOT_FOUND when p's model has no `key` or src's no `src_key`, or
+ * ERR_INVALID when the two shapes differ or a strength is not finite.
+ */
+int patcher_add_model_patch(struct patcher *p, const char *key, struct patcher *src,
+                            const char *src_key, float strength_patch, float strength_model,
+                            struct err *e);
 
 int patcher_patch_count(const struct patcher *p); /* patch entries */
 

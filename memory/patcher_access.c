@@ -59,16 +59,23 @@ int pm__upload_layer(struct dev *d, const struct pm_layer *L, void *dst)
     return 0;
 }
 
+size_t pm__patch_bytes(const struct pm_patch *pp)
+{
+    const struct pm_lora *l = pp->lora;
+    if (l->src)
+        return l->ws;
+    /* up + down + delta, f32; and a delta-sized margin for a backend that converts
+     * a half-precision W through device scratch. */
+    return (size_t)(l->out * l->rank + l->rank * l->in + 2 * l->out * l->in) * 4;
+}
+
 size_t pm__patch_workspace(const struct patcher *p)
 {
     size_t most = 0;
     for (int i = 0; i < p->npatches; i++) {
-        const struct pm_lora *l = p->patches[i].lora;
-        if (p->patches[i].strength == 0.0f)
+        if (pm__patch_is_noop(&p->patches[i]))
             continue;
-        /* up + down + delta, f32; and a delta-sized margin for a backend that converts
-         * a half-precision W through device scratch. */
-        size_t n = (size_t)(l->out * l->rank + l->rank * l->in + 2 * l->out * l->in) * 4;
+        size_t n = pm__patch_bytes(&p->patches[i]);
         if (n > most)
             most = n;
     }
@@ -110,16 +117,87 @@ fail:
     return rc;
 }
 
+static int apply_model(struct dev *d, const struct pm_weight *w, void *wdata,
+                       const struct pm_patch *pp, struct err *e);
+
+static int apply_patch(struct dev *d, const struct pm_weight *w, void *wdata,
+                       const struct pm_patch *pp, struct err *e)
+{
+    return pp->lora->src ? apply_model(d, w, wdata, pp, e) : apply_one(d, w, wdata, pp, e);
+}
+
+/*
+ * A model patch (ComfyUI's calculate_weight for a patch whose value is another model's
+ * weight list): W = strength_model * W + strength * W2, W2 being src's weight with src's
+ * own patches, computed in f32 as ComfyUI's intermediate dtype, so that W is rounded to
+ * its storage dtype once. src is read from its host copy: it need not be loaded.
+ */
+static int apply_model(struct dev *d, const struct pm_weight *w, void *wdata,
+                       const struct pm_patch *pp, struct err *e)
+{
+    const struct pm_lora *l = pp->lora;
+    const struct patcher *src = l->src;
+    const struct pm_weight *sw = &src->model->layers[l->src_layer].w[l->src_index];
+    int64_t n = (int64_t)(w->bytes / tensor_dtype_size(w->dt));
+    struct tensor *W = NULL, *T = NULL;
+    void *tbuf = NULL;
+    float *host = NULL;
+    int rc;
+    if ((rc = tensor_new_external(d, w->dt, 1, &n, wdata, NULL, NULL, &W, e)) < 0)
+        goto fail;
+    if (pp->strength == 0.0f) {
+        rc = tensor_scale(W, W, pp->strength_model, e);
+        goto fail;
+    }
+    /* src's bytes are borrowed from its file too: the same check as an acquire. */
+    if ((rc = patcher_model_check(src->model, e)) < 0)
+        goto fail;
+    if ((rc = dev_alloc(d, (size_t)n * sizeof(float), &tbuf)) < 0) {
+        err_set(e, rc, "no room for a copy of '%s' (%zu bytes)", sw->key,
+                (size_t)n * sizeof(float));
+        goto fail;
+    }
+    /* The host copy may be narrower than sw->dt (issue 15): the public reader says. */
+    enum tensor_dtype hdt;
+    const void *hsrc =
+        patcher_model_host_data(src->model, l->src_layer, l->src_index, &hdt, NULL, NULL);
+    host = xmalloc((size_t)n * sizeof(float));
+    tensor_convert_host(host, TENSOR_F32, hsrc, hdt, (size_t)n);
+    if ((rc = tensor_new_external(d, TENSOR_F32, 1, &n, tbuf, NULL, NULL, &T, e)) < 0)
+        goto fail;
+    if ((rc = tensor_write_f32(T, host, n, e)) < 0)
+        goto fail;
+    struct pm_weight tw = *sw; /* the f32 copy, as the target of src's patches */
+    tw.dt = TENSOR_F32;
+    tw.bytes = (size_t)n * sizeof(float);
+    for (int i = 0; i < src->npatches; i++) {
+        const struct pm_patch *q = &src->patches[i];
+        if (q->layer != l->src_layer || q->index != l->src_index || pm__patch_is_noop(q))
+            continue;
+        if ((rc = apply_patch(d, &tw, tbuf, q, e)) < 0)
+            goto fail;
+    }
+    rc = tensor_axpby(W, pp->strength_model, W, pp->strength, T, e);
+fail:
+    tensor_free(T);
+    tensor_free(W);
+    dev_free(d, tbuf); /* as a tensor's own storage is freed (stream-ordered on CUDA) */
+    xfree(host);
+    if (rc < 0)
+        err_prefix(e, "merge patch of '%s'", w->key);
+    return rc;
+}
+
 int pm__apply_patches(struct patcher *p, int layer, void *buf, struct dev *d, struct err *e)
 {
     const struct pm_layer *L = &p->model->layers[layer];
     for (int i = 0; i < p->npatches; i++) {
         const struct pm_patch *pp = &p->patches[i];
         /* Strength 0 adds nothing: skipping it keeps the bytes identical to no LoRA. */
-        if (pp->layer != layer || pp->strength == 0.0f)
+        if (pp->layer != layer || pm__patch_is_noop(pp))
             continue;
         const struct pm_weight *w = &L->w[pp->index];
-        int rc = apply_one(d, w, (char *)buf + w->off, pp, e);
+        int rc = apply_patch(d, w, (char *)buf + w->off, pp, e);
         if (rc < 0)
             return rc;
     }

@@ -281,6 +281,39 @@ int node_files_next_counter(const char *dir, const char *filename)
     return best + 1;
 }
 
+int node_files_save_path(const struct node_env *env, const char *prefix,
+                         struct node_save_path *out)
+{
+    struct buf norm;
+    buf_init(&norm);
+    buf_init(&out->dir);
+    buf_init(&out->subfolder);
+    buf_init(&out->filename);
+    out->counter = 0;
+    int rc = node_files_normalize_rel(prefix ? prefix : "", &norm) < 0 ? ERR_DENIED : 0;
+    const char *n = norm.ptr;
+    const char *slash = strrchr(n, '/');
+    if (rc == 0) {
+        buf_add(&out->subfolder, n, slash ? (size_t)(slash - n) : 0);
+        buf_adds(&out->filename, slash ? slash + 1 : n);
+        buf_printf(&out->dir, "%s%s%.*s", env->output_dir, slash ? "/" : "",
+                   slash ? (int)(slash - n) : 0, n);
+        if (node_files_mkdirs(out->dir.ptr) < 0)
+            rc = ERR_IO;
+    }
+    if (rc == 0)
+        out->counter = node_files_next_counter(out->dir.ptr, out->filename.ptr);
+    buf_release(&norm);
+    return rc;
+}
+
+void node_save_path_release(struct node_save_path *s)
+{
+    buf_release(&s->dir);
+    buf_release(&s->subfolder);
+    buf_release(&s->filename);
+}
+
 int node_files_input_sha256_hex(const struct node_env *env, const char *name, struct buf *out)
 {
     struct buf path;

@@ -55,6 +55,24 @@ int node_files_mkdirs(const char *path);
 int node_files_normalize_rel(const char *in, struct buf *out);
 int node_files_next_counter(const char *dir, const char *filename);
 
+/*
+ * Where a save node writes (folder_paths.get_save_image_path, comfy-api.md §8.1):
+ * `prefix` normalised inside the output folder and split into its subfolder and file
+ * name, the folder created, and the next counter for the file name there. Strings are
+ * never NULL after success. Returns 0, ERR_DENIED when the prefix climbs out of the
+ * output folder (nothing is created), or ERR_IO when the folder cannot be made. Release
+ * with node_save_path_release (also after a failure).
+ */
+struct node_save_path {
+    struct buf dir;       /* <output_dir>[/<subfolder>] */
+    struct buf subfolder; /* "" or "a/b" */
+    struct buf filename;  /* the prefix's last part */
+    int counter;          /* 1, 2, ... */
+};
+int node_files_save_path(const struct node_env *env, const char *prefix,
+                         struct node_save_path *out);
+void node_save_path_release(struct node_save_path *s);
+
 /* IS_CHANGED of the load nodes (LoadImage, LoadLatent): the SHA-256 of the input file
  * `name` names, in hex. Returns 0 or the resolve/read error. */
 int node_files_input_sha256_hex(const struct node_env *env, const char *name, struct buf *out);

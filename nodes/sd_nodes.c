@@ -30,6 +30,13 @@ static const struct node_class *const sd_classes[] = {
     &sd_lora_loader_model_only,
 };
 
+static const struct node_class *const sd_merge_classes[] = {
+    &sd_model_merge_simple, &sd_model_merge_blocks, &sd_model_merge_subtract,
+    &sd_model_merge_add,    &sd_checkpoint_save,    &sd_clip_merge_simple,
+    &sd_clip_merge_subtract, &sd_clip_merge_add,    &sd_clip_save,
+    &sd_vae_save,           &sd_model_save,
+};
+
 void nodes_sd_register(struct node_registry *r)
 {
     node_registry_add_all(r, sd_classes, sizeof(sd_classes) / sizeof(sd_classes[0]));
@@ -37,6 +44,9 @@ void nodes_sd_register(struct node_registry *r)
     /* comfy_extras load after nodes.py: their classes follow in /object_info. */
     nodes_sd_custom_register(r);
     nodes_sd_latent_extras_register(r);
+    /* comfy_extras.nodes_model_merging, in its NODE_CLASS_MAPPINGS order */
+    node_registry_add_all(r, sd_merge_classes,
+                          sizeof(sd_merge_classes) / sizeof(sd_merge_classes[0]));
     /* comfy_extras.nodes_clip_sdxl, in its get_node_list order */
     node_registry_add(r, &sd_clip_text_encode_sdxl_refiner);
     node_registry_add(r, &sd_clip_text_encode_sdxl);

@@ -2,7 +2,7 @@
  * sd_nodes — the SD1.5 node family: model nodes (CheckpointLoaderSimple, VAELoader,
  * CLIPTextEncode, CLIPSetLastLayer, VAEDecode, VAEDecodeTiled, VAEEncode,
  * VAEEncodeForInpaint, VAEEncodeTiled,
- * LoraLoader, LoraLoaderModelOnly),
+ * LoraLoader, LoraLoaderModelOnly, the model merging and saving nodes),
  * latent nodes (EmptyLatentImage,
  * LatentUpscale, LatentUpscaleBy, SetLatentNoiseMask), conditioning edits
  * (ConditioningCombine, ConditioningSetArea, ConditioningZeroOut) and the
@@ -51,5 +51,17 @@ extern const struct node_class sd_vae_encode_for_inpaint;
 extern const struct node_class sd_vae_encode_tiled;
 extern const struct node_class sd_lora_loader;
 extern const struct node_class sd_lora_loader_model_only;
+/* comfy_extras.nodes_model_merging: sd_merge_nodes.c, sd_save_nodes.c */
+extern const struct node_class sd_model_merge_simple;
+extern const struct node_class sd_model_merge_blocks;
+extern const struct node_class sd_model_merge_subtract;
+extern const struct node_class sd_model_merge_add;
+extern const struct node_class sd_clip_merge_simple;
+extern const struct node_class sd_clip_merge_subtract;
+extern const struct node_class sd_clip_merge_add;
+extern const struct node_class sd_checkpoint_save;
+extern const struct node_class sd_clip_save;
+extern const struct node_class sd_vae_save;
+extern const struct node_class sd_model_save;
 
 #endif
