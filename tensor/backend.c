@@ -28,6 +28,7 @@ static const char *const op_names[TENSOR__OP_N] = {
     [TENSOR__OP_SOFTMAX] = "softmax",     [TENSOR__OP_ATTENTION] = "attention",
     [TENSOR__OP_BINARY] = "add/mul",      [TENSOR__OP_LINCOMB] = "lincomb",
     [TENSOR__OP_UPSAMPLE] = "upsample",   [TENSOR__OP_EMBEDDING] = "embedding",
+    [TENSOR__OP_PRELU] = "prelu",         [TENSOR__OP_PIXEL_SHUFFLE] = "pixel_shuffle",
 };
 
 const struct tensor__backend *tensor__backend_for(const struct dev *d)

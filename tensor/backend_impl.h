@@ -49,6 +49,8 @@ enum tensor__op {
     TENSOR__OP_LINCOMB,
     TENSOR__OP_UPSAMPLE,
     TENSOR__OP_EMBEDDING,
+    TENSOR__OP_PRELU,
+    TENSOR__OP_PIXEL_SHUFFLE,
     TENSOR__OP_N
 };
 
@@ -59,6 +61,7 @@ enum tensor__unary {
     TENSOR__QUICK_GELU,
     TENSOR__SCALE, /* p0 = factor */
     TENSOR__CLAMP, /* [p0, p1] */
+    TENSOR__LEAKY_RELU, /* p0 = negative slope */
 };
 
 /* How a binary op's operands broadcast to its output, worked out by the entry point so
@@ -109,6 +112,12 @@ struct tensor__backend {
     int (*upsample)(struct tensor *out, const struct tensor *x, struct err *e);
     int (*embedding)(struct tensor *out, const struct tensor *table, const int32_t *ids,
                      int64_t n, struct err *e);
+    /* slope has x's channel count of elements. */
+    int (*prelu)(struct tensor *out, const struct tensor *x, const struct tensor *slope,
+                 struct err *e);
+    /* tensor_pixel_shuffle (inverse 0) or tensor_pixel_unshuffle (inverse 1). */
+    int (*pixel_shuffle)(struct tensor *out, const struct tensor *x, int r, int inverse,
+                         struct err *e);
     /* Optional: drop per-process state (thread pool, handles, workspaces); NULL: none. */
     void (*shutdown)(void);
 };

@@ -132,6 +132,41 @@ int tensor_upsample_nearest(struct tensor *out, const struct tensor *x, struct e
     return be->upsample(out, x, e);
 }
 
+static int pixel_shuffle(const char *op, struct tensor *out, const struct tensor *x, int r,
+                         int inverse, struct err *e)
+{
+    char b1[96], b2[96];
+    const struct tensor__backend *be;
+    int rc;
+    if ((rc = check_devs(op, e, &be, 2, 2, out, x)) < 0)
+        return rc;
+    /* (big, small): the r x r side and the side with r*r times the channels. */
+    const struct tensor *big = inverse ? x : out, *small = inverse ? out : x;
+    int ok = r >= 1 && r <= 64 && x->ndim == 4 && out->ndim == 4 &&
+             out->shape[0] == x->shape[0] && small->shape[1] == big->shape[1] * r * r;
+    if (ok && inverse)
+        ok = out->shape[2] == (x->shape[2] + r - 1) / r && out->shape[3] == (x->shape[3] + r - 1) / r;
+    else if (ok)
+        ok = out->shape[2] == x->shape[2] * r && out->shape[3] == x->shape[3] * r;
+    if (!ok)
+        return err_set(e, ERR_INVALID, "%s: factor %d, %s into %s", op, r, shp(x, b1),
+                       shp(out, b2));
+    if ((rc = tensor__backend_check(be, !!be->pixel_shuffle, TENSOR__OP_PIXEL_SHUFFLE,
+                                    out->dtype, e)) < 0)
+        return rc;
+    return be->pixel_shuffle(out, x, r, inverse, e);
+}
+
+int tensor_pixel_shuffle(struct tensor *out, const struct tensor *x, int r, struct err *e)
+{
+    return pixel_shuffle("pixel_shuffle", out, x, r, 0, e);
+}
+
+int tensor_pixel_unshuffle(struct tensor *out, const struct tensor *x, int r, struct err *e)
+{
+    return pixel_shuffle("pixel_unshuffle", out, x, r, 1, e);
+}
+
 void tensor__nearest_map(int64_t *map, int64_t in, int64_t out)
 {
     /* PyTorch's 'nearest': scale computed in float32, src = min(floor(dst * scale), in-1). */

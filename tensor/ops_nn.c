@@ -81,6 +81,27 @@ int tensor_clamp(struct tensor *out, const struct tensor *x, float lo, float hi,
     return unary("clamp", out, x, TENSOR__CLAMP, lo, hi, e);
 }
 
+int tensor_leaky_relu(struct tensor *out, const struct tensor *x, float slope, struct err *e)
+{
+    return unary("leaky_relu", out, x, TENSOR__LEAKY_RELU, slope, 0, e);
+}
+
+int tensor_prelu(struct tensor *out, const struct tensor *x, const struct tensor *slope,
+                 struct err *e)
+{
+    char b1[96], b2[96], b3[96];
+    const struct tensor__backend *be;
+    int rc;
+    if ((rc = check_devs("prelu", e, &be, 3, 3, out, x, slope)) < 0)
+        return rc;
+    if (x->ndim < 2 || !tensor_same_shape(out, x) || tensor_numel(slope) != x->shape[1])
+        return err_set(e, ERR_INVALID, "prelu: %s with slopes %s into %s", shp(x, b1),
+                       shp(slope, b2), shp(out, b3));
+    if ((rc = tensor__backend_check(be, !!be->prelu, TENSOR__OP_PRELU, out->dtype, e)) < 0)
+        return rc;
+    return be->prelu(out, x, slope, e);
+}
+
 int tensor_geglu(struct tensor *out, const struct tensor *x, struct err *e)
 {
     char b1[96], b2[96];

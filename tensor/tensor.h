@@ -239,6 +239,16 @@ int tensor_silu(struct tensor *out, const struct tensor *x, struct err *e);     
 int tensor_gelu(struct tensor *out, const struct tensor *x, struct err *e);       /* exact erf */
 int tensor_quick_gelu(struct tensor *out, const struct tensor *x, struct err *e); /* x*sigmoid(1.702x) */
 
+/* LeakyReLU: out = x >= 0 ? x : slope * x (ESRGAN's RRDBNet uses slope 0.2). */
+int tensor_leaky_relu(struct tensor *out, const struct tensor *x, float slope, struct err *e);
+
+/*
+ * PReLU with one learned slope per channel (torch.nn.PReLU(num_parameters=C)):
+ * x [N, C, ...], slope [C] (any shape with C elements), out = x >= 0 ? x : slope[c] * x.
+ */
+int tensor_prelu(struct tensor *out, const struct tensor *x, const struct tensor *slope,
+                 struct err *e);
+
 /* x [..., 2n] -> out [..., n] = x[..., :n] * gelu(x[..., n:]) (value first, gate second). */
 int tensor_geglu(struct tensor *out, const struct tensor *x, struct err *e);
 
@@ -294,6 +304,21 @@ int tensor_concat(struct tensor *out, const struct tensor *a, const struct tenso
  * 2x gives src = dst / 2. out must not alias x.
  */
 int tensor_upsample_nearest(struct tensor *out, const struct tensor *x, struct err *e);
+
+/*
+ * torch.nn.functional.pixel_shuffle: x [N, C*r*r, H, W] -> out [N, C, H*r, W*r] with
+ * out[n, c, h*r + i, w*r + j] = x[n, c*r*r + i*r + j, h, w] (r >= 1). out must not alias x.
+ */
+int tensor_pixel_shuffle(struct tensor *out, const struct tensor *x, int r, struct err *e);
+
+/*
+ * The inverse, torch.nn.functional.pixel_unshuffle, of x reflect-padded at the bottom
+ * and right to multiples of r first (F.pad(x, (0, pw, 0, ph), "reflect"), as ESRGAN's
+ * scale-1/2 models do): x [N, C, H, W] -> out [N, C*r*r, ceil(H/r), ceil(W/r)]. A padded
+ * row H + k reads row H - 2 - k (clamped to 0 for H < 2, where PyTorch refuses).
+ * out must not alias x.
+ */
+int tensor_pixel_unshuffle(struct tensor *out, const struct tensor *x, int r, struct err *e);
 
 /* ---- embeddings ----------------------------------------------------------------------- */
 

@@ -32,5 +32,7 @@ const struct tensor__backend tensor__cpu_backend = {
     .lincomb = tensor__cpu_lincomb,
     .upsample = tensor__cpu_upsample,
     .embedding = tensor__cpu_embedding,
+    .prelu = tensor__cpu_prelu,
+    .pixel_shuffle = tensor__cpu_pixel_shuffle,
     .shutdown = cpu_shutdown,
 };

@@ -20,6 +20,8 @@ int tensor__cpu_lincomb(struct tensor *out, int n, const float *coef,
 int tensor__cpu_upsample(struct tensor *out, const struct tensor *x, struct err *e);
 int tensor__cpu_embedding(struct tensor *out, const struct tensor *table, const int32_t *ids,
                           int64_t n, struct err *e);
+int tensor__cpu_pixel_shuffle(struct tensor *out, const struct tensor *x, int r, int inverse,
+                              struct err *e);
 /* op_linalg.c */
 int tensor__cpu_matmul(struct tensor *out, const struct tensor *a, const struct tensor *b,
                        int trans_a, int trans_b, float alpha, struct err *e);
@@ -44,6 +46,8 @@ int tensor__cpu_layer_norm(struct tensor *out, const struct tensor *x,
 int tensor__cpu_unary(struct tensor *out, const struct tensor *x, enum tensor__unary kind,
                       float p0, float p1, struct err *e);
 int tensor__cpu_geglu(struct tensor *out, const struct tensor *x, struct err *e);
+int tensor__cpu_prelu(struct tensor *out, const struct tensor *x, const struct tensor *slope,
+                      struct err *e);
 int tensor__cpu_softmax(struct tensor *out, const struct tensor *x, struct err *e);
 
 #endif

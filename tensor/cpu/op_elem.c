@@ -100,6 +100,52 @@ int tensor__cpu_upsample(struct tensor *out, const struct tensor *x, struct err 
     return 0;
 }
 
+/* Row/column i of an axis of n reflect-padded at its end (F.pad "reflect"): n + k reads
+ * n - 2 - k, clamped to 0 for axes too short to mirror. */
+static int64_t reflect_end(int64_t i, int64_t n)
+{
+    if (i < n)
+        return i;
+    i = 2 * n - 2 - i;
+    return i < 0 ? 0 : i;
+}
+
+/*
+ * Both directions walk the r x r side (`big`, [N, C, Hb, Wb]) and address the channel
+ * side (`small`, [N, C*r*r, Hs, Ws]): channel c*r*r + i*r + j, pixel (y/r, x/r) holds big
+ * pixel (y, x) with i = y % r, j = x % r. Unshuffle reads big past its end reflected.
+ */
+int tensor__cpu_pixel_shuffle(struct tensor *out, const struct tensor *x, int r, int inverse,
+                              struct err *e)
+{
+    double pt0 = tensor__prof_t0();
+    struct hbuf hx, hO;
+    const float *px = hin(x, &hx);
+    float *po = hout(out, &hO);
+    const struct tensor *small = inverse ? out : x;
+    int64_t n = x->shape[0], cs = small->shape[1], hs = small->shape[2], ws = small->shape[3];
+    int64_t c = cs / ((int64_t)r * r), hb = hs * r, wb = ws * r;
+    /* The real extent of the big side: out's when shuffling, x's (unpadded) otherwise. */
+    int64_t hr = inverse ? x->shape[2] : hb, wr = inverse ? x->shape[3] : wb;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t y = 0; y < hb; y++) {
+                int64_t i = y % r, sy = y / r, yy = reflect_end(y, hr);
+                for (int64_t xx = 0; xx < wb; xx++) {
+                    int64_t j = xx % r, sc = ch * r * r + i * r + j;
+                    int64_t si = ((b * cs + sc) * hs + sy) * ws + xx / r;
+                    if (inverse)
+                        po[si] = px[((b * c + ch) * hr + yy) * wr + reflect_end(xx, wr)];
+                    else
+                        po[((b * c + ch) * hb + y) * wb + xx] = px[si];
+                }
+            }
+    hfree(&hx);
+    hout_done(out, &hO);
+    tensor__prof_end(TENSOR__PROF_COPY, pt0, 0);
+    return 0;
+}
+
 int tensor__cpu_embedding(struct tensor *out, const struct tensor *table, const int32_t *ids,
                           int64_t n, struct err *e)
 {

@@ -56,8 +56,34 @@ int tensor__cpu_unary(struct tensor *out, const struct tensor *x, enum tensor__u
         for (int64_t i = 0; i < n; i++)
             po[i] = px[i] < p0 ? p0 : px[i] > p1 ? p1 : px[i];
         break;
+    case TENSOR__LEAKY_RELU:
+        for (int64_t i = 0; i < n; i++)
+            po[i] = px[i] >= 0.0f ? px[i] : px[i] * p0;
+        break;
     }
     hfree(&hx);
+    hout_done(out, &ho);
+    tensor__prof_end(TENSOR__PROF_ACT, pt0, 0);
+    return 0;
+}
+
+int tensor__cpu_prelu(struct tensor *out, const struct tensor *x, const struct tensor *slope,
+                      struct err *e)
+{
+    double pt0 = tensor__prof_t0();
+    struct hbuf hx, hs, ho;
+    const float *px = hin(x, &hx), *ps = hin(slope, &hs);
+    float *po = hout(out, &ho);
+    int64_t n = x->shape[0], c = x->shape[1], plane = tensor_numel(x) / (n * c);
+    for (int64_t i = 0; i < n * c; i++) {
+        float a = ps[i % c];
+        const float *src = px + i * plane;
+        float *dst = po + i * plane;
+        for (int64_t k = 0; k < plane; k++)
+            dst[k] = src[k] >= 0.0f ? src[k] : src[k] * a;
+    }
+    hfree(&hx);
+    hfree(&hs);
     hout_done(out, &ho);
     tensor__prof_end(TENSOR__PROF_ACT, pt0, 0);
     return 0;

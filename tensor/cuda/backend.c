@@ -29,5 +29,7 @@ const struct tensor__backend tensor__cuda_backend = {
     .lincomb = tensor__cuda_lincomb,
     .upsample = tensor__cuda_upsample,
     .embedding = tensor__cuda_embedding,
+    .prelu = tensor__cuda_prelu,
+    .pixel_shuffle = tensor__cuda_pixel_shuffle,
     .shutdown = tensor__cuda_shutdown,
 };

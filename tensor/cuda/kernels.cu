@@ -65,6 +65,7 @@ static __device__ float act(float x, int kind, float p0, float p1)
     case TENSOR__GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     case TENSOR__QUICK_GELU: return x / (1.0f + expf(-1.702f * x));
     case TENSOR__SCALE: return x * p0;
+    case TENSOR__LEAKY_RELU: return x >= 0.0f ? x : x * p0;
     default: return fminf(fmaxf(x, p0), p1);
     }
 }
@@ -384,6 +385,64 @@ int tensor__cuda_upsample(struct tensor *out, const struct tensor *x, struct err
     k_upsample<<<cu_blocks(n, 256), 256, 0, cu_stream(out)>>>(
         tensor_data(out), out->dtype, cu_layout(out), tensor_data(x), x->dtype, cu_layout(x),
         x->shape[2], x->shape[3], out->shape[2], out->shape[3], n);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+__global__ void k_prelu(void *o, int odt, cu_lay ol, const void *x, int xdt, cu_lay xl,
+                        const void *s, int sdt, cu_lay sl, int64_t c, int64_t plane, int64_t n)
+{
+    CU_FOR(i, n)
+    {
+        float v = ld(x, xdt, cu_off(xl, i)), a = ld(s, sdt, cu_off(sl, i / plane % c));
+        st(o, odt, cu_off(ol, i), v >= 0.0f ? v : v * a);
+    }
+}
+
+int tensor__cuda_prelu(struct tensor *out, const struct tensor *x, const struct tensor *slope,
+                       struct err *e)
+{
+    int64_t n = tensor_numel(out), c = x->shape[1], plane = n / (x->shape[0] * c);
+    k_prelu<<<cu_blocks(n, 256), 256, 0, cu_stream(out)>>>(
+        tensor_data(out), out->dtype, cu_layout(out), tensor_data(x), x->dtype, cu_layout(x),
+        tensor_data(slope), slope->dtype, cu_layout(slope), c, plane, n);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* As the CPU's tensor__cpu_pixel_shuffle: one thread per element of the r x r side
+ * (`big`), which unshuffle reads reflected past x's real extent (hr, wr). */
+__global__ void k_pixel_shuffle(void *o, int odt, cu_lay ol, const void *x, int xdt, cu_lay xl,
+                                int64_t c, int64_t hb, int64_t wb, int64_t hr, int64_t wr, int r,
+                                int inverse, int64_t n)
+{
+    CU_FOR(k, n)
+    {
+        int64_t xx = k % wb, y = k / wb % hb, ch = k / (wb * hb) % c, b = k / (wb * hb * c);
+        int64_t hs = hb / r, ws = wb / r, cs = c * r * r;
+        int64_t sc = ch * r * r + (y % r) * r + xx % r;
+        int64_t si = ((b * cs + sc) * hs + y / r) * ws + xx / r;
+        if (inverse) {
+            int64_t yy = y < hr ? y : 2 * hr - 2 - y, xr = xx < wr ? xx : 2 * wr - 2 - xx;
+            yy = yy < 0 ? 0 : yy;
+            xr = xr < 0 ? 0 : xr;
+            st(o, odt, cu_off(ol, si), ld(x, xdt, cu_off(xl, ((b * c + ch) * hr + yy) * wr + xr)));
+        } else {
+            st(o, odt, cu_off(ol, k), ld(x, xdt, cu_off(xl, si)));
+        }
+    }
+}
+
+int tensor__cuda_pixel_shuffle(struct tensor *out, const struct tensor *x, int r, int inverse,
+                               struct err *e)
+{
+    const struct tensor *small = inverse ? out : x;
+    int64_t c = small->shape[1] / ((int64_t)r * r), hb = small->shape[2] * r, wb = small->shape[3] * r;
+    int64_t hr = inverse ? x->shape[2] : hb, wr = inverse ? x->shape[3] : wb;
+    int64_t n = x->shape[0] * c * hb * wb;
+    k_pixel_shuffle<<<cu_blocks(n, 256), 256, 0, cu_stream(out)>>>(
+        tensor_data(out), out->dtype, cu_layout(out), tensor_data(x), x->dtype, cu_layout(x), c,
+        hb, wb, hr, wr, r, inverse, n);
     LAUNCH_CHECK();
     return 0;
 }

@@ -53,6 +53,10 @@ int tensor__cuda_lincomb(struct tensor *out, int n, const float *coef,
 int tensor__cuda_upsample(struct tensor *out, const struct tensor *x, struct err *e);
 int tensor__cuda_embedding(struct tensor *out, const struct tensor *table, const int32_t *ids,
                            int64_t n, struct err *e);
+int tensor__cuda_prelu(struct tensor *out, const struct tensor *x, const struct tensor *slope,
+                       struct err *e);
+int tensor__cuda_pixel_shuffle(struct tensor *out, const struct tensor *x, int r, int inverse,
+                               struct err *e);
 void tensor__cuda_shutdown(void);
 
 /* Attention score buffer cap and the query chunk it implies (shared with the
