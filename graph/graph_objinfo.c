@@ -92,6 +92,16 @@ cJSON *gobj_input_spec(const struct node_env *env, const struct node_input_def *
     return spec;
 }
 
+/* A V3 input: always an options object, and a String states multiline even when false
+ * (comfy_api's String.Input.as_dict). */
+static cJSON *v3_input_spec(const struct node_env *env, const struct node_input_def *in)
+{
+    cJSON *spec = gobj_input_spec(env, in, 1);
+    if (!strcmp(in->type, "STRING") && !in->multiline)
+        cJSON_AddFalseToObject(cJSON_GetArrayItem(spec, 1), "multiline");
+    return spec;
+}
+
 static const char *group_name(enum node_input_group g)
 {
     return g == NODE_INPUT_OPTIONAL ? "optional" : g == NODE_INPUT_HIDDEN ? "hidden" : "required";
@@ -139,8 +149,10 @@ cJSON *gobj_node_info(const struct node_env *env, const struct node_class *cls)
                 cJSON_AddStringToObject(grp, in->name, in->type);
             else if (v3 && !strcmp(in->type, NODE_COMBO))
                 cJSON_AddItemToObject(grp, in->name, v3_combo_spec(env, in));
+            else if (v3)
+                cJSON_AddItemToObject(grp, in->name, v3_input_spec(env, in));
             else
-                cJSON_AddItemToObject(grp, in->name, gobj_input_spec(env, in, v3 || in->empty_opts));
+                cJSON_AddItemToObject(grp, in->name, gobj_input_spec(env, in, in->empty_opts));
             cJSON_AddItemToArray(ord, cJSON_CreateString(in->name));
         }
     }

@@ -36,20 +36,20 @@ static const struct node_output_def bool_out[] = {{.type = "BOOLEAN"}, NODE_OUTP
 
 static const struct node_class prim_string = {
     .name = "PrimitiveString", .display_name = "String", .category = PRIM_CATEGORY,
-    .python_module = PRIM_MODULE, .inputs = string_in, .outputs = string_out, .run = prim_run};
+    .python_module = PRIM_MODULE, .flags = NODE_CLASS_V3, .inputs = string_in, .outputs = string_out, .run = prim_run};
 static const struct node_class prim_string_ml = {
     .name = "PrimitiveStringMultiline", .display_name = "String (Multiline)",
-    .category = PRIM_CATEGORY, .python_module = PRIM_MODULE, .inputs = string_ml_in,
+    .category = PRIM_CATEGORY, .python_module = PRIM_MODULE, .flags = NODE_CLASS_V3, .inputs = string_ml_in,
     .outputs = string_out, .run = prim_run};
 static const struct node_class prim_int = {
     .name = "PrimitiveInt", .display_name = "Int", .category = PRIM_CATEGORY,
-    .python_module = PRIM_MODULE, .inputs = int_in, .outputs = int_out, .run = prim_run};
+    .python_module = PRIM_MODULE, .flags = NODE_CLASS_V3, .inputs = int_in, .outputs = int_out, .run = prim_run};
 static const struct node_class prim_float = {
     .name = "PrimitiveFloat", .display_name = "Float", .category = PRIM_CATEGORY,
-    .python_module = PRIM_MODULE, .inputs = float_in, .outputs = float_out, .run = prim_run};
+    .python_module = PRIM_MODULE, .flags = NODE_CLASS_V3, .inputs = float_in, .outputs = float_out, .run = prim_run};
 static const struct node_class prim_bool = {
     .name = "PrimitiveBoolean", .display_name = "Boolean", .category = PRIM_CATEGORY,
-    .python_module = PRIM_MODULE, .inputs = bool_in, .outputs = bool_out, .run = prim_run};
+    .python_module = PRIM_MODULE, .flags = NODE_CLASS_V3, .inputs = bool_in, .outputs = bool_out, .run = prim_run};
 
 static const struct node_class *const primitive_classes[] = {
     &prim_string, &prim_string_ml, &prim_int, &prim_float, &prim_bool};

@@ -147,6 +147,7 @@ NAMESPACE = {
     # A model folder's listing: ["$UPSCALE_MODELS"] for "upscale_models" (tests fill it in).
     "folder_paths": SimpleNamespace(get_filename_list=lambda folder: ["$" + folder.upper()]),
     "nodes": SimpleNamespace(MAX_RESOLUTION=MAX_RESOLUTION),
+    "sys": SimpleNamespace(maxsize=2**63 - 1),  # PrimitiveInt's min/max
     "io": _V3IO(),
     "IO": _Names(),
     "comfy": SimpleNamespace(samplers=SimpleNamespace(
@@ -221,6 +222,9 @@ def node_info(module, classes, name, display):
         "category": get("CATEGORY", "sd"),
         "output_node": bool(get("OUTPUT_NODE", False)),
         **({"output_tooltips": list(get("OUTPUT_TOOLTIPS"))} if get("OUTPUT_TOOLTIPS") else {}),
+        # server.py adds these only when set (ControlNetApply is DEPRECATED)
+        **({"deprecated": True} if get("DEPRECATED", False) else {}),
+        **({"experimental": True} if get("EXPERIMENTAL", False) else {}),
     }
 
 

@@ -5,7 +5,7 @@
 //     output_tooltips [null], COMBO with options), nodes_mask.json and nodes_clip_sdxl.json
 //     (CLIPTextEncodeSDXLRefiner, CLIPTextEncodeSDXL: registered without a model),
 //     SaveLatent/LoadLatent with LoadLatent's listing of the input folder, and the image
-//     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json;
+//     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json; the string and primitive nodes;
 //   - bad input: an empty CropMask is an execution_error and the server keeps serving; a
 //     mask of another size composites (resized, as ComfyUI does).
 "use strict";
@@ -30,6 +30,10 @@ const WANT = {
   "nodes_images.json": ["ImageCrop", "RepeatImageBatch", "ImageFromBatch", "ImageAddNoise", "GetImageSize",
     "ImageRotate", "ImageFlip", "ImageScaleToMaxDimension"],
   "nodes_post_processing.json": ["ImageBlend", "ImageBlur", "ImageSharpen", "ImageScaleToTotalPixels"],
+  "nodes_string.json": ["StringConcatenate", "StringSubstring", "StringLength", "CaseConverter", "StringTrim",
+    "StringReplace", "StringContains", "StringCompare"],
+  "nodes_primitive.json": ["PrimitiveString", "PrimitiveStringMultiline", "PrimitiveInt", "PrimitiveFloat",
+    "PrimitiveBoolean"],
 };
 
 let S = null;

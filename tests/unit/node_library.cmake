@@ -8,3 +8,5 @@ latentd_add_test(test_sd_latent_io SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sd_lat
                  LIBS latentd_nodes LABELS unit TIMEOUT 60)
 latentd_add_test(test_nodes_image SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_nodes_image.c
                  LIBS latentd_nodes LABELS unit TIMEOUT 60)
+latentd_add_test(test_nodes_string SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_nodes_string.c
+                 LIBS latentd_nodes LABELS unit TIMEOUT 60)
