@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "clip_tokenizer.h"
 #include "memmgr.h"
+#include "sd_control.h"
 #include "text_encoder.h"
 #include "unet.h"
 #include "vae.h"
@@ -61,11 +62,37 @@ struct unet_impl {
     struct patcher *p;          /* owned reference */
     struct model_config cfg;
     struct mm_report rep;       /* of the current sampling node */
+    const struct sampling_discrete *ms; /* borrowed from the sd_model that owns this */
 };
 
-static int unet_apply_y(void *impl, const float *x_in, int batch, int h, int w, const float *ts,
-                        const float *ctx, int tokens, int dim, const float *y_in, int adm_dim,
-                        float *eps_out, struct err *e)
+/* The residuals of `control` for this call, then the UNet with them. */
+static int unet_eval_with(struct unet_impl *u, const struct tensor *x, const float *ts,
+                          const struct tensor *c, const struct tensor *y,
+                          const struct sd_control *control, float sigma, int per_batch,
+                          struct tensor *eps, struct err *e)
+{
+    struct controlnet_out co;
+    struct unet_control uc;
+    int rc = 0;
+    memset(&co, 0, sizeof(co));
+    if (control && (rc = sd_control_eval(control, u->ms, sigma, x, ts, c, y, per_batch, &co,
+                                         e)) < 0)
+        goto out;
+    controlnet_out_view(&co, &uc);
+    for (const struct sd_control *k = control; k && rc == 0; k = k->prev)
+        rc = vouch(k->cn->p, e);
+    if (rc == 0 && (rc = unet_eval_control(u->p, &u->cfg.unet, x, ts, c, y, control ? &uc : NULL,
+                                           eps, e)) == 0)
+        rc = vouch(u->p, e);
+out:
+    controlnet_out_release(&co);
+    return rc;
+}
+
+static int unet_apply_control(void *impl, const float *x_in, int batch, int h, int w,
+                              const float *ts, const float *ctx, int tokens, int dim,
+                              const float *y_in, int adm_dim, const struct sd_control *control,
+                              float sigma, int per_batch, float *eps_out, struct err *e)
 {
     struct unet_impl *u = impl;
     struct dev *d = patcher_device(u->p);
@@ -77,8 +104,7 @@ static int unet_apply_y(void *impl, const float *x_in, int batch, int h, int w, 
         (y_in && (rc = dev_tensor(d, 2, ys, y_in, &y, e)) < 0) ||
         (rc = dev_tensor(d, 4, xs, NULL, &eps, e)) < 0)
         goto out;
-    if ((rc = unet_eval(u->p, &u->cfg.unet, x, ts, c, y, eps, NULL, e)) < 0 ||
-        (rc = vouch(u->p, e)) < 0)
+    if ((rc = unet_eval_with(u, x, ts, c, y, control, sigma, per_batch, eps, e)) < 0)
         goto out;
     rc = tensor_read_f32(eps, eps_out, tensor_numel(eps), e);
 out:
@@ -89,10 +115,28 @@ out:
     return rc;
 }
 
+static int unet_apply_y(void *impl, const float *x_in, int batch, int h, int w, const float *ts,
+                        const float *ctx, int tokens, int dim, const float *y_in, int adm_dim,
+                        float *eps_out, struct err *e)
+{
+    return unet_apply_control(impl, x_in, batch, h, w, ts, ctx, tokens, dim, y_in, adm_dim, NULL,
+                              0.0f, batch, eps_out, e);
+}
+
 static int unet_apply(void *impl, const float *x_in, int batch, int h, int w, const float *ts,
                       const float *ctx, int tokens, int dim, float *eps_out, struct err *e)
 {
     return unet_apply_y(impl, x_in, batch, h, w, ts, ctx, tokens, dim, NULL, 0, eps_out, e);
+}
+
+/* The UNet's own peak plus the x, context and eps tensors of one call. */
+static size_t unet_call_bytes(const struct unet_impl *u, int max_batch, int h, int w,
+                              int max_tokens)
+{
+    size_t io =
+        (size_t)max_batch *
+        ((size_t)8 * h * w + (size_t)max_tokens * u->cfg.unet.ctx_dim + u->cfg.unet.adm_in) * 4;
+    return unet_plan_bytes(&u->cfg.unet, max_batch, h, w, max_tokens) + io;
 }
 
 static int unet_prepare(void *impl, struct mm *mm, int max_batch, int h, int w, int max_tokens,
@@ -101,12 +145,67 @@ static int unet_prepare(void *impl, struct mm *mm, int max_batch, int h, int w, 
     struct unet_impl *u = impl;
     if (!mm)
         return no_mm(e);
-    /* The UNet's own peak plus the x, context and eps tensors of one call. */
-    size_t io =
-        (size_t)max_batch *
-        ((size_t)8 * h * w + (size_t)max_tokens * u->cfg.unet.ctx_dim + u->cfg.unet.adm_in) * 4;
-    size_t act = unet_plan_bytes(&u->cfg.unet, max_batch, h, w, max_tokens) + io;
-    return load_one(mm, u->p, act, &u->rep, e);
+    return load_one(mm, u->p, unet_call_bytes(u, max_batch, h, w, max_tokens), &u->rep, e);
+}
+
+/* A ControlNet fits the model: its family, and the trunk whose skips it adds to. */
+static int control_fits(const struct unet_impl *u, const struct controlnet *cn, struct err *e)
+{
+    const struct unet_arch *a = &u->cfg.unet, *b = &cn->cfg.unet;
+    const char *mf = model_family_get(u->cfg.family)->name;
+    if (cn->cfg.family != u->cfg.family)
+        return err_set(e, ERR_INVALID, "this ControlNet is for %s, the model is %s",
+                       model_family_get(cn->cfg.family)->name, mf);
+    int same = a->model_ch == b->model_ch && a->levels == b->levels && a->in_ch == b->in_ch &&
+               a->ctx_dim == b->ctx_dim && a->adm_in == b->adm_in;
+    for (int l = 0; same && l < a->levels; l++)
+        same = a->mult[l] == b->mult[l] && a->res_blocks[l] == b->res_blocks[l];
+    if (!same)
+        return err_set(e, ERR_INVALID,
+                       "this ControlNet's widths (%d, context %d) differ from the %s model's "
+                       "(%d, context %d)",
+                       b->model_ch, b->ctx_dim, mf, a->model_ch, a->ctx_dim);
+    return 0;
+}
+
+/*
+ * Load the UNet and every ControlNet of the chains together (ComfyUI's get_models):
+ * the plan holds the UNet's call, the residuals it is given and the largest
+ * ControlNet's own peak (they run one after the other).
+ */
+static int unet_prepare_control(void *impl, struct mm *mm, int max_batch, int h, int w,
+                                int max_tokens, struct sd_control *const *controls,
+                                int n_controls, struct err *e)
+{
+    struct unet_impl *u = impl;
+    struct mm_request req = {.n_models = 1};
+    size_t cn_peak = 0;
+    int rc;
+    if (!mm)
+        return no_mm(e);
+    req.models[0] = u->p;
+    for (int i = 0; i < n_controls; i++) {
+        for (const struct sd_control *k = controls[i]; k; k = k->prev) {
+            int seen = 0;
+            if ((rc = control_fits(u, k->cn, e)) < 0)
+                return rc;
+            for (int j = 0; j < req.n_models; j++)
+                seen |= req.models[j] == k->cn->p;
+            if (seen)
+                continue;
+            if (req.n_models == MM_MAX_MODELS)
+                return err_set(e, ERR_INVALID, "too many ControlNets in one sampling (at most %d)",
+                               MM_MAX_MODELS - 1);
+            req.models[req.n_models++] = k->cn->p;
+            size_t pb = controlnet_plan_bytes(k->cn, max_batch, h, w, max_tokens);
+            cn_peak = pb > cn_peak ? pb : cn_peak;
+        }
+    }
+    /* two sets of residuals live while a chain merges; one while the UNet runs */
+    size_t res = 2 * controlnet_out_bytes(&u->cfg.unet, max_batch, h, w);
+    size_t unet = unet_call_bytes(u, max_batch, h, w, max_tokens);
+    req.activation_bytes = (unet > cn_peak ? unet : cn_peak) + res;
+    return mm_load_models(mm, &req, &u->rep, e);
 }
 
 static void unet_finish(void *impl, struct mm *mm)
@@ -126,7 +225,9 @@ static void unet_free(void *impl)
 static const struct sd_model_ops unet_ops = {
     .apply_eps = unet_apply,
     .apply_eps_y = unet_apply_y,
+    .apply_eps_control = unet_apply_control,
     .prepare = unet_prepare,
+    .prepare_control = unet_prepare_control,
     .finish = unet_finish,
     .free = unet_free,
 };
@@ -138,6 +239,7 @@ struct sd_model *sd_unet_model_new(struct patcher *unet, const struct model_conf
     u->cfg = *cfg;
     struct sd_model *m = sd_model_new(&unet_ops, u);
     sd_model_set_family(m, model_family_get(cfg->family));
+    u->ms = &m->ms; /* the model owns u: it outlives this pointer */
     m->adm_dim = cfg->unet.adm_in;
     m->ctx_dim = cfg->unet.ctx_dim;
     return m;

@@ -19,6 +19,7 @@
 #include "sampling.h"
 #include "sampling_preview.h"
 #include "sampling_sched.h"
+#include "sd_control.h"
 #include "sd_nodes.h"
 #include "sd_progress.h"
 #include "sd_sample.h"
@@ -47,6 +48,7 @@ static const char *const scheduler_options[] = {
  */
 struct job {
     const struct sd_cond_entry *entry;
+    const struct sd_control *control; /* the entry's, or a positive's (apply_to_uncond) */
     int negative;
     int y0, x0, rh, rw; /* region in latent pixels, clipped to the latent */
     float *mult;        /* owned, [rh · rw]: strength with area feathering */
@@ -218,7 +220,11 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
         }
         if (rc < 0)
             break;
-        if (ybuf)
+        if (j0->control)
+            rc = m->ops->apply_eps_control(m->impl, xin, nb, rh, rw, ts, ctx, tokens, dim, ybuf,
+                                           m->adm_dim, j0->control, sigma, k->batch, eps,
+                                           &k->err);
+        else if (ybuf)
             rc = m->ops->apply_eps_y(m->impl, xin, nb, rh, rw, ts, ctx, tokens, dim, ybuf,
                                      m->adm_dim, eps, &k->err);
         else
@@ -276,7 +282,8 @@ static int denoise(void *user, const float *x, float sigma, float *out, size_t n
         for (int q = j; q < k->n_jobs; q++) {
             const struct job *b = &k->jobs[q];
             if (!done[q] && b->entry->tokens == a->entry->tokens &&
-                b->entry->dim == a->entry->dim && b->rh == a->rh && b->rw == a->rw) {
+                b->entry->dim == a->entry->dim && b->rh == a->rh && b->rw == a->rw &&
+                b->control == a->control) {
                 done[q] = 1;
                 idx[cnt++] = q;
             }
@@ -328,10 +335,49 @@ static void add_jobs(struct kctx *k, const struct sd_cond *cond, int negative)
         struct job *j = &k->jobs[k->n_jobs];
         memset(j, 0, sizeof *j);
         j->entry = &cond->entries[i];
+        j->control = j->entry->control;
         j->negative = negative;
         if (j->entry->batch >= 1 && j->entry->tokens >= 1 && job_setup(j, k->h, k->w))
             k->n_jobs++;
     }
+}
+
+/*
+ * ControlNetApply (OLD)'s controls also steer the negative side (ComfyUI's
+ * apply_empty_x_to_equal_area): unless a negative entry without an area has a control,
+ * the x-th such positive control goes to negative entry x modulo their count.
+ */
+static void controls_to_uncond(struct kctx *k)
+{
+    int n_other = 0, other[64], x = 0;
+    for (int j = k->n_pos; j < k->n_jobs; j++) {
+        if (k->jobs[j].entry->has_area)
+            continue;
+        if (k->jobs[j].control)
+            return;
+        if (n_other < 64)
+            other[n_other++] = j;
+    }
+    for (int j = 0; j < k->n_pos && n_other > 0; j++) {
+        const struct sd_control *c = k->jobs[j].control;
+        if (!k->jobs[j].entry->has_area && c && c->apply_to_uncond)
+            k->jobs[other[x++ % n_other]].control = c;
+    }
+}
+
+/* Distinct controls of the jobs into out[] (at most max); returns the count. */
+static int job_controls(const struct kctx *k, struct sd_control **out, int max)
+{
+    int n = 0;
+    for (int j = 0; j < k->n_jobs; j++) {
+        const struct sd_control *c = k->jobs[j].control;
+        int seen = 0;
+        for (int i = 0; c && i < n; i++)
+            seen |= out[i] == c;
+        if (c && !seen && n < max)
+            out[n++] = (struct sd_control *)c;
+    }
+    return n;
 }
 
 struct ksampler_args {
@@ -411,6 +457,7 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
     k.n_pos = k.n_jobs;
     if (neg && !sampling_cfg_is_one(a->cfg))
         add_jobs(&k, neg, 1);
+    controls_to_uncond(&k);
     k.x_in = xmalloc(n * sizeof *k.x_in);
     k.x = xmalloc(n * sizeof *k.x);
     if (denoisedp)
@@ -421,6 +468,12 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
     }
     k.preview = c->env && c->env->preview_size > 0 && c->hooks && c->hooks->progress;
 
+    struct sd_control *ctl[16];
+    int n_ctl = job_controls(&k, ctl, 16);
+    if (n_ctl > 0 && (!model->ops->prepare_control || !model->ops->apply_eps_control)) {
+        rc = err_set(&e, ERR_INVALID, "this MODEL cannot take a ControlNet");
+        goto fail;
+    }
     if (model->ops->prepare && n_sigmas > 1) {
         /* The largest call: every job of the biggest group at once, capped by max_batch. */
         int max_tokens = 0, biggest = 0;
@@ -436,8 +489,13 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
         int mb = biggest * k.batch;
         if (model->max_batch > 0 && mb > model->max_batch)
             mb = model->max_batch;
-        if ((rc = model->ops->prepare(model->impl, c->env ? c->env->mm : NULL, mb, k.h, k.w,
-                                      max_tokens, &k.err)) < 0) {
+        if (n_ctl > 0)
+            rc = model->ops->prepare_control(model->impl, c->env ? c->env->mm : NULL, mb, k.h,
+                                             k.w, max_tokens, ctl, n_ctl, &k.err);
+        else
+            rc = model->ops->prepare(model->impl, c->env ? c->env->mm : NULL, mb, k.h, k.w,
+                                     max_tokens, &k.err);
+        if (rc < 0) {
             e = k.err;
             goto fail;
         }

@@ -27,6 +27,10 @@ static const struct node_class *const sd_classes[] = {
     &sd_vae_encode_tiled,
     &sd_conditioning_zero_out,
     &sd_lora_loader,
+    &sd_controlnet_apply,
+    &sd_controlnet_apply_advanced,
+    &sd_controlnet_loader,
+    &sd_diff_controlnet_loader,
     &sd_lora_loader_model_only,
 };
 

@@ -51,6 +51,11 @@ extern const struct node_class sd_vae_encode_for_inpaint;
 extern const struct node_class sd_vae_encode_tiled;
 extern const struct node_class sd_lora_loader;
 extern const struct node_class sd_lora_loader_model_only;
+/* ControlNet: sd_controlnet_nodes.c */
+extern const struct node_class sd_controlnet_apply;
+extern const struct node_class sd_controlnet_apply_advanced;
+extern const struct node_class sd_controlnet_loader;
+extern const struct node_class sd_diff_controlnet_loader;
 /* comfy_extras.nodes_model_merging: sd_merge_nodes.c, sd_save_nodes.c */
 extern const struct node_class sd_model_merge_simple;
 extern const struct node_class sd_model_merge_blocks;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "sd_control.h"
 
 /* ---- LATENT ---- */
 
@@ -131,6 +132,7 @@ void sd_cond_free(struct sd_cond *c)
     for (int i = 0; i < c->n; i++) {
         xfree(c->entries[i].cond);
         xfree(c->entries[i].pooled);
+        sd_control_unref(c->entries[i].control);
     }
     xfree(c->entries);
     xfree(c);
@@ -147,6 +149,8 @@ static void entry_copy(struct sd_cond_entry *d, const struct sd_cond_entry *s)
         d->pooled = xmalloc(m * sizeof *d->pooled);
         memcpy(d->pooled, s->pooled, m * sizeof *d->pooled);
     }
+    if (s->control) /* shared: controls are immutable */
+        sd_control_ref(s->control);
 }
 
 void sd_cond_append(struct sd_cond *dst, const struct sd_cond *src)

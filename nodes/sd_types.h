@@ -8,8 +8,9 @@
  *   CONDITIONING  struct sd_cond: entries of text-encoder output [b, tokens, dim]
  *                 with a strength and an optional latent-space area; the
  *                 sampler averages the entries' x0 predictions weighted by
- *                 strength and area feathering, as ComfyUI's calc_cond_batch
- *                 (masks and timestep ranges are not supported yet).
+ *                 strength and area feathering, as ComfyUI's calc_cond_batch,
+ *                 with each entry's ControlNet residuals (masks and timestep
+ *                 ranges are not supported yet).
  *   MODEL         struct sd_model: the noise table plus a function-pointer
  *                 backend predicting epsilon. CheckpointLoaderSimple (models
  *                 side) fills `ops`/`impl` with the UNet; tests use an
@@ -34,7 +35,8 @@
 #include "family.h"
 #include "sampling_sched.h"
 
-struct mm; /* memory/memmgr.h */
+struct mm;         /* memory/memmgr.h */
+struct sd_control; /* sd_control.h */
 
 /* ---- LATENT ---- */
 
@@ -81,6 +83,7 @@ struct sd_cond_entry {
     int has_adm_sizes;    /* CLIPTextEncodeSDXL set the ADM sizes (else: the latent's) */
     struct adm_sizes adm; /* pixels (sdxl.md §5.2) */
     int has_ascore;       /* CLIPTextEncodeSDXLRefiner set adm.aesthetic_score */
+    struct sd_control *control; /* owned reference or NULL: ControlNets (sd_control.h) */
 };
 
 struct sd_cond {
@@ -131,6 +134,24 @@ struct sd_model_ops {
     int (*apply_eps_y)(void *impl, const float *x_in, int batch, int h, int w,
                        const float *timesteps, const float *context, int tokens, int dim,
                        const float *y, int adm_dim, float *eps_out, struct err *e);
+    /*
+     * Optional (NULL: the model takes no ControlNet, and a conditioning with one fails):
+     * apply_eps_y (y NULL without an ADM input) plus the residuals of the entries'
+     * control chain `control` at noise level sigma (sd_control_eval); per_batch is the
+     * latent batch (the hint's broadcast unit).
+     */
+    int (*apply_eps_control)(void *impl, const float *x_in, int batch, int h, int w,
+                             const float *timesteps, const float *context, int tokens, int dim,
+                             const float *y, int adm_dim, const struct sd_control *control,
+                             float sigma, int per_batch, float *eps_out, struct err *e);
+    /*
+     * Required with apply_eps_control: prepare() when the conditioning carries controls
+     * (the chains' heads, n_controls > 0): the ControlNets are checked against the model
+     * (family, widths) and loaded with it, their residuals in the plan.
+     */
+    int (*prepare_control)(void *impl, struct mm *mm, int max_batch, int h, int w,
+                           int max_tokens, struct sd_control *const *controls, int n_controls,
+                           struct err *e);
     /* Optional: sampling is over (after a successful prepare), e.g. mm_node_end. */
     void (*finish)(void *impl, struct mm *mm);
     /* Frees impl when the MODEL value goes (optional: NULL = nothing to free). */

@@ -6,6 +6,7 @@
 //     (CLIPTextEncodeSDXLRefiner, CLIPTextEncodeSDXL: registered without a model),
 //     SaveLatent/LoadLatent with LoadLatent's listing of the input folder, and the image
 //     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json; the string and primitive nodes;
+//   - the ControlNet nodes: nodes_controlnet.json (nodes.py; registered without a model);
 //   - bad input: an empty CropMask is an execution_error and the server keeps serving; a
 //     mask of another size composites (resized, as ComfyUI does).
 "use strict";
@@ -25,6 +26,8 @@ const WANT = {
     "ImageColorToMask", "SolidMask", "InvertMask", "CropMask", "MaskComposite", "FeatherMask", "GrowMask",
     "ThresholdMask"],
   "nodes_clip_sdxl.json": ["CLIPTextEncodeSDXLRefiner", "CLIPTextEncodeSDXL"],
+  "nodes_controlnet.json": ["ControlNetApply", "ControlNetApplyAdvanced", "ControlNetLoader",
+    "DiffControlNetLoader"],
   "nodes_image_core.json": ["SaveImage", "PreviewImage", "LoadImageMask", "ImageScale", "ImageScaleBy",
     "ImageInvert", "ImageBatch", "ImagePadForOutpaint", "EmptyImage"],
   "nodes_images.json": ["ImageCrop", "RepeatImageBatch", "ImageFromBatch", "ImageAddNoise", "GetImageSize",
@@ -76,6 +79,8 @@ describe("latent and mask nodes", () => {
         assert.ok(info[c], `${c} is registered`);
         if (c === "LoadLatent") want[c].input.required.latent[0] = LATENTS; // "$INPUT_LATENTS"
         if (c === "LoadImageMask") want[c].input.required.image[0] = ["x.png"]; // the input images
+        if (c === "ControlNetLoader" || c === "DiffControlNetLoader")
+          want[c].input.required.control_net_name[0] = []; // "$CONTROLNET": models/controlnet is empty
         assert.deepEqual(info[c], want[c], c);
       }
     }

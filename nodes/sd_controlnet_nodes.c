@@ -1,0 +1,252 @@
+/*
+ * sd_controlnet_nodes — ControlNetLoader, DiffControlNetLoader, ControlNetApply (OLD,
+ * deprecated) and ControlNetApplyAdvanced (ComfyUI nodes.py): load a CONTROL_NET
+ * (models/controlnet/controlnet.h) and put it, with a hint image, a strength and a
+ * start/end percent, on every entry of a conditioning (sd_control.h), chained to the
+ * control the entry had. KSampler runs it (sd_ksampler.c, sd_backend.c).
+ */
+#include <string.h>
+
+#include "buf.h"
+#include "node_files.h"
+#include "node_registry.h"
+#include "sd_backend.h"
+#include "sd_control.h"
+#include "sd_nodes.h"
+
+/* ---- loaders ---- */
+
+static int load_common(struct node_ctx *c, struct patcher *diff_base)
+{
+    const char *name = node_in_str(c, "control_net_name");
+    struct buf path;
+    buf_init(&path);
+    if (node_files_find_model(c->env, "controlnet", name, &path) < 0) {
+        buf_release(&path);
+        return node_fail_code(c, ERR_NOT_FOUND, "FileNotFoundError",
+                              "Model in folder 'controlnet' with filename '%s' not found.", name);
+    }
+    struct controlnet *cn = NULL;
+    struct err e = {0};
+    /* f32 storage, as the checkpoint loader's (sd15.md §8.5's CPU policy) */
+    int rc = controlnet_load(path.ptr, diff_base, TENSOR_F32, &cn, &e);
+    buf_release(&path);
+    if (rc < 0)
+        return node_fail_code(c, rc, "RuntimeError",
+                              "ERROR: controlnet file is invalid and does not contain a valid "
+                              "controlnet model: %s",
+                              e.msg);
+    node_set_output(c, 0, sd_controlnet_value(cn));
+    return 0;
+}
+
+static int loader_is_changed(struct node_ctx *c, struct buf *out)
+{
+    return sd__model_file_is_changed(c, "controlnet", "control_net_name", out);
+}
+
+static const struct node_input_def loader_inputs[] = {
+    {.name = "control_net_name", .type = NODE_COMBO, .options_folder = "controlnet"},
+    NODE_INPUTS_END};
+static const struct node_output_def cn_outputs[] = {{.type = "CONTROL_NET"}, NODE_OUTPUTS_END};
+
+static int loader_run(struct node_ctx *c)
+{
+    return load_common(c, NULL);
+}
+
+const struct node_class sd_controlnet_loader = {
+    .name = "ControlNetLoader",
+    .display_name = "Load ControlNet Model",
+    .category = "loaders",
+    .inputs = loader_inputs,
+    .outputs = cn_outputs,
+    .run = loader_run,
+    .is_changed = loader_is_changed,
+};
+
+static const struct node_input_def diff_loader_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "control_net_name", .type = NODE_COMBO, .options_folder = "controlnet"},
+    NODE_INPUTS_END};
+
+static int diff_loader_run(struct node_ctx *c)
+{
+    const struct sd_model *model = sd_model_of(node_in(c, "model"));
+    if (!model)
+        return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
+    struct patcher *unet = sd_model_unet_patcher(model, NULL);
+    if (!unet)
+        return node_fail(c, "RuntimeError", "this MODEL has no UNet weights to add to");
+    return load_common(c, unet);
+}
+
+const struct node_class sd_diff_controlnet_loader = {
+    .name = "DiffControlNetLoader",
+    .display_name = "Load ControlNet Model (diff)",
+    .category = "loaders",
+    .inputs = diff_loader_inputs,
+    .outputs = cn_outputs,
+    .run = diff_loader_run,
+    .is_changed = loader_is_changed,
+};
+
+/* ---- applying ---- */
+
+/* A control per distinct previous control (ComfyUI's cnets dict), shared by the
+ * entries that had the same one, positive and negative alike. */
+struct control_map {
+    struct sd_control *prev[64], *made[64];
+    int n;
+};
+
+static void control_map_release(struct control_map *m)
+{
+    for (int i = 0; i < m->n; i++)
+        sd_control_unref(m->made[i]);
+    m->n = 0;
+}
+
+struct apply_args {
+    struct controlnet *cn;
+    const struct value *image;
+    float strength;
+    double start, end;
+    int to_uncond; /* ControlNetApply (OLD) */
+};
+
+/* A copy of `in` whose entries carry a control over their previous one. */
+static int apply_to(const struct apply_args *a, const struct sd_cond *in, struct control_map *m,
+                    struct sd_cond **out, struct err *e)
+{
+    struct sd_cond *c = sd_cond_clone(in);
+    int rc = 0;
+    for (int i = 0; i < c->n && rc == 0; i++) {
+        struct sd_cond_entry *en = &c->entries[i];
+        struct sd_control *made = NULL;
+        for (int k = 0; k < m->n && !made; k++)
+            if (m->prev[k] == en->control)
+                made = m->made[k];
+        if (!made) {
+            if (m->n == 64) {
+                rc = err_set(e, ERR_INVALID, "too many distinct ControlNet chains");
+                break;
+            }
+            if ((rc = sd_control_new(a->cn, a->image, a->strength, a->start, a->end,
+                                     en->control, &made, e)) < 0)
+                break;
+            made->apply_to_uncond = a->to_uncond;
+            m->prev[m->n] = en->control;
+            m->made[m->n++] = made;
+        }
+        sd_control_ref(made);
+        sd_control_unref(en->control);
+        en->control = made;
+    }
+    if (rc < 0) {
+        sd_cond_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+/* Apply to the conditionings named in `names` (outputs in that order). */
+static int apply_common(struct node_ctx *c, const char *const *names, int n, double start,
+                        double end, int to_uncond)
+{
+    struct controlnet *cn = sd_controlnet_of(node_in(c, "control_net"));
+    const struct value *image = node_in(c, "image");
+    double strength = node_in_float(c, "strength");
+    if (!cn)
+        return node_fail(c, "RuntimeError", "input 'control_net' is not a CONTROL_NET");
+    for (int i = 0; i < n; i++)
+        if (!sd_cond_of(node_in(c, names[i])))
+            return node_fail(c, "RuntimeError", "input '%s' is not a CONDITIONING", names[i]);
+    if (strength == 0.0) { /* ComfyUI returns its inputs as they are */
+        for (int i = 0; i < n; i++)
+            node_set_output(c, i, value_ref(node_in(c, names[i])));
+        return 0;
+    }
+    if (!(start >= 0.0 && start <= 1.0 && end >= 0.0 && end <= 1.0))
+        return node_fail(c, "ValueError", "start_percent and end_percent must be in [0, 1]");
+    struct apply_args a = {.cn = cn, .image = image, .strength = (float)strength, .start = start,
+                           .end = end, .to_uncond = to_uncond};
+    struct control_map m = {.n = 0};
+    struct sd_cond *outs[2] = {NULL, NULL};
+    struct err e = {0};
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = apply_to(&a, sd_cond_of(node_in(c, names[i])), &m, &outs[i], &e);
+    control_map_release(&m);
+    if (rc < 0) {
+        sd_cond_free(outs[0]);
+        sd_cond_free(outs[1]);
+        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+    }
+    for (int i = 0; i < n; i++)
+        node_set_output(c, i, sd_cond_value(outs[i]));
+    return 0;
+}
+
+static const struct node_input_def apply_inputs[] = {
+    {.name = "conditioning", .type = "CONDITIONING"},
+    {.name = "control_net", .type = "CONTROL_NET"},
+    {.name = "image", .type = "IMAGE"},
+    {.name = "strength", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0),
+     .max = NODE_F(10.0), .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+static const struct node_output_def apply_outputs[] = {{.type = "CONDITIONING"},
+                                                       NODE_OUTPUTS_END};
+
+static int apply_run(struct node_ctx *c)
+{
+    static const char *const names[] = {"conditioning"};
+    return apply_common(c, names, 1, 0.0, 1.0, 1);
+}
+
+const struct node_class sd_controlnet_apply = {
+    .name = "ControlNetApply",
+    .display_name = "Apply ControlNet (OLD)",
+    .category = "conditioning/controlnet",
+    .flags = NODE_CLASS_DEPRECATED,
+    .inputs = apply_inputs,
+    .outputs = apply_outputs,
+    .run = apply_run,
+};
+
+static const struct node_input_def advanced_inputs[] = {
+    {.name = "positive", .type = "CONDITIONING"},
+    {.name = "negative", .type = "CONDITIONING"},
+    {.name = "control_net", .type = "CONTROL_NET"},
+    {.name = "image", .type = "IMAGE"},
+    {.name = "strength", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0),
+     .max = NODE_F(10.0), .step = NODE_F(0.01)},
+    {.name = "start_percent", .type = "FLOAT", .def = NODE_F(0.0), .min = NODE_F(0.0),
+     .max = NODE_F(1.0), .step = NODE_F(0.001)},
+    {.name = "end_percent", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0),
+     .max = NODE_F(1.0), .step = NODE_F(0.001)},
+    /* Classic ControlNets take the hint in pixels: the VAE is for latent-space ones
+     * (SD3, Flux ...), which we do not load; accepted and unused. */
+    {.name = "vae", .type = "VAE", .group = NODE_INPUT_OPTIONAL},
+    NODE_INPUTS_END};
+static const struct node_output_def advanced_outputs[] = {
+    {.type = "CONDITIONING", .name = "positive"},
+    {.type = "CONDITIONING", .name = "negative"},
+    NODE_OUTPUTS_END};
+
+static int advanced_run(struct node_ctx *c)
+{
+    static const char *const names[] = {"positive", "negative"};
+    return apply_common(c, names, 2, node_in_float(c, "start_percent"),
+                        node_in_float(c, "end_percent"), 0);
+}
+
+const struct node_class sd_controlnet_apply_advanced = {
+    .name = "ControlNetApplyAdvanced",
+    .display_name = "Apply ControlNet",
+    .category = "conditioning/controlnet",
+    .inputs = advanced_inputs,
+    .outputs = advanced_outputs,
+    .run = advanced_run,
+};
