@@ -88,6 +88,7 @@ describe("ControlNet end to end", () => {
         fs.mkdirSync(cn, { recursive: true });
         fs.mkdirSync(path.join(dir, "input"), { recursive: true });
         genCkpt(path.join(ck, "tiny.safetensors"));
+        genCkpt(path.join(ck, "xl.safetensors"), "--arch", "sdxl");
         genCkpt(path.join(cn, "cn.safetensors"), "--controlnet", "--seed", "3");
         genCkpt(path.join(cn, "cn2.safetensors"), "--controlnet", "--seed", "4", "--cn-prefix", "none");
         genCkpt(path.join(cn, "diff.safetensors"), "--controlnet", "--seed", "5", "--difference");
@@ -172,6 +173,14 @@ describe("ControlNet end to end", () => {
     assert.ok(!savedPixels(S, diff).equals(plain), "a diff ControlNet over the model");
   });
 
+  it("an SDXL ControlNet steers an SDXL model (the ADM vector reaches its label_emb)", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const xl = { 4: n("CheckpointLoaderSimple", { ckpt_name: "xl.safetensors" }) };
+    const p = savedPixels(S, await runToEnd(S, workflow("xlplain", ["6", 0], ["7", 0], xl)));
+    const c = savedPixels(S, await runToEnd(S, controlled("xlcn", { cn: "xl.safetensors", extra: xl })));
+    assert.ok(!c.equals(p), "the SDXL ControlNet changed the SDXL image");
+  });
+
   it("bad input: another family's ControlNet, a checkpoint as ControlNet", async (t) => {
     if (skip) { t.skip(skip); return; }
     let d = lastError(await runToEnd(S, controlled("xl", { cn: "xl.safetensors" })));
@@ -182,6 +191,11 @@ describe("ControlNet end to end", () => {
     assert.equal(d.node_id, "11");
     assert.equal(d.node_type, "ControlNetLoader");
     assert.match(d.exception_message, /not a supported ControlNet: a checkpoint/);
+    d = lastError(await runToEnd(S, workflow("sd15cn", ["12", 0], ["12", 1], {
+      ...Object.fromEntries(Object.entries(controlled("y")).filter(([k]) => ["10", "11", "12"].includes(k))),
+      4: n("CheckpointLoaderSimple", { ckpt_name: "xl.safetensors" }) })));
+    assert.equal(d.node_type, "KSampler");
+    assert.match(d.exception_message, /ControlNet is for SD1\.5, the model is SDXL/);
     const r = await L.postPrompt(S, controlled("x", { strength: 11 }));
     assert.equal(r.status, 400, r.text);
     assert.equal(r.json.node_errors["12"].errors[0].type, "value_bigger_than_max");
