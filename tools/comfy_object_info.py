@@ -282,7 +282,10 @@ def main(argv):
         if only is not None and key not in only:
             continue
         out[key] = node_info(module, classes, cls_name, display)
+        # server.py names a class by its mapping key ("ModelMergeSubtract" for the class
+        # ModelSubtract), for the display name too when no display mapping has it.
         out[key]["name"] = key
+        out[key]["display_name"] = display.get(key, key)
     for cls_name in v3_node_list(tree):
         schema = v3_schema(classes[cls_name])
         if only is None or schema.node_id in only:

@@ -7,6 +7,7 @@
 //     SaveLatent/LoadLatent with LoadLatent's listing of the input folder, and the image
 //     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json; the string and primitive nodes;
 //   - the ControlNet nodes: nodes_controlnet.json (nodes.py; registered without a model);
+//   - the model merging and saving nodes: nodes_model_merging.json (registered without a model);
 //   - bad input: an empty CropMask is an execution_error and the server keeps serving; a
 //     mask of another size composites (resized, as ComfyUI does).
 "use strict";
@@ -26,6 +27,8 @@ const WANT = {
     "ImageColorToMask", "SolidMask", "InvertMask", "CropMask", "MaskComposite", "FeatherMask", "GrowMask",
     "ThresholdMask"],
   "nodes_clip_sdxl.json": ["CLIPTextEncodeSDXLRefiner", "CLIPTextEncodeSDXL"],
+  "nodes_model_merging.json": ["ModelMergeSimple", "ModelMergeBlocks", "ModelMergeSubtract", "ModelMergeAdd",
+    "CheckpointSave", "CLIPMergeSimple", "CLIPMergeSubtract", "CLIPMergeAdd", "CLIPSave", "VAESave", "ModelSave"],
   "nodes_controlnet.json": ["ControlNetApply", "ControlNetApplyAdvanced", "ControlNetLoader",
     "DiffControlNetLoader"],
   "nodes_image_core.json": ["SaveImage", "PreviewImage", "LoadImageMask", "ImageScale", "ImageScaleBy",
