@@ -68,46 +68,33 @@ static int save_latent_run(struct node_ctx *c)
     const struct sd_latent *l = sd__latent_in(c, "samples");
     if (!l)
         return ERR_INVALID;
-    const char *prefix = node_in_str(c, "filename_prefix");
-    struct buf norm, sub, fname, dir, name;
-    buf_init(&norm);
-    buf_init(&sub);
-    buf_init(&fname);
-    buf_init(&dir);
+    struct node_save_path sp;
+    struct buf name;
     buf_init(&name);
-    int rc = 0;
-    if (node_files_normalize_rel(prefix, &norm) < 0) {
+    int rc = node_files_save_path(c->env, node_in_str(c, "filename_prefix"), &sp);
+    if (rc == ERR_DENIED) {
         rc = node_fail(c, "Exception", "Saving image outside the output folder is not allowed.");
         goto out;
     }
-    const char *slash = strrchr(norm.ptr ? norm.ptr : "", '/');
-    if (slash) {
-        buf_add(&sub, norm.ptr, (size_t)(slash - norm.ptr));
-        buf_adds(&fname, slash + 1);
-    } else {
-        buf_adds(&fname, norm.ptr ? norm.ptr : "");
-    }
-    buf_printf(&dir, "%s%s%s", c->env->output_dir, sub.len ? "/" : "", sub.len ? sub.ptr : "");
-    if (node_files_mkdirs(dir.ptr) < 0) {
-        rc = node_fail(c, "OSError", "cannot create folder '%s' in the output folder", sub.ptr);
+    if (rc < 0) {
+        rc = node_fail(c, "OSError", "cannot create folder '%s' in the output folder",
+                       sp.subfolder.ptr);
         goto out;
     }
-    buf_printf(&name, "%s_%05d_.latent", fname.ptr ? fname.ptr : "", node_files_next_counter(dir.ptr, fname.ptr ? fname.ptr : ""));
+    buf_printf(&name, "%s_%05d_.latent", sp.filename.ptr, sp.counter);
     struct err e = {0};
     errno = 0;
-    if (write_latent(c, l, dir.ptr, name.ptr, &e) < 0) {
+    if (write_latent(c, l, sp.dir.ptr, name.ptr, &e) < 0) {
         /* Named relative to the output folder: clients never see the server's paths. */
-        rc = node_fail(c, "OSError", "cannot save '%s%s%s': %s", sub.len ? sub.ptr : "",
-                       sub.len ? "/" : "", name.ptr, errno ? strerror(errno) : "write failed");
+        rc = node_fail(c, "OSError", "cannot save '%s%s%s': %s", sp.subfolder.ptr,
+                       sp.subfolder.len ? "/" : "", name.ptr,
+                       errno ? strerror(errno) : "write failed");
         goto out;
     }
     c->ui_key = "latents";
-    node_ui_add_image(c, name.ptr, sub.len ? sub.ptr : "", "output");
+    node_ui_add_image(c, name.ptr, sp.subfolder.ptr, "output");
 out:
-    buf_release(&norm);
-    buf_release(&sub);
-    buf_release(&fname);
-    buf_release(&dir);
+    node_save_path_release(&sp);
     buf_release(&name);
     return rc;
 }
