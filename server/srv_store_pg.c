@@ -69,6 +69,22 @@ static const char *const schema =
     "  INSERT INTO latentd_events(id, sid, type, data, bytes) VALUES(n, p_sid, p_type, p_data,"
     "   p_bytes);"
     "  PERFORM pg_notify('latentd_events', '');"
+    "  RETURN n; END $$;"
+    /* A submit in one round trip (its own transaction): the row, the queue count as a
+     * "status" event ordered before anything a worker publishes for the job (which it
+     * cannot see before this commits), and the wake-up for idle workers. */
+    "CREATE OR REPLACE FUNCTION latentd_submit(p_prompt_id TEXT, p_number DOUBLE PRECISION,"
+    " p_number_text TEXT, p_prompt TEXT, p_extra TEXT, p_outputs TEXT, p_client TEXT,"
+    " p_created BIGINT, p_models TEXT) RETURNS BIGINT LANGUAGE plpgsql AS $$"
+    " DECLARE n BIGINT; q BIGINT; BEGIN"
+    "  INSERT INTO latentd_jobs(prompt_id, number, number_text, prompt, extra_data,"
+    "   outputs_to_execute, client_id, status, created_ms, models) VALUES(p_prompt_id,"
+    "   p_number, p_number_text, p_prompt, p_extra, p_outputs, p_client, 'pending', p_created,"
+    "   string_to_array(p_models, E'\\n')) RETURNING id INTO n;"
+    "  SELECT count(*) INTO q FROM latentd_jobs WHERE status IN ('pending','running');"
+    "  PERFORM latentd_publish(NULL, 'status',"
+    "   '{\"status\":{\"exec_info\":{\"queue_remaining\":' || q || '}}}', NULL);"
+    "  PERFORM pg_notify('latentd_jobs', '');"
     "  RETURN n; END $$;";
 
 #define SCHEMA_LOCK "7273099"
@@ -231,26 +247,13 @@ static int pg_add(void *ctx, struct srv_store_job *j, struct err *e)
                         j->outputs_to_execute, j->client_id, created, j->models ? j->models : ""};
     PGconn *c = pg__take(st);
     int rc = ERR_IO;
-    PGresult *r = NULL;
-    /* One transaction: the status event is ordered before anything a worker publishes
-     * for this job, which it cannot see before the commit. */
-    if (pg__cmd(c, "BEGIN", 0, NULL) < 0)
-        goto out;
-    r = pg__exec(c,
-                 "INSERT INTO latentd_jobs(prompt_id, number, number_text, prompt, extra_data, "
-                 "outputs_to_execute, client_id, status, created_ms, models) "
-                 "VALUES($1,$2,$3,$4,$5,$6,$7,'pending',$8,string_to_array($9, E'\\n')) "
-                 "RETURNING id",
-                 9, v);
-    if (!r || pg__publish_status(c) < 0 || pg__cmd(c, "NOTIFY latentd_jobs", 0, NULL) < 0 ||
-        pg__cmd(c, "COMMIT", 0, NULL) < 0)
-        goto out;
-    j->id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    rc = 0;
-out:
-    if (rc < 0) {
+    /* One round trip (was six: BEGIN, INSERT, count, publish, NOTIFY, COMMIT). */
+    PGresult *r = pg__exec(c, "SELECT latentd_submit($1,$2,$3,$4,$5,$6,$7,$8,$9)", 9, v);
+    if (r && PQntuples(r) == 1) {
+        j->id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        rc = 0;
+    } else {
         err_set(e, ERR_IO, "cannot store job: %s", PQerrorMessage(c));
-        PQclear(PQexec(c, "ROLLBACK"));
     }
     PQclear(r);
     pg__give(st, c);

@@ -7,7 +7,9 @@
 //     SQLite (events in process), one on PostgreSQL (events through the database), and a
 //     client on an API-only front while workers elsewhere run the prompts (cross-instance);
 //   - the queue alone: POST /prompt through three --no-worker fronts (no worker drains it),
-//     prompts/s accepted into one database.
+//     prompts/s accepted into one database;
+//   - model affinity: 2 workers, tiny checkpoints c1/c2 named alternately by txt2img
+//     prompts, with --affinity-wait 0 (FIFO) and 10: checkpoint loads and wall time.
 // PROMPTS (default 200), CONCURRENCY (posting clients, default 8).
 "use strict";
 const path = require("path");
@@ -80,6 +82,35 @@ async function cluster(url, workers, apiFronts = 0) {
   return s;
 }
 
+// Two workers, AFF_PROMPTS txt2img prompts (tiny checkpoints, 64x64, 4 steps, each its own
+// seed) naming c1 and c2 alternately, posted at once: checkpoint loads and wall time.
+async function affinity(pg, wait, ckptDir) {
+  const fs = require("fs");
+  const wf = JSON.parse(fs.readFileSync(path.join(__dirname, "../../tests/fixtures/default_workflow_api.json"), "utf8"));
+  const setup = (dir) => { for (const n of ["c1", "c2"]) fs.copyFileSync(path.join(ckptDir, `${n}.safetensors`), path.join(dir, "models/checkpoints", `${n}.safetensors`)); };
+  const url = pg.createDatabase(`aff${wait}`);
+  const s = [];
+  for (let i = 0; i < 2; i++) s.push(await L.startLatentd({ setup, args: ["--database-url", url, "--affinity-wait", String(wait)] }));
+  const n = parseInt(process.env.AFF_PROMPTS || "24", 10);
+  const ws = await L.openWs(s[0], { clientId: "aff" });
+  const t0 = performance.now();
+  for (let i = 0; i < n; i++) {
+    const w = JSON.parse(JSON.stringify(wf));
+    w["4"].inputs.ckpt_name = i % 2 ? "c2.safetensors" : "c1.safetensors";
+    w["3"].inputs.seed = 1000 + i; w["3"].inputs.steps = 4;
+    w["5"].inputs.width = w["5"].inputs.height = 64;
+    const r = await L.postPrompt(s[i % 2], w, { prompt_id: `aff${wait}-${i}`, client_id: "aff" });
+    if (r.status !== 200) throw new Error(`${r.status} ${r.text}`);
+  }
+  await ws.waitFor((m) => m.type === "execution_success" && m.data.prompt_id === `aff${wait}-${n - 1}`, 300000);
+  await L.waitIdle(s[0], 300000);
+  const wall = (performance.now() - t0) / 1000;
+  const loads = s.map((x) => (x.log().match(/loaded '[^']*checkpoints\/c[12]\.safetensors'/g) || []).length).reduce((a, b) => a + b, 0);
+  await ws.close();
+  await stopAll(s);
+  return { wall, loads, n };
+}
+
 async function stopAll(s) { for (const x of s) { await x.stop(); L.removeDir(x.dir); } }
 
 (async () => {
@@ -134,6 +165,22 @@ async function stopAll(s) { for (const x of s) { await x.stop(); L.removeDir(x.d
     const q = (await L.request(s[0], "GET", "/queue")).json();
     await stopAll(s);
     console.log(`queue alone: ${M} prompts accepted through 3 fronts into one database at ${qrate.toFixed(0)}/s (${q.queue_pending.length} pending after)`);
+
+    const gen = process.env.LATENTD_GEN_CKPT || path.join(path.dirname(L.latentdBin()), "gen_ckpt");
+    const fs = require("fs"), os = require("os"), { spawnSync } = require("child_process");
+    if (fs.existsSync(gen)) {
+      const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "bench-aff-"));
+      for (const [n, seed] of [["c1", "1"], ["c2", "2"]])
+        spawnSync(gen, ["--tiny", "--seed", seed, path.join(tmp, `${n}.safetensors`)]);
+      const fifo = await affinity(pg, 0, tmp);
+      const aff = await affinity(pg, 10, tmp);
+      L.removeDir(tmp);
+      console.log(`model affinity, 2 workers, ${aff.n} tiny txt2img prompts naming 2 checkpoints alternately: ` +
+        `FIFO ${fifo.loads} checkpoint loads, ${fifo.wall.toFixed(1)} s; --affinity-wait 10 ${aff.loads} loads, ${aff.wall.toFixed(1)} s ` +
+        `(wall ratio ${(aff.wall / fifo.wall).toFixed(2)})`);
+    } else {
+      console.log(`model affinity: skipped (no ${gen})`);
+    }
   } finally {
     await pg.stop();
   }
