@@ -4,7 +4,7 @@
  *   - ModelMergeSimple / Blocks / Subtract / Add and CLIPMergeSimple / Subtract / Add
  *     bake to ComfyUI's weighted sums of the two checkpoints' weights, against a float64
  *     reference computed from the generator's values (ckpt_gen_fill), including a merge
- *     of a merge (model2's own patches baked first);
+ *     of a merge (model2's own patches baked first) and a merge streamed layer by layer;
  *   - CheckpointSave writes the baked weights: the file holds exactly their bytes,
  *     reloads (CheckpointLoaderSimple, from output/checkpoints) to the same weights and
  *     is detected as the same family; an unpatched SD1.5 and SDXL checkpoint saves
@@ -369,6 +369,33 @@ int main(void)
     ok(worst >= 0 && worst < 1e-6 && checked > 100,
        "ModelMergeSimple 0.3 = 0.3*a + 0.7*b over %d UNet weights (rel err %.2e)", checked,
        worst);
+
+    /* Streamed (sim device, --novram): every layer is baked in a ring slot, within the
+     * patch workspace the plan reserved; the bytes equal the cpu device's. */
+    if (m) {
+        struct mm_config sc;
+        mm_config_init(&sc);
+        sc.device_spec = "sim:256M";
+        sc.vram_state = MM_VRAM_NO_VRAM;
+        struct mm *smm = NULL;
+        struct bake_set bc = {0}, bs = {0};
+        struct patcher_model *pm = patcher_model_of(unet_of(m));
+        int good = mm_new(&sc, &smm, &e) == 0 && bake(unet_of(m), &bc) == 0;
+        mm_unload(mm, pm);
+        env.mm = smm;
+        good = good && bake(unet_of(m), &bs) == 0 && bs.n == bc.n;
+        env.mm = mm;
+        for (int i = 0; good && i < bs.n; i++)
+            good = strcmp(bs.w[i].key, bc.w[i].key) == 0 &&
+                   memcmp(bs.w[i].v, bc.w[i].v, (size_t)bs.w[i].n * sizeof(float)) == 0;
+        ok(good, "merged UNet streamed on a sim device (--novram) = the cpu device's bytes");
+        if (smm) {
+            mm_unload(smm, pm);
+            mm_free(smm);
+        }
+        bake_free(&bc);
+        bake_free(&bs);
+    }
 
     struct value *nested = m ? merge2(&sd_model_merge_add, "model1", "model2", m, B[0], NULL, 0,
                                       msg, sizeof msg)
