@@ -2,7 +2,8 @@
  * sd_custom_nodes — ComfyUI's custom-sampling node family
  * (comfy_extras/nodes_custom_sampler.py) over the SD1.5 sampling core:
  * schedulers and sigma edits (sd_sigmas_nodes.c), samplers, noise, guiders
- * and SamplerCustom / SamplerCustomAdvanced (sd_custom_sampling.c). Payload
+ * and SamplerCustom / SamplerCustomAdvanced (sd_custom_sampling.c), the Sampler*
+ * option nodes (sd_sampler_nodes.c). Payload
  * types are in sd_custom_types.h.
  *
  * nodes_sd_custom_register() adds them in ComfyUI's NODE_CLASS_MAPPINGS
@@ -15,7 +16,7 @@
 #include "node_registry.h"
 
 /* Number of classes nodes_sd_custom_register adds. */
-#define SD_CUSTOM_N_CLASSES 21
+#define SD_CUSTOM_N_CLASSES 27
 
 void nodes_sd_custom_register(struct node_registry *r);
 
@@ -34,6 +35,12 @@ extern const struct node_class sd_vp_scheduler;
 extern const struct node_class sd_beta_sampling_scheduler;
 extern const struct node_class sd_sdturbo_scheduler;
 extern const struct node_class sd_ksampler_select;
+extern const struct node_class sd_sampler_euler_ancestral;
+extern const struct node_class sd_sampler_lms;
+extern const struct node_class sd_sampler_dpmpp_3m_sde;
+extern const struct node_class sd_sampler_dpmpp_2m_sde;
+extern const struct node_class sd_sampler_dpmpp_sde;
+extern const struct node_class sd_sampler_dpmpp_2s_ancestral;
 extern const struct node_class sd_split_sigmas;
 extern const struct node_class sd_split_sigmas_denoise;
 extern const struct node_class sd_flip_sigmas;

@@ -165,6 +165,7 @@ static int common_inputs(struct node_ctx *c, struct sd_sample_args *a)
     if (!lat)
         return node_fail(c, "RuntimeError", "input 'latent_image' is not a LATENT");
     a->sampler = smp->sampler;
+    a->opts = &smp->opts; /* the SAMPLER value outlives the run: the node holds its input */
     a->sigmas = sig->v;
     a->n_sigmas = sig->n;
     a->latent = lat;
@@ -311,6 +312,12 @@ static const struct node_class *const custom_classes[] = {
     &sd_beta_sampling_scheduler,
     &sd_sdturbo_scheduler,
     &sd_ksampler_select,
+    &sd_sampler_euler_ancestral,
+    &sd_sampler_lms,
+    &sd_sampler_dpmpp_3m_sde,
+    &sd_sampler_dpmpp_2m_sde,
+    &sd_sampler_dpmpp_sde,
+    &sd_sampler_dpmpp_2s_ancestral,
     &sd_split_sigmas,
     &sd_split_sigmas_denoise,
     &sd_flip_sigmas,

@@ -48,11 +48,18 @@ static void sampler_free(void *p)
     xfree(p);
 }
 
-struct value *sd_sampler_value(enum sampling_sampler s)
+struct value *sd_sampler_value_opts(enum sampling_sampler s, const struct sampling_options *opts)
 {
     struct sd_sampler *o = xcalloc(1, sizeof *o);
     o->sampler = s;
+    o->opts = *opts;
     return value_new_object("SAMPLER", o, sampler_free);
+}
+
+struct value *sd_sampler_value(enum sampling_sampler s)
+{
+    const struct sampling_options def = SAMPLING_OPTIONS_DEFAULT;
+    return sd_sampler_value_opts(s, &def);
 }
 
 const struct sd_sampler *sd_sampler_of(const struct value *v)

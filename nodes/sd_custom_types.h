@@ -4,7 +4,8 @@
  *
  *   SIGMAS   struct sd_sigmas: a float32 sigma list, possibly empty (BasicScheduler
  *            at denoise 0 gives one; the sampler then returns its latent as is).
- *   SAMPLER  struct sd_sampler: which models/sampling sampler runs.
+ *   SAMPLER  struct sd_sampler: which models/sampling sampler runs, with which options
+ *            (KSamplerSelect: KSampler's; the Sampler* nodes: their own).
  *   NOISE    struct sd_noise: RandomNoise(seed) or DisableNoise (zeros, seed 0).
  *   GUIDER   struct sd_guider: the MODEL and CONDITIONING values it was built from
  *            (references held), and cfg; BasicGuider has no negative side.
@@ -39,10 +40,13 @@ const struct sd_sigmas *sd_sigmas_of(const struct value *v);
 
 struct sd_sampler {
     enum sampling_sampler sampler;
+    struct sampling_options opts; /* eta, s_noise, r, lms order */
 };
 
-/* A "SAMPLER" value for sampler s. */
+/* A "SAMPLER" value for sampler s with KSampler's options. */
 struct value *sd_sampler_value(enum sampling_sampler s);
+/* A "SAMPLER" value for sampler s with options `opts` (copied). */
+struct value *sd_sampler_value_opts(enum sampling_sampler s, const struct sampling_options *opts);
 const struct sd_sampler *sd_sampler_of(const struct value *v); /* NULL if not one */
 
 /* ---- NOISE ---- */

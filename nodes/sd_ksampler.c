@@ -504,7 +504,8 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
     if ((rc = sd_latent_try_new_like(lat, lat->b, lat->c, lat->h, lat->w, &out, &e)) < 0)
         goto fail;
     struct sampling_request req = {
-        .sampler = a->sampler, .sigmas = a->sigmas, .n_sigmas = n_sigmas, .noise = noise,
+        .sampler = a->sampler, .opts = a->opts, .sigmas = a->sigmas, .n_sigmas = n_sigmas,
+        .noise = noise,
         .seed = a->seed, .variant = SAMPLING_RANDN_V2, .noise_mask = mask,
         .sigma_max = model->ms.sigma_max, .latent_scale = model->latent->scale_factor,
         .denoise = denoise, .denoise_user = &k,

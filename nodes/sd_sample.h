@@ -24,6 +24,7 @@ struct sd_sample_args {
     const struct sd_cond *neg;     /* borrowed; NULL = no negative side (BasicGuider) */
     double cfg;                    /* ignored without neg (ComfyUI's cfg 1.0) */
     enum sampling_sampler sampler;
+    const struct sampling_options *opts; /* borrowed; NULL = KSampler's defaults */
     const float *sigmas;           /* borrowed, [n_sigmas]; empty = latent passes through */
     int n_sigmas;
     const struct sd_latent *latent; /* borrowed */

@@ -103,6 +103,7 @@ int sampling_sample_latent(const struct sampling_request *req, const float *late
         .step_user = req->step_user,
         .noise = &ns,
         .inpaint = req->noise_mask ? &ip : NULL,
+        .opts = req->opts,
     };
     if ((rc = sampling_run_sampler(&run, x, n, e)) < 0)
         goto out;

@@ -76,6 +76,7 @@ int sampling_sampler_is_stochastic(enum sampling_sampler s)
 
 struct ctx {
     const struct sampling_run *run;
+    struct sampling_options o; /* run->opts or the defaults */
     size_t n;
     float *xin;  /* model input when inpainting */
     float *nz;   /* per-step noise */
@@ -129,13 +130,18 @@ static void to_d(const float *x, const float *den, float sigma, float *d, size_t
         d[i] = (x[i] - den[i]) / sigma;
 }
 
-/* get_ancestral_step(σ, σn, eta = 1). */
-static void ancestral_step(float s, float sn, float *down, float *up)
+/* get_ancestral_step(σ, σn, eta); eta = 0 steps to σn without noise. */
+static void ancestral_step(float s, float sn, double eta, float *down, float *up)
 {
+    if (eta == 0.0) {
+        *down = sn;
+        *up = 0.0f;
+        return;
+    }
     float sn2 = sn * sn, s2 = s * s;
     float v = sn2 * (s2 - sn2);
     v = v / s2;
-    float u = 1.0f * sqrtf(v);
+    float u = (float)eta * sqrtf(v);
     if (!(u < sn)) /* Python min(sn, u) returns sn unless u < sn */
         u = sn;
     *up = u;
@@ -182,7 +188,7 @@ static int run_euler_ancestral(struct ctx *c, float *x, float *den, float *d)
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
         float sd, su;
-        ancestral_step(s, sn, &sd, &su);
+        ancestral_step(s, sn, c->o.eta, &sd, &su);
         if ((rc = report(c, i, den, x)) < 0)
             return rc;
         if (sd == 0.0f) {
@@ -194,7 +200,7 @@ static int run_euler_ancestral(struct ctx *c, float *x, float *den, float *d)
         const float *z = noise(c, s, sn);
         for (size_t k = 0; k < n; k++) {
             float a = x[k] + d[k] * dt;
-            float b = z[k] * 1.0f;
+            float b = z[k] * (float)c->o.s_noise;
             x[k] = a + b * su;
         }
     }
@@ -241,7 +247,7 @@ static int run_dpm_2(struct ctx *c, float *x, float *den, float *d, float *x2, f
         STEP_BEGIN(i);
         float target = sn, su = 0.0f;
         if (ancestral)
-            ancestral_step(s, sn, &target, &su);
+            ancestral_step(s, sn, c->o.eta, &target, &su);
         if ((rc = report(c, i, den, x)) < 0)
             return rc;
         to_d(x, den, s, d, n);
@@ -263,7 +269,7 @@ static int run_dpm_2(struct ctx *c, float *x, float *den, float *d, float *x2, f
         if (ancestral) {
             const float *z = noise(c, s, sn);
             for (size_t k = 0; k < n; k++) {
-                float b = z[k] * 1.0f;
+                float b = z[k] * (float)c->o.s_noise;
                 x[k] = x[k] + b * su;
             }
         }
@@ -272,18 +278,56 @@ static int run_dpm_2(struct ctx *c, float *x, float *den, float *d, float *x2, f
 }
 
 /*
+ * Nodes and weights of m-point Gauss–Legendre on [-1, 1] (m <= LMS_MAX_GAUSS), by
+ * Newton's method on P_m from the usual cosine guesses.
+ */
+#define LMS_MAX_GAUSS 64
+
+static void gauss_legendre(int m, double *x, double *w)
+{
+    for (int i = 0; i < m; i++) {
+        double z = cos(M_PI * (i + 0.75) / (m + 0.5)), dp = 1.0;
+        for (int it = 0; it < 100; it++) {
+            double p0 = 1.0, p1 = z;
+            for (int k = 2; k <= m; k++) {
+                double p2 = ((2.0 * k - 1.0) * z * p1 - (k - 1.0) * p0) / k;
+                p0 = p1;
+                p1 = p2;
+            }
+            dp = m * (z * p1 - p0) / (z * z - 1.0);
+            double dz = p1 / dp;
+            z -= dz;
+            if (fabs(dz) < 1e-15)
+                break;
+        }
+        x[i] = z;
+        w[i] = 2.0 / ((1.0 - z * z) * dp * dp);
+    }
+}
+
+/*
  * ∫_{t[i]}^{t[i+1]} Π_{k≠j} (τ − t[i−k]) / (t[i−j] − t[i−k]) dτ: a polynomial
- * of degree <= 3, integrated exactly by 3-point Gauss–Legendre in double
- * (ComfyUI uses SciPy's quad, exact here to ~1e-12). As in NumPy, the
- * denominators are float32 differences of the float32 sigmas.
+ * of degree order − 1, integrated exactly by Gauss–Legendre in double
+ * (ComfyUI uses SciPy's quad, exact here to ~1e-12): the fixed 3-point rule up to
+ * order 6, ceil(order / 2) points above. As in NumPy, the denominators are
+ * float32 differences of the float32 sigmas.
  */
 static double lms_coeff(int order, const float *t, int i, int j)
 {
-    static const double gx[3] = {-0.7745966692414834, 0.0, 0.7745966692414834};
-    static const double gw[3] = {5.0 / 9.0, 8.0 / 9.0, 5.0 / 9.0};
+    static const double g3x[3] = {-0.7745966692414834, 0.0, 0.7745966692414834};
+    static const double g3w[3] = {5.0 / 9.0, 8.0 / 9.0, 5.0 / 9.0};
+    double gxb[LMS_MAX_GAUSS], gwb[LMS_MAX_GAUSS];
+    const double *gx = g3x, *gw = g3w;
+    int m = 3;
+    if (order > 6) {
+        m = (order + 1) / 2;
+        gauss_legendre(m, gxb, gwb);
+        gx = gxb;
+        gw = gwb;
+    }
     double a = t[i], b = t[i + 1];
     double mid = 0.5 * (a + b), half = 0.5 * (b - a), sum = 0.0;
-    for (int q = 0; q < 3; q++) {
+    for (int q = 0; q < m; q++) {
         double tau = mid + half * gx[q], prod = 1.0;
         for (int k = 0; k < order; k++) {
             if (k == j)
@@ -296,19 +340,21 @@ static double lms_coeff(int order, const float *t, int i, int j)
     return sum * half;
 }
 
-static int run_lms(struct ctx *c, float *x, float *den, float *ds[4])
+/* lms with ds[0..order) as the history ring (ds[have - 1] the newest), coeff[order] scratch. */
+static int run_lms(struct ctx *c, float *x, float *den, float **ds, float *coeff)
 {
     const float *sig = c->run->sigmas;
+    const int order = c->o.lms_order;
     size_t n = c->n;
     int rc, have = 0;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
-        /* Rotate the ring so that ds[have - 1] is the newest derivative. */
-        if (have == 4) {
+        /* ds.append(d); if len(ds) > order: ds.pop(0) */
+        if (have == order) {
             float *oldest = ds[0];
-            memmove(ds, ds + 1, 3 * sizeof *ds);
-            ds[3] = oldest;
-            have = 3;
+            memmove(ds, ds + 1, (size_t)(order - 1) * sizeof *ds);
+            ds[order - 1] = oldest;
+            have = order - 1;
         }
         to_d(x, den, s, ds[have], n);
         have++;
@@ -318,14 +364,13 @@ static int run_lms(struct ctx *c, float *x, float *den, float *ds[4])
             memcpy(x, den, n * sizeof *x);
             continue;
         }
-        int order = i + 1 < 4 ? i + 1 : 4;
-        float coeff[4];
-        for (int j = 0; j < order; j++)
-            coeff[j] = (float)lms_coeff(order, sig, i, j);
+        int cur = i + 1 < order ? i + 1 : order;
+        for (int j = 0; j < cur; j++)
+            coeff[j] = (float)lms_coeff(cur, sig, i, j);
         for (size_t k = 0; k < n; k++) {
             /* sum(coeff_j · d_j, newest first), then x + sum. */
             float acc = coeff[0] * ds[have - 1][k];
-            for (int j = 1; j < order; j++)
+            for (int j = 1; j < cur; j++)
                 acc = acc + coeff[j] * ds[have - 1 - j][k];
             x[k] = x[k] + acc;
         }
@@ -341,7 +386,7 @@ static int run_dpmpp_2s_ancestral(struct ctx *c, float *x, float *den, float *d,
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
         float sd, su;
-        ancestral_step(s, sn, &sd, &su);
+        ancestral_step(s, sn, c->o.eta, &sd, &su);
         if ((rc = report(c, i, den, x)) < 0)
             return rc;
         if (sd == 0.0f) {
@@ -366,7 +411,7 @@ static int run_dpmpp_2s_ancestral(struct ctx *c, float *x, float *den, float *d,
         if (sn > 0.0f) {
             const float *z = noise(c, s, sn);
             for (size_t k = 0; k < n; k++) {
-                float b = z[k] * 1.0f;
+                float b = z[k] * (float)c->o.s_noise;
                 x[k] = x[k] + b * su;
             }
         }
@@ -374,13 +419,17 @@ static int run_dpmpp_2s_ancestral(struct ctx *c, float *x, float *den, float *d,
     return 0;
 }
 
-/* dpmpp_sde with r = 1/2, eta = 1, s_noise = 1 (eps model: λ = −ln σ). */
+/* dpmpp_sde (eps model: λ = −ln σ); noise only with eta > 0 and s_noise > 0, as ComfyUI. */
 static int run_dpmpp_sde(struct ctx *c, float *x, float *den, float *x2, float *den2)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
     int rc;
-    const float r = 0.5f, fac = 1.0f; /* fac = 1 / (2r) */
+    /* r and fac = 1 / (2r) are Python floats: fac and 1 - fac are rounded once each. */
+    const double fac = 1.0 / (2.0 * c->o.r);
+    const float r = (float)c->o.r, facf = (float)fac, omf = (float)(1.0 - fac);
+    const float sno = (float)c->o.s_noise;
+    const int noisy = c->o.eta > 0.0 && c->o.s_noise > 0.0;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
         if ((rc = report(c, i, den, x)) < 0)
@@ -399,48 +448,54 @@ static int run_dpmpp_sde(struct ctx *c, float *x, float *den, float *x2, float *
 
         /* Step 1. */
         float sd, su;
-        ancestral_step(expf(-ls), expf(-ls1), &sd, &su);
+        ancestral_step(expf(-ls), expf(-ls1), c->o.eta, &sd, &su);
         float h_ = -logf(sd) - ls;
         float a = (alpha_s1 / alpha_s) * expf(-h_);
         float b = alpha_s1 * expm1f(-h_);
         for (size_t k = 0; k < n; k++)
             x2[k] = a * x[k] - b * den[k];
-        const float *z = noise(c, s, s1);
-        for (size_t k = 0; k < n; k++) {
-            float v = alpha_s1 * z[k];
-            v = v * 1.0f;
-            x2[k] = x2[k] + v * su;
+        if (noisy) {
+            const float *z = noise(c, s, s1);
+            for (size_t k = 0; k < n; k++) {
+                float v = alpha_s1 * z[k];
+                v = v * sno;
+                x2[k] = x2[k] + v * su;
+            }
         }
         if ((rc = model(c, x2, s1, den2)) < 0)
             return rc;
 
         /* Step 2. */
-        ancestral_step(expf(-ls), expf(-lt), &sd, &su);
+        ancestral_step(expf(-ls), expf(-lt), c->o.eta, &sd, &su);
         h_ = -logf(sd) - ls;
         a = (alpha_t / alpha_s) * expf(-h_);
         b = alpha_t * expm1f(-h_);
         for (size_t k = 0; k < n; k++) {
-            float dd = (1.0f - fac) * den[k];
-            dd = dd + fac * den2[k];
+            float dd = omf * den[k];
+            dd = dd + facf * den2[k];
             x[k] = a * x[k] - b * dd;
         }
-        z = noise(c, s, sn);
-        for (size_t k = 0; k < n; k++) {
-            float v = alpha_t * z[k];
-            v = v * 1.0f;
-            x[k] = x[k] + v * su;
+        if (noisy) {
+            const float *z = noise(c, s, sn);
+            for (size_t k = 0; k < n; k++) {
+                float v = alpha_t * z[k];
+                v = v * sno;
+                x[k] = x[k] + v * su;
+            }
         }
     }
     return 0;
 }
 
-/* dpmpp_2m_sde, eta = 1, solver "midpoint" (heun = 0) or "heun" (heun = 1). */
+/* dpmpp_2m_sde, solver "midpoint" (heun = 0) or "heun" (heun = 1). */
 static int run_dpmpp_2m_sde(struct ctx *c, float *x, float *den, float *old, int heun)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
     int rc, have_old = 0;
-    const float eta = 1.0f;
+    /* eta + 1 is a Python float: rounded to float32 once, after the addition. */
+    const float eta = (float)c->o.eta, eta1 = (float)(c->o.eta + 1.0), sno = (float)c->o.s_noise;
+    const int noisy = c->o.eta > 0.0 && c->o.s_noise > 0.0;
     float h = 0.0f, h_last = 0.0f;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
@@ -451,7 +506,7 @@ static int run_dpmpp_2m_sde(struct ctx *c, float *x, float *den, float *old, int
         } else {
             float ls = -logf(s), lt = -logf(sn);
             h = lt - ls;
-            float h_eta = h * (eta + 1.0f);
+            float h_eta = h * eta1;
             float alpha_t = sn * expf(lt);
             float a = (sn / s) * expf((-h) * eta);
             float nem = -expm1f(-h_eta);
@@ -473,13 +528,15 @@ static int run_dpmpp_2m_sde(struct ctx *c, float *x, float *den, float *old, int
                 for (size_t k = 0; k < n; k++)
                     x[k] = x[k] + coef * (den[k] - old[k]);
             }
-            float sq = sqrtf(-expm1f(((-2.0f) * h) * eta));
-            const float *z = noise(c, s, sn);
-            for (size_t k = 0; k < n; k++) {
-                float v = z[k] * sn;
-                v = v * sq;
-                v = v * 1.0f;
-                x[k] = x[k] + v;
+            if (noisy) {
+                float sq = sqrtf(-expm1f(((-2.0f) * h) * eta));
+                const float *z = noise(c, s, sn);
+                for (size_t k = 0; k < n; k++) {
+                    float v = z[k] * sn;
+                    v = v * sq;
+                    v = v * sno;
+                    x[k] = x[k] + v;
+                }
             }
         }
         memcpy(old, den, n * sizeof *old);
@@ -490,7 +547,7 @@ static int run_dpmpp_2m_sde(struct ctx *c, float *x, float *den, float *old, int
 }
 
 /*
- * dpmpp_3m_sde, eta = 1 (ComfyUI's sample_dpmpp_3m_sde; sd15.md does not
+ * dpmpp_3m_sde (ComfyUI's sample_dpmpp_3m_sde; sd15.md does not
  * spell it out): the 2M SDE step with a third-order correction from the last
  * two predictions once both exist. d1, d2 hold the previous two x0.
  */
@@ -499,7 +556,8 @@ static int run_dpmpp_3m_sde(struct ctx *c, float *x, float *den, float *d1s, flo
     const float *sig = c->run->sigmas;
     size_t n = c->n;
     int rc, have1 = 0, have2 = 0;
-    const float eta = 1.0f;
+    const float eta = (float)c->o.eta, eta1 = (float)(c->o.eta + 1.0), sno = (float)c->o.s_noise;
+    const int noisy = c->o.eta > 0.0 && c->o.s_noise > 0.0;
     float h = 0.0f, h1 = 0.0f, h2 = 0.0f;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
@@ -510,7 +568,7 @@ static int run_dpmpp_3m_sde(struct ctx *c, float *x, float *den, float *d1s, flo
         } else {
             float ls = -logf(s), lt = -logf(sn);
             h = lt - ls;
-            float h_eta = h * (eta + 1.0f);
+            float h_eta = h * eta1;
             float alpha_t = sn * expf(lt);
             float a = (sn / s) * expf((-h) * eta);
             float b = alpha_t * -expm1f(-h_eta);
@@ -541,13 +599,15 @@ static int run_dpmpp_3m_sde(struct ctx *c, float *x, float *den, float *d1s, flo
                     x[k] = x[k] + c2 * d;
                 }
             }
-            float sq = sqrtf(-expm1f(((-2.0f) * h) * eta));
-            const float *z = noise(c, s, sn);
-            for (size_t k = 0; k < n; k++) {
-                float v = z[k] * sn;
-                v = v * sq;
-                v = v * 1.0f;
-                x[k] = x[k] + v;
+            if (noisy) {
+                float sq = sqrtf(-expm1f(((-2.0f) * h) * eta));
+                const float *z = noise(c, s, sn);
+                for (size_t k = 0; k < n; k++) {
+                    float v = z[k] * sn;
+                    v = v * sq;
+                    v = v * sno;
+                    x[k] = x[k] + v;
+                }
             }
         }
         /* denoised_1, denoised_2 = denoised, denoised_1; h_1, h_2 = h, h_1 */
@@ -675,16 +735,34 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
         if (run->sigmas[i] == 0.0f)
             return err_set(e, ERR_INVALID, "sigma 0 before the last step (index %d)", i);
     }
+    struct sampling_options o = SAMPLING_OPTIONS_DEFAULT;
+    if (run->opts)
+        o = *run->opts;
+    if (!(o.eta >= 0.0 && o.eta <= 1e6) || !(o.s_noise >= 0.0 && o.s_noise <= 1e6) ||
+        !(o.r > 0.0 && o.r <= 1e6) || o.lms_order < 1 || o.lms_order > 2 * LMS_MAX_GAUSS)
+        return err_set(e, ERR_INVALID,
+                       "invalid options for sampler '%s' (eta %g, s_noise %g, r %g, order %d)", name,
+                       o.eta, o.s_noise, o.r, o.lms_order);
     if (run->n_sigmas <= 1)
         return 0;
 
-    struct ctx c = {.run = run, .n = n};
+    struct ctx c = {.run = run, .o = o, .n = n};
     /* den, d, x2, d2/den2/old, lms history (4), inpaint input, noise */
     float *buf = xmalloc(n * 10 * sizeof *buf);
     float *den = buf, *d = buf + n, *x2 = buf + 2 * n, *d2 = buf + 3 * n;
     float *ds[4] = {buf + 4 * n, buf + 5 * n, buf + 6 * n, buf + 7 * n};
     c.xin = buf + 8 * n;
     c.nz = buf + 9 * n;
+    /* lms keeps `order` derivatives: the four above, or a history of its own. */
+    float **lms_ds = NULL, *lms_hist = NULL, *lms_coeffs = NULL;
+    if (run->sampler == SAMPLING_SAMPLER_LMS) {
+        lms_ds = xmalloc((size_t)o.lms_order * sizeof *lms_ds);
+        lms_coeffs = xmalloc((size_t)o.lms_order * sizeof *lms_coeffs);
+        if (o.lms_order > 4)
+            lms_hist = xmalloc((size_t)o.lms_order * n * sizeof *lms_hist);
+        for (int j = 0; j < o.lms_order; j++)
+            lms_ds[j] = lms_hist ? lms_hist + (size_t)j * n : ds[j];
+    }
     int rc;
     switch (run->sampler) {
     case SAMPLING_SAMPLER_EULER:
@@ -693,7 +771,7 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
     case SAMPLING_SAMPLER_HEUN: rc = run_heun(&c, x, den, d, x2, d2); break;
     case SAMPLING_SAMPLER_DPM_2: rc = run_dpm_2(&c, x, den, d, x2, d2, 0); break;
     case SAMPLING_SAMPLER_DPM_2_ANCESTRAL: rc = run_dpm_2(&c, x, den, d, x2, d2, 1); break;
-    case SAMPLING_SAMPLER_LMS: rc = run_lms(&c, x, den, ds); break;
+    case SAMPLING_SAMPLER_LMS: rc = run_lms(&c, x, den, lms_ds, lms_coeffs); break;
     case SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL: rc = run_dpmpp_2s_ancestral(&c, x, den, d, x2); break;
     case SAMPLING_SAMPLER_DPMPP_SDE:
     case SAMPLING_SAMPLER_DPMPP_SDE_GPU: rc = run_dpmpp_sde(&c, x, den, x2, d2); break;
@@ -708,6 +786,9 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
     case SAMPLING_SAMPLER_LCM: rc = run_lcm(&c, x, den); break;
     default: rc = ERR_INVALID; break;
     }
+    xfree(lms_ds);
+    xfree(lms_hist);
+    xfree(lms_coeffs);
     xfree(buf);
     if (rc == ERR_INTERRUPTED)
         return err_set(e, ERR_INTERRUPTED, "sampling interrupted");

@@ -106,6 +106,21 @@ struct sampling_inpaint {
     const float *noise;  /* [n] unscaled noise used to re-noise the kept area (borrowed) */
 };
 
+/*
+ * A sampler's options: the extra_options ComfyUI's Sampler* nodes
+ * (SamplerEulerAncestral, SamplerLMS, SamplerDPMPP_SDE, ...) pass to
+ * k-diffusion. KSampler uses the defaults. A sampler reads only its own.
+ */
+struct sampling_options {
+    double eta;     /* ancestral step size (get_ancestral_step), SDE noise amount; 1 */
+    double s_noise; /* scale of the per-step noise; 1 */
+    double r;       /* dpmpp_sde's intermediate step, as a fraction of h; 1/2 */
+    int lms_order;  /* lms: derivatives kept (>= 1); 4 */
+};
+
+/* KSampler's options: eta 1, s_noise 1, r 1/2, lms_order 4. */
+#define SAMPLING_OPTIONS_DEFAULT {.eta = 1.0, .s_noise = 1.0, .r = 0.5, .lms_order = 4}
+
 /* Everything one sampler run needs besides the state. */
 struct sampling_run {
     enum sampling_sampler sampler;
@@ -117,6 +132,7 @@ struct sampling_run {
     void *step_user;
     struct sampling_noise *noise;   /* per-step noise; required by the stochastic samplers */
     const struct sampling_inpaint *inpaint; /* optional (NULL: no mask) */
+    const struct sampling_options *opts; /* optional (NULL: SAMPLING_OPTIONS_DEFAULT) */
 };
 
 /*
@@ -126,11 +142,12 @@ int sampling_sampler_is_stochastic(enum sampling_sampler s);
 
 /*
  * Run the sampler in place on x[0..n) (the already noised, scaled latent)
- * over run->sigmas with eta = 1, s_noise = 1 (KSampler's defaults). On
+ * over run->sigmas with run->opts (KSampler's defaults when NULL). On
  * success x holds the result (scaled latent). Allocates scratch of a few
  * times n floats for the run. Returns 0, ERR_INVALID (bad arguments),
  * ERR_INTERRUPTED (the step callback asked to stop; x is then partial), or
- * the denoiser's error.
+ * the denoiser's error. Options out of range (lms_order < 1, eta, s_noise or r
+ * negative or not finite, r = 0 for dpmpp_sde) are ERR_INVALID.
  */
 int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, struct err *e);
 
@@ -150,6 +167,7 @@ struct sampling_request {
     void *denoise_user;
     sampling_step_fn step;          /* optional */
     void *step_user;
+    const struct sampling_options *opts; /* optional (NULL: KSampler's defaults) */
 };
 
 /*

@@ -543,6 +543,110 @@ static void test_trajectories(void)
 }
 
 /*
+ * The Sampler* nodes' options (eta, s_noise, r, lms order) against the double
+ * reference run with the same options; defaults given explicitly must give the
+ * very bits of a run without options.
+ */
+static void test_options(void)
+{
+    const size_t n = 64;
+    static const struct {
+        enum sampling_sampler smp;
+        struct sampling_options o;
+    } cases[] = {
+        {SAMPLING_SAMPLER_EULER_ANCESTRAL, {.eta = 0.5, .s_noise = 1.3, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_EULER_ANCESTRAL, {.eta = 0.0, .s_noise = 1.0, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_DPM_2_ANCESTRAL, {.eta = 0.7, .s_noise = 0.8, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL, {.eta = 0.3, .s_noise = 2.0, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_DPMPP_SDE, {.eta = 0.6, .s_noise = 1.1, .r = 0.3, .lms_order = 4}},
+        {SAMPLING_SAMPLER_DPMPP_SDE, {.eta = 1.0, .s_noise = 0.0, .r = 0.75, .lms_order = 4}},
+        {SAMPLING_SAMPLER_DPMPP_2M_SDE, {.eta = 0.4, .s_noise = 0.9, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN, {.eta = 2.0, .s_noise = 0.5, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_DPMPP_3M_SDE, {.eta = 0.0, .s_noise = 1.0, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_DPMPP_3M_SDE, {.eta = 0.8, .s_noise = 1.2, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_LMS, {.eta = 1.0, .s_noise = 1.0, .r = 0.5, .lms_order = 1}},
+        {SAMPLING_SAMPLER_LMS, {.eta = 1.0, .s_noise = 1.0, .r = 0.5, .lms_order = 2}},
+        {SAMPLING_SAMPLER_LMS, {.eta = 1.0, .s_noise = 1.0, .r = 0.5, .lms_order = 6}},
+        {SAMPLING_SAMPLER_LMS, {.eta = 1.0, .s_noise = 1.0, .r = 0.5, .lms_order = 9}},
+    };
+    float *x0 = xmalloc(n * sizeof *x0), *x = xmalloc(n * sizeof *x), *xd = xmalloc(n * sizeof *xd);
+    double *xr = xmalloc(n * sizeof *xr);
+    struct sampling_rng rg;
+    sampling_rng_seed(&rg, 4321);
+    sampling_rng_randn(&rg, x0, n, SAMPLING_RANDN_V2);
+    struct err e = {0};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        enum sampling_sampler smp = cases[ci].smp;
+        const struct sampling_options *o = &cases[ci].o;
+        float *sig;
+        int ns;
+        if (sampling_sigmas_for_ksampler(&ms, SAMPLING_SCHEDULER_KARRAS, 0, 12, 1.0, -1, -1, 0, &sig,
+                                         &ns, &e) < 0) {
+            ok(0, "karras sigmas: %s", e.msg);
+            continue;
+        }
+        struct analytic a = {.cc = 0.6, .cu = 1.0, .off = 0.05, .cfg = 3.5, .interrupt_at = -1};
+        double f = sqrt(1.0 + (double)sig[0] * sig[0]);
+        for (size_t k = 0; k < n; k++) {
+            x[k] = x0[k] * (float)f;
+            xr[k] = x[k];
+        }
+        struct sampling_noise nsrc, nref;
+        sampling_noise_init(&nsrc, 77, SAMPLING_RANDN_V2);
+        sampling_noise_init(&nref, 77, SAMPLING_RANDN_V2);
+        struct sampling_run run = {.sampler = smp, .sigmas = sig, .n_sigmas = ns, .denoise = an_denoise,
+                                   .denoise_user = &a, .noise = &nsrc, .opts = o};
+        int rc = sampling_run_sampler(&run, x, n, &e);
+        struct ref_opts ro = {.eta = o->eta, .s_noise = o->s_noise, .r = o->r, .order = o->lms_order};
+        ref_sample_opts(sampling_sampler_name(smp), xr, n, sig, ns, an_ref, &a, &nref, &ro);
+        double maxref = 0, maxd = 0;
+        for (size_t k = 0; k < n; k++) {
+            maxref = fmax(maxref, fabs(xr[k]));
+            maxd = fmax(maxd, fabs(x[k] - xr[k]));
+        }
+        double rel = maxd / fmax(maxref, 1e-3);
+        double tol = smp == SAMPLING_SAMPLER_LMS ? 3e-4 : 2e-5;
+        ok(rc == 0 && rel < tol && nsrc.draws == nref.draws,
+           "%s eta %g s_noise %g r %g order %d matches the double reference (rel %.3g, draws %ld/%ld)",
+           sampling_sampler_name(smp), o->eta, o->s_noise, o->r, o->lms_order, rel, nsrc.draws, nref.draws);
+        xfree(sig);
+    }
+    /* Explicit defaults: the same bits as no options. */
+    struct sampling_options def = SAMPLING_OPTIONS_DEFAULT;
+    float *sig;
+    int ns;
+    EXPECT_OK(sampling_sigmas_for_ksampler(&ms, SAMPLING_SCHEDULER_KARRAS, 0, 6, 1.0, -1, -1, 0, &sig, &ns, &e));
+    int same = 1;
+    for (int si = 0; si < SAMPLING_SAMPLER_COUNT; si++) {
+        for (int pass = 0; pass < 2; pass++) {
+            struct analytic a = {.cc = 0.6, .cu = 1.0, .off = 0.05, .cfg = 3.5, .interrupt_at = -1};
+            float *dst = pass ? xd : x;
+            memcpy(dst, x0, n * sizeof *dst);
+            struct sampling_noise nsrc;
+            sampling_noise_init(&nsrc, 5, SAMPLING_RANDN_V2);
+            struct sampling_run run = {.sampler = (enum sampling_sampler)si, .sigmas = sig, .n_sigmas = ns,
+                                       .denoise = an_denoise, .denoise_user = &a, .noise = &nsrc,
+                                       .opts = pass ? &def : NULL};
+            same &= sampling_run_sampler(&run, dst, n, &e) == 0;
+        }
+        same &= !memcmp(x, xd, n * sizeof *x);
+    }
+    ok(same, "SAMPLING_OPTIONS_DEFAULT gives every sampler the bits of a run without options");
+    xfree(sig);
+    struct sampling_options bad = SAMPLING_OPTIONS_DEFAULT;
+    bad.lms_order = 0;
+    struct analytic a = {.cc = 0.6, .cu = 1.0, .off = 0.05, .cfg = 3.5, .interrupt_at = -1};
+    float two[2] = {14.6f, 0.0f};
+    struct sampling_run run = {.sampler = SAMPLING_SAMPLER_LMS, .sigmas = two, .n_sigmas = 2,
+                               .denoise = an_denoise, .denoise_user = &a, .opts = &bad};
+    ok(sampling_run_sampler(&run, x, n, &e) == ERR_INVALID, "lms order 0 is refused: %s", e.msg);
+    xfree(x0);
+    xfree(x);
+    xfree(xd);
+    xfree(xr);
+}
+
+/*
  * Independent of any transcription: with data ~ N(0, c²) the probability-flow
  * ODE maps x_T to x_T·c/sqrt(c² + σ0²), and the stochastic samplers end with
  * std c. Checks the samplers converge to the truth, not to our reading of them.
@@ -827,6 +931,7 @@ int main(void)
     test_ksampler_sigmas();
     test_sampler_names();
     test_trajectories();
+    test_options();
     test_convergence();
     test_pipeline();
     test_mask_prepare();

@@ -35,9 +35,14 @@ static const double *draw(struct ref *r)
     return r->z;
 }
 
-static void anc(double s, double sn, double *down, double *up)
+static void anc(double s, double sn, double eta, double *down, double *up)
 {
-    double u = sqrt(sn * sn * (s * s - sn * sn) / (s * s));
+    if (eta == 0) {
+        *down = sn;
+        *up = 0;
+        return;
+    }
+    double u = eta * sqrt(sn * sn * (s * s - sn * sn) / (s * s));
     if (sn < u)
         u = sn;
     *up = u;
@@ -48,13 +53,13 @@ static void anc(double s, double sn, double *down, double *up)
 static double lms_c(const double *hist_s, int order, int j, double a, double b)
 {
     /* coefficients of the product polynomial, degree < order */
-    double p[4] = {1, 0, 0, 0};
+    double p[REF_MAX_ORDER] = {1};
     int deg = 0;
     for (int m = 0; m < order; m++) {
         if (m == j)
             continue;
         double den_ = hist_s[j] - hist_s[m];
-        double q[4] = {0, 0, 0, 0};
+        double q[REF_MAX_ORDER] = {0};
         for (int d = 0; d <= deg; d++) {
             q[d + 1] += p[d] / den_;
             q[d] -= p[d] * hist_s[m] / den_;
@@ -71,11 +76,21 @@ static double lms_c(const double *hist_s, int order, int j, double a, double b)
 void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_count,
                 ref_denoise_fn D, void *user, struct sampling_noise *noise)
 {
+    const struct ref_opts o = {.eta = 1, .s_noise = 1, .r = 0.5, .order = 4};
+    ref_sample_opts(name, x, n, sig, ns_count, D, user, noise, &o);
+}
+
+void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, int ns_count,
+                     ref_denoise_fn D, void *user, struct sampling_noise *noise,
+                     const struct ref_opts *o)
+{
     struct ref r = {D, user, n, noise, malloc(n * sizeof(float)), malloc(n * sizeof(double))};
     double *d0 = malloc(n * sizeof *d0), *x2 = malloc(n * sizeof *x2);
     double *d2 = malloc(n * sizeof *d2), *prev = malloc(n * sizeof *prev);
-    double *hist[4];
-    for (int i = 0; i < 4; i++)
+    double *hist[REF_MAX_ORDER];
+    const double eta = o->eta, sno = o->s_noise;
+    const int noisy = eta > 0 && sno > 0; /* the SDE samplers' "if eta > 0 and s_noise > 0" */
+    for (int i = 0; i < REF_MAX_ORDER; i++)
         hist[i] = malloc(n * sizeof(double));
     int have_prev = 0, nh = 0;
     double h_last = 0, h_hist[2] = {0, 0};
@@ -87,13 +102,13 @@ void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_
                 x[k] += (x[k] - d0[k]) / s * (sn - s);
         } else if (!strcmp(name, "euler_ancestral")) {
             double sd, su;
-            anc(s, sn, &sd, &su);
+            anc(s, sn, eta, &sd, &su);
             if (sd == 0) {
                 memcpy(x, d0, n * sizeof *x);
             } else {
                 const double *z = draw(&r);
                 for (size_t k = 0; k < n; k++)
-                    x[k] += (x[k] - d0[k]) / s * (sd - s) + z[k] * su;
+                    x[k] += (x[k] - d0[k]) / s * (sd - s) + z[k] * sno * su;
             }
         } else if (!strcmp(name, "heun")) {
             double dt = sn - s;
@@ -113,7 +128,7 @@ void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_
             int a = !strcmp(name, "dpm_2_ancestral");
             double tgt = sn, su = 0;
             if (a)
-                anc(s, sn, &tgt, &su);
+                anc(s, sn, eta, &tgt, &su);
             if (tgt == 0) {
                 for (size_t k = 0; k < n; k++)
                     x[k] += (x[k] - d0[k]) / s * (tgt - s);
@@ -127,16 +142,16 @@ void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_
                 if (a) {
                     const double *z = draw(&r);
                     for (size_t k = 0; k < n; k++)
-                        x[k] += z[k] * su;
+                        x[k] += z[k] * sno * su;
                 }
             }
         } else if (!strcmp(name, "lms")) {
-            double sh[4];
-            if (nh == 4) {
+            double sh[REF_MAX_ORDER];
+            if (nh == o->order) {
                 double *t = hist[0];
-                memmove(hist, hist + 1, 3 * sizeof *hist);
-                hist[3] = t;
-                nh = 3;
+                memmove(hist, hist + 1, (size_t)(o->order - 1) * sizeof *hist);
+                hist[o->order - 1] = t;
+                nh = o->order - 1;
             }
             for (size_t k = 0; k < n; k++)
                 hist[nh][k] = (x[k] - d0[k]) / s;
@@ -171,7 +186,7 @@ void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_
             have_prev = 1;
         } else if (!strcmp(name, "dpmpp_2s_ancestral")) {
             double sd, su;
-            anc(s, sn, &sd, &su);
+            anc(s, sn, eta, &sd, &su);
             if (sd == 0) {
                 for (size_t k = 0; k < n; k++)
                     x[k] += (x[k] - d0[k]) / s * (sd - s);
@@ -186,22 +201,25 @@ void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_
             if (sn > 0) {
                 const double *z = draw(&r);
                 for (size_t k = 0; k < n; k++)
-                    x[k] += z[k] * su;
+                    x[k] += z[k] * sno * su;
             }
         } else if (!strncmp(name, "dpmpp_sde", 9)) {
             if (sn == 0) {
                 memcpy(x, d0, n * sizeof *x);
             } else {
-                double s1 = sqrt(s * sn), sd, su;
-                anc(s, s1, &sd, &su);
-                const double *z = draw(&r);
+                /* λ = −ln σ: σ at λ_s + r h is s^(1−r) sn^r; the second update mixes
+                 * the two predictions with weight 1 / (2r) on the second. */
+                double s1 = pow(s, 1 - o->r) * pow(sn, o->r), sd, su, fac = 1 / (2 * o->r);
+                anc(s, s1, eta, &sd, &su);
+                const double *z = noisy ? draw(&r) : NULL;
                 for (size_t k = 0; k < n; k++)
-                    x2[k] = sd / s * x[k] + (1 - sd / s) * d0[k] + z[k] * su;
+                    x2[k] = sd / s * x[k] + (1 - sd / s) * d0[k] + (z ? z[k] * sno * su : 0);
                 den(&r, x2, s1, d2);
-                anc(s, sn, &sd, &su);
-                z = draw(&r);
+                anc(s, sn, eta, &sd, &su);
+                z = noisy ? draw(&r) : NULL;
                 for (size_t k = 0; k < n; k++)
-                    x[k] = sd / s * x[k] + (1 - sd / s) * d2[k] + z[k] * su;
+                    x[k] = sd / s * x[k] + (1 - sd / s) * ((1 - fac) * d0[k] + fac * d2[k]) +
+                           (z ? z[k] * sno * su : 0);
             }
         } else if (!strncmp(name, "dpmpp_2m_sde", 12)) {
             int heun = strstr(name, "heun") != NULL;
@@ -210,33 +228,35 @@ void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_
                 memcpy(x, d0, n * sizeof *x);
             } else {
                 h = log(s / sn);
-                double he = 2 * h, e1 = -expm1(-he);
+                double he = (eta + 1) * h, e1 = -expm1(-he);
                 for (size_t k = 0; k < n; k++)
-                    x[k] = sn / s * exp(-h) * x[k] + e1 * d0[k];
+                    x[k] = sn / s * exp(-h * eta) * x[k] + e1 * d0[k];
                 if (have_prev) {
                     double r_ = h_last / h;
                     double cf = heun ? (e1 / -he + 1) : 0.5 * e1;
                     for (size_t k = 0; k < n; k++)
                         x[k] += cf / r_ * (d0[k] - prev[k]);
                 }
-                const double *z = draw(&r);
-                double a = sn * sqrt(-expm1(-2 * h));
-                for (size_t k = 0; k < n; k++)
-                    x[k] += z[k] * a;
+                if (noisy) {
+                    const double *z = draw(&r);
+                    double a = sn * sqrt(-expm1(-2 * h * eta)) * sno;
+                    for (size_t k = 0; k < n; k++)
+                        x[k] += z[k] * a;
+                }
             }
             memcpy(prev, d0, n * sizeof *prev);
             have_prev = 1;
             h_last = h;
         } else if (!strncmp(name, "dpmpp_3m_sde", 12)) {
-            /* ComfyUI's sample_dpmpp_3m_sde for eps models (alpha = 1), eta = 1. */
+            /* ComfyUI's sample_dpmpp_3m_sde for eps models (alpha = 1). */
             double h = h_last;
             if (sn == 0) {
                 memcpy(x, d0, n * sizeof *x);
             } else {
                 h = log(s / sn);
-                double he = 2 * h, phi2 = expm1(-he) / he + 1, phi3 = phi2 / he - 0.5;
+                double he = (eta + 1) * h, phi2 = expm1(-he) / he + 1, phi3 = phi2 / he - 0.5;
                 for (size_t k = 0; k < n; k++)
-                    x[k] = sn / s * exp(-h) * x[k] - expm1(-he) * d0[k];
+                    x[k] = sn / s * exp(-h * eta) * x[k] - expm1(-he) * d0[k];
                 if (nh >= 2) {
                     double r0 = h_hist[0] / h, r1 = h_hist[1] / h;
                     for (size_t k = 0; k < n; k++) {
@@ -249,10 +269,12 @@ void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_
                     for (size_t k = 0; k < n; k++)
                         x[k] += phi2 * (d0[k] - hist[0][k]) / rr;
                 }
-                const double *z = draw(&r);
-                double a = sn * sqrt(-expm1(-2 * h));
-                for (size_t k = 0; k < n; k++)
-                    x[k] += z[k] * a;
+                if (noisy) {
+                    const double *z = draw(&r);
+                    double a = sn * sqrt(-expm1(-2 * h * eta)) * sno;
+                    for (size_t k = 0; k < n; k++)
+                        x[k] += z[k] * a;
+                }
             }
             memcpy(hist[1], hist[0], n * sizeof(double));
             memcpy(hist[0], d0, n * sizeof(double));
@@ -281,7 +303,7 @@ void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_
             abort();
         }
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < REF_MAX_ORDER; i++)
         free(hist[i]);
     free(d0);
     free(x2);

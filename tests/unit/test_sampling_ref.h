@@ -12,4 +12,16 @@ typedef void (*ref_denoise_fn)(void *user, const double *x, double sigma, double
 void ref_sample(const char *name, double *x, size_t n, const float *sig, int ns_count,
                 ref_denoise_fn D, void *user, struct sampling_noise *noise);
 
+/* The Sampler* nodes' options (k-diffusion's keyword arguments). */
+struct ref_opts {
+    double eta, s_noise, r;
+    int order; /* lms, at most REF_MAX_ORDER */
+};
+#define REF_MAX_ORDER 16
+
+/* ref_sample with options other than KSampler's (eta 1, s_noise 1, r 1/2, order 4). */
+void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, int ns_count,
+                     ref_denoise_fn D, void *user, struct sampling_noise *noise,
+                     const struct ref_opts *o);
+
 #endif

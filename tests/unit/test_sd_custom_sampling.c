@@ -515,6 +515,83 @@ static void test_equivalence(const struct setup *s, struct value *empty, struct 
     value_unref(ks);
 }
 
+/* ---- the Sampler* option nodes ---- */
+
+/* SamplerCustomAdvanced with `sampler` (taken over) on the pieces of a karras/cfg 7 run. */
+static struct value *advanced_with(const struct setup *s, struct value *lat, struct value *sampler)
+{
+    struct value *out[4] = {0};
+    int rc = advanced(noise_node(0, 77), cfg_guider(s, 7.0), sampler, basic_sched(s->model, "karras", 3, 1.0),
+                      lat, out);
+    value_unref(out[1]);
+    if (rc < 0) {
+        value_unref(out[0]);
+        return NULL;
+    }
+    return out[0];
+}
+
+static void test_sampler_options(const struct setup *s, struct value *lat)
+{
+    /* The payloads: sampler and options as ComfyUI's get_sampler picks them. */
+    const char *n2m[] = {"solver_type", "eta", "s_noise", "noise_device"};
+    struct value *v2m[] = {value_new_string("heun"), value_new_float(0.25), value_new_float(1.5),
+                           value_new_string("cpu")};
+    struct value *smp = run1(&sd_sampler_dpmpp_2m_sde, n2m, v2m, 4);
+    const struct sd_sampler *p = sd_sampler_of(smp);
+    ok(p && p->sampler == SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN && p->opts.eta == 0.25 && p->opts.s_noise == 1.5,
+       "SamplerDPMPP_2M_SDE heun/cpu: dpmpp_2m_sde_heun, eta 0.25, s_noise 1.5");
+    value_unref(smp);
+    const char *nsde[] = {"eta", "s_noise", "r", "noise_device"};
+    struct value *vsde[] = {value_new_float(1.0), value_new_float(1.0), value_new_float(0.0),
+                            value_new_string("gpu")};
+    ok(run1(&sd_sampler_dpmpp_sde, nsde, vsde, 4) == NULL && strstr(last_msg, "ZeroDivisionError"),
+       "SamplerDPMPP_SDE r = 0 is a node error (%s)", last_msg);
+
+    /* Defaults through the option nodes give KSamplerSelect's bits. */
+    static const struct {
+        const struct node_class *cls;
+        const char *select;
+    } same[] = {{&sd_sampler_euler_ancestral, "euler_ancestral"},
+                {&sd_sampler_dpmpp_2s_ancestral, "dpmpp_2s_ancestral"},
+                {&sd_sampler_lms, "lms"},
+                {&sd_sampler_dpmpp_sde, "dpmpp_sde_gpu"},
+                {&sd_sampler_dpmpp_2m_sde, "dpmpp_2m_sde_gpu"},
+                {&sd_sampler_dpmpp_3m_sde, "dpmpp_3m_sde_gpu"}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        const char *names[4];
+        struct value *vals[4];
+        int n = 0;
+        for (const struct node_input_def *in = same[i].cls->inputs; in->name; in++) {
+            names[n] = in->name;
+            vals[n++] = !strcmp(in->type, "FLOAT")  ? value_new_float(in->def.f)
+                        : !strcmp(in->type, "INT") ? value_new_int(in->def.i)
+                                                   : value_new_string(in->options[0]);
+        }
+        struct value *a = advanced_with(s, lat, run1(same[i].cls, names, vals, n));
+        struct value *b = advanced_with(s, lat, select_sampler(same[i].select));
+        ok(a && b && latent_eq(a, b), "%s at its defaults == KSamplerSelect %s bit for bit", same[i].cls->name,
+           same[i].select);
+        value_unref(a);
+        value_unref(b);
+    }
+    /* Options reach the sampler: eta 0 (no noise) and order 2 change the result. */
+    const char *nea[] = {"eta", "s_noise"};
+    struct value *vea[] = {value_new_float(0.0), value_new_float(1.0)};
+    struct value *a = advanced_with(s, lat, run1(&sd_sampler_euler_ancestral, nea, vea, 2));
+    struct value *b = advanced_with(s, lat, select_sampler("euler_ancestral"));
+    ok(a && b && !latent_eq(a, b), "SamplerEulerAncestral eta 0 differs from eta 1");
+    value_unref(a);
+    value_unref(b);
+    const char *nl[] = {"order"};
+    struct value *vl[] = {value_new_int(1)};
+    a = advanced_with(s, lat, run1(&sd_sampler_lms, nl, vl, 1));
+    b = advanced_with(s, lat, select_sampler("lms"));
+    ok(a && b && !latent_eq(a, b), "SamplerLMS order 1 differs from order 4 (the second step uses two derivatives)");
+    value_unref(a);
+    value_unref(b);
+}
+
 static struct value *encode(struct value *clip, const char *text)
 {
     const char *names[] = {"text", "clip"};
@@ -562,6 +639,7 @@ int main(void)
         /* A non-zero latent for img2img: KSampler's own output. */
         struct value *img_lat = ksampler(&s, empty, 5, "euler", "normal", 7.0, 1.0);
         test_equivalence(&s, empty, img_lat);
+        test_sampler_options(&s, empty);
         value_unref(img_lat);
         value_unref(empty);
         value_unref(s.pos);

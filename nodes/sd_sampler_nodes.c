@@ -1,0 +1,116 @@
+/*
+ * The Sampler* option nodes of comfy_extras/nodes_custom_sampler.py:
+ * SamplerEulerAncestral, SamplerLMS, SamplerDPMPP_3M_SDE, SamplerDPMPP_2M_SDE,
+ * SamplerDPMPP_SDE, SamplerDPMPP_2S_Ancestral. Each makes a SAMPLER carrying its
+ * options (models/sampling's struct sampling_options), which SamplerCustom and
+ * SamplerCustomAdvanced pass to the sampler. noise_device "gpu" picks the *_gpu
+ * sampler, as ComfyUI does (the same numbers here: our per-step noise is drawn on
+ * the CPU either way). SamplerEulerAncestralCFGPP is not implemented: CFG++ needs
+ * the unconditional prediction, which the denoiser does not hand back.
+ */
+#include <string.h>
+
+#include "node_registry.h"
+#include "sd_custom_nodes.h"
+#include "sd_custom_types.h"
+
+#define MODULE "comfy_extras.nodes_custom_sampler"
+#define CATEGORY "sampling/custom_sampling/samplers"
+
+static const char *const noise_devices[] = {"gpu", "cpu", NULL};
+static const char *const solver_types[] = {"midpoint", "heun", NULL};
+
+/* Options from the inputs this node has; the rest keep KSampler's defaults. */
+static struct sampling_options read_options(struct node_ctx *c)
+{
+    struct sampling_options o = SAMPLING_OPTIONS_DEFAULT;
+    if (node_class_input_index(c->cls, "eta") >= 0)
+        o.eta = node_in_float(c, "eta");
+    if (node_class_input_index(c->cls, "s_noise") >= 0)
+        o.s_noise = node_in_float(c, "s_noise");
+    if (node_class_input_index(c->cls, "r") >= 0)
+        o.r = node_in_float(c, "r");
+    if (node_class_input_index(c->cls, "order") >= 0)
+        o.lms_order = (int)node_in_int(c, "order");
+    return o;
+}
+
+/* Publish sampler `cpu` (or its _gpu twin when noise_device says "gpu"). */
+static int publish(struct node_ctx *c, enum sampling_sampler cpu, enum sampling_sampler gpu)
+{
+    struct sampling_options o = read_options(c);
+    if (!(o.eta >= 0 && o.s_noise >= 0 && o.r >= 0) || o.lms_order < 1 || o.lms_order > 100)
+        return node_fail(c, "ValueError", "sampler options out of range (eta %g, s_noise %g, r %g, order %d)",
+                         o.eta, o.s_noise, o.r, o.lms_order);
+    if (o.r == 0) /* fac = 1 / (2 * r) */
+        return node_fail(c, "ZeroDivisionError", "float division by zero");
+    enum sampling_sampler s = cpu;
+    if (node_class_input_index(c->cls, "noise_device") >= 0 && strcmp(node_in_str(c, "noise_device"), "cpu"))
+        s = gpu;
+    node_set_output(c, 0, sd_sampler_value_opts(s, &o));
+    return 0;
+}
+
+static int euler_ancestral_run(struct node_ctx *c)
+{
+    return publish(c, SAMPLING_SAMPLER_EULER_ANCESTRAL, SAMPLING_SAMPLER_EULER_ANCESTRAL);
+}
+
+static int lms_run(struct node_ctx *c)
+{
+    return publish(c, SAMPLING_SAMPLER_LMS, SAMPLING_SAMPLER_LMS);
+}
+
+static int dpmpp_3m_sde_run(struct node_ctx *c)
+{
+    return publish(c, SAMPLING_SAMPLER_DPMPP_3M_SDE, SAMPLING_SAMPLER_DPMPP_3M_SDE_GPU);
+}
+
+/* solver_type "heun" is dpmpp_2m_sde_heun's rule (ComfyUI passes it as an option). */
+static int dpmpp_2m_sde_run(struct node_ctx *c)
+{
+    if (!strcmp(node_in_str(c, "solver_type"), "heun"))
+        return publish(c, SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN, SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN_GPU);
+    return publish(c, SAMPLING_SAMPLER_DPMPP_2M_SDE, SAMPLING_SAMPLER_DPMPP_2M_SDE_GPU);
+}
+
+static int dpmpp_sde_run(struct node_ctx *c)
+{
+    return publish(c, SAMPLING_SAMPLER_DPMPP_SDE, SAMPLING_SAMPLER_DPMPP_SDE_GPU);
+}
+
+static int dpmpp_2s_ancestral_run(struct node_ctx *c)
+{
+    return publish(c, SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL, SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL);
+}
+
+#define OPT_FLOAT(n, d)                                                                           \
+    {.name = n, .type = "FLOAT", .def = NODE_F(d), .min = NODE_F(0.0), .max = NODE_F(100.0),     \
+     .step = NODE_F(0.01), .round_false = 1}
+#define ETA OPT_FLOAT("eta", 1.0)
+#define S_NOISE OPT_FLOAT("s_noise", 1.0)
+#define NOISE_DEVICE {.name = "noise_device", .type = NODE_COMBO, .options = noise_devices}
+
+static const struct node_input_def eta_noise_in[] = {ETA, S_NOISE, NODE_INPUTS_END};
+static const struct node_input_def lms_in[] = {
+    {.name = "order", .type = "INT", .def = NODE_I(4), .min = NODE_I(1), .max = NODE_I(100)},
+    NODE_INPUTS_END};
+static const struct node_input_def dpmpp_3m_sde_in[] = {ETA, S_NOISE, NOISE_DEVICE, NODE_INPUTS_END};
+static const struct node_input_def dpmpp_2m_sde_in[] = {
+    {.name = "solver_type", .type = NODE_COMBO, .options = solver_types}, ETA, S_NOISE, NOISE_DEVICE,
+    NODE_INPUTS_END};
+static const struct node_input_def dpmpp_sde_in[] = {ETA, S_NOISE, OPT_FLOAT("r", 0.5), NOISE_DEVICE,
+                                                     NODE_INPUTS_END};
+static const struct node_output_def sampler_out[] = {{.type = "SAMPLER"}, NODE_OUTPUTS_END};
+
+#define SAMPLER_CLASS(var, id, in, fn)                                                            \
+    const struct node_class var = {.name = id, .category = CATEGORY, .python_module = MODULE,     \
+                                   .inputs = in, .outputs = sampler_out, .run = fn}
+
+SAMPLER_CLASS(sd_sampler_euler_ancestral, "SamplerEulerAncestral", eta_noise_in, euler_ancestral_run);
+SAMPLER_CLASS(sd_sampler_lms, "SamplerLMS", lms_in, lms_run);
+SAMPLER_CLASS(sd_sampler_dpmpp_3m_sde, "SamplerDPMPP_3M_SDE", dpmpp_3m_sde_in, dpmpp_3m_sde_run);
+SAMPLER_CLASS(sd_sampler_dpmpp_2m_sde, "SamplerDPMPP_2M_SDE", dpmpp_2m_sde_in, dpmpp_2m_sde_run);
+SAMPLER_CLASS(sd_sampler_dpmpp_sde, "SamplerDPMPP_SDE", dpmpp_sde_in, dpmpp_sde_run);
+SAMPLER_CLASS(sd_sampler_dpmpp_2s_ancestral, "SamplerDPMPP_2S_Ancestral", eta_noise_in,
+              dpmpp_2s_ancestral_run);
