@@ -216,8 +216,11 @@ static void on_cn_key(void *user, const struct model_key *k)
         return;
     struct gen_entry *g = push(l);
     snprintf(g->seed_name, sizeof(g->seed_name), "control_model.%s", k->name + k->rel);
-    snprintf(g->name, sizeof(g->name), "%s%s",
-             (o->flags & CKPT_GEN_CN_BARE) ? "" : "control_model.", k->name + k->rel);
+    if (!(o->flags & CKPT_GEN_CN_DIFFUSERS) ||
+        controlnet_name_to_diffusers(k->name + k->rel, g->name, sizeof(g->name)) < 0)
+        snprintf(g->name, sizeof(g->name), "%s%s",
+                 (o->flags & (CKPT_GEN_CN_BARE | CKPT_GEN_CN_DIFFUSERS)) ? "" : "control_model.",
+                 k->name + k->rel);
     g->dtype = o->dtype;
     g->init = k->init;
     g->fill = FILL_RANDOM;

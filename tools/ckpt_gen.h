@@ -42,6 +42,7 @@ enum ckpt_gen_flags {
     CKPT_GEN_CONTROLNET = 1 << 12,
     CKPT_GEN_CN_BARE = 1 << 13, /* with CONTROLNET: names without control_model. */
     CKPT_GEN_CN_DIFF = 1 << 14, /* with CONTROLNET: add the "difference" marker tensor */
+    CKPT_GEN_CN_DIFFUSERS = 1 << 15, /* with CONTROLNET: diffusers ControlNetModel names */
 };
 
 struct ckpt_gen_opts {

@@ -44,7 +44,8 @@ static void usage(FILE *fp)
           "  --if-missing        do nothing if OUT already exists\n"
           "  --controlnet        write a ControlNet of the chosen UNet (--tiny, --full,\n"
           "                      --arch sdxl ...) instead of a checkpoint\n"
-          "  --cn-prefix control_model|none  ControlNet key naming (default control_model)\n"
+          "  --cn-prefix control_model|none|diffusers  ControlNet key naming (default\n"
+          "                      control_model)\n"
           "  --difference        a diff ControlNet (adds the \"difference\" marker)\n",
           fp);
 }
@@ -153,6 +154,8 @@ int main(int argc, char **argv)
             NEED();
             if (!strcmp(next, "none"))
                 o.flags |= CKPT_GEN_CN_BARE;
+            else if (!strcmp(next, "diffusers"))
+                o.flags |= CKPT_GEN_CN_DIFFUSERS;
             else if (strcmp(next, "control_model") != 0) {
                 fprintf(stderr, "gen_ckpt: unknown --cn-prefix '%s'\n", next);
                 return 2;

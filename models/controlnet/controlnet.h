@@ -11,8 +11,9 @@
  * each input block's output; middle_block_out.0 (1x1) on the middle block's. The
  * outputs, times the strength, are unet_control's output[] and middle (unet.h).
  *
- * Files: the original ldm names, with or without the "control_model." prefix (the
- * family and every width are derived from the shapes, as for a checkpoint's UNet:
+ * Files: the original ldm names, with or without the "control_model." prefix, and
+ * diffusers' ControlNetModel names (controlnet_cond_embedding.*, down_blocks.*, ...;
+ * the family and every width are derived from the shapes, as for a checkpoint's UNet:
  * a shrunk test file is detected like a shrunk checkpoint), and the "difference"
  * ControlNets (a tensor named "difference": the weights are deltas to the UNet of
  * the model given at load). Weights are keyed by their UNet names
@@ -55,6 +56,15 @@ struct controlnet {
  */
 int controlnet_load(const char *path, struct patcher *diff_base, enum tensor_dtype dt,
                     struct controlnet **out, struct err *e);
+
+/*
+ * The diffusers name of a ControlNet tensor given in ldm naming without prefix
+ * ("zero_convs.3.0.weight" -> "controlnet_down_blocks.3.weight"), for the generator and
+ * tests. 0, or -1 when `ldm` is no ControlNet tensor name.
+ */
+int controlnet_name_to_diffusers(const char *ldm, char *out, size_t size);
+/* The reverse (private to models/controlnet: the loader's renaming). */
+int controlnet__name_from_diffusers(const char *name, char *out, size_t size);
 
 void controlnet_ref(struct controlnet *cn);
 void controlnet_unref(struct controlnet *cn); /* NULL is a no-op */

@@ -13,7 +13,8 @@
 #include "family.h"
 #include "log.h"
 
-#define CN_PREFIXED 1u /* map flag: the file's names carry "control_model." */
+#define CN_PREFIXED 1u  /* map flag: the file's names carry "control_model." */
+#define CN_DIFFUSERS 2u /* map flag: diffusers ControlNetModel names */
 #define CN_PTH_PREFIX "control_model."
 
 static int starts_with(const char *s, const char *p)
@@ -32,6 +33,10 @@ static int cn_name(const char *name, unsigned flags, char *buf, size_t size)
             return -1;
         name += strlen(CN_PTH_PREFIX);
     }
+    char ldm[256];
+    /* an unknown diffusers name stays as it is: the check calls it unexpected */
+    if ((flags & CN_DIFFUSERS) && controlnet__name_from_diffusers(name, ldm, sizeof(ldm)) == 0)
+        name = ldm;
     snprintf(buf, size, "%s%s", MODEL_PREFIX_UNET, name);
     return 1;
 }
@@ -42,11 +47,6 @@ static int not_a_controlnet(const struct st_file *f, struct err *e)
     const char *what = "no zero_convs.0.0.weight (a T2I adapter or another kind of file?)";
     for (size_t i = 0; i < f->n_tensors; i++) {
         const char *nm = f->tensors[i].name;
-        if (starts_with(nm, "controlnet_cond_embedding.")) {
-            what = "a diffusers-format ControlNet (controlnet_cond_embedding.*): use the "
-                   "original (ldm) file";
-            break;
-        }
         if (strcmp(nm, "lora_controlnet") == 0) {
             what = "a Control-LoRA (lora_controlnet)";
             break;
@@ -215,8 +215,17 @@ int controlnet_load(const char *path, struct patcher *diff_base, enum tensor_dty
     *out = NULL;
     if ((rc = st_open(path, &f, e)) < 0)
         return rc;
+    if (st_find(f, "control_add_embedding.linear_1.bias")) {
+        rc = err_set(e, ERR_UNSUPPORTED,
+                     "'%s' is not a supported ControlNet: a ControlNet Union "
+                     "(control_add_embedding.*)",
+                     path);
+        goto fail;
+    }
     if (st_find(f, CN_PTH_PREFIX "zero_convs.0.0.weight"))
         flags = CN_PREFIXED;
+    else if (st_find(f, "controlnet_cond_embedding.conv_in.weight"))
+        flags = CN_DIFFUSERS;
     else if (!st_find(f, "zero_convs.0.0.weight")) {
         rc = not_a_controlnet(f, e);
         goto fail;

@@ -13,6 +13,7 @@
 #include "safetensors.h"
 #include "tensor.h"
 #include "family.h"
+#include "unet_impl.h"
 
 /* ---- forward map: module prefix -> checkpoint key ------------------------------------------ */
 
@@ -72,18 +73,15 @@ static int starts_with(const char *s, const char *p)
     return strncmp(s, p, strlen(p)) == 0;
 }
 
-/* Resnet sub-module names, ldm -> diffusers. */
+/* Resnet sub-module names, ldm -> diffusers (unet__res_diffusers). */
 static const char *res_sub(const char *s, const char **rest)
 {
-    static const char *const map[][2] = {
-        {"in_layers.0", "norm1"},       {"in_layers.2", "conv1"},  {"emb_layers.1", "time_emb_proj"},
-        {"out_layers.0", "norm2"},      {"out_layers.3", "conv2"}, {"skip_connection", "conv_shortcut"},
-    };
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
-        size_t l = strlen(map[i][0]);
-        if (strncmp(s, map[i][0], l) == 0 && (s[l] == 0 || s[l] == '.')) {
+    for (int i = 0; i < UNET_RES_MODULES; i++) {
+        const char *ldm = unet__res_diffusers[i][0];
+        size_t l = strlen(ldm);
+        if (strncmp(s, ldm, l) == 0 && (s[l] == 0 || s[l] == '.')) {
             *rest = s + l;
-            return map[i][1];
+            return unet__res_diffusers[i][1];
         }
     }
     return NULL;

@@ -29,6 +29,11 @@ struct unet_hooks {
     void *user;
 };
 
+/* A ResBlock's modules in ldm and diffusers naming ({"in_layers.0", "norm1"}, ...), for
+ * the name maps of diffusers-format files (LoRA, ControlNet). */
+#define UNET_RES_MODULES 6
+extern const char *const unet__res_diffusers[UNET_RES_MODULES][2];
+
 /*
  * The UNet walk (unet_eval's contract) with optional control residuals and hooks
  * (either NULL). With hooks the walk is a ControlNet trunk: eps may be NULL.

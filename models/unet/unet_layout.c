@@ -5,6 +5,12 @@
 #include "unet_arch.h"
 
 #include "model_layout_impl.h"
+#include "unet_impl.h"
+
+const char *const unet__res_diffusers[UNET_RES_MODULES][2] = {
+    {"in_layers.0", "norm1"},   {"in_layers.2", "conv1"},  {"emb_layers.1", "time_emb_proj"},
+    {"out_layers.0", "norm2"},  {"out_layers.3", "conv2"}, {"skip_connection", "conv_shortcut"},
+};
 
 static void res_keys(struct key_walk *w, const char *p, int64_t ci, int64_t co, int64_t te)
 {

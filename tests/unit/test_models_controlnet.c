@@ -4,7 +4,7 @@
  * ControlNet (tools/ckpt_gen, the real control_model.* layout at gen_ckpt --tiny
  * widths) gives residuals equal to the reference's; the UNet with those residuals at
  * two strengths equals the reference UNet with them; strength 0 residuals leave the
- * UNet's output bit-identical; chained residuals add. Loading: both namings, the
+ * UNet's output bit-identical; chained residuals add. Loading: the three namings, the
  * family from the shapes (SDXL's too), a diff ControlNet adds the UNet's weights, and
  * bad files (a checkpoint, a missing or misshapen tensor, an unexpected one) fail with
  * a message naming the file.
@@ -715,6 +715,46 @@ static void test_files(void)
        "a tiny SDXL ControlNet is SDXL (context %d, ADM %d) (%s)", cn ? cn->cfg.unet.ctx_dim : 0,
        cn ? cn->cfg.unet.adm_in : 0, e.msg);
     controlnet_unref(cn);
+
+    /* diffusers names: the same weights as the ldm file of the same seed */
+    char q[128];
+    struct controlnet *a = NULL, *b = NULL;
+    snprintf(q, sizeof(q), "%s/g.safetensors", dir);
+    gen(p, &xl, CKPT_GEN_CONTROLNET | CKPT_GEN_CN_DIFFUSERS, NULL, NULL);
+    gen(q, &xl, CKPT_GEN_CONTROLNET, NULL, NULL);
+    struct st_file *df = NULL;
+    EXPECT_OK(st_open(p, &df, &e));
+    ok(df && st_find(df, "controlnet_cond_embedding.blocks.5.weight") &&
+           st_find(df, "controlnet_down_blocks.8.bias") &&
+           st_find(df, "down_blocks.1.attentions.1.transformer_blocks.1.attn2.to_k.weight") &&
+           st_find(df, "down_blocks.0.downsamplers.0.conv.weight") &&
+           st_find(df, "mid_block.resnets.1.time_emb_proj.weight") &&
+           st_find(df, "add_embedding.linear_2.bias") && st_find(df, "controlnet_mid_block.weight"),
+       "the generator writes diffusers ControlNetModel names");
+    st_close(df);
+    ok(controlnet_load(p, NULL, TENSOR_F32, &a, &e) == 0 &&
+           controlnet_load(q, NULL, TENSOR_F32, &b, &e) == 0,
+       "diffusers and ldm files load (%s)", e.msg);
+    if (a && b) {
+        const struct patcher_model *ma = patcher_model_of(a->p), *mb = patcher_model_of(b->p);
+        int same = a->cfg.family == MODEL_FAMILY_SDXL &&
+                   !memcmp(&a->cfg, &b->cfg, sizeof(a->cfg)) &&
+                   patcher_model_layer_count(ma) == patcher_model_layer_count(mb);
+        for (int l = 0; same && l < patcher_model_layer_count(ma); l++)
+            for (int i = 0; same && i < patcher_model_weight_count(ma, l); i++) {
+                enum tensor_dtype t0, t1;
+                int nd;
+                int64_t s0[4], s1[4];
+                const float *w0 = patcher_model_host_data(ma, l, i, &t0, &nd, s0);
+                const float *w1 = patcher_model_host_data(mb, l, i, &t1, &nd, s1);
+                same = !strcmp(patcher_model_weight_key(ma, l, i), patcher_model_weight_key(mb, l, i)) &&
+                       !memcmp(s0, s1, sizeof(s0)) && w0[0] == w1[0];
+            }
+        ok(same, "the diffusers SDXL ControlNet holds the ldm file's weights, keys and layers");
+    }
+    controlnet_unref(a);
+    controlnet_unref(b);
+    unlink(q);
 
     gen(p, &cfg, 0, NULL, NULL);
     expect_fail(p, ERR_UNSUPPORTED, "a checkpoint", "checkpoint");
