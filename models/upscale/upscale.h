@@ -109,8 +109,9 @@ int ups_detect(const struct st_file *f, const char *what, struct ups_arch *a, st
  * Open `path` (safetensors or torch zip, st_open), detect, and build a patcher model
  * (role OTHER, f32 storage: ComfyUI runs these models in fp32) whose layers are the
  * forward-order blocks (conv_first, each RRDB, conv_body, each up conv, conv_hr,
- * conv_last; SRVGG: each conv with the PReLU after it). Weights stored f32 are
- * borrowed from the mapping, which the model keeps (and checks) until freed.
+ * conv_last; SRVGG: each conv with the PReLU after it). Weights whose host copy keeps
+ * the file's dtype (the patcher's rule) are borrowed from the mapping, which the model
+ * then keeps (and re-checks) until freed.
  * *model: one reference, caller drops with patcher_model_unref.
  */
 int ups_load(const char *path, struct ups_arch *a, struct patcher_model **model, struct err *e);

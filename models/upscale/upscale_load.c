@@ -37,7 +37,11 @@ static void add_one(void *user, const struct ups_weight *w)
         l->rc = rc;
         return;
     }
-    l->borrowed += src == TENSOR_F32;
+    /* Borrowed when the host copy kept the file's dtype (the patcher's rule: equal, or
+     * f16/bf16 kept and widened by the ops): then the mapping must outlive the model. */
+    enum tensor_dtype host_dt;
+    patcher_model_host_data(l->m, l->layer, rc, &host_dt, NULL, NULL);
+    l->borrowed += host_dt == src;
 }
 
 static void file_close(void *user)
@@ -71,7 +75,7 @@ int ups_load(const char *path, struct ups_arch *a, struct patcher_model **model,
         st_close(f);
         return rc;
     }
-    /* f32 weights point into the mapping: the model keeps (and re-checks) the file. */
+    /* Borrowed weights point into the mapping: the model keeps (and re-checks) the file. */
     if (l.borrowed)
         patcher_model_keep_checked(l.m, file_close, file_check, f);
     else

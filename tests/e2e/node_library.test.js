@@ -40,6 +40,7 @@ const WANT = {
     "StringReplace", "StringContains", "StringCompare"],
   "nodes_primitive.json": ["PrimitiveString", "PrimitiveStringMultiline", "PrimitiveInt", "PrimitiveFloat",
     "PrimitiveBoolean"],
+  "nodes_upscale_model.json": ["UpscaleModelLoader", "ImageUpscaleWithModel"],
 };
 
 let S = null;
@@ -81,6 +82,8 @@ describe("latent and mask nodes", () => {
       for (const c of classes) {
         assert.ok(info[c], `${c} is registered`);
         if (c === "LoadLatent") want[c].input.required.latent[0] = LATENTS; // "$INPUT_LATENTS"
+        // "$UPSCALE_MODELS": models/upscale_models is empty here (e2e_upscale_model lists files)
+        if (c === "UpscaleModelLoader") want[c].input.required.model_name[1].options = [];
         if (c === "LoadImageMask") want[c].input.required.image[0] = ["x.png"]; // the input images
         if (c === "ControlNetLoader" || c === "DiffControlNetLoader")
           want[c].input.required.control_net_name[0] = []; // "$CONTROLNET": models/controlnet is empty

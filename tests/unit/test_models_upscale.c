@@ -63,8 +63,9 @@ static void wfind_one(void *user, const struct ups_weight *w)
     float *tmpf = xmalloc((size_t)n * sizeof(float));
     upscale_gen_fill(f->o, w, tmpf);
     f->out = xmalloc((size_t)n * sizeof(double));
-    for (int64_t q = 0; q < n; q++)
-        f->out[q] = tmpf[q];
+    for (int64_t q = 0; q < n; q++) /* as stored in the file */
+        f->out[q] = f->o->dtype == ST_DTYPE_F16 ? tensor_f16_to_f32(tensor_f32_to_f16(tmpf[q]))
+                                                : tmpf[q];
     xfree(tmpf);
 }
 
@@ -362,6 +363,11 @@ static void test_forward(void)
     upscale_gen_opts_tiny(&o, UPS_SRVGG, 2);
     o.arch.nb = 3;
     check_forward("srvgg_x2", &o, 5, 9);
+    o.dtype = ST_DTYPE_F16; /* borrowed as f16 from the mapping, widened by the ops */
+    check_forward("srvgg_x2_f16", &o, 5, 9);
+    upscale_gen_opts_tiny(&o, UPS_ESRGAN, 4);
+    o.dtype = ST_DTYPE_F16;
+    check_forward("esrgan_x4_f16", &o, 5, 4);
 }
 
 /*
