@@ -254,6 +254,29 @@ static void test_dt(enum tensor_dtype dt)
         cmp("timestep embedding", te, gte);
         FREE(tab, gtab, eo, geo, te, gte);
     }
+    /* the upscale models' ops: leaky_relu, prelu, pixel (un)shuffle (reflect-padded) */
+    {
+        struct tensor *a = mk(dt, 4, (int64_t[]){2, 8, 5, 3}, 2), *sl = mk(dt, 1, (int64_t[]){8}, 1);
+        struct tensor *ga = up(a), *gsl = up(sl), *o = like(a, C), *go = like(a, G);
+        EXPECT_OK(tensor_leaky_relu(o, a, 0.2f, &e));
+        EXPECT_OK(tensor_leaky_relu(go, ga, 0.2f, &e));
+        cmp("leaky_relu", o, go);
+        EXPECT_OK(tensor_prelu(o, a, sl, &e));
+        EXPECT_OK(tensor_prelu(go, ga, gsl, &e));
+        cmp("prelu", o, go);
+        struct tensor *ps, *gps, *us, *gus;
+        tensor_new(C, dt, 4, (int64_t[]){2, 2, 10, 6}, &ps, NULL);
+        gps = like(ps, G);
+        EXPECT_OK(tensor_pixel_shuffle(ps, a, 2, &e));
+        EXPECT_OK(tensor_pixel_shuffle(gps, ga, 2, &e));
+        cmp("pixel_shuffle x2", ps, gps);
+        tensor_new(C, dt, 4, (int64_t[]){2, 32, 2, 1}, &us, NULL);
+        gus = like(us, G);
+        EXPECT_OK(tensor_pixel_unshuffle(us, a, 4, &e)); /* 5x3 reflect-padded to 8x4 */
+        EXPECT_OK(tensor_pixel_unshuffle(gus, ga, 4, &e));
+        cmp("pixel_unshuffle x4 (reflect pad)", us, gus);
+        FREE(a, sl, ga, gsl, o, go, ps, gps, us, gus);
+    }
 }
 
 int main(void)
