@@ -65,12 +65,14 @@ static int lora_common(struct node_ctx *c, int with_clip)
                               "Model in folder 'loras' with filename '%s' not found.", name);
     }
     struct patcher *u2 = patcher_clone(up), *c2 = clip ? patcher_clone(clip->p) : NULL;
+    struct patcher *g2 = clip && clip->p2 ? patcher_clone(clip->p2) : NULL; /* SDXL's bigG */
     struct err e = {0};
-    int rc = lora_apply(path.ptr, &cfg, u2, (float)sm, c2, (float)sc, NULL, &e);
+    int rc = lora_apply(path.ptr, &cfg, u2, (float)sm, c2, (float)sc, g2, NULL, &e);
     buf_release(&path);
     if (rc < 0) {
         patcher_unref(u2);
         patcher_unref(c2);
+        patcher_unref(g2);
         return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
     }
     struct sd_model *m2 = sd_unet_model_new(u2, &cfg);
@@ -80,6 +82,10 @@ static int lora_common(struct node_ctx *c, int with_clip)
         struct sd_clip *cl = sd_clip_clone(clip);
         patcher_unref(cl->p);
         cl->p = c2;
+        if (g2) {
+            patcher_unref(cl->p2);
+            cl->p2 = g2;
+        }
         node_set_output(c, 1, sd_clip_value(cl));
     }
     return 0;

@@ -1,5 +1,5 @@
 /*
- * LoRA key mapping and patch loading for SD1.x (see lora.h).
+ * LoRA key mapping and patch loading for SD1.x and SDXL (see lora.h).
  */
 #include "lora.h"
 
@@ -13,6 +13,7 @@
 #include "safetensors.h"
 #include "tensor.h"
 #include "family.h"
+#include "text_arch.h" /* TEXT_NAMING_OPENCLIP */
 #include "unet_impl.h"
 
 /* ---- forward map: module prefix -> checkpoint key ------------------------------------------ */
@@ -21,6 +22,9 @@ struct fwd {
     char *prefix; /* owned */
     char *key;    /* owned: full checkpoint name */
     int comp;
+    /* rows > 0: the module addresses rows [row0, row0 + rows) of `key` only (q, k or v
+     * of OpenCLIP's fused in_proj; sdxl.md §9). */
+    int64_t row0, rows;
 };
 
 struct fmap {
@@ -28,7 +32,8 @@ struct fmap {
     size_t n, cap;
 };
 
-static void fmap_add(struct fmap *m, const char *prefix, const char *key, int comp)
+static void fmap_add_rows(struct fmap *m, const char *prefix, const char *key, int comp,
+                          int64_t row0, int64_t rows)
 {
     if (m->n == m->cap) {
         m->cap = m->cap ? 2 * m->cap : 4096;
@@ -37,7 +42,14 @@ static void fmap_add(struct fmap *m, const char *prefix, const char *key, int co
     m->v[m->n].prefix = xstrdup(prefix);
     m->v[m->n].key = xstrdup(key);
     m->v[m->n].comp = comp;
+    m->v[m->n].row0 = row0;
+    m->v[m->n].rows = rows;
     m->n++;
+}
+
+static void fmap_add(struct fmap *m, const char *prefix, const char *key, int comp)
+{
+    fmap_add_rows(m, prefix, key, comp, 0, 0);
 }
 
 static int cmp_fwd(const void *a, const void *b)
@@ -102,6 +114,10 @@ static int ldm_to_diffusers(const char *x, char *out, size_t size)
         return snprintf(out, size, "conv_norm_out"), 0;
     if (!strcmp(x, "out.2"))
         return snprintf(out, size, "conv_out"), 0;
+    if (!strcmp(x, "label_emb.0.0")) /* SDXL's ADM MLP (sdxl.md §9) */
+        return snprintf(out, size, "add_embedding.linear_1"), 0;
+    if (!strcmp(x, "label_emb.0.2"))
+        return snprintf(out, size, "add_embedding.linear_2"), 0;
     if (sscanf(x, "input_blocks.%d.%d.%n", &n, &sub, &len) == 2 && n >= 1) {
         int lvl = (n - 1) / 3, i = (n - 1) % 3;
         const char *s = x + len;
@@ -152,16 +168,44 @@ static int processor_style(const char *y, char *out, size_t size)
 
 struct build_ctx {
     struct fmap *m;
+    const struct model_config *cfg;
 };
+
+/*
+ * The module prefixes of a text-encoder weight (sdxl.md §9). `x` is its internal name
+ * without ".weight" ("text_model.encoder.layers.3.mlp.fc1"). CLIP-L answers to
+ * lora_te_/lora_te1_ and the diffusers/generic names; SDXL's bigG (the second encoder)
+ * to lora_te2_; the refiner's bigG, its only encoder, to the first encoder's names.
+ */
+static void text_prefixes(struct fmap *m, const char *x, const char *key, int comp, int bigg,
+                          int64_t row0, int64_t rows)
+{
+    static const char *const first[] = {"lora_te_", "lora_te1_", "text_encoder.", NULL};
+    static const char *const second[] = {"lora_te2_", "text_encoder_2.", NULL};
+    static const char *const refiner[] = {"lora_te_", "lora_prior_te_", "text_encoder.", NULL};
+    const char *const *names = comp == MODEL_CLIP2 ? second : bigg ? refiner : first;
+    char mg[256], buf[320];
+    mangle(x, mg, sizeof(mg));
+    for (int i = 0; names[i]; i++) {
+        int kohya = names[i][strlen(names[i]) - 1] == '_';
+        snprintf(buf, sizeof(buf), "%s%s", names[i], kohya ? mg : x);
+        fmap_add_rows(m, buf, key, comp, row0, rows);
+    }
+    snprintf(buf, sizeof(buf), "text_encoders.%s.transformer.%s", bigg ? "clip_g" : "clip_l", x);
+    fmap_add_rows(m, buf, key, comp, row0, rows);
+}
 
 static void on_key(void *user, const struct model_key *k)
 {
-    struct fmap *m = ((struct build_ctx *)user)->m;
+    struct build_ctx *bc = user;
+    struct fmap *m = bc->m;
     char base[192], mg[256], y[192], yp[224], buf[320];
     size_t nl = strlen(k->name);
-    if (k->ndim < 2 || nl < 7 || strcmp(k->name + nl - 7, ".weight") != 0)
+    if (k->ndim < 2)
         return; /* LoRA adapts linears and convs */
     if (k->comp == MODEL_UNET) {
+        if (nl < 7 || strcmp(k->name + nl - 7, ".weight") != 0)
+            return;
         const char *x = k->name + k->rel;
         snprintf(base, sizeof(base), "%.*s", (int)(strlen(x) - 7), x);
         mangle(base, mg, sizeof(mg));
@@ -183,27 +227,32 @@ static void on_key(void *user, const struct model_key *k)
                 fmap_add(m, buf, k->name, MODEL_UNET);
             }
         }
-    } else if (k->comp == MODEL_CLIP) {
-        const char *x = k->name + k->rel;
-        if (!starts_with(x, "encoder.layers."))
+    } else if (k->comp == MODEL_CLIP || k->comp == MODEL_CLIP2) {
+        const struct text_arch *ta = &bc->cfg->text[k->comp - MODEL_CLIP];
+        const char *x = k->name + k->rel; /* internal (HF) names, also for OpenCLIP files */
+        size_t xl = strlen(x);
+        if (!starts_with(x, "encoder.layers.") || xl < 7 || strcmp(x + xl - 7, ".weight") != 0)
             return;
-        snprintf(base, sizeof(base), "text_model.%.*s", (int)(strlen(x) - 7), x);
-        mangle(base, mg, sizeof(mg));
-        snprintf(buf, sizeof(buf), "lora_te_%s", mg);
-        fmap_add(m, buf, k->name, MODEL_CLIP);
-        snprintf(buf, sizeof(buf), "lora_te1_%s", mg);
-        fmap_add(m, buf, k->name, MODEL_CLIP);
-        snprintf(buf, sizeof(buf), "text_encoder.%s", base);
-        fmap_add(m, buf, k->name, MODEL_CLIP);
-        snprintf(buf, sizeof(buf), "text_encoders.clip_l.transformer.%s", base);
-        fmap_add(m, buf, k->name, MODEL_CLIP);
+        int bigg = ta->naming == TEXT_NAMING_OPENCLIP;
+        const char *fused = strstr(x, ".self_attn.in_proj.weight");
+        if (fused) { /* OpenCLIP's [3d, d] q/k/v: one prefix per row block */
+            static const char *const qkv[] = {"q_proj", "k_proj", "v_proj"};
+            for (int i = 0; i < 3; i++) {
+                snprintf(base, sizeof(base), "text_model.%.*s.self_attn.%s",
+                         (int)(fused - x), x, qkv[i]);
+                text_prefixes(m, base, k->name, k->comp, bigg, i * ta->width, ta->width);
+            }
+            return;
+        }
+        snprintf(base, sizeof(base), "text_model.%.*s", (int)(xl - 7), x);
+        text_prefixes(m, base, k->name, k->comp, bigg, 0, 0);
     }
 }
 
 static void fmap_build(const struct model_config *cfg, struct fmap *m)
 {
     memset(m, 0, sizeof(*m));
-    struct build_ctx c = {.m = m};
+    struct build_ctx c = {.m = m, .cfg = cfg};
     model_layout_build(cfg, on_key, &c);
     qsort(m->v, m->n, sizeof(*m->v), cmp_fwd);
 }
@@ -322,15 +371,83 @@ static int add_module(const struct st_file *f, const struct module *md, const st
     return 0;
 }
 
+/*
+ * The q, k and v modules of one fused in_proj weight [3d, d], added as ONE patch:
+ * up = blockdiag(s_q U_q, s_k U_k, s_v U_v) [3d, R], down = [D_q; D_k; D_v] [R, d] with
+ * R the sum of their ranks and s = alpha / rank, so that up @ down adds each module's
+ * delta to its own rows (ComfyUI splits in_proj at load instead; same sums). A module
+ * the file lacks leaves its rows alone.
+ */
+struct fused {
+    const char *key; /* borrowed from the map */
+    const struct module *md[3];
+    const struct fwd *fw[3];
+    int n;
+};
+
+static int add_fused(const struct st_file *f, const struct fused *fu, struct patcher *p,
+                     float strength, struct err *e)
+{
+    struct patcher_model *pm = patcher_model_of(p);
+    int layer, idx, wnd;
+    enum tensor_dtype wdt;
+    int64_t wsh[4], R = 0;
+    if (patcher_model_find(pm, fu->key, &layer, &idx) < 0 ||
+        !patcher_model_host_data(pm, layer, idx, &wdt, &wnd, wsh) || wnd != 2)
+        return err_set(e, ERR_INVALID, "lora '%s': weight '%s' not in the model", f->path, fu->key);
+    for (int i = 0; i < fu->n; i++) {
+        const struct st_tensor *up = fu->md[i]->up, *down = fu->md[i]->down;
+        enum tensor_dtype dt;
+        if (to_tdt(up->dtype, &dt) < 0 || to_tdt(down->dtype, &dt) < 0 || up->ndim != 2 ||
+            down->ndim != 2 || down->shape[0] <= 0 || up->shape[1] != down->shape[0] ||
+            up->shape[0] != fu->fw[i]->rows || down->shape[1] != wsh[1])
+            return err_set(e, ERR_INVALID,
+                           "lora '%s': tensor '%s' does not fit rows %lld..%lld of weight '%s' "
+                           "(a LoRA for another model type?)",
+                           f->path, up->name, (long long)fu->fw[i]->row0,
+                           (long long)(fu->fw[i]->row0 + fu->fw[i]->rows), fu->key);
+        R += down->shape[0];
+    }
+    float *U = xcalloc((size_t)(wsh[0] * R), sizeof(float));
+    float *D = xmalloc((size_t)(R * wsh[1]) * sizeof(float));
+    float *tmp = NULL;
+    int rc = 0;
+    int64_t c0 = 0;
+    for (int i = 0; i < fu->n && rc == 0; i++) {
+        const struct module *md = fu->md[i];
+        int64_t r = md->down->shape[0], rows = fu->fw[i]->rows, row0 = fu->fw[i]->row0;
+        float alpha = 0;
+        if (md->alpha && st_tensor_numel(md->alpha) == 1 &&
+            (rc = st_tensor_to_f32(f, md->alpha, &alpha, e)) < 0)
+            break;
+        float s = md->alpha && st_tensor_numel(md->alpha) == 1 ? alpha / (float)r : 1.0f;
+        tmp = xrealloc(tmp, (size_t)(rows * r) * sizeof(float));
+        if ((rc = st_tensor_to_f32(f, md->up, tmp, e)) < 0 ||
+            (rc = st_tensor_to_f32(f, md->down, D + c0 * wsh[1], e)) < 0)
+            break;
+        for (int64_t o = 0; o < rows; o++)
+            for (int64_t j = 0; j < r; j++)
+                U[(row0 + o) * R + c0 + j] = s * tmp[o * r + j];
+        c0 += r;
+    }
+    if (rc == 0)
+        rc = patcher_add_lora(p, fu->key, U, D, TENSOR_F32, R, 0, 0, strength, e);
+    xfree(U);
+    xfree(D);
+    xfree(tmp);
+    return rc < 0 ? err_prefix(e, "lora '%s'", f->path) : 0;
+}
+
 int lora_apply(const char *path, const struct model_config *cfg, struct patcher *unet,
                     float strength_model, struct patcher *clip, float strength_clip,
-                    struct lora_stats *stats, struct err *e)
+                    struct patcher *clip2, struct lora_stats *stats, struct err *e)
 {
     struct st_file *f = NULL;
     struct lora_stats st = {0};
     struct fmap m = {0};
     struct module *mods = NULL;
-    size_t nm = 0;
+    struct fused *fused = NULL;
+    size_t nm = 0, nfused = 0;
     struct buf unknown;
     buf_init(&unknown);
     int rc;
@@ -378,6 +495,7 @@ int lora_apply(const char *path, const struct model_config *cfg, struct patcher 
     }
     qsort(mods, nm, sizeof(*mods), cmp_module);
     st.modules = (int)nm;
+    fused = xcalloc(nm ? nm : 1, sizeof(*fused));
     int matched = 0;
     for (size_t k = 0; k < nm; k++) {
         const struct module *md = &mods[k];
@@ -389,9 +507,21 @@ int lora_apply(const char *path, const struct model_config *cfg, struct patcher 
             continue;
         }
         matched++;
-        struct patcher *p = fw->comp == MODEL_UNET ? unet : clip;
+        struct patcher *p = fw->comp == MODEL_UNET ? unet : fw->comp == MODEL_CLIP2 ? clip2 : clip;
         if (!p)
             continue;
+        if (fw->rows > 0) { /* q/k/v of a fused projection: added together below */
+            size_t u = 0;
+            while (u < nfused && strcmp(fused[u].key, fw->key) != 0)
+                u++;
+            if (u == nfused)
+                fused[nfused++].key = fw->key;
+            if (fused[u].n < 3) {
+                fused[u].md[fused[u].n] = md;
+                fused[u].fw[fused[u].n++] = fw;
+            }
+            continue;
+        }
         float s = fw->comp == MODEL_UNET ? strength_model : strength_clip;
         if ((rc = add_module(f, md, fw, p, s, e)) < 0)
             goto out;
@@ -400,11 +530,17 @@ int lora_apply(const char *path, const struct model_config *cfg, struct patcher 
         else
             st.clip_patched++;
     }
+    for (size_t u = 0; u < nfused; u++) {
+        struct patcher *p = fused[u].fw[0]->comp == MODEL_CLIP2 ? clip2 : clip;
+        if ((rc = add_fused(f, &fused[u], p, strength_clip, e)) < 0)
+            goto out;
+        st.clip_patched += fused[u].n;
+    }
     if (matched == 0) {
         rc = err_set(e, ERR_INVALID,
-                     "lora '%s': none of its %zu tensors address an SD1.x weight (a LoRA for "
-                     "another model type?)",
-                     path, f->n_tensors);
+                     "lora '%s': none of its %zu tensors address a weight of this %s model (a "
+                     "LoRA for another model type?)",
+                     path, f->n_tensors, model_family_get(cfg->family)->name);
         goto out;
     }
     /* The factors were copied into the patches: only a change while we read them
@@ -421,6 +557,7 @@ out:
     for (size_t k = 0; k < nm; k++)
         xfree(mods[k].prefix);
     xfree(mods);
+    xfree(fused);
     fmap_release(&m);
     buf_release(&unknown);
     st_close(f);

@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
     struct lora_stats st;
     memset(&st, 0, sizeof(st));
     struct err e = {0};
-    int rc = lora_apply(lora_path, &ck.cfg, u, 0.5f, c, 1.5f, &st, &e);
+    int rc = lora_apply(lora_path, &ck.cfg, u, 0.5f, c, 1.5f, NULL, &st, &e);
     if (rc < 0)
         FUZZ_CHECK(e.msg[0] != '\0');
     else
