@@ -1,12 +1,17 @@
 /*
- * sd_cond_nodes — ConditioningCombine, ConditioningSetArea and
- * ConditioningZeroOut (comfy-api.md §7.3): pure edits of a CONDITIONING
- * (sd_types.h). Inputs are never modified; each node returns a deep copy.
- * The sampler honours what they set (KSampler's calc_cond_batch averaging).
+ * sd_cond_nodes — ConditioningCombine, ConditioningSetArea, ConditioningZeroOut
+ * (comfy-api.md §7.3), ConditioningAverage, ConditioningConcat,
+ * ConditioningSetAreaPercentage, ConditioningSetAreaStrength, ConditioningSetMask
+ * and ConditioningSetTimestepRange (nodes.py): pure edits of a CONDITIONING
+ * (sd_types.h). Inputs are never modified; each node returns a deep copy (every
+ * field kept, so what other nodes set travels along). The sampler honours what
+ * they set (sd_ksampler.c: ComfyUI's get_area_and_mult and calc_cond_batch).
  */
 #include <string.h>
 
+#include "alloc.h"
 #include "node_registry.h"
+#include "nodes_mask.h"
 #include "sd_nodes.h"
 #include "sd_types.h"
 
@@ -86,6 +91,8 @@ static int area_run(struct node_ctx *c)
         e->area_w = (int)(w / 8);
         e->area_y = (int)(y / 8);
         e->area_x = (int)(x / 8);
+        e->has_area_pct = 0;
+        e->set_area_to_bounds = 0;
         e->strength = (float)node_in_float(c, "strength");
     }
     node_set_output(c, 0, sd_cond_value(out));
@@ -130,3 +137,270 @@ const struct node_class sd_conditioning_zero_out = {
     .outputs = cond_outputs,
     .run = zero_run,
 };
+
+/* ---- ConditioningAverage, ConditioningConcat ---- */
+
+static const struct node_input_def average_inputs[] = {
+    {.name = "conditioning_to", .type = "CONDITIONING"},
+    {.name = "conditioning_from", .type = "CONDITIONING"},
+    {.name = "conditioning_to_strength", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0),
+     .max = NODE_F(1.0), .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
+/* conditioning_from's first entry (ComfyUI warns and ignores the others). */
+static int from_input(struct node_ctx *c, const struct sd_cond **to, const struct sd_cond_entry **from)
+{
+    const struct sd_cond *f;
+    int rc;
+    if ((rc = cond_input(c, "conditioning_to", to)) < 0 || (rc = cond_input(c, "conditioning_from", &f)) < 0)
+        return rc;
+    if (f->n < 1)
+        return node_fail(c, "IndexError", "list index out of range");
+    *from = &f->entries[0];
+    return 0;
+}
+
+/*
+ * t1 * s + t0 * (1 - s) per entry of conditioning_to, t0 being the first `from` entry
+ * cut or zero-padded to t1's token count (batch broadcast as torch does); pooled
+ * outputs mixed the same way when both sides have one, else the one there is.
+ */
+static int average_run(struct node_ctx *c)
+{
+    const struct sd_cond *to;
+    const struct sd_cond_entry *f;
+    int rc;
+    if ((rc = from_input(c, &to, &f)) < 0)
+        return rc;
+    double s = node_in_float(c, "conditioning_to_strength");
+    float ws = (float)s, wf = (float)(1.0 - s);
+    for (int i = 0; i < to->n; i++) {
+        const struct sd_cond_entry *t = &to->entries[i];
+        if (t->dim != f->dim || (t->batch != f->batch && t->batch != 1 && f->batch != 1))
+            return node_fail(c, "RuntimeError",
+                             "The size of tensor a (%d) must match the size of tensor b (%d) at "
+                             "non-singleton dimension %d",
+                             t->dim != f->dim ? t->dim : t->batch, t->dim != f->dim ? f->dim : f->batch,
+                             t->dim != f->dim ? 2 : 0);
+        if (t->pooled && f->pooled && t->pooled_dim != f->pooled_dim)
+            return node_fail(c, "RuntimeError", "pooled outputs of %d and %d values", t->pooled_dim,
+                             f->pooled_dim);
+    }
+    struct sd_cond *out = sd_cond_clone(to);
+    for (int i = 0; i < out->n; i++) {
+        struct sd_cond_entry *e = &out->entries[i];
+        int b = e->batch > f->batch ? e->batch : f->batch;
+        float *mix = xmalloc((size_t)b * e->tokens * e->dim * sizeof *mix);
+        for (int n = 0; n < b; n++)
+            for (int k = 0; k < e->tokens; k++)
+                for (int d = 0; d < e->dim; d++) {
+                    float t1 = e->cond[((size_t)(n % e->batch) * e->tokens + k) * e->dim + d];
+                    float t0 = k < f->tokens ? f->cond[((size_t)(n % f->batch) * f->tokens + k) * f->dim + d] : 0.0f;
+                    mix[((size_t)n * e->tokens + k) * e->dim + d] = t1 * ws + t0 * wf;
+                }
+        xfree(e->cond);
+        e->cond = mix;
+        if (f->pooled) {
+            int pb = e->pooled ? e->batch : f->batch;
+            float *p = xmalloc((size_t)pb * f->pooled_dim * sizeof *p);
+            for (size_t q = 0; q < (size_t)pb * f->pooled_dim; q++)
+                p[q] = e->pooled ? e->pooled[q] * ws + f->pooled[q % ((size_t)f->batch * f->pooled_dim)] * wf
+                                 : f->pooled[q];
+            xfree(e->pooled);
+            e->pooled = p;
+            e->pooled_dim = f->pooled_dim;
+        }
+        e->batch = b;
+    }
+    node_set_output(c, 0, sd_cond_value(out));
+    return 0;
+}
+
+static const struct node_input_def concat_inputs[] = {
+    {.name = "conditioning_to", .type = "CONDITIONING"},
+    {.name = "conditioning_from", .type = "CONDITIONING"},
+    NODE_INPUTS_END};
+
+/* torch.cat((t1, from), 1): the first `from` entry's tokens after each entry's own. */
+static int concat_run(struct node_ctx *c)
+{
+    const struct sd_cond *to;
+    const struct sd_cond_entry *f;
+    int rc;
+    if ((rc = from_input(c, &to, &f)) < 0)
+        return rc;
+    for (int i = 0; i < to->n; i++)
+        if (to->entries[i].dim != f->dim || to->entries[i].batch != f->batch)
+            return node_fail(c, "RuntimeError",
+                             "Sizes of tensors must match except in dimension 1. Expected size %d but "
+                             "got size %d for tensor number 1 in the list.",
+                             to->entries[i].dim != f->dim ? to->entries[i].dim : to->entries[i].batch,
+                             to->entries[i].dim != f->dim ? f->dim : f->batch);
+    struct sd_cond *out = sd_cond_clone(to);
+    for (int i = 0; i < out->n; i++) {
+        struct sd_cond_entry *e = &out->entries[i];
+        int tokens = e->tokens + f->tokens;
+        size_t row = (size_t)e->dim * sizeof(float);
+        float *cat = xmalloc((size_t)e->batch * tokens * row);
+        for (int n = 0; n < e->batch; n++) {
+            memcpy(cat + (size_t)n * tokens * e->dim, e->cond + (size_t)n * e->tokens * e->dim,
+                   (size_t)e->tokens * row);
+            memcpy(cat + ((size_t)n * tokens + e->tokens) * e->dim, f->cond + (size_t)n * f->tokens * f->dim,
+                   (size_t)f->tokens * row);
+        }
+        xfree(e->cond);
+        e->cond = cat;
+        e->tokens = tokens;
+    }
+    node_set_output(c, 0, sd_cond_value(out));
+    return 0;
+}
+
+/* nodes.py maps "ConditioningAverage " (a trailing space): the title stays the class name. */
+const struct node_class sd_conditioning_average = {
+    .name = "ConditioningAverage", .category = "conditioning", .inputs = average_inputs,
+    .outputs = cond_outputs, .run = average_run};
+const struct node_class sd_conditioning_concat = {
+    .name = "ConditioningConcat", .display_name = "Conditioning (Concat)", .category = "conditioning", .inputs = concat_inputs,
+    .outputs = cond_outputs, .run = concat_run};
+
+/* ---- ConditioningSetAreaPercentage, ConditioningSetAreaStrength ---- */
+
+#define PCT_INPUT(n, d)                                                                           \
+    {.name = n, .type = "FLOAT", .def = NODE_F(d), .min = NODE_I(0), .max = NODE_F(1.0),         \
+     .step = NODE_F(0.01)}
+
+static const struct node_input_def area_pct_inputs[] = {
+    {.name = "conditioning", .type = "CONDITIONING"},
+    PCT_INPUT("width", 1.0),
+    PCT_INPUT("height", 1.0),
+    PCT_INPUT("x", 0),
+    PCT_INPUT("y", 0),
+    {.name = "strength", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0),
+     .max = NODE_F(10.0), .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
+/* area ("percentage", height, width, y, x), resolved against the latent by the sampler. */
+static int area_pct_run(struct node_ctx *c)
+{
+    const struct sd_cond *in;
+    int rc;
+    if ((rc = cond_input(c, "conditioning", &in)) < 0)
+        return rc;
+    struct sd_cond *out = sd_cond_clone(in);
+    for (int i = 0; i < out->n; i++) {
+        struct sd_cond_entry *e = &out->entries[i];
+        e->has_area = 0;
+        e->has_area_pct = 1;
+        e->area_pct_w = node_in_float(c, "width");
+        e->area_pct_h = node_in_float(c, "height");
+        e->area_pct_x = node_in_float(c, "x");
+        e->area_pct_y = node_in_float(c, "y");
+        e->strength = (float)node_in_float(c, "strength");
+        e->set_area_to_bounds = 0;
+    }
+    node_set_output(c, 0, sd_cond_value(out));
+    return 0;
+}
+
+static const struct node_input_def strength_inputs[] = {
+    {.name = "conditioning", .type = "CONDITIONING"},
+    {.name = "strength", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0),
+     .max = NODE_F(10.0), .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
+static int strength_run(struct node_ctx *c)
+{
+    const struct sd_cond *in;
+    int rc;
+    if ((rc = cond_input(c, "conditioning", &in)) < 0)
+        return rc;
+    struct sd_cond *out = sd_cond_clone(in);
+    for (int i = 0; i < out->n; i++)
+        out->entries[i].strength = (float)node_in_float(c, "strength");
+    node_set_output(c, 0, sd_cond_value(out));
+    return 0;
+}
+
+const struct node_class sd_conditioning_set_area_percentage = {
+    .name = "ConditioningSetAreaPercentage",
+    .display_name = "Conditioning (Set Area with Percentage)", .category = "conditioning", .inputs = area_pct_inputs,
+    .outputs = cond_outputs, .run = area_pct_run};
+const struct node_class sd_conditioning_set_area_strength = {
+    .name = "ConditioningSetAreaStrength", .category = "conditioning", .inputs = strength_inputs,
+    .outputs = cond_outputs, .run = strength_run};
+
+/* ---- ConditioningSetMask ---- */
+
+static const char *const cond_area_options[] = {"default", "mask bounds", NULL};
+
+static const struct node_input_def mask_inputs[] = {
+    {.name = "conditioning", .type = "CONDITIONING"},
+    {.name = "mask", .type = "MASK"},
+    {.name = "strength", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0),
+     .max = NODE_F(10.0), .step = NODE_F(0.01)},
+    {.name = "set_cond_area", .type = NODE_COMBO, .options = cond_area_options},
+    NODE_INPUTS_END};
+
+static int mask_run(struct node_ctx *c)
+{
+    const struct sd_cond *in;
+    const struct value *m;
+    int64_t mb, mh, mw;
+    int rc;
+    if ((rc = cond_input(c, "conditioning", &in)) < 0 || (rc = nodes__mask_in(c, "mask", &m, &mb, &mh, &mw)) < 0)
+        return rc;
+    if (mb < 1 || mh < 1 || mw < 1)
+        return node_fail(c, "RuntimeError", "the mask is empty (%lldx%lldx%lld)", (long long)mb,
+                         (long long)mh, (long long)mw);
+    struct sd_cond *out = sd_cond_clone(in);
+    size_t n = (size_t)(mb * mh * mw);
+    for (int i = 0; i < out->n; i++) {
+        struct sd_cond_entry *e = &out->entries[i];
+        xfree(e->mask);
+        e->mask = xmalloc(n * sizeof *e->mask);
+        memcpy(e->mask, m->data, n * sizeof *e->mask);
+        e->mask_b = (int)mb;
+        e->mask_h = (int)mh;
+        e->mask_w = (int)mw;
+        e->mask_strength = (float)node_in_float(c, "strength");
+        e->set_area_to_bounds = strcmp(node_in_str(c, "set_cond_area"), "default") != 0;
+    }
+    node_set_output(c, 0, sd_cond_value(out));
+    return 0;
+}
+
+const struct node_class sd_conditioning_set_mask = {
+    .name = "ConditioningSetMask", .display_name = "Conditioning (Set Mask)", .category = "conditioning", .inputs = mask_inputs,
+    .outputs = cond_outputs, .run = mask_run};
+
+/* ---- ConditioningSetTimestepRange ---- */
+
+static const struct node_input_def range_inputs[] = {
+    {.name = "conditioning", .type = "CONDITIONING"},
+    {.name = "start", .type = "FLOAT", .def = NODE_F(0.0), .min = NODE_F(0.0), .max = NODE_F(1.0),
+     .step = NODE_F(0.001)},
+    {.name = "end", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(1.0),
+     .step = NODE_F(0.001)},
+    NODE_INPUTS_END};
+
+static int range_run(struct node_ctx *c)
+{
+    const struct sd_cond *in;
+    int rc;
+    if ((rc = cond_input(c, "conditioning", &in)) < 0)
+        return rc;
+    struct sd_cond *out = sd_cond_clone(in);
+    for (int i = 0; i < out->n; i++) {
+        struct sd_cond_entry *e = &out->entries[i];
+        e->has_timestep_range = 1;
+        e->start_percent = node_in_float(c, "start");
+        e->end_percent = node_in_float(c, "end");
+    }
+    node_set_output(c, 0, sd_cond_value(out));
+    return 0;
+}
+
+const struct node_class sd_conditioning_set_timestep_range = {
+    .name = "ConditioningSetTimestepRange", .category = "advanced/conditioning",
+    .inputs = range_inputs, .outputs = cond_outputs, .run = range_run};

@@ -16,6 +16,7 @@
 
 #include "alloc.h"
 #include "node_registry.h"
+#include "node_resample.h"
 #include "sampling.h"
 #include "sampling_preview.h"
 #include "sampling_sched.h"
@@ -51,7 +52,11 @@ struct job {
     const struct sd_control *control; /* the entry's, or a positive's (apply_to_uncond) */
     int negative;
     int y0, x0, rh, rw; /* region in latent pixels, clipped to the latent */
-    float *mult;        /* owned, [rh · rw]: strength with area feathering */
+    float *mult;        /* owned, [mult_b · rh · rw]: strength with area feathering or mask */
+    int mult_b;         /* planes of mult: sample s uses plane s % mult_b */
+    int has_range;      /* ConditioningSetTimestepRange: runs while sig_end <= σ <= sig_start */
+    float sig_start, sig_end;
+    int active;         /* takes part in the current model evaluation */
 };
 
 struct kctx {
@@ -65,7 +70,7 @@ struct kctx {
     float *x_in;     /* [batch · per] the state divided by sqrt(σ² + 1) */
     float *x;        /* [batch · per] copy of the state being denoised */
     float *acc[2];   /* [batch · per] Σ x0·mult, positive and negative side */
-    float *count[2]; /* [h · w] 1e-37 + Σ mult */
+    float *count[2]; /* [batch · h · w] 1e-37 + Σ mult (per sample: masks may differ) */
     struct err err;
     int preview;
     struct sd_progress bar;
@@ -100,41 +105,138 @@ static void scale_slice(float *mult, int rh, int rw, int cols, int start, int st
 }
 
 /*
- * The region and weights of an entry (ComfyUI get_area_and_mult): the area
- * slice of the latent, strength everywhere, and a linear ramp over 8 latent
- * pixels on every area border that is not a latent border. Returns 0 when the
- * region is empty (the entry does not take part).
+ * The entry's mask resized to the latent (ComfyUI's resolve_areas_and_cond_masks:
+ * bilinear, no crop, when the size differs) into *out [mask_b, h, w]. Returns 0 or
+ * ERR_INVALID in k->err.
  */
-static int job_setup(struct job *j, int h, int w)
+static int entry_mask(struct kctx *k, const struct sd_cond_entry *e, float **out)
+{
+    size_t n = (size_t)e->mask_b * k->h * k->w;
+    *out = xmalloc(n * sizeof **out);
+    if (e->mask_h == k->h && e->mask_w == k->w) {
+        memcpy(*out, e->mask, n * sizeof **out);
+        return 0;
+    }
+    int rc = node_resample(e->mask, e->mask_b, 1, e->mask_h, e->mask_w, NODE_RESAMPLE_BCHW,
+                           "bilinear", 0, *out, k->h, k->w, &k->err);
+    if (rc < 0) {
+        xfree(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/*
+ * set_area_to_bounds (ConditioningSetMask "mask bounds"): the bounding box of
+ * max |mask| over the batch, at least 8 x 8, or (8, 8, 0, 0) for an all-zero mask.
+ */
+static void mask_bounds(const float *m, int mb, int h, int w, int *ah, int *aw, int *ay, int *ax)
+{
+    int x0 = w, y0 = h, x1 = -1, y1 = -1;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            int any = 0;
+            for (int b = 0; b < mb && !any; b++)
+                any = m[((size_t)b * h + y) * w + x] != 0.0f;
+            if (!any)
+                continue;
+            x0 = x < x0 ? x : x0;
+            y0 = y < y0 ? y : y0;
+            x1 = x > x1 ? x : x1;
+            y1 = y > y1 ? y : y1;
+        }
+    if (x1 < 0) {
+        *ah = *aw = 8;
+        *ay = *ax = 0;
+        return;
+    }
+    *ah = y1 - y0 + 1 > 8 ? y1 - y0 + 1 : 8;
+    *aw = x1 - x0 + 1 > 8 ? x1 - x0 + 1 : 8;
+    *ay = y0;
+    *ax = x0;
+}
+
+/* Feather the area borders that are not latent borders (no mask): min(8, side / 4) steps. */
+static void job_feather(struct job *j, int h, int w)
+{
+    const int fuzz = 8;
+    int rry = j->rh / 4 < fuzz ? j->rh / 4 : fuzz, rrx = j->rw / 4 < fuzz ? j->rw / 4 : fuzz;
+    for (int t = 0; t < rry && j->y0 != 0; t++)
+        scale_slice(j->mult, j->rh, j->rw, 0, t, t + 1, (float)((1.0 / rry) * (t + 1)));
+    for (int t = 0; t < rry && j->rh + j->y0 < h; t++)
+        scale_slice(j->mult, j->rh, j->rw, 0, j->rh - 1 - t, j->rh - t, (float)((1.0 / rry) * (t + 1)));
+    for (int t = 0; t < rrx && j->x0 != 0; t++)
+        scale_slice(j->mult, j->rh, j->rw, 1, t, t + 1, (float)((1.0 / rrx) * (t + 1)));
+    for (int t = 0; t < rrx && j->rw + j->x0 < w; t++)
+        scale_slice(j->mult, j->rh, j->rw, 1, j->rw - 1 - t, j->rw - t, (float)((1.0 / rrx) * (t + 1)));
+}
+
+/*
+ * The region and weights of an entry (ComfyUI get_area_and_mult): the area slice of
+ * the latent (pixel area, fractions of the latent rounded as Python does, or the
+ * mask's bounds), strength everywhere times the mask (times mask_strength) when there
+ * is one, else feathered area borders; a timestep range as sigmas. Returns 1, 0 when
+ * the region is empty (the entry does not take part), or <0 with k->err set.
+ */
+static int job_setup(struct kctx *k, struct job *j)
 {
     const struct sd_cond_entry *e = j->entry;
-    int ah = h, aw = w, ay = 0, ax = 0;
+    int h = k->h, w = k->w;
+    int ah = h, aw = w, ay = 0, ax = 0, has_area = 0;
     if (e->has_area) {
         ah = e->area_h;
         aw = e->area_w;
         ay = e->area_y;
         ax = e->area_x;
+        has_area = 1;
+    } else if (e->has_area_pct) {
+        ah = (int)node_round_half_even(e->area_pct_h * h);
+        aw = (int)node_round_half_even(e->area_pct_w * w);
+        ah = ah > 1 ? ah : 1;
+        aw = aw > 1 ? aw : 1;
+        ay = (int)node_round_half_even(e->area_pct_y * h);
+        ax = (int)node_round_half_even(e->area_pct_x * w);
+        has_area = 1;
+    }
+    float *mask = NULL;
+    int rc;
+    if (e->mask) {
+        if ((rc = entry_mask(k, e, &mask)) < 0)
+            return rc;
+        if (e->set_area_to_bounds) {
+            mask_bounds(mask, e->mask_b, h, w, &ah, &aw, &ay, &ax);
+            has_area = 1;
+        }
     }
     int y1, x1;
     py_slice(ay, ay + ah, h, &j->y0, &y1);
     py_slice(ax, ax + aw, w, &j->x0, &x1);
     j->rh = y1 - j->y0;
     j->rw = x1 - j->x0;
-    if (j->rh <= 0 || j->rw <= 0)
+    if (j->rh <= 0 || j->rw <= 0) {
+        xfree(mask);
         return 0;
-    j->mult = xmalloc((size_t)j->rh * j->rw * sizeof *j->mult);
-    for (int i = 0; i < j->rh * j->rw; i++)
-        j->mult[i] = e->strength;
-    if (e->has_area) {
-        const int rr = 8;
-        for (int t = 0; t < rr && ay != 0; t++)
-            scale_slice(j->mult, j->rh, j->rw, 0, t, t + 1, (float)((1.0 / rr) * (t + 1)));
-        for (int t = 0; t < rr && ah + ay < h; t++)
-            scale_slice(j->mult, j->rh, j->rw, 0, ah - 1 - t, ah - t, (float)((1.0 / rr) * (t + 1)));
-        for (int t = 0; t < rr && ax != 0; t++)
-            scale_slice(j->mult, j->rh, j->rw, 1, t, t + 1, (float)((1.0 / rr) * (t + 1)));
-        for (int t = 0; t < rr && aw + ax < w; t++)
-            scale_slice(j->mult, j->rh, j->rw, 1, aw - 1 - t, aw - t, (float)((1.0 / rr) * (t + 1)));
+    }
+    /* mask[:batch], repeated over the batch */
+    j->mult_b = mask ? (e->mask_b < k->batch ? e->mask_b : k->batch) : 1;
+    size_t plane = (size_t)j->rh * j->rw;
+    j->mult = xmalloc((size_t)j->mult_b * plane * sizeof *j->mult);
+    for (int b = 0; b < j->mult_b; b++)
+        for (int y = 0; y < j->rh; y++)
+            for (int x = 0; x < j->rw; x++) {
+                float m = 1.0f;
+                if (mask)
+                    m = mask[((size_t)b * h + j->y0 + y) * w + j->x0 + x] * e->mask_strength;
+                j->mult[b * plane + (size_t)y * j->rw + x] = m * e->strength;
+            }
+    xfree(mask);
+    if (has_area && !e->mask)
+        job_feather(j, h, w);
+    if (e->has_timestep_range) {
+        /* calculate_start_end_timesteps: percent_to_sigma of each end */
+        j->has_range = 1;
+        j->sig_start = (float)sd_control_percent_to_sigma(&k->model->ms, e->start_percent);
+        j->sig_end = (float)sd_control_percent_to_sigma(&k->model->ms, e->end_percent);
     }
     return 1;
 }
@@ -241,7 +343,7 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
                         size_t li = ((size_t)c * k->h + jb->y0 + y) * k->w + jb->x0 + x;
                         /* x0 = x − eps·σ (EPS.calculate_denoised), then ·mult */
                         float x0 = k->x[smp * k->per + li] - eps[i * rper + ((size_t)c * rh + y) * rw + x] * sigma;
-                        acc[li] = acc[li] + x0 * jb->mult[y * rw + x];
+                        acc[li] = acc[li] + x0 * jb->mult[(size_t)(smp % jb->mult_b) * rh * rw + y * rw + x];
                     }
                 }
             }
@@ -270,8 +372,14 @@ static int denoise(void *user, const float *x, float sigma, float *out, size_t n
     for (int side = 0; side < 2; side++) {
         memset(k->acc[side], 0, n * sizeof *k->acc[side]);
         /* ComfyUI starts the counts at 1e-37: uncovered pixels come out as 0. */
-        for (size_t p = 0; p < plane; p++)
+        for (size_t p = 0; p < plane * k->batch; p++)
             k->count[side][p] = 1e-37f;
+    }
+    /* get_area_and_mult's timestep test: σ above the start or below the end skips it. */
+    for (int j = 0; j < k->n_jobs; j++) {
+        struct job *jb = &k->jobs[j];
+        jb->active = !jb->has_range || !(sigma > jb->sig_start || sigma < jb->sig_end);
+        done[j] = !jb->active;
     }
     /* Group jobs by (tokens, dim, region size): one batched model call per group. */
     for (int j = 0; j < k->n_jobs && rc == 0; j++) {
@@ -293,14 +401,19 @@ static int denoise(void *user, const float *x, float sigma, float *out, size_t n
     if (rc == 0) {
         for (int j = 0; j < k->n_jobs; j++) {
             const struct job *jb = &k->jobs[j];
-            float *cnt = k->count[jb->negative];
-            for (int y = 0; y < jb->rh; y++)
-                for (int xx = 0; xx < jb->rw; xx++)
-                    cnt[(size_t)(jb->y0 + y) * k->w + jb->x0 + xx] += jb->mult[y * jb->rw + xx];
+            if (!jb->active)
+                continue;
+            for (int smp = 0; smp < k->batch; smp++) {
+                float *cnt = k->count[jb->negative] + (size_t)smp * plane;
+                const float *m = jb->mult + (size_t)(smp % jb->mult_b) * jb->rh * jb->rw;
+                for (int y = 0; y < jb->rh; y++)
+                    for (int xx = 0; xx < jb->rw; xx++)
+                        cnt[(size_t)(jb->y0 + y) * k->w + jb->x0 + xx] += m[y * jb->rw + xx];
+            }
         }
         for (int side = 0; side < 2; side++)
             for (size_t p = 0; p < n; p++)
-                k->acc[side][p] = k->acc[side][p] / k->count[side][p % plane];
+                k->acc[side][p] = k->acc[side][p] / k->count[side][(p / k->per) * plane + p % plane];
         if (k->n_jobs == k->n_pos)
             memcpy(out, k->acc[0], n * sizeof *out);
         else
@@ -328,8 +441,9 @@ static int on_step(void *user, int step, int total, const float *x0, const float
     return rc < 0 || node_interrupted(k->node);
 }
 
-/* Add the entries of one side; entries whose area misses the latent are dropped. */
-static void add_jobs(struct kctx *k, const struct sd_cond *cond, int negative)
+/* Add the entries of one side; entries whose area misses the latent are dropped.
+ * Returns 0, or <0 with k->err set (a mask that cannot be resized). */
+static int add_jobs(struct kctx *k, const struct sd_cond *cond, int negative)
 {
     for (int i = 0; i < cond->n; i++) {
         struct job *j = &k->jobs[k->n_jobs];
@@ -337,9 +451,14 @@ static void add_jobs(struct kctx *k, const struct sd_cond *cond, int negative)
         j->entry = &cond->entries[i];
         j->control = j->entry->control;
         j->negative = negative;
-        if (j->entry->batch >= 1 && j->entry->tokens >= 1 && job_setup(j, k->h, k->w))
-            k->n_jobs++;
+        if (j->entry->batch < 1 || j->entry->tokens < 1)
+            continue;
+        int rc = job_setup(k, j);
+        if (rc < 0)
+            return rc;
+        k->n_jobs += rc;
     }
+    return 0;
 }
 
 /*
@@ -453,10 +572,15 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
             goto fail;
     }
     k.jobs = xcalloc((size_t)(pos->n + n_neg), sizeof *k.jobs);
-    add_jobs(&k, pos, 0);
+    if ((rc = add_jobs(&k, pos, 0)) < 0) {
+        e = k.err;
+        goto fail;
+    }
     k.n_pos = k.n_jobs;
-    if (neg && !sampling_cfg_is_one(a->cfg))
-        add_jobs(&k, neg, 1);
+    if (neg && !sampling_cfg_is_one(a->cfg) && (rc = add_jobs(&k, neg, 1)) < 0) {
+        e = k.err;
+        goto fail;
+    }
     controls_to_uncond(&k);
     k.x_in = xmalloc(n * sizeof *k.x_in);
     k.x = xmalloc(n * sizeof *k.x);
@@ -464,7 +588,7 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
         k.x0_last = xmalloc(n * sizeof *k.x0_last);
     for (int side = 0; side < 2; side++) {
         k.acc[side] = xmalloc(n * sizeof *k.acc[side]);
-        k.count[side] = xmalloc((size_t)(lat->h * lat->w) * sizeof *k.count[side]);
+        k.count[side] = xmalloc((size_t)(lat->b * lat->h * lat->w) * sizeof *k.count[side]);
     }
     k.preview = c->env && c->env->preview_size > 0 && c->hooks && c->hooks->progress;
 

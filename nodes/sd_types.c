@@ -132,6 +132,7 @@ void sd_cond_free(struct sd_cond *c)
     for (int i = 0; i < c->n; i++) {
         xfree(c->entries[i].cond);
         xfree(c->entries[i].pooled);
+        xfree(c->entries[i].mask);
         sd_control_unref(c->entries[i].control);
     }
     xfree(c->entries);
@@ -148,6 +149,11 @@ static void entry_copy(struct sd_cond_entry *d, const struct sd_cond_entry *s)
         size_t m = (size_t)s->batch * s->pooled_dim;
         d->pooled = xmalloc(m * sizeof *d->pooled);
         memcpy(d->pooled, s->pooled, m * sizeof *d->pooled);
+    }
+    if (s->mask) {
+        size_t m = (size_t)s->mask_b * s->mask_h * s->mask_w;
+        d->mask = xmalloc(m * sizeof *d->mask);
+        memcpy(d->mask, s->mask, m * sizeof *d->mask);
     }
     if (s->control) /* shared: controls are immutable */
         sd_control_ref(s->control);

@@ -9,8 +9,8 @@
  *                 with a strength and an optional latent-space area; the
  *                 sampler averages the entries' x0 predictions weighted by
  *                 strength and area feathering, as ComfyUI's calc_cond_batch,
- *                 with each entry's ControlNet residuals (masks and timestep
- *                 ranges are not supported yet).
+ *                 with each entry's ControlNet residuals, masks (ConditioningSetMask)
+ *                 and timestep ranges (ConditioningSetTimestepRange).
  *   MODEL         struct sd_model: the noise table plus a function-pointer
  *                 backend predicting epsilon. CheckpointLoaderSimple (models
  *                 side) fills `ops`/`impl` with the UNet; tests use an
@@ -84,6 +84,21 @@ struct sd_cond_entry {
     struct adm_sizes adm; /* pixels (sdxl.md §5.2) */
     int has_ascore;       /* CLIPTextEncodeSDXLRefiner set adm.aesthetic_score */
     struct sd_control *control; /* owned reference or NULL: ControlNets (sd_control.h) */
+    /* ConditioningSetAreaPercentage: an area in fractions of the latent, resolved at
+     * sampling time (ComfyUI's ("percentage", h, w, y, x)); used when has_area is 0. */
+    int has_area_pct;
+    double area_pct_h, area_pct_w, area_pct_y, area_pct_x;
+    /* ConditioningSetTimestepRange: active while start_percent <= progress <= end_percent
+     * (as sigmas: percent_to_sigma of each); absent = the whole schedule. */
+    int has_timestep_range;
+    double start_percent, end_percent;
+    /* ConditioningSetMask: a weight map [mask_b, mask_h, mask_w] (resized to the latent
+     * bilinearly at sampling time) times mask_strength, replacing the area feathering;
+     * set_area_to_bounds narrows the area to the mask's bounding box. */
+    float *mask; /* owned or NULL */
+    int mask_b, mask_h, mask_w;
+    float mask_strength;
+    int set_area_to_bounds;
 };
 
 struct sd_cond {
@@ -98,7 +113,8 @@ struct sd_cond {
 struct sd_cond *sd_cond_new(const float *cond, int batch, int tokens, int dim,
                             const float *pooled, int pooled_dim);
 void sd_cond_free(struct sd_cond *c); /* NULL-safe */
-/* A deep copy of `c` (nodes that change a CONDITIONING copy it first). */
+/* A deep copy of `c` (nodes that change a CONDITIONING copy it first): every field,
+ * the owned arrays duplicated, the control chain shared by reference. */
 struct sd_cond *sd_cond_clone(const struct sd_cond *c);
 /* Append deep copies of src's entries to dst. */
 void sd_cond_append(struct sd_cond *dst, const struct sd_cond *src);

@@ -5,7 +5,7 @@
 //     output_tooltips [null], COMBO with options), nodes_mask.json and nodes_clip_sdxl.json
 //     (CLIPTextEncodeSDXLRefiner, CLIPTextEncodeSDXL: registered without a model),
 //     SaveLatent/LoadLatent with LoadLatent's listing of the input folder, and the image
-//     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json; the string and primitive nodes;
+//     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json; the string, primitive and conditioning nodes;
 //   - the ControlNet nodes: nodes_controlnet.json (nodes.py; registered without a model);
 //   - the model merging and saving nodes: nodes_model_merging.json (registered without a model);
 //   - bad input: an empty CropMask is an execution_error and the server keeps serving; a
@@ -40,6 +40,9 @@ const WANT = {
     "StringReplace", "StringContains", "StringCompare"],
   "nodes_primitive.json": ["PrimitiveString", "PrimitiveStringMultiline", "PrimitiveInt", "PrimitiveFloat",
     "PrimitiveBoolean"],
+  "nodes_conditioning.json": ["ConditioningAverage", "ConditioningCombine", "ConditioningConcat",
+    "ConditioningSetArea", "ConditioningSetAreaPercentage", "ConditioningSetAreaStrength", "ConditioningSetMask",
+    "ConditioningZeroOut", "ConditioningSetTimestepRange"],
   "nodes_upscale_model.json": ["UpscaleModelLoader", "ImageUpscaleWithModel"],
 };
 

@@ -575,7 +575,9 @@ static void test_conditioning(void)
     /*
      * KSampler with full-area 0.9 + area 0.2 over columns 8..15 of a 16x8
      * latent: one euler step returns the denoiser's x0, which is
-     * (x0_a + f·x0_b) / (1 + f) there with the left-border ramp f = (t+1)/8.
+     * (x0_a + f·x0_b) / (1 + f) there with the left-border ramp f = (t+1)/rr over
+     * rr = min(8, 8 // 4) = 2 columns (get_area_and_mult since ComfyUI f86c724e,
+     * "Temporal area composition": the ramp is at most a quarter of the area).
      */
     const int h = 8, w = 16;
     size_t per = (size_t)4 * h * w;
@@ -614,7 +616,7 @@ static void test_conditioning(void)
                 double x0b = xt - (xin * mb + t / 1000) * s0;
                 double den = x0a;
                 if (x >= 8) {
-                    double fr = (x - 8 + 1) / 8.0;
+                    double fr = x - 8 < 2 ? (x - 8 + 1) / 2.0 : 1.0;
                     den = (x0a + fr * x0b) / (1 + fr);
                 }
                 double want = den / 0.18215;
@@ -636,6 +638,173 @@ static void test_conditioning(void)
     value_unref(comb);
     value_unref(a);
     value_unref(b);
+}
+
+/* KSampler, one euler/karras step at cfg 1 on a zero 8x16 latent: the denoiser's x0 / 0.18215.
+ * Takes over the reference to pos; neg is borrowed. */
+static struct value *ks_one_step(struct value *pos, struct value *neg)
+{
+    struct run r = {0};
+    struct fake *f = xcalloc(1, sizeof *f);
+    set_in(&r, &sd_ksampler, "model", sd_model_value(sd_model_new(&fake_ops, f)));
+    set_in(&r, &sd_ksampler, "seed", value_new_int(21));
+    set_in(&r, &sd_ksampler, "steps", value_new_int(1));
+    set_in(&r, &sd_ksampler, "cfg", value_new_float(1.0));
+    set_in(&r, &sd_ksampler, "sampler_name", value_new_string("euler"));
+    set_in(&r, &sd_ksampler, "scheduler", value_new_string("karras"));
+    set_in(&r, &sd_ksampler, "positive", pos);
+    set_in(&r, &sd_ksampler, "negative", value_ref(neg));
+    set_in(&r, &sd_ksampler, "latent_image", make_latent(1, 8, 16, 0.0f));
+    set_in(&r, &sd_ksampler, "denoise", value_new_float(1.0));
+    node_go(&r, &sd_ksampler, NULL);
+    struct value *out = r.rc == 0 ? value_ref(r.out[0]) : NULL;
+    run_release(&r);
+    return out;
+}
+
+static int latents_equal(const struct value *a, const struct value *b)
+{
+    const struct sd_latent *x = sd_latent_of(a), *y = sd_latent_of(b);
+    return x && y && !memcmp(x->samples, y->samples, (size_t)(4 * 8 * 16) * sizeof(float));
+}
+
+/*
+ * The float64 reference of ks_one_step for two constant entries (0.9 and 0.2) with
+ * weights wa, wb at each latent pixel: (x0_a·wa + x0_b·wb) / (wa + wb), as
+ * calc_cond_batch averages them; the fake model's x0 is x − (x_in·m + t/1000)·σ.
+ */
+static double ref_two_entries(const struct value *got, double (*wb)(int y, int x))
+{
+    const int h = 8, w = 16;
+    size_t per = (size_t)4 * h * w;
+    struct sampling_discrete ms;
+    sampling_discrete_init(&ms, 0.00085, 0.012);
+    float *sig, *noise = xmalloc(per * sizeof *noise);
+    int ns;
+    struct err e = {0};
+    sampling_sigmas_for_ksampler(&ms, SAMPLING_SCHEDULER_KARRAS, 0, 1, 1.0, -1, -1, 0, &sig, &ns, &e);
+    sampling_prepare_noise(21, NULL, 0, 1, per, SAMPLING_RANDN_V2, noise, &e);
+    double s0 = sig[0], t = sampling_discrete_timestep(&ms, sig[0]), worst = 0, scale = 0;
+    const struct sd_latent *o = sd_latent_of(got);
+    for (int c = 0; c < 4; c++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                size_t i = ((size_t)c * h + y) * w + x;
+                double xt = noise[i] * (double)sqrtf(1.0f + sig[0] * sig[0]);
+                double xin = xt / sqrt(s0 * s0 + 1);
+                double x0a = xt - (xin * (double)0.9f + t / 1000) * s0;
+                double x0b = xt - (xin * (double)0.2f + t / 1000) * s0;
+                double b = wb(y, x), want = (x0a + x0b * b) / (1 + b) / 0.18215;
+                scale = fmax(scale, fabs(want));
+                worst = fmax(worst, o ? fabs(o->samples[i] - want) : INFINITY);
+            }
+    xfree(sig);
+    xfree(noise);
+    return worst / fmax(scale, 1.0);
+}
+
+static double half_mask_weight(int y, int x)
+{
+    (void)y;
+    return x >= 8 ? 0.5 : 0.0;
+}
+
+static struct value *mask_value(int h, int w, int edge)
+{
+    struct value *m = value_new_mask(1, h, w);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            m->data[y * w + x] = x >= edge ? 1.0f : 0.0f;
+    return m;
+}
+
+static struct value *set_mask(struct value *cond, struct value *mask, const char *area)
+{
+    const char *n[] = {"conditioning", "mask", "strength", "set_cond_area"};
+    struct value *v[] = {value_ref(cond), mask, value_new_float(0.5), value_new_string(area)};
+    return run_cond_node(&sd_conditioning_set_mask, n, v, 4);
+}
+
+static struct value *combine2(struct value *a, struct value *b)
+{
+    const char *n[] = {"conditioning_1", "conditioning_2"};
+    struct value *v[] = {a, b};
+    return run_cond_node(&sd_conditioning_combine, n, v, 2);
+}
+
+static struct value *set_range(struct value *cond, double start, double end)
+{
+    const char *n[] = {"conditioning", "start", "end"};
+    struct value *v[] = {value_ref(cond), value_new_float(start), value_new_float(end)};
+    return run_cond_node(&sd_conditioning_set_timestep_range, n, v, 3);
+}
+
+static void test_conditioning_utils(void)
+{
+    struct value *a = const_cond(0.9f, 77, 8), *b = const_cond(0.2f, 77, 8);
+    struct value *b10 = const_cond(0.2f, 10, 8), *b154 = const_cond(0.2f, 154, 8);
+
+    /* Average: t1·s + t0·(1 − s), t0 cut or zero-padded to t1's tokens. */
+    const char *avn[] = {"conditioning_to", "conditioning_from", "conditioning_to_strength"};
+    struct value *avv[] = {value_ref(a), value_ref(b154), value_new_float(0.25)};
+    struct value *av = run_cond_node(&sd_conditioning_average, avn, avv, 3);
+    struct value *avv2[] = {value_ref(a), value_ref(b10), value_new_float(0.25)};
+    struct value *av2 = run_cond_node(&sd_conditioning_average, avn, avv2, 3);
+    const struct sd_cond *c1 = sd_cond_of(av), *c2 = sd_cond_of(av2);
+    ok(c1 && c2 && c1->entries[0].tokens == 77 &&
+           fabs(c1->entries[0].cond[76 * 8] - (0.9 * 0.25 + 0.2 * 0.75)) < 1e-6 &&
+           fabs(c2->entries[0].cond[9 * 8] - (0.9 * 0.25 + 0.2 * 0.75)) < 1e-6 &&
+           fabs(c2->entries[0].cond[10 * 8] - 0.9 * 0.25) < 1e-6,
+       "ConditioningAverage 0.25: cut to 77 tokens, zeros past a shorter source");
+    /* Concat: the source's tokens after the entry's own. */
+    const char *ccn[] = {"conditioning_to", "conditioning_from"};
+    struct value *ccv[] = {value_ref(a), value_ref(b10)};
+    struct value *cat = run_cond_node(&sd_conditioning_concat, ccn, ccv, 2);
+    const struct sd_cond *c3 = sd_cond_of(cat);
+    ok(c3 && c3->entries[0].tokens == 87 && c3->entries[0].cond[76 * 8] == 0.9f &&
+           c3->entries[0].cond[77 * 8] == 0.2f && c3->entries[0].cond[86 * 8 + 7] == 0.2f,
+       "ConditioningConcat: 77 + 10 tokens");
+    const char *stn[] = {"conditioning", "strength"};
+    struct value *stv[] = {value_ref(a), value_new_float(0.3)};
+    struct value *st = run_cond_node(&sd_conditioning_set_area_strength, stn, stv, 2);
+    ok(sd_cond_of(st) && sd_cond_of(st)->entries[0].strength == 0.3f && sd_cond_of(a)->entries[0].strength == 1.0f,
+       "ConditioningSetAreaStrength sets the strength on a copy");
+
+    /* Area percentage: x 0.5, width 0.5 of a 16-wide latent is the pixel area (8, 8, 0, 8). */
+    const char *an[] = {"conditioning", "width", "height", "x", "y", "strength"};
+    struct value *apv[] = {value_ref(b), value_new_float(0.5), value_new_float(1.0), value_new_float(0.5),
+                           value_new_float(0.0), value_new_float(1.0)};
+    struct value *pct = run_cond_node(&sd_conditioning_set_area_percentage, an, apv, 6);
+    struct value *arv[] = {value_ref(b), value_new_int(64), value_new_int(64), value_new_int(64),
+                           value_new_int(0), value_new_float(1.0)};
+    struct value *px = run_cond_node(&sd_conditioning_set_area, an, arv, 6);
+    struct value *o_pct = ks_one_step(combine2(value_ref(a), pct), a);
+    struct value *o_px = ks_one_step(combine2(value_ref(a), px), a);
+    ok(o_pct && latents_equal(o_pct, o_px),
+       "ConditioningSetAreaPercentage (0.5, 1, 0.5, 0) samples as the area (8, 8, 0, 8)");
+
+    /* Masks: weight mask·0.5 instead of feathering; another size is resized bilinearly. */
+    struct value *o_mask = ks_one_step(combine2(value_ref(a), set_mask(b, mask_value(8, 16, 8), "default")), a);
+    double rel = ref_two_entries(o_mask, half_mask_weight);
+    ok(o_mask && rel < 1e-5, "ConditioningSetMask strength 0.5: (x0_a + 0.5 m x0_b) / (1 + 0.5 m) (rel err %.2g)",
+       rel);
+    struct value *o_big = ks_one_step(combine2(value_ref(a), set_mask(b, mask_value(64, 128, 64), "default")), a);
+    ok(o_big && latents_equal(o_big, o_mask), "a 128x64 mask resizes to the latent's 16x8 (bilinear)");
+    struct value *o_bounds =
+        ks_one_step(combine2(value_ref(a), set_mask(b, mask_value(8, 16, 8), "mask bounds")), a);
+    rel = ref_two_entries(o_bounds, half_mask_weight);
+    ok(o_bounds && rel < 1e-5, "mask bounds: the entry runs on its 8x8 box, same average (rel err %.2g)", rel);
+
+    /* Timestep ranges: at σ_max only the entry whose range starts at 0 runs. */
+    struct value *o_range = ks_one_step(combine2(set_range(a, 0.0, 0.5), set_range(b, 0.5, 1.0)), a);
+    struct value *o_a = ks_one_step(value_ref(a), a);
+    struct value *o_both = ks_one_step(combine2(set_range(a, 0.0, 1.0), value_ref(b)), a);
+    ok(o_range && latents_equal(o_range, o_a) && !latents_equal(o_both, o_a),
+       "ConditioningSetTimestepRange: 0.5..1 is skipped at the first step, 0..1 is not");
+
+    struct value *all[] = {a, b, b10, b154, av, av2, cat, st, o_pct, o_px, o_mask, o_big, o_bounds, o_range, o_a, o_both};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        value_unref(all[i]);
 }
 
 static void test_progress_bar(void)
@@ -672,7 +841,8 @@ static void test_register(void)
            node_registry_find(r, "LatentBatch") == &sd_latent_batch &&
            node_registry_find(r, "CLIPTextEncodeSDXL") == &sd_clip_text_encode_sdxl &&
            node_registry_find(r, "CLIPTextEncodeSDXLRefiner") == &sd_clip_text_encode_sdxl_refiner &&
-           node_registry_count(r) == 22 + SD_CUSTOM_N_CLASSES + SD_LATENT_OPS_N_CLASSES,
+           /* nodes.py 30, nodes_model_merging 11, nodes_clip_sdxl 2 */
+           node_registry_count(r) == 30 + 11 + 2 + SD_CUSTOM_N_CLASSES + SD_LATENT_OPS_N_CLASSES,
        "nodes_sd_register adds the twenty classes, the custom-sampling and latent-op families "
        "and CLIPTextEncodeSDXL(Refiner)");
     EXPECT_EQ(node_class_input_index(&sd_ksampler, "denoise"), 9);
@@ -687,6 +857,7 @@ int main(void)
     test_latent_nodes();
     test_ksampler();
     test_conditioning();
+    test_conditioning_utils();
     test_progress_bar();
     ok(alloc_live_count() == live, "no allocation left live (%ld)", alloc_live_count() - live);
     return harness_done();
