@@ -16,5 +16,5 @@ int node_img_resize(const float *src, int64_t b, int64_t sh, int64_t sw, int64_t
         known = !strcmp(method, node_img_upscale_methods[i]);
     if (!known)
         return err_set(e, ERR_INVALID, "unknown upscale method '%s'", method ? method : "");
-    return node_resample(src, b, c, sh, sw, NODE_RESAMPLE_BHWC, method, crop_center, dst, h, w, e);
+    return resample(src, b, c, sh, sw, RESAMPLE_BHWC, method, crop_center, dst, h, w, e);
 }

@@ -1,7 +1,7 @@
 /*
  * node_imgops — resizing IMAGE values ([B,H,W,C], channels last) as the image
  * nodes offer it: the methods of ImageScale's combo through the one resampler
- * (node_resample.h, which holds the numerics and says what each method matches).
+ * (resample.h, which holds the numerics and says what each method matches).
  *
  * Threads: any; pure functions.
  */
@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "err.h"
-#include "node_resample.h"
+#include "resample.h"
 #include "node_value.h"
 
 /* ImageScale's upscale_method combo, in ComfyUI's order, NULL-terminated. */

@@ -18,6 +18,7 @@
 #include "node_imgops.h"
 #include "node_registry.h"
 #include "nodes_image.h"
+#include "pynum.h"
 
 #define MAX_RESOLUTION NODES_IMAGE_MAX_RESOLUTION
 
@@ -396,11 +397,11 @@ static int image_scale_run(struct node_ctx *c)
     }
     int64_t ih = img->shape[1], iw = img->shape[2];
     if (w == 0) {
-        w = (int64_t)node_round_half_even((double)iw * (double)h / (double)ih);
+        w = (int64_t)pynum_round_half_even((double)iw * (double)h / (double)ih);
         if (w < 1)
             w = 1;
     } else if (h == 0) {
-        h = (int64_t)node_round_half_even((double)ih * (double)w / (double)iw);
+        h = (int64_t)pynum_round_half_even((double)ih * (double)w / (double)iw);
         if (h < 1)
             h = 1;
     }
@@ -415,8 +416,8 @@ static int image_scale_by_run(struct node_ctx *c)
     if (rc < 0)
         return rc;
     double s = node_in_float(c, "scale_by");
-    int64_t w = (int64_t)node_round_half_even((double)img->shape[2] * s);
-    int64_t h = (int64_t)node_round_half_even((double)img->shape[1] * s);
+    int64_t w = (int64_t)pynum_round_half_even((double)img->shape[2] * s);
+    int64_t h = (int64_t)pynum_round_half_even((double)img->shape[1] * s);
     return nodes__image_scale_to(c, img, w, h, node_in_str(c, "upscale_method"), 0);
 }
 

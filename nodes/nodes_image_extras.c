@@ -9,8 +9,8 @@
 
 #include "node_builtin.h"
 #include "node_registry.h"
-#include "node_resample.h"
 #include "nodes_image.h"
+#include "pynum.h"
 #include "sampling_rng.h"
 
 #define MODULE "comfy_extras.nodes_images"
@@ -176,10 +176,10 @@ static int max_dim_run(struct node_ctx *c)
         return rc;
     int64_t h = img->shape[1], w = img->shape[2], l = node_in_int(c, "largest_size");
     if (h > w) {
-        w = (int64_t)node_round_half_even(((double)w / (double)h) * (double)l);
+        w = (int64_t)pynum_round_half_even(((double)w / (double)h) * (double)l);
         h = l;
     } else if (w > h) {
-        h = (int64_t)node_round_half_even(((double)h / (double)w) * (double)l);
+        h = (int64_t)pynum_round_half_even(((double)h / (double)w) * (double)l);
         w = l;
     } else {
         w = h = l;

@@ -20,6 +20,7 @@
 #include "node_builtin.h"
 #include "node_registry.h"
 #include "nodes_image.h"
+#include "pynum.h"
 
 #define MODULE "comfy_extras.nodes_post_processing"
 #define MAX_RESOLUTION NODES_IMAGE_MAX_RESOLUTION
@@ -231,8 +232,8 @@ static int total_pixels_run(struct node_ctx *c)
         return node_fail(c, "ZeroDivisionError", "division by zero");
     double total = (double)(int64_t)(node_in_float(c, "megapixels") * 1024 * 1024);
     double s = sqrt(total / (double)(w * h));
-    return nodes__image_scale_to(c, img, (int64_t)node_round_half_even((double)w * s),
-                                 (int64_t)node_round_half_even((double)h * s),
+    return nodes__image_scale_to(c, img, (int64_t)pynum_round_half_even((double)w * s),
+                                 (int64_t)pynum_round_half_even((double)h * s),
                                  node_in_str(c, "upscale_method"), 0);
 }
 

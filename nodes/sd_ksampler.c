@@ -16,7 +16,8 @@
 
 #include "alloc.h"
 #include "node_registry.h"
-#include "node_resample.h"
+#include "pynum.h"
+#include "resample.h"
 #include "sampling.h"
 #include "sampling_preview.h"
 #include "sampling_sched.h"
@@ -117,7 +118,7 @@ static int entry_mask(struct kctx *k, const struct sd_cond_entry *e, float **out
         memcpy(*out, e->mask, n * sizeof **out);
         return 0;
     }
-    int rc = node_resample(e->mask, e->mask_b, 1, e->mask_h, e->mask_w, NODE_RESAMPLE_BCHW,
+    int rc = resample(e->mask, e->mask_b, 1, e->mask_h, e->mask_w, RESAMPLE_BCHW,
                            "bilinear", 0, *out, k->h, k->w, &k->err);
     if (rc < 0) {
         xfree(*out);
@@ -190,12 +191,12 @@ static int job_setup(struct kctx *k, struct job *j)
         ax = e->area_x;
         has_area = 1;
     } else if (e->has_area_pct) {
-        ah = (int)node_round_half_even(e->area_pct_h * h);
-        aw = (int)node_round_half_even(e->area_pct_w * w);
+        ah = (int)pynum_round_half_even(e->area_pct_h * h);
+        aw = (int)pynum_round_half_even(e->area_pct_w * w);
         ah = ah > 1 ? ah : 1;
         aw = aw > 1 ? aw : 1;
-        ay = (int)node_round_half_even(e->area_pct_y * h);
-        ax = (int)node_round_half_even(e->area_pct_x * w);
+        ay = (int)pynum_round_half_even(e->area_pct_y * h);
+        ax = (int)pynum_round_half_even(e->area_pct_x * w);
         has_area = 1;
     }
     float *mask = NULL;

@@ -8,7 +8,7 @@
 
 #include "alloc.h"
 #include "node_registry.h"
-#include "node_resample.h"
+#include "pynum.h"
 #include "sd_nodes.h"
 #include "sd_types.h"
 #include "sd_upscale.h"
@@ -100,11 +100,11 @@ static int upscale_run(struct node_ctx *c)
     /* Pixel sizes, at least 64; one of them 0 keeps the aspect ratio. */
     if (w == 0) {
         h = h < 64 ? 64 : h;
-        w = (int64_t)node_round_half_even((double)in->w * (double)h / (double)in->h);
+        w = (int64_t)pynum_round_half_even((double)in->w * (double)h / (double)in->h);
         w = w < 64 ? 64 : w;
     } else if (h == 0) {
         w = w < 64 ? 64 : w;
-        h = (int64_t)node_round_half_even((double)in->h * (double)w / (double)in->w);
+        h = (int64_t)pynum_round_half_even((double)in->h * (double)w / (double)in->w);
         h = h < 64 ? 64 : h;
     } else {
         w = w < 64 ? 64 : w;
@@ -136,8 +136,8 @@ static int upscale_by_run(struct node_ctx *c)
     if (!in)
         return node_fail(c, "RuntimeError", "input 'samples' is not a LATENT");
     double s = node_in_float(c, "scale_by");
-    int64_t w = (int64_t)node_round_half_even((double)in->w * s);
-    int64_t h = (int64_t)node_round_half_even((double)in->h * s);
+    int64_t w = (int64_t)pynum_round_half_even((double)in->w * s);
+    int64_t h = (int64_t)pynum_round_half_even((double)in->h * s);
     if (w < 1 || h < 1)
         return node_fail(c, "RuntimeError",
                          "scale_by %g makes the %lldx%lld latent empty", s, (long long)in->w,

@@ -1,11 +1,11 @@
 /*
- * sd_upscale — LatentUpscale's methods over the one resampler (node_resample.c).
+ * sd_upscale — LatentUpscale's methods over the one resampler (util/resample.c).
  */
 #include "sd_upscale.h"
 
 #include <string.h>
 
-#include "node_resample.h"
+#include "resample.h"
 
 const char *const sd_upscale_methods[] = {"nearest-exact", "bilinear", "area", "bicubic",
                                           "bislerp", NULL};
@@ -21,5 +21,5 @@ int sd_upscale(const float *src, int64_t b, int64_t c, int64_t h, int64_t w, con
         return err_set(e, ERR_INVALID, "unknown upscale method '%s'", method ? method : "");
     if (b < 1)
         return err_set(e, ERR_INVALID, "cannot resize an empty latent batch");
-    return node_resample(src, b, c, h, w, NODE_RESAMPLE_BCHW, method, crop_center, dst, oh, ow, e);
+    return resample(src, b, c, h, w, RESAMPLE_BCHW, method, crop_center, dst, oh, ow, e);
 }

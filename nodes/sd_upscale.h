@@ -2,7 +2,7 @@
  * sd_upscale — ComfyUI's common_upscale for latents (LatentUpscale,
  * LatentUpscaleBy): the methods LatentUpscale offers (nearest-exact, bilinear,
  * area, bicubic, bislerp) on planar [b, c, h, w] data, through the one resampler
- * (node_resample.h, which holds the numerics).
+ * (resample.h, which holds the numerics).
  *
  * Pure functions over caller buffers; any thread.
  */

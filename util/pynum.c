@@ -124,3 +124,12 @@ int pynum_parse_float(const char *s, double *out)
     buf_release(&t);
     return ok ? 0 : -1;
 }
+
+double pynum_round_half_even(double x)
+{
+    /* floor + fraction, not floor(x + 0.5): x + 0.5 itself rounds for x just below .5. */
+    double r = floor(x), f = x - r;
+    if (f > 0.5 || (f == 0.5 && fmod(r, 2.0) != 0.0))
+        r += 1.0;
+    return r;
+}

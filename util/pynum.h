@@ -1,7 +1,7 @@
 /*
  * pynum — numbers written and read the way Python writes and reads them, for texts that
  * ComfyUI clients compare with what ComfyUI would have sent (validation messages, prompt
- * numbers, SaveImage metadata, prompt weights).
+ * numbers, SaveImage metadata, prompt weights), and Python's rounding of sizes.
  * Threads: any; pure.
  */
 #ifndef LATENTD_UTIL_PYNUM_H
@@ -18,5 +18,8 @@ void pynum_format_float(double d, struct buf *out);
  * between digits, an exponent, inf/infinity/nan in any case; no hex. 0 and *out set,
  * or -1 (*out unspecified). */
 int pynum_parse_float(const char *s, double *out);
+
+/* Python's round(x) of a float: to the nearest integer, halves to even (as a double). */
+double pynum_round_half_even(double x);
 
 #endif

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "resample.h"
 
 int sampling_is_max_denoise(float sigma0, float sigma_max)
 {
@@ -117,35 +118,6 @@ out:
     return rc;
 }
 
-/*
- * torch.nn.functional.interpolate(mode="bilinear", align_corners=False) of
- * one plane: source coordinate (dst + 0.5)·scale − 0.5, clamped at 0.
- */
-static void bilinear_plane(const float *src, int ih, int iw, float *dst, int oh, int ow)
-{
-    float sh = (float)ih / (float)oh, sw = (float)iw / (float)ow;
-    for (int y = 0; y < oh; y++) {
-        float fy = sh * ((float)y + 0.5f) - 0.5f;
-        if (fy < 0.0f)
-            fy = 0.0f;
-        int y0 = (int)fy;
-        int y1 = y0 < ih - 1 ? y0 + 1 : y0;
-        float ly1 = fy - (float)y0, ly0 = 1.0f - ly1;
-        for (int x = 0; x < ow; x++) {
-            float fx = sw * ((float)x + 0.5f) - 0.5f;
-            if (fx < 0.0f)
-                fx = 0.0f;
-            int x0 = (int)fx;
-            int x1 = x0 < iw - 1 ? x0 + 1 : x0;
-            float lx1 = fx - (float)x0, lx0 = 1.0f - lx1;
-            const float *r0 = src + (size_t)y0 * iw, *r1 = src + (size_t)y1 * iw;
-            float top = lx0 * r0[x0] + lx1 * r0[x1];
-            float bot = lx0 * r1[x0] + lx1 * r1[x1];
-            dst[(size_t)y * ow + x] = ly0 * top + ly1 * bot;
-        }
-    }
-}
-
 int sampling_mask_prepare(const float *mask, int mb, int mh, int mw, int batch, int channels,
                           int h, int w, float *out, struct err *e)
 {
@@ -154,8 +126,11 @@ int sampling_mask_prepare(const float *mask, int mb, int mh, int mw, int batch, 
                        mb, mh, mw, batch, channels, h, w);
     size_t plane = (size_t)h * w;
     float *resized = xmalloc((size_t)mb * plane * sizeof *resized);
-    for (int b = 0; b < mb; b++)
-        bilinear_plane(mask + (size_t)b * mh * mw, mh, mw, resized + (size_t)b * plane, h, w);
+    int rc = resample(mask, mb, 1, mh, mw, RESAMPLE_BCHW, "bilinear", 0, resized, h, w, e);
+    if (rc < 0) {
+        xfree(resized);
+        return rc;
+    }
     /* repeat_to_batch_size: cut when longer, tile when shorter. */
     for (int b = 0; b < batch; b++) {
         const float *src = resized + (size_t)(b % mb) * plane;

@@ -332,8 +332,8 @@ static void test_resize(void)
     float grid[8] = {0, 1, 2, 3, 0, 1, 2, 3}, c2[4];
     node_img_resize(grid, 1, 2, 4, 1, c2, 2, 2, "nearest-exact", 1, NULL);
     ok(c2[0] == 1 && c2[1] == 2, "center crop (%g %g)", c2[0], c2[1]);
-    EXPECT_NEAR(node_round_half_even(2.5), 2, 0);
-    EXPECT_NEAR(node_round_half_even(3.5), 4, 0);
+    EXPECT_NEAR(pynum_round_half_even(2.5), 2, 0);
+    EXPECT_NEAR(pynum_round_half_even(3.5), 4, 0);
 }
 
 /* ---- image nodes through the graph -------------------------------------------------- */

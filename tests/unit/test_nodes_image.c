@@ -1,5 +1,5 @@
 /*
- * test_nodes_image — the one resampler (nodes/node_resample.c) and the image nodes
+ * test_nodes_image — the one resampler (nodes/util/resample.c) and the image nodes
  * of nodes_images.py / nodes_post_processing.py (nodes/nodes_image_extras.c,
  * nodes/nodes_image_post.c), each checked against a float64 reference written
  * here from ComfyUI's and PyTorch's / PIL's formulas, not from our code.
@@ -11,9 +11,10 @@
 #include "harness.h"
 #include "node_imgops.h"
 #include "node_registry.h"
-#include "node_resample.h"
+#include "resample.h"
 #include "node_run.h"
 #include "nodes_image.h"
+#include "pynum.h"
 #include "sampling_rng.h"
 
 /* ---- running a node directly ----------------------------------------------------------- */
@@ -196,7 +197,7 @@ static void test_resample(void)
                (long long)w, (long long)h, (long long)ow, (long long)oh, d);
             /* The planar layout gives the same bits (latents and images share the kernels). */
             struct err e = {0};
-            EXPECT_OK(node_resample(planar_in, 2, C, h, w, NODE_RESAMPLE_BCHW, m, 0, planar_out, oh, ow, &e));
+            EXPECT_OK(resample(planar_in, 2, C, h, w, RESAMPLE_BCHW, m, 0, planar_out, oh, ow, &e));
             int same = 1;
             for (int64_t n = 0; n < 2 && same; n++)
                 for (int64_t k = 0; k < C; k++)
@@ -257,12 +258,12 @@ static void test_resample(void)
     ok(max_diff_f(got, o, 16) < 2e-6, "crop center: the middle 6x6 of 10x6, then bilinear");
     value_unref(img);
     struct err e = {0};
-    ok(node_resample(got, 1, 1, 1, 1, NODE_RESAMPLE_BCHW, "nearest-exact", 0, got, 0, 4, &e) == ERR_INVALID,
+    ok(resample(got, 1, 1, 1, 1, RESAMPLE_BCHW, "nearest-exact", 0, got, 0, 4, &e) == ERR_INVALID,
        "an empty target is refused: %s", e.msg);
     ok(node_img_resize(got, 1, 1, 1, 1, got, 1, 1, "bislerp", 0, &e) == ERR_INVALID,
        "ImageScale's list has no bislerp: %s", e.msg);
-    EXPECT_NEAR(node_round_half_even(0.49999999999999994), 0, 0);
-    EXPECT_NEAR(node_round_half_even(-2.5), -2, 0);
+    EXPECT_NEAR(pynum_round_half_even(0.49999999999999994), 0, 0);
+    EXPECT_NEAR(pynum_round_half_even(-2.5), -2, 0);
 }
 
 /* ---- nodes_images.py ------------------------------------------------------------------ */
@@ -350,7 +351,7 @@ static void test_batch_transform(void)
     set_in(&r, &nodes_image_scale_to_total_pixels, "megapixels", value_new_float(0.01));
     o = go(&r, &nodes_image_scale_to_total_pixels);
     double s = sqrt(floor(0.01 * 1024 * 1024) / 5000.0);
-    ok(o && o->shape[2] == (int64_t)node_round_half_even(100 * s) && o->shape[1] == 72 && o->shape[2] == 145,
+    ok(o && o->shape[2] == (int64_t)pynum_round_half_even(100 * s) && o->shape[1] == 72 && o->shape[2] == 145,
        "ImageScaleToTotalPixels 100x50 at 0.01 MP -> 145x72");
     done(&r);
 

@@ -1,24 +1,16 @@
 /*
- * node_resample — common_upscale (see node_resample.h). Every method works on one
- * strided plane at a time (bislerp on strided channel vectors), so the planar and
- * the channels-last layouts share the kernels: a plane is a base pointer, a pixel
- * stride and a row stride.
+ * resample — common_upscale and PIL's resize (see resample.h). Every float method
+ * works on one strided plane at a time (bislerp on strided channel vectors), so the
+ * planar and the channels-last layouts share the kernels: a plane is a base pointer,
+ * a pixel stride and a row stride.
  */
-#include "node_resample.h"
+#include "resample.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "alloc.h"
-
-double node_round_half_even(double x)
-{
-    /* floor + fraction, not floor(x + 0.5): x + 0.5 itself rounds for x just below .5. */
-    double r = floor(x), f = x - r;
-    if (f > 0.5 || (f == 0.5 && fmod(r, 2.0) != 0.0))
-        r += 1.0;
-    return r;
-}
+#include "pynum.h"
 
 /* One channel of one sample: element (y, x) is p[y * ys + x * xs]. */
 struct plane_in {
@@ -143,7 +135,7 @@ static void plane_bicubic(struct plane_in s, int64_t h, int64_t w, struct plane_
     }
 }
 
-/* ---- lanczos: PIL's ImagingResample on 8-bit data --------------------------------- */
+/* ---- PIL's ImagingResample on 8-bit data ----------------------------------------- */
 
 /* libImaging/Resample.c: 32 bits minus 8 for the pixel and 2 for the sign and overflow. */
 #define PIL_PRECISION_BITS (32 - 8 - 2)
@@ -156,9 +148,12 @@ static double pil_sinc(double x)
     return sin(x) / x;
 }
 
-static double pil_lanczos(double x)
+static double pil_filter(enum resample_pil_filter f, double x)
 {
-    return (-3.0 <= x && x < 3.0) ? pil_sinc(x) * pil_sinc(x / 3.0) : 0.0;
+    if (f == RESAMPLE_PIL_LANCZOS)
+        return (-3.0 <= x && x < 3.0) ? pil_sinc(x) * pil_sinc(x / 3.0) : 0.0;
+    x = fabs(x);
+    return x < 1.0 ? 1.0 - x : 0.0;
 }
 
 /* One axis of PIL's precompute_coeffs + normalize_coeffs_8bpc: per output position
@@ -169,10 +164,10 @@ struct pil_taps {
     int64_t ksize;
 };
 
-static void pil_taps_make(struct pil_taps *t, int64_t in, int64_t out)
+static void pil_taps_make(struct pil_taps *t, int64_t in, int64_t out, enum resample_pil_filter f)
 {
     double scale = (double)in / (double)out, filterscale = scale < 1.0 ? 1.0 : scale;
-    double support = 3.0 * filterscale;
+    double support = (f == RESAMPLE_PIL_LANCZOS ? 3.0 : 1.0) * filterscale;
     t->ksize = (int64_t)ceil(support) * 2 + 1;
     t->bounds = xcalloc((size_t)out * 2, sizeof *t->bounds);
     t->k = xcalloc((size_t)(out * t->ksize), sizeof *t->k);
@@ -186,7 +181,7 @@ static void pil_taps_make(struct pil_taps *t, int64_t in, int64_t out)
             xmax = in;
         xmax -= xmin;
         for (int64_t x = 0; x < xmax; x++) {
-            kk[x] = pil_lanczos(((double)(x + xmin) - center + 0.5) * ss);
+            kk[x] = pil_filter(f, ((double)(x + xmin) - center + 0.5) * ss);
             ww += kk[x];
         }
         for (int64_t x = 0; x < xmax; x++) {
@@ -215,7 +210,7 @@ static uint8_t pil_clip8(int64_t in)
     return (uint8_t)(in >> PIL_PRECISION_BITS);
 }
 
-/* dst[i] for i < out from src[j * stride] with the taps, PIL's rounding included. */
+/* dst[i * dstride] for i < out from src[j * stride], PIL's rounding included. */
 static void pil_pass(const uint8_t *src, int64_t stride, const struct pil_taps *t, int64_t out,
                      uint8_t *dst, int64_t dstride)
 {
@@ -229,42 +224,49 @@ static void pil_pass(const uint8_t *src, int64_t stride, const struct pil_taps *
     }
 }
 
+void resample_pil8(const uint8_t *src, int iw, int ih, int c, uint8_t *dst, int ow, int oh,
+                   enum resample_pil_filter filter)
+{
+    /* Horizontal pass first, as ImagingResampleInner; each skipped when its size stays. */
+    uint8_t *tmp = xmalloc((size_t)ow * ih * c);
+    if (ow == iw) {
+        memcpy(tmp, src, (size_t)iw * ih * c);
+    } else {
+        struct pil_taps t;
+        pil_taps_make(&t, iw, ow, filter);
+        for (int y = 0; y < ih; y++)
+            for (int ch = 0; ch < c; ch++)
+                pil_pass(src + (size_t)y * iw * c + ch, c, &t, ow, tmp + (size_t)y * ow * c + ch, c);
+        pil_taps_release(&t);
+    }
+    if (oh == ih) {
+        memcpy(dst, tmp, (size_t)ow * oh * c);
+    } else {
+        struct pil_taps t;
+        pil_taps_make(&t, ih, oh, filter);
+        for (int x = 0; x < ow * c; x++)
+            pil_pass(tmp + x, (int64_t)ow * c, &t, oh, dst + x, (int64_t)ow * c);
+        pil_taps_release(&t);
+    }
+    xfree(tmp);
+}
+
 static void plane_lanczos(struct plane_in s, int64_t h, int64_t w, struct plane_out d, int64_t oh,
                           int64_t ow)
 {
     /* comfy.utils.lanczos: np.clip(255. * x, 0, 255).astype(np.uint8) in float32. */
-    uint8_t *a = xmalloc((size_t)(h * w)), *b = NULL;
+    uint8_t *a = xmalloc((size_t)(h * w)), *b = xmalloc((size_t)(oh * ow));
     for (int64_t y = 0; y < h; y++)
         for (int64_t x = 0; x < w; x++) {
             float v = 255.0f * AT(s, y, x);
             a[y * w + x] = (uint8_t)(v > 0.0f ? (v < 255.0f ? v : 255.0f) : 0.0f);
         }
-    int64_t cw = w;
-    if (ow != w) { /* horizontal pass first, as ImagingResampleInner */
-        struct pil_taps t;
-        pil_taps_make(&t, w, ow);
-        b = xmalloc((size_t)(h * ow));
-        for (int64_t y = 0; y < h; y++)
-            pil_pass(a + y * w, 1, &t, ow, b + y * ow, 1);
-        pil_taps_release(&t);
-        xfree(a);
-        a = b;
-        cw = ow;
-    }
-    if (oh != h) {
-        struct pil_taps t;
-        pil_taps_make(&t, h, oh);
-        b = xmalloc((size_t)(oh * cw));
-        for (int64_t x = 0; x < cw; x++)
-            pil_pass(a + x, cw, &t, oh, b + x, cw);
-        pil_taps_release(&t);
-        xfree(a);
-        a = b;
-    }
+    resample_pil8(a, (int)w, (int)h, 1, b, (int)ow, (int)oh, RESAMPLE_PIL_LANCZOS);
     for (int64_t y = 0; y < oh; y++)
         for (int64_t x = 0; x < ow; x++)
-            AT(d, y, x) = (float)a[y * ow + x] / 255.0f;
+            AT(d, y, x) = (float)b[y * ow + x] / 255.0f;
     xfree(a);
+    xfree(b);
 }
 
 /* ---- bislerp ------------------------------------------------------------------------ */
@@ -369,12 +371,12 @@ static plane_fn plane_method(const char *m)
     return NULL;
 }
 
-int node_resample(const float *src, int64_t b, int64_t c, int64_t h, int64_t w,
-                  enum node_resample_layout layout, const char *method, int crop_center,
+int resample(const float *src, int64_t b, int64_t c, int64_t h, int64_t w,
+                  enum resample_layout layout, const char *method, int crop_center,
                   float *dst, int64_t oh, int64_t ow, struct err *e)
 {
-    if (b < 0 || c < 1 || h < 1 || w < 1 || oh < 1 || ow < 1 || oh > NODE_RESAMPLE_MAX_SIDE ||
-        ow > NODE_RESAMPLE_MAX_SIDE)
+    if (b < 0 || c < 1 || h < 1 || w < 1 || oh < 1 || ow < 1 || oh > RESAMPLE_MAX_SIDE ||
+        ow > RESAMPLE_MAX_SIDE)
         return err_set(e, ERR_INVALID, "cannot resize %lldx%lld to %lldx%lld", (long long)w,
                        (long long)h, (long long)ow, (long long)oh);
     if (!method)
@@ -387,9 +389,9 @@ int node_resample(const float *src, int64_t b, int64_t c, int64_t h, int64_t w,
     if (crop_center) {
         double old_aspect = (double)w / (double)h, new_aspect = (double)ow / (double)oh;
         if (old_aspect > new_aspect)
-            x0 = (int64_t)node_round_half_even((w - w * (new_aspect / old_aspect)) / 2.0);
+            x0 = (int64_t)pynum_round_half_even((w - w * (new_aspect / old_aspect)) / 2.0);
         else if (old_aspect < new_aspect)
-            y0 = (int64_t)node_round_half_even((h - h * (old_aspect / new_aspect)) / 2.0);
+            y0 = (int64_t)pynum_round_half_even((h - h * (old_aspect / new_aspect)) / 2.0);
         ch = h - 2 * y0;
         cw = w - 2 * x0;
         if (ch < 1 || cw < 1)
@@ -397,7 +399,7 @@ int node_resample(const float *src, int64_t b, int64_t c, int64_t h, int64_t w,
                            (long long)w, (long long)h);
     }
     /* Strides in floats: channel, pixel and row, for the source and the destination. */
-    int planar = layout == NODE_RESAMPLE_BCHW;
+    int planar = layout == RESAMPLE_BCHW;
     int64_t scs = planar ? h * w : 1, sxs = planar ? 1 : c, sys = planar ? w : w * c;
     int64_t dcs = planar ? oh * ow : 1, dxs = planar ? 1 : c, dys = planar ? ow : ow * c;
     for (int64_t n = 0; n < b; n++) {
