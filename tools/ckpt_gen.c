@@ -11,6 +11,7 @@
 
 #include "alloc.h"
 #include "checkpoint.h"
+#include "checkpoint_save.h"
 #include "controlnet.h"
 #include "strhash.h"
 #include "family.h"
@@ -286,6 +287,11 @@ static void encode(const struct gen_entry *g, const float *src, uint64_t n, void
     }
 }
 
+static void writer_meta(void *user, const char *key, const char *val)
+{
+    st_writer_meta(user, key, val);
+}
+
 int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *e)
 {
     if (o->dtype != ST_DTYPE_F32 && o->dtype != ST_DTYPE_F16 && o->dtype != ST_DTYPE_BF16)
@@ -297,15 +303,9 @@ int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *
         st_writer_meta(w, "format", "pt");
         st_writer_meta(w, "modelspec.title", "latentd random-weight test checkpoint");
     }
-    /* Head counts are not stored in checkpoints; a shrunk config needs them said. */
-    if (!model_config_is_canonical(&o->cfg)) {
-        char v[32];
-        snprintf(v, sizeof(v), "%d", o->cfg.text[0].heads);
-        st_writer_meta(w, "latentd.clip_heads", v);
-        snprintf(v, sizeof(v), "%d", o->cfg.unet.heads);
-        if (o->cfg.unet.heads) /* a head width (SDXL) needs no saying */
-            st_writer_meta(w, "latentd.unet_heads", v);
-    }
+    /* Head counts are not stored in checkpoints; a shrunk config needs them said (the
+     * same pairs CheckpointSave writes, so a saved test checkpoint reloads as itself). */
+    ckpt_save_heads_meta(&o->cfg, writer_meta, w);
     uint64_t max_n = 1;
     for (size_t i = 0; i < l.n; i++) {
         struct gen_entry *g = &l.v[i];
