@@ -320,12 +320,14 @@ int main(void)
     mkdir(out_dir, 0755);
     struct err e = {0};
     struct ckpt_gen_opts o;
-    const char *files[] = {"a.safetensors", "b.safetensors", "xl.safetensors"};
-    for (int i = 0; i < 3; i++) {
+    const char *files[] = {"a.safetensors", "b.safetensors", "xl.safetensors", "d2.safetensors"};
+    for (int i = 0; i < 4; i++) {
         ckpt_gen_opts_default(&o);
         o.seed = (uint64_t)(i + 1);
         if (i == 2)
             sdxl_config_tiny(&o.cfg);
+        if (i == 3)
+            sd15_config_set_depth(&o.cfg, 2); /* SD1.5 with other UNet shapes */
         snprintf(path, sizeof path, "%s/%s", sub, files[i]);
         EXPECT_OK(ckpt_gen_write(&o, path, &e));
     }
@@ -348,11 +350,12 @@ int main(void)
     prompt_json = "{\"1\": {\"class_type\": \"CheckpointSave\"}}";
 
     char msg[512];
-    struct value *A[4] = {0}, *B[4] = {0}, *X[4] = {0};
+    struct value *A[4] = {0}, *B[4] = {0}, *X[4] = {0}, *D[4] = {0};
     int rc = load_ckpt("a.safetensors", A, msg, sizeof msg);
     rc |= load_ckpt("b.safetensors", B, msg, sizeof msg);
     rc |= load_ckpt("xl.safetensors", X, msg, sizeof msg);
-    ok(rc == 0, "three tiny checkpoints load (%s)", rc ? msg : "ok");
+    rc |= load_ckpt("d2.safetensors", D, msg, sizeof msg);
+    ok(rc == 0, "four tiny checkpoints load (%s)", rc ? msg : "ok");
     if (rc)
         goto done;
 
@@ -453,6 +456,9 @@ int main(void)
     t = merge2(&sd_clip_merge_simple, "clip1", "clip2", X[1], A[1], "ratio", 0.5, msg,
                sizeof msg);
     ok(!t && strstr(msg, "different families"), "CLIP of SDXL with SD1.5: %s", msg);
+    value_unref(t);
+    t = merge2(&sd_model_merge_add, "model1", "model2", A[0], D[0], NULL, 0, msg, sizeof msg);
+    ok(!t && strstr(msg, "different architectures"), "SD1.5 UNets of other shapes: %s", msg);
     value_unref(t);
 
     /* ---- CheckpointSave of the merge: the baked bytes, reloadable ---- */
@@ -638,6 +644,7 @@ done:
         value_unref(A[i]);
         value_unref(B[i]);
         value_unref(X[i]);
+        value_unref(D[i]);
     }
     xfree(ref.k);
     mm_unload_all(mm);
