@@ -113,6 +113,7 @@ void dev__blkcache_free(struct dev__blkcache *c); /* frees cached blocks; NULL o
 void *dev__blkcache_take(struct dev__blkcache *c, size_t bytes);
 int dev__blkcache_put(struct dev__blkcache *c, void *ptr, size_t bytes);
 void dev__blkcache_set_limit(struct dev__blkcache *c, size_t limit);
+void dev__blkcache_fit(struct dev__blkcache *c, size_t bytes); /* min(bytes, open cap) */
 void dev__blkcache_trim(struct dev__blkcache *c);
 size_t dev__blkcache_bytes(struct dev__blkcache *c);
 

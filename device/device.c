@@ -196,6 +196,12 @@ void dev_set_cache_limit(struct dev *d, size_t bytes)
         dev__blkcache_set_limit(d->cache, bytes);
 }
 
+void dev_fit_cache(struct dev *d, size_t bytes)
+{
+    if (d && d->cache)
+        dev__blkcache_fit(d->cache, bytes);
+}
+
 void dev_peak_reset(struct dev *d)
 {
     atomic_store(&d->peak, atomic_load(&d->used));

@@ -614,6 +614,11 @@ int mm_load_models(struct mm *mm, const struct mm_request *req, struct mm_report
     }
     plans_release(mp, n);
     mm__publish(mm);
+    /* The cpu device's block cache and weight scratch hold what this node can reuse
+     * (device.h, tensor.h), not what the model or an earlier node needed. */
+    dev_fit_cache(mm->dev, (req->activation_bytes + req->workspace_bytes +
+                               rep->patch_workspace_bytes) / 2);
+    tensor_cpu_scratch_release();
     mm->node_t0 = clock_mono_sec() * 1e3;
     rep->load_ms = mm->node_t0 - t0;
     return 0;

@@ -364,6 +364,14 @@ int tensor_profile_enabled(void);
 void tensor_profile_reset(void);
 void tensor_profile_print(const char *label);
 
+/* Free the calling thread's CPU weight scratch: the f32 buffer that f16/bf16 weights
+ * are widened into by matmul/linear/conv (as large as the largest weight widened so
+ * far: 59 MB for SD1.5's UNet). The next op that needs it allocates it again at its
+ * own size. The memory manager calls it at each node's plan, so that the scratch
+ * follows the models in use (a VAE decode does not keep the UNet's). Returns the
+ * bytes freed. Any thread; not during an op on the same thread. */
+size_t tensor_cpu_scratch_release(void);
+
 /* Stop the CPU pool and drop per-device backend state (cuBLAS handles, workspaces).
  * Optional at exit; ops restart what they need afterwards. */
 void tensor_shutdown(void);

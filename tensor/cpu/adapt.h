@@ -23,8 +23,10 @@ static inline int is_f32_contig(const struct tensor *t)
 
 struct hbuf {
     float *p;
-    int owned;
+    int owned; /* 0 borrowed, 1 xmalloc_aligned, HBUF_SCRATCH widen.c's scratch */
 };
+
+#define HBUF_SCRATCH 2
 
 /* A contiguous f32 copy of t (or t's own memory when it already is one). */
 static inline const float *hin(const struct tensor *t, struct hbuf *h)
@@ -72,6 +74,19 @@ static inline void hout_done(struct tensor *t, struct hbuf *h)
         tensor__scatter_f32(t, h->p);
     hfree(h);
 }
+
+/*
+ * widen.c: a weight operand as contiguous f32. An f16/bf16 weight (kept at its file
+ * dtype, issue 15) is widened into the calling thread's reused scratch, split over the
+ * pool; anything else is hin(). At most one operand holds the scratch at a time (a
+ * second gets hin's temporary). Give it back with cpu_widen_done, not hfree.
+ */
+const float *cpu_widen_in(const struct tensor *t, struct hbuf *h);
+void cpu_widen_done(struct hbuf *h);
+/* The calling thread's scratch: its size in bytes, and freeing it (a no-op while an
+ * op holds it). tensor_cpu_scratch_release (tensor.h) is the public door. */
+size_t cpu_widen_scratch_bytes(void);
+void cpu_widen_release(void);
 
 static inline int64_t cpu_rows_of(const struct tensor *t)
 {

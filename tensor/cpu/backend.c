@@ -1,16 +1,19 @@
 /*
  * backend.c — the CPU backend's table: f32 kernels over host memory, for the cpu and
  * sim devices (and host tensors outside any device). Every op, every dtype (f16/bf16
- * operands are converted to f32 temporaries, adapt.h).
+ * operands are converted to f32 temporaries, adapt.h; f16/bf16 weights of the GEMM ops
+ * into a reused scratch, widen.c).
  */
-#include "../tensor_impl.h"
+#include "adapt.h"
 #include "cpu_backend.h"
 
-/* The pool's threads and oneDNN's primitives; both restart on the next op. */
+/* The pool's threads, oneDNN's primitives and the calling thread's weight scratch; all
+ * restart on the next op. */
 static void cpu_shutdown(void)
 {
     tensor__pool_shutdown();
     cpu_conv_dnnl_release();
+    cpu_widen_release();
 }
 
 const struct tensor__backend tensor__cpu_backend = {

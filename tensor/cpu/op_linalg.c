@@ -35,7 +35,7 @@ static void mat_setup(struct mat *m, const struct tensor *t, int trans)
             m->trans = !trans;
         }
     } else {
-        hin(t, &m->h);
+        cpu_widen_in(t, &m->h); /* an f16 weight, or hin() */
         tensor__contig_strides(nd, t->shape, st);
         m->ld = c;
         m->trans = trans;
@@ -82,8 +82,8 @@ int tensor__cpu_matmul(struct tensor *out, const struct tensor *a, const struct 
             cpu_sgemm(ma.trans, mb.trans, m, n, k, alpha, pa, ma.ld, pb, mb.ld, 0.0f,
                       po + i0 * os[0] + i1 * os[1], ldo, 0);
         }
-    hfree(&ma.h);
-    hfree(&mb.h);
+    cpu_widen_done(&ma.h);
+    cpu_widen_done(&mb.h);
     hout_done(out, &ho);
     tensor__prof_end(TENSOR__PROF_MATMUL, pt0, 2.0 * (double)m * (double)n * (double)k *
                                                    (double)on[0] * (double)on[1]);
@@ -97,14 +97,14 @@ int tensor__cpu_linear(struct tensor *out, const struct tensor *x, const struct 
     double pt0 = tensor__prof_t0();
     int64_t rows = cpu_rows_of(x), n = w->shape[0];
     struct hbuf hx, hw, hb, ho;
-    const float *px = hin(x, &hx), *pw = hin(w, &hw), *pb = hin(bias, &hb);
+    const float *px = hin(x, &hx), *pw = cpu_widen_in(w, &hw), *pb = hin(bias, &hb);
     float *po = hout(out, &ho);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < n; j++)
             po[r * n + j] = pb ? pb[j] : 0.0f;
     cpu_sgemm(0, 1, rows, n, k, 1.0f, px, k, pw, k, 1.0f, po, n, 0);
     hfree(&hx);
-    hfree(&hw);
+    cpu_widen_done(&hw);
     hfree(&hb);
     hout_done(out, &ho);
     tensor__prof_end(TENSOR__PROF_LINEAR, pt0, 2.0 * (double)rows * (double)n * (double)k);
@@ -120,11 +120,11 @@ int tensor__cpu_linear_geglu(struct tensor *out, const struct tensor *x, const s
     double pt0 = tensor__prof_t0();
     int64_t rows = cpu_rows_of(x), h = w->shape[0] / 2;
     struct hbuf hx, hw, hb, ho;
-    const float *px = hin(x, &hx), *pw = hin(w, &hw), *pb = hin(bias, &hb);
+    const float *px = hin(x, &hx), *pw = cpu_widen_in(w, &hw), *pb = hin(bias, &hb);
     float *po = hout(out, &ho);
     cpu_linear_geglu(po, px, pw, pb, rows, k, h);
     hfree(&hx);
-    hfree(&hw);
+    cpu_widen_done(&hw);
     hfree(&hb);
     hout_done(out, &ho);
     tensor__prof_end(TENSOR__PROF_LINEAR, pt0, 4.0 * (double)rows * (double)h * (double)k);
@@ -140,11 +140,11 @@ int tensor__cpu_conv2d(struct tensor *out, const struct tensor *x, const struct 
     int64_t ho = out->shape[2], wo = out->shape[3];
     double pt0 = tensor__prof_t0();
     struct hbuf hx, hw, hb, ho_;
-    const float *px = hin(x, &hx), *pw = hin(w, &hw), *pb = hin(bias, &hb);
+    const float *px = hin(x, &hx), *pw = cpu_widen_in(w, &hw), *pb = hin(bias, &hb);
     float *po = hout(out, &ho_);
     cpu_conv2d(po, px, pw, pb, x->shape[0], ci, x->shape[2], x->shape[3], co, kh, kw, o);
     hfree(&hx);
-    hfree(&hw);
+    cpu_widen_done(&hw);
     hfree(&hb);
     hout_done(out, &ho_);
     tensor__prof_end(kh * kw == 1 ? TENSOR__PROF_CONV1 : TENSOR__PROF_CONV3, pt0,

@@ -6,3 +6,7 @@ if(LATENTD_HAVE_CUDA AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/test_tensor_cuda.c)
   latentd_add_test(test_tensor_cuda SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tensor_cuda.c
                    LIBS latentd_tensor LABELS cuda TIMEOUT 300)
 endif()
+# f16/bf16 weights widened inside linear/GEGLU/matmul/conv (tensor/cpu/widen.c, issue 15):
+# bit-identical to f32-widened weights, near float64, the scratch's size and release.
+latentd_add_test(test_tensor_widen SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tensor_widen.c
+                 LIBS latentd_tensor LABELS unit TIMEOUT 60)

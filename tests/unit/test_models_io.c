@@ -655,27 +655,33 @@ static void test_changed_st(void)
 }
 
 /* A loaded model whose weights are borrowed from the file fails its check once the file
- * shrinks; one whose weights were all converted no longer depends on the file. */
+ * shrinks (f32 as f32; f16 as f32, kept at its file dtype since issue 15); one whose
+ * weights were all converted (MODEL_LOAD_CONVERT) no longer depends on the file. */
 static void test_changed_ckpt(void)
 {
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
     const char *p32, *p16;
     struct err e = {0};
-    struct model_ckpt a, b;
+    struct model_ckpt a, b, c;
     EXPECT_OK(gen("chg32.safetensors", NULL, &p32));
     EXPECT_OK(gen("chg16.safetensors", t_f16, &p16));
     EXPECT_OK(model_ckpt_load(p32, MODEL_LOAD_ALL, f32, &a, &e));
-    EXPECT_OK(model_ckpt_load(p16, MODEL_LOAD_ALL, f32, &b, &e));
+    EXPECT_OK(model_ckpt_load(p16, MODEL_LOAD_ALL | MODEL_LOAD_CONVERT, f32, &b, &e));
+    EXPECT_OK(model_ckpt_load(p16, MODEL_LOAD_ALL, f32, &c, &e));
     EXPECT_OK(patcher_model_check(a.model[MODEL_UNET], &e));
     ok(truncate(p32, 4096) == 0 && truncate(p16, 4096) == 0, "truncate both files");
     err_clear(&e);
     ok(patcher_model_check(a.model[MODEL_UNET], &e) == ERR_IO && strstr(e.msg, "changed on disk"),
        "f32 (borrowed): the check fails: %s", e.msg);
     err_clear(&e);
+    ok(patcher_model_check(c.model[MODEL_UNET], &e) == ERR_IO && strstr(e.msg, "changed on disk"),
+       "f16 kept as f16 for an f32 model (borrowed): the check fails: %s", e.msg);
+    err_clear(&e);
     ok(patcher_model_check(b.model[MODEL_UNET], &e) == 0, "f16 (converted): unaffected (%s)",
        e.msg);
     model_ckpt_release(&a);
     model_ckpt_release(&b);
+    model_ckpt_release(&c);
     /* Loading a file that is short of its header's promises fails cleanly. */
     err_clear(&e);
     ok(model_ckpt_load(p32, MODEL_LOAD_ALL, f32, &a, &e) < 0, "the truncated file fails to load");

@@ -1,0 +1,100 @@
+/*
+ * widen.c — f16/bf16 weights to f32 for the GEMM-based kernels, into a reused scratch.
+ *
+ * Since issue 15 an f16 checkpoint's weights stay f16 on the cpu device (borrowed from
+ * the file mapping: half the resident memory of converting at load). The GEMM, the
+ * fused linear+GEGLU and the convolutions consume f32, so each op widens its weight
+ * when it runs. Widening is exact (every f16 and bf16 value is an f32 value), and the
+ * kernels then make the very same library calls on the very same f32 values as with
+ * weights converted at load, so results are bit-identical to that.
+ *
+ * Why a scratch and not adapt.h's malloc per call: a conv weight of the UNet's deepest
+ * level is 59 MB as f32; a fresh allocation each call is an mmap whose 15 000 pages
+ * fault in again every time (the cost dev_blkcache.c removed for activations). The
+ * scratch is grown to the largest weight an op has widened (the largest weight of the
+ * models in use: bounded by one weight, not by the model) and its pages stay mapped.
+ * The conversion is split over the pool so that it runs at memory speed.
+ *
+ * Threads: one scratch per calling thread (thread-local); ops run on the executor
+ * thread, tests may run ops on several threads at once. Not for pool tasks.
+ */
+#include "adapt.h"
+
+#define WIDEN_MIN_ELEMS ((int64_t)1 << 16) /* below: adapt.h's malloc is cheap enough */
+#define WIDEN_PIECE ((int64_t)1 << 15)     /* elements per pool piece (64-128 KiB read) */
+
+struct widen_scratch {
+    float *p;    /* owned (xmalloc_aligned) */
+    size_t cap;  /* floats */
+    int busy;    /* 1 while an op holds it */
+};
+
+static _Thread_local struct widen_scratch scratch;
+
+struct widen_job {
+    float *dst;
+    const char *src;
+    enum tensor_dtype dt;
+    int64_t n;
+};
+
+static void widen_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    struct widen_job *j = ctx;
+    size_t es = tensor_dtype_size(j->dt);
+    for (int64_t i = b; i < e; i++) {
+        int64_t lo = i * WIDEN_PIECE, len = j->n - lo < WIDEN_PIECE ? j->n - lo : WIDEN_PIECE;
+        tensor_convert_host(j->dst + lo, TENSOR_F32, j->src + (size_t)lo * es, j->dt,
+                            (size_t)len);
+    }
+}
+
+const float *cpu_widen_in(const struct tensor *t, struct hbuf *h)
+{
+    int64_t n = t ? tensor_numel(t) : 0;
+    if (!t || is_f32_contig(t) || !tensor_is_contiguous(t) ||
+        (t->dtype != TENSOR_F16 && t->dtype != TENSOR_BF16) || n < WIDEN_MIN_ELEMS ||
+        scratch.busy)
+        return hin(t, h);
+    if ((size_t)n > scratch.cap) {
+        xfree_aligned(scratch.p);
+        scratch.p = xmalloc_aligned(64, (size_t)n * sizeof(float) + 64);
+        scratch.cap = (size_t)n;
+    }
+    struct widen_job j = {scratch.p, tensor__ptr(t), t->dtype, n};
+    tensor__pool_for((n + WIDEN_PIECE - 1) / WIDEN_PIECE, widen_task, &j);
+    scratch.busy = 1;
+    h->p = scratch.p;
+    h->owned = HBUF_SCRATCH;
+    return h->p;
+}
+
+void cpu_widen_done(struct hbuf *h)
+{
+    if (h->owned == HBUF_SCRATCH) {
+        scratch.busy = 0;
+        h->p = NULL;
+        h->owned = 0;
+        return;
+    }
+    hfree(h);
+}
+
+size_t cpu_widen_scratch_bytes(void) { return scratch.cap * sizeof(float); }
+
+size_t tensor_cpu_scratch_release(void)
+{
+    size_t n = scratch.busy ? 0 : cpu_widen_scratch_bytes();
+    cpu_widen_release();
+    return n;
+}
+
+void cpu_widen_release(void)
+{
+    if (scratch.busy)
+        return;
+    xfree_aligned(scratch.p);
+    scratch.p = NULL;
+    scratch.cap = 0;
+}

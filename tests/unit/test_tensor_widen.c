@@ -1,0 +1,277 @@
+/*
+ * test_tensor_widen — CPU linear, linear+GEGLU, matmul and conv2d with f16/bf16 weights
+ * (kept at their file dtype since issue 15, widened inside the op into a reused
+ * scratch, tensor/cpu/widen.c): bit-identical to the same op on the weight widened
+ * to f32 up front, near a float64 reference written here, and the scratch is reused,
+ * shared correctly by two half-precision operands, and freed by
+ * tensor_cpu_scratch_release. Weights are large enough (>= 64 Ki elements) to take
+ * the scratch path.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "device.h"
+#include "harness.h"
+#include "tensor.h"
+
+static struct dev *d;
+
+static uint32_t rng = 12345;
+static float frand(void)
+{
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* A tensor of dt with random values; *f32 gets the same values widened (exact). */
+static struct tensor *rand_tensor(enum tensor_dtype dt, int ndim, const int64_t *shape,
+                                  float scale, float **f32)
+{
+    struct err e = {0};
+    struct tensor *t = NULL;
+    if (tensor_new(d, dt, ndim, shape, &t, &e) < 0)
+        PANIC("tensor_new: %s", e.msg);
+    int64_t n = tensor_numel(t);
+    float *v = xmalloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        v[i] = frand() * scale;
+    tensor_write_f32(t, v, n, &e);          /* rounds to dt */
+    tensor_read_f32(t, v, n, &e);           /* the values dt holds, as f32 */
+    *f32 = v;
+    return t;
+}
+
+static struct tensor *f32_tensor(int ndim, const int64_t *shape, const float *v)
+{
+    struct err e = {0};
+    struct tensor *t = NULL;
+    if (tensor_new(d, TENSOR_F32, ndim, shape, &t, &e) < 0)
+        PANIC("tensor_new: %s", e.msg);
+    tensor_write_f32(t, v, tensor_numel(t), &e);
+    return t;
+}
+
+static struct tensor *out_tensor(int ndim, const int64_t *shape)
+{
+    struct err e = {0};
+    struct tensor *t = NULL;
+    if (tensor_new(d, TENSOR_F32, ndim, shape, &t, &e) < 0)
+        PANIC("tensor_new: %s", e.msg);
+    return t;
+}
+
+/* Equal bits, and the largest error against `ref` relative to max |ref|. */
+static int same_bits(const struct tensor *a, const struct tensor *b)
+{
+    int64_t n = tensor_numel(a);
+    float *x = xmalloc((size_t)n * 4), *y = xmalloc((size_t)n * 4);
+    struct err e = {0};
+    tensor_read_f32(a, x, n, &e);
+    tensor_read_f32(b, y, n, &e);
+    int same = memcmp(x, y, (size_t)n * 4) == 0;
+    xfree(x);
+    xfree(y);
+    return same;
+}
+
+static double rel_err(const struct tensor *t, const double *ref)
+{
+    int64_t n = tensor_numel(t);
+    float *x = xmalloc((size_t)n * 4);
+    struct err e = {0};
+    tensor_read_f32(t, x, n, &e);
+    double m = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) {
+        m = fmax(m, fabs((double)x[i] - ref[i]));
+        r = fmax(r, fabs(ref[i]));
+    }
+    xfree(x);
+    return m / (r > 0 ? r : 1);
+}
+
+/* y = x w^T + b, float64. */
+static double *ref_linear(const float *x, const float *w, const float *b, int64_t rows,
+                          int64_t k, int64_t n)
+{
+    double *y = xmalloc((size_t)(rows * n) * sizeof(double));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = b ? b[j] : 0;
+            for (int64_t i = 0; i < k; i++)
+                s += (double)x[r * k + i] * w[j * k + i];
+            y[r * n + j] = s;
+        }
+    return y;
+}
+
+static void test_linear(enum tensor_dtype dt)
+{
+    const char *dn = tensor_dtype_name(dt);
+    int64_t rows = 37, k = 320, n = 640; /* w: 204800 elements */
+    int64_t xs[2] = {rows, k}, ws[2] = {n, k}, bs[1] = {n}, ys[2] = {rows, n};
+    float *xv, *wv, *bv;
+    struct tensor *x = rand_tensor(TENSOR_F32, 2, xs, 1.0f, &xv);
+    struct tensor *w = rand_tensor(dt, 2, ws, 0.05f, &wv);
+    struct tensor *b = rand_tensor(dt, 1, bs, 0.1f, &bv);
+    struct tensor *w32 = f32_tensor(2, ws, wv), *b32 = f32_tensor(1, bs, bv);
+    struct tensor *y = out_tensor(2, ys), *y32 = out_tensor(2, ys);
+    struct err e = {0};
+    tensor_cpu_scratch_release(); /* what earlier cases left */
+    EXPECT_OK(tensor_linear(y, x, w, b, &e));
+    EXPECT_OK(tensor_linear(y32, x, w32, b32, &e));
+    ok(same_bits(y, y32), "linear, %s weight: bit-identical to the f32-widened weight", dn);
+    double *ref = ref_linear(xv, wv, bv, rows, k, n);
+    double re = rel_err(y, ref);
+    ok(re < 1e-5, "linear, %s weight: within 1e-5 of float64 (%.2e)", dn, re);
+    /* The scratch holds the largest weight widened so far (w, 640 x 320); the bias
+     * was too small to need it. Released, it is gone; the next op regrows it. */
+    size_t held = tensor_cpu_scratch_release();
+    ok(held >= (size_t)(n * k) * 4 && held < (size_t)(n * k) * 4 + 4096,
+       "scratch: %zu bytes, the weight's f32 size", held);
+    EXPECT_EQ(tensor_cpu_scratch_release(), (size_t)0);
+    xfree(ref);
+
+    /* GEGLU: w [2h, k], y [rows, h] = a * gelu(g). */
+    int64_t gs[2] = {2 * n, k}, gb[1] = {2 * n}, go[2] = {rows, n};
+    float *gwv, *gbv;
+    struct tensor *gw = rand_tensor(dt, 2, gs, 0.05f, &gwv), *gbias = rand_tensor(dt, 1, gb, 0.1f, &gbv);
+    struct tensor *gw32 = f32_tensor(2, gs, gwv), *gb32 = f32_tensor(1, gb, gbv);
+    struct tensor *g = out_tensor(2, go), *g32 = out_tensor(2, go);
+    EXPECT_OK(tensor_linear_geglu(g, x, gw, gbias, &e));
+    EXPECT_OK(tensor_linear_geglu(g32, x, gw32, gb32, &e));
+    ok(same_bits(g, g32), "linear+geglu, %s weight: bit-identical", dn);
+    double *ag = ref_linear(xv, gwv, gbv, rows, k, 2 * n);
+    double *gref = xmalloc((size_t)(rows * n) * sizeof(double));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) {
+            double a = ag[r * 2 * n + j], gt = ag[r * 2 * n + n + j];
+            gref[r * n + j] = a * 0.5 * gt * (1 + erf(gt / sqrt(2.0)));
+        }
+    re = rel_err(g, gref);
+    ok(re < 1e-5, "linear+geglu, %s weight: within 1e-5 of float64 (%.2e)", dn, re);
+    xfree(ag);
+    xfree(gref);
+
+    /* matmul with both operands half precision: one takes the scratch, the other
+     * adapt.h's temporary; the result must not mix them up. */
+    float *av;
+    int64_t as[2] = {rows, k};
+    struct tensor *a = rand_tensor(dt, 2, as, 1.0f, &av), *a32 = f32_tensor(2, as, av);
+    int64_t bigs[2] = {k, n * 2}; /* b: k x 1280 = 409600 elements */
+    float *bbv;
+    struct tensor *bb = rand_tensor(dt, 2, bigs, 0.05f, &bbv), *bb32 = f32_tensor(2, bigs, bbv);
+    int64_t ms[2] = {rows, 2 * n};
+    struct tensor *m = out_tensor(2, ms), *m32 = out_tensor(2, ms);
+    EXPECT_OK(tensor_matmul(m, a, bb, 0, 0, 1.0f, &e));
+    EXPECT_OK(tensor_matmul(m32, a32, bb32, 0, 0, 1.0f, &e));
+    ok(same_bits(m, m32), "matmul, both operands %s: bit-identical", dn);
+    tensor_free(m);
+    tensor_free(m32);
+    tensor_free(bb);
+    tensor_free(bb32);
+    tensor_free(a);
+    tensor_free(a32);
+    xfree(av);
+    xfree(bbv);
+    tensor_free(g);
+    tensor_free(g32);
+    tensor_free(gw);
+    tensor_free(gbias);
+    tensor_free(gw32);
+    tensor_free(gb32);
+    xfree(gwv);
+    xfree(gbv);
+    tensor_free(y);
+    tensor_free(y32);
+    tensor_free(w32);
+    tensor_free(b32);
+    tensor_free(w);
+    tensor_free(b);
+    tensor_free(x);
+    xfree(xv);
+    xfree(wv);
+    xfree(bv);
+}
+
+/* 3x3 conv, padding 1, stride s, float64. */
+static double *ref_conv(const float *x, const float *w, const float *b, int64_t n, int64_t ci,
+                        int64_t h, int64_t wd, int64_t co, int s, int64_t ho, int64_t wo)
+{
+    double *y = xmalloc((size_t)(n * co * ho * wo) * sizeof(double));
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t o = 0; o < co; o++)
+            for (int64_t oy = 0; oy < ho; oy++)
+                for (int64_t ox = 0; ox < wo; ox++) {
+                    double acc = b[o];
+                    for (int64_t c = 0; c < ci; c++)
+                        for (int ky = 0; ky < 3; ky++)
+                            for (int kx = 0; kx < 3; kx++) {
+                                int64_t iy = oy * s - 1 + ky, ix = ox * s - 1 + kx;
+                                if (iy < 0 || iy >= h || ix < 0 || ix >= wd)
+                                    continue;
+                                acc += (double)x[((i * ci + c) * h + iy) * wd + ix] *
+                                       w[((o * ci + c) * 3 + ky) * 3 + kx];
+                            }
+                    y[((i * co + o) * ho + oy) * wo + ox] = acc;
+                }
+    return y;
+}
+
+static void test_conv(enum tensor_dtype dt, int64_t h, int stride)
+{
+    const char *dn = tensor_dtype_name(dt);
+    int64_t n = 2, ci = 96, co = 128; /* w: 110592 elements */
+    int64_t ho = (h + 2 - 3) / stride + 1;
+    int64_t xs[4] = {n, ci, h, h}, ws[4] = {co, ci, 3, 3}, bs[1] = {co}, ys[4] = {n, co, ho, ho};
+    float *xv, *wv, *bv;
+    struct tensor *x = rand_tensor(TENSOR_F32, 4, xs, 1.0f, &xv);
+    struct tensor *w = rand_tensor(dt, 4, ws, 0.05f, &wv), *b = rand_tensor(dt, 1, bs, 0.1f, &bv);
+    struct tensor *w32 = f32_tensor(4, ws, wv), *b32 = f32_tensor(1, bs, bv);
+    struct tensor *y = out_tensor(4, ys), *y32 = out_tensor(4, ys);
+    struct tensor_conv2d_opts o = {.stride = stride, .pad_top = 1, .pad_bottom = 1,
+                                   .pad_left = 1, .pad_right = 1};
+    struct err e = {0};
+    EXPECT_OK(tensor_conv2d(y, x, w, b, &o, &e));
+    EXPECT_OK(tensor_conv2d(y32, x, w32, b32, &o, &e));
+    ok(same_bits(y, y32), "conv 3x3 %lldx%lld stride %d, %s weight: bit-identical",
+       (long long)h, (long long)h, stride, dn);
+    double *ref = ref_conv(xv, wv, bv, n, ci, h, h, co, stride, ho, ho);
+    double re = rel_err(y, ref);
+    ok(re < 1e-5, "conv, %s weight: within 1e-5 of float64 (%.2e)", dn, re);
+    xfree(ref);
+    tensor_free(y);
+    tensor_free(y32);
+    tensor_free(w);
+    tensor_free(b);
+    tensor_free(w32);
+    tensor_free(b32);
+    tensor_free(x);
+    xfree(xv);
+    xfree(wv);
+    xfree(bv);
+}
+
+int main(void)
+{
+    long live0 = alloc_live_count();
+    struct err e = {0};
+    tensor_threads_set(2);
+    if (dev_open("cpu", 0, &d, &e) < 0) {
+        ok(0, "dev_open: %s", e.msg);
+        return harness_done();
+    }
+    static const enum tensor_dtype dts[2] = {TENSOR_F16, TENSOR_BF16};
+    for (int i = 0; i < 2; i++) {
+        test_linear(dts[i]);
+        test_conv(dts[i], 8, 1);   /* small images: the batched path */
+        test_conv(dts[i], 24, 1);  /* chunked im2col path */
+        test_conv(dts[i], 24, 2);
+    }
+    tensor_cpu_scratch_release();
+    dev_close(d);
+    tensor_shutdown();
+    EXPECT_EQ(alloc_live_count(), live0);
+    return harness_done();
+}
