@@ -45,10 +45,10 @@ static void parse_parens(const char *s, char ***items, size_t *n)
     int depth = 0;
     *items = NULL;
     *n = 0;
-#define EMIT(str)                                                                  \
-    do {                                                                           \
-        *items = xrealloc(*items, (*n + 1) * sizeof(char *));                      \
-        (*items)[(*n)++] = (str);                                                  \
+#define EMIT(str)                                                                                  \
+    do {                                                                                           \
+        *items = xrealloc(*items, (*n + 1) * sizeof(char *));                                      \
+        (*items)[(*n)++] = (str);                                                                  \
     } while (0)
     for (const char *p = s; *p; p++) {
         char c = *p;
@@ -156,6 +156,10 @@ struct tok {
     int32_t id;
     double w;
 };
+
+/* A padding position while packing (ids are never negative): CLIP_TOKEN_PAD in ids,
+ * 1 in pad, so that an encoder padding with another id leaves end tokens alone. */
+#define PAD_MARK (-1)
 
 struct chunks {
     struct tok *v; /* flat, 77 per chunk */
@@ -378,7 +382,7 @@ void clip_tokenize_prompt(struct clip_tokenizer *t, const char *prompt, struct c
                 } else {
                     push(&c, CLIP_TOKEN_EOS, 1.0);
                     for (size_t k = 0; k < remaining; k++)
-                        push(&c, CLIP_TOKEN_PAD, 1.0);
+                        push(&c, PAD_MARK, 1.0);
                 }
                 open = c.n;
                 push(&c, CLIP_TOKEN_BOS, 1.0);
@@ -394,13 +398,15 @@ void clip_tokenize_prompt(struct clip_tokenizer *t, const char *prompt, struct c
     xfree(glen);
     push(&c, CLIP_TOKEN_EOS, 1.0);
     while ((c.n - open) < L)
-        push(&c, CLIP_TOKEN_PAD, 1.0);
+        push(&c, PAD_MARK, 1.0);
     ASSERT(c.n % L == 0);
     out->n_chunks = (int)(c.n / L);
     out->ids = xmalloc(c.n * sizeof(int32_t));
     out->weights = xmalloc(c.n * sizeof(float));
+    out->pad = xmalloc(c.n);
     for (size_t i = 0; i < c.n; i++) {
-        out->ids[i] = c.v[i].id;
+        out->pad[i] = c.v[i].id == PAD_MARK;
+        out->ids[i] = out->pad[i] ? CLIP_TOKEN_PAD : c.v[i].id;
         out->weights[i] = (float)c.v[i].w;
         if (c.v[i].w != 1.0)
             out->has_weights = 1;
@@ -415,17 +421,27 @@ void clip_tokens_pad_chunks(struct clip_tokens *tk, int n_chunks)
     size_t n = (size_t)n_chunks * CLIP_CHUNK_LEN;
     tk->ids = xrealloc(tk->ids, n * sizeof(*tk->ids));
     tk->weights = xrealloc(tk->weights, n * sizeof(*tk->weights));
+    tk->pad = xrealloc(tk->pad, n);
     for (size_t i = (size_t)tk->n_chunks * CLIP_CHUNK_LEN; i < n; i++) {
         tk->ids[i] = i % CLIP_CHUNK_LEN == 0 ? CLIP_TOKEN_BOS : CLIP_TOKEN_EOS;
         tk->weights[i] = 1.0f;
+        tk->pad[i] = i % CLIP_CHUNK_LEN > 1;
     }
     tk->n_chunks = n_chunks;
+}
+
+void clip_tokens_padded_ids(const struct clip_tokens *tk, int32_t pad_id, int32_t *out)
+{
+    size_t n = (size_t)tk->n_chunks * CLIP_CHUNK_LEN;
+    for (size_t i = 0; i < n; i++)
+        out[i] = tk->pad[i] ? pad_id : tk->ids[i];
 }
 
 void clip_tokens_release(struct clip_tokens *tk)
 {
     xfree(tk->ids);
     xfree(tk->weights);
+    xfree(tk->pad);
     xfree(tk->embeds);
     memset(tk, 0, sizeof(*tk));
 }

@@ -88,13 +88,15 @@ void clip_segments_free(struct clip_segment *segs, size_t n);
 /* A prompt packed into 77-token chunks. */
 struct clip_tokens {
     int n_chunks;
-    int32_t *ids;     /* owned: n_chunks * 77 */
-    float *weights;   /* owned: n_chunks * 77 (float32 as ComfyUI applies them) */
-    int has_weights;  /* any weight != 1.0 (§2.8) */
+    int32_t *ids;    /* owned: n_chunks * 77 */
+    uint8_t *pad;    /* owned: n_chunks * 77, 1 where ids holds padding (CLIP_TOKEN_PAD after
+                      * a chunk's end token), which an encoder may pad with another id */
+    float *weights;  /* owned: n_chunks * 77 (float32 as ComfyUI applies them) */
+    int has_weights; /* any weight != 1.0 (§2.8) */
     int n_embedding_skipped; /* embedding:NAME pieces not found (warned about, skipped) */
-    float *embeds;    /* owned: n_embeds * embed_width floats (textual inversion) */
+    float *embeds;           /* owned: n_embeds * embed_width floats (textual inversion) */
     int n_embeds;
-    int embed_width;  /* 0 when no embedding was loaded */
+    int embed_width; /* 0 when no embedding was loaded */
 };
 
 /* Tokenize a whole prompt (§2.6-2.8). Fills *out (release with clip_tokens_release). */
@@ -106,5 +108,12 @@ void clip_tokens_release(struct clip_tokens *tk);
  * tk has n_chunks (CLIPTextEncodeSDXL evens out its two lists so, sdxl.md §4.7).
  */
 void clip_tokens_pad_chunks(struct clip_tokens *tk, int n_chunks);
+
+/*
+ * tk's ids with every padding position set to pad_id (OpenCLIP bigG pads with 0,
+ * sdxl.md §4.1); end tokens the prompt itself spelled (<|endoftext|>) and the end token
+ * closing each chunk stay. out: n_chunks * 77 ids.
+ */
+void clip_tokens_padded_ids(const struct clip_tokens *tk, int32_t pad_id, int32_t *out);
 
 #endif

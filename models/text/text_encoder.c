@@ -90,23 +90,6 @@ fail:
 }
 
 /*
- * OpenCLIP pads with id 0 after each chunk's first end token (sdxl.md §4.1); the
- * tokenizer pads with the end token, as CLIP-L (SD1.x) wants.
- */
-static void pad_with_zero(int32_t *ids, int n_chunks)
-{
-    for (int c = 0; c < n_chunks; c++) {
-        int32_t *s = ids + (size_t)c * CLIP_CHUNK_LEN;
-        int j = 1;
-        while (j < CLIP_CHUNK_LEN && s[j] != CLIP_TOKEN_EOS)
-            j++;
-        for (j++; j < CLIP_CHUNK_LEN; j++)
-            if (s[j] == CLIP_TOKEN_EOS)
-                s[j] = 0;
-    }
-}
-
-/*
  * The pooled vector (§2.13): chunk 0's row of `hl` (the final-LN output of the last
  * layer, host copy) at its first end token, times text_projection P (pooled . P) when
  * the arch has one (sdxl.md §4.3). P is fetched from the held final layer.
@@ -159,9 +142,8 @@ int text_encode(struct patcher *clip, const struct text_arch *cfg, const char *p
     const int clip_skip = opts->layer;
     const int n = tk->n_chunks, S = n + (tk->has_weights ? 1 : 0);
     int32_t *ids = xmalloc((size_t)S * T * sizeof(int32_t));
-    memcpy(ids, tk->ids, (size_t)n * T * sizeof(int32_t));
-    if (opts->pad_zero)
-        pad_with_zero(ids, n);
+    /* OpenCLIP pads with id 0 (sdxl.md §4.1): the padding only, not end tokens. */
+    clip_tokens_padded_ids(tk, opts->pad_zero ? 0 : CLIP_TOKEN_PAD, ids);
     if (tk->has_weights) { /* the "empty" sequence of §2.8 */
         ids[n * T] = CLIP_TOKEN_BOS;
         for (int64_t j = 1; j < T; j++)
