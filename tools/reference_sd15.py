@@ -183,7 +183,8 @@ def token_weights(s, w):
     return out
 
 
-def tokenize_prompt(tok, text, embeds=None):
+def tokenize_prompt(tok, text, embeds=None, pad=49407):
+    """Chunks of (id, weight); `pad` fills after the end token (sdxl.md §4.1: bigG pads with 0)."""
     text = text.replace('\\)', '\0\1').replace('\\(', '\0\2')
     groups = []
     for seg, w in token_weights(text, 1.0):
@@ -220,14 +221,14 @@ def tokenize_prompt(tok, text, embeds=None):
                     g = g[rem:]
                 else:
                     batch.append((49407, 1.0))
-                    batch += [(49407, 1.0)] * rem
+                    batch += [(pad, 1.0)] * rem
                 batch = [(49406, 1.0)]
                 chunks.append(batch)
             else:
                 batch += g
                 g = []
     batch.append((49407, 1.0))
-    batch += [(49407, 1.0)] * (77 - len(batch))
+    batch += [(pad, 1.0)] * (77 - len(batch))
     return chunks
 
 

@@ -23,150 +23,9 @@
 #include "text_encoder.h"
 #include "unet.h"
 #include "vae.h"
+#include "ref_fixture.h"
 
 static const char *fixtures;
-
-/* ---- the reference fixture -------------------------------------------------------------- */
-
-struct ref {
-    char name[64];
-    int ndim;
-    int64_t shape[4];
-    double mean_abs, sum;
-    int ns;
-    long idx[32];
-    double val[32];
-};
-
-static struct ref *refs;
-static int n_refs;
-
-static void load_refs(void)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/sd15_tiny_expected.txt", fixtures);
-    FILE *fp = fopen(path, "r");
-    ok(fp != NULL, "open %s", path);
-    if (!fp)
-        return;
-    char line[8192];
-    while (fgets(line, sizeof(line), fp)) {
-        if (line[0] == '#')
-            continue;
-        refs = xrealloc(refs, (size_t)(n_refs + 1) * sizeof(*refs));
-        struct ref *r = &refs[n_refs];
-        memset(r, 0, sizeof(*r));
-        char *p = line;
-        int k;
-        sscanf(p, "%63s %d%n", r->name, &r->ndim, &k);
-        p += k;
-        for (int i = 0; i < r->ndim; i++) {
-            sscanf(p, "%ld%n", &r->shape[i], &k);
-            p += k;
-        }
-        sscanf(p, "%lf %lf %d%n", &r->mean_abs, &r->sum, &r->ns, &k);
-        p += k;
-        if (r->ns > 32)
-            r->ns = 32;
-        for (int i = 0; i < r->ns; i++) {
-            sscanf(p, "%ld %lf%n", &r->idx[i], &r->val[i], &k);
-            p += k;
-        }
-        n_refs++;
-    }
-    fclose(fp);
-}
-
-static const struct ref *find_ref(const char *name)
-{
-    for (int i = 0; i < n_refs; i++)
-        if (!strcmp(refs[i].name, name))
-            return &refs[i];
-    return NULL;
-}
-
-/* Compare host values of shape (ndim, shape) with the reference `name`: every sample
- * within tol * mean|ref|, and mean|x| within tol relative. */
-static void compare(const char *name, const float *v, int ndim, const int64_t *shape, double tol)
-{
-    const struct ref *r = find_ref(name);
-    if (!r) {
-        ok(0, "%s: no reference line", name);
-        return;
-    }
-    int same_shape = r->ndim == ndim;
-    long n = 1;
-    for (int i = 0; same_shape && i < ndim; i++) {
-        same_shape = r->shape[i] == shape[i];
-        n *= (long)shape[i];
-    }
-    if (!same_shape) {
-        ok(0, "%s: shape differs from the reference", name);
-        return;
-    }
-    double ma = 0, worst = 0;
-    for (long i = 0; i < n; i++)
-        ma += fabs(v[i]);
-    ma /= (double)n;
-    double scale = r->mean_abs > 1e-12 ? r->mean_abs : 1e-12;
-    for (int i = 0; i < r->ns; i++)
-        worst = fmax(worst, fabs(v[r->idx[i]] - r->val[i]) / scale);
-    double mrel = fabs(ma - r->mean_abs) / scale;
-    ok(worst <= tol && mrel <= tol, "%s matches the reference (max err %.2e, mean|x| err %.2e of "
-                                    "scale %.3g, tol %.0e)",
-       name, worst, mrel, scale, tol);
-}
-
-static void compare_tensor(const char *name, const struct tensor *t, double tol)
-{
-    int64_t n = tensor_numel(t);
-    float *v = xmalloc((size_t)n * sizeof(float));
-    struct err e = {0};
-    if (tensor_read_f32(t, v, n, &e) < 0)
-        ok(0, "%s: read: %s", name, e.msg);
-    else
-        compare(name, v, t->ndim, t->shape, tol);
-    xfree(v);
-}
-
-/* Probe: compare named intermediates as they go by. */
-struct probe_ctx {
-    const char *prefix;
-    const char *const *names;
-    double tol;
-};
-
-static void on_probe(void *user, const char *name, const struct tensor *t)
-{
-    struct probe_ctx *p = user;
-    for (int i = 0; p->names[i]; i++) {
-        if (!strcmp(p->names[i], name)) {
-            char full[128];
-            snprintf(full, sizeof(full), "%s.%s", p->prefix, name);
-            compare_tensor(full, t, p->tol);
-        }
-    }
-}
-
-static void wave(float *v, long n, double a, double b)
-{
-    for (long i = 0; i < n; i++)
-        v[i] = (float)sin(a * (double)i + b);
-}
-
-static struct tensor *new_wave(struct dev *d, int ndim, const int64_t *shape, double a, double b)
-{
-    struct tensor *t = NULL;
-    struct err e = {0};
-    if (tensor_new(d, TENSOR_F32, ndim, shape, &t, &e) < 0)
-        PANIC("tensor_new: %s", e.msg);
-    int64_t n = tensor_numel(t);
-    float *v = xmalloc((size_t)n * sizeof(float));
-    wave(v, n, a, b);
-    tensor_write_f32(t, v, n, &e);
-    xfree(v);
-    return t;
-}
 
 /* ---- the model under test ------------------------------------------------------------------ */
 
@@ -222,8 +81,8 @@ static void test_clip(struct loaded *L, struct clip_tokenizer *tok)
         clip_tokenize_prompt(tok, k == 3 ? longp.ptr : prompts[k], &tk);
         float *cond = NULL, *pooled = NULL;
         struct err e = {0};
-        struct probe_ctx pc = {.prefix = "clip0", .names = probe0, .tol = 1e-5};
-        struct model_probe pr = {.fn = on_probe, .user = &pc};
+        struct ref_probe pc = {.prefix = "clip0", .names = probe0, .tol = 1e-5};
+        struct model_probe pr = {.fn = ref_on_probe, .user = &pc};
         int rc =
             text_encode(L->p[MODEL_CLIP], &L->ck.cfg.text[0], model_prefix(&L->ck.cfg, MODEL_CLIP),
                         &tk, &(struct text_encode_opts){.layer = skips[k], .norm_hidden = 1}, &cond,
@@ -233,10 +92,10 @@ static void test_clip(struct loaded *L, struct clip_tokenizer *tok)
             char name[64];
             int64_t cs[3] = {1, (int64_t)tk.n_chunks * 77, L->ck.cfg.text[0].width};
             snprintf(name, sizeof(name), "clip%d.cond", k);
-            compare(name, cond, 3, cs, 1e-5);
+            ref_compare(name, cond, 3, cs, 1e-5);
             int64_t ps[1] = {L->ck.cfg.text[0].width};
             snprintf(name, sizeof(name), "clip%d.pooled", k);
-            compare(name, pooled, 1, ps, 1e-5);
+            ref_compare(name, pooled, 1, ps, 1e-5);
         }
         xfree(cond);
         xfree(pooled);
@@ -253,7 +112,7 @@ static void test_clip_embedding(struct loaded *L, struct clip_tokenizer *tok, co
     snprintf(path, sizeof(path), "%s/myemb.safetensors", dir);
     int64_t D = L->ck.cfg.text[0].width, shape[2] = {2, D};
     float *v = xmalloc((size_t)(2 * D) * 4);
-    wave(v, 2 * D, 0.77, 0.2);
+    ref_wave(v, 2 * D, 0.77, 0.2);
     struct st_writer *w = st_writer_new();
     struct err e = {0};
     st_writer_add(w, "emb_params", ST_DTYPE_F32, 2, shape);
@@ -276,8 +135,8 @@ static void test_clip_embedding(struct loaded *L, struct clip_tokenizer *tok, co
     ok(rc == 0, "clip encode with an embedding (%s)", e.msg);
     if (rc == 0) {
         int64_t cs[3] = {1, 77, D}, ps[1] = {D};
-        compare("clip4.cond", cond, 3, cs, 1e-5);
-        compare("clip4.pooled", pooled, 1, ps, 1e-5);
+        ref_compare("clip4.cond", cond, 3, cs, 1e-5);
+        ref_compare("clip4.pooled", pooled, 1, ps, 1e-5);
     }
     xfree(cond);
     xfree(pooled);
@@ -288,9 +147,17 @@ static void test_clip_embedding(struct loaded *L, struct clip_tokenizer *tok, co
 
 static void test_unet(struct loaded *L)
 {
-    static const char *const names[] = {"t_emb", "time_embed", "input_blocks.0", "input_blocks.1",
-                                        "input_blocks.3", "input_blocks.4", "middle_block",
-                                        "output_blocks.2", "output_blocks.11", "eps", NULL};
+    static const char *const names[] = {"t_emb",
+                                        "time_embed",
+                                        "input_blocks.0",
+                                        "input_blocks.1",
+                                        "input_blocks.3",
+                                        "input_blocks.4",
+                                        "middle_block",
+                                        "output_blocks.2",
+                                        "output_blocks.11",
+                                        "eps",
+                                        NULL};
     struct {
         const char *name;
         int b, h, w, t;
@@ -300,12 +167,13 @@ static void test_unet(struct loaded *L)
     for (int c = 0; c < 2; c++) {
         int64_t xs[4] = {cases[c].b, 4, cases[c].h, cases[c].w};
         int64_t cs[3] = {cases[c].b, cases[c].t, L->ck.cfg.unet.ctx_dim};
-        struct tensor *x = new_wave(d, 4, xs, 0.37, 0.1), *ctx = new_wave(d, 3, cs, 0.011, 0.5);
+        struct tensor *x = ref_new_wave(d, 4, xs, 0.37, 0.1),
+                      *ctx = ref_new_wave(d, 3, cs, 0.011, 0.5);
         struct tensor *eps = NULL;
         struct err e = {0};
         tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
-        struct probe_ctx pc = {.prefix = cases[c].name, .names = names, .tol = 1e-4};
-        struct model_probe pr = {.fn = on_probe, .user = &pc};
+        struct ref_probe pc = {.prefix = cases[c].name, .names = names, .tol = 1e-4};
+        struct model_probe pr = {.fn = ref_on_probe, .user = &pc};
         int rc =
             unet_eval(L->p[MODEL_UNET], &L->ck.cfg.unet, x, cases[c].ts, ctx, NULL, eps, &pr, &e);
         ok(rc == 0, "unet eval %s (%s)", cases[c].name, e.msg);
@@ -315,7 +183,8 @@ static void test_unet(struct loaded *L)
     }
     /* Bad shapes are errors, not crashes. */
     int64_t xs[4] = {1, 3, 8, 8}, cs[3] = {1, 77, L->ck.cfg.unet.ctx_dim};
-    struct tensor *x = new_wave(d, 4, xs, 1, 0), *ctx = new_wave(d, 3, cs, 1, 0), *eps = NULL;
+    struct tensor *x = ref_new_wave(d, 4, xs, 1, 0), *ctx = ref_new_wave(d, 3, cs, 1, 0),
+                  *eps = NULL;
     struct err e = {0};
     tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
     float t = 10;
@@ -333,24 +202,24 @@ static void test_vae(struct loaded *L)
     struct dev *d = patcher_device(L->p[MODEL_VAE]);
     struct err e = {0};
     int64_t zs[4] = {1, 4, 5, 6}, is[4] = {1, 3, 40, 48};
-    struct tensor *z = new_wave(d, 4, zs, 0.23, 0.3), *img = NULL;
+    struct tensor *z = ref_new_wave(d, 4, zs, 0.23, 0.3), *img = NULL;
     tensor_new(d, TENSOR_F32, 4, is, &img, &e);
     static const char *const dn[] = {"decoder.mid", "decoder.up.3", "decoder.up.1", "decoder.out",
                                      NULL};
-    struct probe_ctx pc = {.prefix = "vaedec", .names = dn, .tol = 1e-4};
-    struct model_probe pr = {.fn = on_probe, .user = &pc};
+    struct ref_probe pc = {.prefix = "vaedec", .names = dn, .tol = 1e-4};
+    struct model_probe pr = {.fn = ref_on_probe, .user = &pc};
     ok(vae_decode(L->p[MODEL_VAE], &L->ck.cfg.vae, z, img, &pr, &e) == 0, "vae decode (%s)", e.msg);
 
     int64_t es[4] = {1, 3, 32, 40}, ms[4] = {1, 4, 4, 5};
-    struct tensor *im = new_wave(d, 4, es, 0.051, 0.2), *mean = NULL;
+    struct tensor *im = ref_new_wave(d, 4, es, 0.051, 0.2), *mean = NULL;
     tensor_new(d, TENSOR_F32, 4, ms, &mean, &e);
     static const char *const en[] = {"encoder.down.0", "encoder.down.3", "encoder.mid", "moments",
                                      NULL};
-    struct probe_ctx pe = {.prefix = "vaeenc", .names = en, .tol = 1e-4};
-    struct model_probe pr2 = {.fn = on_probe, .user = &pe};
+    struct ref_probe pe = {.prefix = "vaeenc", .names = en, .tol = 1e-4};
+    struct model_probe pr2 = {.fn = ref_on_probe, .user = &pe};
     ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg.vae, im, mean, &pr2, &e) == 0, "vae encode (%s)",
        e.msg);
-    compare_tensor("vaeenc.mean", mean, 1e-4);
+    ref_compare_tensor("vaeenc.mean", mean, 1e-4);
 
     /* Round trip: encode(clamp(decode(z))) has the latent's shape and matches the reference. */
     struct tensor *cl = NULL, *m2 = NULL;
@@ -358,24 +227,24 @@ static void test_vae(struct loaded *L)
     tensor_clamp(cl, img, -1, 1, &e);
     tensor_new(d, TENSOR_F32, 4, zs, &m2, &e);
     ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg.vae, cl, m2, NULL, &e) == 0, "round trip encode");
-    compare_tensor("vaert.mean", m2, 2e-4);
+    ref_compare_tensor("vaert.mean", m2, 2e-4);
     ok(vae_encode(L->p[MODEL_VAE], &L->ck.cfg.vae, z, m2, NULL, &e) == ERR_INVALID,
        "encode of a 4-channel input refused");
     err_clear(&e);
     /* Tiled decode (batch 2, 7x9 latents, tile 4, overlap 1) and tiled encode (48x64,
      * tile 32, overlap 8) against the reference's tiled versions. */
     int64_t zts[4] = {2, 4, 7, 9}, its[4] = {2, 3, 56, 72};
-    struct tensor *zt = new_wave(d, 4, zts, 0.19, 0.4), *dt = NULL;
+    struct tensor *zt = ref_new_wave(d, 4, zts, 0.19, 0.4), *dt = NULL;
     tensor_new(d, TENSOR_F32, 4, its, &dt, &e);
     ok(vae_decode_tiled(L->p[MODEL_VAE], &L->ck.cfg.vae, zt, dt, 4, 1, &e) == 0,
        "tiled decode (%s)", e.msg);
-    compare_tensor("vaetiled.dec", dt, 1e-4);
+    ref_compare_tensor("vaetiled.dec", dt, 1e-4);
     int64_t ies[4] = {1, 3, 48, 64}, mes[4] = {1, 4, 6, 8};
-    struct tensor *ie = new_wave(d, 4, ies, 0.043, 0.6), *me = NULL;
+    struct tensor *ie = ref_new_wave(d, 4, ies, 0.043, 0.6), *me = NULL;
     tensor_new(d, TENSOR_F32, 4, mes, &me, &e);
     ok(vae_encode_tiled(L->p[MODEL_VAE], &L->ck.cfg.vae, ie, me, 32, 8, &e) == 0,
        "tiled encode (%s)", e.msg);
-    compare_tensor("vaetiled.enc", me, 1e-4);
+    ref_compare_tensor("vaetiled.enc", me, 1e-4);
     ok(vae_encode_tiled(L->p[MODEL_VAE], &L->ck.cfg.vae, ie, me, 30, 8, &e) == ERR_INVALID,
        "tiled encode with tile 30 refused");
     tensor_free(zt);
@@ -417,7 +286,8 @@ static int eps_for(struct mm *mm, const char *dir, enum st_dtype sdt, enum tenso
     rc = mm_load_models(mm, &req, &rep, &e);
     struct dev *d = patcher_device(p);
     int64_t xs[4] = {1, 4, 8, 8}, cs[3] = {1, 77, ck.cfg.unet.ctx_dim};
-    struct tensor *x = new_wave(d, 4, xs, 0.37, 0.1), *ctx = new_wave(d, 3, cs, 0.011, 0.5), *eps = NULL;
+    struct tensor *x = ref_new_wave(d, 4, xs, 0.37, 0.1), *ctx = ref_new_wave(d, 3, cs, 0.011, 0.5),
+                  *eps = NULL;
     float t = 500;
     tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
     if (rc == 0)
@@ -457,7 +327,8 @@ static void test_dtypes(struct mm *mm, const char *dir)
     static const enum st_dtype sdts[2] = {ST_DTYPE_F16, ST_DTYPE_BF16};
     static const enum tensor_dtype tdts[2] = {TENSOR_F16, TENSOR_BF16};
     for (int i = 0; i < 2; i++) {
-        int r1 = eps_for(mm, dir, sdts[i], tdts[i], a), r2 = eps_for(mm, dir, sdts[i], TENSOR_F32, b);
+        int r1 = eps_for(mm, dir, sdts[i], tdts[i], a),
+            r2 = eps_for(mm, dir, sdts[i], TENSOR_F32, b);
         ok(r1 == 0 && r2 == 0 && rel_diff(a, b, 256) < 1e-5,
            "%s checkpoint: same eps kept as %s or converted to f32 (%.2e)", st_dtype_name(sdts[i]),
            tensor_dtype_name(tdts[i]), r1 == 0 && r2 == 0 ? rel_diff(a, b, 256) : -1.0);
@@ -479,7 +350,8 @@ static void test_image(struct dev *d)
     tensor_write_f32(t, v, 6, &e);
     float out[6];
     EXPECT_OK(vae_image_from_decoder(t, out, &e));
-    ok(out[0] == 0 && out[1] == 0 && out[2] == 0.5f && out[3] == 0.75f && out[4] == 1 && out[5] == 1,
+    ok(out[0] == 0 && out[1] == 0 && out[2] == 0.5f && out[3] == 0.75f && out[4] == 1 &&
+           out[5] == 1,
        "decoder output -> clamp((x+1)/2), channels last");
     tensor_free(t);
     int H = 10, W = 13;
@@ -518,7 +390,8 @@ static void test_plan_bytes(struct loaded *L)
     for (int i = 0; i < 3; i++) {
         int b = shapes[i][0], h = shapes[i][1], w = shapes[i][2];
         int64_t xs[4] = {b, 4, h, w}, cs[3] = {b, 77, L->ck.cfg.unet.ctx_dim};
-        struct tensor *x = new_wave(d, 4, xs, 0.1, 0), *c = new_wave(d, 3, cs, 0.2, 0), *o = NULL;
+        struct tensor *x = ref_new_wave(d, 4, xs, 0.1, 0), *c = ref_new_wave(d, 3, cs, 0.2, 0),
+                      *o = NULL;
         tensor_new(d, TENSOR_F32, 4, xs, &o, &e);
         float t[2] = {10, 20};
         size_t used = dev_bytes_used(d);
@@ -531,7 +404,7 @@ static void test_plan_bytes(struct loaded *L)
         tensor_free(c);
         tensor_free(o);
         int64_t zs[4] = {1, 4, h, w}, is[4] = {1, 3, 8 * h, 8 * w};
-        struct tensor *z = new_wave(d, 4, zs, 0.1, 0), *img = NULL;
+        struct tensor *z = ref_new_wave(d, 4, zs, 0.1, 0), *img = NULL;
         tensor_new(d, TENSOR_F32, 4, is, &img, &e);
         used = dev_bytes_used(d);
         dev_peak_reset(d);
@@ -588,7 +461,7 @@ static void test_vae_oom(const char *path)
     EXPECT_OK(mm_load_models(mm, &req, &rep, &e));
     struct dev *d = patcher_device(p);
     int64_t zs[4] = {1, 4, 32, 32}, is[4] = {1, 3, 256, 256};
-    struct tensor *z = new_wave(d, 4, zs, 0.29, 0.1), *a = NULL, *b = NULL;
+    struct tensor *z = ref_new_wave(d, 4, zs, 0.29, 0.1), *a = NULL, *b = NULL;
     tensor_new(d, TENSOR_F32, 4, is, &a, &e);
     tensor_new(d, TENSOR_F32, 4, is, &b, &e);
     err_clear(&e);
@@ -620,7 +493,7 @@ int main(int argc, char **argv)
     const char *tokdir = argc > 2 ? argv[2] : NULL;
     tensor_threads_set(2);
     long live0 = alloc_live_count();
-    load_refs();
+    ref_fixture_load(fixtures, "sd15_tiny_expected.txt");
     char dir[] = "/tmp/test_models_fwd.XXXXXX";
     if (!mkdtemp(dir))
         PANIC("mkdtemp");
@@ -656,7 +529,7 @@ int main(int argc, char **argv)
     clip_tokenizer_free(tok);
     unlink(path);
     rmdir(dir);
-    xfree(refs);
+    ref_fixture_free();
     tensor_shutdown();
     EXPECT_EQ(alloc_live_count(), live0);
     return harness_done();
