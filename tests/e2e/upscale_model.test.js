@@ -8,7 +8,10 @@
 //     saves a 128x128 PNG, the upscale node reports its tile as progress; the SRVGG x2 model
 //     in the same graph gives a 128x128 image too (PreviewImage);
 //   - the checkpoint given as an upscale model fails UpscaleModelLoader with
-//     UnsupportedModelError saying it is a checkpoint, and the server keeps serving.
+//     UnsupportedModelError saying it is a checkpoint, and the server keeps serving;
+//   - on a simulated device too small for a 512 tile, ImageUpscaleWithModel halves the tile
+//     (logged) and upscales a 600x600 EmptyImage to 1200x1200; with a device too small even
+//     for a 128 tile it fails with torch.OutOfMemoryError.
 // Skips when the generators are not built.
 "use strict";
 const { describe, it, before, after } = require("node:test");
@@ -132,4 +135,53 @@ describe("upscale models end to end", () => {
     assert.match(err.data.exception_message, /unsupported upscale model .*ckpt\.safetensors.*Stable Diffusion checkpoint/);
     assert.equal((await L.request(S, "GET", "/system_stats")).status, 200);
   });
+});
+
+// An SRVGG x2 (nf 8, 2 convs) plans 140 bytes per tile pixel plus the whole input on the
+// device (600x600x3 f32, 4.1 MiB): tile 512 ~41 MiB, 256 ~14 MiB, 128 ~7 MiB.
+describe("upscale models: tile halving on a small device", () => {
+  const runs = [["sim:24M", "halves to 256"], ["sim:5M", "fails below 128"]];
+  for (const [dev, what] of runs) {
+    it(`${dev}: ${what}`, async (t) => {
+      if (!fs.existsSync(genUps)) return t.skip("generators not built");
+      const S = await L.startLatentd({
+        args: ["--device", dev],
+        setup: (dir) => {
+          const ups = path.join(dir, "models", "upscale_models");
+          fs.mkdirSync(ups, { recursive: true });
+          gen(genUps, ["--arch", "srvgg", "--scale", "2", path.join(ups, "srvgg_x2.safetensors")]);
+        },
+      });
+      try {
+        const msgs = await run(S, {
+          1: n("EmptyImage", { width: 600, height: 600, batch_size: 1, color: 0x336699 }),
+          2: n("UpscaleModelLoader", { model_name: "srvgg_x2.safetensors" }),
+          3: n("ImageUpscaleWithModel", { upscale_model: ["2", 0], image: ["1", 0] }),
+          5: n("PreviewImage", { images: ["3", 0] }),
+        }, `oom-${dev}`);
+        const err = msgs.find((m) => m.type === "execution_error");
+        if (dev === "sim:24M") {
+          assert.equal(err, undefined, JSON.stringify(err));
+          assert.match(S.log(), /upscale: out of memory with tile 512, retrying with tile 256/);
+          assert.doesNotMatch(S.log(), /retrying with tile 128/);
+          const h = (await L.request(S, "GET", `/history/oom-${dev}`)).json()[`oom-${dev}`];
+          const img = h.outputs["5"].images[0];
+          const png = L.decodePng(fs.readFileSync(path.join(S.dir, "temp", img.subfolder, img.filename)));
+          assert.equal(png.width, 1200);
+          assert.equal(png.height, 1200);
+        } else {
+          assert.ok(err, "execution_error");
+          assert.equal(err.data.node_type, "ImageUpscaleWithModel");
+          assert.equal(err.data.exception_type, "torch.OutOfMemoryError");
+          assert.match(S.log(), /retrying with tile 128/);
+        }
+        assert.equal((await L.request(S, "GET", "/system_stats")).status, 200);
+      } finally {
+        const r = await S.stop();
+        const log = S.log();
+        L.removeDir(S.dir);
+        assert.deepEqual(r, { code: 0, signal: null }, log.slice(-3000));
+      }
+    });
+  }
 });

@@ -116,7 +116,8 @@ static struct img ref_cat(const struct img *a, const struct img *b)
     struct img m = img_new(a->c + b->c, a->h, a->w);
     size_t pa = (size_t)a->c * a->h * a->w;
     memcpy(m.v, a->v, pa * sizeof(double));
-    memcpy(m.v + pa, b->v, (size_t)b->c * b->h * b->w * sizeof(double));
+    if (b->c) /* b may be the empty image (no data) that makes this a copy */
+        memcpy(m.v + pa, b->v, (size_t)b->c * b->h * b->w * sizeof(double));
     return m;
 }
 
