@@ -4,6 +4,7 @@
 #include "sd_nodes.h"
 
 #include "sd_custom_nodes.h"
+#include "sd_extra_nodes.h"
 #include "sd_latent_ops.h"
 
 /* ComfyUI's NODE_CLASS_MAPPINGS order for these classes. */
@@ -60,4 +61,6 @@ void nodes_sd_register(struct node_registry *r)
     /* comfy_extras.nodes_clip_sdxl, in its get_node_list order */
     node_registry_add(r, &sd_clip_text_encode_sdxl_refiner);
     node_registry_add(r, &sd_clip_text_encode_sdxl);
+    /* later comfy_extras: AYS, guiders, model patches */
+    nodes_sd_extras_register(r);
 }

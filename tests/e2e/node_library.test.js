@@ -44,6 +44,7 @@ const WANT = {
     "ConditioningSetArea", "ConditioningSetAreaPercentage", "ConditioningSetAreaStrength", "ConditioningSetMask",
     "ConditioningZeroOut", "ConditioningSetTimestepRange"],
   "nodes_upscale_model.json": ["UpscaleModelLoader", "ImageUpscaleWithModel"],
+  "nodes_align_your_steps.json": ["AlignYourStepsScheduler"],
 };
 
 let S = null;

@@ -16,6 +16,7 @@
 #include "sampling.h"
 #include "sampling_sched.h"
 #include "sd_custom_nodes.h"
+#include "sd_extra_nodes.h"
 #include "sd_latent_ops.h"
 #include "sd_nodes.h"
 #include "sd_progress.h"
@@ -640,16 +641,16 @@ static void test_conditioning(void)
     value_unref(b);
 }
 
-/* KSampler, one euler/karras step at cfg 1 on a zero 8x16 latent: the denoiser's x0 / 0.18215.
- * Takes over the reference to pos; neg is borrowed. */
-static struct value *ks_one_step(struct value *pos, struct value *neg)
+/* KSampler, one euler/karras step at `cfg` on a zero 8x16 latent; *fk (optional) gets the
+ * fake model's call counts. Takes over the reference to pos; neg is borrowed. */
+static struct value *ks_one_step_cfg(struct value *pos, struct value *neg, double cfg, struct fake *fk)
 {
     struct run r = {0};
     struct fake *f = xcalloc(1, sizeof *f);
     set_in(&r, &sd_ksampler, "model", sd_model_value(sd_model_new(&fake_ops, f)));
     set_in(&r, &sd_ksampler, "seed", value_new_int(21));
     set_in(&r, &sd_ksampler, "steps", value_new_int(1));
-    set_in(&r, &sd_ksampler, "cfg", value_new_float(1.0));
+    set_in(&r, &sd_ksampler, "cfg", value_new_float(cfg));
     set_in(&r, &sd_ksampler, "sampler_name", value_new_string("euler"));
     set_in(&r, &sd_ksampler, "scheduler", value_new_string("karras"));
     set_in(&r, &sd_ksampler, "positive", pos);
@@ -658,8 +659,16 @@ static struct value *ks_one_step(struct value *pos, struct value *neg)
     set_in(&r, &sd_ksampler, "denoise", value_new_float(1.0));
     node_go(&r, &sd_ksampler, NULL);
     struct value *out = r.rc == 0 ? value_ref(r.out[0]) : NULL;
+    if (fk)
+        *fk = *f;
     run_release(&r);
     return out;
+}
+
+/* The same at cfg 1: the denoiser's x0 / 0.18215. */
+static struct value *ks_one_step(struct value *pos, struct value *neg)
+{
+    return ks_one_step_cfg(pos, neg, 1.0, NULL);
 }
 
 static int latents_equal(const struct value *a, const struct value *b)
@@ -779,7 +788,7 @@ static void test_conditioning_utils(void)
                            value_new_int(0), value_new_float(1.0)};
     struct value *px = run_cond_node(&sd_conditioning_set_area, an, arv, 6);
     struct value *o_pct = ks_one_step(combine2(value_ref(a), pct), a);
-    struct value *o_px = ks_one_step(combine2(value_ref(a), px), a);
+    struct value *o_px = ks_one_step(combine2(value_ref(a), value_ref(px)), a);
     ok(o_pct && latents_equal(o_pct, o_px),
        "ConditioningSetAreaPercentage (0.5, 1, 0.5, 0) samples as the area (8, 8, 0, 8)");
 
@@ -802,7 +811,20 @@ static void test_conditioning_utils(void)
     ok(o_range && latents_equal(o_range, o_a) && !latents_equal(o_both, o_a),
        "ConditioningSetTimestepRange: 0.5..1 is skipped at the first step, 0..1 is not");
 
-    struct value *all[] = {a, b, b10, b154, av, av2, cat, st, o_pct, o_px, o_mask, o_big, o_bounds, o_range, o_a, o_both};
+    /* Same-area twins (process_conds): the negative side gets the positive area entry's
+     * twin with its own text, run with the area entry in one call; at cfg 1 a negative
+     * area gives the positive side a twin, though the negative side is never run. */
+    struct fake fk = {0};
+    struct value *o_tw = ks_one_step_cfg(combine2(value_ref(a), value_ref(px)), a, 7.5, &fk);
+    ok(o_tw && fk.calls == 2 && fk.total_batch == 4,
+       "cfg 7.5, a pixel-area positive: the negative gets its twin (%d calls, %d samples)", fk.calls,
+       fk.total_batch);
+    struct value *o_tw1 = ks_one_step_cfg(value_ref(a), px, 1.0, &fk);
+    ok(o_tw1 && fk.calls == 2 && fk.total_batch == 2,
+       "cfg 1, a pixel-area negative: the positive gets its twin, the negative is not run (%d calls)",
+       fk.calls);
+
+    struct value *all[] = {a, b, b10, b154, av, av2, cat, st, o_pct, o_px, o_mask, o_big, o_bounds, o_range, o_a, o_both, o_tw, o_tw1, px};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         value_unref(all[i]);
 }
@@ -842,7 +864,8 @@ static void test_register(void)
            node_registry_find(r, "CLIPTextEncodeSDXL") == &sd_clip_text_encode_sdxl &&
            node_registry_find(r, "CLIPTextEncodeSDXLRefiner") == &sd_clip_text_encode_sdxl_refiner &&
            /* nodes.py 30, nodes_model_merging 11, nodes_clip_sdxl 2 */
-           node_registry_count(r) == 30 + 11 + 2 + SD_CUSTOM_N_CLASSES + SD_LATENT_OPS_N_CLASSES,
+           node_registry_count(r) == 30 + 11 + 2 + SD_CUSTOM_N_CLASSES + SD_LATENT_OPS_N_CLASSES +
+                                          SD_EXTRA_N_CLASSES,
        "nodes_sd_register adds the twenty classes, the custom-sampling and latent-op families "
        "and CLIPTextEncodeSDXL(Refiner)");
     EXPECT_EQ(node_class_input_index(&sd_ksampler, "denoise"), 9);

@@ -1,0 +1,17 @@
+/*
+ * sd_extra_nodes — registration of the comfy_extras families in sd_extra_nodes.h.
+ */
+#include "sd_extra_nodes.h"
+
+/* init_builtin_extra_nodes' module order, each module's classes in its own order. */
+static const struct node_class *const extra_classes[] = {
+    &sd_align_your_steps_scheduler, /* nodes_align_your_steps */
+};
+
+_Static_assert(sizeof extra_classes / sizeof extra_classes[0] == SD_EXTRA_N_CLASSES,
+               "SD_EXTRA_N_CLASSES is the length of extra_classes");
+
+void nodes_sd_extras_register(struct node_registry *r)
+{
+    node_registry_add_all(r, extra_classes, SD_EXTRA_N_CLASSES);
+}

@@ -1,0 +1,24 @@
+/*
+ * sd_extra_nodes — smaller comfy_extras node families over the SD sampling
+ * core: AlignYourStepsScheduler (sd_ays_nodes.c), the DualCFGGuider and
+ * PerpNegGuider guiders (sd_guider_nodes.c) and the model patches RescaleCFG,
+ * FreeU and FreeU_V2 (sd_model_patch_nodes.c).
+ *
+ * nodes_sd_extras_register() adds the implemented classes in the order ComfyUI
+ * loads their modules (init_builtin_extra_nodes); nodes_sd_register() calls it.
+ * Threads: register before the registry is shared; the nodes run on the
+ * executor thread.
+ */
+#ifndef LATENTD_NODES_SD_EXTRA_NODES_H
+#define LATENTD_NODES_SD_EXTRA_NODES_H
+
+#include "node_registry.h"
+
+/* Number of classes nodes_sd_extras_register adds. */
+#define SD_EXTRA_N_CLASSES 1
+
+void nodes_sd_extras_register(struct node_registry *r);
+
+extern const struct node_class sd_align_your_steps_scheduler;
+
+#endif
