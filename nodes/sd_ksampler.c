@@ -52,6 +52,9 @@ struct job {
     const struct sd_cond_entry *entry;
     const struct sd_control *control; /* the entry's, or a positive's (apply_to_uncond) */
     int negative;
+    int adm_negative;   /* the side whose encoding the entry has (a same-area copy's source) */
+    int has_area;       /* an area of any kind: pixel, percentage or mask bounds */
+    int area[4];        /* that area as resolved (h, w, y, x), before clipping */
     int y0, x0, rh, rw; /* region in latent pixels, clipped to the latent */
     float *mult;        /* owned, [mult_b · rh · rw]: strength with area feathering or mask */
     int mult_b;         /* planes of mult: sample s uses plane s % mult_b */
@@ -64,7 +67,7 @@ struct kctx {
     struct node_ctx *node;
     const struct sd_model *model;
     struct job *jobs;
-    int n_jobs, n_pos;
+    int n_jobs, n_neg, cap_jobs;
     double cfg;
     int batch, h, w;
     size_t per;      /* floats per sample: 4·h·w */
@@ -209,6 +212,11 @@ static int job_setup(struct kctx *k, struct job *j)
             has_area = 1;
         }
     }
+    j->has_area = has_area;
+    j->area[0] = ah;
+    j->area[1] = aw;
+    j->area[2] = ay;
+    j->area[3] = ax;
     int y1, x1;
     py_slice(ay, ay + ah, h, &j->y0, &y1);
     py_slice(ax, ax + aw, w, &j->x0, &x1);
@@ -317,7 +325,7 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
             memcpy(ctx + (size_t)i * ctx_per, entry_context(jb->entry, smp),
                    ctx_per * sizeof *ctx);
             ts[i] = t;
-            if (ybuf && (rc = entry_adm(k, jb->entry, jb->negative, smp,
+            if (ybuf && (rc = entry_adm(k, jb->entry, jb->adm_negative, smp,
                                         ybuf + (size_t)i * m->adm_dim)) < 0)
                 break;
         }
@@ -415,7 +423,7 @@ static int denoise(void *user, const float *x, float sigma, float *out, size_t n
         for (int side = 0; side < 2; side++)
             for (size_t p = 0; p < n; p++)
                 k->acc[side][p] = k->acc[side][p] / k->count[side][(p / k->per) * plane + p % plane];
-        if (k->n_jobs == k->n_pos)
+        if (k->n_neg == 0)
             memcpy(out, k->acc[0], n * sizeof *out);
         else
             sampling_cfg_combine(k->acc[0], k->acc[1], k->cfg, out, n);
@@ -451,15 +459,96 @@ static int add_jobs(struct kctx *k, const struct sd_cond *cond, int negative)
         memset(j, 0, sizeof *j);
         j->entry = &cond->entries[i];
         j->control = j->entry->control;
-        j->negative = negative;
+        j->negative = j->adm_negative = negative;
         if (j->entry->batch < 1 || j->entry->tokens < 1)
             continue;
         int rc = job_setup(k, j);
         if (rc < 0)
             return rc;
         k->n_jobs += rc;
+        k->n_neg += rc && negative;
     }
     return 0;
+}
+
+/* Area a (h, w, y, x) lies inside area b. */
+static int area_inside(const int *a, const int *b)
+{
+    for (int i = 0; i < 2; i++)
+        if (a[2 + i] < b[2 + i] || a[2 + i] + a[i] > b[2 + i] + b[i])
+            return 0;
+    return 1;
+}
+
+/*
+ * ComfyUI's create_cond_with_same_area_if_none: an entry with an area gets a twin on
+ * the other side of CFG, with its area, weights, timestep range and control but the
+ * text (and ADM) of the other side's smallest entry containing that area (or its
+ * first entry without one), unless that entry has exactly this area.
+ */
+static void same_area_twin(struct kctx *k, int src)
+{
+    const struct job *c = &k->jobs[src];
+    if (!c->has_area)
+        return;
+    int best = -1;
+    for (int q = 0; q < k->n_jobs; q++) {
+        const struct job *x = &k->jobs[q];
+        if (x->negative == c->negative)
+            continue;
+        if (!x->has_area) {
+            if (best < 0)
+                best = q;
+        } else if (area_inside(c->area, x->area)) {
+            const struct job *b = best >= 0 ? &k->jobs[best] : NULL;
+            if (!b || !b->has_area || (int64_t)b->area[0] * b->area[1] > (int64_t)x->area[0] * x->area[1])
+                best = q;
+        }
+    }
+    if (best < 0 || (k->jobs[best].has_area && !memcmp(k->jobs[best].area, c->area, sizeof c->area)))
+        return;
+    ASSERT(k->n_jobs < k->cap_jobs);
+    struct job *t = &k->jobs[k->n_jobs++];
+    *t = *c;
+    t->entry = k->jobs[best].entry;
+    t->adm_negative = k->jobs[best].negative;
+    t->negative = !c->negative;
+    size_t n = (size_t)c->mult_b * c->rh * c->rw;
+    t->mult = xmalloc(n * sizeof *t->mult);
+    memcpy(t->mult, c->mult, n * sizeof *t->mult);
+    k->n_neg += t->negative;
+}
+
+/*
+ * process_conds' "each cond area has an opposite one with the same area": the
+ * positive entries first (twins go to the negative side), then every negative entry,
+ * twins included (theirs go to the positive side). Then, at cfg 1, the negative side
+ * is not evaluated at all (ComfyUI's cfg1 optimisation), its jobs dropped.
+ */
+static void same_area_twins(struct kctx *k, int cfg_one)
+{
+    int n0 = k->n_jobs;
+    for (int j = 0; j < n0; j++)
+        if (!k->jobs[j].negative)
+            same_area_twin(k, j);
+    int n1 = k->n_jobs;
+    for (int j = 0; j < n1; j++)
+        if (k->jobs[j].negative)
+            same_area_twin(k, j);
+    if (!cfg_one)
+        return;
+    int w = 0;
+    for (int j = 0; j < k->n_jobs; j++) {
+        if (k->jobs[j].negative) {
+            xfree(k->jobs[j].mult);
+            continue;
+        }
+        k->jobs[w++] = k->jobs[j];
+    }
+    for (int j = w; j < k->n_jobs; j++)
+        memset(&k->jobs[j], 0, sizeof k->jobs[j]);
+    k->n_jobs = w;
+    k->n_neg = 0;
 }
 
 /*
@@ -470,17 +559,17 @@ static int add_jobs(struct kctx *k, const struct sd_cond *cond, int negative)
 static void controls_to_uncond(struct kctx *k)
 {
     int n_other = 0, other[64], x = 0;
-    for (int j = k->n_pos; j < k->n_jobs; j++) {
-        if (k->jobs[j].entry->has_area)
+    for (int j = 0; j < k->n_jobs; j++) {
+        if (!k->jobs[j].negative || k->jobs[j].has_area)
             continue;
         if (k->jobs[j].control)
             return;
         if (n_other < 64)
             other[n_other++] = j;
     }
-    for (int j = 0; j < k->n_pos && n_other > 0; j++) {
+    for (int j = 0; j < k->n_jobs && n_other > 0; j++) {
         const struct sd_control *c = k->jobs[j].control;
-        if (!k->jobs[j].entry->has_area && c && c->apply_to_uncond)
+        if (!k->jobs[j].negative && !k->jobs[j].has_area && c && c->apply_to_uncond)
             k->jobs[other[x++ % n_other]].control = c;
     }
 }
@@ -572,16 +661,14 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
                                         mask, &e)) < 0)
             goto fail;
     }
-    k.jobs = xcalloc((size_t)(pos->n + n_neg), sizeof *k.jobs);
-    if ((rc = add_jobs(&k, pos, 0)) < 0) {
+    /* Each entry, and at most one same-area twin per entry and twin. */
+    k.cap_jobs = 3 * (pos->n + n_neg);
+    k.jobs = xcalloc((size_t)k.cap_jobs, sizeof *k.jobs);
+    if ((rc = add_jobs(&k, pos, 0)) < 0 || (neg && (rc = add_jobs(&k, neg, 1)) < 0)) {
         e = k.err;
         goto fail;
     }
-    k.n_pos = k.n_jobs;
-    if (neg && !sampling_cfg_is_one(a->cfg) && (rc = add_jobs(&k, neg, 1)) < 0) {
-        e = k.err;
-        goto fail;
-    }
+    same_area_twins(&k, !neg || sampling_cfg_is_one(a->cfg));
     controls_to_uncond(&k);
     k.x_in = xmalloc(n * sizeof *k.x_in);
     k.x = xmalloc(n * sizeof *k.x);
@@ -651,7 +738,7 @@ fail:
     if (prepared && model->ops->finish)
         model->ops->finish(model->impl, c->env ? c->env->mm : NULL);
     sd_latent_free(out);
-    for (int j = 0; k.jobs && j < pos->n + n_neg; j++)
+    for (int j = 0; k.jobs && j < k.cap_jobs; j++)
         xfree(k.jobs[j].mult);
     xfree(k.jobs);
     xfree(k.x_in);
