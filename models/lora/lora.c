@@ -307,8 +307,9 @@ static int to_tdt(enum st_dtype d, enum tensor_dtype *out)
     }
 }
 
+/* `model`: the family name the messages give (a LoRA of another type fails here). */
 static int add_module(const struct st_file *f, const struct module *md, const struct fwd *fw,
-                      struct patcher *p, float strength, struct err *e)
+                      struct patcher *p, float strength, const char *model, struct err *e)
 {
     const struct st_tensor *up = md->up, *down = md->down;
     enum tensor_dtype dt_up, dt_down;
@@ -336,9 +337,9 @@ static int add_module(const struct st_file *f, const struct module *md, const st
     if ((int64_t)(st_tensor_numel(up) / (uint64_t)rank) != wsh[0] ||
         st_tensor_numel(down) / (uint64_t)rank * (uint64_t)wsh[0] != wn)
         return err_set(e, ERR_INVALID,
-                       "lora '%s': tensor '%s' (rank %lld) does not fit weight '%s' (a LoRA for "
-                       "another model type?)",
-                       f->path, up->name, (long long)rank, fw->key);
+                       "lora '%s': tensor '%s' (rank %lld) does not fit weight '%s' of this %s "
+                       "model (a LoRA for another model type?)",
+                       f->path, up->name, (long long)rank, fw->key, model);
     float alpha = 0;
     int has_alpha = 0;
     if (md->alpha && st_tensor_numel(md->alpha) == 1) {
@@ -364,9 +365,9 @@ static int add_module(const struct st_file *f, const struct module *md, const st
     if (rc < 0) {
         err_clear(e);
         return err_set(e, ERR_INVALID,
-                       "lora '%s': tensor '%s' (rank %lld) does not fit weight '%s' (a LoRA for "
-                       "another model type?)",
-                       f->path, up->name, (long long)rank, fw->key);
+                       "lora '%s': tensor '%s' (rank %lld) does not fit weight '%s' of this %s "
+                       "model (a LoRA for another model type?)",
+                       f->path, up->name, (long long)rank, fw->key, model);
     }
     return 0;
 }
@@ -386,7 +387,7 @@ struct fused {
 };
 
 static int add_fused(const struct st_file *f, const struct fused *fu, struct patcher *p,
-                     float strength, struct err *e)
+                     float strength, const char *model, struct err *e)
 {
     struct patcher_model *pm = patcher_model_of(p);
     int layer, idx, wnd;
@@ -403,9 +404,9 @@ static int add_fused(const struct st_file *f, const struct fused *fu, struct pat
             up->shape[0] != fu->fw[i]->rows || down->shape[1] != wsh[1])
             return err_set(e, ERR_INVALID,
                            "lora '%s': tensor '%s' does not fit rows %lld..%lld of weight '%s' "
-                           "(a LoRA for another model type?)",
+                           "of this %s model (a LoRA for another model type?)",
                            f->path, up->name, (long long)fu->fw[i]->row0,
-                           (long long)(fu->fw[i]->row0 + fu->fw[i]->rows), fu->key);
+                           (long long)(fu->fw[i]->row0 + fu->fw[i]->rows), fu->key, model);
         R += down->shape[0];
     }
     float *U = xcalloc((size_t)(wsh[0] * R), sizeof(float));
@@ -450,6 +451,8 @@ int lora_apply(const char *path, const struct model_config *cfg, struct patcher 
     size_t nm = 0, nfused = 0;
     struct buf unknown;
     buf_init(&unknown);
+    const struct model_family *mf = model_family_get(cfg->family);
+    const char *fam = mf ? mf->name : "loaded"; /* for the messages */
     int rc;
     if ((rc = st_open(path, &f, e)) < 0)
         goto out;
@@ -523,7 +526,7 @@ int lora_apply(const char *path, const struct model_config *cfg, struct patcher 
             continue;
         }
         float s = fw->comp == MODEL_UNET ? strength_model : strength_clip;
-        if ((rc = add_module(f, md, fw, p, s, e)) < 0)
+        if ((rc = add_module(f, md, fw, p, s, fam, e)) < 0)
             goto out;
         if (fw->comp == MODEL_UNET)
             st.unet_patched++;
@@ -532,7 +535,7 @@ int lora_apply(const char *path, const struct model_config *cfg, struct patcher 
     }
     for (size_t u = 0; u < nfused; u++) {
         struct patcher *p = fused[u].fw[0]->comp == MODEL_CLIP2 ? clip2 : clip;
-        if ((rc = add_fused(f, &fused[u], p, strength_clip, e)) < 0)
+        if ((rc = add_fused(f, &fused[u], p, strength_clip, fam, e)) < 0)
             goto out;
         st.clip_patched += fused[u].n;
     }

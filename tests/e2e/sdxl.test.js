@@ -13,6 +13,10 @@
 //   - CLIPTextEncodeSDXLRefiner on the refiner: its ascore reaches the ADM vector (another
 //     ascore, other pixels); CLIPTextEncodeSDXL takes the refiner's CLIP and the refiner
 //     node the base's, as ComfyUI does; an SD1.5 CLIP is a node error naming its family.
+//   - bad input twins (issue 13): the refiner's UNet with the base's conditioning and the
+//     base's UNet with the refiner's are KSampler errors naming the model type and widths;
+//     an SD1.5 LoRA (kohya names, written here) loads on the SD1.5 model and is a
+//     LoraLoader error naming the SDXL model on the SDXL one; the server goes on.
 // Skips when gen_ckpt or the model nodes are not built.
 "use strict";
 const { describe, it, before, after } = require("node:test");
@@ -55,6 +59,41 @@ async function runToEnd(srv, prompt) {
   }, { timeoutMs: 120000 });
 }
 
+// A safetensors file of f32 tensors {name: [shape, fill]} (8-aligned header, as writers pad).
+function writeSafetensors(file, tensors) {
+  const hdr = {}, parts = [];
+  let off = 0;
+  for (const [name, [shape, fill]] of Object.entries(tensors)) {
+    const n = shape.reduce((a, b) => a * b, 1), b = Buffer.alloc(4 * n);
+    for (let i = 0; i < n; i++) b.writeFloatLE(fill(i), 4 * i);
+    hdr[name] = { dtype: "F32", shape, data_offsets: [off, off + b.length] };
+    parts.push(b);
+    off += b.length;
+  }
+  let json = JSON.stringify(hdr);
+  json += " ".repeat((8 - (json.length % 8)) % 8);
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(json.length));
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file, Buffer.concat([len, Buffer.from(json), ...parts]));
+}
+
+// An SD1.5 LoRA for the tiny SD1.5 model in kohya's names (rank 4): attn2.to_k of the first
+// two UNet levels (context 64 = the tiny SD1.5 CLIP) and a CLIP layer's q_proj. On the
+// tiny SDXL, level 0 has no attention and level 1's to_k reads a 128-wide context.
+function writeSd15Lora(file) {
+  const w = (i) => Math.sin(0.1 * i + 0.3) * 0.05, t = {};
+  const mod = (name, out, inp) => {
+    t[`${name}.lora_down.weight`] = [[4, inp], w];
+    t[`${name}.lora_up.weight`] = [[out, 4], w];
+    t[`${name}.alpha`] = [[], () => 4];
+  };
+  mod("lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k", 32, 64);
+  mod("lora_unet_down_blocks_1_attentions_0_transformer_blocks_0_attn2_to_k", 64, 64);
+  mod("lora_te_text_model_encoder_layers_0_self_attn_q_proj", 64, 64);
+  writeSafetensors(file, t);
+}
+
 function savedPixels(srv, h) {
   const img = h.outputs["9"].images[0];
   return L.decodePng(fs.readFileSync(path.join(srv.dir, "output", img.subfolder, img.filename))).pixels;
@@ -71,6 +110,7 @@ describe("SDXL base end to end", () => {
         genCkpt(path.join(ck, "sdxl.safetensors"), "--arch", "sdxl", "--dtype", "f16");
         genCkpt(path.join(ck, "tiny.safetensors"));
         genCkpt(path.join(ck, "refiner.safetensors"), "--arch", "sdxl-refiner", "--dtype", "f16");
+        writeSd15Lora(path.join(dir, "models", "loras", "sd15_lora.safetensors"));
       },
     });
     const info = (await L.request(S, "GET", "/object_info")).json();
@@ -218,6 +258,40 @@ describe("SDXL base end to end", () => {
     assert.equal(data.node_id, "3");
     assert.match(data.exception_message, /this SDXL model needs 128-wide conditioning, got 64/);
     const ok = await runToEnd(S, workflow("after"));
+    assert.equal(ok.status.status_str, "success", "the server goes on");
+  });
+
+  it("bad input twins: refiner vs base conditioning, an SD1.5 LoRA on SDXL", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const loader = (ckpt) => ({ class_type: "CheckpointLoaderSimple", inputs: { ckpt_name: ckpt } });
+    const failsAt = (h, node, re) => {
+      assert.equal(h.status.status_str, "error", JSON.stringify(h.status));
+      const [type, data] = h.status.messages.at(-1);
+      assert.equal(type, "execution_error");
+      assert.equal(data.node_id, node);
+      assert.match(data.exception_message, re);
+    };
+    // The refiner checkpoint in a base graph: its UNet with the base CLIP's 128-wide cond.
+    failsAt(await runToEnd(S, workflow("rf_base_cond", { ckpt: "refiner.safetensors", clip: ["10", 1],
+      extra: { 10: loader("sdxl.safetensors") } })), "3",
+    /this SDXL refiner model needs 64-wide conditioning, got 128/);
+    // And the other way: the base UNet with the refiner CLIP's (bigG alone) 64-wide cond.
+    failsAt(await runToEnd(S, workflow("base_rf_cond", { clip: ["10", 1],
+      extra: { 10: loader("refiner.safetensors") } })), "3",
+    /this SDXL model needs 128-wide conditioning, got 64/);
+    // An SD1.5 LoRA: fine on the SD1.5 model, a LoraLoader error naming SDXL on the SDXL one.
+    const withLora = (prefix, ckpt) => {
+      const w = workflow(prefix, { ckpt, clip: ["11", 1] });
+      w[11] = { class_type: "LoraLoader", inputs: { model: ["4", 0], clip: ["4", 1],
+        lora_name: "sd15_lora.safetensors", strength_model: 1, strength_clip: 1 } };
+      w[3].inputs.model = ["11", 0];
+      return w;
+    };
+    const sd15 = await runToEnd(S, withLora("lora_sd15", "tiny.safetensors"));
+    assert.equal(sd15.status.status_str, "success", JSON.stringify(sd15.status));
+    failsAt(await runToEnd(S, withLora("lora_sdxl", "sdxl.safetensors")), "11",
+      /sd15_lora\.safetensors.*SDXL model.*another model type/);
+    const ok = await runToEnd(S, workflow("after_twins"));
     assert.equal(ok.status.status_str, "success", "the server goes on");
   });
 });
