@@ -32,10 +32,12 @@ int ups_forward(struct patcher *p, const struct ups_arch *a, const struct tensor
         return err_set(e, ERR_INVALID,
                        "upscale: bad shapes (x [B,%d,H,W] -> out [B,%d,%dH,%dW])", a->in_ch,
                        a->out_ch, a->scale, a->scale);
+    tensor_profile_reset(); /* LATENTD_PROFILE=1: a table per forward, as the VAE's */
     nn__w_init(&w, p, "", e);
     int rc = a->kind == UPS_SRVGG ? ups__srvgg_forward(&w, a, d, x, out, e)
                                   : ups__esrgan_forward(&w, a, d, x, out, e);
     nn__w_release(&w);
+    tensor_profile_print("upscale");
     return rc;
 }
 
