@@ -63,7 +63,20 @@ struct unet_impl {
     struct model_config cfg;
     struct mm_report rep;       /* of the current sampling node */
     const struct sampling_discrete *ms; /* borrowed from the sd_model that owns this */
+    struct unet_freeu freeu[SD_MODEL_MAX_FREEU]; /* output-block patches, in order */
+    int n_freeu;
 };
+
+/* The output_block_patch list: each FreeU in the order the nodes added them. */
+static int unet_output_patches(void *user, int i, struct tensor *h, struct tensor *hsp,
+                               struct err *e)
+{
+    struct unet_impl *u = user;
+    int rc = 0;
+    for (int k = 0; k < u->n_freeu && rc == 0; k++)
+        rc = unet_freeu_output_block(&u->freeu[k], i, h, hsp, e);
+    return rc;
+}
 
 /* The residuals of `control` for this call, then the UNet with them. */
 static int unet_eval_with(struct unet_impl *u, const struct tensor *x, const float *ts,
@@ -81,8 +94,10 @@ static int unet_eval_with(struct unet_impl *u, const struct tensor *x, const flo
     controlnet_out_view(&co, &uc);
     for (const struct sd_control *k = control; k && rc == 0; k = k->prev)
         rc = vouch(k->cn->p, e);
-    if (rc == 0 && (rc = unet_eval_control(u->p, &u->cfg.unet, x, ts, c, y, control ? &uc : NULL,
-                                           eps, e)) == 0)
+    struct unet_patches up = {.output_block = unet_output_patches, .user = u};
+    if (rc == 0 && (rc = unet_eval_patched(u->p, &u->cfg.unet, x, ts, c, y,
+                                           control ? &uc : NULL, u->n_freeu ? &up : NULL, eps,
+                                           e)) == 0)
         rc = vouch(u->p, e);
 out:
     controlnet_out_release(&co);
@@ -253,6 +268,41 @@ struct patcher *sd_model_unet_patcher(const struct sd_model *m, struct model_con
     if (cfg)
         *cfg = u->cfg;
     return u->p;
+}
+
+void sd_model_copy_patches(struct sd_model *dst, const struct sd_model *src)
+{
+    dst->cfg_fn = src->cfg_fn;
+    if (dst->ops == &unet_ops && src->ops == &unet_ops) {
+        struct unet_impl *d = dst->impl;
+        const struct unet_impl *s = src->impl;
+        memcpy(d->freeu, s->freeu, sizeof d->freeu);
+        d->n_freeu = s->n_freeu;
+    }
+}
+
+struct sd_model *sd_model_clone(const struct sd_model *m)
+{
+    struct model_config cfg;
+    struct patcher *p = sd_model_unet_patcher(m, &cfg);
+    if (!p)
+        return NULL;
+    patcher_ref(p);
+    struct sd_model *c = sd_unet_model_new(p, &cfg);
+    c->max_batch = m->max_batch;
+    sd_model_copy_patches(c, m);
+    return c;
+}
+
+int sd_model_set_freeu(struct sd_model *m, const struct unet_freeu *f)
+{
+    if (!m || m->ops != &unet_ops)
+        return ERR_INVALID;
+    struct unet_impl *u = m->impl;
+    if (u->n_freeu >= SD_MODEL_MAX_FREEU)
+        return ERR_INVALID;
+    u->freeu[u->n_freeu++] = *f;
+    return 0;
 }
 
 /* ---- CLIP ---- */

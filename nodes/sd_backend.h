@@ -26,6 +26,7 @@
 #include "patcher.h"
 #include "model_config.h"
 #include "sd_types.h"
+#include "unet_freeu.h"
 
 struct mm;
 struct clip_tokenizer;
@@ -56,6 +57,25 @@ struct sd_model *sd_unet_model_new(struct patcher *unet, const struct model_conf
  * for LoRA nodes that clone and patch it; NULL when `m` is another backend.
  */
 struct patcher *sd_model_unet_patcher(const struct sd_model *m, struct model_config *cfg);
+
+/*
+ * ComfyUI's model.clone() for the model patch nodes: a new MODEL over the same UNet
+ * (a new patcher reference) with m's max_batch and patches (RescaleCFG's cfg function,
+ * FreeU). NULL when `m` is another backend. Free with sd_model_free (through the value).
+ */
+struct sd_model *sd_model_clone(const struct sd_model *m);
+
+/*
+ * Add FreeU / FreeU_V2 (unet_freeu.h; f copied) to a MODEL made by sd_unet_model_new
+ * or sd_model_clone. Like ComfyUI's set_model_output_block_patch it appends: patches
+ * run in the order added, at most SD_MODEL_MAX_FREEU. ERR_INVALID when `m` is another
+ * backend or already has that many.
+ */
+#define SD_MODEL_MAX_FREEU 4
+int sd_model_set_freeu(struct sd_model *m, const struct unet_freeu *f);
+
+/* Copy src's patches (cfg function, FreeU) onto dst, a new UNet MODEL (LoRA nodes). */
+void sd_model_copy_patches(struct sd_model *dst, const struct sd_model *src);
 
 /*
  * A CLIP over a text-encoder patcher (takes over the reference) with a

@@ -77,6 +77,7 @@ static int lora_common(struct node_ctx *c, int with_clip)
     }
     struct sd_model *m2 = sd_unet_model_new(u2, &cfg);
     m2->max_batch = model->max_batch;
+    sd_model_copy_patches(m2, model); /* model.clone() keeps the model patches */
     node_set_output(c, 0, sd_model_value(m2));
     if (clip) {
         struct sd_clip *cl = sd_clip_clone(clip);

@@ -128,6 +128,7 @@ static int model_merge(struct node_ctx *c, const struct merge_rule *r)
     }
     struct sd_model *m = sd_unet_model_new(out, &cfg1);
     m->max_batch = m1->max_batch;
+    sd_model_copy_patches(m, m1); /* model1.clone() keeps its model patches */
     node_set_output(c, 0, sd_model_value(m));
     return 0;
 }

@@ -33,6 +33,7 @@
 #include "err.h"
 #include "node_value.h"
 #include "family.h"
+#include "sampling_guide.h"
 #include "sampling_sched.h"
 
 struct mm;         /* memory/memmgr.h */
@@ -183,6 +184,7 @@ struct sd_model {
     int adm_dim;                        /* y width per sample (SDXL 2816); 0 = none */
     int ctx_dim;                        /* conditioning width it takes; 0 = any (tests) */
     int max_batch;                  /* largest batch per apply_eps call; 0 = any */
+    struct sampling_cfg_fn cfg_fn;  /* RescaleCFG's cfg function; zero = plain CFG */
 };
 
 /* A model with the SD1.5 noise table and latent format around ops/impl (ownership of

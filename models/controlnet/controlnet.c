@@ -115,7 +115,7 @@ int controlnet_eval(struct controlnet *cn, const struct tensor *x, const float *
                        (long long)x->shape[0], cn->hint_ch);
     struct cn_run r = {.hint = hint, .strength = strength, .out = out, .d = patcher_device(cn->p)};
     struct unet_hooks hooks = {.on_skip = on_skip, .on_middle = on_middle, .user = &r};
-    return unet__eval(cn->p, &cn->cfg.unet, x, t, ctx, y, NULL, &hooks, NULL, NULL, e);
+    return unet__eval(cn->p, &cn->cfg.unet, x, t, ctx, y, NULL, NULL, &hooks, NULL, NULL, e);
 }
 
 /* *cur = prev + *cur, or prev's tensor when cur has none (taken from prev). */

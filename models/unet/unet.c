@@ -22,6 +22,8 @@ struct unet_ctx {
     const struct tensor *ctx; /* [B, T, ctx_dim] */
     struct model_probe *probe;
     const struct unet_control *control; /* residuals, or NULL */
+    const struct unet_patches *patches; /* model patches, or NULL */
+    int out_idx;                        /* output blocks entered so far */
 };
 
 /* h += a control residual (apply_control), after checking it fits. */
@@ -320,6 +322,10 @@ static int walk_pop(struct unet_ctx *u, struct walk *s)
     const struct unet_control *c = u->control;
     s->skips[s->ns] = NULL;
     int rc = c && s->ns < c->n_output ? add_control(u, sk, c->output[s->ns], "output", s->ns) : 0;
+    /* openaimodel: output_block_patch after apply_control, before the concat */
+    if (rc == 0 && u->patches && u->patches->output_block)
+        rc = u->patches->output_block(u->patches->user, u->out_idx, h, sk, u->e);
+    u->out_idx++;
     if (rc == 0)
         rc = nn__new(u->d, &cat, u->e, 4, h->shape[0], h->shape[1] + sk->shape[1], h->shape[2],
                      h->shape[3]);
@@ -452,11 +458,12 @@ static int after_block(struct unet_ctx *u, const struct unet_block *b, struct wa
 
 int unet__eval(struct patcher *unet, const struct unet_arch *a, const struct tensor *x,
                const float *t, const struct tensor *ctx, const struct tensor *y,
-               const struct unet_control *control, const struct unet_hooks *hooks,
-               struct tensor *eps, struct model_probe *probe, struct err *e)
+               const struct unet_control *control, const struct unet_patches *patches,
+               const struct unet_hooks *hooks, struct tensor *eps, struct model_probe *probe,
+               struct err *e)
 {
     struct unet_ctx u = {.a = a, .y = y, .d = patcher_device(unet), .e = e, .ctx = ctx,
-                         .probe = probe, .control = control};
+                         .probe = probe, .control = control, .patches = patches};
     struct walk s = {0};
     struct unet_blocks bl;
     int rc, skip_idx = 0;
@@ -494,12 +501,20 @@ int unet_eval(struct patcher *unet, const struct unet_arch *a, const struct tens
               const float *t, const struct tensor *ctx, const struct tensor *y, struct tensor *eps,
               struct model_probe *probe, struct err *e)
 {
-    return unet__eval(unet, a, x, t, ctx, y, NULL, NULL, eps, probe, e);
+    return unet__eval(unet, a, x, t, ctx, y, NULL, NULL, NULL, eps, probe, e);
 }
 
 int unet_eval_control(struct patcher *unet, const struct unet_arch *a, const struct tensor *x,
                       const float *t, const struct tensor *ctx, const struct tensor *y,
                       const struct unet_control *control, struct tensor *eps, struct err *e)
 {
-    return unet__eval(unet, a, x, t, ctx, y, control, NULL, eps, NULL, e);
+    return unet__eval(unet, a, x, t, ctx, y, control, NULL, NULL, eps, NULL, e);
+}
+
+int unet_eval_patched(struct patcher *unet, const struct unet_arch *a, const struct tensor *x,
+                      const float *t, const struct tensor *ctx, const struct tensor *y,
+                      const struct unet_control *control, const struct unet_patches *patches,
+                      struct tensor *eps, struct err *e)
+{
+    return unet__eval(unet, a, x, t, ctx, y, control, patches, NULL, eps, NULL, e);
 }

@@ -55,6 +55,24 @@ int unet_eval_control(struct patcher *unet, const struct unet_arch *a, const str
                       const struct unet_control *control, struct tensor *eps, struct err *e);
 
 /*
+ * Model patches for one eval (ComfyUI's transformer_options["patches"]), each optional:
+ * output_block is the output_block_patch (FreeU): called on the output side before
+ * output block i's concat with h (the hidden state) and hsp (the skip just popped, its
+ * control residual added), both [B, C, h, w] on the device, which it may change in
+ * place. Returns 0 or <0 with e set (the eval fails with it).
+ */
+struct unet_patches {
+    int (*output_block)(void *user, int i, struct tensor *h, struct tensor *hsp, struct err *e);
+    void *user;
+};
+
+/* unet_eval_control with model patches (patches may be NULL: the same as without). */
+int unet_eval_patched(struct patcher *unet, const struct unet_arch *a, const struct tensor *x,
+                      const float *t, const struct tensor *ctx, const struct tensor *y,
+                      const struct unet_control *control, const struct unet_patches *patches,
+                      struct tensor *eps, struct err *e);
+
+/*
  * Activation bytes (f32) one eval allocates on the device at these shapes, from a walk
  * of the block list mirroring the code's allocations (checked against the measured
  * device peak in test_models_fwd; op workspaces such as attention scratch are not

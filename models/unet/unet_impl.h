@@ -40,7 +40,8 @@ extern const char *const unet__res_diffusers[UNET_RES_MODULES][2];
  */
 int unet__eval(struct patcher *p, const struct unet_arch *a, const struct tensor *x,
                const float *t, const struct tensor *ctx, const struct tensor *y,
-               const struct unet_control *control, const struct unet_hooks *hooks,
+               const struct unet_control *control, const struct unet_patches *patches,
+               const struct unet_hooks *hooks,
                struct tensor *eps, struct model_probe *probe, struct err *e);
 
 #endif

@@ -45,6 +45,7 @@ const WANT = {
     "ConditioningZeroOut", "ConditioningSetTimestepRange"],
   "nodes_upscale_model.json": ["UpscaleModelLoader", "ImageUpscaleWithModel"],
   "nodes_align_your_steps.json": ["AlignYourStepsScheduler"],
+  "nodes_freelunch.json": ["FreeU", "FreeU_V2"],
 };
 
 let S = null;

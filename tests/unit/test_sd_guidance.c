@@ -4,7 +4,13 @@
  *     here from nodes_align_your_steps.py (every model type, step counts on and
  *     off the 10-step table, denoise slices, denoise 0);
  *   - RescaleCFG's cfg function, DualCFGGuider's regular and nested mixes and
- *     PerpNegGuider's perp_neg against float64 transcriptions of the Python.
+ *     PerpNegGuider's perp_neg against float64 transcriptions of the Python;
+ *   - FreeU's Fourier_filter against a float64 full 2-D DFT (fftshift, the Python
+ *     slice of the box, inverse DFT, real part) and its backbone scaling (FreeU and
+ *     FreeU_V2) against float64;
+ *   - on a generated tiny checkpoint: FreeU / FreeU_V2 / RescaleCFG nodes clone the
+ *     MODEL (the input samples as before), FreeU at b = s = 1 keeps KSampler's bits,
+ *     b2 / s2 change them, b1 / s1 do not on a UNet without a 4·model_ch level, and a MODEL that is not a UNet is a node error.
  */
 #include <math.h>
 #include <stdint.h>
@@ -13,6 +19,15 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "ckpt_gen.h"
+#include "memmgr.h"
+#include "sd_backend.h"
+#include "sd_nodes.h"
+#include "sd_types.h"
+#include "tensor.h"
+#include "unet_freeu.h"
+#include <sys/stat.h>
+#include <unistd.h>
 #include "harness.h"
 #include "node_registry.h"
 #include "node_run.h"
@@ -302,11 +317,290 @@ static void test_mixes(void)
     }
 }
 
+/* ---- FreeU ---- */
+
+/* Full DFT (sign −1 forward, +1 inverse without scaling) of a complex h x w plane. */
+static void dft2(const double *re, const double *im, int h, int w, int sign, double *ore,
+                 double *oim)
+{
+    for (int ky = 0; ky < h; ky++)
+        for (int kx = 0; kx < w; kx++) {
+            double sr = 0, si = 0;
+            for (int y = 0; y < h; y++)
+                for (int x = 0; x < w; x++) {
+                    double t = sign * 2.0 * M_PI * ((double)ky * y / h + (double)kx * x / w);
+                    sr += re[y * w + x] * cos(t) - im[y * w + x] * sin(t);
+                    si += re[y * w + x] * sin(t) + im[y * w + x] * cos(t);
+                }
+            ore[ky * w + kx] = sr;
+            oim[ky * w + kx] = si;
+        }
+}
+
+/* Python a[start:stop] bounds. */
+static void pyslice(int start, int stop, int len, int *lo, int *hi)
+{
+    start = start < 0 ? start + len : start;
+    stop = stop < 0 ? stop + len : stop;
+    *lo = start < 0 ? 0 : start > len ? len : start;
+    *hi = stop < 0 ? 0 : stop > len ? len : stop;
+}
+
+/* Fourier_filter in float64: the mask built in shifted coordinates, ifftshift-ed. */
+static void ref_fourier(const float *x, int h, int w, int t, double scale, double *out)
+{
+    int n = h * w;
+    double *re = calloc(n, sizeof *re), *im = calloc(n, sizeof *im);
+    double *fr = calloc(n, sizeof *fr), *fi = calloc(n, sizeof *fi);
+    double *mask = malloc(n * sizeof *mask);
+    for (int i = 0; i < n; i++) {
+        re[i] = x[i];
+        mask[i] = 1.0;
+    }
+    dft2(re, im, h, w, -1, fr, fi);
+    int y0, y1, x0, x1;
+    pyslice(h / 2 - t, h / 2 + t, h, &y0, &y1);
+    pyslice(w / 2 - t, w / 2 + t, w, &x0, &x1);
+    /* shifted (sy, sx) is unshifted ((sy + h - h/2) % h, ...): ifftshift rolls back */
+    for (int sy = y0; sy < y1; sy++)
+        for (int sx = x0; sx < x1; sx++)
+            mask[((sy + h - h / 2) % h) * w + (sx + w - w / 2) % w] = scale;
+    for (int i = 0; i < n; i++) {
+        fr[i] *= mask[i];
+        fi[i] *= mask[i];
+    }
+    dft2(fr, fi, h, w, +1, re, im);
+    for (int i = 0; i < n; i++)
+        out[i] = re[i] / n;
+    free(re);
+    free(im);
+    free(fr);
+    free(fi);
+    free(mask);
+}
+
+static void test_fourier(void)
+{
+    static const int sizes[][2] = {{8, 8}, {5, 7}, {6, 3}, {1, 4}, {4, 1}, {1, 1}, {2, 2}, {3, 3}};
+    double worst = 0;
+    int bad = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        int h = sizes[k][0], w = sizes[k][1];
+        for (int t = 1; t <= 2; t++) {
+            float x[2 * 64];
+            double want[64];
+            for (int i = 0; i < 2 * h * w; i++)
+                x[i] = frand();
+            float orig[2 * 64];
+            memcpy(orig, x, sizeof x);
+            unet_fourier_filter(x, 2, h, w, t, 0.2);
+            for (int p = 0; p < 2; p++) {
+                ref_fourier(orig + p * h * w, h, w, t, 0.2, want);
+                for (int i = 0; i < h * w; i++) {
+                    double d = fabs(x[p * h * w + i] - want[i]);
+                    worst = fmax(worst, d);
+                    bad += d > 1e-6;
+                }
+            }
+        }
+    }
+    ok(bad == 0, "Fourier_filter: the low-frequency box against a float64 full DFT "
+       "(8x8, 5x7, 6x3, 1x4, 4x1, 1x1, 2x2, 3x3; threshold 1 and 2; worst %.2g)", worst);
+}
+
+static void test_freeu_scale(void)
+{
+    enum { B = 2, C = 6, H = 3, W = 4, N = B * C * H * W };
+    float h[N], g[N];
+    for (int i = 0; i < N; i++)
+        h[i] = frand();
+    for (int v2 = 0; v2 < 2; v2++) {
+        struct unet_freeu f = {.v2 = v2};
+        memcpy(g, h, sizeof h);
+        unet_freeu_scale(&f, g, B, C, H, W, 1.3);
+        double worst = 0;
+        for (int b = 0; b < B; b++) {
+            double mean[H * W], lo = 1e300, hi = -1e300;
+            for (int p = 0; p < H * W; p++) {
+                mean[p] = 0;
+                for (int c = 0; c < C; c++)
+                    mean[p] += h[(b * C + c) * H * W + p] / (double)C;
+                lo = fmin(lo, mean[p]);
+                hi = fmax(hi, mean[p]);
+            }
+            for (int c = 0; c < C; c++)
+                for (int p = 0; p < H * W; p++) {
+                    int i = (b * C + c) * H * W + p;
+                    double f1 = v2 ? (1.3 - 1.0) * (mean[p] - lo) / (hi - lo) + 1.0 : 1.3;
+                    double want = c < C / 2 ? h[i] * f1 : h[i];
+                    worst = fmax(worst, fabs(g[i] - want));
+                }
+        }
+        ok(worst < 2e-6, "%s: h[:, :C/2] scaled as the float64 reference (worst %.2g)",
+           v2 ? "FreeU_V2" : "FreeU", worst);
+    }
+}
+
+/* ---- nodes on a tiny checkpoint ---- */
+
+struct setup {
+    struct value *model, *pos, *neg, *lat;
+};
+
+static struct value *run1(const struct node_class *cls, const char *const *names,
+                          struct value **vals, int n)
+{
+    struct value *out[4] = {0};
+    if (run_node(cls, names, vals, n, out) < 0)
+        return NULL;
+    value_unref(out[1]);
+    return out[0];
+}
+
+static struct value *ksampler_with(const struct setup *s, struct value *model, double cfg)
+{
+    const char *names[] = {"model", "seed", "steps", "cfg", "sampler_name", "scheduler",
+                           "positive", "negative", "latent_image", "denoise"};
+    struct value *v[] = {value_ref(model), value_new_u64(7), value_new_int(3),
+                         value_new_float(cfg), value_new_string("euler"),
+                         value_new_string("normal"), value_ref(s->pos), value_ref(s->neg),
+                         value_ref(s->lat), value_new_float(1.0)};
+    return run1(&sd_ksampler, names, v, 10);
+}
+
+static int latent_eq(const struct value *a, const struct value *b)
+{
+    const struct sd_latent *x = sd_latent_of(a), *y = sd_latent_of(b);
+    return x && y && x->b == y->b && x->c == y->c && x->h == y->h && x->w == y->w &&
+           memcmp(x->samples, y->samples, (size_t)(x->b * x->c * x->h * x->w) * sizeof(float)) == 0;
+}
+
+static struct value *freeu_node(const struct node_class *cls, struct value *model, double b1,
+                                double b2, double s1, double s2)
+{
+    const char *names[] = {"model", "b1", "b2", "s1", "s2"};
+    struct value *v[] = {value_ref(model), value_new_float(b1), value_new_float(b2),
+                         value_new_float(s1), value_new_float(s2)};
+    return run1(cls, names, v, 5);
+}
+
+static int fake_eps(void *impl, const float *x_in, int batch, int h, int w, const float *ts,
+                    const float *ctx, int tokens, int dim, float *eps_out, struct err *e)
+{
+    (void)impl, (void)x_in, (void)ts, (void)ctx, (void)tokens, (void)dim, (void)e;
+    memset(eps_out, 0, (size_t)batch * 4 * h * w * sizeof *eps_out);
+    return 0;
+}
+static const struct sd_model_ops fake_ops = {.apply_eps = fake_eps};
+
+static void test_model_patches(const struct setup *s)
+{
+    struct value *plain = ksampler_with(s, s->model, 6.0);
+    ok(plain != NULL, "KSampler runs on the tiny checkpoint (%s)", plain ? "ok" : last_msg);
+
+    struct value *id = freeu_node(&sd_freeu, s->model, 1.0, 1.0, 1.0, 1.0);
+    struct value *a = id ? ksampler_with(s, id, 6.0) : NULL;
+    ok(a && latent_eq(a, plain), "FreeU at b = s = 1 keeps KSampler's bits");
+    value_unref(a);
+    value_unref(id);
+
+    static const double knobs[4][4] = {
+        {1.1, 1.0, 1.0, 1.0}, {1.0, 1.2, 1.0, 1.0}, {1.0, 1.0, 0.9, 1.0}, {1.0, 1.0, 1.0, 0.2}};
+    static const char *const kn[] = {"b1", "b2", "s1", "s2"};
+    for (int k = 0; k < 4; k++) {
+        for (int v2 = 0; v2 < 2; v2++) {
+            struct value *m = freeu_node(v2 ? &sd_freeu_v2 : &sd_freeu, s->model, knobs[k][0],
+                                         knobs[k][1], knobs[k][2], knobs[k][3]);
+            struct value *r = m ? ksampler_with(s, m, 6.0) : NULL;
+            /* The tiny UNet's widths are 32·{1, 2, 3, 3}: h never has 4·model_ch channels,
+             * so (b1, s1) match no output block, as ComfyUI's scale_dict lookup. */
+            if (k == 0 || k == 2)
+                ok(r && latent_eq(r, plain), "%s: %s alone keeps the bits (no 4*model_ch level)",
+                   v2 ? "FreeU_V2" : "FreeU", kn[k]);
+            else
+                ok(r && !latent_eq(r, plain), "%s: %s alone changes the sample",
+                   v2 ? "FreeU_V2" : "FreeU", kn[k]);
+            value_unref(r);
+            value_unref(m);
+        }
+    }
+    /* the patched model is a clone: the input MODEL samples as before */
+    struct value *m = freeu_node(&sd_freeu, s->model, 1.1, 1.2, 0.9, 0.2);
+    value_unref(m);
+    struct value *again = ksampler_with(s, s->model, 6.0);
+    ok(again && latent_eq(again, plain), "FreeU leaves its input MODEL unpatched");
+    value_unref(again);
+
+    struct value *fake = sd_model_value(sd_model_new(&fake_ops, NULL));
+    struct value *r = freeu_node(&sd_freeu, fake, 1.1, 1.2, 0.9, 0.2);
+    ok(r == NULL && strstr(last_msg, "cannot be patched"), "FreeU on a MODEL that is not a "
+       "checkpoint's UNet is a node error (%s)", last_msg);
+    value_unref(fake);
+    value_unref(plain);
+}
+
+static struct value *encode(struct value *clip, const char *text)
+{
+    const char *names[] = {"text", "clip"};
+    struct value *v[] = {value_new_string(text), value_ref(clip)};
+    return run1(&sd_clip_text_encode, names, v, 2);
+}
+
+static void test_with_checkpoint(void)
+{
+    char dir[] = "/tmp/test_sd_guidance.XXXXXX", sub[320], path[400];
+    if (!mkdtemp(dir))
+        PANIC("mkdtemp");
+    snprintf(sub, sizeof sub, "%s/checkpoints", dir);
+    mkdir(sub, 0755);
+    snprintf(path, sizeof path, "%s/tiny.safetensors", sub);
+    struct ckpt_gen_opts o;
+    ckpt_gen_opts_default(&o);
+    struct err e = {0};
+    EXPECT_OK(ckpt_gen_write(&o, path, &e));
+    struct mm_config mc;
+    mm_config_init(&mc);
+    mc.device_spec = "cpu";
+    struct mm *mm = NULL;
+    EXPECT_OK(mm_new(&mc, &mm, &e));
+    env.models_dir = dir;
+    env.mm = mm;
+
+    const char *cn[] = {"ckpt_name"};
+    struct value *cv[] = {value_new_string("tiny.safetensors")};
+    struct value *mcv[4] = {0};
+    int rc = run_node(&sd_checkpoint_loader_simple, cn, cv, 1, mcv);
+    ok(rc == 0, "tiny checkpoint loads (%s)", rc ? last_msg : "ok");
+    if (rc == 0) {
+        struct setup s = {.model = mcv[0]};
+        s.pos = encode(mcv[1], "a photo of a cat");
+        s.neg = encode(mcv[1], "blurry");
+        const char *en[] = {"width", "height", "batch_size"};
+        struct value *ev[] = {value_new_int(64), value_new_int(64), value_new_int(1)};
+        s.lat = run1(&sd_empty_latent_image, en, ev, 3);
+        test_model_patches(&s);
+        value_unref(s.lat);
+        value_unref(s.pos);
+        value_unref(s.neg);
+    }
+    for (int i = 0; i < 4; i++)
+        value_unref(mcv[i]);
+    mm_unload_all(mm);
+    mm_free(mm);
+    unlink(path);
+    rmdir(sub);
+    rmdir(dir);
+    tensor_shutdown();
+}
+
 int main(void)
 {
     long live0 = alloc_live_count();
     test_ays();
     test_mixes();
+    test_fourier();
+    test_freeu_scale();
+    test_with_checkpoint();
     ok(alloc_live_count() == live0, "no allocation left live (%ld)", alloc_live_count() - live0);
     return harness_done();
 }

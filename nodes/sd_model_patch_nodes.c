@@ -1,0 +1,109 @@
+/*
+ * sd_model_patch_nodes — comfy_extras model patches: RescaleCFG
+ * (nodes_model_advanced.py: a sampler_cfg_function, sampling_guide.h) and FreeU /
+ * FreeU_V2 (nodes_freelunch.py: a UNet output_block_patch, unet_freeu.h).
+ *
+ * Each clones the MODEL (sd_model_clone: the same UNet, a new reference) and sets
+ * the patch on the clone, so the input MODEL value is unchanged as ComfyUI's
+ * model.clone() leaves it.
+ */
+#include "node_registry.h"
+#include "sd_backend.h"
+#include "sd_extra_nodes.h"
+#include "sd_types.h"
+
+static const struct node_output_def model_output[] = {{.type = "MODEL"}, NODE_OUTPUTS_END};
+
+/* The input MODEL's clone, or NULL after node_fail. */
+static struct sd_model *clone_input(struct node_ctx *c)
+{
+    const struct sd_model *m = sd_model_of(node_in(c, "model"));
+    if (!m)
+        return node_fail(c, "RuntimeError", "input 'model' is not a MODEL"), NULL;
+    struct sd_model *m2 = sd_model_clone(m);
+    if (!m2)
+        node_fail(c, "RuntimeError", "this MODEL cannot be patched (not a checkpoint's UNet)");
+    return m2;
+}
+
+/* ---- RescaleCFG ---- */
+
+static const struct node_input_def rescale_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "multiplier", .type = "FLOAT", .def = NODE_F(0.7), .min = NODE_F(0.0),
+     .max = NODE_F(1.0), .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
+static int rescale_run(struct node_ctx *c)
+{
+    struct sd_model *m = clone_input(c);
+    if (!m)
+        return ERR_INVALID;
+    /* set_model_sampler_cfg_function replaces any earlier cfg function */
+    m->cfg_fn.rescale = 1;
+    m->cfg_fn.multiplier = node_in_float(c, "multiplier");
+    node_set_output(c, 0, sd_model_value(m));
+    return 0;
+}
+
+const struct node_class sd_rescale_cfg = {
+    .name = "RescaleCFG", .category = "advanced/model",
+    .python_module = "comfy_extras.nodes_model_advanced", .inputs = rescale_inputs,
+    .outputs = model_output, .run = rescale_run};
+
+/* ---- FreeU, FreeU_V2 ---- */
+
+#define FREEU_INPUTS(b1, b2)                                                                  \
+    {                                                                                         \
+        {.name = "model", .type = "MODEL"},                                                   \
+        {.name = "b1", .type = "FLOAT", .def = NODE_F(b1), .min = NODE_F(0.0),                \
+         .max = NODE_F(10.0), .step = NODE_F(0.01)},                                          \
+        {.name = "b2", .type = "FLOAT", .def = NODE_F(b2), .min = NODE_F(0.0),                \
+         .max = NODE_F(10.0), .step = NODE_F(0.01)},                                          \
+        {.name = "s1", .type = "FLOAT", .def = NODE_F(0.9), .min = NODE_F(0.0),               \
+         .max = NODE_F(10.0), .step = NODE_F(0.01)},                                          \
+        {.name = "s2", .type = "FLOAT", .def = NODE_F(0.2), .min = NODE_F(0.0),               \
+         .max = NODE_F(10.0), .step = NODE_F(0.01)},                                          \
+        NODE_INPUTS_END                                                                       \
+    }
+
+static const struct node_input_def freeu_inputs[] = FREEU_INPUTS(1.1, 1.2);
+static const struct node_input_def freeu_v2_inputs[] = FREEU_INPUTS(1.3, 1.4);
+
+static int freeu_patch(struct node_ctx *c, int v2)
+{
+    struct sd_model *m = clone_input(c);
+    if (!m)
+        return ERR_INVALID;
+    struct model_config cfg;
+    sd_model_unet_patcher(m, &cfg);
+    struct unet_freeu f = {.v2 = v2, .model_ch = cfg.unet.model_ch,
+                           .b1 = node_in_float(c, "b1"), .b2 = node_in_float(c, "b2"),
+                           .s1 = node_in_float(c, "s1"), .s2 = node_in_float(c, "s2")};
+    if (sd_model_set_freeu(m, &f) < 0) {
+        sd_model_free(m);
+        return node_fail(c, "RuntimeError", "too many FreeU patches on one MODEL (at most %d)",
+                         SD_MODEL_MAX_FREEU);
+    }
+    node_set_output(c, 0, sd_model_value(m));
+    return 0;
+}
+
+static int freeu_run(struct node_ctx *c)
+{
+    return freeu_patch(c, 0);
+}
+
+static int freeu_v2_run(struct node_ctx *c)
+{
+    return freeu_patch(c, 1);
+}
+
+const struct node_class sd_freeu = {
+    .name = "FreeU", .category = "model_patches/unet",
+    .python_module = "comfy_extras.nodes_freelunch", .inputs = freeu_inputs,
+    .outputs = model_output, .run = freeu_run};
+const struct node_class sd_freeu_v2 = {
+    .name = "FreeU_V2", .category = "model_patches/unet",
+    .python_module = "comfy_extras.nodes_freelunch", .inputs = freeu_v2_inputs,
+    .outputs = model_output, .run = freeu_v2_run};
