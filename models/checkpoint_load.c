@@ -39,15 +39,15 @@ static int shared_file_check(void *user, struct err *e)
  * disk can no longer reach a loaded model).
  *
  * Why keep mapping rather than read into owned memory: a borrowed weight costs no
- * copy and its pages stay reclaimable file cache, which issue 15's file-dtype weights
- * rely on; a change on disk is made safe instead (st_check, the SIGBUS guard). Measured
- * on the full-size random SD1.5 f16 checkpoint (bench_model_load, this 2-core machine,
- * figures equal before and after this change within noise): as f32 (all converted)
- * 18-25 s, peak RSS 6106 MiB, and RSS after the load 4072 MiB (before: 6106, the file
- * stayed mapped for nothing); as f16 (all borrowed) 1.2-1.7 s, peak and after 2037 MiB,
- * all of it file pages. Reading into owned memory would make those 2036 MiB anonymous
- * (not reclaimable) and add a read of the whole file. The check costs one fstat,
- * 1.3-2 us, per layer acquire.
+ * copy and its pages stay reclaimable file cache, which the file-dtype weights rely on
+ * (issue 15: an f16 file's weights stay f16 for f32 compute, widened inside the ops);
+ * a change on disk is made safe instead (st_check, the SIGBUS guard). Measured on the
+ * full-size random SD1.5 f16 checkpoint (bench_model_load, this 2-core machine): as
+ * f32 with MODEL_LOAD_CONVERT (all converted, the policy before issue 15) 18-25 s,
+ * peak RSS 6106 MiB, RSS after the load 4072 MiB; as f32 or f16 (all borrowed)
+ * 1.2-1.7 s, peak and after 2037 MiB, all of it file pages. Reading into owned memory
+ * would make those 2036 MiB anonymous (not reclaimable) and add a read of the whole
+ * file. The check costs one fstat, 1.3-2 us, per layer acquire.
  */
 static void share_file(struct model_ckpt *ck, struct st_file *f,
                        const int borrowed[MODEL_COMPONENT_COUNT])

@@ -4,11 +4,15 @@
  * (the mapping kept for borrowed weights), plus the price of one st_check (the fstat
  * patcher_acquire pays per layer to notice a model file changed on disk).
  *
- * Usage: bench_model_load [--ckpt PATH] [--as f32|f16]
+ * Usage: bench_model_load [--ckpt PATH] [--as f32|f32-convert|f16]
  *   --ckpt  the full-size random f16 checkpoint (generated on first use into
  *           $LATENTD_BENCH_DIR or the current directory, ~2 GiB)
- *   --as    storage dtype: f32 (the CPU policy: every weight converted, file closed
- *           after the load) or f16 (weights borrowed from the mapping, file kept)
+ *   --as    f32: the CPU policy, f32 compute with the f16 weights kept at their file
+ *           dtype (borrowed from the mapping, widened inside the ops; issue 15);
+ *           f32-convert: every weight converted to f32 at load and the file closed
+ *           (the policy before, MODEL_LOAD_CONVERT); f16: f16 compute (borrowed too)
+ * Prints also the models' host-copy bytes (patcher_model_host_bytes) and how many of
+ * them are owned (converted) rather than borrowed from the file.
  * One load per process, so that peak RSS is this load's.
  */
 #include <stdio.h>
@@ -60,9 +64,10 @@ int main(int argc, char **argv)
     }
     enum tensor_dtype d = strcmp(as, "f16") ? TENSOR_F32 : TENSOR_F16;
     const enum tensor_dtype dt[3] = {d, d, d};
+    unsigned flags = MODEL_LOAD_ALL | (strcmp(as, "f32-convert") ? 0u : MODEL_LOAD_CONVERT);
     struct model_ckpt ck;
     double t0 = now_s();
-    if (model_ckpt_load(ckpt, MODEL_LOAD_ALL, dt, &ck, &e) < 0) {
+    if (model_ckpt_load(ckpt, flags, dt, &ck, &e) < 0) {
         fprintf(stderr, "bench_model_load: %s\n", e.msg);
         return 1;
     }
@@ -73,6 +78,16 @@ int main(int argc, char **argv)
            "%.0f)\n",
            ckpt, as, t, ru.ru_maxrss / 1024.0, status_mib("VmRSS"), status_mib("RssAnon"),
            status_mib("RssFile"));
+    size_t host = 0, owned = 0;
+    for (int c = 0; c < MODEL_COMPONENT_COUNT; c++) {
+        size_t o = 0;
+        if (ck.model[c]) {
+            host += patcher_model_host_bytes(ck.model[c], &o);
+            owned += o;
+        }
+    }
+    printf("host copies: %.0f MiB, of which owned (converted) %.0f MiB\n", host / 1048576.0,
+           owned / 1048576.0);
     struct st_file *f = NULL;
     if (st_open(ckpt, &f, &e) == 0) {
         int n = 100000;

@@ -291,11 +291,13 @@ int main(int argc, char **argv)
     /* fp32 peak of the machine the sd.cpp figures come from: 2 cores x 3.43 GHz x 64
      * flop/cycle (AVX-512, 2 FMA ports) ~ 439 GFLOP/s for 2 threads. */
     const double peak = 439.0 * (threads < 2 ? threads : 2) / 2.0;
-    printf("%-5s %7s %6s %8s %6s %7s %6s %8s %7s %7s %8s %6s %7s %7s %7s %7s\n", "size", "step_s",
-           "cpu_s", "unet2_s", "ovh", "vae_s", "vcpu_s", "total_s", "step_gf", "vae_gf", "sgemm_gf", "peak", "st/sgm",
-           "st/sdc", "vae/sdc", "rss_mib");
+    printf("%-5s %7s %6s %8s %6s %7s %6s %8s %7s %7s %8s %6s %7s %7s %7s %7s %7s\n", "size",
+           "step_s", "cpu_s", "unet2_s", "ovh", "vae_s", "vcpu_s", "total_s", "step_gf", "vae_gf",
+           "sgemm_gf", "peak", "st/sgm", "st/sdc", "vae/sdc", "rss_mib", "rss/sdc");
     static const int sizes[2] = {256, 512};
     static const double ref_step[2] = {5.2, 31.0}, ref_vae[2] = {12.4, 53.0};
+    /* stable-diffusion.cpp's peak RSS on the same checkpoint, 2 threads (issue 15). */
+    static const double ref_rss[2] = {2435, 3693};
     for (int si = 0; si < (quick ? 1 : 2); si++) {
         int px = sizes[si], lh = px / 8;
         if (only && px != only)
@@ -340,10 +342,11 @@ int main(int argc, char **argv)
         double vae = now_s() - v0, total = now_s() - start;
         double sgf = unet_flops(&cfg.unet, 2, lh, lh, 77) / step / 1e9;
         double vgf = vae_decode_flops(&cfg.vae, 1, lh, lh) / vae / 1e9;
-        printf("%-5d %7.3f %6.2f %8.3f %6.2f %7.3f %6.2f %8.3f %7.1f %7.1f %8.1f %6.2f %7.2f %7.2f %7.2f "
-               "%7.0f\n",
-               px, step, step_cpu, raw, step / raw, vae, vae_cpu, total, sgf, vgf, sg, sgf / peak, sgf / sg,
-               step / ref_step[si], vae / ref_vae[si], peak_rss_mib());
+        double rss = peak_rss_mib();
+        printf("%-5d %7.3f %6.2f %8.3f %6.2f %7.3f %6.2f %8.3f %7.1f %7.1f %8.1f %6.2f %7.2f %7.2f "
+               "%7.2f %7.0f %7.2f\n",
+               px, step, step_cpu, raw, step / raw, vae, vae_cpu, total, sgf, vgf, sg, sgf / peak,
+               sgf / sg, step / ref_step[si], vae / ref_vae[si], rss, rss / ref_rss[si]);
         fflush(stdout);
         for (int i = 1; i < 4; i++)
             value_unref(ko[i]);
@@ -357,7 +360,9 @@ int main(int argc, char **argv)
            "# sgemm_gf: 1024^3 tensor_linear in this run; peak = step_gf / %.0f GFLOP/s (fp32\n"
            "# peak, %d threads), goal >= 0.5; st/sgm = step_gf / sgemm_gf; st/sdc, vae/sdc =\n"
            "# time / stable-diffusion.cpp's (5.2 s step, 12.4 s decode @256; 31 s, 53 s @512),\n"
-           "# goal for the step <= 0.33. Shared machine: figures are noisy.%s\n",
+           "# goal for the step <= 0.33; rss_mib: the process's peak RSS so far (run --size\n"
+           "# for one size's own), rss/sdc = rss_mib / sd.cpp's (2435 MiB @256, 3693 @512),\n"
+           "# goal <= 1. Shared machine: figures are noisy.%s\n",
            peak, threads, tiny ? " (tiny checkpoint: ratios not meaningful)" : "");
     value_unref(pos);
     value_unref(neg);

@@ -15,9 +15,12 @@
  * models in use: bounded by one weight, not by the model) and its pages stay mapped.
  * The conversion is split over the pool so that it runs at memory speed.
  *
- * Threads: one scratch per calling thread (thread-local); ops run on the executor
- * thread, tests may run ops on several threads at once. Not for pool tasks.
+ * Threads: one scratch per calling thread (thread-local, freed when the thread exits);
+ * ops run on the executor thread, tests may run ops on several threads at once. Not
+ * for pool tasks.
  */
+#include <pthread.h>
+
 #include "adapt.h"
 
 #define WIDEN_MIN_ELEMS ((int64_t)1 << 16) /* below: adapt.h's malloc is cheap enough */
@@ -30,6 +33,25 @@ struct widen_scratch {
 };
 
 static _Thread_local struct widen_scratch scratch;
+
+/* A thread that widened something frees its scratch when it exits (an executor
+ * thread ends with the server, and tests count what is left allocated). */
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static void scratch_at_exit(void *p)
+{
+    struct widen_scratch *s = p;
+    xfree_aligned(s->p);
+    s->p = NULL;
+    s->cap = 0;
+}
+
+static void exit_key_init(void)
+{
+    if (pthread_key_create(&exit_key, scratch_at_exit) != 0)
+        PANIC("pthread_key_create failed");
+}
 
 struct widen_job {
     float *dst;
@@ -58,6 +80,10 @@ const float *cpu_widen_in(const struct tensor *t, struct hbuf *h)
         scratch.busy)
         return hin(t, h);
     if ((size_t)n > scratch.cap) {
+        if (!scratch.p) {
+            pthread_once(&exit_once, exit_key_init);
+            pthread_setspecific(exit_key, &scratch);
+        }
         xfree_aligned(scratch.p);
         scratch.p = xmalloc_aligned(64, (size_t)n * sizeof(float) + 64);
         scratch.cap = (size_t)n;
