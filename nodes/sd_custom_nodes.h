@@ -24,6 +24,14 @@ void nodes_sd_custom_register(struct node_registry *r);
 void sd__scheduler_options(const struct node_env *env, struct node_strlist *out);
 void sd__sampler_options(const struct node_env *env, struct node_strlist *out);
 
+/*
+ * The inputs a guider keeps: 0, or node_fail's code unless model is a MODEL and pos
+ * and neg (neg may be NULL) non-empty CONDITIONINGs.
+ */
+struct node_ctx;
+int sd__check_guider_inputs(struct node_ctx *c, struct value *model, struct value *pos,
+                            struct value *neg);
+
 /* The classes, for tests that run a node directly. */
 extern const struct node_class sd_sampler_custom;
 extern const struct node_class sd_basic_scheduler;

@@ -80,9 +80,8 @@ const struct node_class sd_disable_noise = {
 
 static const struct node_output_def guider_output[] = {{.type = "GUIDER"}, NODE_OUTPUTS_END};
 
-/* The inputs a guider keeps; fails unless they are a MODEL and non-empty CONDITIONINGs. */
-static int check_guider_inputs(struct node_ctx *c, struct value *model, struct value *pos,
-                               struct value *neg)
+int sd__check_guider_inputs(struct node_ctx *c, struct value *model, struct value *pos,
+                            struct value *neg)
 {
     const struct sd_model *m = sd_model_of(model);
     const struct sd_cond *p = sd_cond_of(pos), *n = sd_cond_of(neg);
@@ -100,7 +99,7 @@ static const struct node_input_def basic_guider_inputs[] = {
 static int basic_guider_run(struct node_ctx *c)
 {
     struct value *m = node_in(c, "model"), *p = node_in(c, "conditioning");
-    if (check_guider_inputs(c, m, p, NULL) < 0)
+    if (sd__check_guider_inputs(c, m, p, NULL) < 0)
         return ERR_INVALID;
     /* Guider_Basic keeps CFGGuider's cfg of 1.0: the positive prediction as is. */
     node_set_output(c, 0, sd_guider_value(m, p, NULL, 1.0));
@@ -119,7 +118,7 @@ static int cfg_guider_run(struct node_ctx *c)
 {
     struct value *m = node_in(c, "model"), *p = node_in(c, "positive");
     struct value *n = node_in(c, "negative");
-    if (check_guider_inputs(c, m, p, n) < 0)
+    if (sd__check_guider_inputs(c, m, p, n) < 0)
         return ERR_INVALID;
     node_set_output(c, 0, sd_guider_value(m, p, n, node_in_float(c, "cfg")));
     return 0;
@@ -191,7 +190,7 @@ static int custom_run(struct node_ctx *c)
     struct value *m = node_in(c, "model"), *p = node_in(c, "positive");
     struct value *n = node_in(c, "negative");
     struct sd_sample_args a = {0};
-    if (check_guider_inputs(c, m, p, n) < 0 || common_inputs(c, &a) < 0)
+    if (sd__check_guider_inputs(c, m, p, n) < 0 || common_inputs(c, &a) < 0)
         return ERR_INVALID;
     a.model = sd_model_of(m);
     a.pos = sd_cond_of(p);
@@ -230,6 +229,11 @@ static int advanced_run(struct node_ctx *c)
     a.pos = sd_cond_of(g->pos);
     a.neg = g->neg ? sd_cond_of(g->neg) : NULL;
     a.cfg = g->cfg;
+    a.guide = g->guide;
+    a.third = g->third ? sd_cond_of(g->third) : NULL;
+    a.cfg2 = g->cfg2;
+    a.nested = g->nested;
+    a.neg_scale = g->neg_scale;
     a.disable_noise = nz->disabled;
     a.seed = nz->seed; /* guider.sample(..., seed=noise.seed) */
     return sample_and_publish(c, &a);

@@ -99,6 +99,7 @@ static void guider_free(void *p)
     value_unref(g->model);
     value_unref(g->pos);
     value_unref(g->neg);
+    value_unref(g->third);
     xfree(g);
 }
 
@@ -110,6 +111,17 @@ struct value *sd_guider_value(struct value *model, struct value *pos, struct val
     g->pos = value_ref(pos);
     g->neg = value_ref(neg);
     g->cfg = cfg;
+    return value_new_object("GUIDER", g, guider_free);
+}
+
+struct value *sd_guider_value_full(const struct sd_guider *src)
+{
+    struct sd_guider *g = xcalloc(1, sizeof *g);
+    *g = *src;
+    g->model = value_ref(src->model);
+    g->pos = value_ref(src->pos);
+    g->neg = value_ref(src->neg);
+    g->third = value_ref(src->third);
     return value_new_object("GUIDER", g, guider_free);
 }
 

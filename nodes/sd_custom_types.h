@@ -62,16 +62,34 @@ const struct sd_noise *sd_noise_of(const struct value *v); /* NULL if not one */
 
 /* ---- GUIDER ---- */
 
+/* How a guider mixes its predictions (ComfyUI's guider classes). */
+enum sd_guide {
+    SD_GUIDE_CFG,      /* CFGGuider / BasicGuider: cfg_function */
+    SD_GUIDE_DUAL_CFG, /* Guider_DualCFG (DualCFGGuider) */
+    SD_GUIDE_PERP_NEG, /* Guider_PerpNeg (PerpNegGuider) */
+};
+
 struct sd_guider {
     struct value *model; /* reference held: a MODEL value */
-    struct value *pos;   /* reference held: CONDITIONING */
+    struct value *pos;   /* reference held: CONDITIONING (DualCFG's cond1) */
     struct value *neg;   /* reference held, or NULL (BasicGuider) */
-    double cfg;          /* 1.0 for BasicGuider */
+    double cfg;          /* 1.0 for BasicGuider; DualCFG's cfg_conds */
+    enum sd_guide guide;
+    struct value *third; /* reference held or NULL: DualCFG's cond2, PerpNeg's empty */
+    double cfg2;         /* DualCFG's cfg_cond2_negative */
+    int nested;          /* DualCFG's style "nested" */
+    double neg_scale;    /* PerpNeg's */
 };
 
 /* A "GUIDER" value taking new references to model, pos and neg (neg may be NULL). */
 struct value *sd_guider_value(struct value *model, struct value *pos, struct value *neg,
                               double cfg);
+
+/*
+ * A "GUIDER" value copying `g` with new references to its model, pos, neg and third
+ * values (the DualCFG and PerpNeg guiders).
+ */
+struct value *sd_guider_value_full(const struct sd_guider *g);
 const struct sd_guider *sd_guider_of(const struct value *v); /* NULL if not one */
 
 #endif

@@ -15,12 +15,14 @@
 #include "node_registry.h"
 
 /* Number of classes nodes_sd_extras_register adds. */
-#define SD_EXTRA_N_CLASSES 3
+#define SD_EXTRA_N_CLASSES 6
 
 void nodes_sd_extras_register(struct node_registry *r);
 
 extern const struct node_class sd_align_your_steps_scheduler;
 extern const struct node_class sd_rescale_cfg;
+extern const struct node_class sd_dual_cfg_guider;
+extern const struct node_class sd_perp_neg_guider;
 extern const struct node_class sd_freeu;
 extern const struct node_class sd_freeu_v2;
 

@@ -7,7 +7,9 @@
  * few calls as the token counts, area sizes and the model's max_batch allow
  * (cond and uncond in one call when their token counts match), turns eps into
  * x0, averages each side's entries by strength and area feathering as
- * ComfyUI's calc_cond_batch does, and mixes the sides with CFG.
+ * ComfyUI's calc_cond_batch does, and mixes the sides with CFG (the MODEL's RescaleCFG
+ * cfg function when patched) or, for the DualCFG and PerpNeg guiders, a third side
+ * (cond2 / the empty prompt) as their predict_noise does (guide_combine).
  * Each step reports progress (step + 1 of the steps actually run) with a
  * Latent2RGB preview of x0, and stops on /interrupt.
  */
@@ -29,10 +31,10 @@
 
 /*
  * Latent-sized host buffers one sampling run holds at its peak: noise, mask, x_in,
- * x, acc[2] and the output here, scaled, x and inpaint noise in the pipeline, and up
+ * x, acc[3] and the output here, scaled, x and inpaint noise in the pipeline, and up
  * to 10 in the sampler's own state (models/sampling/samplers.c), rounded up.
  */
-#define KS_HOST_COPIES 20
+#define KS_HOST_COPIES 22
 
 /* Exactly the implemented subset, in ComfyUI's order (tests compare with models/sampling). */
 static const char *const sampler_options[] = {
@@ -51,8 +53,8 @@ static const char *const scheduler_options[] = {
 struct job {
     const struct sd_cond_entry *entry;
     const struct sd_control *control; /* the entry's, or a positive's (apply_to_uncond) */
-    int negative;
-    int adm_negative;   /* the side whose encoding the entry has (a same-area copy's source) */
+    int side;           /* SD_SIDE_*: which prediction it adds to */
+    int adm_negative;   /* encoded as a negative prompt (prompt_type; a twin's text source's) */
     int has_area;       /* an area of any kind: pixel, percentage or mask bounds */
     int area[4];        /* that area as resolved (h, w, y, x), before clipping */
     int y0, x0, rh, rw; /* region in latent pixels, clipped to the latent */
@@ -67,14 +69,15 @@ struct kctx {
     struct node_ctx *node;
     const struct sd_model *model;
     struct job *jobs;
-    int n_jobs, n_neg, cap_jobs;
+    int n_jobs, n_side[SD_SIDES], cap_jobs;
     double cfg;
+    const struct sd_sample_args *args; /* the guide: kind, cfg2, nested, neg_scale */
     int batch, h, w;
     size_t per;      /* floats per sample: 4·h·w */
     float *x_in;     /* [batch · per] the state divided by sqrt(σ² + 1) */
     float *x;        /* [batch · per] copy of the state being denoised */
-    float *acc[2];   /* [batch · per] Σ x0·mult, positive and negative side */
-    float *count[2]; /* [batch · h · w] 1e-37 + Σ mult (per sample: masks may differ) */
+    float *acc[SD_SIDES];   /* [batch · per] Σ x0·mult per side (SD_SIDE_*) */
+    float *count[SD_SIDES]; /* [batch · h · w] 1e-37 + Σ mult (per sample: masks may differ) */
     struct err err;
     int preview;
     struct sd_progress bar;
@@ -345,7 +348,7 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
         for (int i = 0; i < nb; i++) {
             int g = s0 + i, smp = g % k->batch;
             const struct job *jb = &k->jobs[idx[g / k->batch]];
-            float *acc = k->acc[jb->negative] + smp * k->per;
+            float *acc = k->acc[jb->side] + smp * k->per;
             for (int c = 0; c < 4; c++) {
                 for (int y = 0; y < rh; y++) {
                     for (int x = 0; x < rw; x++) {
@@ -366,6 +369,34 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
     return rc;
 }
 
+/*
+ * The guider's mix of the sides' x0 predictions (a side not evaluated reads 0, as
+ * calc_cond_batch's None conds): CFGGuider's cfg_function (the MODEL's RescaleCFG
+ * when patched), DualCFGGuider's or PerpNegGuider's predict_noise (sampling_guide.h).
+ */
+static void guide_combine(struct kctx *k, const float *x, float sigma, float *out, size_t n)
+{
+    const struct sd_sample_args *a = k->args;
+    const float *pos = k->acc[SD_SIDE_POS], *neg = k->acc[SD_SIDE_NEG];
+    const float *third = k->acc[SD_SIDE_THIRD];
+    const struct sampling_cfg_fn *fn = &k->model->cfg_fn;
+    switch (a->guide) {
+    case SD_GUIDE_DUAL_CFG:
+        sampling_dual_cfg(fn, x, sigma, pos, third, neg, a->cfg, a->cfg2, a->nested, k->batch,
+                          k->per, out);
+        return;
+    case SD_GUIDE_PERP_NEG:
+        sampling_perp_neg(pos, neg, third, a->cfg, a->neg_scale, n, out);
+        return;
+    case SD_GUIDE_CFG:
+        break;
+    }
+    if (k->n_side[SD_SIDE_NEG] == 0 && !fn->rescale)
+        memcpy(out, pos, n * sizeof *out);
+    else
+        sampling_cfg_apply(fn, x, sigma, pos, neg, k->cfg, k->batch, k->per, out);
+}
+
 static int denoise(void *user, const float *x, float sigma, float *out, size_t n)
 {
     struct kctx *k = user;
@@ -378,7 +409,7 @@ static int denoise(void *user, const float *x, float sigma, float *out, size_t n
     int *done = xcalloc((size_t)k->n_jobs, sizeof *done);
     int *idx = xmalloc((size_t)k->n_jobs * sizeof *idx);
     int rc = 0;
-    for (int side = 0; side < 2; side++) {
+    for (int side = 0; side < SD_SIDES; side++) {
         memset(k->acc[side], 0, n * sizeof *k->acc[side]);
         /* ComfyUI starts the counts at 1e-37: uncovered pixels come out as 0. */
         for (size_t p = 0; p < plane * k->batch; p++)
@@ -413,20 +444,17 @@ static int denoise(void *user, const float *x, float sigma, float *out, size_t n
             if (!jb->active)
                 continue;
             for (int smp = 0; smp < k->batch; smp++) {
-                float *cnt = k->count[jb->negative] + (size_t)smp * plane;
+                float *cnt = k->count[jb->side] + (size_t)smp * plane;
                 const float *m = jb->mult + (size_t)(smp % jb->mult_b) * jb->rh * jb->rw;
                 for (int y = 0; y < jb->rh; y++)
                     for (int xx = 0; xx < jb->rw; xx++)
                         cnt[(size_t)(jb->y0 + y) * k->w + jb->x0 + xx] += m[y * jb->rw + xx];
             }
         }
-        for (int side = 0; side < 2; side++)
+        for (int side = 0; side < SD_SIDES; side++)
             for (size_t p = 0; p < n; p++)
                 k->acc[side][p] = k->acc[side][p] / k->count[side][(p / k->per) * plane + p % plane];
-        if (k->n_neg == 0)
-            memcpy(out, k->acc[0], n * sizeof *out);
-        else
-            sampling_cfg_combine(k->acc[0], k->acc[1], k->cfg, out, n);
+        guide_combine(k, x, sigma, out, n);
     }
     xfree(done);
     xfree(idx);
@@ -452,21 +480,22 @@ static int on_step(void *user, int step, int total, const float *x0, const float
 
 /* Add the entries of one side; entries whose area misses the latent are dropped.
  * Returns 0, or <0 with k->err set (a mask that cannot be resized). */
-static int add_jobs(struct kctx *k, const struct sd_cond *cond, int negative)
+static int add_jobs(struct kctx *k, const struct sd_cond *cond, int side)
 {
     for (int i = 0; i < cond->n; i++) {
         struct job *j = &k->jobs[k->n_jobs];
         memset(j, 0, sizeof *j);
         j->entry = &cond->entries[i];
         j->control = j->entry->control;
-        j->negative = j->adm_negative = negative;
+        j->side = side;
+        j->adm_negative = side != SD_SIDE_POS; /* negative, middle, empty_negative_prompt */
         if (j->entry->batch < 1 || j->entry->tokens < 1)
             continue;
         int rc = job_setup(k, j);
         if (rc < 0)
             return rc;
         k->n_jobs += rc;
-        k->n_neg += rc && negative;
+        k->n_side[side] += rc;
     }
     return 0;
 }
@@ -482,11 +511,11 @@ static int area_inside(const int *a, const int *b)
 
 /*
  * ComfyUI's create_cond_with_same_area_if_none: an entry with an area gets a twin on
- * the other side of CFG, with its area, weights, timestep range and control but the
- * text (and ADM) of the other side's smallest entry containing that area (or its
- * first entry without one), unless that entry has exactly this area.
+ * side `side`, with its area, weights, timestep range and control but the text (and
+ * ADM) of that side's smallest entry containing that area (or its first entry
+ * without one), unless that entry has exactly this area.
  */
-static void same_area_twin(struct kctx *k, int src)
+static void same_area_twin(struct kctx *k, int src, int side)
 {
     const struct job *c = &k->jobs[src];
     if (!c->has_area)
@@ -494,7 +523,7 @@ static void same_area_twin(struct kctx *k, int src)
     int best = -1;
     for (int q = 0; q < k->n_jobs; q++) {
         const struct job *x = &k->jobs[q];
-        if (x->negative == c->negative)
+        if (x->side != side)
             continue;
         if (!x->has_area) {
             if (best < 0)
@@ -511,35 +540,35 @@ static void same_area_twin(struct kctx *k, int src)
     struct job *t = &k->jobs[k->n_jobs++];
     *t = *c;
     t->entry = k->jobs[best].entry;
-    t->adm_negative = k->jobs[best].negative;
-    t->negative = !c->negative;
+    t->adm_negative = k->jobs[best].adm_negative;
+    t->side = side;
     size_t n = (size_t)c->mult_b * c->rh * c->rw;
     t->mult = xmalloc(n * sizeof *t->mult);
     memcpy(t->mult, c->mult, n * sizeof *t->mult);
-    k->n_neg += t->negative;
+    k->n_side[side]++;
 }
 
 /*
- * process_conds' "each cond area has an opposite one with the same area": the
- * positive entries first (twins go to the negative side), then every negative entry,
- * twins included (theirs go to the positive side). Then, at cfg 1, the negative side
- * is not evaluated at all (ComfyUI's cfg1 optimisation), its jobs dropped.
+ * process_conds' "each cond area has an opposite one with the same area": side by side
+ * in the guider's conds order (order[0..n)), every entry of the side, twins added
+ * so far included, gets its twin on each other side. Then the sides the guider skips
+ * (`skip` bit per side: ComfyUI's cfg1 optimisations) are not evaluated at all, their
+ * jobs dropped.
  */
-static void same_area_twins(struct kctx *k, int cfg_one)
+static void same_area_twins(struct kctx *k, const int *order, int n, unsigned skip)
 {
-    int n0 = k->n_jobs;
-    for (int j = 0; j < n0; j++)
-        if (!k->jobs[j].negative)
-            same_area_twin(k, j);
-    int n1 = k->n_jobs;
-    for (int j = 0; j < n1; j++)
-        if (k->jobs[j].negative)
-            same_area_twin(k, j);
-    if (!cfg_one)
+    for (int o = 0; o < n; o++) {
+        int n0 = k->n_jobs;
+        for (int j = 0; j < n0; j++)
+            for (int q = 0; k->jobs[j].side == order[o] && q < n; q++)
+                if (order[q] != order[o])
+                    same_area_twin(k, j, order[q]);
+    }
+    if (!skip)
         return;
     int w = 0;
     for (int j = 0; j < k->n_jobs; j++) {
-        if (k->jobs[j].negative) {
+        if (skip & (1u << k->jobs[j].side)) {
             xfree(k->jobs[j].mult);
             continue;
         }
@@ -548,19 +577,22 @@ static void same_area_twins(struct kctx *k, int cfg_one)
     for (int j = w; j < k->n_jobs; j++)
         memset(&k->jobs[j], 0, sizeof k->jobs[j]);
     k->n_jobs = w;
-    k->n_neg = 0;
+    for (int side = 0; side < SD_SIDES; side++)
+        if (skip & (1u << side))
+            k->n_side[side] = 0;
 }
 
 /*
- * ControlNetApply (OLD)'s controls also steer the negative side (ComfyUI's
- * apply_empty_x_to_equal_area): unless a negative entry without an area has a control,
- * the x-th such positive control goes to negative entry x modulo their count.
+ * ControlNetApply (OLD)'s controls also steer the other sides (ComfyUI's
+ * apply_empty_x_to_equal_area, for each key but "positive"): unless an entry of the
+ * side without an area has a control, the x-th such positive control goes to that
+ * side's entry x modulo their count.
  */
-static void controls_to_uncond(struct kctx *k)
+static void controls_to_side(struct kctx *k, int side)
 {
     int n_other = 0, other[64], x = 0;
     for (int j = 0; j < k->n_jobs; j++) {
-        if (!k->jobs[j].negative || k->jobs[j].has_area)
+        if (k->jobs[j].side != side || k->jobs[j].has_area)
             continue;
         if (k->jobs[j].control)
             return;
@@ -569,7 +601,7 @@ static void controls_to_uncond(struct kctx *k)
     }
     for (int j = 0; j < k->n_jobs && n_other > 0; j++) {
         const struct sd_control *c = k->jobs[j].control;
-        if (!k->jobs[j].negative && !k->jobs[j].has_area && c && c->apply_to_uncond)
+        if (k->jobs[j].side == SD_SIDE_POS && !k->jobs[j].has_area && c && c->apply_to_uncond)
             k->jobs[other[x++ % n_other]].control = c;
     }
 }
@@ -621,6 +653,47 @@ static int denoised_latent(const struct sd_latent *lat, const float *x0, size_t 
     return rc;
 }
 
+/*
+ * The guider's conds in ComfyUI's dict order (process_conds walks them so): CFGGuider
+ * {positive, negative}, Guider_DualCFG {positive, middle, negative}, Guider_PerpNeg
+ * {positive, empty_negative_prompt, negative}. Returns the count.
+ */
+static int guide_order(const struct sd_sample_args *a, int *order)
+{
+    order[0] = SD_SIDE_POS;
+    if (a->guide == SD_GUIDE_CFG) {
+        order[1] = SD_SIDE_NEG;
+        return a->neg ? 2 : 1;
+    }
+    order[1] = SD_SIDE_THIRD;
+    order[2] = SD_SIDE_NEG;
+    return 3;
+}
+
+/*
+ * The sides the guider leaves out (bit per side), ComfyUI's cfg1 optimisations:
+ * CFG drops the negative at cfg 1; DualCFG (regular) the negative at
+ * cfg_cond2_negative 1, and the middle too when cfg_conds is 1 as well; PerpNeg the
+ * negative at neg_scale 0 (math.isclose(x, 0) is x == 0), the empty one too at cfg 1.
+ */
+static unsigned guide_skipped(const struct sd_sample_args *a)
+{
+    const unsigned neg = 1u << SD_SIDE_NEG, third = 1u << SD_SIDE_THIRD;
+    switch (a->guide) {
+    case SD_GUIDE_DUAL_CFG:
+        if (a->nested || !sampling_cfg_is_one(a->cfg2))
+            return 0;
+        return neg | (sampling_cfg_is_one(a->cfg) ? third : 0);
+    case SD_GUIDE_PERP_NEG:
+        if (a->neg_scale != 0.0)
+            return 0;
+        return neg | (sampling_cfg_is_one(a->cfg) ? third : 0);
+    case SD_GUIDE_CFG:
+        break;
+    }
+    return !a->neg || sampling_cfg_is_one(a->cfg) ? neg : 0;
+}
+
 /* ComfyUI's CFGGuider.sample with the noise of its RandomNoise / DisableNoise. */
 int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_latent **outp,
                struct sd_latent **denoisedp)
@@ -638,10 +711,11 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
     struct err e = {0};
     float *noise = NULL, *mask = NULL;
     int n_sigmas = a->n_sigmas, rc;
-    int n_neg = neg ? neg->n : 0;
+    int n_neg = neg ? neg->n : 0, n_third = a->third ? a->third->n : 0;
     size_t per = (size_t)(4 * lat->h * lat->w), n = per * (size_t)lat->b;
-    struct kctx k = {.node = c, .model = model, .cfg = a->cfg, .batch = (int)lat->b,
+    struct kctx k = {.node = c, .model = model, .cfg = a->cfg, .args = a, .batch = (int)lat->b,
                      .h = (int)lat->h, .w = (int)lat->w, .per = per};
+    int order[SD_SIDES], n_order = guide_order(a, order);
     struct sd_latent *out = NULL;
     int prepared = 0;
 
@@ -661,20 +735,24 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
                                         mask, &e)) < 0)
             goto fail;
     }
-    /* Each entry, and at most one same-area twin per entry and twin. */
-    k.cap_jobs = 3 * (pos->n + n_neg);
+    /* Each entry and its same-area twins: one per other side for every entry and twin
+     * of the sides processed before (two sides: 3 per entry at most; three: 10). */
+    k.cap_jobs = (n_order == 3 ? 10 : 3) * (pos->n + n_neg + n_third);
     k.jobs = xcalloc((size_t)k.cap_jobs, sizeof *k.jobs);
-    if ((rc = add_jobs(&k, pos, 0)) < 0 || (neg && (rc = add_jobs(&k, neg, 1)) < 0)) {
+    if ((rc = add_jobs(&k, pos, SD_SIDE_POS)) < 0 ||
+        (neg && (rc = add_jobs(&k, neg, SD_SIDE_NEG)) < 0) ||
+        (a->third && (rc = add_jobs(&k, a->third, SD_SIDE_THIRD)) < 0)) {
         e = k.err;
         goto fail;
     }
-    same_area_twins(&k, !neg || sampling_cfg_is_one(a->cfg));
-    controls_to_uncond(&k);
+    same_area_twins(&k, order, n_order, guide_skipped(a));
+    for (int o = 1; o < n_order; o++)
+        controls_to_side(&k, order[o]);
     k.x_in = xmalloc(n * sizeof *k.x_in);
     k.x = xmalloc(n * sizeof *k.x);
     if (denoisedp)
         k.x0_last = xmalloc(n * sizeof *k.x0_last);
-    for (int side = 0; side < 2; side++) {
+    for (int side = 0; side < SD_SIDES; side++) {
         k.acc[side] = xmalloc(n * sizeof *k.acc[side]);
         k.count[side] = xmalloc((size_t)(lat->b * lat->h * lat->w) * sizeof *k.count[side]);
     }
@@ -744,7 +822,7 @@ fail:
     xfree(k.x_in);
     xfree(k.x);
     xfree(k.x0_last);
-    for (int side = 0; side < 2; side++) {
+    for (int side = 0; side < SD_SIDES; side++) {
         xfree(k.acc[side]);
         xfree(k.count[side]);
     }

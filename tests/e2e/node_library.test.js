@@ -8,6 +8,9 @@
 //     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json; the string, primitive and conditioning nodes;
 //   - the ControlNet nodes: nodes_controlnet.json (nodes.py; registered without a model);
 //   - the model merging and saving nodes: nodes_model_merging.json (registered without a model);
+//   - AlignYourStepsScheduler, FreeU/FreeU_V2, RescaleCFG and PerpNegGuider (nodes_align_your_steps,
+//     nodes_freelunch, nodes_model_advanced, nodes_perpneg fixtures; DualCFGGuider is compared by
+//     e2e_custom_sampling with nodes_custom_sampler.json);
 //   - bad input: an empty CropMask is an execution_error and the server keeps serving; a
 //     mask of another size composites (resized, as ComfyUI does).
 "use strict";
@@ -46,6 +49,8 @@ const WANT = {
   "nodes_upscale_model.json": ["UpscaleModelLoader", "ImageUpscaleWithModel"],
   "nodes_align_your_steps.json": ["AlignYourStepsScheduler"],
   "nodes_freelunch.json": ["FreeU", "FreeU_V2"],
+  "nodes_model_advanced.json": ["RescaleCFG"],
+  "nodes_perpneg.json": ["PerpNegGuider"],
 };
 
 let S = null;

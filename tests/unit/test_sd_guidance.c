@@ -8,7 +8,12 @@
  *   - FreeU's Fourier_filter against a float64 full 2-D DFT (fftshift, the Python
  *     slice of the box, inverse DFT, real part) and its backbone scaling (FreeU and
  *     FreeU_V2) against float64;
- *   - on a generated tiny checkpoint: FreeU / FreeU_V2 / RescaleCFG nodes clone the
+ *   - on a generated tiny checkpoint, one euler step from sigma 2 to 0 without noise,
+ *     whose denoised_output is the guider's mixed x0: DualCFGGuider (regular, nested,
+ *     cfg_cond2_negative 1), PerpNegGuider and RescaleCFG (also under DualCFG) against
+ *     the float64 mix of each conditioning's own x0 (BasicGuider runs), PerpNegGuider at
+ *     neg_scale 0 equal to CFGGuider(positive, empty) bit for bit;
+ *   - FreeU / FreeU_V2 / RescaleCFG nodes clone the
  *     MODEL (the input samples as before), FreeU at b = s = 1 keeps KSampler's bits,
  *     b2 / s2 change them, b1 / s1 do not on a UNet without a 4·model_ch level, and a MODEL that is not a UNet is a node error.
  */
@@ -34,6 +39,7 @@
 #include "sampling_ays.h"
 #include "sampling_guide.h"
 #include "sd_custom_types.h"
+#include "sd_custom_nodes.h"
 #include "sd_extra_nodes.h"
 
 static struct node_env env;
@@ -444,7 +450,7 @@ static void test_freeu_scale(void)
 /* ---- nodes on a tiny checkpoint ---- */
 
 struct setup {
-    struct value *model, *pos, *neg, *lat;
+    struct value *model, *pos, *neg, *mid, *lat;
 };
 
 static struct value *run1(const struct node_class *cls, const char *const *names,
@@ -492,6 +498,217 @@ static int fake_eps(void *impl, const float *x_in, int batch, int h, int w, cons
     return 0;
 }
 static const struct sd_model_ops fake_ops = {.apply_eps = fake_eps};
+
+/* ---- guiders: one step's mixed x0 against the float64 mix ---- */
+
+static struct value *sigma_step;
+
+static struct value *run_advanced(struct value *guider, const struct setup *s)
+{
+    const char *sn[] = {"sampler_name"};
+    struct value *sv[] = {value_new_string("euler")};
+    struct value *smp = run1(&sd_ksampler_select, sn, sv, 1);
+    struct value *noise = run1(&sd_disable_noise, NULL, NULL, 0);
+    const char *names[] = {"noise", "guider", "sampler", "sigmas", "latent_image"};
+    struct value *v[] = {noise, guider, smp, value_ref(sigma_step), value_ref(s->lat)};
+    struct value *out[4] = {0};
+    int rc = run_node(&sd_sampler_custom_advanced, names, v, 5, out);
+    value_unref(out[0]);
+    return rc < 0 ? NULL : out[1]; /* denoised_output */
+}
+
+/* One cond's own x0 (BasicGuider), in the sampler's space (·scale_factor), as doubles. */
+static double *own_x0(const struct setup *s, struct value *model, struct value *cond, size_t *n)
+{
+    const char *names[] = {"model", "conditioning"};
+    struct value *v[] = {value_ref(model), value_ref(cond)};
+    struct value *g = run1(&sd_basic_guider, names, v, 2);
+    struct value *d = g ? run_advanced(g, s) : NULL;
+    const struct sd_latent *l = sd_latent_of(d);
+    if (!l)
+        return NULL;
+    float sf = sd_model_of(model)->latent->scale_factor;
+    *n = (size_t)(l->b * l->c * l->h * l->w);
+    double *x = malloc(*n * sizeof *x);
+    for (size_t i = 0; i < *n; i++)
+        x[i] = (double)l->samples[i] * sf;
+    value_unref(d);
+    return x;
+}
+
+/* max |guided·sf − want| / max |want| */
+static double mix_err(struct value *d, const double *want, size_t n, float sf)
+{
+    const struct sd_latent *l = sd_latent_of(d);
+    if (!l || (size_t)(l->b * l->c * l->h * l->w) != n)
+        return INFINITY;
+    double m = 0, w = 0;
+    for (size_t i = 0; i < n; i++) {
+        m = fmax(m, fabs((double)l->samples[i] * sf - want[i]));
+        w = fmax(w, fabs(want[i]));
+    }
+    return m / w;
+}
+
+static struct value *dual_guider(struct value *model, const struct setup *s, double c1,
+                                 double c2, const char *style)
+{
+    const char *names[] = {"model", "cond1", "cond2", "negative", "cfg_conds",
+                           "cfg_cond2_negative", "style"};
+    struct value *v[] = {value_ref(model), value_ref(s->pos), value_ref(s->mid),
+                         value_ref(s->neg), value_new_float(c1), value_new_float(c2),
+                         value_new_string(style)};
+    return run1(&sd_dual_cfg_guider, names, v, 7);
+}
+
+static struct value *perp_guider(struct value *model, const struct setup *s, double cfg,
+                                 double ns)
+{
+    const char *names[] = {"model", "positive", "negative", "empty_conditioning", "cfg",
+                           "neg_scale"};
+    struct value *v[] = {value_ref(model), value_ref(s->pos), value_ref(s->neg),
+                         value_ref(s->mid), value_new_float(cfg), value_new_float(ns)};
+    return run1(&sd_perp_neg_guider, names, v, 6);
+}
+
+static struct value *cfg_guider(struct value *model, struct value *pos, struct value *neg,
+                                double cfg)
+{
+    const char *names[] = {"model", "positive", "negative", "cfg"};
+    struct value *v[] = {value_ref(model), value_ref(pos), value_ref(neg), value_new_float(cfg)};
+    return run1(&sd_cfg_guider, names, v, 4);
+}
+
+/* RescaleCFG's mix in float64 at x (the sampler's input) and sigma, into out. */
+static void ref_rescale_d(const double *x, double sigma, const double *c, const double *u,
+                          double cfg, double mult, size_t n, double *out)
+{
+    double s1 = sigma * sigma + 1.0, *vc = malloc(n * sizeof *vc), *vx = malloc(n * sizeof *vx);
+    double mc = 0, mx = 0, sc = 0, sx = 0;
+    for (size_t i = 0; i < n; i++) {
+        vc[i] = (x[i] / s1 - c[i]) * sqrt(s1) / sigma;
+        double vu = (x[i] / s1 - u[i]) * sqrt(s1) / sigma;
+        vx[i] = vu + cfg * (vc[i] - vu);
+        mc += vc[i] / n;
+        mx += vx[i] / n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        sc += (vc[i] - mc) * (vc[i] - mc);
+        sx += (vx[i] - mx) * (vx[i] - mx);
+    }
+    double ratio = sqrt(sc) / sqrt(sx);
+    for (size_t i = 0; i < n; i++) {
+        double fin = mult * vx[i] * ratio + (1 - mult) * vx[i];
+        out[i] = x[i] - (x[i] - (x[i] / s1 - fin * sigma / sqrt(s1)));
+    }
+    free(vc);
+    free(vx);
+}
+
+static void test_guiders(const struct setup *s)
+{
+    float sg[] = {2.0f, 0.0f};
+    sigma_step = sd_sigmas_value(sd_sigmas_new(sg, 2));
+    float sf = sd_model_of(s->model)->latent->scale_factor;
+    size_t n = 0, n2 = 0, n3 = 0;
+    double *p = own_x0(s, s->model, s->pos, &n), *m = own_x0(s, s->model, s->mid, &n2);
+    double *g = own_x0(s, s->model, s->neg, &n3);
+    ok(p && m && g && n == n2 && n == n3, "each conditioning's own x0 (BasicGuider, one step)");
+    if (!p || !m || !g || n != n2 || n != n3)
+        goto out;
+    double *want = malloc(n * sizeof *want), *tmp = malloc(n * sizeof *tmp);
+    double *x = malloc(n * sizeof *x);
+    const struct sd_latent *lat = sd_latent_of(s->lat);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (double)(lat->samples[i] * sf); /* process_latent_in, float32 */
+
+    /* regular: (middle − neg)·cfg2 + neg + (pos − middle)·cfg1 */
+    struct value *gd = dual_guider(s->model, s, 5.0, 3.0, "regular");
+    struct value *d = gd ? run_advanced(gd, s) : NULL;
+    for (size_t i = 0; i < n; i++)
+        want[i] = g[i] + (m[i] - g[i]) * 3.0 + (p[i] - m[i]) * 5.0;
+    double r = mix_err(d, want, n, sf);
+    ok(r < 1e-5, "DualCFGGuider regular: one step's x0 is the float64 mix (rel %.2g)", r);
+    value_unref(d);
+    gd = dual_guider(s->model, s, 5.0, 3.0, "nested");
+    d = gd ? run_advanced(gd, s) : NULL;
+    for (size_t i = 0; i < n; i++)
+        want[i] = g[i] + 3.0 * ((m[i] + (p[i] - m[i]) * 5.0) - g[i]);
+    r = mix_err(d, want, n, sf);
+    ok(r < 1e-5, "DualCFGGuider nested: one step's x0 is the float64 mix (rel %.2g)", r);
+    value_unref(d);
+    /* cfg_cond2_negative 1: the negative is not evaluated (reads 0), middle·1 + (pos − middle)·cfg1 */
+    gd = dual_guider(s->model, s, 5.0, 1.0, "regular");
+    d = gd ? run_advanced(gd, s) : NULL;
+    for (size_t i = 0; i < n; i++)
+        want[i] = m[i] + (p[i] - m[i]) * 5.0;
+    r = mix_err(d, want, n, sf);
+    ok(r < 1e-5, "DualCFGGuider at cfg_cond2_negative 1 skips the negative (rel %.2g)", r);
+    value_unref(d);
+
+    /* PerpNeg with s->mid as the empty conditioning */
+    for (int k = 0; k < 2; k++) {
+        double ns = k ? 0.6 : 1.5, dot = 0, nn = 0;
+        for (size_t i = 0; i < n; i++) {
+            dot += (p[i] - m[i]) * (g[i] - m[i]);
+            nn += (p[i] - m[i]) * (p[i] - m[i]);
+        }
+        for (size_t i = 0; i < n; i++) {
+            double a = p[i] - m[i], b = g[i] - m[i];
+            want[i] = m[i] + 6.0 * (a - (b - dot / nn * a) * ns);
+        }
+        struct value *gp = perp_guider(s->model, s, 6.0, ns);
+        d = gp ? run_advanced(gp, s) : NULL;
+        r = mix_err(d, want, n, sf);
+        ok(r < 1e-5, "PerpNegGuider neg_scale %g: one step's x0 is the float64 mix (rel %.2g)",
+           ns, r);
+        value_unref(d);
+    }
+    struct value *gp = perp_guider(s->model, s, 6.0, 0.0);
+    struct value *gc = cfg_guider(s->model, s->pos, s->mid, 6.0);
+    d = gp ? run_advanced(gp, s) : NULL;
+    struct value *dc = gc ? run_advanced(gc, s) : NULL;
+    ok(d && dc && latent_eq(d, dc), "PerpNegGuider at neg_scale 0 is CFGGuider(positive, empty) "
+       "bit for bit");
+    value_unref(d);
+    value_unref(dc);
+
+    /* RescaleCFG under CFGGuider and under DualCFGGuider (its cfg_function) */
+    const char *rn[] = {"model", "multiplier"};
+    struct value *rv[] = {value_ref(s->model), value_new_float(0.7)};
+    struct value *rm = run1(&sd_rescale_cfg, rn, rv, 2);
+    ok(rm != NULL, "RescaleCFG patches a clone (%s)", rm ? "ok" : last_msg);
+    if (rm) {
+        gc = cfg_guider(rm, s->pos, s->neg, 6.0);
+        d = gc ? run_advanced(gc, s) : NULL;
+        ref_rescale_d(x, 2.0, p, g, 6.0, 0.7, n, want);
+        r = mix_err(d, want, n, sf);
+        ok(r < 1e-5, "RescaleCFG (0.7) under CFGGuider: one step's x0 is the float64 mix "
+           "(rel %.2g)", r);
+        value_unref(d);
+        gd = dual_guider(rm, s, 5.0, 3.0, "regular");
+        d = gd ? run_advanced(gd, s) : NULL;
+        ref_rescale_d(x, 2.0, m, g, 3.0, 0.7, n, tmp);
+        for (size_t i = 0; i < n; i++)
+            want[i] = tmp[i] + (p[i] - m[i]) * 5.0;
+        r = mix_err(d, want, n, sf);
+        ok(r < 1e-5, "RescaleCFG under DualCFGGuider regular (rel %.2g)", r);
+        value_unref(d);
+        struct value *a = ksampler_with(s, rm, 6.0), *b = ksampler_with(s, s->model, 6.0);
+        ok(a && b && !latent_eq(a, b), "KSampler honours RescaleCFG");
+        value_unref(a);
+        value_unref(b);
+        value_unref(rm);
+    }
+    free(want);
+    free(tmp);
+    free(x);
+out:
+    free(p);
+    free(m);
+    free(g);
+    value_unref(sigma_step);
+}
 
 static void test_model_patches(const struct setup *s)
 {
@@ -578,7 +795,14 @@ static void test_with_checkpoint(void)
         const char *en[] = {"width", "height", "batch_size"};
         struct value *ev[] = {value_new_int(64), value_new_int(64), value_new_int(1)};
         s.lat = run1(&sd_empty_latent_image, en, ev, 3);
+        s.mid = encode(mcv[1], "a painting of a dog");
         test_model_patches(&s);
+        /* the guiders step from a non-zero latent: KSampler's own output */
+        struct value *empty = s.lat;
+        s.lat = ksampler_with(&s, s.model, 6.0);
+        value_unref(empty);
+        test_guiders(&s);
+        value_unref(s.mid);
         value_unref(s.lat);
         value_unref(s.pos);
         value_unref(s.neg);
