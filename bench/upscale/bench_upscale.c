@@ -9,6 +9,13 @@
  * process follows: when the machine has more runnable threads than cores, the wall-clock
  * rates measure the queue as much as the code.
  *
+ * Where the time goes (2 threads, this shared 2-core machine, December 2026): 82 GFLOP per
+ * CPU-second against sgemm's 189. The 3x3 convs of the model run at ~120 GFLOP/CPU-s with
+ * 96, 160 or 192 input channels but ~48 with 64 or 128 (conv1 and conv3 of every dense
+ * block, and the nf -> nf convs: ~28 % of the FLOPs); the rate follows the im2col chunk
+ * (cpu_conv_cols_bytes, 8 MiB: 1792 / 3584 output columns per GEMM at 256 wide), and a
+ * 2 MiB chunk gives 94-123 for all five shapes. A tuning for tensor/cpu/conv.c, not here.
+ *
  * Usage: bench_upscale [--size N] [--threads N] [--model PATH]. The model file is
  * generated when missing ($LATENTD_BENCH_DIR or ".", esrgan_x4_full_random.safetensors).
  */
