@@ -250,6 +250,8 @@ class RefXL(Ref):
 UNET_H, UNET_W, UNET_T = 9, 7, [999.0, 1.0]
 BASE_SIZES = [(72, 56, 0, 0, 72, 56), (1024, 768, 8, 16, 1024, 1024)]
 REFINER_SIZES = [(72, 56, 0, 0, 6.0), (72, 56, 0, 0, 2.5)]
+SDXL_TEXT_G = 'a (glass:1.3) bottle on a table'
+SDXL_TEXT_L = 'a ' + 'red ' * 90 + 'bottle'
 UNET_PROBES = ('t_emb', 'time_embed', 'input_blocks.0', 'input_blocks.1', 'input_blocks.4',
                'middle_block', 'output_blocks.2', 'eps')
 
@@ -288,9 +290,19 @@ def cmd_models(base_path, refiner_path):
         lines.append(fixture_line('xl%d.l' % k, cl))
         lines.append(fixture_line('xl%d.g' % k, cg))
         lines.append(fixture_line('xl%d.pooled' % k, pooled))
-        if k == 0:
+        if k == 0:  # CLIPTextEncode's conditioning: CLIP-L's features first (§4.5)
+            lines.append(fixture_line('xl0.cond', torch.cat([cl, cg], 2)))
             sizes = (64, 64, 0, 0, 64, 64)  # CLIPTextEncode on an 8x8 latent (§5.2)
             lines.append(fixture_line('xl0.y', r.adm(pooled, sizes)))
+    # CLIPTextEncodeSDXL (§4.7) with text_l longer than text_g: bigG's list is evened out
+    # with chunks of the empty prompt, [start, end, 0 x 75]; text_g's weight is bigG's alone.
+    g = tokenize_prompt(tok, SDXL_TEXT_G, pad=PAD_G)
+    l = tokenize_prompt(tok, SDXL_TEXT_L, pad=PAD_L)
+    g += [[(BOS, 1.0), (EOS, 1.0)] + [(PAD_G, 1.0)] * 75] * (len(l) - len(g))
+    cl, _ = r.encode('l', l)
+    cg, pooled = r.encode('g', g)
+    lines.append(fixture_line('xlsdxl.cond', torch.cat([cl, cg], 2)))
+    lines.append(fixture_line('xlsdxl.pooled', pooled))
     unet_case(r, 'xlunet', BASE_SIZES, lines)
     z = torch.tensor(wave(4 * 5 * 6, 0.23, 0.3)).reshape(1, 4, 5, 6)
     z = (z.float() / torch.tensor(SCALE, dtype=torch.float32)).double()  # float32 as ComfyUI divides

@@ -33,7 +33,7 @@ static struct ref *ref__v;
 static int ref__n;
 
 /* Read `dir`/`file`; an unreadable file is a failed check (and every compare then fails). */
-static void ref_fixture_load(const char *dir, const char *file)
+static inline void ref_fixture_load(const char *dir, const char *file)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/%s", dir, file);
@@ -69,14 +69,14 @@ static void ref_fixture_load(const char *dir, const char *file)
     fclose(fp);
 }
 
-static void ref_fixture_free(void)
+static inline void ref_fixture_free(void)
 {
     xfree(ref__v);
     ref__v = NULL;
     ref__n = 0;
 }
 
-static const struct ref *ref_find(const char *name)
+static inline const struct ref *ref_find(const char *name)
 {
     for (int i = 0; i < ref__n; i++)
         if (!strcmp(ref__v[i].name, name))
@@ -85,8 +85,8 @@ static const struct ref *ref_find(const char *name)
 }
 
 /* Compare host values of shape (ndim, shape) with the reference `name`. */
-static void ref_compare(const char *name, const float *v, int ndim, const int64_t *shape,
-                        double tol)
+static inline void ref_compare(const char *name, const float *v, int ndim, const int64_t *shape,
+                               double tol)
 {
     const struct ref *r = ref_find(name);
     if (!r) {
@@ -117,7 +117,7 @@ static void ref_compare(const char *name, const float *v, int ndim, const int64_
        name, worst, mrel, scale, tol);
 }
 
-static void ref_compare_tensor(const char *name, const struct tensor *t, double tol)
+static inline void ref_compare_tensor(const char *name, const struct tensor *t, double tol)
 {
     int64_t n = tensor_numel(t);
     float *v = xmalloc((size_t)n * sizeof(float));
@@ -136,7 +136,7 @@ struct ref_probe {
     double tol;
 };
 
-static void ref_on_probe(void *user, const char *name, const struct tensor *t)
+static inline void ref_on_probe(void *user, const char *name, const struct tensor *t)
 {
     struct ref_probe *p = user;
     for (int i = 0; p->names[i]; i++) {
@@ -148,14 +148,14 @@ static void ref_on_probe(void *user, const char *name, const struct tensor *t)
     }
 }
 
-static void ref_wave(float *v, long n, double a, double b)
+static inline void ref_wave(float *v, long n, double a, double b)
 {
     for (long i = 0; i < n; i++)
         v[i] = (float)sin(a * (double)i + b);
 }
 
-static struct tensor *ref_new_wave(struct dev *d, int ndim, const int64_t *shape, double a,
-                                   double b)
+static inline struct tensor *ref_new_wave(struct dev *d, int ndim, const int64_t *shape, double a,
+                                          double b)
 {
     struct tensor *t = NULL;
     struct err e = {0};
