@@ -5,6 +5,7 @@ void node_registry_add_builtins(struct node_registry *r)
     nodes_image_register(r);
     nodes_image_extras_register(r);
     nodes_image_post_register(r);
+    nodes_image_compositing_register(r);
     nodes_primitive_register(r);
     nodes_sd_register(r);
     nodes_mask_register(r);

@@ -18,6 +18,7 @@ void node_registry_add_builtins(struct node_registry *r);
 void nodes_image_register(struct node_registry *r);     /* nodes_image.c */
 void nodes_image_extras_register(struct node_registry *r); /* nodes_image_extras.c: nodes_images.py */
 void nodes_image_post_register(struct node_registry *r);   /* nodes_image_post.c: nodes_post_processing.py */
+void nodes_image_compositing_register(struct node_registry *r); /* nodes_image_compositing.c */
 void nodes_primitive_register(struct node_registry *r); /* nodes_primitive.c */
 void nodes_sd_register(struct node_registry *r);        /* sd_nodes.c: SD1.5 models, sampling */
 void nodes_mask_register(struct node_registry *r);      /* nodes_mask.c: comfy_extras.nodes_mask */

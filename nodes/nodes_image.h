@@ -5,7 +5,9 @@
  * ImageFromBatch, ImageAddNoise, GetImageSize, ImageRotate, ImageFlip,
  * ImageScaleToMaxDimension; ImageCrop lives with nodes.py's) and
  * comfy_extras/nodes_post_processing.py's (nodes_image_post.c: ImageBlend,
- * ImageBlur, ImageSharpen, ImageScaleToTotalPixels; not ImageQuantize).
+ * ImageBlur, ImageSharpen, ImageScaleToTotalPixels; not ImageQuantize) and
+ * comfy_extras/nodes_compositing.py's (nodes_image_compositing.c:
+ * PorterDuffImageComposite, SplitImageWithAlpha, JoinImageWithAlpha).
  *
  * The register functions are declared in node_builtin.h.
  *
@@ -47,5 +49,8 @@ extern const struct node_class nodes_image_blend;
 extern const struct node_class nodes_image_blur;
 extern const struct node_class nodes_image_sharpen;
 extern const struct node_class nodes_image_scale_to_total_pixels;
+extern const struct node_class nodes_porter_duff_image_composite;
+extern const struct node_class nodes_split_image_with_alpha;
+extern const struct node_class nodes_join_image_with_alpha;
 
 #endif

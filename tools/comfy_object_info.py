@@ -22,6 +22,7 @@ comfy_extras classes also come from ../nodes.py next to the file, when it is the
 usage: comfy_object_info.py [--classes A,B,...] path/to/comfy_extras/nodes_custom_sampler.py > out.json
 """
 import ast
+import enum
 import json
 import os
 import sys
@@ -261,6 +262,12 @@ def main(argv):
     path = argv[0]
     tree = ast.parse(open(path, encoding="utf-8").read())
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    # Module-level Enums (nodes_compositing's PorterDuffMode) for combo lists built from them.
+    for n in classes.values():
+        if any(isinstance(b, ast.Name) and b.id == "Enum" for b in n.bases):
+            members = {t.targets[0].id: literal(t.value) for t in n.body
+                       if isinstance(t, ast.Assign) and isinstance(t.targets[0], ast.Name)}
+            NAMESPACE[n.name] = enum.Enum(n.name, members)
     mappings, display = {}, {}
     for n in tree.body:
         if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name):

@@ -5,7 +5,7 @@
 //     output_tooltips [null], COMBO with options), nodes_mask.json and nodes_clip_sdxl.json
 //     (CLIPTextEncodeSDXLRefiner, CLIPTextEncodeSDXL: registered without a model),
 //     SaveLatent/LoadLatent with LoadLatent's listing of the input folder, and the image
-//     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json; the string, primitive and conditioning nodes;
+//     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json, nodes_compositing.json; the string, primitive and conditioning nodes;
 //   - the ControlNet nodes: nodes_controlnet.json (nodes.py; registered without a model);
 //   - the model merging and saving nodes: nodes_model_merging.json (registered without a model);
 //   - AlignYourStepsScheduler, FreeU/FreeU_V2, RescaleCFG and PerpNegGuider (nodes_align_your_steps,
@@ -28,7 +28,7 @@ const WANT = {
     "LatentBatchSeedBehavior"],
   "nodes_mask.json": ["LatentCompositeMasked", "ImageCompositeMasked", "MaskToImage", "ImageToMask",
     "ImageColorToMask", "SolidMask", "InvertMask", "CropMask", "MaskComposite", "FeatherMask", "GrowMask",
-    "ThresholdMask"],
+    "ThresholdMask", "MaskPreview"],
   "nodes_clip_sdxl.json": ["CLIPTextEncodeSDXLRefiner", "CLIPTextEncodeSDXL"],
   "nodes_model_merging.json": ["ModelMergeSimple", "ModelMergeBlocks", "ModelMergeSubtract", "ModelMergeAdd",
     "CheckpointSave", "CLIPMergeSimple", "CLIPMergeSubtract", "CLIPMergeAdd", "CLIPSave", "VAESave", "ModelSave"],
@@ -39,6 +39,7 @@ const WANT = {
   "nodes_images.json": ["ImageCrop", "RepeatImageBatch", "ImageFromBatch", "ImageAddNoise", "GetImageSize",
     "ImageRotate", "ImageFlip", "ImageScaleToMaxDimension"],
   "nodes_post_processing.json": ["ImageBlend", "ImageBlur", "ImageSharpen", "ImageScaleToTotalPixels"],
+  "nodes_compositing.json": ["PorterDuffImageComposite", "SplitImageWithAlpha", "JoinImageWithAlpha"],
   "nodes_string.json": ["StringConcatenate", "StringSubstring", "StringLength", "CaseConverter", "StringTrim",
     "StringReplace", "StringContains", "StringCompare"],
   "nodes_primitive.json": ["PrimitiveString", "PrimitiveStringMultiline", "PrimitiveInt", "PrimitiveFloat",

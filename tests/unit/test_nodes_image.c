@@ -494,12 +494,109 @@ static void test_post(void)
     done(&r);
 }
 
+/* ---- nodes_compositing.py -------------------------------------------------------------- */
+
+/* porter_duff_composite in double, written from ComfyUI's table: premultiplied s, d. */
+static void ref_pd(int m, double s, double sa, double d, double da, double *oi, double *oa)
+{
+    switch (m) {
+    case 0: *oa = fmin(fmax(sa + da, 0), 1); *oi = fmin(fmax(s + d, 0), 1); return;
+    case 1: *oa = 0; *oi = 0; return;
+    case 2: *oa = sa + da - sa * da; *oi = (1 - da) * s + (1 - sa) * d + fmin(s, d); return;
+    case 3: *oa = da; *oi = d; return;
+    case 4: *oa = sa; *oi = sa * d + (1 - da) * s; return;
+    case 5: *oa = sa * da; *oi = d * sa; return;
+    case 6: *oa = (1 - sa) * da; *oi = (1 - sa) * d; return;
+    case 7: *oa = da + (1 - da) * sa; *oi = d + (1 - da) * s; return;
+    case 8: *oa = sa + da - sa * da; *oi = (1 - da) * s + (1 - sa) * d + fmax(s, d); return;
+    case 9: *oa = sa * da; *oi = s * d; return;
+    case 10: *oa = sa + da - sa * da; *oi = 2 * d < da ? 2 * s * d : sa * da - 2 * (da - s) * (sa - d); return;
+    case 11: *oa = sa + da - sa * da; *oi = s + d - s * d; return;
+    case 12: *oa = sa; *oi = s; return;
+    case 13: *oa = da; *oi = da * s + (1 - sa) * d; return;
+    case 14: *oa = sa * da; *oi = s * da; return;
+    case 15: *oa = (1 - da) * sa; *oi = (1 - da) * s; return;
+    case 16: *oa = sa + (1 - sa) * da; *oi = s + (1 - sa) * d; return;
+    default: *oa = (1 - da) * sa + (1 - sa) * da; *oi = (1 - da) * s + (1 - sa) * d; return;
+    }
+}
+
+static struct value *mask_rand(int64_t b, int64_t h, int64_t w, uint32_t seed)
+{
+    struct value *img = image_rand(b, h, w, 1, seed), *m = value_new_mask(b, h, w);
+    memcpy(m->data, img->data, m->numel * sizeof(float));
+    value_unref(img);
+    return m;
+}
+
+static void test_compositing(void)
+{
+    static const char *const modes[] = {"ADD", "CLEAR", "DARKEN", "DST", "DST_ATOP", "DST_IN", "DST_OUT",
+                                        "DST_OVER", "LIGHTEN", "MULTIPLY", "OVERLAY", "SCREEN", "SRC",
+                                        "SRC_ATOP", "SRC_IN", "SRC_OUT", "SRC_OVER", "XOR"};
+    const int64_t H = 3, W = 4, C = 3, n = 2 * H * W;
+    int worst_mode = -1;
+    double worst = 0;
+    for (int m = 0; m < 18; m++) {
+        struct run r = {0};
+        set_in(&r, &nodes_porter_duff_image_composite, "source", image_rand(2, H, W, C, 21));
+        set_in(&r, &nodes_porter_duff_image_composite, "source_alpha", mask_rand(2, H, W, 22));
+        set_in(&r, &nodes_porter_duff_image_composite, "destination", image_rand(3, H, W, C, 23));
+        set_in(&r, &nodes_porter_duff_image_composite, "destination_alpha", mask_rand(2, H, W, 24));
+        set_in(&r, &nodes_porter_duff_image_composite, "mode", value_new_string(modes[m]));
+        const struct value *o = go(&r, &nodes_porter_duff_image_composite);
+        double d = o && o->shape[0] == 2 && r.out[1] ? 0 : 1;
+        for (int64_t p = 0; o && p < n; p++) {
+            double sa = 1 - r.in[1]->data[p], da = 1 - r.in[3]->data[p], oa = 0;
+            for (int64_t k = 0; k < C; k++) {
+                double oi;
+                ref_pd(m, r.in[0]->data[p * C + k] * sa, sa, r.in[2]->data[p * C + k] * da, da, &oi, &oa);
+                oi = oa > 1e-5 ? fmin(fmax(oi / oa, 0), 1) : 0;
+                d = fmax(d, fabs(o->data[p * C + k] - oi));
+            }
+            d = fmax(d, fabs(r.out[1]->data[p] - (1 - oa)));
+        }
+        if (d > worst) {
+            worst = d;
+            worst_mode = m;
+        }
+        done(&r);
+    }
+    ok(worst < 1e-5, "PorterDuffImageComposite: all 18 modes match the float64 table (worst %.2g, %s)", worst,
+       worst_mode >= 0 ? modes[worst_mode] : "-");
+
+    struct run r = {0};
+    set_in(&r, &nodes_split_image_with_alpha, "image", image_rand(1, 2, 2, 4, 25));
+    const struct value *o = go(&r, &nodes_split_image_with_alpha);
+    ok(o && o->shape[3] == 3 && o->data[3] == r.in[0]->data[4] && fabsf(r.out[1]->data[1] - (1 - r.in[0]->data[7])) < 1e-7,
+       "SplitImageWithAlpha: RGB and the mask 1 - A");
+    done(&r);
+    set_in(&r, &nodes_split_image_with_alpha, "image", image_rand(1, 2, 2, 3, 26));
+    go(&r, &nodes_split_image_with_alpha);
+    ok(r.rc == 0 && r.out[1]->data[0] == 0.0f, "SplitImageWithAlpha of RGB: an empty mask");
+    done(&r);
+    /* Join: the mask resized bilinearly to the image, alpha = 1 - mask. */
+    set_in(&r, &nodes_join_image_with_alpha, "image", image_rand(2, 4, 6, 3, 27));
+    set_in(&r, &nodes_join_image_with_alpha, "alpha", mask_rand(1, 2, 3, 28));
+    o = go(&r, &nodes_join_image_with_alpha);
+    double pm[6], rm[24];
+    for (int i = 0; i < 6; i++)
+        pm[i] = r.in[1]->data[i];
+    ref_interp("bilinear", pm, 2, 3, rm, 4, 6);
+    double d = o && o->shape[0] == 1 && o->shape[3] == 4 ? 0 : 1;
+    for (int p = 0; o && p < 24; p++)
+        d = fmax(d, fabs(o->data[p * 4 + 3] - (1 - rm[p])) + fabs(o->data[p * 4] - r.in[0]->data[p * 3]));
+    ok(d < 2e-6, "JoinImageWithAlpha: min batch, alpha = 1 - bilinear(mask) (max diff %.2g)", d);
+    done(&r);
+}
+
 int main(void)
 {
     long live = alloc_live_count();
     test_resample();
     test_batch_transform();
     test_post();
+    test_compositing();
     ok(alloc_live_count() == live, "no allocation left live (%ld)", alloc_live_count() - live);
     return harness_done();
 }
