@@ -268,8 +268,9 @@ def unet_case(r, name, sizes, lines):
     pooled = torch.tensor(wave(B * pw, 0.13, 0.7)).reshape(B, pw)
     y = torch.stack([r.adm(pooled[b], sizes[b]) for b in range(B)])
     lines.append(fixture_line('%s.y' % name, y))
-    eps, probes = r.unet(x, UNET_T, ctx, y)
-    for n in UNET_PROBES + ('output_blocks.%d' % (len([k for k in probes if k.startswith('output')]) - 1),):
+    _, probes = r.unet(x, UNET_T, ctx, y)
+    n_out = sum(1 for k in probes if k.startswith('output_blocks.'))
+    for n in UNET_PROBES + ('output_blocks.%d' % (n_out - 1),):  # the last output block
         lines.append(fixture_line('%s.%s' % (name, n), probes[n]))
 
 
