@@ -1,13 +1,15 @@
 /*
  * comfy_extras/nodes_images.py's nodes that need no file format of their own:
  * RepeatImageBatch, ImageFromBatch, ImageAddNoise, GetImageSize, ImageRotate,
- * ImageFlip, ImageScaleToMaxDimension (ImageCrop is in nodes_image.c). Inputs,
- * outputs, titles and categories are ComfyUI's; the animated savers, SVG and
- * ImageStitch / ResizeAndPadImage are not implemented.
+ * ImageFlip, ImageScaleToMaxDimension, ResizeAndPadImage (ImageCrop is in nodes_image.c).
+ * Inputs, outputs, titles and categories are ComfyUI's; the animated savers, SVG and
+ * ImageStitch are not implemented.
  */
 #include <string.h>
 
+#include "alloc.h"
 #include "node_builtin.h"
+#include "node_imgops.h"
 #include "node_registry.h"
 #include "nodes_image.h"
 #include "pynum.h"
@@ -187,6 +189,49 @@ static int max_dim_run(struct node_ctx *c)
     return nodes__image_scale_to(c, img, w, h, node_in_str(c, "upscale_method"), 0);
 }
 
+/* ---- ResizeAndPadImage ------------------------------------------------------------------ */
+
+static const char *const pad_colors[] = {"white", "black", NULL};
+static const char *const pad_methods[] = {"area", "bicubic", "nearest-exact", "bilinear", "lanczos", NULL};
+
+/* Fit inside the target keeping the aspect (int() of the scaled sides), centred on a
+ * white or black canvas. */
+static int resize_pad_run(struct node_ctx *c)
+{
+    const struct value *img;
+    int rc = nodes__image_in(c, "image", &img);
+    if (rc < 0)
+        return rc;
+    int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
+    int64_t tw = node_in_int(c, "target_width"), th = node_in_int(c, "target_height");
+    if (H < 1 || W < 1 || tw < 1 || th < 1 || tw > MAX_RESOLUTION || th > MAX_RESOLUTION)
+        return node_fail(c, "ValueError", "cannot fit a %lldx%lld image into %lldx%lld", (long long)W,
+                         (long long)H, (long long)tw, (long long)th);
+    double sw = (double)tw / (double)W, sh = (double)th / (double)H, s = sw < sh ? sw : sh;
+    int64_t nw = (int64_t)((double)W * s), nh = (int64_t)((double)H * s);
+    struct value *out = node_new_image(c, B, th, tw, C);
+    if (!out)
+        return ERR_TOO_LARGE;
+    float *resized = xmalloc((size_t)(B * (nh > 0 ? nh : 1) * (nw > 0 ? nw : 1) * C) * sizeof *resized);
+    struct err e = {0};
+    if (node_img_resize(img->data, B, H, W, C, resized, nh, nw, node_in_str(c, "interpolation"), 0, &e) < 0) {
+        xfree(resized);
+        value_unref(out);
+        return node_fail(c, "RuntimeError", "%s", e.msg);
+    }
+    float pad = strcmp(node_in_str(c, "padding_color"), "black") ? 1.0f : 0.0f;
+    for (size_t i = 0; i < out->numel; i++)
+        out->data[i] = pad;
+    int64_t y0 = (th - nh) / 2, x0 = (tw - nw) / 2;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t y = 0; y < nh; y++)
+            memcpy(out->data + ((size_t)(b * th + y0 + y) * tw + x0) * C,
+                   resized + ((size_t)(b * nh + y) * nw) * C, (size_t)(nw * C) * sizeof(float));
+    xfree(resized);
+    node_set_output(c, 0, out);
+    return 0;
+}
+
 /* ---- declarations ----------------------------------------------------------------------- */
 
 static const struct node_output_def image_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
@@ -222,6 +267,15 @@ static const struct node_input_def flip_in[] = {
     {.name = "image", .type = "IMAGE"},
     {.name = "flip_method", .type = NODE_COMBO, .options = flips},
     NODE_INPUTS_END};
+static const struct node_input_def resize_pad_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "target_width", .type = "INT", .def = NODE_I(512), .min = NODE_I(1),
+     .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(1)},
+    {.name = "target_height", .type = "INT", .def = NODE_I(512), .min = NODE_I(1),
+     .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(1)},
+    {.name = "padding_color", .type = NODE_COMBO, .options = pad_colors},
+    {.name = "interpolation", .type = NODE_COMBO, .options = pad_methods},
+    NODE_INPUTS_END};
 static const struct node_input_def max_dim_in[] = {
     {.name = "image", .type = "IMAGE"},
     {.name = "upscale_method", .type = NODE_COMBO, .options = max_dim_methods},
@@ -238,6 +292,9 @@ const struct node_class nodes_image_from_batch = {
 const struct node_class nodes_image_add_noise = {
     .name = "ImageAddNoise", .category = "image", .python_module = MODULE,
     .inputs = add_noise_in, .outputs = image_out, .run = add_noise_run};
+const struct node_class nodes_resize_and_pad_image = {
+    .name = "ResizeAndPadImage", .category = "image/transform", .python_module = MODULE,
+    .inputs = resize_pad_in, .outputs = image_out, .run = resize_pad_run};
 const struct node_class nodes_get_image_size = {
     .name = "GetImageSize", .display_name = "Get Image Size", .category = "image", .python_module = MODULE,
     .description = "Returns width and height of the image, and passes it through unchanged.",
@@ -254,7 +311,8 @@ const struct node_class nodes_image_scale_to_max_dimension = {
 
 /* NODE_CLASS_MAPPINGS order. */
 static const struct node_class *const extras_classes[] = {
-    &nodes_repeat_image_batch, &nodes_image_from_batch, &nodes_image_add_noise, &nodes_get_image_size,
+    &nodes_repeat_image_batch, &nodes_image_from_batch, &nodes_image_add_noise, &nodes_resize_and_pad_image,
+    &nodes_get_image_size,
     &nodes_image_rotate,       &nodes_image_flip,       &nodes_image_scale_to_max_dimension};
 
 void nodes_image_extras_register(struct node_registry *r)

@@ -355,6 +355,30 @@ static void test_batch_transform(void)
        "ImageScaleToTotalPixels 100x50 at 0.01 MP -> 145x72");
     done(&r);
 
+    /* ResizeAndPadImage: 100x50 into 64x64 scales by 0.64 to 64x32, centred at y 16. */
+    set_in(&r, &nodes_resize_and_pad_image, "image", image_rand(1, 50, 100, 3, 30));
+    set_in(&r, &nodes_resize_and_pad_image, "target_width", value_new_int(64));
+    set_in(&r, &nodes_resize_and_pad_image, "target_height", value_new_int(64));
+    set_in(&r, &nodes_resize_and_pad_image, "padding_color", value_new_string("white"));
+    set_in(&r, &nodes_resize_and_pad_image, "interpolation", value_new_string("bilinear"));
+    o = go(&r, &nodes_resize_and_pad_image);
+    {
+        double *pl = xmalloc(5000 * sizeof *pl), *rs = xmalloc(64 * 32 * sizeof *rs), dmax = 0;
+        for (int i = 0; i < 5000; i++)
+            pl[i] = r.in[0]->data[i * 3 + 1]; /* green */
+        ref_interp("bilinear", pl, 50, 100, rs, 32, 64);
+        for (int y = 0; o && y < 64; y++)
+            for (int x = 0; x < 64; x++) {
+                double want = y >= 16 && y < 48 ? rs[(y - 16) * 64 + x] : 1.0;
+                dmax = fmax(dmax, fabs(o->data[(y * 64 + x) * 3 + 1] - want));
+            }
+        ok(o && o->shape[1] == 64 && o->shape[2] == 64 && dmax < 2e-6,
+           "ResizeAndPadImage 100x50 -> 64x64: bilinear 64x32 band on white (max diff %.2g)", dmax);
+        xfree(pl);
+        xfree(rs);
+    }
+    done(&r);
+
     /* ImageAddNoise: clip(image + strength * torch.randn(size, seed)). */
     set_in(&r, &nodes_image_add_noise, "image", image_rand(1, 4, 5, 3, 10));
     set_in(&r, &nodes_image_add_noise, "seed", value_new_u64(UINT64_MAX));
