@@ -16,7 +16,8 @@
 //   - bad input twins (issue 13): the refiner's UNet with the base's conditioning and the
 //     base's UNet with the refiner's are KSampler errors naming the model type and widths;
 //     an SD1.5 LoRA (kohya names, written here) loads on the SD1.5 model and is a
-//     LoraLoader error naming the SDXL model on the SDXL one; the server goes on.
+//     LoraLoader error naming the SDXL model on the SDXL one, and an SDXL LoRA the reverse;
+//     the server goes on.
 // Skips when gen_ckpt or the model nodes are not built.
 "use strict";
 const { describe, it, before, after } = require("node:test");
@@ -94,6 +95,21 @@ function writeSd15Lora(file) {
   writeSafetensors(file, t);
 }
 
+// And the reverse: an SDXL LoRA (kohya's LDM names) for the tiny SDXL: level 1's attn2.to_k
+// reading the 128-wide context, label_emb, a bigG MLP layer (lora_te2_).
+function writeSdxlLora(file) {
+  const w = (i) => Math.cos(0.07 * i + 0.1) * 0.05, t = {};
+  const mod = (name, out, inp) => {
+    t[`${name}.lora_down.weight`] = [[4, inp], w];
+    t[`${name}.lora_up.weight`] = [[out, 4], w];
+    t[`${name}.alpha`] = [[], () => 4];
+  };
+  mod("lora_unet_input_blocks_4_1_transformer_blocks_0_attn2_to_k", 64, 128);
+  mod("lora_unet_label_emb_0_0", 128, 64 + 6 * 256);
+  mod("lora_te2_text_model_encoder_layers_0_mlp_fc1", 256, 64);
+  writeSafetensors(file, t);
+}
+
 function savedPixels(srv, h) {
   const img = h.outputs["9"].images[0];
   return L.decodePng(fs.readFileSync(path.join(srv.dir, "output", img.subfolder, img.filename))).pixels;
@@ -111,6 +127,7 @@ describe("SDXL base end to end", () => {
         genCkpt(path.join(ck, "tiny.safetensors"));
         genCkpt(path.join(ck, "refiner.safetensors"), "--arch", "sdxl-refiner", "--dtype", "f16");
         writeSd15Lora(path.join(dir, "models", "loras", "sd15_lora.safetensors"));
+        writeSdxlLora(path.join(dir, "models", "loras", "sdxl_lora.safetensors"));
       },
     });
     const info = (await L.request(S, "GET", "/object_info")).json();
@@ -261,7 +278,7 @@ describe("SDXL base end to end", () => {
     assert.equal(ok.status.status_str, "success", "the server goes on");
   });
 
-  it("bad input twins: refiner vs base conditioning, an SD1.5 LoRA on SDXL", async (t) => {
+  it("bad input twins: refiner vs base conditioning, SD1.5 and SDXL LoRAs on each other", async (t) => {
     if (skip) { t.skip(skip); return; }
     const loader = (ckpt) => ({ class_type: "CheckpointLoaderSimple", inputs: { ckpt_name: ckpt } });
     const failsAt = (h, node, re) => {
@@ -280,10 +297,10 @@ describe("SDXL base end to end", () => {
       extra: { 10: loader("refiner.safetensors") } })), "3",
     /this SDXL model needs 128-wide conditioning, got 64/);
     // An SD1.5 LoRA: fine on the SD1.5 model, a LoraLoader error naming SDXL on the SDXL one.
-    const withLora = (prefix, ckpt) => {
+    const withLora = (prefix, ckpt, lora = "sd15_lora.safetensors") => {
       const w = workflow(prefix, { ckpt, clip: ["11", 1] });
       w[11] = { class_type: "LoraLoader", inputs: { model: ["4", 0], clip: ["4", 1],
-        lora_name: "sd15_lora.safetensors", strength_model: 1, strength_clip: 1 } };
+        lora_name: lora, strength_model: 1, strength_clip: 1 } };
       w[3].inputs.model = ["11", 0];
       return w;
     };
@@ -291,6 +308,11 @@ describe("SDXL base end to end", () => {
     assert.equal(sd15.status.status_str, "success", JSON.stringify(sd15.status));
     failsAt(await runToEnd(S, withLora("lora_sdxl", "sdxl.safetensors")), "11",
       /sd15_lora\.safetensors.*SDXL model.*another model type/);
+    // The reverse: the SDXL LoRA patches the SDXL model and is refused by the SD1.5 one.
+    const xl = await runToEnd(S, withLora("lora_xl_ok", "sdxl.safetensors", "sdxl_lora.safetensors"));
+    assert.equal(xl.status.status_str, "success", JSON.stringify(xl.status));
+    failsAt(await runToEnd(S, withLora("lora_xl_sd15", "tiny.safetensors", "sdxl_lora.safetensors")), "11",
+      /sdxl_lora\.safetensors.*SD1\.5 model.*another model type/);
     const ok = await runToEnd(S, workflow("after_twins"));
     assert.equal(ok.status.status_str, "success", "the server goes on");
   });
