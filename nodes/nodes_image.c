@@ -18,6 +18,7 @@
 #include "node_imgops.h"
 #include "node_registry.h"
 #include "nodes_image.h"
+#include "node_preview.h"
 #include "pynum.h"
 
 #define MAX_RESOLUTION NODES_IMAGE_MAX_RESOLUTION
@@ -220,10 +221,9 @@ static void expand_prefix(const char *prefix, int w, int h, struct buf *out)
 
 static const char batch_tok[] = "%batch_num%";
 
-static int save_images(struct node_ctx *c, const char *base, const char *prefix, const char *type,
-                       int level)
+static int save_images(struct node_ctx *c, const struct value *img, const char *base,
+                       const char *prefix, const char *type, int level)
 {
-    const struct value *img = node_in(c, "images");
     int rc = check_image(c, img, "images");
     if (rc < 0)
         return rc;
@@ -312,13 +312,14 @@ out:
 
 static int save_image_run(struct node_ctx *c)
 {
-    return save_images(c, c->env->output_dir, node_in_str(c, "filename_prefix"), "output", 4);
+    return save_images(c, node_in(c, "images"), c->env->output_dir,
+                       node_in_str(c, "filename_prefix"), "output", 4);
 }
 
 /* ComfyUI's alphabet has no 'w' and two 'p's (a quirk kept for fidelity). */
 static const char preview_alphabet[] = "abcdefghijklmnopqrstupvxyz";
 
-static int preview_image_run(struct node_ctx *c)
+int nodes__preview_images(struct node_ctx *c, const struct value *img)
 {
     void **slot = node_instance(c);
     if (!*slot) {
@@ -335,7 +336,12 @@ static int preview_image_run(struct node_ctx *c)
     }
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "ComfyUI_temp_%s", (const char *)*slot);
-    return save_images(c, c->env->temp_dir, prefix, "temp", 1);
+    return save_images(c, img, c->env->temp_dir, prefix, "temp", 1);
+}
+
+static int preview_image_run(struct node_ctx *c)
+{
+    return nodes__preview_images(c, node_in(c, "images"));
 }
 
 static const struct node_input_def save_image_in[] = {

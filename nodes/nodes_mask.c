@@ -13,6 +13,7 @@
 #include "node_builtin.h"
 #include "node_registry.h"
 #include "nodes_mask.h"
+#include "node_preview.h"
 #include "sd_latent_util.h"
 
 #define MAX_RESOLUTION 16384
@@ -396,12 +397,43 @@ MASK_NODE(nodes_feather_mask, "FeatherMask", NULL, feather_in, mask_out, feather
 MASK_NODE(nodes_grow_mask, "GrowMask", NULL, grow_in, mask_out, grow_run);
 MASK_NODE(nodes_threshold_mask, "ThresholdMask", NULL, threshold_in, mask_out, threshold_run);
 
+/* ---- MaskPreview ---- */
+
+/* MaskPreview (a SaveImage subclass): the mask as a grey 3-channel image, previewed. */
+static int mask_preview_run(struct node_ctx *c)
+{
+    MASK_OR_FAIL("mask");
+    /* reshape(-1, 1, H, W).movedim(1, -1).expand(-1, -1, -1, 3) */
+    struct value *img = node_new_image(c, b, h, w, 3);
+    if (!img)
+        return ERR_TOO_LARGE;
+    for (size_t k = 0; k < m->numel; k++)
+        img->data[3 * k] = img->data[3 * k + 1] = img->data[3 * k + 2] = m->data[k];
+    rc = nodes__preview_images(c, img);
+    value_unref(img);
+    return rc;
+}
+
+static const struct node_input_def mask_preview_in[] = {
+    {.name = "mask", .type = "MASK"},
+    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},
+    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN},
+    NODE_INPUTS_END};
+static const struct node_output_def no_outputs[] = {NODE_OUTPUTS_END};
+
+const struct node_class nodes_mask_preview = {
+    .name = "MaskPreview", .category = "mask", .python_module = NODES_MASK_MODULE,
+    .description = "Saves the input images to your ComfyUI output directory.",
+    .flags = NODE_CLASS_OUTPUT, .inputs = mask_preview_in, .outputs = no_outputs,
+    .run = mask_preview_run, .instance_free = xfree};
+
 /* NODE_CLASS_MAPPINGS order of nodes_mask.py. */
 static const struct node_class *const mask_classes[] = {
     &nodes_latent_composite_masked, &nodes_image_composite_masked, &nodes_mask_to_image,
     &nodes_image_to_mask,           &nodes_image_color_to_mask,    &nodes_solid_mask,
     &nodes_invert_mask,             &nodes_crop_mask,              &nodes_mask_composite,
-    &nodes_feather_mask,            &nodes_grow_mask,              &nodes_threshold_mask};
+    &nodes_feather_mask,            &nodes_grow_mask,              &nodes_threshold_mask,
+    &nodes_mask_preview};
 
 void nodes_mask_register(struct node_registry *r)
 {

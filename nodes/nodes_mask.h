@@ -36,5 +36,6 @@ extern const struct node_class nodes_mask_composite;
 extern const struct node_class nodes_feather_mask;
 extern const struct node_class nodes_grow_mask;
 extern const struct node_class nodes_threshold_mask;
+extern const struct node_class nodes_mask_preview;
 
 #endif

@@ -2,14 +2,19 @@
  * test_nodes_mask — ComfyUI's nodes_mask.py nodes (nodes/nodes_mask*.c) run
  * directly on small hand-checked masks and images, including its quirks
  * (FeatherMask's right edge starting at column 0, half-to-even rounding in
- * the boolean MaskComposite operations, masks of another size resized).
+ * the boolean MaskComposite operations, masks of another size resized), and
+ * MaskPreview's saved preview.
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "harness.h"
 #include "node_registry.h"
+#include "node_imageio.h"
 #include "node_run.h"
 #include "nodes_mask.h"
 #include "sd_types.h"
@@ -224,6 +229,42 @@ static void test_composites(void)
     done(&r);
 }
 
+/* MaskPreview: the mask as grey RGB, PreviewImage's PNG (255·v truncated) in the temp folder. */
+static void test_mask_preview(void)
+{
+    char dir[] = "/tmp/test_mask_preview.XXXXXX";
+    if (!mkdtemp(dir))
+        PANIC("mkdtemp");
+    env.temp_dir = dir;
+    const float v[2 * 2 * 3] = {0, 0.25f, 0.5f, 0.75f, 1.0f, 0.999f, 1, 1, 0, 0, 0.1f, 0.2f};
+    struct run r = {0};
+    set_in(&r, &nodes_mask_preview, "mask", mask_of(2, 2, 3, v));
+    void *slot = NULL; /* the executor's per-instance slot */
+    node_ctx_init(&r.c, &nodes_mask_preview, "1", &env, r.in, r.out);
+    r.c.instance = &slot;
+    r.rc = nodes_mask_preview.run(&r.c);
+    int good = r.rc == 0 && r.c.n_ui_images == 2;
+    for (int b = 0; good && b < 2; b++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, r.c.ui_images[b].filename);
+        struct node_image_file f = {0};
+        struct err e = {0};
+        good = node_image_load(path, &f, &e) == 0 && f.frames[0].w == 3 && f.frames[0].h == 2 &&
+               f.frames[0].c == 3 && !strcmp(r.c.ui_images[b].type, "temp") &&
+               !strncmp(r.c.ui_images[b].filename, "ComfyUI_temp_", 13);
+        for (int k = 0; good && k < 6; k++)
+            for (int ch = 0; ch < 3; ch++)
+                good &= f.frames[0].px[3 * k + ch] == (uint8_t)(int)(255.0f * v[b * 6 + k]);
+        node_image_file_release(&f);
+        unlink(path);
+    }
+    ok(good, "MaskPreview saves each mask as a grey PNG preview (temp, ComfyUI_temp_ prefix)");
+    done(&r);
+    xfree(slot);
+    rmdir(dir);
+    env.temp_dir = NULL;
+}
+
 int main(void)
 {
     long live = alloc_live_count();
@@ -232,6 +273,7 @@ int main(void)
     test_mask_composite();
     test_feather_grow();
     test_composites();
+    test_mask_preview();
     ok(alloc_live_count() == live, "no allocation left live (%ld)", alloc_live_count() - live);
     return harness_done();
 }
