@@ -2,7 +2,7 @@
  * nodes_image — ComfyUI's image nodes that need no model, in three files:
  * nodes.py's (nodes_image.c: LoadImage, SaveImage, ImageScale, ...),
  * comfy_extras/nodes_images.py's (nodes_image_extras.c: RepeatImageBatch,
- * ImageFromBatch, ImageAddNoise, ResizeAndPadImage, GetImageSize, ImageRotate,
+ * ImageFromBatch, ImageAddNoise, ImageStitch, ResizeAndPadImage, GetImageSize, ImageRotate,
  * ImageFlip, ImageScaleToMaxDimension; ImageCrop lives with nodes.py's) and
  * comfy_extras/nodes_post_processing.py's (nodes_image_post.c: ImageBlend,
  * ImageBlur, ImageSharpen, ImageScaleToTotalPixels; not ImageQuantize) and
@@ -41,6 +41,7 @@ int nodes__image_scale_to(struct node_ctx *c, const struct value *img, int64_t w
 extern const struct node_class nodes_repeat_image_batch;
 extern const struct node_class nodes_image_from_batch;
 extern const struct node_class nodes_image_add_noise;
+extern const struct node_class nodes_image_stitch;
 extern const struct node_class nodes_resize_and_pad_image;
 extern const struct node_class nodes_get_image_size;
 extern const struct node_class nodes_image_rotate;

@@ -2,8 +2,8 @@
  * comfy_extras/nodes_images.py's nodes that need no file format of their own:
  * RepeatImageBatch, ImageFromBatch, ImageAddNoise, GetImageSize, ImageRotate,
  * ImageFlip, ImageScaleToMaxDimension, ResizeAndPadImage (ImageCrop is in nodes_image.c).
- * Inputs, outputs, titles and categories are ComfyUI's; the animated savers, SVG and
- * ImageStitch are not implemented.
+ * ImageStitch. Inputs, outputs, titles and categories are ComfyUI's; the animated
+ * savers and SVG are not implemented.
  */
 #include <string.h>
 
@@ -232,6 +232,116 @@ static int resize_pad_run(struct node_ctx *c)
     return 0;
 }
 
+/* ---- ImageStitch ------------------------------------------------------------------------ */
+
+static const char *const stitch_dirs[] = {"right", "down", "left", "up", NULL};
+static const char *const stitch_colors[] = {"white", "black", "red", "green", "blue", NULL};
+
+/*
+ * One stitched part as a [B, H, W, C] buffer: sample b of src is min(b, sb - 1) (the
+ * last image repeats), placed at (y0, x0) on a canvas of `pad`, channels past the
+ * source's filled with 1 (ComfyUI pads space first, then appends ones).
+ */
+static float *stitch_part(const float *src, int64_t sb, int64_t h, int64_t w, int64_t c, int64_t B,
+                          int64_t H, int64_t W, int64_t C, int64_t y0, int64_t x0, float pad)
+{
+    float *out = xmalloc((size_t)(B * H * W * C) * sizeof *out);
+    for (int64_t b = 0; b < B; b++) {
+        const float *s = src + (size_t)((b < sb ? b : sb - 1) * h * w * c);
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++) {
+                int inside = y >= y0 && y < y0 + h && x >= x0 && x < x0 + w;
+                float *o = out + ((size_t)(b * H + y) * W + x) * C;
+                for (int64_t k = 0; k < C; k++)
+                    o[k] = k >= c ? 1.0f : inside ? s[((y - y0) * w + (x - x0)) * c + k] : pad;
+            }
+    }
+    return out;
+}
+
+static int stitch_run(struct node_ctx *c)
+{
+    const struct value *a, *b = node_in(c, "image2");
+    int rc = nodes__image_in(c, "image1", &a);
+    if (rc < 0)
+        return rc;
+    if (!b) {
+        node_set_output(c, 0, value_ref((struct value *)a));
+        return 0;
+    }
+    if ((rc = nodes__image_in(c, "image2", &b)) < 0)
+        return rc;
+    const char *dir = node_in_str(c, "direction"), *color = node_in_str(c, "spacing_color");
+    int horiz = !strcmp(dir, "left") || !strcmp(dir, "right"), second_first = !strcmp(dir, "left") || !strcmp(dir, "up");
+    int64_t B = a->shape[0] > b->shape[0] ? a->shape[0] : b->shape[0];
+    int64_t h1 = a->shape[1], w1 = a->shape[2], c1 = a->shape[3];
+    int64_t h2 = b->shape[1], w2 = b->shape[2], c2 = b->shape[3];
+    const float *d2 = b->data;
+    float *resized = NULL;
+    struct err e = {0};
+    if (node_in_bool(c, "match_image_size")) {
+        /* image2 to image1's height (or width), aspect kept with int(), lanczos */
+        double aspect = (double)w2 / (double)h2;
+        int64_t th = horiz ? h1 : (int64_t)((double)w1 / aspect), tw = horiz ? (int64_t)((double)h1 * aspect) : w1;
+        resized = xmalloc((size_t)(b->shape[0] * (th > 0 ? th : 1) * (tw > 0 ? tw : 1) * c2) * sizeof *resized);
+        if (node_img_resize(b->data, b->shape[0], h2, w2, c2, resized, th, tw, "lanczos", 0, &e) < 0) {
+            xfree(resized);
+            return node_fail(c, "RuntimeError", "%s", e.msg);
+        }
+        d2 = resized;
+        h2 = th;
+        w2 = tw;
+    }
+    /* "white"/"black" pad with their value; the colours pad space with 0 */
+    float pad = !strcmp(color, "white") ? 1.0f : 0.0f;
+    int64_t C = c1 > c2 ? c1 : c2;
+    int64_t H = horiz ? (h1 > h2 ? h1 : h2) : 0, W = horiz ? 0 : (w1 > w2 ? w1 : w2);
+    int64_t ph1 = horiz ? H : h1, pw1 = horiz ? w1 : W, ph2 = horiz ? H : h2, pw2 = horiz ? w2 : W;
+    float *p1 = stitch_part(a->data, a->shape[0], h1, w1, c1, B, ph1, pw1, C, (ph1 - h1) / 2, (pw1 - w1) / 2, pad);
+    float *p2 = stitch_part(d2, b->shape[0], h2, w2, c2, B, ph2, pw2, C, (ph2 - h2) / 2, (pw2 - w2) / 2, pad);
+    xfree(resized);
+    int64_t sw = node_in_int(c, "spacing_width");
+    sw = sw < 0 ? 0 : sw + sw % 2;
+    /* spacing: the colour in its channels (white/black in the first three), alpha 1 */
+    float sp[4] = {0, 0, 0, 0};
+    if (!strcmp(color, "red") || !strcmp(color, "green") || !strcmp(color, "blue"))
+        sp[color[0] == 'r' ? 0 : color[0] == 'g' ? 1 : 2] = 1.0f;
+    else
+        sp[0] = sp[1] = sp[2] = pad;
+    if (C == 4)
+        sp[3] = 1.0f;
+    int64_t OH = horiz ? H : h1 + sw + h2, OW = horiz ? w1 + sw + w2 : W;
+    struct value *out = node_new_image(c, B, OH, OW, C);
+    if (!out) {
+        xfree(p1);
+        xfree(p2);
+        return ERR_TOO_LARGE;
+    }
+    const float *first = second_first ? p2 : p1, *second = second_first ? p1 : p2;
+    int64_t fh = second_first ? ph2 : ph1, fw = second_first ? pw2 : pw1;
+    int64_t shh = second_first ? ph1 : ph2, sww = second_first ? pw1 : pw2;
+    for (int64_t n = 0; n < B; n++)
+        for (int64_t y = 0; y < OH; y++)
+            for (int64_t x = 0; x < OW; x++) {
+                float *o = out->data + ((size_t)(n * OH + y) * OW + x) * C;
+                int64_t t = horiz ? x : y; /* position along the concatenation */
+                int64_t l1 = horiz ? fw : fh;
+                if (t < l1) {
+                    memcpy(o, first + ((size_t)(n * fh + y) * fw + x) * C, (size_t)C * sizeof(float));
+                } else if (t < l1 + sw) {
+                    for (int64_t k = 0; k < C; k++)
+                        o[k] = k < 4 ? sp[k] : 0.0f;
+                } else {
+                    int64_t yy = horiz ? y : y - l1 - sw, xx = horiz ? x - l1 - sw : x;
+                    memcpy(o, second + ((size_t)(n * shh + yy) * sww + xx) * C, (size_t)C * sizeof(float));
+                }
+            }
+    xfree(p1);
+    xfree(p2);
+    node_set_output(c, 0, out);
+    return 0;
+}
+
 /* ---- declarations ----------------------------------------------------------------------- */
 
 static const struct node_output_def image_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
@@ -267,6 +377,15 @@ static const struct node_input_def flip_in[] = {
     {.name = "image", .type = "IMAGE"},
     {.name = "flip_method", .type = NODE_COMBO, .options = flips},
     NODE_INPUTS_END};
+static const struct node_input_def stitch_in[] = {
+    {.name = "image1", .type = "IMAGE"},
+    {.name = "direction", .type = NODE_COMBO, .options = stitch_dirs, .def_str = "right"},
+    {.name = "match_image_size", .type = "BOOLEAN", .def_bool = 1, .has_def_bool = 1},
+    {.name = "spacing_width", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(1024),
+     .step = NODE_I(2)},
+    {.name = "spacing_color", .type = NODE_COMBO, .options = stitch_colors, .def_str = "white"},
+    {.name = "image2", .type = "IMAGE", .group = NODE_INPUT_OPTIONAL},
+    NODE_INPUTS_END};
 static const struct node_input_def resize_pad_in[] = {
     {.name = "image", .type = "IMAGE"},
     {.name = "target_width", .type = "INT", .def = NODE_I(512), .min = NODE_I(1),
@@ -292,6 +411,12 @@ const struct node_class nodes_image_from_batch = {
 const struct node_class nodes_image_add_noise = {
     .name = "ImageAddNoise", .category = "image", .python_module = MODULE,
     .inputs = add_noise_in, .outputs = image_out, .run = add_noise_run};
+const struct node_class nodes_image_stitch = {
+    .name = "ImageStitch", .display_name = "Image Stitch", .category = "image/transform",
+    .python_module = MODULE,
+    .description = "\nStitches image2 to image1 in the specified direction.\nIf image2 is not provided, "
+                   "returns image1 unchanged.\nOptional spacing can be added between images.\n",
+    .inputs = stitch_in, .outputs = image_out, .run = stitch_run};
 const struct node_class nodes_resize_and_pad_image = {
     .name = "ResizeAndPadImage", .category = "image/transform", .python_module = MODULE,
     .inputs = resize_pad_in, .outputs = image_out, .run = resize_pad_run};
@@ -311,7 +436,8 @@ const struct node_class nodes_image_scale_to_max_dimension = {
 
 /* NODE_CLASS_MAPPINGS order. */
 static const struct node_class *const extras_classes[] = {
-    &nodes_repeat_image_batch, &nodes_image_from_batch, &nodes_image_add_noise, &nodes_resize_and_pad_image,
+    &nodes_repeat_image_batch, &nodes_image_from_batch, &nodes_image_add_noise, &nodes_image_stitch,
+    &nodes_resize_and_pad_image,
     &nodes_get_image_size,
     &nodes_image_rotate,       &nodes_image_flip,       &nodes_image_scale_to_max_dimension};
 

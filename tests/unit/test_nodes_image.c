@@ -355,6 +355,54 @@ static void test_batch_transform(void)
        "ImageScaleToTotalPixels 100x50 at 0.01 MP -> 145x72");
     done(&r);
 
+    /* ImageStitch right, sizes kept: image1 padded to the taller height (red pads with 0),
+     * the 3-wide spacing made even (4), red; image2's single sample repeated. */
+    set_in(&r, &nodes_image_stitch, "image1", image_rand(2, 2, 3, 3, 31));
+    set_in(&r, &nodes_image_stitch, "image2", image_rand(1, 4, 2, 3, 32));
+    set_in(&r, &nodes_image_stitch, "direction", value_new_string("right"));
+    set_in(&r, &nodes_image_stitch, "match_image_size", value_new_bool(0));
+    set_in(&r, &nodes_image_stitch, "spacing_width", value_new_int(3));
+    set_in(&r, &nodes_image_stitch, "spacing_color", value_new_string("red"));
+    o = go(&r, &nodes_image_stitch);
+    int good = o && o->shape[0] == 2 && o->shape[1] == 4 && o->shape[2] == 9 && o->shape[3] == 3;
+    for (int b = 0; good && b < 2; b++)
+        for (int y = 0; y < 4; y++)
+            for (int x = 0; x < 9; x++)
+                for (int k = 0; k < 3; k++) {
+                    float want;
+                    if (x < 3)
+                        want = y >= 1 && y < 3 ? r.in[0]->data[((b * 2 + y - 1) * 3 + x) * 3 + k] : 0.0f;
+                    else if (x < 7)
+                        want = k == 0 ? 1.0f : 0.0f;
+                    else
+                        want = r.in[5]->data[(y * 2 + x - 7) * 3 + k];
+                    good &= o->data[((b * 4 + y) * 9 + x) * 3 + k] == want;
+                }
+    ok(good, "ImageStitch right: image1 centred on 0, 4 red columns, image2 repeated over the batch");
+    done(&r);
+    /* up, sizes matched: image2 (2x4, aspect 2) to image1's width 6, height int(6 / 2), lanczos, on top. */
+    set_in(&r, &nodes_image_stitch, "image1", image_rand(1, 4, 6, 3, 33));
+    set_in(&r, &nodes_image_stitch, "image2", image_rand(1, 2, 4, 3, 34));
+    set_in(&r, &nodes_image_stitch, "direction", value_new_string("up"));
+    set_in(&r, &nodes_image_stitch, "match_image_size", value_new_bool(1));
+    set_in(&r, &nodes_image_stitch, "spacing_width", value_new_int(0));
+    set_in(&r, &nodes_image_stitch, "spacing_color", value_new_string("white"));
+    o = go(&r, &nodes_image_stitch);
+    float top[3 * 6 * 3];
+    node_img_resize(r.in[5]->data, 1, 2, 4, 3, top, 3, 6, "lanczos", 0, NULL);
+    ok(o && o->shape[1] == 7 && o->shape[2] == 6 && !memcmp(o->data, top, sizeof top) &&
+           !memcmp(o->data + 3 * 6 * 3, r.in[0]->data, 4 * 6 * 3 * sizeof(float)),
+       "ImageStitch up, matched: image2 resized to 6x3 above image1");
+    done(&r);
+    set_in(&r, &nodes_image_stitch, "image1", image_rand(1, 2, 2, 3, 35));
+    set_in(&r, &nodes_image_stitch, "direction", value_new_string("left"));
+    set_in(&r, &nodes_image_stitch, "match_image_size", value_new_bool(1));
+    set_in(&r, &nodes_image_stitch, "spacing_width", value_new_int(0));
+    set_in(&r, &nodes_image_stitch, "spacing_color", value_new_string("white"));
+    o = go(&r, &nodes_image_stitch);
+    ok(o == r.in[0], "ImageStitch without image2 returns image1");
+    done(&r);
+
     /* ResizeAndPadImage: 100x50 into 64x64 scales by 0.64 to 64x32, centred at y 16. */
     set_in(&r, &nodes_resize_and_pad_image, "image", image_rand(1, 50, 100, 3, 30));
     set_in(&r, &nodes_resize_and_pad_image, "target_width", value_new_int(64));
