@@ -13,6 +13,8 @@ tests/fixtures/models/, which are committed so CI needs no Python:
     build/gen_ckpt --arch sdxl-refiner --tiny /tmp/refiner.safetensors
     /usr/bin/python3 tools/reference_sdxl.py tokenizer
     /usr/bin/python3 tools/reference_sdxl.py models /tmp/sdxl.safetensors /tmp/refiner.safetensors
+    build/gen_ckpt --arch sdxl --tiny --dtype f16 /tmp/sdxl16.safetensors
+    /usr/bin/python3 tools/reference_sdxl.py txt2img /tmp/sdxl16.safetensors
 
 The tokenizer section needs only the standard library.
 """
@@ -323,11 +325,84 @@ def cmd_models(base_path, refiner_path):
     print('wrote %d fixture lines' % len(lines))
 
 
+# ---------------------------------------------------------------- a whole txt2img (§0, sd15 §5-§7)
+
+TXT2IMG = {'seed': 5, 'steps': 3, 'cfg': 8.0, 'sampler': 'euler', 'scheduler': 'normal',
+           'width': 64, 'height': 64, 'positive': 'a (glass:1.2) bottle', 'negative': 'text, watermark'}
+
+
+def cmd_txt2img(path):
+    """ComfyUI's default graph on the tiny SDXL (the e2e's sdxl.safetensors, f16): CLIPTextEncode
+    x2, EmptyLatentImage, KSampler (euler, normal), VAEDecode, SaveImage's 8-bit pixels. The
+    sampler runs in float32 as ComfyUI's does; the UNet and VAE in float64, cast to float32."""
+    import base64
+    import numpy as np
+    torch = __import__('torch')
+    f32 = torch.float32
+    r = RefXL(path)
+    tok = Tokenizer()
+    P = TXT2IMG
+    h, w = P['height'] // 8, P['width'] // 8
+    conds = []
+    for text in (P['positive'], P['negative']):
+        cl, _ = r.encode('l', tokenize_prompt(tok, text, pad=PAD_L))
+        cg, pooled = r.encode('g', tokenize_prompt(tok, text, pad=PAD_G))
+        sizes = (P['height'], P['width'], 0, 0, P['height'], P['width'])  # §5.2: latent x 8
+        conds.append((torch.cat([cl, cg], 2), r.adm(pooled, sizes)[None]))
+    # sd15 §5.1-5.2: the sigma table, timestep(sigma) and sigma(t)
+    i = torch.arange(1000, dtype=torch.float64)
+    betas = (0.00085 ** 0.5 + i * (0.012 ** 0.5 - 0.00085 ** 0.5) / 999) ** 2
+    ac = torch.cumprod(1 - betas, 0)
+    sig64 = ((1 - ac) / ac) ** 0.5
+    log_sigmas = sig64.log().to(f32)
+    sigma_max, sigma_min = sig64[-1].to(f32), sig64[0].to(f32)
+
+    def timestep(sigma):
+        return float((sigma.log() - log_sigmas).abs().argmin())
+
+    def sigma_of(t):
+        t = t.clamp(0, 999)
+        lo, hi = int(t.floor()), int(t.ceil())
+        wt = t - t.floor()
+        return ((1 - wt) * log_sigmas[lo] + wt * log_sigmas[hi]).exp()
+
+    ts = torch.linspace(timestep(sigma_max), timestep(sigma_min), P['steps'], dtype=f32)  # normal
+    sigmas = torch.stack([sigma_of(t) for t in ts] + [torch.tensor(0.0, dtype=f32)])
+    # sd15 §6.1: one CPU randn draw after seeding; §5.4: x = n * sqrt(1 + s0^2) (max denoise)
+    torch.manual_seed(P['seed'])
+    noise = torch.randn([1, 4, h, w], dtype=f32)
+    x = noise * torch.sqrt(1.0 + sigmas[0] ** 2)
+
+    def denoise(x, sigma, cond):
+        xc = x / (sigma ** 2 + 1.0) ** 0.5  # sd15 §3.9
+        eps, _ = r.unet(xc.double(), [timestep(sigma)], cond[0], cond[1])
+        return x - eps.to(f32) * sigma
+
+    for k in range(P['steps']):  # euler with CFG (sd15 §5.3, §5.7)
+        s, sn = sigmas[k], sigmas[k + 1]
+        pos, neg = denoise(x, s, conds[0]), denoise(x, s, conds[1])
+        den = neg + (pos - neg) * torch.tensor(P['cfg'], dtype=f32)
+        d = (x - den) / s
+        x = x + d * (sn - s)
+    z = x / torch.tensor(SCALE, dtype=f32)
+    img, _ = r.decode(z.double())
+    img = torch.clamp((img.to(f32) + 1.0) / 2.0, 0.0, 1.0)  # VAEDecode's process_output
+    px = np.clip(img[0].permute(1, 2, 0).numpy() * 255.0, 0, 255).astype(np.uint8)  # SaveImage
+    out = dict(P, pixels_rgb_b64=base64.b64encode(px.tobytes()).decode('ascii'),
+               note='tools/reference_sdxl.py txt2img <gen_ckpt --arch sdxl --tiny --dtype f16>')
+    with open(os.path.join(FIX, 'sdxl_txt2img_expected.json'), 'w') as f:
+        json.dump(out, f, indent=1)
+        f.write('\n')
+    print('sigmas', [float(v) for v in sigmas], 'mean pixel', float(px.mean()))
+
+
 if __name__ == '__main__':
     if len(sys.argv) >= 2 and sys.argv[1] == 'tokenizer':
         cmd_tokenizer()
     elif len(sys.argv) >= 4 and sys.argv[1] == 'models':
         cmd_models(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 3 and sys.argv[1] == 'txt2img':
+        cmd_txt2img(sys.argv[2])
     else:
         print(__doc__)
         sys.exit(2)

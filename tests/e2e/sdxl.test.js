@@ -5,6 +5,7 @@
 //   - ComfyUI's default workflow on the SDXL file (64x64, 3 steps) succeeds: CLIPTextEncode
 //     runs both encoders, KSampler feeds the UNet its ADM vector, VAEDecode saves an image
 //     with varying pixels; the same seed gives the same pixels again, another seed others;
+//     its pixels match tools/reference_sdxl.py's float64 txt2img (sdxl_txt2img_expected.json);
 //   - CLIPSetLastLayer(-1) changes an SDXL image (it is not a no-op there, sdxl.md §4.6);
 //   - SD1.5 conditioning into the SDXL model fails KSampler with an execution_error naming
 //     the pooled width it needs, and the server goes on.
@@ -155,6 +156,31 @@ describe("SDXL base end to end", () => {
     assert.ok(new Set(pa).size > 8, "the image is not flat");
     assert.ok(pa.equals(pb), "same seed, same pixels");
     assert.ok(!pa.equals(pc), "another seed, other pixels");
+  });
+
+  it("the default workflow's pixels match the float64 reference (tools/reference_sdxl.py txt2img)", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const ref = JSON.parse(fs.readFileSync(path.join(__dirname, "..", "fixtures", "models",
+      "sdxl_txt2img_expected.json"), "utf8"));
+    const w = workflow("sdxl_ref", { seed: ref.seed });
+    Object.assign(w[3].inputs, { steps: ref.steps, cfg: ref.cfg, sampler_name: ref.sampler,
+      scheduler: ref.scheduler });
+    Object.assign(w[5].inputs, { width: ref.width, height: ref.height });
+    Object.assign(w[6].inputs, { text: ref.positive });
+    Object.assign(w[7].inputs, { text: ref.negative });
+    const h = await runToEnd(S, w);
+    assert.equal(h.status.status_str, "success", JSON.stringify(h.status));
+    const got = savedPixels(S, h), want = Buffer.from(ref.pixels_rgb_b64, "base64");
+    assert.equal(got.length, want.length);
+    let worst = 0, exact = 0;
+    for (let i = 0; i < got.length; i++) {
+      const d = Math.abs(got[i] - want[i]);
+      worst = Math.max(worst, d);
+      if (d === 0) exact++;
+    }
+    // 8-bit truncation turns float differences near a step into 1: allow those, no more.
+    t.diagnostic(`worst ${worst}, ${exact} of ${got.length} exact`);
+    assert.ok(worst <= 1 && exact >= 0.995 * got.length, `worst ${worst}, ${exact} of ${got.length} exact`);
   });
 
   it("CLIPSetLastLayer(-1) is not the SDXL default", async (t) => {
