@@ -4,7 +4,9 @@
  * ControlNet (tools/ckpt_gen, the real control_model.* layout at gen_ckpt --tiny
  * widths) gives residuals equal to the reference's; the UNet with those residuals at
  * two strengths equals the reference UNet with them; strength 0 residuals leave the
- * UNet's output bit-identical; chained residuals add. Loading: the three namings, the
+ * UNet's output bit-identical; chained residuals add; the UNet with FreeU / FreeU_V2
+ * patched into its output blocks (unet_eval_patched) equals the reference with
+ * nodes_freelunch.py's patch written here (full 2-D DFT, fftshift-ed box). Loading: the three namings, the
  * family from the shapes (SDXL's too), a diff ControlNet adds the UNet's weights, and
  * bad files (a checkpoint, a missing or misshapen tensor, an unexpected one) fail with
  * a message naming the file.
@@ -24,6 +26,7 @@
 #include "harness.h"
 #include "memmgr.h"
 #include "unet.h"
+#include "unet_freeu.h"
 
 static char dir[64];
 
@@ -396,6 +399,75 @@ static int ref_controlnet(const struct unet_arch *a, const struct act *x, double
     return ns;
 }
 
+/* FreeU's patch for ref_unet (NULL: none), as nodes_freelunch.py's output_block_patch. */
+static const struct unet_freeu *ref_freeu;
+
+/*
+ * Fourier_filter(x, threshold 1, scale) on one plane: full DFT, the mask built in
+ * fftshift-ed coordinates (box [h/2 - 1, h/2 + 1) x [w/2 - 1, w/2 + 1), Python slices)
+ * and read back unshifted, inverse DFT, real part.
+ */
+static void ref_fourier(double *v, int h, int w, double scale)
+{
+    int n = h * w;
+    double *fr = xcalloc((size_t)n, sizeof *fr), *fi = xcalloc((size_t)n, sizeof *fi);
+    for (int ky = 0; ky < h; ky++)
+        for (int kx = 0; kx < w; kx++)
+            for (int y = 0; y < h; y++)
+                for (int x = 0; x < w; x++) {
+                    double a = -2 * M_PI * ((double)ky * y / h + (double)kx * x / w);
+                    fr[ky * w + kx] += v[y * w + x] * cos(a);
+                    fi[ky * w + kx] += v[y * w + x] * sin(a);
+                }
+    int y0 = h / 2 - 1 < 0 ? h / 2 - 1 + h : h / 2 - 1, y1 = h / 2 + 1 > h ? h : h / 2 + 1;
+    int x0 = w / 2 - 1 < 0 ? w / 2 - 1 + w : w / 2 - 1, x1 = w / 2 + 1 > w ? w : w / 2 + 1;
+    for (int sy = y0; sy < y1; sy++)
+        for (int sx = x0; sx < x1; sx++) {
+            int k = ((sy - h / 2 + h) % h) * w + (sx - w / 2 + w) % w;
+            fr[k] *= scale;
+            fi[k] *= scale;
+        }
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            double acc = 0;
+            for (int ky = 0; ky < h; ky++)
+                for (int kx = 0; kx < w; kx++) {
+                    double a = 2 * M_PI * ((double)ky * y / h + (double)kx * x / w);
+                    acc += fr[ky * w + kx] * cos(a) - fi[ky * w + kx] * sin(a);
+                }
+            v[y * w + x] = acc / n;
+        }
+    xfree(fr);
+    xfree(fi);
+}
+
+/* The patch on h and the popped skip s (batch 1). */
+static void ref_freeu_patch(struct act *h, struct act *s, int mc)
+{
+    const struct unet_freeu *f = ref_freeu;
+    double b, sc;
+    if (h->c == 4 * mc)
+        b = f->b1, sc = f->s1;
+    else if (h->c == 2 * mc)
+        b = f->b2, sc = f->s2;
+    else
+        return;
+    int plane = h->h * h->w;
+    double *m = xcalloc((size_t)plane, sizeof *m), lo = INFINITY, hi = -INFINITY;
+    for (int p = 0; p < plane; p++) {
+        for (int c = 0; c < h->c; c++)
+            m[p] += h->v[c * plane + p] / h->c;
+        lo = fmin(lo, m[p]);
+        hi = fmax(hi, m[p]);
+    }
+    for (int c = 0; c < h->c / 2; c++)
+        for (int p = 0; p < plane; p++)
+            h->v[c * plane + p] *= f->v2 ? (b - 1) * (m[p] - lo) / (hi - lo) + 1 : b;
+    for (int c = 0; c < s->c; c++)
+        ref_fourier(s->v + c * s->h * s->w, s->h, s->w, sc);
+    xfree(m);
+}
+
 /* eps of a tiny SD1.5 UNet with residuals res[0..ns) (skips) and res[ns] (middle). */
 static struct act ref_unet(const struct unet_arch *a, const struct act *x, double t,
                            const struct act *res)
@@ -413,6 +485,8 @@ static struct act ref_unet(const struct unet_arch *a, const struct act *x, doubl
             if (res)
                 for (int i = 0; i < s.c * s.h * s.w; i++)
                     s.v[i] += res[ns].v[i];
+            if (ref_freeu)
+                ref_freeu_patch(&h, &s, mc);
             memcpy(cat.v, h.v, sizeof(double) * h.c * h.h * h.w);
             memcpy(cat.v + h.c * h.h * h.w, s.v, sizeof(double) * s.c * s.h * s.w);
             act_free(&h);
@@ -613,6 +687,34 @@ static void test_numerics(struct mm *mm)
     ok(max_rel(eps, re0.v, 4 * H * WD) > 1e-2, "the control changes the output (%.2e)",
        max_rel(eps, re0.v, 4 * H * WD));
     act_free(&re0);
+
+    /* FreeU and FreeU_V2 in the output blocks (the tiny widths 32*{1,2,3,3}: only the
+     * 2*model_ch level matches, so b2/s2 carry the check), with control residuals */
+    for (int v2 = 0; v2 < 2; v2++) {
+        struct unet_freeu fu = {.v2 = v2, .model_ch = cfg.unet.model_ch, .b1 = 1.1,
+                                .b2 = v2 ? 1.4 : 1.2, .s1 = 0.9, .s2 = 0.2};
+        struct unet_patches up = {.output_block = unet_freeu_output_block, .user = &fu};
+        struct tensor *epf = dev_tensor(d, 4, (const int64_t[]){1, 4, H, WD}, NULL);
+        EXPECT_OK(unet_eval_patched(unet, &cfg.unet, x, &t, ctx, NULL, &uc, &up, epf, &e));
+        ref_freeu = &fu;
+        struct act rf = ref_unet(&cfg.unet, &rx, t, res);
+        ref_freeu = NULL;
+        double err = max_rel(epf, rf.v, 4 * H * WD);
+        ok(err < 2e-4, "%s in the output blocks (with control) equals the reference (%.2e)",
+           v2 ? "FreeU_V2" : "FreeU", err);
+        float with[4 * H * WD], without[4 * H * WD];
+        double dmax = 0, amax = 0;
+        tensor_read_f32(epf, with, 4 * H * WD, &e);
+        tensor_free(epf);
+        tensor_read_f32(eps, without, 4 * H * WD, &e); /* the same control, no FreeU */
+        for (int i = 0; i < 4 * H * WD; i++) {
+            dmax = fmax(dmax, fabs(with[i] - without[i]));
+            amax = fmax(amax, fabs(without[i]));
+        }
+        ok(dmax > 1e-3 * amax, "%s changes the output (%.2e)", v2 ? "FreeU_V2" : "FreeU",
+           dmax / amax);
+        act_free(&rf);
+    }
 
     /* strength 0: bit-identical to no control */
     controlnet_out_release(&co);
