@@ -189,8 +189,10 @@ static int join_run(struct node_ctx *c)
     int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
     int64_t ic = C < 3 ? C : 3, n = B < mb ? B : mb;
     /* resize_mask: interpolate(bilinear) to the image size, always */
-    float *alpha = xmalloc((size_t)(mb * H * W) * sizeof *alpha);
+    float *alpha = NULL;
     struct err e = {0};
+    if ((rc = xtry_malloc((size_t)(mb * H * W) * sizeof *alpha, (void **)&alpha, &e)) < 0)
+        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     if (resample(m->data, mb, 1, mh, mw, RESAMPLE_BCHW, "bilinear", 0, alpha, H, W, &e) < 0) {
         xfree(alpha);
         return node_fail(c, "RuntimeError", "%s", e.msg);

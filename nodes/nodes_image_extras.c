@@ -212,8 +212,13 @@ static int resize_pad_run(struct node_ctx *c)
     struct value *out = node_new_image(c, B, th, tw, C);
     if (!out)
         return ERR_TOO_LARGE;
-    float *resized = xmalloc((size_t)(B * (nh > 0 ? nh : 1) * (nw > 0 ? nw : 1) * C) * sizeof *resized);
+    float *resized = NULL;
     struct err e = {0};
+    if ((rc = xtry_malloc((size_t)(B * (nh > 0 ? nh : 1) * (nw > 0 ? nw : 1) * C) * sizeof *resized,
+                          (void **)&resized, &e)) < 0) {
+        value_unref(out);
+        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
+    }
     if (node_img_resize(img->data, B, H, W, C, resized, nh, nw, node_in_str(c, "interpolation"), 0, &e) < 0) {
         xfree(resized);
         value_unref(out);
@@ -240,12 +245,16 @@ static const char *const stitch_colors[] = {"white", "black", "red", "green", "b
 /*
  * One stitched part as a [B, H, W, C] buffer: sample b of src is min(b, sb - 1) (the
  * last image repeats), placed at (y0, x0) on a canvas of `pad`, channels past the
- * source's filled with 1 (ComfyUI pads space first, then appends ones).
+ * source's filled with 1 (ComfyUI pads space first, then appends ones). NULL with e
+ * set when the host cannot hold it.
  */
 static float *stitch_part(const float *src, int64_t sb, int64_t h, int64_t w, int64_t c, int64_t B,
-                          int64_t H, int64_t W, int64_t C, int64_t y0, int64_t x0, float pad)
+                          int64_t H, int64_t W, int64_t C, int64_t y0, int64_t x0, float pad,
+                          struct err *e)
 {
-    float *out = xmalloc((size_t)(B * H * W * C) * sizeof *out);
+    float *out = NULL;
+    if (xtry_malloc((size_t)(B * H * W * C) * sizeof *out, (void **)&out, e) < 0)
+        return NULL;
     for (int64_t b = 0; b < B; b++) {
         const float *s = src + (size_t)((b < sb ? b : sb - 1) * h * w * c);
         for (int64_t y = 0; y < H; y++)
@@ -283,7 +292,9 @@ static int stitch_run(struct node_ctx *c)
         /* image2 to image1's height (or width), aspect kept with int(), lanczos */
         double aspect = (double)w2 / (double)h2;
         int64_t th = horiz ? h1 : (int64_t)((double)w1 / aspect), tw = horiz ? (int64_t)((double)h1 * aspect) : w1;
-        resized = xmalloc((size_t)(b->shape[0] * (th > 0 ? th : 1) * (tw > 0 ? tw : 1) * c2) * sizeof *resized);
+        if ((rc = xtry_malloc((size_t)(b->shape[0] * (th > 0 ? th : 1) * (tw > 0 ? tw : 1) * c2) * sizeof *resized,
+                              (void **)&resized, &e)) < 0)
+            return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
         if (node_img_resize(b->data, b->shape[0], h2, w2, c2, resized, th, tw, "lanczos", 0, &e) < 0) {
             xfree(resized);
             return node_fail(c, "RuntimeError", "%s", e.msg);
@@ -297,9 +308,16 @@ static int stitch_run(struct node_ctx *c)
     int64_t C = c1 > c2 ? c1 : c2;
     int64_t H = horiz ? (h1 > h2 ? h1 : h2) : 0, W = horiz ? 0 : (w1 > w2 ? w1 : w2);
     int64_t ph1 = horiz ? H : h1, pw1 = horiz ? w1 : W, ph2 = horiz ? H : h2, pw2 = horiz ? w2 : W;
-    float *p1 = stitch_part(a->data, a->shape[0], h1, w1, c1, B, ph1, pw1, C, (ph1 - h1) / 2, (pw1 - w1) / 2, pad);
-    float *p2 = stitch_part(d2, b->shape[0], h2, w2, c2, B, ph2, pw2, C, (ph2 - h2) / 2, (pw2 - w2) / 2, pad);
+    float *p1 = stitch_part(a->data, a->shape[0], h1, w1, c1, B, ph1, pw1, C, (ph1 - h1) / 2, (pw1 - w1) / 2,
+                            pad, &e);
+    float *p2 = p1 ? stitch_part(d2, b->shape[0], h2, w2, c2, B, ph2, pw2, C, (ph2 - h2) / 2,
+                                 (pw2 - w2) / 2, pad, &e)
+                   : NULL;
     xfree(resized);
+    if (!p2) {
+        xfree(p1);
+        return node_fail_code(c, e.code, "torch.OutOfMemoryError", "%s", e.msg);
+    }
     int64_t sw = node_in_int(c, "spacing_width");
     sw = sw < 0 ? 0 : sw + sw % 2;
     /* spacing: the colour in its channels (white/black in the first three), alpha 1 */

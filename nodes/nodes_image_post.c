@@ -86,7 +86,8 @@ static int blend_run(struct node_ctx *c)
     if (b->shape[1] != H || b->shape[2] != W) {
         size_t n = (size_t)(B2 * H * W * C2);
         struct err e = {0};
-        resized = xmalloc(n * sizeof(float));
+        if ((rc = xtry_malloc(n * sizeof(float), (void **)&resized, &e)) < 0)
+            return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
         if (node_img_resize(b->data, B2, b->shape[1], b->shape[2], C2, resized, H, W, "bicubic", 1, &e) < 0) {
             xfree(resized);
             return node_fail(c, "RuntimeError", "%s", e.msg);
@@ -187,8 +188,13 @@ static int gauss_run(struct node_ctx *c, int64_t r, double sigma, int sharpen, d
     struct value *out = node_new_image(c, B, H, W, C);
     if (!out)
         return ERR_TOO_LARGE;
+    float *tmp = NULL;
+    struct err e = {0};
+    if ((rc = xtry_malloc((size_t)(H * W * C) * sizeof *tmp, (void **)&tmp, &e)) < 0) {
+        value_unref(out);
+        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
+    }
     float *k = xmalloc((size_t)(2 * r + 1) * sizeof *k);
-    float *tmp = xmalloc((size_t)(H * W * C) * sizeof *tmp);
     gauss_1d(r, sigma, k);
     float a10 = (float)(alpha * 10.0), keep = 1.0f + a10;
     for (int64_t n = 0; n < B; n++) {

@@ -114,18 +114,20 @@ static void scale_slice(float *mult, int rh, int rw, int cols, int start, int st
 /*
  * The entry's mask resized to the latent (ComfyUI's resolve_areas_and_cond_masks:
  * bilinear, no crop, when the size differs) into *out [mask_b, h, w]. Returns 0 or
- * ERR_INVALID in k->err.
+ * ERR_INVALID or the out-of-memory error in k->err.
  */
 static int entry_mask(struct kctx *k, const struct sd_cond_entry *e, float **out)
 {
     size_t n = (size_t)e->mask_b * k->h * k->w;
-    *out = xmalloc(n * sizeof **out);
+    int rc = xtry_malloc(n * sizeof **out, (void **)out, &k->err); /* mask batch x latent: request-sized */
+    if (rc < 0)
+        return rc;
     if (e->mask_h == k->h && e->mask_w == k->w) {
         memcpy(*out, e->mask, n * sizeof **out);
         return 0;
     }
-    int rc = resample(e->mask, e->mask_b, 1, e->mask_h, e->mask_w, RESAMPLE_BCHW,
-                           "bilinear", 0, *out, k->h, k->w, &k->err);
+    rc = resample(e->mask, e->mask_b, 1, e->mask_h, e->mask_w, RESAMPLE_BCHW, "bilinear", 0, *out, k->h,
+                  k->w, &k->err);
     if (rc < 0) {
         xfree(*out);
         *out = NULL;
