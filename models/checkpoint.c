@@ -264,7 +264,16 @@ static void on_key(void *user, const struct model_key *k)
         return;
     struct nkey *nk = ckpt__ntable_find(b->nt, k->name);
     if (!nk) {
-        b->rc = err_set(b->e, ERR_INVALID, "'%s': tensor '%s' is missing", b->f->path, k->name);
+        /* Named as the file would spell it: bigG's internal names exist in no file. */
+        const struct text_arch *ta =
+            k->comp >= MODEL_CLIP ? &b->cfg->text[k->comp - MODEL_CLIP] : NULL;
+        char rel[160];
+        if (ta && ta->naming != TEXT_NAMING_HF)
+            text_name_to_file(ta->naming, k->name + k->rel, rel, sizeof(rel));
+        else
+            snprintf(rel, sizeof(rel), "%s", k->name + k->rel);
+        b->rc = err_set(b->e, ERR_INVALID, "'%s': tensor '%.*s%s' is missing", b->f->path,
+                        k->rel, k->name, rel);
         return;
     }
     nk->used = 1;

@@ -141,6 +141,10 @@ static void on_key(void *user, const struct model_key *k)
         snprintf(g->name, sizeof(g->name), "%s", k->name + strlen(MODEL_PREFIX_VAE));
     else
         snprintf(g->name, sizeof(g->name), "%s", k->name);
+    if (o->drop_tensor && strcmp(o->drop_tensor, g->name) == 0) { /* the written name */
+        l->n--;
+        return;
+    }
     g->dtype = o->dtype;
     if ((o->flags & CKPT_GEN_EMBED_F16) && ends_with(k->name, "token_embedding.weight"))
         g->dtype = ST_DTYPE_F16;

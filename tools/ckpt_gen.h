@@ -51,7 +51,7 @@ struct ckpt_gen_opts {
     uint64_t seed;
     unsigned flags;            /* enum ckpt_gen_flags */
     const char *nan_tensor;    /* full name of a tensor to poison with a NaN, or NULL */
-    const char *drop_tensor;   /* full name of a tensor to leave out, or NULL */
+    const char *drop_tensor;   /* full name (internal or as written) to leave out, or NULL */
     const char *extra_tensor;  /* full name of an extra (unknown) tensor to add, or NULL */
 };
 

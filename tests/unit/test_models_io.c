@@ -1,6 +1,7 @@
 /*
  * test_models_io — safetensors reader/writer, the SD1.5 layout, the checkpoint
- * generator and checkpoint detection/validation (bad input included).
+ * generator and checkpoint detection/validation (bad input included; the damaged-file
+ * cases run for SD1.5 and SDXL alike).
  * Argument 1: the fixtures directory (tests/fixtures/models).
  */
 #include <errno.h>
@@ -378,21 +379,10 @@ static void t_sd2_ctx(struct ckpt_gen_opts *o)
     o->cfg.unet.ctx_dim = 1024;
 }
 static void t_sdxl(struct ckpt_gen_opts *o) { o->flags |= CKPT_GEN_SDXL_MARK; }
+static void t_refiner(struct ckpt_gen_opts *o) { sdxl_refiner_config_tiny(&o->cfg); }
 static void t_inpaint(struct ckpt_gen_opts *o)
 {
     o->cfg.unet.in_ch = 9;
-}
-static void t_nan(struct ckpt_gen_opts *o)
-{
-    o->nan_tensor = "model.diffusion_model.middle_block.1.proj_in.weight";
-}
-static void t_drop(struct ckpt_gen_opts *o)
-{
-    o->drop_tensor = "first_stage_model.decoder.up.2.block.1.conv1.bias";
-}
-static void t_extra(struct ckpt_gen_opts *o)
-{
-    o->extra_tensor = "model.diffusion_model.input_blocks.1.0.mystery.weight";
 }
 static void t_depth2(struct ckpt_gen_opts *o)
 {
@@ -493,14 +483,6 @@ static void test_generator_and_detection(void)
     expect_probe_error("sd2ctx.safetensors", t_sd2_ctx, ERR_UNSUPPORTED, "SD2.x UNet");
     expect_probe_error("sdxl.safetensors", t_sdxl, ERR_UNSUPPORTED, "label_emb");
     expect_probe_error("inpaint.safetensors", t_inpaint, ERR_UNSUPPORTED, "inpainting");
-    /* Bad content. */
-    expect_probe_error("nan.safetensors", t_nan, ERR_INVALID,
-                       "'model.diffusion_model.middle_block.1.proj_in.weight' contains NaN");
-    expect_probe_error("drop.safetensors", t_drop, ERR_INVALID,
-                       "'first_stage_model.decoder.up.2.block.1.conv1.bias' is missing");
-    expect_probe_error("extra.safetensors", t_extra, ERR_INVALID,
-                       "unexpected tensor 'model.diffusion_model.input_blocks.1.0.mystery.weight'");
-
     /* A LoRA file or random safetensors is not a checkpoint. */
     const char *pl = tmp_path("lora.safetensors");
     write_raw_st(pl,
@@ -511,52 +493,230 @@ static void test_generator_and_detection(void)
     ok(model_ckpt_probe(pl, &c, &e) == ERR_UNSUPPORTED && strstr(e.msg, "LoRA"), "LoRA file: %s",
        e.msg);
 
-    /* Truncation: cut the tiny file in half. */
-    struct stat sb;
-    stat(p32, &sb);
-    ok(truncate(p32, sb.st_size / 2) == 0, "truncate");
-    err_clear(&e);
-    ok(model_ckpt_probe(p32, &c, &e) == ERR_INVALID && strstr(e.msg, "outside the data section") &&
-           strstr(e.msg, "tiny32"),
-       "truncated checkpoint: %s", e.msg);
-
-    /* Wrong shape: rewrite tiny16 with one tensor's shape changed. */
-    struct st_file *src = NULL;
-    st_open(p16, &src, &e);
-    if (src) {
-        const char *wrong = tmp_path("wrongshape.safetensors");
-        const char *victim = "model.diffusion_model.output_blocks.3.0.emb_layers.1.weight";
-        struct st_writer *w = st_writer_new();
-        for (size_t i = 0; i < src->n_tensors; i++) {
-            const struct st_tensor *t = &src->tensors[i];
-            int64_t shape[8];
-            memcpy(shape, t->shape, sizeof(shape));
-            if (strcmp(t->name, victim) == 0)
-                shape[1] = 64; /* 128 in the file (96x128 tiny): half the bytes */
-            st_writer_add(w, t->name, t->dtype, t->ndim, shape);
-        }
-        st_writer_begin(w, wrong, &e);
-        for (size_t i = 0; i < src->n_tensors; i++) {
-            const struct st_tensor *t = &src->tensors[i];
-            uint64_t n = t->nbytes;
-            if (strcmp(t->name, victim) == 0)
-                n /= 2;
-            st_writer_write(w, st_tensor_data(src, t), n, &e);
-        }
-        st_writer_finish(w, &e);
-        st_writer_free(w);
-        err_clear(&e);
-        ok(model_ckpt_probe(wrong, &c, &e) == ERR_INVALID && strstr(e.msg, victim) &&
-               strstr(e.msg, "[96,64]") && strstr(e.msg, "expected [96,128]"),
-           "wrong shape: %s", e.msg);
-        unlink(wrong);
-        st_close(src);
-    }
     unlink(p32);
     unlink(p16);
     unlink(pbf);
     unlink(pv);
     unlink(pl);
+}
+
+/* ---- damaged files, one table row per architecture ------------------------------------------ */
+
+/*
+ * The damaged-file cases run over each architecture the generator writes (issue 13: every
+ * SD1.5 edge case has its SDXL twin). A row names the tensors to damage; the checks and
+ * the error kinds they expect are the same for every row.
+ */
+struct damage_case {
+    const char *arch;                           /* file name prefix */
+    void (*config)(struct model_config *c);     /* the clean file's config */
+    const char *nan, *drop, *extra;             /* full names in the written file */
+    const char *shape_victim;                   /* its last dimension is halved */
+    const char *shape_got, *shape_want;         /* "[a,b]" as the error prints them */
+    const char *family;                         /* the family name in messages */
+};
+
+static const struct damage_case damage_cases[] = {
+    {"sd15", sd15_config_tiny, "model.diffusion_model.middle_block.1.proj_in.weight",
+     "first_stage_model.decoder.up.2.block.1.conv1.bias",
+     "model.diffusion_model.input_blocks.1.0.mystery.weight",
+     "model.diffusion_model.output_blocks.3.0.emb_layers.1.weight", "[96,64]", "[96,128]",
+     "SD1.5"},
+    /* SDXL's own parts: the ADM projection, bigG in OpenCLIP naming (mapped to internal
+     * names at load, reported in the file's naming). */
+    {"sdxl", sdxl_config_tiny, "model.diffusion_model.label_emb.0.2.weight",
+     "conditioner.embedders.1.model.transformer.resblocks.0.attn.out_proj.bias",
+     "model.diffusion_model.label_emb.0.1.mystery.weight",
+     "model.diffusion_model.label_emb.0.2.weight",
+     "[128,64]", "[128,128]",
+     "SDXL"},
+};
+
+static const struct damage_case *cur_case;
+static const char *cur_nan, *cur_drop, *cur_extra;
+
+static void t_case(struct ckpt_gen_opts *o)
+{
+    cur_case->config(&o->cfg);
+    o->nan_tensor = cur_nan;
+    o->drop_tensor = cur_drop;
+    o->extra_tensor = cur_extra;
+}
+static void t_case_f16(struct ckpt_gen_opts *o)
+{
+    t_case(o);
+    o->dtype = ST_DTYPE_F16;
+}
+
+/* Generate the current case's file with at most one kind of damage. */
+static int gen_damaged(const char *kind, const char *nan, const char *drop, const char *extra,
+                       const char **p)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "%s_%s.safetensors", cur_case->arch, kind);
+    cur_nan = nan;
+    cur_drop = drop;
+    cur_extra = extra;
+    int rc = gen(name, t_case, p);
+    cur_nan = cur_drop = cur_extra = NULL;
+    return rc;
+}
+
+static void expect_damage(const char *kind, const char *nan, const char *drop, const char *extra,
+                          const char *needle)
+{
+    const char *p;
+    struct err e = {0};
+    struct model_config c;
+    if (gen_damaged(kind, nan, drop, extra, &p) < 0) {
+        ok(0, "generate %s %s", cur_case->arch, kind);
+        return;
+    }
+    int rc = model_ckpt_probe(p, &c, &e);
+    ok(rc == ERR_INVALID && strstr(e.msg, needle) && strstr(e.msg, kind), "%s %s: %s",
+       cur_case->arch, kind, e.msg);
+    unlink(p);
+}
+
+/* Rewrite src with `victim`'s last dimension halved (and half its bytes) into `out`. */
+static void write_wrong_shape(struct st_file *src, const char *victim, const char *out,
+                              struct err *e)
+{
+    struct st_writer *w = st_writer_new();
+    for (size_t i = 0; i < src->n_tensors; i++) {
+        const struct st_tensor *t = &src->tensors[i];
+        int64_t shape[8];
+        memcpy(shape, t->shape, sizeof(shape));
+        if (strcmp(t->name, victim) == 0)
+            shape[t->ndim - 1] /= 2;
+        st_writer_add(w, t->name, t->dtype, t->ndim, shape);
+    }
+    st_writer_begin(w, out, e);
+    for (size_t i = 0; i < src->n_tensors; i++) {
+        const struct st_tensor *t = &src->tensors[i];
+        uint64_t n = t->nbytes;
+        if (strcmp(t->name, victim) == 0)
+            n /= 2;
+        st_writer_write(w, st_tensor_data(src, t), n, e);
+    }
+    st_writer_finish(w, e);
+    st_writer_free(w);
+}
+
+static int component_tensors(const struct model_ckpt *ck)
+{
+    int n = 0;
+    for (int c = 0; c < MODEL_COMPONENT_COUNT; c++)
+        n += ck->tensors[c];
+    return n;
+}
+
+static void test_damaged(const struct damage_case *dc)
+{
+    cur_case = dc;
+    struct err e = {0};
+    struct model_config c, want;
+    dc->config(&want);
+
+    /* NaN, missing and unexpected tensors: ERR_INVALID naming the file and the tensor. */
+    char needle[256];
+    snprintf(needle, sizeof(needle), "'%s' contains NaN", dc->nan);
+    expect_damage("nan", dc->nan, NULL, NULL, needle);
+    snprintf(needle, sizeof(needle), "'%s' is missing", dc->drop);
+    expect_damage("drop", NULL, dc->drop, NULL, needle);
+    snprintf(needle, sizeof(needle), "unexpected tensor '%s' (not part of the %s unet layout)",
+             dc->extra, dc->family);
+    expect_damage("extra", NULL, NULL, dc->extra, needle);
+
+    /* An unknown tensor outside every component prefix is ignored: the file loads and
+     * its components hold the clean file's tensors. */
+    const char *pc, *pu;
+    int clean = gen_damaged("clean", NULL, NULL, NULL, &pc);
+    int unk = gen_damaged("unknown", NULL, NULL, "mystery_module.weight", &pu);
+    if (clean == 0 && unk == 0) {
+        const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
+        struct model_ckpt a = {0}, b = {0};
+        int ra = model_ckpt_load(pc, MODEL_LOAD_ALL, f32, &a, &e);
+        int rb = model_ckpt_load(pu, MODEL_LOAD_ALL, f32, &b, &e);
+        ok(ra == 0 && rb == 0 && memcmp(&b.cfg, &want, sizeof(want)) == 0 &&
+               component_tensors(&a) == component_tensors(&b) && b.skipped == a.skipped + 1,
+           "%s: unknown tensor outside the components ignored (%d tensors both, %d vs %d "
+           "ignored %s)",
+           dc->arch, component_tensors(&b), b.skipped, a.skipped, e.msg);
+        model_ckpt_release(&a);
+        model_ckpt_release(&b);
+    } else {
+        ok(0, "generate %s clean/unknown", dc->arch);
+    }
+    unlink(pu);
+
+    /* Wrong shape: the clean file rewritten (f16, as the SD1.5 case always was) with one
+     * tensor's last dimension halved. */
+    const char *p16;
+    char name[64];
+    snprintf(name, sizeof(name), "%s_clean16.safetensors", dc->arch);
+    if (gen(name, t_case_f16, &p16) == 0) {
+        struct st_file *src = NULL;
+        err_clear(&e);
+        st_open(p16, &src, &e);
+        snprintf(name, sizeof(name), "%s_wrongshape.safetensors", dc->arch);
+        const char *wrong = tmp_path(name);
+        if (src) {
+            write_wrong_shape(src, dc->shape_victim, wrong, &e);
+            st_close(src);
+        }
+        err_clear(&e);
+        char want_shape[64];
+        snprintf(want_shape, sizeof(want_shape), "expected %s", dc->shape_want);
+        ok(model_ckpt_probe(wrong, &c, &e) == ERR_INVALID && strstr(e.msg, dc->shape_victim) &&
+               strstr(e.msg, dc->shape_got) && strstr(e.msg, want_shape),
+           "%s wrong shape: %s", dc->arch, e.msg);
+        unlink(wrong);
+        unlink(p16);
+    } else {
+        ok(0, "generate %s f16", dc->arch);
+    }
+
+    /* Truncation: the clean file cut in half. */
+    if (clean == 0) {
+        struct stat sb;
+        stat(pc, &sb);
+        ok(truncate(pc, sb.st_size / 2) == 0, "truncate");
+        err_clear(&e);
+        ok(model_ckpt_probe(pc, &c, &e) == ERR_INVALID &&
+               strstr(e.msg, "outside the data section") && strstr(e.msg, "clean"),
+           "%s truncated: %s", dc->arch, e.msg);
+    }
+    unlink(pc);
+    cur_case = NULL;
+}
+
+/*
+ * Another family's file where this one is expected: the probe says which family it is
+ * (SD1.5's SDXL look-alike is refused outright; a refiner is an SDXL family of its own,
+ * with the context and ADM widths that KSampler's "this SDXL refiner model needs 64-wide
+ * conditioning" error compares; e2e_sdxl runs that node error).
+ */
+static void test_other_family(void)
+{
+    expect_probe_error("sd15_sdxlmark.safetensors", t_sdxl, ERR_UNSUPPORTED, "label_emb");
+    const char *p;
+    struct err e = {0};
+    struct model_config c, base, rf;
+    sdxl_config_tiny(&base);
+    sdxl_refiner_config_tiny(&rf);
+    if (gen("sdxl_refiner.safetensors", t_refiner, &p) < 0) {
+        ok(0, "generate the refiner");
+        return;
+    }
+    int rc = model_ckpt_probe(p, &c, &e);
+    ok(rc == 0 && c.family == MODEL_FAMILY_SDXL_REFINER && c.family != base.family &&
+           memcmp(&c, &rf, sizeof(c)) == 0 && c.unet.ctx_dim != base.unet.ctx_dim &&
+           c.unet.adm_in != base.unet.adm_in,
+       "a refiner file is the refiner family (%s), not the base: context %d vs %d, ADM %d vs %d",
+       rc == 0 ? model_family_get(c.family)->name : e.msg, c.unet.ctx_dim, base.unet.ctx_dim,
+       c.unet.adm_in, base.unet.adm_in);
+    unlink(p);
 }
 
 /* ---- files changing on disk (issue 11) ------------------------------------------------- */
@@ -702,6 +862,9 @@ int main(int argc, char **argv)
     test_bad_headers();
     test_layout();
     test_generator_and_detection();
+    for (size_t i = 0; i < sizeof(damage_cases) / sizeof(damage_cases[0]); i++)
+        test_damaged(&damage_cases[i]);
+    test_other_family();
     test_changed_st();
     test_changed_ckpt();
     EXPECT_EQ(alloc_live_count(), live0);
