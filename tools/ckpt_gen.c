@@ -358,21 +358,33 @@ out:
     return rc;
 }
 
-const char *ckpt_gen_bench_full(const char *path, char *buf, size_t n, struct err *e)
+const char *ckpt_gen_bench_full_family(int family, const char *path, char *buf, size_t n,
+                                       struct err *e)
 {
+    const int xl = family == MODEL_FAMILY_SDXL;
     if (!path) {
         const char *dir = getenv("LATENTD_BENCH_DIR");
-        snprintf(buf, n, "%s/sd15_full_random_f16.safetensors", dir ? dir : ".");
+        snprintf(buf, n, "%s/%s_full_random_f16.safetensors", dir ? dir : ".",
+                 xl ? "sdxl" : "sd15");
         path = buf;
     }
     struct stat sb;
     if (stat(path, &sb) == 0)
         return path;
-    printf("# generating the full-size random checkpoint '%s' (~2 GiB)\n", path);
+    printf("# generating the full-size random checkpoint '%s' (~%s GiB)\n", path,
+           xl ? "6.5" : "2");
     fflush(stdout);
     struct ckpt_gen_opts o;
     ckpt_gen_opts_default(&o);
-    sd15_config_canonical(&o.cfg);
+    if (xl)
+        sdxl_config_canonical(&o.cfg);
+    else
+        sd15_config_canonical(&o.cfg);
     o.dtype = ST_DTYPE_F16;
     return ckpt_gen_write(&o, path, e) < 0 ? NULL : path;
+}
+
+const char *ckpt_gen_bench_full(const char *path, char *buf, size_t n, struct err *e)
+{
+    return ckpt_gen_bench_full_family(MODEL_FAMILY_SD15, path, buf, n, e);
 }

@@ -69,6 +69,12 @@ int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *
  */
 const char *ckpt_gen_bench_full(const char *path, char *buf, size_t n, struct err *e);
 
+/* The same for `family` (MODEL_FAMILY_SD15 or MODEL_FAMILY_SDXL: SDXL base widths,
+ * ~6.5 GiB as f16, "sdxl_full_random_f16.safetensors"; the same file gen_ckpt --arch sdxl
+ * --full --dtype f16 writes). */
+const char *ckpt_gen_bench_full_family(int family, const char *path, char *buf, size_t n,
+                                       struct err *e);
+
 /* Fill dst[n] with the deterministic values of tensor `name` (fp32, before storage
  * rounding). Exposed so tests can predict exact weights. */
 void ckpt_gen_fill(uint64_t seed, const char *name, enum model_init init, int ndim,

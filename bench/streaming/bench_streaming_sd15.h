@@ -9,4 +9,10 @@
 
 int bench_streaming_sd15(const char *ckpt, int size, int rounds);
 
+/* The same for a checkpoint of any family (an SDXL UNet gets a deterministic ADM
+ * vector) at budgets pct[0..nb) (pct[0] must be 100, nb <= 4); when ratio_out is not
+ * NULL it receives each budget's median time ratio to pct[0]. */
+int bench_streaming_unet(const char *ckpt, int size, int rounds, const int *pct, int nb,
+                         double *ratio_out);
+
 #endif
