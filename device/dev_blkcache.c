@@ -138,7 +138,8 @@ void dev__blkcache_set_limit(struct dev__blkcache *c, size_t limit)
  * (every block it frees and takes again was live at once with the rest of that peak).
  * Holding more only keeps an earlier node's sizes resident: with the default cap
  * (2 GiB) an f16 SD1.5 txt2img at 256^2 kept ~210 MiB of blocks that no later
- * allocation matched, 8 % of its peak RSS (issue 15).
+ * allocation matched, 8 % of its peak RSS (issue 15). mm_plan.c says which share of
+ * the peak it passes, and what that was measured to cost.
  */
 void dev__blkcache_fit(struct dev__blkcache *c, size_t bytes)
 {

@@ -95,9 +95,9 @@ size_t dev_bytes_cached(const struct dev *d);
 void dev_trim(struct dev *d); /* NULL is a no-op */
 void dev_set_cache_limit(struct dev *d, size_t bytes);
 /* The planner's size for the cache: its limit becomes min(bytes, the cap fixed at
- * open), evicting down to it. The memory manager passes each node's activation and
- * workspace bytes, so cached blocks track what the node can reuse, not the model or
- * an earlier node. No-op without a cache (NULL, sim, cuda). Any thread. */
+ * open), evicting down to it. The memory manager passes a share of each node's
+ * activation and workspace bytes, so cached blocks track what the node can reuse, not
+ * the model or an earlier node. No-op without a cache (NULL, sim, cuda). Any thread. */
 void dev_fit_cache(struct dev *d, size_t bytes);
 
 /* Fault injection for tests (SQLite's test_control in spirit): after `skip` more
