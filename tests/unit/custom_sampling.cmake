@@ -1,4 +1,4 @@
-# The custom-sampling nodes (nodes/sd_sigmas_nodes.c, nodes/sd_custom_sampling.c): scheduler
+# The custom-sampling nodes (nodes/sampling/sd_sigmas_nodes.c, nodes/sampling/sd_custom_sampling.c): scheduler
 # formulas against float64 transcriptions, sigma-list edits, and SamplerCustom(Advanced)
 # against KSampler bit for bit on a generated tiny checkpoint (CPU).
 latentd_add_test(test_sd_custom_sampling
