@@ -76,7 +76,8 @@ static int ckpt_run(struct node_ctx *c)
         return node_fail_code(c, ERR_NOT_FOUND, "FileNotFoundError",
                               "Model in folder 'checkpoints' with filename '%s' not found.", name);
     }
-    /* f32 storage everywhere for now (sd15.md §8.5's CPU policy). */
+    /* f32 compute (sd15.md §8.5's CPU policy); f16/bf16 file weights stay at their file
+     * dtype on the host and are widened inside the ops or on upload (issue 15). */
     static const enum tensor_dtype dt[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
     struct model_ckpt ck;
     struct err e = {0};
