@@ -5,11 +5,13 @@
  * (bench/common/bench_sd.c), each with its GFLOP/s as a fraction of an sgemm measured in
  * the same run, and the peak RSS.
  *
- * usage: bench_sdxl [--ckpt PATH] [--threads N] [--no-stream]
+ * usage: bench_sdxl [--ckpt PATH] [--threads N] [--no-stream] [--rounds N]
  *   cases: CLIP-L and bigG encode (1 chunk each), UNet batch 2 (CFG) at 512^2 (latent
  *   64^2, 77 tokens, the ADM vector), then the streaming ratio: one such eval on the sim
  *   device at a 25 % budget (UNet weight bytes + activation plan) over full residency
- *   (bench/streaming's bench_streaming_unet).
+ *   (bench/streaming's bench_streaming_unet), the median over --rounds interleaved
+ *   rounds (default 1: each round reloads the UNet on both budgets, ~1.5 min apiece
+ *   here; one round on a loaded, shared machine is noisy).
  *   LATENTD_BENCH_1024=1 adds the UNet at 1024^2 and LATENTD_BENCH_VAE1024=1 the VAE
  *   decode at 1024^2 (each minutes on 2 threads).
  * Goal (issue 13): UNet >= 0.5 of the sgemm; streaming ratio <= 1.05.
@@ -33,7 +35,7 @@ static int env_on(const char *name)
 int main(int argc, char **argv)
 {
     const char *ckpt = NULL;
-    int threads = 2, stream = 1;
+    int threads = 2, stream = 1, rounds = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ckpt") && i + 1 < argc)
             ckpt = argv[++i];
@@ -41,8 +43,11 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-stream"))
             stream = 0;
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_sdxl [--ckpt PATH] [--threads N] [--no-stream]\n");
+            fprintf(stderr, "usage: bench_sdxl [--ckpt PATH] [--threads N] [--no-stream] "
+                            "[--rounds N]\n");
             return 2;
         }
     }
@@ -99,7 +104,7 @@ int main(int argc, char **argv)
     if (stream) {
         static const int pct[2] = {100, 25};
         double ratio[2] = {0, 0};
-        rc = bench_streaming_unet(ckpt, 512, 1, pct, 2, ratio);
+        rc = bench_streaming_unet(ckpt, 512, rounds, pct, 2, ratio);
         if (rc == 0)
             printf("streaming_ratio_25pct_512        %.3f (goal <= 1.05)\n", ratio[1]);
         printf("# peak RSS %.0f MiB after streaming\n", bench_sd_peak_rss_mib());
