@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <jpeglib.h>
+#include <jerror.h>
 
 #include "afile.h"
 #include "alloc.h"
@@ -314,6 +315,36 @@ int node_image_load(const char *path, struct node_image_file *out, struct err *e
     return rc;
 }
 
+/*
+ * The one PNG encoder: IHDR, the tEXt chunks (after IHDR, before IDAT, in order, as
+ * ComfyUI writes them), the rows. `png` has its output set; errors longjmp to the
+ * caller's setjmp, which frees *tx.
+ */
+static void png_write_pixels(png_structp png, png_infop info, const uint8_t *px, int w, int h,
+                             int c, int level, const struct node_text_chunk *text, int n_text,
+                             png_textp volatile *tx)
+{
+    png_set_compression_level(png, level);
+    int ct = c == 4 ? PNG_COLOR_TYPE_RGBA : c == 3 ? PNG_COLOR_TYPE_RGB
+             : c == 2 ? PNG_COLOR_TYPE_GRAY_ALPHA : PNG_COLOR_TYPE_GRAY;
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, ct, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    if (n_text > 0) {
+        *tx = xcalloc((size_t)n_text, sizeof(png_text));
+        for (int i = 0; i < n_text; i++) {
+            (*tx)[i].compression = PNG_TEXT_COMPRESSION_NONE;
+            (*tx)[i].key = (png_charp)text[i].key;
+            (*tx)[i].text = (png_charp)text[i].value;
+            (*tx)[i].text_length = strlen(text[i].value);
+        }
+        png_set_text(png, info, *tx, n_text);
+    }
+    png_write_info(png, info);
+    for (int y = 0; y < h; y++)
+        png_write_row(png, (png_const_bytep)(px + (size_t)y * w * c));
+    png_write_end(png, NULL);
+}
+
 int node_png_write(const char *path, const uint8_t *px, int w, int h, int c, int level,
                    const struct node_text_chunk *text, int n_text, struct err *e)
 {
@@ -322,7 +353,6 @@ int node_png_write(const char *path, const uint8_t *px, int w, int h, int c, int
     int rc = afile_open(&af, path, e);
     if (rc < 0)
         return rc;
-    FILE *f = af.fp;
     struct png_err pe = {{0}};
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
@@ -338,26 +368,8 @@ int node_png_write(const char *path, const uint8_t *px, int w, int h, int c, int
         xfree(tx);
         return err_set(e, ERR_IO, "cannot write '%s': %s", path, pe.msg);
     }
-    png_init_io(png, f);
-    png_set_compression_level(png, level);
-    int ct = c == 4 ? PNG_COLOR_TYPE_RGBA : c == 3 ? PNG_COLOR_TYPE_RGB
-             : c == 2 ? PNG_COLOR_TYPE_GRAY_ALPHA : PNG_COLOR_TYPE_GRAY;
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, ct, PNG_INTERLACE_NONE,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    if (n_text > 0) {
-        tx = xcalloc((size_t)n_text, sizeof(png_text));
-        for (int i = 0; i < n_text; i++) {
-            tx[i].compression = PNG_TEXT_COMPRESSION_NONE;
-            tx[i].key = (png_charp)text[i].key;
-            tx[i].text = (png_charp)text[i].value;
-            tx[i].text_length = strlen(text[i].value);
-        }
-        png_set_text(png, info, tx, n_text);
-    }
-    png_write_info(png, info); /* IHDR then the tEXt chunks, before IDAT */
-    for (int y = 0; y < h; y++)
-        png_write_row(png, (png_const_bytep)(px + (size_t)y * w * c));
-    png_write_end(png, NULL);
+    png_init_io(png, af.fp);
+    png_write_pixels(png, info, px, w, h, c, level, text, n_text, &tx);
     png_destroy_write_struct(&png, &info);
     xfree(tx);
     return afile_commit(&af, e);
@@ -373,30 +385,80 @@ static void png_flush_none(png_structp png)
     (void)png;
 }
 
-int node_png_encode(const uint8_t *px, int w, int h, int c, int level, struct buf *out)
+int node_png_encode_text(const uint8_t *px, int w, int h, int c, int level,
+                         const struct node_text_chunk *text, int n_text, struct buf *out)
 {
     struct png_err pe = {{0}};
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
+    png_textp volatile tx = NULL;
     if (!info) {
         png_destroy_write_struct(&png, NULL);
         return ERR_INTERNAL;
     }
     if (setjmp(png_jmpbuf(png))) {
         png_destroy_write_struct(&png, &info);
+        xfree(tx);
         return ERR_INTERNAL;
     }
     png_set_write_fn(png, out, png_to_buf, png_flush_none);
-    png_set_compression_level(png, level);
-    int ct = c == 4 ? PNG_COLOR_TYPE_RGBA : c == 3 ? PNG_COLOR_TYPE_RGB
-             : c == 2 ? PNG_COLOR_TYPE_GRAY_ALPHA : PNG_COLOR_TYPE_GRAY;
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, ct, PNG_INTERLACE_NONE,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    for (int y = 0; y < h; y++)
-        png_write_row(png, (png_const_bytep)(px + (size_t)y * w * c));
-    png_write_end(png, NULL);
+    png_write_pixels(png, info, px, w, h, c, level, text, n_text, &tx);
     png_destroy_write_struct(&png, &info);
+    xfree(tx);
+    return 0;
+}
+
+int node_png_encode(const uint8_t *px, int w, int h, int c, int level, struct buf *out)
+{
+    return node_png_encode_text(px, w, h, c, level, NULL, 0, out);
+}
+
+/* The one JPEG encoder (4:2:0, libjpeg's defaults at `quality`); c = 3, or 4 with the
+ * alpha dropped, as PIL drops it when ComfyUI saves an RGBA preview as JPEG. */
+int node_jpeg_encode(const uint8_t *px, int w, int h, int c, int quality, uint8_t **out,
+                     size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (w <= 0 || h <= 0 || (c != 3 && c != 4))
+        return ERR_INVALID;
+    struct jpeg_compress_struct ci;
+    struct jerr je;
+    unsigned char *mem = NULL;
+    unsigned long memn = 0;
+    uint8_t *volatile row = NULL;
+    ci.err = jpeg_std_error(&je.pub);
+    je.pub.error_exit = jpeg_on_error;
+    if (setjmp(je.jb)) {
+        jpeg_destroy_compress(&ci);
+        free(mem); /* allocated by libjpeg with malloc */
+        xfree(row);
+        return ERR_INTERNAL;
+    }
+    jpeg_create_compress(&ci);
+    jpeg_mem_dest(&ci, &mem, &memn);
+    ci.image_width = (JDIMENSION)w;
+    ci.image_height = (JDIMENSION)h;
+    ci.input_components = 3;
+    ci.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&ci);
+    jpeg_set_quality(&ci, quality, TRUE);
+    jpeg_start_compress(&ci, TRUE);
+    row = xmalloc((size_t)w * 3);
+    while (ci.next_scanline < ci.image_height) {
+        const uint8_t *src = px + (size_t)ci.next_scanline * w * c;
+        for (int x = 0; x < w; x++)
+            memcpy(row + (size_t)x * 3, src + (size_t)x * c, 3);
+        JSAMPROW rp = row;
+        jpeg_write_scanlines(&ci, &rp, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    xfree(row);
+    *out = xmalloc(memn);
+    memcpy(*out, mem, memn);
+    *n = memn;
+    free(mem);
     return 0;
 }
 
@@ -421,37 +483,205 @@ int node_imageio_preview_jpeg(const uint8_t *rgb, int w, int h, int size, uint8_
             memcpy(px + ((size_t)y * ow + x) * 3, rgb + ((size_t)sy * w + sx) * 3, 3);
         }
     }
-    struct jpeg_compress_struct ci;
-    struct jerr je;
-    unsigned char *mem = NULL;
-    unsigned long memn = 0;
-    ci.err = jpeg_std_error(&je.pub);
-    je.pub.error_exit = jpeg_on_error;
-    if (setjmp(je.jb)) {
-        jpeg_destroy_compress(&ci);
-        free(mem);
-        xfree(px);
-        return ERR_INTERNAL;
-    }
-    jpeg_create_compress(&ci);
-    jpeg_mem_dest(&ci, &mem, &memn);
-    ci.image_width = (JDIMENSION)ow;
-    ci.image_height = (JDIMENSION)oh;
-    ci.input_components = 3;
-    ci.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&ci);
-    jpeg_set_quality(&ci, 95, TRUE);
-    jpeg_start_compress(&ci, TRUE);
-    while (ci.next_scanline < ci.image_height) {
-        JSAMPROW row = px + (size_t)ci.next_scanline * ow * 3;
-        jpeg_write_scanlines(&ci, &row, 1);
-    }
-    jpeg_finish_compress(&ci);
-    jpeg_destroy_compress(&ci);
-    *out = xmalloc(memn);
-    memcpy(*out, mem, memn);
-    *n = memn;
-    free(mem);
+    int rc = node_jpeg_encode(px, ow, oh, 3, 95, out, n);
     xfree(px);
+    return rc;
+}
+
+/* ---- in memory: the server's uploads and /view -------------------------------------- */
+
+/*
+ * 1 when every chunk of the PNG in b[0..n) fits in the buffer (up to IEND or the end;
+ * with `header_only`, up to the first IDAT: all that png_read_info reads). The memory
+ * twin of png_chunks_fit above, for the same reason: a 200-byte upload declaring a
+ * 1.9 GB zTXt chunk cost 1.9 GB and 2 s per request (tests/fuzz/fuzz_upload_image).
+ */
+static int png_chunks_fit_mem(const unsigned char *b, size_t n, int header_only)
+{
+    size_t off = 8; /* after the signature */
+    while (n - off >= 12) {
+        uint32_t len = (uint32_t)b[off] << 24 | (uint32_t)b[off + 1] << 16 |
+                       (uint32_t)b[off + 2] << 8 | b[off + 3];
+        if (header_only && memcmp(b + off + 4, "IDAT", 4) == 0)
+            break;
+        if (len > n - off - 12)
+            return 0;
+        if (memcmp(b + off + 4, "IEND", 4) == 0)
+            break;
+        off += 12 + (size_t)len;
+    }
+    return 1;
+}
+
+static int decode_png_rgba(const void *p, size_t n, struct node_pixels *out, int *had_alpha,
+                           struct err *e)
+{
+    if (!png_chunks_fit_mem(p, n, 0))
+        return err_set(e, ERR_INVALID, "cannot decode PNG: a chunk runs past the end of the file");
+    png_image im;
+    memset(&im, 0, sizeof(im));
+    im.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(&im, p, n))
+        return err_set(e, ERR_INVALID, "cannot decode PNG: %s", im.message);
+    *had_alpha = (im.format & PNG_FORMAT_FLAG_ALPHA) != 0;
+    im.format = PNG_FORMAT_RGBA;
+    if (im.width > 32768 || im.height > 32768 ||
+        (uint64_t)im.width * im.height > NODE_IMAGE_MAX_PIXELS) {
+        png_image_free(&im);
+        return err_set(e, ERR_TOO_LARGE, "image is too large (%ux%u)", im.width, im.height);
+    }
+    uint8_t *px = xmalloc(PNG_IMAGE_SIZE(im));
+    if (!png_image_finish_read(&im, NULL, px, 0, NULL)) {
+        xfree(px);
+        return err_set(e, ERR_INVALID, "cannot decode PNG: %s", im.message);
+    }
+    *out = (struct node_pixels){(int)im.width, (int)im.height, 4, px};
     return 0;
+}
+
+/* Warnings are silent, except a premature end of data: libjpeg would go on and fill every
+ * remaining row, so a few bytes declaring a huge image cost its full size in memory and
+ * time. PIL refuses truncated uploads too ("image file is truncated"). */
+static void jpeg_eof_fails(j_common_ptr c, int level)
+{
+    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF)
+        c->err->error_exit(c);
+}
+
+static int decode_jpeg_rgba(const void *p, size_t n, struct node_pixels *out, int *had_alpha,
+                            struct err *e)
+{
+    struct jpeg_decompress_struct d;
+    struct jerr je;
+    d.err = jpeg_std_error(&je.pub);
+    je.pub.error_exit = jpeg_on_error;
+    je.pub.emit_message = jpeg_eof_fails;
+    uint8_t *volatile px = NULL;
+    jpeg_create_decompress(&d);
+    if (setjmp(je.jb)) {
+        jpeg_destroy_decompress(&d);
+        xfree(px);
+        return err_set(e, ERR_INVALID, "cannot decode JPEG");
+    }
+    jpeg_mem_src(&d, (const unsigned char *)p, (unsigned long)n);
+    if (jpeg_read_header(&d, TRUE) != JPEG_HEADER_OK) {
+        jpeg_destroy_decompress(&d);
+        return err_set(e, ERR_INVALID, "cannot decode JPEG");
+    }
+    /* Before jpeg_start_decompress: for a progressive file it allocates the whole
+     * image's coefficients. */
+    if ((uint64_t)d.image_width * d.image_height > NODE_IMAGE_MAX_PIXELS) {
+        jpeg_destroy_decompress(&d);
+        return err_set(e, ERR_TOO_LARGE, "image is too large (%ux%u)", d.image_width,
+                       d.image_height);
+    }
+    d.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&d);
+    if (d.output_width > 32768 || d.output_height > 32768 ||
+        (uint64_t)d.output_width * d.output_height > NODE_IMAGE_MAX_PIXELS) {
+        jpeg_destroy_decompress(&d);
+        return err_set(e, ERR_INVALID, "cannot decode JPEG");
+    }
+    int w = (int)d.output_width, h = (int)d.output_height;
+    px = xmalloc((size_t)w * h * 4);
+    /* Each RGB row is read into the end of its RGBA row and widened forwards in place:
+     * pixel x's source (3x) is never behind its destination (4x). */
+    while (d.output_scanline < d.output_height) {
+        uint8_t *dst = px + (size_t)d.output_scanline * w * 4;
+        JSAMPROW row = dst + (size_t)w;
+        if (jpeg_read_scanlines(&d, &row, 1) != 1)
+            break;
+        for (int x = 0; x < w; x++) {
+            uint8_t r = row[x * 3], g = row[x * 3 + 1], b = row[x * 3 + 2];
+            dst[x * 4] = r;
+            dst[x * 4 + 1] = g;
+            dst[x * 4 + 2] = b;
+            dst[x * 4 + 3] = 255;
+        }
+    }
+    int ok = d.output_scanline == d.output_height;
+    if (ok)
+        jpeg_finish_decompress(&d);
+    jpeg_destroy_decompress(&d);
+    if (!ok) {
+        xfree(px);
+        return err_set(e, ERR_INVALID, "cannot decode JPEG");
+    }
+    *had_alpha = 0;
+    *out = (struct node_pixels){w, h, 4, px};
+    return 0;
+}
+
+int node_image_decode_rgba(const void *p, size_t n, struct node_pixels *out, int *had_alpha,
+                           struct err *e)
+{
+    memset(out, 0, sizeof(*out));
+    *had_alpha = 0;
+    const unsigned char *b = p;
+    if (n >= 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0)
+        return decode_png_rgba(p, n, out, had_alpha, e);
+    if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff)
+        return decode_jpeg_rgba(p, n, out, had_alpha, e);
+    return err_set(e, ERR_UNSUPPORTED, "not a PNG or JPEG image");
+}
+
+struct png_mem {
+    const unsigned char *p;
+    size_t n, off;
+};
+
+static void png_mem_read(png_structp png, png_bytep dst, png_size_t len)
+{
+    struct png_mem *m = png_get_io_ptr(png);
+    if (m->off + len > m->n)
+        png_error(png, "truncated PNG");
+    memcpy(dst, m->p + m->off, len);
+    m->off += len;
+}
+
+int node_png_text_read(const void *p, size_t n, struct node_png_text **out)
+{
+    *out = NULL;
+    if (n < 8 || memcmp(p, "\x89PNG\r\n\x1a\n", 8) != 0 || !png_chunks_fit_mem(p, n, 1))
+        return 0;
+    struct png_err pe = {{0}};
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        return 0;
+    }
+    struct png_mem m = {p, n, 0};
+    struct node_png_text *volatile res = NULL;
+    volatile int count = 0;
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_read_struct(&png, &info, NULL);
+        *out = res;
+        return count;
+    }
+    png_set_read_fn(png, &m, png_mem_read);
+    png_read_info(png, info);
+    png_textp text = NULL;
+    int nt = 0;
+    png_get_text(png, info, &text, &nt);
+    if (nt > 0) {
+        res = xcalloc((size_t)nt, sizeof(*res));
+        for (int i = 0; i < nt; i++) {
+            res[i].key = xstrdup(text[i].key);
+            res[i].text = xstrndup(text[i].text ? text[i].text : "", text[i].text_length);
+            count = i + 1;
+        }
+    }
+    png_destroy_read_struct(&png, &info, NULL);
+    *out = res;
+    return count;
+}
+
+void node_png_text_free(struct node_png_text *t, int count)
+{
+    for (int i = 0; i < count; i++) {
+        xfree(t[i].key);
+        xfree(t[i].text);
+    }
+    xfree(t);
 }

@@ -1,6 +1,10 @@
 /*
- * node_imageio — PNG and JPEG files <-> 8-bit interleaved pixels (libpng,
- * libjpeg-turbo), EXIF orientation, and JPEG previews.
+ * node_imageio — the image codec module: the only code that calls libpng and
+ * libjpeg-turbo. PNG, JPEG (and GIF, node_gif.h) files <-> 8-bit interleaved pixels
+ * with EXIF orientation; PNG and JPEG to memory (one PNG encoder, one JPEG encoder,
+ * shared by files, previews, SaveImageWebsocket and the server's /view); and PNG/JPEG
+ * bytes -> RGBA plus PNG text-chunk reading for the server's uploads (server/srv_image.h
+ * keeps only the route-specific alpha edits on top).
  *
  * Pixels are 8-bit, row-major, interleaved, `c` channels: 1 (gray), 2 (gray +
  * alpha), 3 (RGB) or 4 (RGBA). 16-bit PNGs are reduced to 8 bits, palettes and
@@ -58,6 +62,40 @@ int node_png_write(const char *path, const uint8_t *px, int w, int h, int c, int
  * over the socket). Returns 0 or ERR_INTERNAL (libpng failed; out may hold part of it).
  */
 int node_png_encode(const uint8_t *px, int w, int h, int c, int level, struct buf *out);
+
+/* node_png_encode with tEXt chunks (placed as node_png_write places them). */
+int node_png_encode_text(const uint8_t *px, int w, int h, int c, int level,
+                         const struct node_text_chunk *text, int n_text, struct buf *out);
+
+/*
+ * Encode a JPEG at `quality` (1..100) from c = 3 (RGB) or 4 (RGBA, alpha dropped)
+ * pixels. *out is allocated with xmalloc; caller frees with xfree. Returns 0,
+ * ERR_INVALID (bad size or c) or ERR_INTERNAL (libjpeg failed; *out NULL).
+ */
+int node_jpeg_encode(const uint8_t *px, int w, int h, int c, int quality, uint8_t **out,
+                     size_t *n);
+
+/*
+ * Decode PNG or JPEG bytes (sniffed by content) into RGBA: out->c = 4, opaque alpha
+ * where the source had none (*had_alpha says which). No EXIF orientation (the upload
+ * routes keep the bytes as sent). Truncated JPEG data, chunks running past the end and
+ * more than NODE_IMAGE_MAX_PIXELS are refused. Returns 0, or ERR_INVALID /
+ * ERR_TOO_LARGE / ERR_UNSUPPORTED with a message (out->px NULL).
+ */
+int node_image_decode_rgba(const void *p, size_t n, struct node_pixels *out, int *had_alpha,
+                           struct err *e);
+
+/* A PNG text chunk (tEXt/zTXt/iTXt) as read back; both strings owned. */
+struct node_png_text {
+    char *key;
+    char *text;
+};
+
+/* The text chunks before the first IDAT of PNG bytes (none for other formats, or when
+ * the header is corrupt: those read so far). *out is freed with node_png_text_free.
+ * Returns the count. */
+int node_png_text_read(const void *p, size_t n, struct node_png_text **out);
+void node_png_text_free(struct node_png_text *t, int count);
 
 /*
  * A preview JPEG (quality 95) of an RGB image scaled to fit inside size x size

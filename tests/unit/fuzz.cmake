@@ -36,10 +36,6 @@ if(LATENTD_FUZZ)
   endforeach()
 endif()
 
-# Our own lookups (the layers' imported targets are scoped to their directories).
-pkg_check_modules(FUZZ_PNG REQUIRED IMPORTED_TARGET libpng)
-find_package(JPEG REQUIRED)
-
 # latentd_add_fuzz(<name> SOURCES ... LIBS ... [INCLUDES ...])
 function(latentd_add_fuzz name)
   cmake_parse_arguments(F "" "" "SOURCES;LIBS;INCLUDES" ${ARGN})
@@ -65,9 +61,9 @@ latentd_add_fuzz(image_load LIBS latentd_nodes)
 # need neither MHD nor the rest of latentd_server.
 latentd_add_fuzz(srv_path SOURCES ${PROJECT_SOURCE_DIR}/server/srv_path.c
                  LIBS latentd_util INCLUDES ${PROJECT_SOURCE_DIR}/server)
+# srv_image.c sits on the codec module (nodes/image/node_imageio.h).
 latentd_add_fuzz(upload_image SOURCES ${PROJECT_SOURCE_DIR}/server/srv_image.c
-                 LIBS latentd_util PkgConfig::FUZZ_PNG JPEG::JPEG
-                 INCLUDES ${PROJECT_SOURCE_DIR}/server)
+                 LIBS latentd_nodes INCLUDES ${PROJECT_SOURCE_DIR}/server)
 # LoRA files against a tiny generated checkpoint (tools/ckpt_gen.h).
 latentd_add_fuzz(lora LIBS latentd_ckptgen latentd_models)
 # PyTorch .ckpt/.pt files: the zip directory and the restricted unpickler (models/pt_*.h).
