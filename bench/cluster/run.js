@@ -8,6 +8,7 @@
 //     client on an API-only front while workers elsewhere run the prompts (cross-instance);
 //   - the queue alone: POST /prompt through three --no-worker fronts (no worker drains it),
 //     prompts/s accepted into one database;
+//   - tiny-checkpoint txt2img prompts through 1, 2 and 3 workers: prompts/s and ratios;
 //   - model affinity: 2 workers, tiny checkpoints c1/c2 named alternately by txt2img
 //     prompts, with --affinity-wait 0 (FIFO) and 10: checkpoint loads and wall time.
 // PROMPTS (default 200), CONCURRENCY (posting clients, default 8).
@@ -84,25 +85,25 @@ async function cluster(url, workers, apiFronts = 0) {
 
 // Two workers, AFF_PROMPTS txt2img prompts (tiny checkpoints, 64x64, 4 steps, each its own
 // seed) naming c1 and c2 alternately, posted at once: checkpoint loads and wall time.
-async function affinity(pg, wait, ckptDir) {
+async function affinity(pg, wait, ckptDir, workers = 2, ckpts = ["c1", "c2"], tag = `aff${wait}`) {
   const fs = require("fs");
   const wf = JSON.parse(fs.readFileSync(path.join(__dirname, "../../tests/fixtures/default_workflow_api.json"), "utf8"));
   const setup = (dir) => { for (const n of ["c1", "c2"]) fs.copyFileSync(path.join(ckptDir, `${n}.safetensors`), path.join(dir, "models/checkpoints", `${n}.safetensors`)); };
-  const url = pg.createDatabase(`aff${wait}`);
+  const url = pg.createDatabase(tag);
   const s = [];
-  for (let i = 0; i < 2; i++) s.push(await L.startLatentd({ setup, args: ["--database-url", url, "--affinity-wait", String(wait)] }));
+  for (let i = 0; i < workers; i++) s.push(await L.startLatentd({ setup, args: ["--database-url", url, "--affinity-wait", String(wait)] }));
   const n = parseInt(process.env.AFF_PROMPTS || "24", 10);
   const ws = await L.openWs(s[0], { clientId: "aff" });
   const t0 = performance.now();
   for (let i = 0; i < n; i++) {
     const w = JSON.parse(JSON.stringify(wf));
-    w["4"].inputs.ckpt_name = i % 2 ? "c2.safetensors" : "c1.safetensors";
+    w["4"].inputs.ckpt_name = `${ckpts[i % ckpts.length]}.safetensors`;
     w["3"].inputs.seed = 1000 + i; w["3"].inputs.steps = 4;
     w["5"].inputs.width = w["5"].inputs.height = 64;
-    const r = await L.postPrompt(s[i % 2], w, { prompt_id: `aff${wait}-${i}`, client_id: "aff" });
+    const r = await L.postPrompt(s[i % s.length], w, { prompt_id: `${tag}-${i}`, client_id: "aff" });
     if (r.status !== 200) throw new Error(`${r.status} ${r.text}`);
   }
-  await ws.waitFor((m) => m.type === "execution_success" && m.data.prompt_id === `aff${wait}-${n - 1}`, 300000);
+  await ws.waitFor((m) => m.type === "execution_success" && m.data.prompt_id === `${tag}-${n - 1}`, 300000);
   await L.waitIdle(s[0], 300000);
   const wall = (performance.now() - t0) / 1000;
   const loads = s.map((x) => (x.log().match(/loaded '[^']*checkpoints\/c[12]\.safetensors'/g) || []).length).reduce((a, b) => a + b, 0);
@@ -172,6 +173,12 @@ async function stopAll(s) { for (const x of s) { await x.stop(); L.removeDir(x.d
       const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "bench-aff-"));
       for (const [n, seed] of [["c1", "1"], ["c2", "2"]])
         spawnSync(gen, ["--tiny", "--seed", seed, path.join(tmp, `${n}.safetensors`)]);
+      // Tiny-checkpoint throughput (one checkpoint, each prompt its own seed) with 1-3 workers.
+      const tiny = {};
+      for (const w of [1, 2, 3]) tiny[w] = await affinity(pg, 10, tmp, w, ["c1"], `tiny${w}`);
+      console.log(`tiny-checkpoint txt2img (64x64, 4 steps), ${tiny[1].n} prompts: ` +
+        [1, 2, 3].map((w) => `${w} worker${w > 1 ? "s" : ""} ${(tiny[w].n / tiny[w].wall).toFixed(1)}/s`).join(", ") +
+        ` (ratios ${(tiny[1].wall / tiny[2].wall).toFixed(2)}x, ${(tiny[1].wall / tiny[3].wall).toFixed(2)}x; ${require("os").cpus().length} cores)`);
       const fifo = await affinity(pg, 0, tmp);
       const aff = await affinity(pg, 10, tmp);
       L.removeDir(tmp);
