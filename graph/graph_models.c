@@ -38,7 +38,8 @@ char *graph_prompt_model_files(const struct graph_prompt *gp)
             v[n++] = buf_detach(&b, NULL);
         }
     }
-    qsort(v, n, sizeof(*v), cmp_str);
+    if (n > 1) /* qsort's base must not be NULL, even for 0 items (UBSan aborts) */
+        qsort(v, n, sizeof(*v), cmp_str);
     struct buf out;
     buf_init(&out);
     for (size_t i = 0; i < n; i++) {
