@@ -208,8 +208,7 @@ fail:
     value_unref(out);
     if (rc == ERR_INTERRUPTED)
         return node_fail_code(c, rc, "InterruptProcessingException", "processing interrupted");
-    return node_fail_code(c, rc, rc == ERR_DEVICE_OOM ? "torch.OutOfMemoryError" : "RuntimeError",
-                          "%s", e.msg);
+    return node_fail_err(c, rc, &e);
 }
 
 static const struct node_input_def upscale_in[] = {

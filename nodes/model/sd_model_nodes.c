@@ -205,10 +205,8 @@ static int encode_run(struct node_ctx *c)
     struct sd_cond *cond = NULL;
     struct err e = {0};
     int rc = sd_clip_encode_text(clip, c->env->mm, node_in_str(c, "text"), &cond, &e);
-    if (rc == ERR_DEVICE_OOM)
-        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     if (rc < 0)
-        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+        return node_fail_err(c, rc, &e);
     node_set_output(c, 0, sd_cond_value(cond));
     return 0;
 }
@@ -259,10 +257,8 @@ static int encode_sdxl_run(struct node_ctx *c)
     struct err e = {0};
     int rc = sd_clip_encode_sdxl(clip, c->env->mm, node_in_str(c, "text_g"),
                                  node_in_str(c, "text_l"), &s, &cond, &e);
-    if (rc == ERR_DEVICE_OOM)
-        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     if (rc < 0)
-        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+        return node_fail_err(c, rc, &e);
     node_set_output(c, 0, sd_cond_value(cond));
     return 0;
 }
@@ -302,10 +298,8 @@ static int encode_refiner_run(struct node_ctx *c)
     int rc = sd_clip_encode_sdxl_refiner(clip, c->env->mm, node_in_str(c, "text"),
                                          node_in_float(c, "ascore"), (int)node_in_int(c, "width"),
                                          (int)node_in_int(c, "height"), &cond, &e);
-    if (rc == ERR_DEVICE_OOM)
-        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     if (rc < 0)
-        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+        return node_fail_err(c, rc, &e);
     node_set_output(c, 0, sd_cond_value(cond));
     return 0;
 }
@@ -376,10 +370,8 @@ static int decode_common(struct node_ctx *c, int tile, int overlap)
     struct value *img = NULL;
     struct err e = {0};
     int rc = sd_vae_decode_latent(vae, c->env->mm, lat, tile, overlap, &img, &e);
-    if (rc == ERR_DEVICE_OOM)
-        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     if (rc < 0)
-        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+        return node_fail_err(c, rc, &e);
     node_set_output(c, 0, img);
     return 0;
 }
@@ -452,10 +444,8 @@ static int vae_encode_common(struct node_ctx *c, int tile, int overlap)
     struct sd_latent *lat = NULL;
     struct err e = {0};
     int rc = sd_vae_encode_image(vae, c->env->mm, node_in(c, "pixels"), tile, overlap, &lat, &e);
-    if (rc == ERR_DEVICE_OOM)
-        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     if (rc < 0)
-        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+        return node_fail_err(c, rc, &e);
     node_set_output(c, 0, sd_latent_value(lat));
     return 0;
 }
@@ -551,9 +541,7 @@ static int inpaint_run(struct node_ctx *c)
     value_unref(img);
     if (rc < 0) {
         xfree(m);
-        if (rc == ERR_DEVICE_OOM)
-            return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
-        return node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+        return node_fail_err(c, rc, &e);
     }
     /* Grow: conv2d with a g x g ones kernel, padding ceil((g - 1) / 2), cut to H x W. */
     lat->noise_mask = xmalloc((size_t)(mb * H * W) * sizeof *lat->noise_mask);

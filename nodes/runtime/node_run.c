@@ -253,15 +253,19 @@ int node_fail_code(struct node_ctx *c, int code, const char *exc_type, const cha
     return rc;
 }
 
+int node_fail_err(struct node_ctx *c, int rc, const struct err *e)
+{
+    return node_fail_code(c, rc, rc == ERR_DEVICE_OOM ? "torch.OutOfMemoryError" : "RuntimeError",
+                          "%s", e->msg[0] ? e->msg : err_str(rc));
+}
+
 struct value *node_new_tensor(struct node_ctx *c, const char *type, int ndim, const int64_t *shape)
 {
     struct value *v;
     struct err e = {0};
     int rc = value_try_new_tensor(type, ndim, shape, &v, &e);
-    if (rc == ERR_DEVICE_OOM)
-        node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
-    else if (rc < 0)
-        node_fail_code(c, rc, "RuntimeError", "%s", e.msg);
+    if (rc < 0)
+        node_fail_err(c, rc, &e);
     return rc < 0 ? NULL : v;
 }
 

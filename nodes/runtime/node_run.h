@@ -119,6 +119,13 @@ const char *node_in_str(const struct node_ctx *c, const char *name);
 int node_in_bool(const struct node_ctx *c, const char *name);
 
 /*
+ * Fail the node with the error a model or tensor call returned: rc ERR_DEVICE_OOM is
+ * ComfyUI's torch.OutOfMemoryError, anything else a RuntimeError; the message is e's
+ * (err_str(rc) when e has none). Returns the node_fail code.
+ */
+int node_fail_err(struct node_ctx *c, int rc, const struct err *e);
+
+/*
  * A zero-filled host tensor for this node (node_value.h shapes), or NULL after
  * node_fail() when a dimension is not positive (RuntimeError) or the tensor would
  * not fit in the host memory available now (torch.OutOfMemoryError, with the size

@@ -281,8 +281,7 @@ static int add_noise_run(struct node_ctx *c)
                                     per, SAMPLING_RANDN_V2, out->samples, &e);
     if (rc < 0) {
         sd_latent_free(out);
-        return node_fail_code(c, rc, rc == ERR_DEVICE_OOM ? "torch.OutOfMemoryError" : "RuntimeError",
-                              "%s", e.msg);
+        return node_fail_err(c, rc, &e);
     }
     float scale = sig->n > 1 ? fabsf(sig->v[0] - sig->v[sig->n - 1]) : sig->v[0];
     int nonzero = 0;

@@ -640,9 +640,7 @@ static int sample_fail(struct node_ctx *c, int rc, const struct err *e)
     if (rc == ERR_INTERRUPTED)
         return node_fail_code(c, ERR_INTERRUPTED, "InterruptProcessingException",
                               "processing interrupted");
-    if (rc == ERR_DEVICE_OOM)
-        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e->msg);
-    return node_fail_code(c, rc, "RuntimeError", "%s", e->msg[0] ? e->msg : err_str(rc));
+    return node_fail_err(c, rc, e);
 }
 
 /* The last step's x0 (scaled latent space) as a LATENT: process_latent_out. */
