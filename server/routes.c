@@ -219,7 +219,9 @@ static void route_prompt_post(struct srv_req *r)
         .extra_data = json_text(job->extra_data),
         .outputs_to_execute = json_text(job->outputs),
         .client_id = job->client_id,
-        .models = job->native ? graph_prompt_model_files(job->native) : NULL,
+        /* Only a shared store schedules by them (model affinity); SQLite ignores them. */
+        .models = job->native && srv_store_shared(s->store) ? graph_prompt_model_files(job->native)
+                                                             : NULL,
     };
     struct err e = {0};
     int rc = srv_store_add(s->store, &sj, &e);
