@@ -10,6 +10,7 @@ void node_registry_add_builtins(struct node_registry *r)
     nodes_sd_register(r);
     nodes_mask_register(r);
     nodes_string_register(r);
+    nodes_string_regex_register(r);
     nodes_upscale_model_register(r);
     /* custom_nodes load after comfy_extras. */
     nodes_websocket_register(r);

@@ -11,11 +11,13 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # Build tools and the libraries latentd links (see README "Dependencies"); postgresql is
-# the server e2e_cluster_pg starts privately (latentd itself only needs libpq).
+# the server e2e_cluster_pg starts privately (latentd itself only needs libpq); libpcre2-dev
+# gives the regex string nodes Python re's syntax; python3-websocket is what ComfyUI's own
+# script_examples import (e2e_script_examples runs them unchanged).
 PACKAGES="build-essential cmake ninja-build pkg-config git
   libmicrohttpd-dev libwebsockets-dev libcjson-dev libsqlite3-dev libpng-dev
   libjpeg62-turbo-dev libopenblas-dev libdnnl-dev chromium wrk
-  libpq-dev postgresql"
+  libpq-dev postgresql libpcre2-dev python3-websocket"
 
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq

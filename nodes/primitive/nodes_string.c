@@ -8,9 +8,8 @@
  * Case mapping is the C library's (glibc's C.UTF-8 tables, or ASCII when that
  * locale is missing): the simple one-to-one mappings. Python's full mappings
  * (upper("ß") == "SS", ligatures, a final sigma lowering to "ς") are not
- * reproduced. RegexMatch, RegexExtract and RegexReplace are not implemented:
- * they need Python's re syntax, which neither POSIX regex nor anything else
- * linked here offers.
+ * reproduced. RegexMatch, RegexExtract and RegexReplace live in
+ * nodes_string_regex.c.
  */
 #include <locale.h>
 #include <pthread.h>

@@ -1,7 +1,8 @@
 /*
- * nodes_string — ComfyUI's comfy_extras/nodes_string.py without the regex nodes
- * (nodes_string.c says why, and where Python's str semantics are only
- * approximated). nodes_string_register() is declared in node_builtin.h.
+ * nodes_string — ComfyUI's comfy_extras/nodes_string.py: the str nodes (nodes_string.c,
+ * which says where Python's str semantics are only approximated) and the regex nodes
+ * (nodes_string_regex.c, over py_re.h). nodes_string_register() and
+ * nodes_string_regex_register() are declared in node_builtin.h.
  *
  * Threads: register before the registry is shared; nodes run on the executor.
  */
@@ -19,5 +20,8 @@ extern const struct node_class nodes_string_trim;
 extern const struct node_class nodes_string_replace;
 extern const struct node_class nodes_string_contains;
 extern const struct node_class nodes_string_compare;
+extern const struct node_class nodes_regex_match;
+extern const struct node_class nodes_regex_extract;
+extern const struct node_class nodes_regex_replace;
 
 #endif

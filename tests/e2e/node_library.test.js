@@ -43,7 +43,7 @@ const WANT = {
   "nodes_post_processing.json": ["ImageBlend", "ImageBlur", "ImageSharpen", "ImageScaleToTotalPixels"],
   "nodes_compositing.json": ["PorterDuffImageComposite", "SplitImageWithAlpha", "JoinImageWithAlpha"],
   "nodes_string.json": ["StringConcatenate", "StringSubstring", "StringLength", "CaseConverter", "StringTrim",
-    "StringReplace", "StringContains", "StringCompare"],
+    "StringReplace", "StringContains", "StringCompare", "RegexMatch", "RegexExtract", "RegexReplace"],
   "nodes_primitive.json": ["PrimitiveString", "PrimitiveStringMultiline", "PrimitiveInt", "PrimitiveFloat",
     "PrimitiveBoolean"],
   "nodes_conditioning.json": ["ConditioningAverage", "ConditioningCombine", "ConditioningConcat",
