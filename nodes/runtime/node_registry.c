@@ -51,6 +51,9 @@ static void slots_insert(struct node_registry *r, int32_t idx)
 void node_registry_add(struct node_registry *r, const struct node_class *cls)
 {
     ASSERT(cls && cls->name && cls->run);
+    struct err e = {0};
+    if (node_class_check(cls, &e) < 0)
+        PANIC("%s", e.msg);
     if (node_registry_find(r, cls->name))
         PANIC("node class '%s' registered twice", cls->name);
     if (r->n == r->cap) {
@@ -105,6 +108,16 @@ int node_class_n_inputs(const struct node_class *cls)
         while (cls->inputs[n].name)
             n++;
     return n;
+}
+
+int node_class_check(const struct node_class *cls, struct err *e)
+{
+    int n = node_class_n_inputs(cls);
+    if (cls->n_inputs && cls->n_inputs != n)
+        return err_set(e, ERR_INVALID,
+                       "node class '%s': its input index enum counts %d inputs, the declaration %d",
+                       cls->name, cls->n_inputs, n);
+    return 0;
 }
 
 int node_class_n_outputs(const struct node_class *cls)

@@ -10,6 +10,8 @@
  *
  *     static const char *const methods[] = {"nearest-exact", "bilinear", NULL};
  *
+ *     // The input indices, beside the declaration they index: keep the orders equal.
+ *     enum { SCALE_IMAGE, SCALE_METHOD, SCALE_WIDTH, SCALE_CKPT, SCALE_N };
  *     static const struct node_input_def scale_inputs[] = {
  *         {.name = "image", .type = "IMAGE"},
  *         {.name = "upscale_method", .type = NODE_COMBO, .options = methods},
@@ -21,8 +23,8 @@
  *     static const struct node_output_def scale_outputs[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
  *
  *     static int scale_run(struct node_ctx *c) {
- *         const struct value *img = node_in(c, "image");      // borrowed; or node_in_at(c, 0)
- *         int64_t w = node_in_int(c, "width");                 // widgets: typed readers
+ *         const struct value *img = node_in_at(c, SCALE_IMAGE); // borrowed
+ *         int64_t w = node_in_int_at(c, SCALE_WIDTH);            // widgets: typed readers
  *         struct value *out = node_new_image(c, b, h, w, 3);   // size-checked; NULL = failed
  *         if (!out)
  *             return ERR_TOO_LARGE;
@@ -40,7 +42,7 @@
  *
  *     static const struct node_class image_scale = {
  *         .name = "ImageScale", .display_name = "Upscale Image",
- *         .category = "image/upscaling", .inputs = scale_inputs,
+ *         .category = "image/upscaling", .inputs = scale_inputs, .n_inputs = SCALE_N,
  *         .outputs = scale_outputs, .run = scale_run};
  *
  *     static const struct node_class *const sd_classes[] = {&image_scale, ...};
@@ -175,6 +177,14 @@ struct node_class {
     const char *python_module; /* NULL = "nodes" */
     unsigned flags;            /* enum node_class_flags */
     const struct node_input_def *inputs;   /* NODE_INPUTS_END-terminated; NULL = none */
+    /*
+     * The count (the _N member) of the index enum that run() reads these inputs with,
+     * stated here so that registration can hold it against the declaration: an input
+     * added to or dropped from one but not the other stops the server at startup (and
+     * fails every unit test that registers the class) instead of making run() read a
+     * neighbour. 0 = not stated (a class that has no inputs or reads them by name).
+     */
+    int n_inputs;
     const struct node_output_def *outputs; /* NODE_OUTPUTS_END-terminated; NULL = none */
 
     /* Run the node (executor thread). Returns 0, or <0 after node_fail(). */
@@ -213,6 +223,13 @@ const struct node_class *node_registry_find(const struct node_registry *r, const
 /* Classes in registration order (for /object_info). */
 size_t node_registry_count(const struct node_registry *r);
 const struct node_class *node_registry_at(const struct node_registry *r, size_t i);
+
+/*
+ * Check a class's declaration for mistakes registration must not accept: today, a
+ * stated n_inputs that differs from the number of declared inputs. Returns 0, or
+ * ERR_INVALID with the reason in `e`. node_registry_add panics when this fails.
+ */
+int node_class_check(const struct node_class *cls, struct err *e);
 
 /* Counts of a class's declared inputs and outputs. */
 int node_class_n_inputs(const struct node_class *cls);

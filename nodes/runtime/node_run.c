@@ -112,6 +112,11 @@ int node_in_bool_at(const struct node_ctx *c, int i)
     return READ(as_bool, c, check_index(c, i));
 }
 
+const char *node_in_name(const struct node_ctx *c, int i)
+{
+    return c->cls->inputs[check_index(c, i)].name;
+}
+
 int64_t node_in_int(const struct node_ctx *c, const char *n)
 {
     return READ(as_int, c, index_of(c, n));

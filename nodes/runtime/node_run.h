@@ -4,7 +4,8 @@
  *
  * graph/ fills a struct node_ctx for each node it executes and calls the class's
  * run(c). Inputs are indexed like the class's declared inputs: a family names the
- * indices in an enum beside its declaration and reads node_in_at / node_in_*_at
+ * indices in an enum beside its declaration (ending in an _N member that the class
+ * states as .n_inputs, checked at registration) and reads node_in_at / node_in_*_at
  * (node_in and friends look a name up on each call). A node:
  *   - reads inputs (borrowed; never writes into them: make a new value instead),
  *   - sets each output with node_set_output (transfers one reference),
@@ -108,6 +109,10 @@ int64_t node_in_int_at(const struct node_ctx *c, int index);
 double node_in_float_at(const struct node_ctx *c, int index);
 const char *node_in_str_at(const struct node_ctx *c, int index);
 int node_in_bool_at(const struct node_ctx *c, int index);
+
+/* The declared name of input `index`, for messages about it (static). An index
+ * outside the declaration is a bug in the node (ASSERT). */
+const char *node_in_name(const struct node_ctx *c, int index);
 
 /* The same by input name: a linear search of the declaration on every call. Node
  * families not yet given index enums use these (TODO(cfg): the sd_* families, after

@@ -7,6 +7,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <jpeglib.h>
 
@@ -98,6 +99,23 @@ static void test_registry(void)
     EXPECT_EQ(node_class_n_outputs(&k1), 0);
     EXPECT_EQ(node_class_input_index(&k1, "b"), 1);
     node_registry_free(r);
+
+    /* A stated index count must equal the declaration's (node_registry_add panics
+     * otherwise, so a family whose enum and inputs drift apart fails every test
+     * that registers it). */
+    static const struct node_class stated = {.name = "S", .inputs = in, .n_inputs = 2,
+                                             .run = dummy_run};
+    static const struct node_class short_enum = {.name = "E", .inputs = in, .n_inputs = 1,
+                                                 .run = dummy_run};
+    static const struct node_class long_enum = {.name = "L", .n_inputs = 1, .run = dummy_run};
+    struct err e = {0};
+    EXPECT_OK(node_class_check(&stated, &e));
+    EXPECT_OK(node_class_check(&k1, &e));
+    EXPECT_EQ(node_class_check(&short_enum, &e), ERR_INVALID);
+    ok(strstr(e.msg, "'E'") && strstr(e.msg, "counts 1 inputs, the declaration 2"), "mismatch named: %s",
+       e.msg);
+    err_clear(&e);
+    EXPECT_EQ(node_class_check(&long_enum, &e), ERR_INVALID);
 }
 
 /* ---- image I/O ----------------------------------------------------------------------- */
