@@ -21,17 +21,37 @@
 static const struct node_output_def mask_out[] = {{.type = "MASK"}, NODE_OUTPUTS_END};
 static const struct node_output_def image_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
 
-int nodes__mask_in(struct node_ctx *c, const char *name, const struct value **m, int64_t *b,
-                   int64_t *h, int64_t *w)
+#define XY_INPUTS                                                                                   \
+    {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), \
+     .step = NODE_I(1)},                                                                            \
+    {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), \
+     .step = NODE_I(1)}
+#define SIDE(n)                                                                                     \
+    {.name = n, .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), \
+     .step = NODE_I(1)}
+#define SIZE(n)                                                                                       \
+    {.name = n, .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION), \
+     .step = NODE_I(1)}
+
+int nodes__mask_in_at(struct node_ctx *c, int index, const struct value **m, int64_t *b,
+                      int64_t *h, int64_t *w)
 {
-    const struct value *v = node_in(c, name);
+    const struct value *v = node_in_at(c, index);
     if (!v || v->kind != VALUE_TENSOR || v->ndim < 2)
-        return node_fail(c, "ValueError", "input '%s' is not a MASK", name);
+        return node_fail(c, "ValueError", "input '%s' is not a MASK", node_in_name(c, index));
     *m = v;
     *h = v->shape[v->ndim - 2];
     *w = v->shape[v->ndim - 1];
     *b = (int64_t)v->numel / (*h * *w);
     return 0;
+}
+
+int nodes__mask_in(struct node_ctx *c, const char *name, const struct value **m, int64_t *b,
+                   int64_t *h, int64_t *w)
+{
+    int index = node_class_input_index(c->cls, name);
+    ASSERT(index >= 0);
+    return nodes__mask_in_at(c, index, m, b, h, w);
 }
 
 /* A MASK [b, h, w] copy of m (reshape(-1, H, W).clone()); NULL after node_fail. */
@@ -43,18 +63,22 @@ static struct value *mask_copy(struct node_ctx *c, const struct value *m, int64_
     return o;
 }
 
-#define MASK_OR_FAIL(name)                                                       \
+#define MASK_OR_FAIL(index)                                                      \
     const struct value *m;                                                       \
     int64_t b, h, w;                                                             \
-    int rc = nodes__mask_in(c, name, &m, &b, &h, &w);                            \
+    int rc = nodes__mask_in_at(c, index, &m, &b, &h, &w);                        \
     if (rc < 0)                                                                  \
         return rc
 
 /* ---- MaskToImage / ImageToMask / ImageColorToMask ---- */
 
+/* MaskToImage's and InvertMask's. */
+enum { MASK_MASK, MASK_N };
+static const struct node_input_def mask_in[] = {{.name = "mask", .type = "MASK"}, NODE_INPUTS_END};
+
 static int mask_to_image_run(struct node_ctx *c)
 {
-    MASK_OR_FAIL("mask");
+    MASK_OR_FAIL(MASK_MASK);
     struct value *o = node_new_image(c, b, h, w, 3);
     if (!o)
         return ERR_TOO_LARGE;
@@ -66,9 +90,21 @@ static int mask_to_image_run(struct node_ctx *c)
 
 static const char *const channels[] = {"red", "green", "blue", "alpha", NULL};
 
+/* Both image-reading nodes take the image first (image_in reads index 0). */
+enum { IMAGE_TO_MASK_IMAGE, IMAGE_TO_MASK_CHANNEL, IMAGE_TO_MASK_N };
+static const struct node_input_def image_to_mask_in[] = {
+    {.name = "image", .type = "IMAGE"}, {.name = "channel", .type = NODE_COMBO, .options = channels},
+    NODE_INPUTS_END};
+enum { COLOR_IMAGE = IMAGE_TO_MASK_IMAGE, COLOR_COLOR, COLOR_N };
+static const struct node_input_def color_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "color", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(0xFFFFFF),
+     .step = NODE_I(1), .display = "color"},
+    NODE_INPUTS_END};
+
 static const struct value *image_in(struct node_ctx *c)
 {
-    const struct value *img = node_in(c, "image");
+    const struct value *img = node_in_at(c, IMAGE_TO_MASK_IMAGE);
     if (!img || img->kind != VALUE_TENSOR || img->ndim != 4) {
         node_fail(c, "ValueError", "input 'image' is not an IMAGE [B,H,W,C]");
         return NULL;
@@ -81,7 +117,7 @@ static int image_to_mask_run(struct node_ctx *c)
     const struct value *img = image_in(c);
     if (!img)
         return ERR_INVALID;
-    const char *ch = node_in_str(c, "channel");
+    const char *ch = node_in_str_at(c, IMAGE_TO_MASK_CHANNEL);
     int64_t k = 0, nc = img->shape[3];
     while (channels[k] && strcmp(channels[k], ch))
         k++;
@@ -110,7 +146,7 @@ static int color_to_mask_run(struct node_ctx *c)
     const struct value *img = image_in(c);
     if (!img)
         return ERR_INVALID;
-    int64_t color = node_in_int(c, "color"), nc = img->shape[3];
+    int64_t color = node_in_int_at(c, COLOR_COLOR), nc = img->shape[3];
     if (nc < 3)
         return node_fail(c, "IndexError", "index %lld is out of bounds for dimension 3 with size %lld",
                          (long long)nc, (long long)nc);
@@ -129,10 +165,16 @@ static int color_to_mask_run(struct node_ctx *c)
 
 /* ---- SolidMask / InvertMask / ThresholdMask ---- */
 
+enum { SOLID_VALUE, SOLID_WIDTH, SOLID_HEIGHT, SOLID_N };
+static const struct node_input_def solid_in[] = {
+    {.name = "value", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(1.0),
+     .step = NODE_F(0.01)},
+    SIZE("width"), SIZE("height"), NODE_INPUTS_END};
+
 static int solid_run(struct node_ctx *c)
 {
-    float v = (float)node_in_float(c, "value");
-    struct value *o = node_new_mask(c, 1, node_in_int(c, "height"), node_in_int(c, "width"));
+    float v = (float)node_in_float_at(c, SOLID_VALUE);
+    struct value *o = node_new_mask(c, 1, node_in_int_at(c, SOLID_HEIGHT), node_in_int_at(c, SOLID_WIDTH));
     if (!o)
         return ERR_TOO_LARGE;
     for (size_t k = 0; k < o->numel; k++)
@@ -141,15 +183,22 @@ static int solid_run(struct node_ctx *c)
     return 0;
 }
 
+enum { THRESHOLD_MASK = MASK_MASK, THRESHOLD_VALUE, THRESHOLD_N };
+static const struct node_input_def threshold_in[] = {
+    {.name = "mask", .type = "MASK"},
+    {.name = "value", .type = "FLOAT", .def = NODE_F(0.5), .min = NODE_F(0.0), .max = NODE_F(1.0),
+     .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
 /* 1.0 - mask and (mask > value).float() keep the input's shape. */
 static int pointwise(struct node_ctx *c, int threshold)
 {
-    MASK_OR_FAIL("mask");
+    MASK_OR_FAIL(MASK_MASK);
     (void)b;
     struct value *o = node_new_tensor(c, m->type, m->ndim, m->shape);
     if (!o)
         return ERR_TOO_LARGE;
-    float t = threshold ? (float)node_in_float(c, "value") : 0;
+    float t = threshold ? (float)node_in_float_at(c, THRESHOLD_VALUE) : 0;
     for (size_t k = 0; k < m->numel; k++)
         o->data[k] = threshold ? (m->data[k] > t ? 1.0f : 0.0f) : 1.0f - m->data[k];
     node_set_output(c, 0, o);
@@ -168,12 +217,16 @@ static int threshold_run(struct node_ctx *c)
 
 /* ---- CropMask ---- */
 
+enum { CROP_MASK, CROP_X, CROP_Y, CROP_WIDTH, CROP_HEIGHT, CROP_N };
+static const struct node_input_def crop_in[] = {
+    {.name = "mask", .type = "MASK"}, XY_INPUTS, SIZE("width"), SIZE("height"), NODE_INPUTS_END};
+
 static int crop_run(struct node_ctx *c)
 {
-    MASK_OR_FAIL("mask");
-    int64_t x = node_in_int(c, "x"), y = node_in_int(c, "y"), x0, x1, y0, y1;
-    int64_t nw = sd__pyslice(x, x + node_in_int(c, "width"), w, &x0, &x1);
-    int64_t nh = sd__pyslice(y, y + node_in_int(c, "height"), h, &y0, &y1);
+    MASK_OR_FAIL(CROP_MASK);
+    int64_t x = node_in_int_at(c, CROP_X), y = node_in_int_at(c, CROP_Y), x0, x1, y0, y1;
+    int64_t nw = sd__pyslice(x, x + node_in_int_at(c, CROP_WIDTH), w, &x0, &x1);
+    int64_t nh = sd__pyslice(y, y + node_in_int_at(c, CROP_HEIGHT), h, &y0, &y1);
     if (nw < 1 || nh < 1)
         return node_fail(c, "ValueError", "cropping the %lldx%lld mask at %lld, %lld leaves nothing",
                          (long long)w, (long long)h, (long long)x, (long long)y);
@@ -209,13 +262,18 @@ static float mask_op(int op, float d, float s)
     }
 }
 
+enum { COMPOSITE_DESTINATION, COMPOSITE_SOURCE, COMPOSITE_X, COMPOSITE_Y, COMPOSITE_OPERATION, COMPOSITE_N };
+static const struct node_input_def mask_composite_in[] = {
+    {.name = "destination", .type = "MASK"}, {.name = "source", .type = "MASK"}, XY_INPUTS,
+    {.name = "operation", .type = NODE_COMBO, .options = mask_ops}, NODE_INPUTS_END};
+
 static int mask_composite_run(struct node_ctx *c)
 {
     const struct value *d, *s;
     int64_t db, dh, dw, sb, sh, sw;
     int rc;
-    if ((rc = nodes__mask_in(c, "destination", &d, &db, &dh, &dw)) < 0 ||
-        (rc = nodes__mask_in(c, "source", &s, &sb, &sh, &sw)) < 0)
+    if ((rc = nodes__mask_in_at(c, COMPOSITE_DESTINATION, &d, &db, &dh, &dw)) < 0 ||
+        (rc = nodes__mask_in_at(c, COMPOSITE_SOURCE, &s, &sb, &sh, &sw)) < 0)
         return rc;
     if (sb != db && sb != 1)
         return node_fail(c, "RuntimeError",
@@ -223,12 +281,12 @@ static int mask_composite_run(struct node_ctx *c)
                          "non-singleton dimension 0",
                          (long long)db, (long long)sb);
     int op = 0;
-    while (mask_ops[op] && strcmp(mask_ops[op], node_in_str(c, "operation")))
+    while (mask_ops[op] && strcmp(mask_ops[op], node_in_str_at(c, COMPOSITE_OPERATION)))
         op++;
     struct value *o = mask_copy(c, d, db, dh, dw);
     if (!o)
         return ERR_TOO_LARGE;
-    int64_t left = node_in_int(c, "x"), top = node_in_int(c, "y");
+    int64_t left = node_in_int_at(c, COMPOSITE_X), top = node_in_int_at(c, COMPOSITE_Y);
     int64_t vw = (left + sw < dw ? left + sw : dw) - left, vh = (top + sh < dh ? top + sh : dh) - top;
     /* A source placed past the edge changes nothing (ComfyUI's slices are empty there). */
     for (int64_t i = 0; i < db; i++)
@@ -258,14 +316,19 @@ static void scale_row(struct value *o, int64_t b, int64_t h, int64_t w, int64_t 
             o->data[(i * h + row) * w + k] *= f;
 }
 
+enum { FEATHER_MASK, FEATHER_LEFT, FEATHER_TOP, FEATHER_RIGHT, FEATHER_BOTTOM, FEATHER_N };
+static const struct node_input_def feather_in[] = {
+    {.name = "mask", .type = "MASK"}, SIDE("left"), SIDE("top"), SIDE("right"), SIDE("bottom"),
+    NODE_INPUTS_END};
+
 static int feather_run(struct node_ctx *c)
 {
-    MASK_OR_FAIL("mask");
+    MASK_OR_FAIL(FEATHER_MASK);
     struct value *o = mask_copy(c, m, b, h, w);
     if (!o)
         return ERR_TOO_LARGE;
-    int64_t l = node_in_int(c, "left"), r = node_in_int(c, "right");
-    int64_t t = node_in_int(c, "top"), bo = node_in_int(c, "bottom");
+    int64_t l = node_in_int_at(c, FEATHER_LEFT), r = node_in_int_at(c, FEATHER_RIGHT);
+    int64_t t = node_in_int_at(c, FEATHER_TOP), bo = node_in_int_at(c, FEATHER_BOTTOM);
     l = l < w ? l : w;
     r = r < w ? r : w;
     t = t < h ? t : h;
@@ -309,11 +372,18 @@ static void grow_once(const float *s, float *d, int64_t h, int64_t w, int grow, 
         }
 }
 
+enum { GROW_MASK, GROW_EXPAND, GROW_TAPERED_CORNERS, GROW_N };
+static const struct node_input_def grow_in[] = {
+    {.name = "mask", .type = "MASK"},
+    {.name = "expand", .type = "INT", .def = NODE_I(0), .min = NODE_I(-MAX_RESOLUTION),
+     .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(1)},
+    {.name = "tapered_corners", .type = "BOOLEAN", .def_bool = 1, .has_def_bool = 1}, NODE_INPUTS_END};
+
 static int grow_run(struct node_ctx *c)
 {
-    MASK_OR_FAIL("mask");
-    int64_t expand = node_in_int(c, "expand");
-    int tapered = node_in_bool(c, "tapered_corners");
+    MASK_OR_FAIL(GROW_MASK);
+    int64_t expand = node_in_int_at(c, GROW_EXPAND);
+    int tapered = node_in_bool_at(c, GROW_TAPERED_CORNERS);
     struct value *o = mask_copy(c, m, b, h, w);
     if (!o)
         return ERR_TOO_LARGE;
@@ -337,72 +407,36 @@ static int grow_run(struct node_ctx *c)
 
 /* ---- declarations ---- */
 
-#define XY_INPUTS                                                                                   \
-    {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), \
-     .step = NODE_I(1)},                                                                            \
-    {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), \
-     .step = NODE_I(1)}
-#define SIDE(n)                                                                                     \
-    {.name = n, .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), \
-     .step = NODE_I(1)}
-#define SIZE(n)                                                                                       \
-    {.name = n, .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION), \
-     .step = NODE_I(1)}
 
-static const struct node_input_def mask_in[] = {{.name = "mask", .type = "MASK"}, NODE_INPUTS_END};
-static const struct node_input_def image_to_mask_in[] = {
-    {.name = "image", .type = "IMAGE"}, {.name = "channel", .type = NODE_COMBO, .options = channels},
-    NODE_INPUTS_END};
-static const struct node_input_def color_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "color", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(0xFFFFFF),
-     .step = NODE_I(1), .display = "color"},
-    NODE_INPUTS_END};
-static const struct node_input_def solid_in[] = {
-    {.name = "value", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(1.0),
-     .step = NODE_F(0.01)},
-    SIZE("width"), SIZE("height"), NODE_INPUTS_END};
-static const struct node_input_def crop_in[] = {
-    {.name = "mask", .type = "MASK"}, XY_INPUTS, SIZE("width"), SIZE("height"), NODE_INPUTS_END};
-static const struct node_input_def mask_composite_in[] = {
-    {.name = "destination", .type = "MASK"}, {.name = "source", .type = "MASK"}, XY_INPUTS,
-    {.name = "operation", .type = NODE_COMBO, .options = mask_ops}, NODE_INPUTS_END};
-static const struct node_input_def feather_in[] = {
-    {.name = "mask", .type = "MASK"}, SIDE("left"), SIDE("top"), SIDE("right"), SIDE("bottom"),
-    NODE_INPUTS_END};
-static const struct node_input_def grow_in[] = {
-    {.name = "mask", .type = "MASK"},
-    {.name = "expand", .type = "INT", .def = NODE_I(0), .min = NODE_I(-MAX_RESOLUTION),
-     .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(1)},
-    {.name = "tapered_corners", .type = "BOOLEAN", .def_bool = 1, .has_def_bool = 1}, NODE_INPUTS_END};
-static const struct node_input_def threshold_in[] = {
-    {.name = "mask", .type = "MASK"},
-    {.name = "value", .type = "FLOAT", .def = NODE_F(0.5), .min = NODE_F(0.0), .max = NODE_F(1.0),
-     .step = NODE_F(0.01)},
-    NODE_INPUTS_END};
-
-#define MASK_NODE(sym, cname, title, in, out, fn)                                                  \
+#define MASK_NODE(sym, cname, title, in, n_in, out, fn)                                            \
     const struct node_class sym = {.name = cname, .display_name = title, .category = "mask",      \
-                                   .python_module = NODES_MASK_MODULE, .inputs = in, .outputs = out, \
-                                   .run = fn}
+                                   .python_module = NODES_MASK_MODULE, .inputs = in,               \
+                                   .n_inputs = n_in, .outputs = out, .run = fn}
 
-MASK_NODE(nodes_mask_to_image, "MaskToImage", "Convert Mask to Image", mask_in, image_out, mask_to_image_run);
-MASK_NODE(nodes_image_to_mask, "ImageToMask", "Convert Image to Mask", image_to_mask_in, mask_out, image_to_mask_run);
-MASK_NODE(nodes_image_color_to_mask, "ImageColorToMask", NULL, color_in, mask_out, color_to_mask_run);
-MASK_NODE(nodes_solid_mask, "SolidMask", NULL, solid_in, mask_out, solid_run);
-MASK_NODE(nodes_invert_mask, "InvertMask", NULL, mask_in, mask_out, invert_run);
-MASK_NODE(nodes_crop_mask, "CropMask", NULL, crop_in, mask_out, crop_run);
-MASK_NODE(nodes_mask_composite, "MaskComposite", NULL, mask_composite_in, mask_out, mask_composite_run);
-MASK_NODE(nodes_feather_mask, "FeatherMask", NULL, feather_in, mask_out, feather_run);
-MASK_NODE(nodes_grow_mask, "GrowMask", NULL, grow_in, mask_out, grow_run);
-MASK_NODE(nodes_threshold_mask, "ThresholdMask", NULL, threshold_in, mask_out, threshold_run);
+MASK_NODE(nodes_mask_to_image, "MaskToImage", "Convert Mask to Image", mask_in, MASK_N, image_out, mask_to_image_run);
+MASK_NODE(nodes_image_to_mask, "ImageToMask", "Convert Image to Mask", image_to_mask_in, IMAGE_TO_MASK_N, mask_out, image_to_mask_run);
+MASK_NODE(nodes_image_color_to_mask, "ImageColorToMask", NULL, color_in, COLOR_N, mask_out, color_to_mask_run);
+MASK_NODE(nodes_solid_mask, "SolidMask", NULL, solid_in, SOLID_N, mask_out, solid_run);
+MASK_NODE(nodes_invert_mask, "InvertMask", NULL, mask_in, MASK_N, mask_out, invert_run);
+MASK_NODE(nodes_crop_mask, "CropMask", NULL, crop_in, CROP_N, mask_out, crop_run);
+MASK_NODE(nodes_mask_composite, "MaskComposite", NULL, mask_composite_in, COMPOSITE_N, mask_out, mask_composite_run);
+MASK_NODE(nodes_feather_mask, "FeatherMask", NULL, feather_in, FEATHER_N, mask_out, feather_run);
+MASK_NODE(nodes_grow_mask, "GrowMask", NULL, grow_in, GROW_N, mask_out, grow_run);
+MASK_NODE(nodes_threshold_mask, "ThresholdMask", NULL, threshold_in, THRESHOLD_N, mask_out, threshold_run);
 
 /* ---- MaskPreview ---- */
 
 /* MaskPreview (a SaveImage subclass): the mask as a grey 3-channel image, previewed. */
+enum { PREVIEW_MASK, PREVIEW_PROMPT, PREVIEW_EXTRA_PNGINFO, PREVIEW_N };
+static const struct node_input_def mask_preview_in[] = {
+    {.name = "mask", .type = "MASK"},
+    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},
+    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN},
+    NODE_INPUTS_END};
+
 static int mask_preview_run(struct node_ctx *c)
 {
-    MASK_OR_FAIL("mask");
+    MASK_OR_FAIL(PREVIEW_MASK);
     /* reshape(-1, 1, H, W).movedim(1, -1).expand(-1, -1, -1, 3) */
     struct value *img = node_new_image(c, b, h, w, 3);
     if (!img)
@@ -414,17 +448,12 @@ static int mask_preview_run(struct node_ctx *c)
     return rc;
 }
 
-static const struct node_input_def mask_preview_in[] = {
-    {.name = "mask", .type = "MASK"},
-    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},
-    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN},
-    NODE_INPUTS_END};
 static const struct node_output_def no_outputs[] = {NODE_OUTPUTS_END};
 
 const struct node_class nodes_mask_preview = {
     .name = "MaskPreview", .category = "mask", .python_module = NODES_MASK_MODULE,
     .description = "Saves the input images to your ComfyUI output directory.",
-    .flags = NODE_CLASS_OUTPUT, .inputs = mask_preview_in, .outputs = no_outputs,
+    .flags = NODE_CLASS_OUTPUT, .inputs = mask_preview_in, .n_inputs = PREVIEW_N, .outputs = no_outputs,
     .run = mask_preview_run, .instance_free = xfree};
 
 /* NODE_CLASS_MAPPINGS order of nodes_mask.py. */

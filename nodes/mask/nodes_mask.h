@@ -17,9 +17,14 @@
 #define NODES_MASK_MODULE "comfy_extras.nodes_mask"
 
 /*
- * Input `name` as a mask reshape(-1, H, W): *m borrowed, its batch, height and
- * width. Returns 0, or <0 after node_fail when it is not a tensor of 2+ dims.
+ * Input `index` (the class's declared order) as a mask reshape(-1, H, W): *m
+ * borrowed, its batch, height and width. Returns 0, or <0 after node_fail when it
+ * is not a tensor of 2+ dims.
  */
+int nodes__mask_in_at(struct node_ctx *c, int index, const struct value **m, int64_t *b,
+                      int64_t *h, int64_t *w);
+/* The same by input name (a declaration lookup per call), for families not yet
+ * given index enums. */
 int nodes__mask_in(struct node_ctx *c, const char *name, const struct value **m, int64_t *b,
                    int64_t *h, int64_t *w);
 

@@ -15,6 +15,23 @@
 
 #define MAX_RESOLUTION 16384
 
+/* Both composites declare their inputs in this order. */
+enum { IN_DESTINATION, IN_SOURCE, IN_X, IN_Y, IN_RESIZE_SOURCE, IN_MASK, IN_N };
+#define COMPOSITE_INPUTS(ty, st)                                                                 \
+    [IN_DESTINATION] = {.name = "destination", .type = ty},                                      \
+    [IN_SOURCE] = {.name = "source", .type = ty},                                                \
+    [IN_X] = {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0),                    \
+              .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(st)},                                \
+    [IN_Y] = {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0),                    \
+              .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(st)},                                \
+    [IN_RESIZE_SOURCE] = {.name = "resize_source", .type = "BOOLEAN", .def_bool = 0,             \
+                          .has_def_bool = 1},                                                    \
+    [IN_MASK] = {.name = "mask", .type = "MASK", .group = NODE_INPUT_OPTIONAL},                 \
+    [IN_N] = NODE_INPUTS_END
+
+static const struct node_input_def latent_in[] = {COMPOSITE_INPUTS("LATENT", 8)};
+static const struct node_input_def image_in[] = {COMPOSITE_INPUTS("IMAGE", 1)};
+
 struct planes {
     float *p;        /* [b, c, h, w] */
     int64_t b, c, h, w;
@@ -66,7 +83,7 @@ static int composite(struct node_ctx *c, struct planes *dst, struct planes src, 
     if (mask) {
         int64_t mh, mw;
         const struct value *mv;
-        if ((rc = nodes__mask_in(c, "mask", &mv, &mb, &mh, &mw)) < 0 ||
+        if ((rc = nodes__mask_in_at(c, IN_MASK, &mv, &mb, &mh, &mw)) < 0 ||
             (rc = resize(c, &(struct planes){mv->data, mb, 1, mh, mw}, src.h, src.w, &m)) < 0) {
             xfree(rs);
             return rc;
@@ -98,13 +115,10 @@ static int composite(struct node_ctx *c, struct planes *dst, struct planes src, 
 
 /* ---- LatentCompositeMasked ---- */
 
-/* Both composites declare their inputs in this order (COMPOSITE_INPUTS below). */
-enum { IN_DESTINATION, IN_SOURCE, IN_X, IN_Y, IN_RESIZE_SOURCE, IN_MASK, IN_END };
-
 static int latent_composite_run(struct node_ctx *c)
 {
-    const struct sd_latent *d = sd__latent_in(c, "destination");
-    const struct sd_latent *s = d ? sd__latent_in(c, "source") : NULL;
+    const struct sd_latent *d = sd__latent_in_at(c, IN_DESTINATION);
+    const struct sd_latent *s = d ? sd__latent_in_at(c, IN_SOURCE) : NULL;
     if (!s)
         return ERR_INVALID;
     struct sd_latent *out = sd__latent_like(c, d, d->b, d->c, d->h, d->w);
@@ -168,26 +182,12 @@ static int image_composite_run(struct node_ctx *c)
     return rc;
 }
 
-#define COMPOSITE_INPUTS(ty, st)                                                                 \
-    [IN_DESTINATION] = {.name = "destination", .type = ty},                                      \
-    [IN_SOURCE] = {.name = "source", .type = ty},                                                \
-    [IN_X] = {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0),                    \
-              .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(st)},                                \
-    [IN_Y] = {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0),                    \
-              .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(st)},                                \
-    [IN_RESIZE_SOURCE] = {.name = "resize_source", .type = "BOOLEAN", .def_bool = 0,             \
-                          .has_def_bool = 1},                                                    \
-    [IN_MASK] = {.name = "mask", .type = "MASK", .group = NODE_INPUT_OPTIONAL},                 \
-    [IN_END] = NODE_INPUTS_END
-
-static const struct node_input_def latent_in[] = {COMPOSITE_INPUTS("LATENT", 8)};
-static const struct node_input_def image_in[] = {COMPOSITE_INPUTS("IMAGE", 1)};
 static const struct node_output_def latent_out[] = {{.type = "LATENT"}, NODE_OUTPUTS_END};
 static const struct node_output_def image_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
 
 const struct node_class nodes_latent_composite_masked = {
     .name = "LatentCompositeMasked", .category = "latent", .python_module = NODES_MASK_MODULE,
-    .inputs = latent_in, .outputs = latent_out, .run = latent_composite_run};
+    .inputs = latent_in, .n_inputs = IN_N, .outputs = latent_out, .run = latent_composite_run};
 const struct node_class nodes_image_composite_masked = {
     .name = "ImageCompositeMasked", .category = "image", .python_module = NODES_MASK_MODULE,
-    .inputs = image_in, .outputs = image_out, .run = image_composite_run};
+    .inputs = image_in, .n_inputs = IN_N, .outputs = image_out, .run = image_composite_run};
