@@ -18,16 +18,40 @@
 static const struct node_output_def cond_outputs[] = {{.type = "CONDITIONING"},
                                                       NODE_OUTPUTS_END};
 
-static int cond_input(struct node_ctx *c, const char *name, const struct sd_cond **out)
+/* The CONDITIONING at input `index` (borrowed). Returns 0, or <0 after node_fail. */
+static int cond_input(struct node_ctx *c, int index, const struct sd_cond **out)
 {
-    *out = sd_cond_of(node_in(c, name));
+    *out = sd_cond_of(node_in_at(c, index));
     if (!*out)
-        return node_fail(c, "RuntimeError", "input '%s' is not a CONDITIONING", name);
+        return node_fail(c, "RuntimeError", "input '%s' is not a CONDITIONING", node_in_name(c, index));
+    return 0;
+}
+
+/*
+ * The start of every edit here: a deep copy of the CONDITIONING at input `index`
+ * (ComfyUI copies each [cond, dict] pair before setting keys), owned by the caller
+ * until set_cond hands it on. Returns 0, or <0 after node_fail.
+ */
+static int cond_copy(struct node_ctx *c, int index, struct sd_cond **out)
+{
+    const struct sd_cond *in;
+    int rc = cond_input(c, index, &in);
+    if (rc < 0)
+        return rc;
+    *out = sd_cond_clone(in);
+    return 0;
+}
+
+/* The end of every edit: `out` becomes output 0 (transfers it). Returns 0. */
+static int set_cond(struct node_ctx *c, struct sd_cond *out)
+{
+    node_set_output(c, 0, sd_cond_value(out));
     return 0;
 }
 
 /* ---- ConditioningCombine: list concatenation ---- */
 
+enum { COMBINE_COND_1, COMBINE_COND_2, COMBINE_N };
 static const struct node_input_def combine_inputs[] = {
     {.name = "conditioning_1", .type = "CONDITIONING"},
     {.name = "conditioning_2", .type = "CONDITIONING"},
@@ -37,13 +61,11 @@ static int combine_run(struct node_ctx *c)
 {
     const struct sd_cond *a, *b;
     int rc;
-    if ((rc = cond_input(c, "conditioning_1", &a)) < 0 ||
-        (rc = cond_input(c, "conditioning_2", &b)) < 0)
+    if ((rc = cond_input(c, COMBINE_COND_1, &a)) < 0 || (rc = cond_input(c, COMBINE_COND_2, &b)) < 0)
         return rc;
     struct sd_cond *out = sd_cond_clone(a);
     sd_cond_append(out, b);
-    node_set_output(c, 0, sd_cond_value(out));
-    return 0;
+    return set_cond(c, out);
 }
 
 const struct node_class sd_conditioning_combine = {
@@ -51,12 +73,14 @@ const struct node_class sd_conditioning_combine = {
     .display_name = "Conditioning (Combine)",
     .category = "conditioning",
     .inputs = combine_inputs,
+    .n_inputs = COMBINE_N,
     .outputs = cond_outputs,
     .run = combine_run,
 };
 
 /* ---- ConditioningSetArea ---- */
 
+enum { AREA_COND, AREA_WIDTH, AREA_HEIGHT, AREA_X, AREA_Y, AREA_STRENGTH, AREA_N };
 static const struct node_input_def area_inputs[] = {
     {.name = "conditioning", .type = "CONDITIONING"},
     {.name = "width", .type = "INT", .def = NODE_I(64), .min = NODE_I(64), .max = NODE_I(16384),
@@ -75,10 +99,10 @@ static int area_run(struct node_ctx *c)
 {
     const struct sd_cond *in;
     int rc;
-    if ((rc = cond_input(c, "conditioning", &in)) < 0)
+    if ((rc = cond_input(c, AREA_COND, &in)) < 0)
         return rc;
-    int64_t w = node_in_int(c, "width"), h = node_in_int(c, "height");
-    int64_t x = node_in_int(c, "x"), y = node_in_int(c, "y");
+    int64_t w = node_in_int_at(c, AREA_WIDTH), h = node_in_int_at(c, AREA_HEIGHT);
+    int64_t x = node_in_int_at(c, AREA_X), y = node_in_int_at(c, AREA_Y);
     if (w < 0 || h < 0 || x < 0 || y < 0 || w > 16384 || h > 16384 || x > 16384 || y > 16384)
         return node_fail(c, "ValueError", "invalid area %lldx%lld at %lld,%lld", (long long)w,
                          (long long)h, (long long)x, (long long)y);
@@ -93,10 +117,9 @@ static int area_run(struct node_ctx *c)
         e->area_x = (int)(x / 8);
         e->has_area_pct = 0;
         e->set_area_to_bounds = 0;
-        e->strength = (float)node_in_float(c, "strength");
+        e->strength = (float)node_in_float_at(c, AREA_STRENGTH);
     }
-    node_set_output(c, 0, sd_cond_value(out));
-    return 0;
+    return set_cond(c, out);
 }
 
 const struct node_class sd_conditioning_set_area = {
@@ -104,42 +127,45 @@ const struct node_class sd_conditioning_set_area = {
     .display_name = "Conditioning (Set Area)",
     .category = "conditioning",
     .inputs = area_inputs,
+    .n_inputs = AREA_N,
     .outputs = cond_outputs,
     .run = area_run,
 };
 
 /* ---- ConditioningZeroOut ---- */
 
+enum { ZERO_COND, ZERO_N };
 static const struct node_input_def zero_inputs[] = {
     {.name = "conditioning", .type = "CONDITIONING"}, NODE_INPUTS_END};
 
 static int zero_run(struct node_ctx *c)
 {
-    const struct sd_cond *in;
+    struct sd_cond *out;
     int rc;
-    if ((rc = cond_input(c, "conditioning", &in)) < 0)
+    if ((rc = cond_copy(c, ZERO_COND, &out)) < 0)
         return rc;
-    struct sd_cond *out = sd_cond_clone(in);
     for (int i = 0; i < out->n; i++) {
         struct sd_cond_entry *e = &out->entries[i];
         memset(e->cond, 0, (size_t)e->batch * e->tokens * e->dim * sizeof *e->cond);
         if (e->pooled)
             memset(e->pooled, 0, (size_t)e->batch * e->pooled_dim * sizeof *e->pooled);
     }
-    node_set_output(c, 0, sd_cond_value(out));
-    return 0;
+    return set_cond(c, out);
 }
 
 const struct node_class sd_conditioning_zero_out = {
     .name = "ConditioningZeroOut",
     .category = "advanced/conditioning",
     .inputs = zero_inputs,
+    .n_inputs = ZERO_N,
     .outputs = cond_outputs,
     .run = zero_run,
 };
 
 /* ---- ConditioningAverage, ConditioningConcat ---- */
 
+/* Both declare conditioning_to, conditioning_from first (from_input reads them). */
+enum { AVERAGE_TO, AVERAGE_FROM, AVERAGE_TO_STRENGTH, AVERAGE_N };
 static const struct node_input_def average_inputs[] = {
     {.name = "conditioning_to", .type = "CONDITIONING"},
     {.name = "conditioning_from", .type = "CONDITIONING"},
@@ -152,7 +178,7 @@ static int from_input(struct node_ctx *c, const struct sd_cond **to, const struc
 {
     const struct sd_cond *f;
     int rc;
-    if ((rc = cond_input(c, "conditioning_to", to)) < 0 || (rc = cond_input(c, "conditioning_from", &f)) < 0)
+    if ((rc = cond_input(c, AVERAGE_TO, to)) < 0 || (rc = cond_input(c, AVERAGE_FROM, &f)) < 0)
         return rc;
     if (f->n < 1)
         return node_fail(c, "IndexError", "list index out of range");
@@ -172,7 +198,7 @@ static int average_run(struct node_ctx *c)
     int rc;
     if ((rc = from_input(c, &to, &f)) < 0)
         return rc;
-    double s = node_in_float(c, "conditioning_to_strength");
+    double s = node_in_float_at(c, AVERAGE_TO_STRENGTH);
     float ws = (float)s, wf = (float)(1.0 - s);
     for (int i = 0; i < to->n; i++) {
         const struct sd_cond_entry *t = &to->entries[i];
@@ -212,10 +238,10 @@ static int average_run(struct node_ctx *c)
         }
         e->batch = b;
     }
-    node_set_output(c, 0, sd_cond_value(out));
-    return 0;
+    return set_cond(c, out);
 }
 
+enum { CONCAT_TO = AVERAGE_TO, CONCAT_FROM = AVERAGE_FROM, CONCAT_N };
 static const struct node_input_def concat_inputs[] = {
     {.name = "conditioning_to", .type = "CONDITIONING"},
     {.name = "conditioning_from", .type = "CONDITIONING"},
@@ -252,16 +278,15 @@ static int concat_run(struct node_ctx *c)
         e->cond = cat;
         e->tokens = tokens;
     }
-    node_set_output(c, 0, sd_cond_value(out));
-    return 0;
+    return set_cond(c, out);
 }
 
 /* nodes.py maps "ConditioningAverage " (a trailing space): the title stays the class name. */
 const struct node_class sd_conditioning_average = {
-    .name = "ConditioningAverage", .category = "conditioning", .inputs = average_inputs,
+    .name = "ConditioningAverage", .category = "conditioning", .inputs = average_inputs, .n_inputs = AVERAGE_N,
     .outputs = cond_outputs, .run = average_run};
 const struct node_class sd_conditioning_concat = {
-    .name = "ConditioningConcat", .display_name = "Conditioning (Concat)", .category = "conditioning", .inputs = concat_inputs,
+    .name = "ConditioningConcat", .display_name = "Conditioning (Concat)", .category = "conditioning", .inputs = concat_inputs, .n_inputs = CONCAT_N,
     .outputs = cond_outputs, .run = concat_run};
 
 /* ---- ConditioningSetAreaPercentage, ConditioningSetAreaStrength ---- */
@@ -270,6 +295,7 @@ const struct node_class sd_conditioning_concat = {
     {.name = n, .type = "FLOAT", .def = NODE_F(d), .min = NODE_I(0), .max = NODE_F(1.0),         \
      .step = NODE_F(0.01)}
 
+enum { PCT_COND, PCT_WIDTH, PCT_HEIGHT, PCT_X, PCT_Y, PCT_STRENGTH, PCT_N };
 static const struct node_input_def area_pct_inputs[] = {
     {.name = "conditioning", .type = "CONDITIONING"},
     PCT_INPUT("width", 1.0),
@@ -283,26 +309,25 @@ static const struct node_input_def area_pct_inputs[] = {
 /* area ("percentage", height, width, y, x), resolved against the latent by the sampler. */
 static int area_pct_run(struct node_ctx *c)
 {
-    const struct sd_cond *in;
+    struct sd_cond *out;
     int rc;
-    if ((rc = cond_input(c, "conditioning", &in)) < 0)
+    if ((rc = cond_copy(c, PCT_COND, &out)) < 0)
         return rc;
-    struct sd_cond *out = sd_cond_clone(in);
     for (int i = 0; i < out->n; i++) {
         struct sd_cond_entry *e = &out->entries[i];
         e->has_area = 0;
         e->has_area_pct = 1;
-        e->area_pct_w = node_in_float(c, "width");
-        e->area_pct_h = node_in_float(c, "height");
-        e->area_pct_x = node_in_float(c, "x");
-        e->area_pct_y = node_in_float(c, "y");
-        e->strength = (float)node_in_float(c, "strength");
+        e->area_pct_w = node_in_float_at(c, PCT_WIDTH);
+        e->area_pct_h = node_in_float_at(c, PCT_HEIGHT);
+        e->area_pct_x = node_in_float_at(c, PCT_X);
+        e->area_pct_y = node_in_float_at(c, PCT_Y);
+        e->strength = (float)node_in_float_at(c, PCT_STRENGTH);
         e->set_area_to_bounds = 0;
     }
-    node_set_output(c, 0, sd_cond_value(out));
-    return 0;
+    return set_cond(c, out);
 }
 
+enum { STRENGTH_COND, STRENGTH_STRENGTH, STRENGTH_N };
 static const struct node_input_def strength_inputs[] = {
     {.name = "conditioning", .type = "CONDITIONING"},
     {.name = "strength", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0),
@@ -311,29 +336,28 @@ static const struct node_input_def strength_inputs[] = {
 
 static int strength_run(struct node_ctx *c)
 {
-    const struct sd_cond *in;
+    struct sd_cond *out;
     int rc;
-    if ((rc = cond_input(c, "conditioning", &in)) < 0)
+    if ((rc = cond_copy(c, STRENGTH_COND, &out)) < 0)
         return rc;
-    struct sd_cond *out = sd_cond_clone(in);
     for (int i = 0; i < out->n; i++)
-        out->entries[i].strength = (float)node_in_float(c, "strength");
-    node_set_output(c, 0, sd_cond_value(out));
-    return 0;
+        out->entries[i].strength = (float)node_in_float_at(c, STRENGTH_STRENGTH);
+    return set_cond(c, out);
 }
 
 const struct node_class sd_conditioning_set_area_percentage = {
     .name = "ConditioningSetAreaPercentage",
-    .display_name = "Conditioning (Set Area with Percentage)", .category = "conditioning", .inputs = area_pct_inputs,
+    .display_name = "Conditioning (Set Area with Percentage)", .category = "conditioning", .inputs = area_pct_inputs, .n_inputs = PCT_N,
     .outputs = cond_outputs, .run = area_pct_run};
 const struct node_class sd_conditioning_set_area_strength = {
-    .name = "ConditioningSetAreaStrength", .category = "conditioning", .inputs = strength_inputs,
+    .name = "ConditioningSetAreaStrength", .category = "conditioning", .inputs = strength_inputs, .n_inputs = STRENGTH_N,
     .outputs = cond_outputs, .run = strength_run};
 
 /* ---- ConditioningSetMask ---- */
 
 static const char *const cond_area_options[] = {"default", "mask bounds", NULL};
 
+enum { MASK_COND, MASK_MASK, MASK_STRENGTH, MASK_SET_COND_AREA, MASK_N };
 static const struct node_input_def mask_inputs[] = {
     {.name = "conditioning", .type = "CONDITIONING"},
     {.name = "mask", .type = "MASK"},
@@ -348,7 +372,8 @@ static int mask_run(struct node_ctx *c)
     const struct value *m;
     int64_t mb, mh, mw;
     int rc;
-    if ((rc = cond_input(c, "conditioning", &in)) < 0 || (rc = nodes__mask_in(c, "mask", &m, &mb, &mh, &mw)) < 0)
+    if ((rc = cond_input(c, MASK_COND, &in)) < 0 ||
+        (rc = nodes__mask_in_at(c, MASK_MASK, &m, &mb, &mh, &mw)) < 0)
         return rc;
     if (mb < 1 || mh < 1 || mw < 1)
         return node_fail(c, "RuntimeError", "the mask is empty (%lldx%lldx%lld)", (long long)mb,
@@ -363,19 +388,19 @@ static int mask_run(struct node_ctx *c)
         e->mask_b = (int)mb;
         e->mask_h = (int)mh;
         e->mask_w = (int)mw;
-        e->mask_strength = (float)node_in_float(c, "strength");
-        e->set_area_to_bounds = strcmp(node_in_str(c, "set_cond_area"), "default") != 0;
+        e->mask_strength = (float)node_in_float_at(c, MASK_STRENGTH);
+        e->set_area_to_bounds = strcmp(node_in_str_at(c, MASK_SET_COND_AREA), "default") != 0;
     }
-    node_set_output(c, 0, sd_cond_value(out));
-    return 0;
+    return set_cond(c, out);
 }
 
 const struct node_class sd_conditioning_set_mask = {
-    .name = "ConditioningSetMask", .display_name = "Conditioning (Set Mask)", .category = "conditioning", .inputs = mask_inputs,
+    .name = "ConditioningSetMask", .display_name = "Conditioning (Set Mask)", .category = "conditioning", .inputs = mask_inputs, .n_inputs = MASK_N,
     .outputs = cond_outputs, .run = mask_run};
 
 /* ---- ConditioningSetTimestepRange ---- */
 
+enum { RANGE_COND, RANGE_START, RANGE_END, RANGE_N };
 static const struct node_input_def range_inputs[] = {
     {.name = "conditioning", .type = "CONDITIONING"},
     {.name = "start", .type = "FLOAT", .def = NODE_F(0.0), .min = NODE_F(0.0), .max = NODE_F(1.0),
@@ -386,21 +411,19 @@ static const struct node_input_def range_inputs[] = {
 
 static int range_run(struct node_ctx *c)
 {
-    const struct sd_cond *in;
+    struct sd_cond *out;
     int rc;
-    if ((rc = cond_input(c, "conditioning", &in)) < 0)
+    if ((rc = cond_copy(c, RANGE_COND, &out)) < 0)
         return rc;
-    struct sd_cond *out = sd_cond_clone(in);
     for (int i = 0; i < out->n; i++) {
         struct sd_cond_entry *e = &out->entries[i];
         e->has_timestep_range = 1;
-        e->start_percent = node_in_float(c, "start");
-        e->end_percent = node_in_float(c, "end");
+        e->start_percent = node_in_float_at(c, RANGE_START);
+        e->end_percent = node_in_float_at(c, RANGE_END);
     }
-    node_set_output(c, 0, sd_cond_value(out));
-    return 0;
+    return set_cond(c, out);
 }
 
 const struct node_class sd_conditioning_set_timestep_range = {
     .name = "ConditioningSetTimestepRange", .category = "advanced/conditioning",
-    .inputs = range_inputs, .outputs = cond_outputs, .run = range_run};
+    .inputs = range_inputs, .n_inputs = RANGE_N, .outputs = cond_outputs, .run = range_run};
