@@ -6,14 +6,17 @@
  */
 #include "adapt.h"
 #include "cpu_backend.h"
+#include "gemm_bf16.h"
 
-/* The pool's threads, oneDNN's primitives and the calling thread's weight scratch; all
- * restart on the next op. */
+/* The pool's threads, oneDNN's primitives, the calling thread's weight scratch and the
+ * bf16 weight copies; all restart on the next op. */
 static void cpu_shutdown(void)
 {
     tensor__pool_shutdown();
     cpu_conv_dnnl_release();
     cpu_widen_release();
+    cpu_bf16_release();
+    cpu_bf16_cache_clear();
 }
 
 const struct tensor__backend tensor__cpu_backend = {

@@ -9,6 +9,10 @@
  * use oneDNN when the build found it and OpenBLAS otherwise (or when
  * LATENTD_GEMM=openblas is set, for comparisons).
  *
+ * bf16 (issue 15): a GEMM one of whose operands is a weight bound to its bf16 copy
+ * (gemm_bf16.h: the op's precision was bf16) runs as bf16 x bf16 -> f32 through the
+ * same panel split, the other operand rounded to bf16 once per call.
+ *
  * Threads: every library call is single-threaded; parallelism comes from our
  * pool only (see cpu_sgemm below), so the cores are never oversubscribed.
  */
@@ -22,6 +26,8 @@
 #include <omp.h>
 #endif
 
+#include "alloc.h"
+#include "gemm_bf16.h"
 #include "../tensor_impl.h"
 
 static int use_dnnl = -1;
@@ -108,7 +114,20 @@ struct gemm_job {
     float *c;
     int by_cols;
     int64_t step;
+    const uint16_t *a16, *b16; /* both set: the bf16 GEMM on these instead of a, b */
 };
+
+/* One panel: f32, or bf16 on the same element offsets (a16/b16 share a/b's layout). */
+static void gemm_panel(const struct gemm_job *j, int64_t oa, int64_t ob, int64_t oc, int64_t m,
+                       int64_t n)
+{
+    if (j->a16)
+        cpu_gemm_bf16_1(j->ta, j->tb, m, n, j->k, j->alpha, j->a16 + oa, j->lda, j->b16 + ob,
+                        j->ldb, j->beta, j->c + oc, j->ldc);
+    else
+        sgemm1(j->ta, j->tb, m, n, j->k, j->alpha, j->a + oa, j->lda, j->b + ob, j->ldb, j->beta,
+               j->c + oc, j->ldc, 1);
+}
 
 static void gemm_task(void *ctx, int64_t beg, int64_t end, int tid)
 {
@@ -119,12 +138,87 @@ static void gemm_task(void *ctx, int64_t beg, int64_t end, int tid)
         if (len <= 0)
             continue;
         if (j->by_cols)
-            sgemm1(j->ta, j->tb, j->m, len, j->k, j->alpha, j->a, j->lda,
-                   j->b + (j->tb ? lo * j->ldb : lo), j->ldb, j->beta, j->c + lo, j->ldc, 1);
+            gemm_panel(j, 0, j->tb ? lo * j->ldb : lo, lo, j->m, len);
         else
-            sgemm1(j->ta, j->tb, len, j->n, j->k, j->alpha, j->a + (j->ta ? lo : lo * j->lda),
-                   j->lda, j->b, j->ldb, j->beta, j->c + lo * j->ldc, j->ldc, 1);
+            gemm_panel(j, j->ta ? lo : lo * j->lda, 0, lo * j->ldc, len, j->n);
     }
+}
+
+/* Run j as panels over the pool (the caller is the executor). */
+static void gemm_split(struct gemm_job *j, int nt)
+{
+    int64_t len = j->by_cols ? j->n : j->m;
+    /* panels of 16-multiple width keep the kernels' vector tails out of the split */
+    /* two panels per thread so a descheduled thread's work can be taken over */
+    j->step = ((len + 2 * nt - 1) / (2 * nt) + 15) / 16 * 16;
+    int64_t parts = (len + j->step - 1) / j->step;
+    cpu_gemm_pool_enter();
+    tensor__pool_for(parts, gemm_task, j);
+    cpu_gemm_pool_leave();
+}
+
+struct pack_job {
+    uint16_t *dst;
+    const float *src;
+    int64_t cols, ld;
+};
+
+static void pack_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    struct pack_job *j = ctx;
+    cpu_bf16_pack(j->dst + b * j->cols, j->src + b * j->ld, e - b, j->cols, j->ld);
+}
+
+/*
+ * The bf16 GEMM: the bound operand(s) from their copies, the other one rounded here.
+ * A pool task (threads 1) rounds into its own scratch; the executor rounds once for the
+ * whole call (in parallel) and splits the panels as the f32 path does.
+ */
+static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float *a, const uint16_t *a16, int64_t lda, const float *b,
+                      const uint16_t *b16, int64_t ldb, float beta, float *c, int64_t ldc,
+                      int threads)
+{
+    int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    int nt = tensor__pool_threads();
+    int whole = threads == 1 || nt == 1 || (double)m * (double)n * (double)k < 4e6;
+    uint16_t *own[2] = {NULL, NULL};
+    const float *src[2] = {a16 ? NULL : a, b16 ? NULL : b};
+    int64_t rows[2] = {ar, br}, cols[2] = {ac, bc}, ld[2] = {lda, ldb};
+    for (int i = 0; i < 2; i++) {
+        if (!src[i])
+            continue;
+        uint16_t *d;
+        if (whole) {
+            d = cpu_bf16_scratch(i, (size_t)(rows[i] * cols[i]));
+            cpu_bf16_pack(d, src[i], rows[i], cols[i], ld[i]);
+        } else {
+            d = own[i] = xmalloc_aligned(64, (size_t)(rows[i] * cols[i]) * 2 + 64);
+            struct pack_job pj = {d, src[i], cols[i], ld[i]};
+            tensor__pool_for(rows[i], pack_task, &pj);
+        }
+        if (i == 0) {
+            a16 = d;
+            lda = ac;
+        } else {
+            b16 = d;
+            ldb = bc;
+        }
+    }
+    if (whole) {
+        if (threads != 1)
+            cpu_gemm_pool_enter(); /* the emulated path calls the f32 library */
+        cpu_gemm_bf16_1(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc);
+        if (threads != 1)
+            cpu_gemm_pool_leave();
+        return;
+    }
+    struct gemm_job j = {ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, NULL, NULL, c,
+                         n >= m || n >= 64 * nt, 0, a16, b16};
+    gemm_split(&j, nt);
+    xfree_aligned(own[0]);
+    xfree_aligned(own[1]);
 }
 
 void cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -141,6 +235,14 @@ void cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float 
                 c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
         return;
     }
+    if (atomic_load_explicit(&cpu_bf16_nbound, memory_order_relaxed) > 0) {
+        const uint16_t *a16 = cpu_bf16_shadow_of(a), *b16 = cpu_bf16_shadow_of(b);
+        if (a16 || b16) {
+            gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, a16, lda, b, b16, ldb, beta, c, ldc,
+                      threads);
+            return;
+        }
+    }
     int nt = tensor__pool_threads();
     if (threads == 1) { /* a pool task: the executor already bracketed the job */
         sgemm1(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1);
@@ -153,13 +255,6 @@ void cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float 
         return;
     }
     struct gemm_job j = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c,
-                         n >= m || n >= 64 * nt, 0};
-    int64_t len = j.by_cols ? n : m;
-    /* panels of 16-multiple width keep the kernels' vector tails out of the split */
-    /* two panels per thread so a descheduled thread's work can be taken over */
-    j.step = ((len + 2 * nt - 1) / (2 * nt) + 15) / 16 * 16;
-    int64_t parts = (len + j.step - 1) / j.step;
-    cpu_gemm_pool_enter();
-    tensor__pool_for(parts, gemm_task, &j);
-    cpu_gemm_pool_leave();
+                         n >= m || n >= 64 * nt, 0, NULL, NULL};
+    gemm_split(&j, nt);
 }

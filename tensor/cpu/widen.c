@@ -15,6 +15,11 @@
  * models in use: bounded by one weight, not by the model) and its pages stay mapped.
  * The conversion is split over the pool so that it runs at memory speed.
  *
+ * bf16 compute (tensor_precision.h): when the calling thread's precision is bf16, the
+ * f32 image handed out is also bound to the weight's cached bf16 copy until
+ * cpu_widen_done, which is how cpu_sgemm finds it (gemm_bf16.h). The f32 image is
+ * still made: conv.c and other readers may use it directly.
+ *
  * Threads: one scratch per calling thread (thread-local, freed when the thread exits);
  * ops run on the executor thread, tests may run ops on several threads at once. Not
  * for pool tasks.
@@ -22,6 +27,8 @@
 #include <pthread.h>
 
 #include "adapt.h"
+#include "gemm_bf16.h"
+#include "../tensor_precision.h"
 
 #define WIDEN_MIN_ELEMS ((int64_t)1 << 16) /* below: adapt.h's malloc is cheap enough */
 #define WIDEN_PIECE ((int64_t)1 << 15)     /* elements per pool piece (64-128 KiB read) */
@@ -72,7 +79,7 @@ static void widen_task(void *ctx, int64_t b, int64_t e, int tid)
     }
 }
 
-const float *cpu_widen_in(const struct tensor *t, struct hbuf *h)
+static const float *widen(const struct tensor *t, struct hbuf *h)
 {
     int64_t n = t ? tensor_numel(t) : 0;
     if (!t || is_f32_contig(t) || !tensor_is_contiguous(t) ||
@@ -96,8 +103,17 @@ const float *cpu_widen_in(const struct tensor *t, struct hbuf *h)
     return h->p;
 }
 
+const float *cpu_widen_in(const struct tensor *t, struct hbuf *h)
+{
+    const float *p = widen(t, h);
+    if (p && tensor_precision_get() == TENSOR_PRECISION_BF16)
+        cpu_bf16_bind(t, p);
+    return p;
+}
+
 void cpu_widen_done(struct hbuf *h)
 {
+    cpu_bf16_unbind(h->p);
     if (h->owned == HBUF_SCRATCH) {
         scratch.busy = 0;
         h->p = NULL;

@@ -1,0 +1,246 @@
+/*
+ * gemm_bf16_cache.c — bf16 copies of weights, kept across ops, and the registry that
+ * binds an op's f32 weight pointer to its copy for the op's duration (gemm_bf16.h).
+ *
+ * Why a cache: a UNet step touches every weight once, and rounding a weight to bf16
+ * (from its f16/bf16/f32 file dtype) costs a pass over it: per call that is a
+ * memory-bound pass over all 1.7 GB of an SD1.5 UNet per step. Kept, it is paid once.
+ *
+ * Keyed by the weight's address, dtype and element count, plus a fingerprint of 32
+ * sampled elements re-checked on every hit: host weights are borrowed from the file
+ * mapping and never written (patcher.h), but device copies on the cpu device are
+ * rewritten in place when a different LoRA/merge patch set is baked, and a freed
+ * model's addresses can be reused. The patcher invalidates those ranges explicitly
+ * (tensor_bf16_cache_invalidate); the fingerprint is a second guard, not the
+ * mechanism.
+ *
+ * Bounded: LATENTD_BF16_CACHE_MB (default 2048 MiB, enough for an SD1.5 UNet + VAE).
+ * Past the bound a weight is rounded into a temporary for the op and dropped; the
+ * cache is not counted by the planner (tensor_bf16_cache_bytes reports it).
+ *
+ * Threads: one lock over entries and bindings (a leaf); an entry bound by an op is
+ * reference-counted so that an invalidation from another thread frees it only after.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "gemm_bf16.h"
+#include "../tensor_precision.h"
+
+#define CACHE_DEFAULT_MB 2048
+#define BIND_MAX 32          /* ops in flight x weights per op; past it: fp32 */
+#define FP_SAMPLES 32
+#define CONV_PIECE ((int64_t)1 << 15)
+
+struct entry {
+    const char *src;         /* borrowed: the weight's memory */
+    size_t src_bytes;
+    enum tensor_dtype dt;
+    int64_t n;
+    uint64_t fp;             /* fingerprint of the source when converted */
+    uint16_t *data;          /* owned (xmalloc_aligned), n elements */
+    int refs;                /* bindings using it */
+    int cached;              /* 1: on the list and counted; 0: a temporary or invalidated */
+    struct entry *next;
+};
+
+struct binding {
+    const float *p32;        /* borrowed: the op's f32 image of the weight */
+    int64_t n;
+    struct entry *e;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct entry *head;
+static size_t held;          /* bytes of cached entries */
+static size_t cap;           /* bytes; 0 = not read yet */
+static struct binding binds[BIND_MAX];
+atomic_int cpu_bf16_nbound;
+
+static size_t cache_cap(void)
+{
+    if (!cap) {
+        const char *s = getenv("LATENTD_BF16_CACHE_MB");
+        long mb = s && *s ? strtol(s, NULL, 10) : CACHE_DEFAULT_MB;
+        cap = mb > 0 ? (size_t)mb << 20 : 1; /* 0 MiB: cache nothing */
+    }
+    return cap;
+}
+
+static uint64_t fingerprint(const char *p, size_t es, int64_t n)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)n;
+    for (int i = 0; i < FP_SAMPLES; i++) {
+        int64_t at = n > 1 ? (int64_t)((double)i * (double)(n - 1) / (FP_SAMPLES - 1)) : 0;
+        uint32_t v = 0;
+        memcpy(&v, p + (size_t)at * es, es);
+        h = (h ^ v) * 1099511628211ull;
+    }
+    return h;
+}
+
+static void entry_free(struct entry *e)
+{
+    xfree_aligned(e->data);
+    xfree(e);
+}
+
+/* Unlink a cached entry (lock held); freed now or by its last unbind. */
+static void entry_drop(struct entry **link)
+{
+    struct entry *e = *link;
+    *link = e->next;
+    held -= (size_t)e->n * 2;
+    e->cached = 0;
+    if (!e->refs)
+        entry_free(e);
+}
+
+struct conv_job {
+    uint16_t *dst;
+    const char *src;
+    enum tensor_dtype dt;
+    int64_t n;
+};
+
+static void conv_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    struct conv_job *j = ctx;
+    float tmp[4096];
+    size_t es = tensor_dtype_size(j->dt);
+    for (int64_t i = b; i < e; i++) {
+        int64_t lo = i * CONV_PIECE, hi = lo + CONV_PIECE < j->n ? lo + CONV_PIECE : j->n;
+        if (j->dt == TENSOR_BF16) {
+            memcpy(j->dst + lo, j->src + (size_t)lo * 2, (size_t)(hi - lo) * 2);
+            continue;
+        }
+        if (j->dt == TENSOR_F32) {
+            cpu_bf16_round(j->dst + lo, (const float *)j->src + lo, hi - lo);
+            continue;
+        }
+        /* f16: widen a slice (exact), then round (f16 -> bf16 can round: 10 vs 7 bits) */
+        for (int64_t s = lo; s < hi; s += 4096) {
+            int64_t c = hi - s < 4096 ? hi - s : 4096;
+            tensor_convert_host(tmp, TENSOR_F32, j->src + (size_t)s * es, j->dt, (size_t)c);
+            cpu_bf16_round(j->dst + s, tmp, c);
+        }
+    }
+}
+
+void cpu_bf16_bind(const struct tensor *t, const float *p32)
+{
+    if (!t || !p32 || !tensor_is_contiguous(t))
+        return;
+    if (t->dtype != TENSOR_F32 && t->dtype != TENSOR_F16 && t->dtype != TENSOR_BF16)
+        return;
+    int64_t n = tensor_numel(t);
+    const char *src = tensor__ptr(t);
+    size_t es = tensor_dtype_size(t->dtype);
+    uint64_t fp = fingerprint(src, es, n);
+    struct entry *hit = NULL;
+    pthread_mutex_lock(&mu);
+    for (struct entry **l = &head; *l;) {
+        struct entry *e = *l;
+        if (e->src == src && e->dt == t->dtype && e->n == n) {
+            if (e->fp == fp) {
+                hit = e;
+                break;
+            }
+            entry_drop(l); /* the memory changed under us: stale */
+            continue;
+        }
+        l = &e->next;
+    }
+    if (hit)
+        hit->refs++;
+    pthread_mutex_unlock(&mu);
+    if (!hit) {
+        hit = xcalloc(1, sizeof(*hit));
+        *hit = (struct entry){src, (size_t)n * es, t->dtype, n, fp, NULL, 1, 0, NULL};
+        hit->data = xmalloc_aligned(64, (size_t)n * 2 + 64);
+        struct conv_job j = {hit->data, src, t->dtype, n};
+        tensor__pool_for((n + CONV_PIECE - 1) / CONV_PIECE, conv_task, &j);
+        pthread_mutex_lock(&mu);
+        if (held + (size_t)n * 2 <= cache_cap()) {
+            hit->cached = 1;
+            hit->next = head;
+            head = hit;
+            held += (size_t)n * 2;
+        }
+        pthread_mutex_unlock(&mu);
+    }
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < BIND_MAX; i++)
+        if (!binds[i].p32) {
+            binds[i] = (struct binding){p32, n, hit};
+            atomic_fetch_add(&cpu_bf16_nbound, 1);
+            hit = NULL;
+            break;
+        }
+    if (hit && --hit->refs == 0 && !hit->cached) /* no free slot: this op stays fp32 */
+        entry_free(hit);
+    pthread_mutex_unlock(&mu);
+}
+
+void cpu_bf16_unbind(const float *p32)
+{
+    if (!p32 || atomic_load(&cpu_bf16_nbound) == 0)
+        return;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < BIND_MAX; i++)
+        if (binds[i].p32 == p32) {
+            struct entry *e = binds[i].e;
+            binds[i] = (struct binding){0};
+            atomic_fetch_sub(&cpu_bf16_nbound, 1);
+            if (--e->refs == 0 && !e->cached)
+                entry_free(e);
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+}
+
+const uint16_t *cpu_bf16_shadow_of(const float *p)
+{
+    const uint16_t *r = NULL;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < BIND_MAX; i++)
+        if (binds[i].p32 && p >= binds[i].p32 && p < binds[i].p32 + binds[i].n) {
+            r = binds[i].e->data + (p - binds[i].p32);
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+void tensor_bf16_cache_invalidate(const void *p, size_t bytes)
+{
+    const char *lo = p, *hi = lo + bytes;
+    pthread_mutex_lock(&mu);
+    for (struct entry **l = &head; *l;) {
+        struct entry *e = *l;
+        if (e->src < hi && lo < e->src + e->src_bytes)
+            entry_drop(l);
+        else
+            l = &e->next;
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+size_t tensor_bf16_cache_bytes(void)
+{
+    pthread_mutex_lock(&mu);
+    size_t n = held;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+void cpu_bf16_cache_clear(void)
+{
+    pthread_mutex_lock(&mu);
+    while (head)
+        entry_drop(&head);
+    pthread_mutex_unlock(&mu);
+}
