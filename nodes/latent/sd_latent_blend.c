@@ -55,14 +55,26 @@ static void feather_plane(float *m, int64_t lh, int64_t lw, int64_t feather, int
     }
 }
 
+enum {
+    COMPOSITE_SAMPLES_TO, COMPOSITE_SAMPLES_FROM, COMPOSITE_X, COMPOSITE_Y, COMPOSITE_FEATHER,
+    COMPOSITE_N
+};
+static const struct node_input_def composite_in[] = {
+    {.name = "samples_to", .type = "LATENT"},
+    {.name = "samples_from", .type = "LATENT"},
+    {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
+    {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
+    {.name = "feather", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
+    NODE_INPUTS_END};
+
 static int composite_run(struct node_ctx *c)
 {
-    const struct sd_latent *to = sd__latent_in(c, "samples_to");
-    const struct sd_latent *from = to ? sd__latent_in(c, "samples_from") : NULL;
+    const struct sd_latent *to = sd__latent_in_at(c, COMPOSITE_SAMPLES_TO);
+    const struct sd_latent *from = to ? sd__latent_in_at(c, COMPOSITE_SAMPLES_FROM) : NULL;
     if (!from)
         return ERR_INVALID;
-    int64_t x = node_in_int(c, "x") / 8, y = node_in_int(c, "y") / 8;
-    int64_t feather = node_in_int(c, "feather") / 8;
+    int64_t x = node_in_int_at(c, COMPOSITE_X) / 8, y = node_in_int_at(c, COMPOSITE_Y) / 8;
+    int64_t feather = node_in_int_at(c, COMPOSITE_FEATHER) / 8;
     int rc;
     if ((rc = batch_check(c, to->b, from->b)) < 0)
         return rc;
@@ -103,27 +115,27 @@ static int composite_run(struct node_ctx *c)
     return 0;
 }
 
-static const struct node_input_def composite_in[] = {
-    {.name = "samples_to", .type = "LATENT"},
-    {.name = "samples_from", .type = "LATENT"},
-    {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
-    {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
-    {.name = "feather", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
-    NODE_INPUTS_END};
-
 const struct node_class sd_latent_composite = {
     .name = "LatentComposite", .display_name = "Latent Composite", .category = "latent",
-    .inputs = composite_in, .outputs = latent_out, .run = composite_run};
+    .inputs = composite_in, .n_inputs = COMPOSITE_N, .outputs = latent_out, .run = composite_run};
 
 /* ---- LatentBlend ---- */
 
+enum { BLEND_SAMPLES1, BLEND_SAMPLES2, BLEND_BLEND_FACTOR, BLEND_N };
+static const struct node_input_def blend_in[] = {
+    {.name = "samples1", .type = "LATENT"},
+    {.name = "samples2", .type = "LATENT"},
+    {.name = "blend_factor", .type = "FLOAT", .def = NODE_F(0.5), .min = NODE_F(0), .max = NODE_F(1),
+     .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
 static int blend_run(struct node_ctx *c)
 {
-    const struct sd_latent *s1 = sd__latent_in(c, "samples1");
-    const struct sd_latent *s2 = s1 ? sd__latent_in(c, "samples2") : NULL;
+    const struct sd_latent *s1 = sd__latent_in_at(c, BLEND_SAMPLES1);
+    const struct sd_latent *s2 = s1 ? sd__latent_in_at(c, BLEND_SAMPLES2) : NULL;
     if (!s2)
         return ERR_INVALID;
-    double bf = node_in_float(c, "blend_factor");
+    double bf = node_in_float_at(c, BLEND_BLEND_FACTOR);
     struct err e = {0};
     int rc;
     const float *src2 = s2->samples;
@@ -161,13 +173,6 @@ static int blend_run(struct node_ctx *c)
     return 0;
 }
 
-static const struct node_input_def blend_in[] = {
-    {.name = "samples1", .type = "LATENT"},
-    {.name = "samples2", .type = "LATENT"},
-    {.name = "blend_factor", .type = "FLOAT", .def = NODE_F(0.5), .min = NODE_F(0), .max = NODE_F(1),
-     .step = NODE_F(0.01)},
-    NODE_INPUTS_END};
-
 const struct node_class sd_latent_blend = {
     .name = "LatentBlend", .display_name = "Latent Blend", .category = "_for_testing",
-    .inputs = blend_in, .outputs = latent_out, .run = blend_run};
+    .inputs = blend_in, .n_inputs = BLEND_N, .outputs = latent_out, .run = blend_run};

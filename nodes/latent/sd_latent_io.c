@@ -63,15 +63,23 @@ static int write_latent(const struct node_ctx *c, const struct sd_latent *l, con
     return rc;
 }
 
+enum { SAVE_SAMPLES, SAVE_FILENAME_PREFIX, SAVE_PROMPT, SAVE_EXTRA_PNGINFO, SAVE_N };
+static const struct node_input_def save_latent_in[] = {
+    {.name = "samples", .type = "LATENT"},
+    {.name = "filename_prefix", .type = "STRING", .def_str = "latents/ComfyUI"},
+    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},
+    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN},
+    NODE_INPUTS_END};
+
 static int save_latent_run(struct node_ctx *c)
 {
-    const struct sd_latent *l = sd__latent_in(c, "samples");
+    const struct sd_latent *l = sd__latent_in_at(c, SAVE_SAMPLES);
     if (!l)
         return ERR_INVALID;
     struct node_save_path sp;
     struct buf name;
     buf_init(&name);
-    int rc = node_files_save_path(c->env, node_in_str(c, "filename_prefix"), &sp);
+    int rc = node_files_save_path(c->env, node_in_str_at(c, SAVE_FILENAME_PREFIX), &sp);
     if (rc == ERR_DENIED) {
         rc = node_fail(c, "Exception", "Saving image outside the output folder is not allowed.");
         goto out;
@@ -99,17 +107,11 @@ out:
     return rc;
 }
 
-static const struct node_input_def save_latent_in[] = {
-    {.name = "samples", .type = "LATENT"},
-    {.name = "filename_prefix", .type = "STRING", .def_str = "latents/ComfyUI"},
-    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},
-    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN},
-    NODE_INPUTS_END};
 static const struct node_output_def no_outputs[] = {NODE_OUTPUTS_END};
 
 const struct node_class sd_save_latent = {
     .name = "SaveLatent", .category = "_for_testing", .flags = NODE_CLASS_OUTPUT,
-    .inputs = save_latent_in, .outputs = no_outputs, .run = save_latent_run};
+    .inputs = save_latent_in, .n_inputs = SAVE_N, .outputs = no_outputs, .run = save_latent_run};
 
 /* ---- LoadLatent ---- */
 
@@ -161,9 +163,15 @@ static int validate_latent_name(const struct node_env *env, const char *value, s
     return 0;
 }
 
+enum { LOAD_LATENT, LOAD_N };
+static const struct node_input_def load_latent_in[] = {
+    {.name = "latent", .type = NODE_COMBO, .options_fn = input_latents,
+     .validate = validate_latent_name},
+    NODE_INPUTS_END};
+
 static int latent_is_changed(struct node_ctx *c, struct buf *out)
 {
-    const struct value *v = node_in(c, "latent");
+    const struct value *v = node_in_at(c, LOAD_LATENT);
     if (!v || v->kind != VALUE_STRING)
         return ERR_INVALID;
     return node_files_input_sha256_hex(c->env, v->s, out);
@@ -216,7 +224,7 @@ static int load_latent_file(struct node_ctx *c, const char *name, const char *pa
 
 static int load_latent_run(struct node_ctx *c)
 {
-    const char *name = node_in_str(c, "latent");
+    const char *name = node_in_str_at(c, LOAD_LATENT);
     struct buf path;
     buf_init(&path);
     int rc = node_files_resolve_input(c->env, name, &path);
@@ -230,12 +238,8 @@ static int load_latent_run(struct node_ctx *c)
     return rc;
 }
 
-static const struct node_input_def load_latent_in[] = {
-    {.name = "latent", .type = NODE_COMBO, .options_fn = input_latents,
-     .validate = validate_latent_name},
-    NODE_INPUTS_END};
 static const struct node_output_def latent_out[] = {{.type = "LATENT"}, NODE_OUTPUTS_END};
 
 const struct node_class sd_load_latent = {
-    .name = "LoadLatent", .category = "_for_testing", .inputs = load_latent_in,
+    .name = "LoadLatent", .category = "_for_testing", .inputs = load_latent_in, .n_inputs = LOAD_N,
     .outputs = latent_out, .run = load_latent_run, .is_changed = latent_is_changed};

@@ -24,11 +24,15 @@ static size_t numel(const struct sd_latent *l)
     return (size_t)(l->b * l->c * l->h * l->w);
 }
 
+enum { TWO_SAMPLES1, TWO_SAMPLES2, TWO_N };
+static const struct node_input_def two_in[] = {
+    {.name = "samples1", .type = "LATENT"}, {.name = "samples2", .type = "LATENT"}, NODE_INPUTS_END};
+
 /* samples1 and samples2 with samples2 reshaped to samples1 (batch repeated). */
 static int two_latents(struct node_ctx *c, const struct sd_latent **s1, float **s2, struct sd_latent **out)
 {
-    const struct sd_latent *a = sd__latent_in(c, "samples1");
-    const struct sd_latent *b = a ? sd__latent_in(c, "samples2") : NULL;
+    const struct sd_latent *a = sd__latent_in_at(c, TWO_SAMPLES1);
+    const struct sd_latent *b = a ? sd__latent_in_at(c, TWO_SAMPLES2) : NULL;
     int64_t ob;
     int rc;
     if (!b)
@@ -68,12 +72,19 @@ static int subtract_run(struct node_ctx *c)
     return add_sub(c, -1.0f);
 }
 
+enum { MULTIPLY_SAMPLES, MULTIPLY_MULTIPLIER, MULTIPLY_N };
+static const struct node_input_def multiply_in[] = {
+    {.name = "samples", .type = "LATENT"},
+    {.name = "multiplier", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(-10.0), .max = NODE_F(10.0),
+     .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
 static int multiply_run(struct node_ctx *c)
 {
-    const struct sd_latent *in = sd__latent_in(c, "samples");
+    const struct sd_latent *in = sd__latent_in_at(c, MULTIPLY_SAMPLES);
     if (!in)
         return ERR_INVALID;
-    float m = (float)node_in_float(c, "multiplier");
+    float m = (float)node_in_float_at(c, MULTIPLY_MULTIPLIER);
     struct sd_latent *out = sd__latent_like(c, in, in->b, in->c, in->h, in->w);
     if (!out)
         return ERR_DEVICE_OOM;
@@ -104,6 +115,15 @@ static void channel_norm(const float *x, int64_t b, int64_t ch, int64_t hw, floa
         }
 }
 
+/* two_latents reads the first two (TWO_*). */
+enum { INTERP_SAMPLES1 = TWO_SAMPLES1, INTERP_SAMPLES2 = TWO_SAMPLES2, INTERP_RATIO, INTERP_N };
+static const struct node_input_def interpolate_in[] = {
+    {.name = "samples1", .type = "LATENT"},
+    {.name = "samples2", .type = "LATENT"},
+    {.name = "ratio", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(1.0),
+     .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
 /*
  * ComfyUI divides [B, C, H, W] by the [B, H, W] norm, which torch broadcasts as
  * [1, B, H, W]: element (b, c) uses norm plane c (or 0 when B is 1). That is the
@@ -127,7 +147,8 @@ static int interpolate_run(struct node_ctx *c)
                          "non-singleton dimension 1",
                          (long long)C, (long long)B);
     }
-    float r = (float)node_in_float(c, "ratio"), q = (float)(1.0 - node_in_float(c, "ratio"));
+    double ratio = node_in_float_at(c, INTERP_RATIO);
+    float r = (float)ratio, q = (float)(1.0 - ratio);
     float *m1 = xmalloc((size_t)(B * hw) * 3 * sizeof(float)), *m2 = m1 + B * hw, *mt = m2 + B * hw;
     float *t = out->samples;
     channel_norm(s1->samples, B, C, hw, m1);
@@ -161,8 +182,8 @@ static void index_or_range(const struct sd_latent *l, int64_t *dst)
 
 static int batch_run(struct node_ctx *c)
 {
-    const struct sd_latent *s1 = sd__latent_in(c, "samples1");
-    const struct sd_latent *s2 = s1 ? sd__latent_in(c, "samples2") : NULL;
+    const struct sd_latent *s1 = sd__latent_in_at(c, TWO_SAMPLES1);
+    const struct sd_latent *s2 = s1 ? sd__latent_in_at(c, TWO_SAMPLES2) : NULL;
     float *r2;
     int64_t b2;
     int rc;
@@ -196,16 +217,24 @@ static int batch_run(struct node_ctx *c)
     return 0;
 }
 
+static const char *const seed_behaviors[] = {"random", "fixed", NULL};
+
+enum { SEED_SAMPLES, SEED_SEED_BEHAVIOR, SEED_N };
+static const struct node_input_def seed_behavior_in[] = {
+    {.name = "samples", .type = "LATENT"},
+    {.name = "seed_behavior", .type = NODE_COMBO, .options = seed_behaviors, .def_str = "fixed"},
+    NODE_INPUTS_END};
+
 static int seed_behavior_run(struct node_ctx *c)
 {
-    const struct sd_latent *in = sd__latent_in(c, "samples");
+    const struct sd_latent *in = sd__latent_in_at(c, SEED_SAMPLES);
     if (!in)
         return ERR_INVALID;
     struct sd_latent *out = sd__latent_like(c, in, in->b, in->c, in->h, in->w);
     if (!out)
         return ERR_DEVICE_OOM;
     memcpy(out->samples, in->samples, numel(in) * sizeof(float));
-    const char *mode = node_in_str(c, "seed_behavior");
+    const char *mode = node_in_str_at(c, SEED_SEED_BEHAVIOR);
     if (!strcmp(mode, "random")) {
         xfree(out->batch_index);
         out->batch_index = NULL;
@@ -223,35 +252,17 @@ static int seed_behavior_run(struct node_ctx *c)
     return 0;
 }
 
-static const char *const seed_behaviors[] = {"random", "fixed", NULL};
-
-static const struct node_input_def two_in[] = {
-    {.name = "samples1", .type = "LATENT"}, {.name = "samples2", .type = "LATENT"}, NODE_INPUTS_END};
-static const struct node_input_def multiply_in[] = {
-    {.name = "samples", .type = "LATENT"},
-    {.name = "multiplier", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(-10.0), .max = NODE_F(10.0),
-     .step = NODE_F(0.01)},
-    NODE_INPUTS_END};
-static const struct node_input_def interpolate_in[] = {
-    {.name = "samples1", .type = "LATENT"},
-    {.name = "samples2", .type = "LATENT"},
-    {.name = "ratio", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(1.0),
-     .step = NODE_F(0.01)},
-    NODE_INPUTS_END};
-static const struct node_input_def seed_behavior_in[] = {
-    {.name = "samples", .type = "LATENT"},
-    {.name = "seed_behavior", .type = NODE_COMBO, .options = seed_behaviors, .def_str = "fixed"},
-    NODE_INPUTS_END};
-
-#define V3_LATENT(sym, cname, cat, in, fn)                                                     \
+#define V3_LATENT(sym, cname, cat, in, n_in, fn)                                               \
     const struct node_class sym = {.name = cname, .category = cat, .python_module = MODULE,    \
-                                   .flags = NODE_CLASS_V3, .inputs = in, .outputs = latent_out, \
-                                   .run = fn}
+                                   .flags = NODE_CLASS_V3, .inputs = in, .n_inputs = n_in,     \
+                                   .outputs = latent_out, .run = fn}
 
-V3_LATENT(sd_latent_add, "LatentAdd", "latent/advanced", two_in, add_run);
-V3_LATENT(sd_latent_subtract, "LatentSubtract", "latent/advanced", two_in, subtract_run);
-V3_LATENT(sd_latent_multiply, "LatentMultiply", "latent/advanced", multiply_in, multiply_run);
-V3_LATENT(sd_latent_interpolate, "LatentInterpolate", "latent/advanced", interpolate_in, interpolate_run);
-V3_LATENT(sd_latent_batch, "LatentBatch", "latent/batch", two_in, batch_run);
+V3_LATENT(sd_latent_add, "LatentAdd", "latent/advanced", two_in, TWO_N, add_run);
+V3_LATENT(sd_latent_subtract, "LatentSubtract", "latent/advanced", two_in, TWO_N, subtract_run);
+V3_LATENT(sd_latent_multiply, "LatentMultiply", "latent/advanced", multiply_in, MULTIPLY_N,
+          multiply_run);
+V3_LATENT(sd_latent_interpolate, "LatentInterpolate", "latent/advanced", interpolate_in, INTERP_N,
+          interpolate_run);
+V3_LATENT(sd_latent_batch, "LatentBatch", "latent/batch", two_in, TWO_N, batch_run);
 V3_LATENT(sd_latent_batch_seed_behavior, "LatentBatchSeedBehavior", "latent/advanced", seed_behavior_in,
-          seed_behavior_run);
+          SEED_N, seed_behavior_run);

@@ -10,11 +10,13 @@
 #include "node_registry.h"
 #include "pynum.h"
 #include "sd_nodes.h"
+#include "sd_latent_util.h"
 #include "sd_types.h"
 #include "sd_upscale.h"
 
 /* ---- EmptyLatentImage ---- */
 
+enum { EMPTY_WIDTH, EMPTY_HEIGHT, EMPTY_BATCH_SIZE, EMPTY_N };
 static const struct node_input_def empty_inputs[] = {
     {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(16),
      .max = NODE_I(16384), .step = NODE_I(8),
@@ -30,8 +32,8 @@ static const struct node_output_def empty_outputs[] = {
 
 static int empty_run(struct node_ctx *c)
 {
-    int64_t w = node_in_int(c, "width"), h = node_in_int(c, "height");
-    int64_t b = node_in_int(c, "batch_size");
+    int64_t w = node_in_int_at(c, EMPTY_WIDTH), h = node_in_int_at(c, EMPTY_HEIGHT);
+    int64_t b = node_in_int_at(c, EMPTY_BATCH_SIZE);
     if (w < 8 || h < 8 || b < 1 || w > 16384 || h > 16384 || b > 4096)
         return node_fail(c, "ValueError", "invalid latent size %lldx%lld, batch %lld",
                          (long long)w, (long long)h, (long long)b);
@@ -51,6 +53,7 @@ const struct node_class sd_empty_latent_image = {
     .description = "Create a new batch of empty latent images to be denoised via sampling.",
     .category = "latent",
     .inputs = empty_inputs,
+    .n_inputs = EMPTY_N,
     .outputs = empty_outputs,
     .run = empty_run,
 };
@@ -59,6 +62,10 @@ const struct node_class sd_empty_latent_image = {
 
 static const char *const crop_options[] = {"disabled", "center", NULL};
 
+enum {
+    UPSCALE_SAMPLES, UPSCALE_UPSCALE_METHOD, UPSCALE_WIDTH, UPSCALE_HEIGHT, UPSCALE_CROP,
+    UPSCALE_N
+};
 static const struct node_input_def upscale_inputs[] = {
     {.name = "samples", .type = "LATENT"},
     {.name = "upscale_method", .type = NODE_COMBO, .options = sd_upscale_methods},
@@ -89,12 +96,12 @@ static int resize_latent(struct node_ctx *c, const struct sd_latent *in, const c
 
 static int upscale_run(struct node_ctx *c)
 {
-    const struct sd_latent *in = sd_latent_of(node_in(c, "samples"));
+    const struct sd_latent *in = sd__latent_in_at(c, UPSCALE_SAMPLES);
     if (!in)
-        return node_fail(c, "RuntimeError", "input 'samples' is not a LATENT");
-    int64_t w = node_in_int(c, "width"), h = node_in_int(c, "height");
+        return ERR_INVALID;
+    int64_t w = node_in_int_at(c, UPSCALE_WIDTH), h = node_in_int_at(c, UPSCALE_HEIGHT);
     if (w == 0 && h == 0) {
-        node_set_output(c, 0, value_ref(node_in(c, "samples")));
+        node_set_output(c, 0, value_ref(node_in_at(c, UPSCALE_SAMPLES)));
         return 0;
     }
     /* Pixel sizes, at least 64; one of them 0 keeps the aspect ratio. */
@@ -110,8 +117,8 @@ static int upscale_run(struct node_ctx *c)
         w = w < 64 ? 64 : w;
         h = h < 64 ? 64 : h;
     }
-    int crop = strcmp(node_in_str(c, "crop"), "center") == 0;
-    return resize_latent(c, in, node_in_str(c, "upscale_method"), crop, h / 8, w / 8);
+    int crop = strcmp(node_in_str_at(c, UPSCALE_CROP), "center") == 0;
+    return resize_latent(c, in, node_in_str_at(c, UPSCALE_UPSCALE_METHOD), crop, h / 8, w / 8);
 }
 
 const struct node_class sd_latent_upscale = {
@@ -119,10 +126,12 @@ const struct node_class sd_latent_upscale = {
     .display_name = "Upscale Latent",
     .category = "latent",
     .inputs = upscale_inputs,
+    .n_inputs = UPSCALE_N,
     .outputs = latent_outputs,
     .run = upscale_run,
 };
 
+enum { UPSCALE_BY_SAMPLES, UPSCALE_BY_UPSCALE_METHOD, UPSCALE_BY_SCALE_BY, UPSCALE_BY_N };
 static const struct node_input_def upscale_by_inputs[] = {
     {.name = "samples", .type = "LATENT"},
     {.name = "upscale_method", .type = NODE_COMBO, .options = sd_upscale_methods},
@@ -132,17 +141,17 @@ static const struct node_input_def upscale_by_inputs[] = {
 
 static int upscale_by_run(struct node_ctx *c)
 {
-    const struct sd_latent *in = sd_latent_of(node_in(c, "samples"));
+    const struct sd_latent *in = sd__latent_in_at(c, UPSCALE_BY_SAMPLES);
     if (!in)
-        return node_fail(c, "RuntimeError", "input 'samples' is not a LATENT");
-    double s = node_in_float(c, "scale_by");
+        return ERR_INVALID;
+    double s = node_in_float_at(c, UPSCALE_BY_SCALE_BY);
     int64_t w = (int64_t)pynum_round_half_even((double)in->w * s);
     int64_t h = (int64_t)pynum_round_half_even((double)in->h * s);
     if (w < 1 || h < 1)
         return node_fail(c, "RuntimeError",
                          "scale_by %g makes the %lldx%lld latent empty", s, (long long)in->w,
                          (long long)in->h);
-    return resize_latent(c, in, node_in_str(c, "upscale_method"), 0, h, w);
+    return resize_latent(c, in, node_in_str_at(c, UPSCALE_BY_UPSCALE_METHOD), 0, h, w);
 }
 
 const struct node_class sd_latent_upscale_by = {
@@ -150,21 +159,23 @@ const struct node_class sd_latent_upscale_by = {
     .display_name = "Upscale Latent By",
     .category = "latent",
     .inputs = upscale_by_inputs,
+    .n_inputs = UPSCALE_BY_N,
     .outputs = latent_outputs,
     .run = upscale_by_run,
 };
 
 /* ---- SetLatentNoiseMask ---- */
 
+enum { NOISE_MASK_SAMPLES, NOISE_MASK_MASK, NOISE_MASK_N };
 static const struct node_input_def mask_inputs[] = {
     {.name = "samples", .type = "LATENT"}, {.name = "mask", .type = "MASK"}, NODE_INPUTS_END};
 
 static int set_mask_run(struct node_ctx *c)
 {
-    const struct sd_latent *in = sd_latent_of(node_in(c, "samples"));
-    const struct value *m = node_in(c, "mask");
+    const struct sd_latent *in = sd__latent_in_at(c, NOISE_MASK_SAMPLES);
+    const struct value *m = node_in_at(c, NOISE_MASK_MASK);
     if (!in)
-        return node_fail(c, "RuntimeError", "input 'samples' is not a LATENT");
+        return ERR_INVALID;
     if (!m || m->kind != VALUE_TENSOR || m->ndim < 2 || m->ndim > 4)
         return node_fail(c, "RuntimeError", "input 'mask' is not a MASK");
     /* mask.reshape((-1, 1, H, W)) */
@@ -191,6 +202,7 @@ const struct node_class sd_set_latent_noise_mask = {
     .display_name = "Set Latent Noise Mask",
     .category = "latent/inpaint",
     .inputs = mask_inputs,
+    .n_inputs = NOISE_MASK_N,
     .outputs = latent_outputs,
     .run = set_mask_run,
 };

@@ -49,12 +49,20 @@ static void from_batch_mask(struct sd_latent *out, const struct sd_latent *in, i
     out->mb = n;
 }
 
+enum { FROM_BATCH_SAMPLES, FROM_BATCH_BATCH_INDEX, FROM_BATCH_LENGTH, FROM_BATCH_N };
+static const struct node_input_def from_batch_in[] = {
+    {.name = "samples", .type = "LATENT"},
+    {.name = "batch_index", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(63)},
+    {.name = "length", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(64)},
+    NODE_INPUTS_END};
+
 static int from_batch_run(struct node_ctx *c)
 {
-    const struct sd_latent *in = sd__latent_in(c, "samples");
+    const struct sd_latent *in = sd__latent_in_at(c, FROM_BATCH_SAMPLES);
     if (!in)
         return ERR_INVALID;
-    int64_t bi = node_in_int(c, "batch_index"), len = node_in_int(c, "length");
+    int64_t bi = node_in_int_at(c, FROM_BATCH_BATCH_INDEX);
+    int64_t len = node_in_int_at(c, FROM_BATCH_LENGTH);
     bi = bi < in->b - 1 ? bi : in->b - 1;
     len = len < in->b - bi ? len : in->b - bi;
     if (bi < 0 || len < 1)
@@ -79,24 +87,25 @@ static int from_batch_run(struct node_ctx *c)
     return 0;
 }
 
-static const struct node_input_def from_batch_in[] = {
-    {.name = "samples", .type = "LATENT"},
-    {.name = "batch_index", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(63)},
-    {.name = "length", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(64)},
-    NODE_INPUTS_END};
-
 const struct node_class sd_latent_from_batch = {
     .name = "LatentFromBatch", .display_name = "Latent From Batch", .category = "latent/batch",
-    .inputs = from_batch_in, .outputs = latent_out, .run = from_batch_run};
+    .inputs = from_batch_in, .n_inputs = FROM_BATCH_N, .outputs = latent_out,
+    .run = from_batch_run};
 
 /* ---- RepeatLatentBatch ---- */
 
+enum { REPEAT_SAMPLES, REPEAT_AMOUNT, REPEAT_N };
+static const struct node_input_def repeat_in[] = {
+    {.name = "samples", .type = "LATENT"},
+    {.name = "amount", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(64)},
+    NODE_INPUTS_END};
+
 static int repeat_run(struct node_ctx *c)
 {
-    const struct sd_latent *in = sd__latent_in(c, "samples");
+    const struct sd_latent *in = sd__latent_in_at(c, REPEAT_SAMPLES);
     if (!in)
         return ERR_INVALID;
-    int64_t amount = node_in_int(c, "amount");
+    int64_t amount = node_in_int_at(c, REPEAT_AMOUNT);
     if (amount < 1)
         return node_fail(c, "RuntimeError", "amount must be at least 1, got %lld", (long long)amount);
     /* amount x batch is request-sized: sd__latent_like allocates fallibly. */
@@ -133,14 +142,9 @@ static int repeat_run(struct node_ctx *c)
     return 0;
 }
 
-static const struct node_input_def repeat_in[] = {
-    {.name = "samples", .type = "LATENT"},
-    {.name = "amount", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(64)},
-    NODE_INPUTS_END};
-
 const struct node_class sd_repeat_latent_batch = {
     .name = "RepeatLatentBatch", .display_name = "Repeat Latent Batch", .category = "latent/batch",
-    .inputs = repeat_in, .outputs = latent_out, .run = repeat_run};
+    .inputs = repeat_in, .n_inputs = REPEAT_N, .outputs = latent_out, .run = repeat_run};
 
 /* ---- LatentRotate / LatentFlip ---- */
 
@@ -158,9 +162,20 @@ static void rot_plane(const float *s, int64_t h, int64_t w, int k, float *d)
         }
 }
 
+enum { ROTATE_SAMPLES, ROTATE_ROTATION, ROTATE_N };
+static const struct node_input_def rotate_in[] = {
+    {.name = "samples", .type = "LATENT"},
+    {.name = "rotation", .type = NODE_COMBO, .options = rotations}, NODE_INPUTS_END};
+
+/* transform reads the latent at ROTATE_SAMPLES for both. */
+enum { FLIP_SAMPLES = ROTATE_SAMPLES, FLIP_FLIP_METHOD, FLIP_N };
+static const struct node_input_def flip_in[] = {
+    {.name = "samples", .type = "LATENT"},
+    {.name = "flip_method", .type = NODE_COMBO, .options = flips}, NODE_INPUTS_END};
+
 static int transform(struct node_ctx *c, int rot, int flip)
 {
-    const struct sd_latent *in = sd__latent_in(c, "samples");
+    const struct sd_latent *in = sd__latent_in_at(c, ROTATE_SAMPLES);
     if (!in)
         return ERR_INVALID;
     int odd = rot % 2;
@@ -183,45 +198,47 @@ static int transform(struct node_ctx *c, int rot, int flip)
 
 static int rotate_run(struct node_ctx *c)
 {
-    const char *r = node_in_str(c, "rotation");
+    const char *r = node_in_str_at(c, ROTATE_ROTATION);
     int k = !strncmp(r, "90", 2) ? 1 : !strncmp(r, "180", 3) ? 2 : !strncmp(r, "270", 3) ? 3 : 0;
     return transform(c, k, 0);
 }
 
 static int flip_run(struct node_ctx *c)
 {
-    const char *m = node_in_str(c, "flip_method");
+    const char *m = node_in_str_at(c, FLIP_FLIP_METHOD);
     return transform(c, 0, m[0] == 'x' ? 1 : m[0] == 'y' ? 2 : 0);
 }
 
-static const struct node_input_def rotate_in[] = {
-    {.name = "samples", .type = "LATENT"},
-    {.name = "rotation", .type = NODE_COMBO, .options = rotations}, NODE_INPUTS_END};
-static const struct node_input_def flip_in[] = {
-    {.name = "samples", .type = "LATENT"},
-    {.name = "flip_method", .type = NODE_COMBO, .options = flips}, NODE_INPUTS_END};
-
 const struct node_class sd_latent_rotate = {
     .name = "LatentRotate", .display_name = "Rotate Latent", .category = "latent/transform",
-    .inputs = rotate_in, .outputs = latent_out, .run = rotate_run};
+    .inputs = rotate_in, .n_inputs = ROTATE_N, .outputs = latent_out, .run = rotate_run};
 const struct node_class sd_latent_flip = {
     .name = "LatentFlip", .display_name = "Flip Latent", .category = "latent/transform",
-    .inputs = flip_in, .outputs = latent_out, .run = flip_run};
+    .inputs = flip_in, .n_inputs = FLIP_N, .outputs = latent_out, .run = flip_run};
 
 /* ---- LatentCrop ---- */
 
+enum { CROP_SAMPLES, CROP_WIDTH, CROP_HEIGHT, CROP_X, CROP_Y, CROP_N };
+static const struct node_input_def crop_in[] = {
+    {.name = "samples", .type = "LATENT"},
+    {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(64), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
+    {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(64), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
+    {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
+    {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
+    NODE_INPUTS_END};
+
 static int crop_run(struct node_ctx *c)
 {
-    const struct sd_latent *in = sd__latent_in(c, "samples");
+    const struct sd_latent *in = sd__latent_in_at(c, CROP_SAMPLES);
     if (!in)
         return ERR_INVALID;
-    int64_t x = node_in_int(c, "x") / 8, y = node_in_int(c, "y") / 8;
+    int64_t x = node_in_int_at(c, CROP_X) / 8, y = node_in_int_at(c, CROP_Y) / 8;
     /* ComfyUI keeps at least 8 latent pixels (64 px) by moving x, y back. */
     x = x > in->w - 8 ? in->w - 8 : x;
     y = y > in->h - 8 ? in->h - 8 : y;
     int64_t x0, x1, y0, y1;
-    int64_t nw = sd__pyslice(x, x + node_in_int(c, "width") / 8, in->w, &x0, &x1);
-    int64_t nh = sd__pyslice(y, y + node_in_int(c, "height") / 8, in->h, &y0, &y1);
+    int64_t nw = sd__pyslice(x, x + node_in_int_at(c, CROP_WIDTH) / 8, in->w, &x0, &x1);
+    int64_t nh = sd__pyslice(y, y + node_in_int_at(c, CROP_HEIGHT) / 8, in->h, &y0, &y1);
     if (nw < 1 || nh < 1)
         return node_fail(c, "ValueError", "cropping the %lldx%lld latent leaves nothing",
                          (long long)in->w * 8, (long long)in->h * 8);
@@ -236,17 +253,9 @@ static int crop_run(struct node_ctx *c)
     return 0;
 }
 
-static const struct node_input_def crop_in[] = {
-    {.name = "samples", .type = "LATENT"},
-    {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(64), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
-    {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(64), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
-    {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
-    {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(8)},
-    NODE_INPUTS_END};
-
 const struct node_class sd_latent_crop = {
     .name = "LatentCrop", .display_name = "Crop Latent", .category = "latent/transform",
-    .inputs = crop_in, .outputs = latent_out, .run = crop_run};
+    .inputs = crop_in, .n_inputs = CROP_N, .outputs = latent_out, .run = crop_run};
 
 /* ---- registration (sd_latent_ops.h) ---- */
 

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "node_registry.h"
 #include "sd_upscale.h"
 
 const struct sd_latent *sd__latent_in_at(struct node_ctx *c, int index)
@@ -15,13 +14,6 @@ const struct sd_latent *sd__latent_in_at(struct node_ctx *c, int index)
     if (!l)
         node_fail(c, "RuntimeError", "input '%s' is not a LATENT", node_in_name(c, index));
     return l;
-}
-
-const struct sd_latent *sd__latent_in(struct node_ctx *c, const char *name)
-{
-    int index = node_class_input_index(c->cls, name);
-    ASSERT(index >= 0);
-    return sd__latent_in_at(c, index);
 }
 
 struct sd_latent *sd__latent_like(struct node_ctx *c, const struct sd_latent *src, int64_t b,

@@ -34,8 +34,6 @@ static inline int64_t sd__pyslice(int64_t start, int64_t stop, int64_t n, int64_
 
 /* The LATENT of input `index` (the class's declared order), or NULL after node_fail. */
 const struct sd_latent *sd__latent_in_at(struct node_ctx *c, int index);
-/* The same by input name (a declaration lookup per call). */
-const struct sd_latent *sd__latent_in(struct node_ctx *c, const char *name);
 
 /*
  * A new latent [b, c, h, w] (zeros) that keeps src's noise_mask and batch_index,
