@@ -237,7 +237,7 @@ static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
 {
     l->o = o;
     if (o->flags & CKPT_GEN_CONTROLNET) {
-        controlnet_layout(&o->cfg, 3, on_cn_key, l);
+        controlnet_layout_union(&o->cfg, 3, o->cn_union_types, on_cn_key, l);
         if (o->flags & CKPT_GEN_CN_DIFF)
             add_special(l, "difference", ST_DTYPE_F32, FILL_CONST, 0, 0, NULL);
         if (o->extra_tensor)

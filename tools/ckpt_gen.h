@@ -53,6 +53,8 @@ struct ckpt_gen_opts {
     const char *nan_tensor;    /* full name of a tensor to poison with a NaN, or NULL */
     const char *drop_tensor;   /* full name (internal or as written) to leave out, or NULL */
     const char *extra_tensor;  /* full name of an extra (unknown) tensor to add, or NULL */
+    int cn_union_types;        /* with CONTROLNET: a Union ControlNet of this many control
+                                * types (6, ProMax 8; diffusers names as xinsir's), or 0 */
 };
 
 /* Defaults: tiny config, F32, seed 42, no flags. */

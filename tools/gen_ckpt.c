@@ -46,7 +46,9 @@ static void usage(FILE *fp)
           "                      --arch sdxl ...) instead of a checkpoint\n"
           "  --cn-prefix control_model|none|diffusers  ControlNet key naming (default\n"
           "                      control_model)\n"
-          "  --difference        a diff ControlNet (adds the \"difference\" marker)\n",
+          "  --difference        a diff ControlNet (adds the \"difference\" marker)\n"
+          "  --cn-union N        a Union ControlNet of N control types (6; ProMax 8),\n"
+          "                      with diffusers names\n",
           fp);
 }
 
@@ -148,6 +150,10 @@ int main(int argc, char **argv)
             if_missing = 1;
         } else if (!strcmp(a, "--controlnet")) {
             o.flags |= CKPT_GEN_CONTROLNET;
+        } else if (!strcmp(a, "--cn-union")) {
+            NEED();
+            o.cn_union_types = atoi(next);
+            o.flags |= CKPT_GEN_CONTROLNET | CKPT_GEN_CN_DIFFUSERS;
         } else if (!strcmp(a, "--difference")) {
             o.flags |= CKPT_GEN_CN_DIFF;
         } else if (!strcmp(a, "--cn-prefix")) {

@@ -8,11 +8,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "nn.h"
+#include "controlnet_impl.h"
 #include "unet_impl.h"
 
 struct cn_run {
+    const struct controlnet *cn;
     const struct tensor *hint;
+    int control_type; /* a Union's, or -1 */
     float strength;
     struct controlnet_out *out;
     struct dev *d;
@@ -81,6 +83,11 @@ static int on_skip(void *user, struct nn_w *w, int i, struct tensor *h, struct e
         struct tensor *g = NULL;
         if ((rc = hint_encode(r, w, &g, e)) < 0)
             return rc;
+        if (r->cn->union_types && r->control_type >= 0 &&
+            (rc = controlnet__union_merge(w, r->d, r->control_type, g, e)) < 0) {
+            tensor_free(g);
+            return rc;
+        }
         if (!tensor_same_shape(g, h))
             rc = err_set(e, ERR_INVALID,
                          "controlnet: the hint encodes to %lldx%lld, the latent is %lldx%lld",
@@ -105,17 +112,39 @@ static int on_middle(void *user, struct nn_w *w, struct tensor *h, struct err *e
     return zero_conv(r, w, "middle_block_out.0", h, &r->out->middle, e);
 }
 
-int controlnet_eval(struct controlnet *cn, const struct tensor *x, const float *t,
-                    const struct tensor *ctx, const struct tensor *y, const struct tensor *hint,
-                    float strength, struct controlnet_out *out, struct err *e)
+static int on_temb(void *user, struct nn_w *w, struct tensor *temb, struct err *e)
 {
+    struct cn_run *r = user;
+    return controlnet__union_add_embedding(w, r->d, r->cn->union_types, r->control_type, temb,
+                                           e);
+}
+
+int controlnet_eval_type(struct controlnet *cn, const struct tensor *x, const float *t,
+                         const struct tensor *ctx, const struct tensor *y,
+                         const struct tensor *hint, int control_type, float strength,
+                         struct controlnet_out *out, struct err *e)
+{
+    int rc;
     memset(out, 0, sizeof(*out));
     if (hint->ndim != 4 || hint->shape[0] != x->shape[0] || hint->shape[1] != cn->hint_ch)
         return err_set(e, ERR_INVALID, "controlnet: the hint must be [%lld, %d, H, W]",
                        (long long)x->shape[0], cn->hint_ch);
-    struct cn_run r = {.hint = hint, .strength = strength, .out = out, .d = patcher_device(cn->p)};
-    struct unet_hooks hooks = {.on_skip = on_skip, .on_middle = on_middle, .user = &r};
+    if (!cn->union_types)
+        control_type = -1; /* a classic ControlNet takes no control_type argument */
+    else if ((rc = controlnet__union_check_type(cn, control_type, e)) < 0)
+        return rc;
+    struct cn_run r = {.cn = cn, .hint = hint, .control_type = control_type,
+                       .strength = strength, .out = out, .d = patcher_device(cn->p)};
+    struct unet_hooks hooks = {.on_skip = on_skip, .on_middle = on_middle,
+                               .on_temb = cn->union_types ? on_temb : NULL, .user = &r};
     return unet__eval(cn->p, &cn->cfg.unet, x, t, ctx, y, NULL, NULL, &hooks, NULL, NULL, e);
+}
+
+int controlnet_eval(struct controlnet *cn, const struct tensor *x, const float *t,
+                    const struct tensor *ctx, const struct tensor *y, const struct tensor *hint,
+                    float strength, struct controlnet_out *out, struct err *e)
+{
+    return controlnet_eval_type(cn, x, t, ctx, y, hint, -1, strength, out, e);
 }
 
 /* *cur = prev + *cur, or prev's tensor when cur has none (taken from prev). */
@@ -138,8 +167,12 @@ int controlnet_out_merge(struct controlnet_out *cur, struct controlnet_out *prev
     int rc = merge_one(&cur->middle, &prev->middle, e);
     for (int i = 0; rc == 0 && i < prev->n_output; i++)
         rc = merge_one(&cur->output[i], &prev->output[i], e);
+    for (int i = 0; rc == 0 && i < prev->n_input; i++)
+        rc = merge_one(&cur->input[i], &prev->input[i], e);
     if (prev->n_output > cur->n_output)
         cur->n_output = prev->n_output;
+    if (prev->n_input > cur->n_input)
+        cur->n_input = prev->n_input;
     return rc;
 }
 
@@ -149,6 +182,9 @@ void controlnet_out_view(const struct controlnet_out *o, struct unet_control *c)
     for (int i = 0; i < o->n_output; i++)
         c->output[i] = o->output[i];
     c->n_output = o->n_output;
+    for (int i = 0; i < o->n_input; i++)
+        c->input[i] = o->input[i];
+    c->n_input = o->n_input;
     c->middle = o->middle;
 }
 
@@ -156,6 +192,8 @@ void controlnet_out_release(struct controlnet_out *o)
 {
     for (int i = 0; i < o->n_output; i++)
         tensor_free(o->output[i]);
+    for (int i = 0; i < o->n_input; i++)
+        tensor_free(o->input[i]);
     tensor_free(o->middle);
     memset(o, 0, sizeof(*o));
 }

@@ -20,6 +20,15 @@
  * (model.diffusion_model.*), so that a diff ControlNet finds the UNet's weight of the
  * same key.
  *
+ * Union ControlNets (xinsir's controlnet-union / ProMax for SDXL, diffusers files with
+ * control_add_embedding.*: cldm.py's union_controlnet_num_control_type) add two things:
+ * a control-type embedding (the one-hot type vector through timestep_embedding(256),
+ * linear, SiLU, linear) added to the time embedding, and, when a type is set, the
+ * guided hint merged as union_controlnet_merge does: its spatial mean plus the type's
+ * task_embedding row through one pre-norm transformer layer (transformer_layes.0) and
+ * spatial_ch_projs, added back per channel. Without a type ("auto") only the embedding
+ * of the all-zero type vector is added.
+ *
  * Threads: loading and evaluation on the executor thread; controlnet_ref/unref any.
  */
 #ifndef LATENTD_MODELS_CONTROLNET_H
@@ -38,10 +47,15 @@
 #define CONTROLNET_HINT_CONVS 8
 extern const int controlnet_hint_widths[CONTROLNET_HINT_CONVS - 1]; /* 16 16 32 32 96 96 256 */
 
+/* ComfyUI's UNION_CONTROLNET_TYPES (comfy/cldm/control_types.py), by type number. */
+#define CONTROLNET_UNION_TYPES 8
+extern const char *const controlnet_union_type_names[CONTROLNET_UNION_TYPES];
+
 struct controlnet {
     struct patcher *p;       /* owned reference: the weights, one layer per block */
     struct model_config cfg; /* family and trunk knobs (cfg.unet; out_ch unused) */
     int hint_ch;             /* input channels of the hint encoder (3: an RGB image) */
+    int union_types;         /* a Union's task_embedding rows (6, ProMax 8); 0: not one */
     atomic_int _refs;        /* controlnet_ref / controlnet_unref */
 };
 
@@ -76,11 +90,18 @@ void controlnet_unref(struct controlnet *cn); /* NULL is a no-op */
  */
 size_t controlnet_layout(const struct model_config *cfg, int hint_ch,
                          void (*fn)(void *user, const struct model_key *k), void *user);
+/* The same for a Union ControlNet of `union_types` control types (0: controlnet_layout):
+ * its own tensors follow the hint encoder's, in ComfyUI's internal naming
+ * (transformer_layes.0.attn.in_proj.weight; diffusers files say in_proj_weight). */
+size_t controlnet_layout_union(const struct model_config *cfg, int hint_ch, int union_types,
+                               void (*fn)(void *user, const struct model_key *k), void *user);
 
 /* The residuals of one evaluation: owned tensors on the model's device. */
 struct controlnet_out {
     struct tensor *output[UNET_MAX_BLOCKS]; /* zero_convs.i's, one per input block */
     int n_output;
+    struct tensor *input[UNET_MAX_BLOCKS]; /* a T2I-Adapter's features (t2i_adapter.h) */
+    int n_input;
     struct tensor *middle; /* middle_block_out's */
 };
 
@@ -94,6 +115,17 @@ struct controlnet_out {
 int controlnet_eval(struct controlnet *cn, const struct tensor *x, const float *t,
                     const struct tensor *ctx, const struct tensor *y, const struct tensor *hint,
                     float strength, struct controlnet_out *out, struct err *e);
+
+/*
+ * controlnet_eval with a Union's control type (SetUnionControlNetType: 0..7, or -1 for
+ * "auto", no type); a classic ControlNet ignores it. A type past the model's
+ * task_embedding (tile or repaint on a non-ProMax Union) is ERR_INVALID with ComfyUI's
+ * message.
+ */
+int controlnet_eval_type(struct controlnet *cn, const struct tensor *x, const float *t,
+                         const struct tensor *ctx, const struct tensor *y,
+                         const struct tensor *hint, int control_type, float strength,
+                         struct controlnet_out *out, struct err *e);
 
 /* Chain two ControlNets' residuals as ComfyUI's control_merge: each of *cur becomes
  * prev + cur (a slot only one of them has is taken as is, moved out of prev). */

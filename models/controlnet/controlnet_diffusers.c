@@ -121,12 +121,36 @@ static int map_name(const char *name, int (*fn)(const char *, char *, size_t), c
     return snprintf(out, size, "%s%s", mapped, param) < (int)size ? 0 : -1;
 }
 
+/*
+ * A Union's attention projection: diffusers files keep nn.MultiheadAttention's
+ * in_proj_weight / in_proj_bias, ComfyUI renames them to in_proj.weight / .bias (the
+ * Linear its OptimizedAttention has). The Union's other names are the same in both.
+ */
+#define UNION_IN_PROJ_DIFFUSERS ".attn.in_proj_"
+#define UNION_IN_PROJ_LDM ".attn.in_proj."
+
+static int union_name(const char *name, const char *from, const char *to, char *out,
+                      size_t size)
+{
+    const char *p = strstr(name, from);
+    if (!p || strncmp(name, "transformer_layes.", 18) != 0)
+        return -1;
+    return snprintf(out, size, "%.*s%s%s", (int)(p - name), name, to, p + strlen(from)) <
+                   (int)size
+               ? 0
+               : -1;
+}
+
 int controlnet_name_to_diffusers(const char *ldm, char *out, size_t size)
 {
+    if (union_name(ldm, UNION_IN_PROJ_LDM, UNION_IN_PROJ_DIFFUSERS, out, size) == 0)
+        return 0;
     return map_name(ldm, to_diffusers, out, size);
 }
 
 int controlnet__name_from_diffusers(const char *name, char *out, size_t size)
 {
+    if (union_name(name, UNION_IN_PROJ_DIFFUSERS, UNION_IN_PROJ_LDM, out, size) == 0)
+        return 0;
     return map_name(name, from_diffusers, out, size);
 }

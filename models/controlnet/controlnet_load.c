@@ -9,7 +9,7 @@
 
 #include "alloc.h"
 #include "checkpoint_impl.h"
-#include "controlnet.h"
+#include "controlnet_impl.h"
 #include "family.h"
 #include "log.h"
 
@@ -95,6 +95,30 @@ static int check_unused(const struct check *c, const struct model_config *cfg)
                            "'%s': unexpected tensor '%s' (not part of the %s ControlNet layout)",
                            c->f->path, c->nt->v[i].t->name,
                            model_family_get(cfg->family)->name);
+    return 0;
+}
+
+/*
+ * A Union ControlNet (control_add_embedding.*, as comfy/controlnet.py detects it): its
+ * type count from task_embedding's rows, its merge width tied to the trunk's (see
+ * controlnet_union.c) and split into CONTROLNET_UNION_HEADS heads.
+ */
+static int union_types(const struct st_file *f, const struct ntable *nt, struct controlnet *cn,
+                       struct err *e)
+{
+    const struct st_tensor *te;
+    if (!ckpt__nfind(nt, "%scontrol_add_embedding.linear_1.bias", MODEL_PREFIX_UNET))
+        return 0;
+    te = ckpt__nfind(nt, "%stask_embedding", MODEL_PREFIX_UNET);
+    if (!te || te->ndim != 2 || te->shape[0] < 1 || te->shape[0] > CONTROLNET_UNION_TYPES)
+        return err_set(e, ERR_INVALID,
+                       "'%s': a Union ControlNet needs task_embedding [1..%d, %d]", f->path,
+                       CONTROLNET_UNION_TYPES, cn->cfg.unet.model_ch);
+    if (te->shape[1] != cn->cfg.unet.model_ch || cn->cfg.unet.model_ch % CONTROLNET_UNION_HEADS)
+        return err_set(e, ERR_INVALID,
+                       "'%s': task_embedding is %lld wide; this Union ControlNet's trunk is %d",
+                       f->path, (long long)te->shape[1], cn->cfg.unet.model_ch);
+    cn->union_types = (int)te->shape[0];
     return 0;
 }
 
@@ -215,13 +239,6 @@ int controlnet_load(const char *path, struct patcher *diff_base, enum tensor_dty
     *out = NULL;
     if ((rc = st_open(path, &f, e)) < 0)
         return rc;
-    if (st_find(f, "control_add_embedding.linear_1.bias")) {
-        rc = err_set(e, ERR_UNSUPPORTED,
-                     "'%s' is not a supported ControlNet: a ControlNet Union "
-                     "(control_add_embedding.*)",
-                     path);
-        goto fail;
-    }
     if (st_find(f, CN_PTH_PREFIX "zero_convs.0.0.weight"))
         flags = CN_PREFIXED;
     else if (st_find(f, "controlnet_cond_embedding.conv_in.weight"))
@@ -241,9 +258,11 @@ int controlnet_load(const char *path, struct patcher *diff_base, enum tensor_dty
         goto fail;
     }
     cn->hint_ch = (int)h0->shape[1];
+    if ((rc = union_types(f, &nt, cn, e)) < 0)
+        goto fail;
     c.f = f;
     c.nt = &nt;
-    controlnet_layout(&cn->cfg, cn->hint_ch, on_key, &c);
+    controlnet_layout_union(&cn->cfg, cn->hint_ch, cn->union_types, on_key, &c);
     if ((rc = c.rc) < 0 || (rc = check_unused(&c, &cn->cfg)) < 0)
         goto fail;
     if (diff && !diff_base)
@@ -257,8 +276,9 @@ int controlnet_load(const char *path, struct patcher *diff_base, enum tensor_dty
     cn->p = patcher_new(m);
     patcher_model_unref(m);
     atomic_init(&cn->_refs, 1);
-    log_info("loaded ControlNet '%s': %s%s, %zu tensors", path,
-             model_family_get(cn->cfg.family)->name, diff ? " (difference)" : "", c.items.n);
+    log_info("loaded ControlNet '%s': %s%s%s, %zu tensors", path,
+             model_family_get(cn->cfg.family)->name, diff ? " (difference)" : "",
+             cn->union_types ? " (Union)" : "", c.items.n);
     ckpt__ntable_release(&nt);
     xfree(c.items.v);
     *out = cn;

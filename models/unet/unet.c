@@ -23,7 +23,9 @@ struct unet_ctx {
     struct model_probe *probe;
     const struct unet_control *control; /* residuals, or NULL */
     const struct unet_patches *patches; /* model patches, or NULL */
+    const struct unet_hooks *hooks;     /* a ControlNet trunk's hooks, or NULL */
     int out_idx;                        /* output blocks entered so far */
+    int in_idx;                         /* input blocks done so far */
 };
 
 /* h += a control residual (apply_control), after checking it fits. */
@@ -262,6 +264,8 @@ static int time_embed(struct unet_ctx *u, const float *t, int64_t B)
     NN_TRY(nn__new(u->d, &u->temb_silu, e, 2, B, te));
     NN_TRY(tensor_linear(u->temb_silu, h, w2, b2, e));
     nn__probe(u->probe, "time_embed", u->temb_silu);
+    if (u->hooks && u->hooks->on_temb)
+        NN_TRY(u->hooks->on_temb(u->hooks->user, &u->w, u->temb_silu, e));
     if (!u->a->adm_in) /* else label_emb adds its part first */
         NN_TRY(tensor_silu(u->temb_silu, u->temb_silu, e));
 fail:
@@ -445,7 +449,12 @@ static int after_block(struct unet_ctx *u, const struct unet_block *b, struct wa
                        const struct unet_hooks *hooks, int *skip_idx)
 {
     int rc = 0;
-    if ((b->flags & UNET_BLOCK_IN_END) && hooks && hooks->on_skip)
+    if ((b->flags & UNET_BLOCK_IN_END) && u->control) { /* apply_control(h, 'input') */
+        int i = u->in_idx++;
+        if (i < u->control->n_input)
+            rc = add_control(u, s->h, u->control->input[i], "input", i);
+    }
+    if (rc == 0 && (b->flags & UNET_BLOCK_IN_END) && hooks && hooks->on_skip)
         rc = hooks->on_skip(hooks->user, &u->w, (*skip_idx)++, s->h, u->e);
     if (rc == 0 && (b->flags & UNET_BLOCK_MID_END) && u->control)
         rc = add_control(u, s->h, u->control->middle, "middle", 0);
@@ -463,7 +472,8 @@ int unet__eval(struct patcher *unet, const struct unet_arch *a, const struct ten
                struct err *e)
 {
     struct unet_ctx u = {.a = a, .y = y, .d = patcher_device(unet), .e = e, .ctx = ctx,
-                         .probe = probe, .control = control, .patches = patches};
+                         .probe = probe, .control = control, .patches = patches,
+                         .hooks = hooks};
     struct walk s = {0};
     struct unet_blocks bl;
     int rc, skip_idx = 0;

@@ -40,12 +40,16 @@ int unet_eval(struct patcher *unet, const struct unet_arch *a, const struct tens
  * ControlNet residuals for one eval (ComfyUI's control dict, openaimodel's apply_control):
  * output[i] is added to the i-th skip connection (input block i's output, in the order
  * the input side pushes them) when the output side pops it, middle to the middle block's
- * output. NULL entries (and i >= n_output) add nothing. Each tensor has the shape of
- * what it is added to; borrowed for the call.
+ * output. input[i] (a T2I-Adapter's features) is added to input block i's output itself,
+ * before it is pushed: the next blocks see it and so does the skip. NULL entries (and
+ * i >= n_output / n_input) add nothing. Each tensor has the shape of what it is added to;
+ * borrowed for the call.
  */
 struct unet_control {
     const struct tensor *output[UNET_MAX_BLOCKS];
     int n_output;
+    const struct tensor *input[UNET_MAX_BLOCKS];
+    int n_input;
     const struct tensor *middle;
 };
 

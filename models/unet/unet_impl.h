@@ -24,6 +24,13 @@ struct unet_hooks {
      * reads: changes in place reach both). w is the walk's weight scope.
      */
     int (*on_skip)(void *user, struct nn_w *w, int i, struct tensor *h, struct err *e);
+    /*
+     * After the time embedding's second linear, before label_emb's part and the SiLU
+     * (temb [B, 4 model_ch], changed in place): a Union ControlNet adds its
+     * control-type embedding there (cldm.py: emb += control_add_embedding(...)).
+     * Optional (NULL: nothing).
+     */
+    int (*on_temb)(void *user, struct nn_w *w, struct tensor *temb, struct err *e);
     /* After the middle block; the walk then ends (no output side, eps unused). */
     int (*on_middle)(void *user, struct nn_w *w, struct tensor *h, struct err *e);
     void *user;
