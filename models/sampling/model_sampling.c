@@ -1,6 +1,7 @@
 /*
- * model_sampling — ComfyUI's ModelSamplingDiscrete for SD1.5 (sd15.md §5.1,
- * §5.2): the sigma table and the sigma <-> timestep maps.
+ * model_sampling — ComfyUI's ModelSamplingDiscrete (sd15.md §5.1, §5.2): the sigma
+ * table (optionally zero-terminal-SNR), the sigma <-> timestep maps, and the sampling
+ * type's calculate_input / calculate_denoised (comfy/model_sampling.py).
  */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -11,6 +12,7 @@
 #include "sampling_sched.h"
 
 #include <math.h>
+#include <string.h>
 
 /* torch.linspace in float64: the first half counts up from a, the rest down from b. */
 static double linspace64(double a, double b, int n, int i)
@@ -23,20 +25,86 @@ static double linspace64(double a, double b, int n, int i)
     return b - step * (double)(n - 1 - i);
 }
 
-void sampling_discrete_init(struct sampling_discrete *ms, double linear_start, double linear_end)
+/*
+ * rescale_zero_terminal_snr_sigmas on the float64 sigmas: sqrt(alpha_bar) shifted so
+ * the last is 0 and scaled so the first keeps its value; the last alpha_bar is then
+ * ComfyUI's 4.8973451890853435e-08 (an exact 0 would make sigma_max infinite).
+ */
+static void zsnr_rescale(double *sig, int n)
+{
+    double a0 = sqrt(1.0 / (sig[0] * sig[0] + 1.0));
+    double aT = sqrt(1.0 / (sig[n - 1] * sig[n - 1] + 1.0));
+    double scale = a0 / (a0 - aT);
+    for (int i = 0; i < n; i++) {
+        double a = sqrt(1.0 / (sig[i] * sig[i] + 1.0));
+        a -= aT;
+        a *= scale;
+        double bar = a * a;
+        if (i == n - 1)
+            bar = 4.8973451890853435e-08;
+        sig[i] = pow((1.0 - bar) / bar, 0.5);
+    }
+}
+
+void sampling_discrete_init_zsnr(struct sampling_discrete *ms, double linear_start,
+                                 double linear_end, int zsnr)
 {
     const double lo = sqrt(linear_start), hi = sqrt(linear_end);
     double cumprod = 1.0;
+    double sig[SAMPLING_TIMESTEPS]; /* 8 KiB of stack */
     for (int i = 0; i < SAMPLING_TIMESTEPS; i++) {
         double s = linspace64(lo, hi, SAMPLING_TIMESTEPS, i);
         double beta = s * s;
         cumprod *= 1.0 - beta;
-        double sigma = sqrt((1.0 - cumprod) / cumprod);
-        ms->sigmas[i] = (float)sigma;
-        ms->log_sigmas[i] = (float)log(sigma);
+        sig[i] = sqrt((1.0 - cumprod) / cumprod);
+    }
+    if (zsnr)
+        zsnr_rescale(sig, SAMPLING_TIMESTEPS);
+    for (int i = 0; i < SAMPLING_TIMESTEPS; i++) {
+        ms->sigmas[i] = (float)sig[i];
+        ms->log_sigmas[i] = (float)log(sig[i]); /* log of the float64 sigma, as set_sigmas */
     }
     ms->sigma_min = ms->sigmas[0];
     ms->sigma_max = ms->sigmas[SAMPLING_TIMESTEPS - 1];
+    ms->prediction = SAMPLING_PREDICTION_EPS;
+    ms->zsnr = zsnr != 0;
+}
+
+void sampling_discrete_init(struct sampling_discrete *ms, double linear_start, double linear_end)
+{
+    sampling_discrete_init_zsnr(ms, linear_start, linear_end, 0);
+}
+
+int sampling_prediction_from_name(const char *name, enum sampling_prediction *out)
+{
+    static const char *const names[SAMPLING_PREDICTION_COUNT] = {"eps", "v_prediction", "x0",
+                                                                 "img_to_img"};
+    for (int i = 0; i < SAMPLING_PREDICTION_COUNT; i++)
+        if (strcmp(name, names[i]) == 0) {
+            *out = (enum sampling_prediction)i;
+            return 0;
+        }
+    return ERR_NOT_FOUND;
+}
+
+void sampling_model_input(const struct sampling_discrete *ms, const float *x, float sigma,
+                          float *out, size_t n)
+{
+    if (ms->prediction == SAMPLING_PREDICTION_IMG_TO_IMG) {
+        if (out != x)
+            memmove(out, x, n * sizeof *x);
+        return;
+    }
+    sampling_scale_input(x, sigma, out, n);
+}
+
+void sampling_denoiser_at(const struct sampling_discrete *ms, float sigma,
+                          struct sampling_denoiser *d)
+{
+    d->prediction = ms->prediction;
+    d->sigma = sigma;
+    d->var = sigma * sigma + 1.0f;
+    d->sd = sqrtf(d->var);
 }
 
 int sampling_discrete_timestep(const struct sampling_discrete *ms, float sigma)

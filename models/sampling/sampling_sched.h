@@ -1,6 +1,6 @@
 /*
  * sampling_sched — a discrete noise schedule (ComfyUI's
- * ModelSamplingDiscrete, epsilon prediction), the sigma <-> timestep maps the
+ * ModelSamplingDiscrete, with its prediction type), the sigma <-> timestep maps the
  * UNet needs, the schedulers, and the sigma list KSampler / KSamplerAdvanced
  * build from them (sd15.md §5.1, §5.2, §5.5, §5.6).
  *
@@ -20,19 +20,88 @@
 
 #define SAMPLING_TIMESTEPS 1000
 
-/* The noise table of a discrete-time epsilon model (caller-owned, ~8 KiB). */
+/*
+ * What the model's output is, and so how it becomes the x0 prediction: ComfyUI's
+ * model_sampling.py sampling types (EPS, V_PREDICTION, X0, IMG_TO_IMG), which
+ * ModelSamplingDiscrete mixes into the schedule. sigma_data is 1 for all of them.
+ */
+enum sampling_prediction {
+    SAMPLING_PREDICTION_EPS = 0,    /* x0 = x - out·σ (SD1.x, SDXL, SD2 512) */
+    SAMPLING_PREDICTION_V,          /* x0 = x/(σ²+1) - out·σ/sqrt(σ²+1) (SD2 768-v) */
+    SAMPLING_PREDICTION_X0,         /* x0 = out */
+    SAMPLING_PREDICTION_IMG_TO_IMG, /* x0 = out, and the input is not scaled */
+    SAMPLING_PREDICTION_COUNT
+};
+
+/*
+ * A discrete-time model's sampling (ComfyUI's ModelSamplingDiscrete with its sampling
+ * type): the noise table and what the model predicts. Caller-owned, ~8 KiB; a plain
+ * value, copied whole when a MODEL is cloned (ModelSamplingDiscrete's object patch).
+ */
 struct sampling_discrete {
     float sigmas[SAMPLING_TIMESTEPS];     /* sigma[t], float32 from float64 math */
     float log_sigmas[SAMPLING_TIMESTEPS]; /* log of the float64 sigma, as float32 */
     float sigma_min;                      /* sigmas[0]   = 0.029167158 for SD1.5 */
     float sigma_max;                      /* sigmas[999] = 14.614641 for SD1.5 */
+    int prediction;                       /* enum sampling_prediction; EPS after init */
+    int zsnr;                             /* the table was rescaled to zero terminal SNR */
 };
 
 /*
  * Fill the table from scaled-linear betas linear_start .. linear_end (§5.1; SD1.x and
- * SDXL: 0.00085 .. 0.012, the family's struct family_sampling).
+ * SDXL: 0.00085 .. 0.012, the family's struct family_sampling), epsilon prediction.
  */
 void sampling_discrete_init(struct sampling_discrete *ms, double linear_start, double linear_end);
+
+/*
+ * The same with zsnr: ComfyUI's rescale_zero_terminal_snr_sigmas applied to the float64
+ * sigmas before they are rounded (sqrt(alpha_bar) shifted so the last is 0, scaled so
+ * the first is unchanged, the last alpha_bar then set to 4.8973451890853435e-08:
+ * sigma_max becomes ~4500).
+ */
+void sampling_discrete_init_zsnr(struct sampling_discrete *ms, double linear_start,
+                                 double linear_end, int zsnr);
+
+/* "eps", "v_prediction", "x0", "img_to_img" -> *out; 0, or ERR_NOT_FOUND. */
+int sampling_prediction_from_name(const char *name, enum sampling_prediction *out);
+
+/*
+ * The model input for state x at sigma: calculate_input of ms's sampling type
+ * (x / sqrt(σ²+1), divided as EPS does; x itself for IMG_TO_IMG). out may be x.
+ */
+void sampling_model_input(const struct sampling_discrete *ms, const float *x, float sigma,
+                          float *out, size_t n);
+
+/*
+ * calculate_denoised's coefficients at one sigma, so that a caller mixing per element
+ * (KSampler's area/mask accumulation) can do without a second buffer.
+ */
+struct sampling_denoiser {
+    int prediction; /* enum sampling_prediction */
+    float sigma;
+    float var;  /* σ² + σ_data² */
+    float sd;   /* sqrt(var) */
+};
+
+/* The coefficients of ms's sampling type at sigma. */
+void sampling_denoiser_at(const struct sampling_discrete *ms, float sigma,
+                          struct sampling_denoiser *d);
+
+/*
+ * x0 from the model's output `out` for state value x, with ComfyUI's operation order
+ * (EPS: x - out·σ, bit-identical to sampling_eps_to_x0).
+ */
+static inline float sampling_denoised(const struct sampling_denoiser *d, float x, float out)
+{
+    switch (d->prediction) {
+    case SAMPLING_PREDICTION_V:
+        /* model_input·σ_data²/(σ²+σ_data²) − model_output·σ·σ_data/sqrt(σ²+σ_data²) */
+        return x * 1.0f / d->var - out * d->sigma * 1.0f / d->sd;
+    case SAMPLING_PREDICTION_X0:
+    case SAMPLING_PREDICTION_IMG_TO_IMG: return out;
+    default: return x - out * d->sigma;
+    }
+}
 
 /*
  * sigma -> timestep for the UNet: the index of the nearest table entry in

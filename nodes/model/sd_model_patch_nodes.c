@@ -1,6 +1,8 @@
 /*
  * sd_model_patch_nodes — comfy_extras model patches: RescaleCFG
- * (nodes_model_advanced.py: a sampler_cfg_function, sampling_guide.h) and FreeU /
+ * (nodes_model_advanced.py: a sampler_cfg_function, sampling_guide.h),
+ * ModelSamplingDiscrete (the same file: the MODEL's schedule and sampling type,
+ * sampling_sched.h) and FreeU /
  * FreeU_V2 (nodes_freelunch.py: a UNet output_block_patch, unet_freeu.h).
  *
  * Each clones the MODEL (sd_model_clone: the same UNet, a new reference) and sets
@@ -50,6 +52,46 @@ const struct node_class sd_rescale_cfg = {
     .name = "RescaleCFG", .category = "advanced/model",
     .python_module = "comfy_extras.nodes_model_advanced", .inputs = rescale_inputs,
     .outputs = model_output, .run = rescale_run};
+
+/* ---- ModelSamplingDiscrete ---- */
+
+static const char *const sampling_types[] = {"eps", "v_prediction", "lcm", "x0", "img_to_img",
+                                             NULL};
+
+static const struct node_input_def msd_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "sampling", .type = NODE_COMBO, .options = sampling_types},
+    {.name = "zsnr", .type = "BOOLEAN", .has_def_bool = 1, .def_bool = 0},
+    NODE_INPUTS_END};
+
+/*
+ * add_object_patch("model_sampling", ...): the clone gets a new schedule from the
+ * family's betas (zsnr-rescaled when asked) and the chosen sampling type, replacing
+ * whatever the checkpoint or an earlier patch set. lcm needs ModelSamplingDiscreteDistilled's
+ * 50-entry table, which the fixed 1000-entry struct sampling_discrete cannot hold yet.
+ */
+static int msd_run(struct node_ctx *c)
+{
+    const char *name = node_in_str(c, "sampling");
+    enum sampling_prediction pred;
+    if (sampling_prediction_from_name(name, &pred) < 0)
+        return node_fail(c, "RuntimeError",
+                         "ModelSamplingDiscrete: sampling '%s' is not supported yet", name);
+    struct sd_model *m = clone_input(c);
+    if (!m)
+        return ERR_INVALID;
+    const struct family_sampling *fs = &m->family->sampling;
+    sampling_discrete_init_zsnr(&m->ms, fs->linear_start, fs->linear_end,
+                                node_in_bool(c, "zsnr"));
+    m->ms.prediction = pred;
+    node_set_output(c, 0, sd_model_value(m));
+    return 0;
+}
+
+const struct node_class sd_model_sampling_discrete = {
+    .name = "ModelSamplingDiscrete", .category = "advanced/model",
+    .python_module = "comfy_extras.nodes_model_advanced", .inputs = msd_inputs,
+    .outputs = model_output, .run = msd_run};
 
 /* ---- FreeU, FreeU_V2 ---- */
 

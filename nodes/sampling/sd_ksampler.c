@@ -310,6 +310,8 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
                        "another model type?)",
                        m->family->name, m->ctx_dim, dim);
     float t = (float)sampling_discrete_timestep(&m->ms, sigma);
+    struct sampling_denoiser dn; /* the MODEL's sampling type (calculate_denoised) */
+    sampling_denoiser_at(&m->ms, sigma, &dn);
     size_t ctx_per = (size_t)tokens * dim, rper = (size_t)4 * rh * rw;
     float *xin = xmalloc((size_t)chunk * rper * sizeof *xin);
     float *ctx = xmalloc((size_t)chunk * ctx_per * sizeof *ctx);
@@ -355,8 +357,9 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
                 for (int y = 0; y < rh; y++) {
                     for (int x = 0; x < rw; x++) {
                         size_t li = ((size_t)c * k->h + jb->y0 + y) * k->w + jb->x0 + x;
-                        /* x0 = x − eps·σ (EPS.calculate_denoised), then ·mult */
-                        float x0 = k->x[smp * k->per + li] - eps[i * rper + ((size_t)c * rh + y) * rw + x] * sigma;
+                        /* x0 = calculate_denoised(model output), then ·mult */
+                        float x0 = sampling_denoised(&dn, k->x[smp * k->per + li],
+                                                     eps[i * rper + ((size_t)c * rh + y) * rw + x]);
                         acc[li] = acc[li] + x0 * jb->mult[(size_t)(smp % jb->mult_b) * rh * rw + y * rw + x];
                     }
                 }
@@ -406,7 +409,7 @@ static int denoise(void *user, const float *x, float sigma, float *out, size_t n
     /* A UNet call can take seconds on a CPU: honour /interrupt before each. */
     if (node_interrupted(k->node))
         return ERR_INTERRUPTED;
-    sampling_scale_input(x, sigma, k->x_in, n);
+    sampling_model_input(&k->model->ms, x, sigma, k->x_in, n);
     memcpy(k->x, x, n * sizeof *x);
     int *done = xcalloc((size_t)k->n_jobs, sizeof *done);
     int *idx = xmalloc((size_t)k->n_jobs * sizeof *idx);

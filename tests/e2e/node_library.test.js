@@ -52,7 +52,7 @@ const WANT = {
   "nodes_upscale_model.json": ["UpscaleModelLoader", "ImageUpscaleWithModel"],
   "nodes_align_your_steps.json": ["AlignYourStepsScheduler"],
   "nodes_freelunch.json": ["FreeU", "FreeU_V2"],
-  "nodes_model_advanced.json": ["RescaleCFG"],
+  "nodes_model_advanced.json": ["ModelSamplingDiscrete", "RescaleCFG"],
   "nodes_perpneg.json": ["PerpNegGuider"],
 };
 

@@ -1,0 +1,139 @@
+/*
+ * test_model_sampling — the MODEL's sampling type and schedule (sampling_sched.h):
+ * ModelSamplingDiscrete's zsnr table against a float64 transcription of
+ * rescale_zero_terminal_snr_sigmas written here and against values PyTorch printed,
+ * V_PREDICTION / X0 / IMG_TO_IMG calculate_denoised and calculate_input against their
+ * float64 formulas, EPS bit-identical to sampling_eps_to_x0, and the sampling names.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+#include "sampling_sched.h"
+
+/* The float64 sigmas of the SD schedule, zsnr-rescaled when asked (independent of
+ * model_sampling.c: alpha_bar from the cumulative product, then the rescale). */
+static void ref_sigmas(int zsnr, double *sig)
+{
+    double ab[1000], lo = sqrt(0.00085), hi = sqrt(0.012), acc = 1.0;
+    for (int i = 0; i < 1000; i++) {
+        double s = lo + (hi - lo) * i / 999.0, beta = s * s;
+        acc *= 1.0 - beta;
+        ab[i] = acc;
+    }
+    if (zsnr) {
+        double r0 = sqrt(ab[0]), rT = sqrt(ab[999]);
+        for (int i = 0; i < 1000; i++) {
+            double r = (sqrt(ab[i]) - rT) * r0 / (r0 - rT);
+            ab[i] = r * r;
+        }
+        ab[999] = 4.8973451890853435e-08;
+    }
+    for (int i = 0; i < 1000; i++)
+        sig[i] = sqrt((1.0 - ab[i]) / ab[i]);
+}
+
+static void test_zsnr_table(void)
+{
+    struct sampling_discrete a, b;
+    double ref[1000];
+    sampling_discrete_init(&a, 0.00085, 0.012);
+    sampling_discrete_init_zsnr(&b, 0.00085, 0.012, 0);
+    ok(memcmp(&a, &b, sizeof a) == 0, "zsnr off is the plain table, bit for bit");
+    EXPECT_EQ(a.prediction, SAMPLING_PREDICTION_EPS);
+    sampling_discrete_init_zsnr(&b, 0.00085, 0.012, 1);
+    EXPECT_EQ(b.zsnr, 1);
+    ref_sigmas(1, ref);
+    double worst = 0;
+    for (int i = 0; i < 1000; i++) {
+        double r = fabs(b.sigmas[i] - ref[i]) / ref[i];
+        worst = r > worst ? r : worst;
+    }
+    ok(worst < 2e-7, "zsnr sigmas within float rounding of float64 (worst %.3g)", worst);
+    /* torch: rescale_zero_terminal_snr_sigmas(sigmas).float() at 0, 1, 500, 998, 999 */
+    EXPECT_EQ(b.sigmas[0], 0.029167158529162407f);
+    EXPECT_EQ(b.sigmas[1], 0.04206756502389908f);
+    EXPECT_EQ(b.sigmas[500], 1.7745574712753296f);
+    EXPECT_EQ(b.sigmas[998], 2254.238037109375f);
+    EXPECT_EQ(b.sigma_max, 4518.763671875f);
+    EXPECT_EQ(b.log_sigmas[999], (float)log(ref[999]));
+    /* The timestep map works on the new table: sigma_max is t 999. */
+    EXPECT_EQ(sampling_discrete_timestep(&b, b.sigma_max), 999);
+}
+
+static void test_denoised(void)
+{
+    struct sampling_discrete ms;
+    sampling_discrete_init(&ms, 0.00085, 0.012);
+    const float sig[] = {14.614642f, 3.5f, 1.0f, 0.0291671f, 4518.76f};
+    const float xs[] = {-2.5f, 0.0f, 0.7f, 13.0f}, outs[] = {1.25f, -0.33f, 0.0f, 4.0f};
+    double worst_v = 0;
+    int eps_same = 1, x0_same = 1;
+    for (size_t s = 0; s < sizeof sig / sizeof sig[0]; s++) {
+        struct sampling_denoiser d;
+        for (size_t i = 0; i < 4; i++) {
+            float x = xs[i], o = outs[i], ref_eps;
+            ms.prediction = SAMPLING_PREDICTION_EPS;
+            sampling_denoiser_at(&ms, sig[s], &d);
+            sampling_eps_to_x0(&x, &o, sig[s], &ref_eps, 1);
+            float e = sampling_denoised(&d, x, o);
+            eps_same &= memcmp(&e, &ref_eps, sizeof e) == 0;
+            ms.prediction = SAMPLING_PREDICTION_V;
+            sampling_denoiser_at(&ms, sig[s], &d);
+            double S = sig[s], v = x / (S * S + 1) - o * S / sqrt(S * S + 1);
+            double err = fabs(sampling_denoised(&d, x, o) - v) / (fabs(v) + 1e-3);
+            worst_v = err > worst_v ? err : worst_v;
+            ms.prediction = SAMPLING_PREDICTION_X0;
+            sampling_denoiser_at(&ms, sig[s], &d);
+            x0_same &= sampling_denoised(&d, x, o) == o;
+            ms.prediction = SAMPLING_PREDICTION_IMG_TO_IMG;
+            sampling_denoiser_at(&ms, sig[s], &d);
+            x0_same &= sampling_denoised(&d, x, o) == o;
+        }
+    }
+    ok(eps_same, "EPS denoised equals sampling_eps_to_x0 bit for bit");
+    ok(worst_v < 1e-6, "V_PREDICTION denoised within 1e-6 of float64 (worst %.3g)", worst_v);
+    ok(x0_same, "X0 and IMG_TO_IMG return the model output");
+}
+
+static void test_input(void)
+{
+    struct sampling_discrete ms;
+    sampling_discrete_init(&ms, 0.00085, 0.012);
+    float x[3] = {1.0f, -2.0f, 0.5f}, a[3], b[3];
+    for (int p = 0; p < SAMPLING_PREDICTION_COUNT; p++) {
+        ms.prediction = p;
+        sampling_model_input(&ms, x, 2.0f, a, 3);
+        sampling_scale_input(x, 2.0f, b, 3);
+        if (p == SAMPLING_PREDICTION_IMG_TO_IMG)
+            ok(memcmp(a, x, sizeof a) == 0, "img_to_img: the input is not scaled");
+        else
+            ok(memcmp(a, b, sizeof a) == 0, "prediction %d: x / sqrt(sigma^2 + 1)", p);
+    }
+    memcpy(a, x, sizeof a);
+    ms.prediction = SAMPLING_PREDICTION_IMG_TO_IMG;
+    sampling_model_input(&ms, a, 2.0f, a, 3); /* in place */
+    ok(memcmp(a, x, sizeof a) == 0, "img_to_img in place");
+}
+
+static void test_names(void)
+{
+    enum sampling_prediction p = SAMPLING_PREDICTION_COUNT;
+    EXPECT_EQ(sampling_prediction_from_name("v_prediction", &p), 0);
+    EXPECT_EQ(p, SAMPLING_PREDICTION_V);
+    EXPECT_EQ(sampling_prediction_from_name("eps", &p), 0);
+    EXPECT_EQ(p, SAMPLING_PREDICTION_EPS);
+    EXPECT_EQ(sampling_prediction_from_name("img_to_img", &p), 0);
+    EXPECT_EQ(p, SAMPLING_PREDICTION_IMG_TO_IMG);
+    EXPECT_EQ(sampling_prediction_from_name("lcm", &p), ERR_NOT_FOUND);
+    EXPECT_EQ(sampling_prediction_from_name("V_PREDICTION", &p), ERR_NOT_FOUND);
+}
+
+int main(void)
+{
+    test_zsnr_table();
+    test_denoised();
+    test_input();
+    test_names();
+    return harness_done();
+}
