@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "sampling_brownian.h"
 
 /* A bound on max(batch_index): each index below it costs one discarded draw. */
 #define NOISE_MAX_BATCH_INDEX 65536
@@ -54,14 +55,39 @@ void sampling_noise_init(struct sampling_noise *ns, uint64_t seed,
     ns->seed = seed;
     ns->variant = variant;
     ns->draws = 0;
+    ns->_tree = NULL;
     sampling_rng_seed(&ns->_rng, seed);
 }
 
 void sampling_noise_draw(struct sampling_noise *ns, float sigma, float sigma_next, float *out,
                          size_t n)
 {
-    (void)sigma;
-    (void)sigma_next; /* interim for the SDE samplers: see sampling_noise.h */
-    sampling_rng_randn(&ns->_rng, out, n, ns->variant);
+    if (ns->_tree)
+        sampling_brownian_noise(ns->_tree, sigma, sigma_next, out);
+    else
+        sampling_rng_randn(&ns->_rng, out, n, ns->variant);
     ns->draws++;
+}
+
+int sampling_noise_brownian_begin(struct sampling_noise *ns, const float *sigmas, int n_sigmas,
+                                  size_t n, struct err *e)
+{
+    sampling_noise_brownian_end(ns);
+    /* sigmas[sigmas > 0].min(), sigmas.max() */
+    float lo = 0.0f, hi = 0.0f;
+    for (int i = 0; i < n_sigmas; i++) {
+        if (sigmas[i] > 0.0f && (lo == 0.0f || sigmas[i] < lo))
+            lo = sigmas[i];
+        if (sigmas[i] > hi)
+            hi = sigmas[i];
+    }
+    if (!(lo > 0.0f && lo < hi))
+        return 0;
+    return sampling_brownian_new(ns->seed, lo, hi, n, ns->variant, &ns->_tree, e);
+}
+
+void sampling_noise_brownian_end(struct sampling_noise *ns)
+{
+    sampling_brownian_free(ns->_tree);
+    ns->_tree = NULL;
 }

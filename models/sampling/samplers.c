@@ -123,6 +123,22 @@ static const float *noise(struct ctx *c, float sigma, float sigma_next)
     return c->nz;
 }
 
+/* The samplers whose per-step noise is ComfyUI's Brownian tree (sampling_brownian.h). */
+static int sampler_uses_brownian(enum sampling_sampler s)
+{
+    switch (s) {
+    case SAMPLING_SAMPLER_DPMPP_SDE:
+    case SAMPLING_SAMPLER_DPMPP_SDE_GPU:
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE:
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE_GPU:
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN:
+    case SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN_GPU:
+    case SAMPLING_SAMPLER_DPMPP_3M_SDE:
+    case SAMPLING_SAMPLER_DPMPP_3M_SDE_GPU: return 1;
+    default: return 0;
+    }
+}
+
 /* to_d: d = (x − den) / σ. */
 static void to_d(const float *x, const float *den, float sigma, float *d, size_t n)
 {
@@ -764,6 +780,11 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
             lms_ds[j] = lms_hist ? lms_hist + (size_t)j * n : ds[j];
     }
     int rc;
+    /* ComfyUI's SDE samplers build their BrownianTreeNoiseSampler before the first step. */
+    int brownian = run->noise && sampler_uses_brownian(run->sampler);
+    if (brownian && (rc = sampling_noise_brownian_begin(run->noise, run->sigmas, run->n_sigmas, n,
+                                                        e)) < 0)
+        goto done;
     switch (run->sampler) {
     case SAMPLING_SAMPLER_EULER:
     case SAMPLING_SAMPLER_DDIM: rc = run_euler(&c, x, den, d); break;
@@ -786,6 +807,9 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
     case SAMPLING_SAMPLER_LCM: rc = run_lcm(&c, x, den); break;
     default: rc = ERR_INVALID; break;
     }
+    if (brownian)
+        sampling_noise_brownian_end(run->noise);
+done:
     xfree(lms_ds);
     xfree(lms_hist);
     xfree(lms_coeffs);

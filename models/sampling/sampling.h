@@ -37,8 +37,9 @@
 /*
  * Implemented samplers, in ComfyUI's KSAMPLER_NAMES order (comfy-api.md
  * §7.2) with the ones we lack left out. The *_gpu names differ from their
- * CPU twins in ComfyUI only in where the Brownian tree lives; with our CPU
- * interim noise (sampling_noise.h) they are identical to them.
+ * CPU twins in ComfyUI only in where the Brownian tree lives (torch's CUDA
+ * generator); ours is always the CPU tree (sampling_brownian.h), so they are
+ * identical to them.
  */
 enum sampling_sampler {
     SAMPLING_SAMPLER_EULER = 0,

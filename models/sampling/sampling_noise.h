@@ -11,16 +11,15 @@
  *     ancestral samplers and lcm (§6.8: the first per-step draw equals the
  *     initial noise when there is no batch_index).
  *   - dpmpp_sde / dpmpp_2m_sde / dpmpp_3m_sde (and their _gpu, _heun
- *     variants): ComfyUI asks a torchsde Brownian tree for the
- *     increment over (sigma, sigma_next). We use the interim of §6.9: an
- *     independent standard normal per request from the same per-run stream.
- *     Statistically right for non-overlapping intervals but NOT
- *     ComfyUI-identical, and dpmpp_sde's two overlapping requests per step
- *     lose their correlation. The interval is passed through so that a
- *     Brownian tree can replace the interim without touching the samplers.
+ *     variants): ComfyUI asks a torchsde Brownian tree for the increment
+ *     over (sigma, sigma_next), seeded with the same seed. The sampler run
+ *     attaches one (sampling_noise_brownian_begin, sampling_brownian.h) for
+ *     its schedule, and draws then come from it, bit for bit what ComfyUI's
+ *     CPU tree gives; without a tree a draw is the stream's next randn.
  *
- * Caller-owned state, no allocation in the source itself. Not thread-safe:
- * one source per sampling run (the executor thread).
+ * Caller-owned state; only an attached tree allocates (and is freed by
+ * sampling_noise_brownian_end). Not thread-safe: one source per sampling run
+ * (the executor thread).
  */
 #ifndef LATENTD_SAMPLING_NOISE_H
 #define LATENTD_SAMPLING_NOISE_H
@@ -30,6 +29,8 @@
 
 #include "err.h"
 #include "sampling_rng.h"
+
+struct sampling_brownian; /* sampling_brownian.h */
 
 /*
  * ComfyUI's prepare_noise for a latent of `batch` samples of `per_sample`
@@ -52,6 +53,7 @@ struct sampling_noise {
     enum sampling_randn_variant variant;   /* transform of the >= 16 path */
     long draws;                            /* number of draws so far (for tests and logs) */
     struct sampling_rng _rng;
+    struct sampling_brownian *_tree;       /* owned while attached; NULL = the stream */
 };
 
 /* Seed a per-run source (same seed as the KSampler's initial noise, §6.8). */
@@ -60,10 +62,21 @@ void sampling_noise_init(struct sampling_noise *ns, uint64_t seed,
 
 /*
  * One standard-normal draw of n values (the whole latent batch) for the
- * interval (sigma, sigma_next). Ancestral samplers ignore the interval; the
- * SDE samplers pass it for a future Brownian tree (see above).
+ * interval (sigma, sigma_next): from the attached Brownian tree (n must be the
+ * tree's), else the stream's next randn, which ignores the interval.
  */
 void sampling_noise_draw(struct sampling_noise *ns, float sigma, float sigma_next, float *out,
                          size_t n);
+
+/*
+ * Attach a Brownian tree for a run over sigmas[0..n_sigmas) of n values per draw,
+ * as ComfyUI's SDE samplers build one: over [smallest positive sigma, largest
+ * sigma], entropy ns->seed. A schedule without two distinct positive sigmas gets
+ * none (the stream stays). Returns 0, or the allocation's ERR_DEVICE_OOM with e
+ * filled. Detach and free it with sampling_noise_brownian_end (NULL-safe, idempotent).
+ */
+int sampling_noise_brownian_begin(struct sampling_noise *ns, const float *sigmas, int n_sigmas,
+                                  size_t n, struct err *e);
+void sampling_noise_brownian_end(struct sampling_noise *ns);
 
 #endif

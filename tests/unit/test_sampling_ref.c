@@ -3,7 +3,9 @@
  * precision and in the spec's own (simplified) algebra, to check
  * models/sampling/samplers.c against. It shares nothing with the library
  * except the noise stream (sampling_noise_draw, tested bit-exact on its own),
- * drawn here in the order the spec's rules ask for noise.
+ * drawn here in the order the spec's rules ask for noise; the SDE samplers draw
+ * from a Brownian tree (test_sampling_brownian checks it against torchsde), so
+ * their draws name the interval, its ends as ComfyUI computes them (float32).
  */
 #include "test_sampling_ref.h"
 
@@ -27,12 +29,26 @@ static void den(struct ref *r, const double *x, double s, double *out)
     r->D(r->user, x, s, out, r->n);
 }
 
-static const double *draw(struct ref *r)
+static const double *draw_at(struct ref *r, float s, float t)
 {
-    sampling_noise_draw(r->ns, 0, 0, r->zf, r->n);
+    sampling_noise_draw(r->ns, s, t, r->zf, r->n);
     for (size_t k = 0; k < r->n; k++)
         r->z[k] = r->zf[k];
     return r->z;
+}
+
+static const double *draw(struct ref *r)
+{
+    return draw_at(r, 0, 0);
+}
+
+/* dpmpp_sde's first query end: sigma_fn(lambda_s + r h) in float32, as torch computes it. */
+static float sde_mid(float s, float sn, double r)
+{
+    float ls = -logf(s), lt = -logf(sn);
+    float h = lt - ls;
+    float ls1 = ls + (float)r * h;
+    return expf(-ls1);
 }
 
 static void anc(double s, double sn, double eta, double *down, double *up)
@@ -94,6 +110,9 @@ void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, in
         hist[i] = malloc(n * sizeof(double));
     int have_prev = 0, nh = 0;
     double h_last = 0, h_hist[2] = {0, 0};
+    int sde = strstr(name, "_sde") != NULL;
+    if (sde && noise && sampling_noise_brownian_begin(noise, sig, ns_count, n, NULL) < 0)
+        abort();
     for (int i = 0; i + 1 < ns_count; i++) {
         double s = sig[i], sn = sig[i + 1];
         den(&r, x, s, d0); /* d0 = D(x, σ) */
@@ -211,12 +230,12 @@ void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, in
                  * the two predictions with weight 1 / (2r) on the second. */
                 double s1 = pow(s, 1 - o->r) * pow(sn, o->r), sd, su, fac = 1 / (2 * o->r);
                 anc(s, s1, eta, &sd, &su);
-                const double *z = noisy ? draw(&r) : NULL;
+                const double *z = noisy ? draw_at(&r, sig[i], sde_mid(sig[i], sig[i + 1], o->r)) : NULL;
                 for (size_t k = 0; k < n; k++)
                     x2[k] = sd / s * x[k] + (1 - sd / s) * d0[k] + (z ? z[k] * sno * su : 0);
                 den(&r, x2, s1, d2);
                 anc(s, sn, eta, &sd, &su);
-                z = noisy ? draw(&r) : NULL;
+                z = noisy ? draw_at(&r, sig[i], sig[i + 1]) : NULL;
                 for (size_t k = 0; k < n; k++)
                     x[k] = sd / s * x[k] + (1 - sd / s) * ((1 - fac) * d0[k] + fac * d2[k]) +
                            (z ? z[k] * sno * su : 0);
@@ -238,7 +257,7 @@ void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, in
                         x[k] += cf / r_ * (d0[k] - prev[k]);
                 }
                 if (noisy) {
-                    const double *z = draw(&r);
+                    const double *z = draw_at(&r, sig[i], sig[i + 1]);
                     double a = sn * sqrt(-expm1(-2 * h * eta)) * sno;
                     for (size_t k = 0; k < n; k++)
                         x[k] += z[k] * a;
@@ -270,7 +289,7 @@ void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, in
                         x[k] += phi2 * (d0[k] - hist[0][k]) / rr;
                 }
                 if (noisy) {
-                    const double *z = draw(&r);
+                    const double *z = draw_at(&r, sig[i], sig[i + 1]);
                     double a = sn * sqrt(-expm1(-2 * h * eta)) * sno;
                     for (size_t k = 0; k < n; k++)
                         x[k] += z[k] * a;
@@ -311,4 +330,6 @@ void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, in
     free(prev);
     free(r.zf);
     free(r.z);
+    if (sde && noise)
+        sampling_noise_brownian_end(noise);
 }
