@@ -70,6 +70,10 @@ struct mm_config {
     int disable_smart_memory; /* unload everything else before each load, all at prompt end */
     int async_offload;        /* prefetch depth k (copy streams); -1 default (2), 0 = sync */
     int disable_pinned_memory;
+    /* GEMM precision per enum patcher_role (UNET, TEXT_ENCODER, VAE), from --bf16-unet,
+     * --bf16-text-enc, --bf16-vae after ComfyUI's precedence (server/srv_config.c);
+     * all TENSOR_PRECISION_F32 by default. Loader nodes read it with mm_precision. */
+    enum tensor_precision precision[4];
 };
 
 /* Defaults: auto device, NORMAL_VRAM asked, async_offload -1. */
@@ -84,6 +88,9 @@ void mm_free(struct mm *mm);
 
 struct dev *mm_device(struct mm *mm);            /* the compute device, borrowed */
 enum mm_vram_state mm_state(const struct mm *mm);
+/* The precision the flags ask for a model of `role` (fp32 when mm is NULL or the role
+ * has none); loader nodes pass it to patcher_model_set_precision. Any thread. */
+enum tensor_precision mm_precision(const struct mm *mm, enum patcher_role role);
 
 /* ---- planning ------------------------------------------------------------------------- */
 

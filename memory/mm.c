@@ -79,6 +79,13 @@ out:
     return bw;
 }
 
+enum tensor_precision mm_precision(const struct mm *mm, enum patcher_role role)
+{
+    if (!mm || role < 0 || role >= (int)(sizeof(mm->cfg.precision) / sizeof(mm->cfg.precision[0])))
+        return TENSOR_PRECISION_F32;
+    return mm->cfg.precision[role];
+}
+
 int mm_new(const struct mm_config *cfg, struct mm **out, struct err *e)
 {
     *out = NULL;
@@ -111,6 +118,13 @@ int mm_new(const struct mm_config *cfg, struct mm **out, struct err *e)
     size_t fr = 0, tot = 0;
     dev_mem_info(mm->dev, &fr, &tot);
     log_info("Set vram state to: %s", mm_vram_state_name(mm->state));
+    if (cfg->precision[PATCHER_ROLE_UNET] || cfg->precision[PATCHER_ROLE_VAE] ||
+        cfg->precision[PATCHER_ROLE_TEXT_ENCODER])
+        log_info("compute precision: unet %s, vae %s, text encoder %s; bf16 GEMM: %s",
+                 tensor_precision_name(cfg->precision[PATCHER_ROLE_UNET]),
+                 tensor_precision_name(cfg->precision[PATCHER_ROLE_VAE]),
+                 tensor_precision_name(cfg->precision[PATCHER_ROLE_TEXT_ENCODER]),
+                 tensor_bf16_path());
     log_info("Device: %s, total %zu MiB, reserve %zu MiB, copy %.1f GB/s, prefetch %d%s",
              dev_name(mm->dev), tot >> 20, mm->reserve >> 20, mm->bw / 1e9, mm->prefetch,
              mm->use_pinned ? "" : ", pinned memory disabled");

@@ -71,6 +71,7 @@ struct patcher_model {
     atomic_int refs;
     char *name;            /* owned */
     enum patcher_role role;
+    enum tensor_precision prec; /* GEMM precision while its layers are held */
     struct pm_layer *layers; /* owned array */
     int nlayers, caplayers;
     struct pm_keep *keeps; /* owned array */

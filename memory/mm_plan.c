@@ -603,14 +603,15 @@ int mm_load_models(struct mm *mm, const struct mm_request *req, struct mm_report
         const struct mm_model_plan *r = &rep->models[i];
         if (r->layers_streamed)
             log_info("loaded partially '%s': %zu MiB resident, %zu MiB streamed (%d of %d "
-                     "layers), ring %d x %zu MiB, prefetch %d",
+                     "layers), ring %d x %zu MiB, prefetch %d, %s compute",
                      r->name, r->bytes_resident >> 20, r->bytes_streamed >> 20,
                      r->layers_streamed, r->layers, r->ring_slots,
                      r->ring_slots ? (r->ring_bytes / (size_t)r->ring_slots) >> 20 : 0,
-                     r->prefetch);
+                     r->prefetch, tensor_precision_name(mp[i].m->prec));
         else
-            log_info("loaded completely '%s': %zu MiB on %s", r->name, r->bytes_resident >> 20,
-                     dev_name(mp[i].d));
+            log_info("loaded completely '%s': %zu MiB on %s, %s compute", r->name,
+                     r->bytes_resident >> 20, dev_name(mp[i].d),
+                     tensor_precision_name(mp[i].m->prec));
     }
     plans_release(mp, n);
     mm__publish(mm);

@@ -42,6 +42,9 @@ void patcher_model_unref(struct patcher_model *m)
     for (int i = 0; i < m->nlayers; i++) {
         struct pm_layer *L = &m->layers[i];
         for (int j = 0; j < L->nw; j++) {
+            /* The mapping goes away with the keeps below, and its addresses can come
+             * back holding another file's weights. */
+            tensor_bf16_cache_invalidate(L->w[j].host, L->w[j].host_bytes);
             xfree(L->w[j].key);
             xfree(L->w[j].owned);
         }
@@ -56,6 +59,13 @@ void patcher_model_unref(struct patcher_model *m)
     xfree(m->name);
     xfree(m);
 }
+
+void patcher_model_set_precision(struct patcher_model *m, enum tensor_precision p)
+{
+    m->prec = p;
+}
+
+enum tensor_precision patcher_precision(const struct patcher *p) { return p->model->prec; }
 
 int patcher_model_add_layer(struct patcher_model *m, const char *name, double flops)
 {

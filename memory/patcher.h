@@ -50,6 +50,7 @@
 #include "device.h"
 #include "err.h"
 #include "tensor.h"
+#include "tensor_precision.h"
 
 struct patcher_model; /* opaque, refcounted */
 struct patcher;       /* opaque, refcounted */
@@ -66,6 +67,17 @@ enum patcher_role {
 
 /* A new empty model with one reference (drop with patcher_model_unref). */
 struct patcher_model *patcher_model_new(const char *name, enum patcher_role role);
+
+/*
+ * The precision of the model's GEMMs (tensor_precision.h): fp32 unless the loader node
+ * sets bf16 from the server's flags (--bf16-unet, --bf16-vae, --bf16-text-enc; see
+ * mm_precision). patcher_acquire makes it the calling thread's precision while any
+ * layer is held (the last acquired model's wins), and the thread is back at fp32 once
+ * every layer is released: so a model's ops run at its precision without the model
+ * code knowing, and ops outside any model run at fp32. Executor thread.
+ */
+void patcher_model_set_precision(struct patcher_model *m, enum tensor_precision p);
+enum tensor_precision patcher_precision(const struct patcher *p);
 void patcher_model_ref(struct patcher_model *m);
 void patcher_model_unref(struct patcher_model *m); /* NULL is a no-op */
 

@@ -27,6 +27,10 @@ void pm__weight_to_host(const struct pm_weight *w, void *dst)
 
 int pm__copy_weight(struct dev *d, const struct pm_weight *w, void *dst)
 {
+    /* A device copy is rewritten in place (another clone's patches baked, a ring slot
+     * reused for another layer): a bf16 copy made from its old bytes must go. */
+    if (dev_is_host(d))
+        tensor_bf16_cache_invalidate(dst, w->bytes);
     if (w->host_dt == w->dt)
         return dev_copy(d, DEV_COPY_H2D, dst, w->host, w->bytes);
     if (dev_is_host(d)) {
@@ -241,7 +245,23 @@ int pm__bake_resident(struct patcher *p, int layer, struct err *e)
                             e);
 }
 
+/* Layers held by this thread (acquires not yet released): the precision scope of
+ * patcher_model_set_precision ends when it drops to 0. */
+static _Thread_local int held_layers;
+
+static int acquire(struct patcher *p, int layer, struct tensor *const **w, struct err *e);
+
 int patcher_acquire(struct patcher *p, int layer, struct tensor *const **w, struct err *e)
+{
+    int rc = acquire(p, layer, w, e);
+    if (rc >= 0) {
+        held_layers++;
+        tensor_precision_set(p->model->prec);
+    }
+    return rc;
+}
+
+static int acquire(struct patcher *p, int layer, struct tensor *const **w, struct err *e)
 {
     struct patcher_model *m = p->model;
     *w = NULL;
@@ -304,6 +324,7 @@ int patcher_acquire(struct patcher *p, int layer, struct tensor *const **w, stru
         if ((rc = tensor_new_external(m->dev, vdt, wt->ndim, wt->shape, ptr, NULL, NULL,
                                       &L->views[j], e)) < 0) {
             L->holds = 1;
+            held_layers++; /* patcher_release below counts it off */
             patcher_release(p, layer);
             return rc;
         }
@@ -322,7 +343,11 @@ void patcher_release(struct patcher *p, int layer)
     if (layer < 0 || layer >= m->nlayers)
         return;
     struct pm_layer *L = &m->layers[layer];
-    if (L->holds <= 0 || --L->holds > 0)
+    if (L->holds <= 0)
+        return;
+    if (held_layers > 0 && --held_layers == 0)
+        tensor_precision_set(TENSOR_PRECISION_F32);
+    if (--L->holds > 0)
         return;
     /* On host devices compute is synchronous, so acquire-to-release is the layer's
      * compute time: the cost model uses it on the next plan. */

@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "bytesize.h"
 #include "srv_path.h"
+#include "srv_precision.h"
 
 /* How a flag takes its value. */
 enum flag_arg {
@@ -30,7 +31,7 @@ enum flag_id {
     F_DEVICE, F_VRAM_BUDGET, F_ASYNC_OFFLOAD, F_DISABLE_ASYNC_OFFLOAD, F_DISABLE_PINNED,
     F_CACHE_CLASSIC, F_CACHE_LRU, F_CACHE_NONE, F_PREVIEW_METHOD, F_PREVIEW_SIZE,
     F_DISABLE_METADATA, F_HASH, F_QUICK_TEST, F_HELP, F_IGNORED, F_WORKER, F_NO_WORKER, F_LEASE,
-    F_AFFINITY,
+    F_AFFINITY, F_PRECISION,
 };
 
 struct flag {
@@ -92,6 +93,25 @@ static const struct flag flags[] = {
     {"--quick-test-for-ci", FLAG_NONE, F_QUICK_TEST, "start up, then exit"},
     {"--help", FLAG_NONE, F_HELP, "this text"},
     {"-h", FLAG_NONE, F_HELP, NULL},
+    /* ComfyUI's dtype groups (srv_precision.h); the ones without help are fp16/fp64/fp8:
+     * accepted with a notice, the model computes in fp32. */
+    {"--force-fp32", FLAG_NONE, F_PRECISION, "force fp32 compute (latentd's CPU default; a model's own --bf16-* flag still wins, as in ComfyUI)"},
+    {"--force-fp16", FLAG_NONE, F_PRECISION, NULL},
+    {"--fp32-unet", FLAG_NONE, F_PRECISION, "run the diffusion model in fp32 (default)"},
+    {"--fp64-unet", FLAG_NONE, F_PRECISION, NULL},
+    {"--bf16-unet", FLAG_NONE, F_PRECISION, "run the diffusion model's GEMMs (conv, linear) in bf16: bf16 inputs, fp32 accumulation (AVX-512 BF16/AMX where the CPU has them)"},
+    {"--fp16-unet", FLAG_NONE, F_PRECISION, NULL},
+    {"--fp8_e4m3fn-unet", FLAG_NONE, F_PRECISION, NULL},
+    {"--fp8_e5m2-unet", FLAG_NONE, F_PRECISION, NULL},
+    {"--fp8_e8m0fnu-unet", FLAG_NONE, F_PRECISION, NULL},
+    {"--fp16-vae", FLAG_NONE, F_PRECISION, NULL},
+    {"--fp32-vae", FLAG_NONE, F_PRECISION, "run the VAE in fp32 (default)"},
+    {"--bf16-vae", FLAG_NONE, F_PRECISION, "run the VAE's GEMMs in bf16 (as --bf16-unet)"},
+    {"--fp8_e4m3fn-text-enc", FLAG_NONE, F_PRECISION, NULL},
+    {"--fp8_e5m2-text-enc", FLAG_NONE, F_PRECISION, NULL},
+    {"--fp16-text-enc", FLAG_NONE, F_PRECISION, NULL},
+    {"--fp32-text-enc", FLAG_NONE, F_PRECISION, "run the text encoders in fp32 (default)"},
+    {"--bf16-text-enc", FLAG_NONE, F_PRECISION, "run the text encoders' GEMMs in bf16 (as --bf16-unet)"},
     /* Accepted and ignored, each with a one-line notice. */
     {"--auto-launch", FLAG_NONE, F_IGNORED, NULL},
     {"--disable-auto-launch", FLAG_NONE, F_IGNORED, NULL},
@@ -103,24 +123,7 @@ static const struct flag flags[] = {
     {"--force-non-blocking", FLAG_NONE, F_IGNORED, NULL},
     {"--deterministic", FLAG_NONE, F_IGNORED, NULL},
     {"--fast", FLAG_MANY, F_IGNORED, NULL},
-    {"--force-fp32", FLAG_NONE, F_IGNORED, NULL},
-    {"--force-fp16", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp32-unet", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp64-unet", FLAG_NONE, F_IGNORED, NULL},
-    {"--bf16-unet", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp16-unet", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp8_e4m3fn-unet", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp8_e5m2-unet", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp8_e8m0fnu-unet", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp16-vae", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp32-vae", FLAG_NONE, F_IGNORED, NULL},
-    {"--bf16-vae", FLAG_NONE, F_IGNORED, NULL},
     {"--cpu-vae", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp8_e4m3fn-text-enc", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp8_e5m2-text-enc", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp16-text-enc", FLAG_NONE, F_IGNORED, NULL},
-    {"--fp32-text-enc", FLAG_NONE, F_IGNORED, NULL},
-    {"--bf16-text-enc", FLAG_NONE, F_IGNORED, NULL},
     {"--force-channels-last", FLAG_NONE, F_IGNORED, NULL},
     {"--use-split-cross-attention", FLAG_NONE, F_IGNORED, NULL},
     {"--use-quad-cross-attention", FLAG_NONE, F_IGNORED, NULL},
@@ -387,6 +390,8 @@ static int apply(struct srv_config *cfg, const struct flag *f, char **vals, int 
         cfg->affinity_s = (int)l;
         break;
     case F_HELP: return SRV_CONFIG_EXIT;
+    case F_PRECISION:
+        return srv_precision_add(&cfg->_precision, f->name, e);
     case F_IGNORED:
         log_info("notice: '%s' accepted for ComfyUI compatibility; it has no effect in latentd",
                  f->name);
@@ -449,6 +454,7 @@ int srv_config_parse(struct srv_config *cfg, int argc, char **argv, const char *
         if ((rc = apply(cfg, f, vals, nv, dirs, e)) != 0)
             goto fail; /* --help (SRV_CONFIG_EXIT) or an error: nothing to keep */
     }
+    srv_precision_resolve(&cfg->_precision, cfg->mm.precision);
     if (cfg->tls_keyfile || cfg->tls_certfile)
         log_info("notice: TLS flags accepted; latentd serves plain HTTP (put a TLS proxy in front)");
 

@@ -4,6 +4,8 @@
  *
  * Flags that make no sense for a C server are accepted with a one-line notice so that
  * existing launch scripts keep working. Directories are made absolute at parse time.
+ * ComfyUI's dtype flags (--bf16-unet, --bf16-vae, --bf16-text-enc, --force-fp32, --fp32-*)
+ * set mm.precision per model kind (srv_precision.h has ComfyUI's precedence).
  * Invariant after a successful srv_config_parse: every *_dir field is an absolute path
  * (owned by the config), listen_addrs has at least one entry.
  * Threads: parsed once on the main thread; read-only afterwards (any thread).
@@ -17,6 +19,7 @@
 #include "graph.h"
 #include "log.h"
 #include "memmgr.h"
+#include "srv_precision.h"
 
 #define SRV_MAX_LISTEN 8
 
@@ -68,6 +71,8 @@ struct srv_config {
 
     char **argv;        /* borrowed: the process argv, for /system_stats */
     int argc;
+
+    struct srv_precision _precision; /* the dtype flags seen; resolved into mm.precision */
 };
 
 enum srv_config_result {

@@ -15,6 +15,7 @@
 #include "node_files.h"
 #include "node_registry.h"
 #include "checkpoint.h"
+#include "memmgr.h"
 #include "sd_backend.h"
 #include "sd_nodes.h"
 #include "sampling.h"
@@ -85,6 +86,12 @@ static int ckpt_run(struct node_ctx *c)
     buf_release(&path);
     if (rc < 0)
         return node_fail_code(c, rc, "RuntimeError", "ERROR: could not load '%s': %s", name, e.msg);
+    /* --bf16-unet / --bf16-text-enc / --bf16-vae (ComfyUI's unet_dtype, text_encoder_dtype,
+     * vae_dtype): the GEMM precision each model computes at (tensor_precision.h). */
+    for (int m = 0; m < MODEL_COMPONENT_COUNT; m++)
+        if (ck.model[m])
+            patcher_model_set_precision(
+                ck.model[m], mm_precision(c->env->mm, patcher_model_role(ck.model[m])));
     struct patcher *unet = patcher_new(ck.model[MODEL_UNET]);
     struct patcher *clip = patcher_new(ck.model[MODEL_CLIP]);
     struct patcher *vae = patcher_new(ck.model[MODEL_VAE]);
@@ -165,6 +172,7 @@ static int vae_loader_run(struct node_ctx *c)
     if (rc < 0)
         return node_fail_code(c, rc, "RuntimeError", "ERROR: could not load VAE '%s': %s", name,
                               e.msg);
+    patcher_model_set_precision(ck.model[MODEL_VAE], mm_precision(c->env->mm, PATCHER_ROLE_VAE));
     struct patcher *vae = patcher_new(ck.model[MODEL_VAE]);
     struct model_config cfg = ck.cfg;
     model_ckpt_release(&ck); /* the patcher holds the model now */

@@ -23,10 +23,9 @@ const ALL_FLAGS = [
   ["--normalvram"], ["--lowvram"], ["--novram"], ["--reserve-vram", "0.5"], ["--disable-smart-memory"],
   ["--default-device", "0"], ["--cuda-malloc"], ["--disable-cuda-malloc"], ["--async-offload"],
   ["--disable-async-offload"], ["--force-non-blocking"], ["--deterministic"], ["--fast", "fp16_accumulation", "cublas_ops"],
-  ["--force-fp32"], ["--force-fp16"], ["--fp32-unet"], ["--fp64-unet"], ["--bf16-unet"], ["--fp16-unet"],
-  ["--fp8_e4m3fn-unet"], ["--fp8_e5m2-unet"], ["--fp8_e8m0fnu-unet"], ["--fp16-vae"], ["--fp32-vae"],
-  ["--bf16-vae"], ["--cpu-vae"], ["--fp8_e4m3fn-text-enc"], ["--fp8_e5m2-text-enc"], ["--fp16-text-enc"],
-  ["--fp32-text-enc"], ["--bf16-text-enc"], ["--force-channels-last"], ["--use-split-cross-attention"],
+  // one flag of each dtype group: ComfyUI's argparse refuses two of a group (DTYPE_FLAGS below)
+  ["--force-fp32"], ["--bf16-unet"], ["--fp16-vae"], ["--cpu-vae"], ["--fp8_e4m3fn-text-enc"],
+  ["--force-channels-last"], ["--use-split-cross-attention"],
   ["--use-quad-cross-attention"], ["--use-pytorch-cross-attention"], ["--use-sage-attention"],
   ["--use-flash-attention"], ["--disable-xformers"], ["--force-upcast-attention"], ["--dont-upcast-attention"],
   ["--cache-classic"], ["--cache-lru", "10"], ["--cache-none"], ["--preview-method", "auto"], ["--preview-size", "256"],
@@ -35,6 +34,35 @@ const ALL_FLAGS = [
   ["--disable-ipex-optimize"], ["--supports-fp8-compute"], ["--mmap-torch-files"], ["--disable-mmap"],
   ["--windows-standalone-build"], ["--comfy-api-base", "https://api.comfy.org"], ["--quick-test-for-ci"],
 ];
+
+// ComfyUI's mutually exclusive dtype groups (cli_args.py fp_group, fpunet_group, fpvae_group,
+// fpte_group); latentd runs --bf16-* as bf16 GEMMs, the rest as fp32 (srv_precision.h).
+const DTYPE_FLAGS = [
+  ["--force-fp32", "--force-fp16"],
+  ["--fp32-unet", "--fp64-unet", "--bf16-unet", "--fp16-unet", "--fp8_e4m3fn-unet", "--fp8_e5m2-unet", "--fp8_e8m0fnu-unet"],
+  ["--fp16-vae", "--fp32-vae", "--bf16-vae"],
+  ["--fp8_e4m3fn-text-enc", "--fp8_e5m2-text-enc", "--fp16-text-enc", "--fp32-text-enc", "--bf16-text-enc"],
+];
+
+test("each dtype flag is accepted; two of one group fail as ComfyUI's argparse does", () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "latentd-cli-"));
+  try {
+    for (const group of DTYPE_FLAGS) {
+      // one of each group at once is fine: latentd --force-fp32 --bf16-unet --bf16-vae ...
+      const r = run([group[0], "--base-directory", dir, "--quick-test-for-ci"], { cwd: dir });
+      assert.equal(r.status, 0, group[0] + ": " + r.stderr);
+    }
+    const all = run(["--force-fp32", "--bf16-unet", "--bf16-vae", "--bf16-text-enc", "--base-directory", dir,
+      "--quick-test-for-ci", "--verbose", "INFO"], { cwd: dir });
+    assert.equal(all.status, 0, all.stderr);
+    assert.match(all.stdout + all.stderr, /compute precision: unet bf16, vae bf16, text encoder bf16; bf16 GEMM: /);
+    for (const group of DTYPE_FLAGS) {
+      const r = run([group[group.length - 1], group[0]]);
+      assert.equal(r.status, 2, group.join(" "));
+      assert.match(r.stderr, new RegExp(`argument ${group[0]}: not allowed with argument ${group[group.length - 1]}`));
+    }
+  } finally { L.removeDir(dir); }
+});
 
 test("--help lists the flags and exits 0", () => {
   const r = run(["--help"]);
