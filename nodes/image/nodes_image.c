@@ -24,6 +24,7 @@
 #define MAX_RESOLUTION NODES_IMAGE_MAX_RESOLUTION
 
 static const char *const crop_methods[] = {"disabled", "center", NULL};
+static const char *const mask_channels[] = {"alpha", "red", "green", "blue", NULL};
 
 static int check_image(struct node_ctx *c, const struct value *v, const char *name)
 {
@@ -32,10 +33,10 @@ static int check_image(struct node_ctx *c, const struct value *v, const char *na
     return 0;
 }
 
-int nodes__image_in(struct node_ctx *c, const char *name, const struct value **img)
+int nodes__image_in_at(struct node_ctx *c, int index, const struct value **img)
 {
-    *img = node_in(c, name);
-    return check_image(c, *img, name);
+    *img = node_in_at(c, index);
+    return check_image(c, *img, node_in_name(c, index));
 }
 
 /* ---- LoadImage / LoadImageMask ------------------------------------------------------ */
@@ -58,10 +59,24 @@ static int validate_image_name(const struct node_env *env, const char *value, st
     return 0;
 }
 
+enum { LOAD_IMAGE, LOAD_N };
+static const struct node_input_def load_image_in[] = {
+    {.name = "image", .type = NODE_COMBO, .options_fn = input_images, .image_upload = 1,
+     .validate = validate_image_name},
+    NODE_INPUTS_END};
+
+/* image_is_changed and load_file read both classes' image at LOAD_IMAGE. */
+enum { LOAD_MASK_IMAGE = LOAD_IMAGE, LOAD_MASK_CHANNEL, LOAD_MASK_N };
+static const struct node_input_def load_mask_in[] = {
+    {.name = "image", .type = NODE_COMBO, .options_fn = input_images, .image_upload = 1,
+     .validate = validate_image_name},
+    {.name = "channel", .type = NODE_COMBO, .options = mask_channels},
+    NODE_INPUTS_END};
+
 /* IS_CHANGED: the SHA-256 of the file, so a replaced file re-runs the node. */
 static int image_is_changed(struct node_ctx *c, struct buf *out)
 {
-    const struct value *v = node_in(c, "image");
+    const struct value *v = node_in_at(c, LOAD_IMAGE);
     if (!v || v->kind != VALUE_STRING)
         return ERR_INVALID;
     return node_files_input_sha256_hex(c->env, v->s, out);
@@ -69,7 +84,7 @@ static int image_is_changed(struct node_ctx *c, struct buf *out)
 
 static int load_file(struct node_ctx *c, struct node_image_file *f)
 {
-    const char *name = node_in_str(c, "image");
+    const char *name = node_in_str_at(c, LOAD_IMAGE);
     struct buf path;
     buf_init(&path);
     int rc = node_files_resolve_input(c->env, name, &path);
@@ -142,7 +157,7 @@ static int load_mask_run(struct node_ctx *c)
     if (rc < 0)
         return rc;
     const struct node_pixels *p = &f.frames[0];
-    const char *ch = node_in_str(c, "channel");
+    const char *ch = node_in_str_at(c, LOAD_MASK_CHANNEL);
     /* After PIL's convert("RGBA"): gray fills R, G and B; missing alpha is 255. */
     int idx = !strcmp(ch, "red") ? 0 : !strcmp(ch, "green") ? 1 : !strcmp(ch, "blue") ? 2 : 3;
     struct value *mask = node_new_mask(c, 1, p->h, p->w);
@@ -164,27 +179,17 @@ static int load_mask_run(struct node_ctx *c)
     return 0;
 }
 
-static const struct node_input_def load_image_in[] = {
-    {.name = "image", .type = NODE_COMBO, .options_fn = input_images, .image_upload = 1,
-     .validate = validate_image_name},
-    NODE_INPUTS_END};
 static const struct node_output_def load_image_out[] = {{.type = "IMAGE"}, {.type = "MASK"}, NODE_OUTPUTS_END};
 
-static const char *const mask_channels[] = {"alpha", "red", "green", "blue", NULL};
-static const struct node_input_def load_mask_in[] = {
-    {.name = "image", .type = NODE_COMBO, .options_fn = input_images, .image_upload = 1,
-     .validate = validate_image_name},
-    {.name = "channel", .type = NODE_COMBO, .options = mask_channels},
-    NODE_INPUTS_END};
 static const struct node_output_def mask_out[] = {{.type = "MASK"}, NODE_OUTPUTS_END};
 
 static const struct node_class load_image = {
     .name = "LoadImage", .display_name = "Load Image", .category = "image",
-    .inputs = load_image_in, .outputs = load_image_out, .run = load_image_run,
+    .inputs = load_image_in, .n_inputs = LOAD_N, .outputs = load_image_out, .run = load_image_run,
     .is_changed = image_is_changed};
 static const struct node_class load_image_mask = {
     .name = "LoadImageMask", .display_name = "Load Image (as Mask)", .category = "mask",
-    .inputs = load_mask_in, .outputs = mask_out, .run = load_mask_run,
+    .inputs = load_mask_in, .n_inputs = LOAD_MASK_N, .outputs = mask_out, .run = load_mask_run,
     .is_changed = image_is_changed};
 
 /* ---- SaveImage / PreviewImage ------------------------------------------------------- */
@@ -310,10 +315,20 @@ out:
     return rc;
 }
 
+enum { SAVE_IMAGES, SAVE_FILENAME_PREFIX, SAVE_PROMPT, SAVE_EXTRA_PNGINFO, SAVE_N };
+static const struct node_input_def save_image_in[] = {
+    {.name = "images", .type = "IMAGE", .tooltip = "The images to save."},
+    {.name = "filename_prefix", .type = "STRING", .def_str = "ComfyUI",
+     .tooltip = "The prefix for the file to save. This may include formatting information such as "
+                "%date:yyyy-MM-dd% or %Empty Latent Image.width% to include values from nodes."},
+    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},
+    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN},
+    NODE_INPUTS_END};
+
 static int save_image_run(struct node_ctx *c)
 {
-    return save_images(c, node_in(c, "images"), c->env->output_dir,
-                       node_in_str(c, "filename_prefix"), "output", 4);
+    return save_images(c, node_in_at(c, SAVE_IMAGES), c->env->output_dir,
+                       node_in_str_at(c, SAVE_FILENAME_PREFIX), "output", 4);
 }
 
 /* ComfyUI's alphabet has no 'w' and two 'p's (a quirk kept for fidelity). */
@@ -339,24 +354,18 @@ int nodes__preview_images(struct node_ctx *c, const struct value *img)
     return save_images(c, img, c->env->temp_dir, prefix, "temp", 1);
 }
 
-static int preview_image_run(struct node_ctx *c)
-{
-    return nodes__preview_images(c, node_in(c, "images"));
-}
-
-static const struct node_input_def save_image_in[] = {
-    {.name = "images", .type = "IMAGE", .tooltip = "The images to save."},
-    {.name = "filename_prefix", .type = "STRING", .def_str = "ComfyUI",
-     .tooltip = "The prefix for the file to save. This may include formatting information such as "
-                "%date:yyyy-MM-dd% or %Empty Latent Image.width% to include values from nodes."},
-    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},
-    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN},
-    NODE_INPUTS_END};
+enum { PREVIEW_IMAGES, PREVIEW_PROMPT, PREVIEW_EXTRA_PNGINFO, PREVIEW_N };
 static const struct node_input_def preview_image_in[] = {
     {.name = "images", .type = "IMAGE"},
     {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},
     {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN},
     NODE_INPUTS_END};
+
+static int preview_image_run(struct node_ctx *c)
+{
+    return nodes__preview_images(c, node_in_at(c, PREVIEW_IMAGES));
+}
+
 static const struct node_output_def no_outputs[] = {NODE_OUTPUTS_END};
 
 #define SAVE_DESC "Saves the input images to your ComfyUI output directory."
@@ -364,11 +373,11 @@ static const struct node_output_def no_outputs[] = {NODE_OUTPUTS_END};
 static const struct node_class save_image = {
     .name = "SaveImage", .display_name = "Save Image", .description = SAVE_DESC,
     .category = "image", .flags = NODE_CLASS_OUTPUT, .inputs = save_image_in,
-    .outputs = no_outputs, .run = save_image_run};
+    .n_inputs = SAVE_N, .outputs = no_outputs, .run = save_image_run};
 static const struct node_class preview_image = {
     .name = "PreviewImage", .display_name = "Preview Image", .description = SAVE_DESC,
     .category = "image", .flags = NODE_CLASS_OUTPUT, .inputs = preview_image_in,
-    .outputs = no_outputs, .run = preview_image_run, .instance_free = xfree};
+    .n_inputs = PREVIEW_N, .outputs = no_outputs, .run = preview_image_run, .instance_free = xfree};
 
 /* ---- ImageScale / ImageScaleBy ------------------------------------------------------ */
 
@@ -390,13 +399,24 @@ int nodes__image_scale_to(struct node_ctx *c, const struct value *img, int64_t w
     return 0;
 }
 
+enum { SCALE_IMAGE, SCALE_UPSCALE_METHOD, SCALE_WIDTH, SCALE_HEIGHT, SCALE_CROP, SCALE_N };
+static const struct node_input_def image_scale_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "upscale_method", .type = NODE_COMBO, .options = node_img_upscale_methods},
+    {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "crop", .type = NODE_COMBO, .options = crop_methods},
+    NODE_INPUTS_END};
+
 static int image_scale_run(struct node_ctx *c)
 {
-    const struct value *img = node_in(c, "image");
-    int rc = check_image(c, img, "image");
+    const struct value *img;
+    int rc = nodes__image_in_at(c, SCALE_IMAGE, &img);
     if (rc < 0)
         return rc;
-    int64_t w = node_in_int(c, "width"), h = node_in_int(c, "height");
+    int64_t w = node_in_int_at(c, SCALE_WIDTH), h = node_in_int_at(c, SCALE_HEIGHT);
     if (w == 0 && h == 0) {
         node_set_output(c, 0, value_ref((struct value *)img));
         return 0;
@@ -411,52 +431,49 @@ static int image_scale_run(struct node_ctx *c)
         if (h < 1)
             h = 1;
     }
-    return nodes__image_scale_to(c, img, w, h, node_in_str(c, "upscale_method"),
-                    !strcmp(node_in_str(c, "crop"), "center"));
+    return nodes__image_scale_to(c, img, w, h, node_in_str_at(c, SCALE_UPSCALE_METHOD),
+                    !strcmp(node_in_str_at(c, SCALE_CROP), "center"));
 }
 
-static int image_scale_by_run(struct node_ctx *c)
-{
-    const struct value *img = node_in(c, "image");
-    int rc = check_image(c, img, "image");
-    if (rc < 0)
-        return rc;
-    double s = node_in_float(c, "scale_by");
-    int64_t w = (int64_t)pynum_round_half_even((double)img->shape[2] * s);
-    int64_t h = (int64_t)pynum_round_half_even((double)img->shape[1] * s);
-    return nodes__image_scale_to(c, img, w, h, node_in_str(c, "upscale_method"), 0);
-}
-
-static const struct node_input_def image_scale_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "upscale_method", .type = NODE_COMBO, .options = node_img_upscale_methods},
-    {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(1)},
-    {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(1)},
-    {.name = "crop", .type = NODE_COMBO, .options = crop_methods},
-    NODE_INPUTS_END};
+enum { SCALE_BY_IMAGE, SCALE_BY_UPSCALE_METHOD, SCALE_BY_SCALE_BY, SCALE_BY_N };
 static const struct node_input_def image_scale_by_in[] = {
     {.name = "image", .type = "IMAGE"},
     {.name = "upscale_method", .type = NODE_COMBO, .options = node_img_upscale_methods},
     {.name = "scale_by", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.01), .max = NODE_F(8.0),
      .step = NODE_F(0.01)},
     NODE_INPUTS_END};
+
+static int image_scale_by_run(struct node_ctx *c)
+{
+    const struct value *img;
+    int rc = nodes__image_in_at(c, SCALE_BY_IMAGE, &img);
+    if (rc < 0)
+        return rc;
+    double s = node_in_float_at(c, SCALE_BY_SCALE_BY);
+    int64_t w = (int64_t)pynum_round_half_even((double)img->shape[2] * s);
+    int64_t h = (int64_t)pynum_round_half_even((double)img->shape[1] * s);
+    return nodes__image_scale_to(c, img, w, h, node_in_str_at(c, SCALE_BY_UPSCALE_METHOD), 0);
+}
+
 static const struct node_output_def image_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
 
 static const struct node_class image_scale = {
     .name = "ImageScale", .display_name = "Upscale Image", .category = "image/upscaling",
-    .inputs = image_scale_in, .outputs = image_out, .run = image_scale_run};
+    .inputs = image_scale_in, .n_inputs = SCALE_N, .outputs = image_out, .run = image_scale_run};
 static const struct node_class image_scale_by = {
     .name = "ImageScaleBy", .display_name = "Upscale Image By", .category = "image/upscaling",
-    .inputs = image_scale_by_in, .outputs = image_out, .run = image_scale_by_run};
+    .inputs = image_scale_by_in, .n_inputs = SCALE_BY_N, .outputs = image_out,
+    .run = image_scale_by_run};
 
 /* ---- ImageInvert / EmptyImage / ImageBatch / ImageCrop -------------------------------- */
 
+enum { INVERT_IMAGE, INVERT_N };
+static const struct node_input_def image_invert_in[] = {{.name = "image", .type = "IMAGE"}, NODE_INPUTS_END};
+
 static int image_invert_run(struct node_ctx *c)
 {
-    const struct value *img = node_in(c, "image");
-    int rc = check_image(c, img, "image");
+    const struct value *img;
+    int rc = nodes__image_in_at(c, INVERT_IMAGE, &img);
     if (rc < 0)
         return rc;
     struct value *out = node_new_tensor(c, "IMAGE", 4, img->shape);
@@ -468,10 +485,21 @@ static int image_invert_run(struct node_ctx *c)
     return 0;
 }
 
+enum { EMPTY_WIDTH, EMPTY_HEIGHT, EMPTY_BATCH_SIZE, EMPTY_COLOR, EMPTY_N };
+static const struct node_input_def empty_image_in[] = {
+    {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "batch_size", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(4096)},
+    {.name = "color", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(0xFFFFFF),
+     .step = NODE_I(1), .display = "color"},
+    NODE_INPUTS_END};
+
 static int empty_image_run(struct node_ctx *c)
 {
-    int64_t w = node_in_int(c, "width"), h = node_in_int(c, "height");
-    int64_t b = node_in_int(c, "batch_size"), color = node_in_int(c, "color");
+    int64_t w = node_in_int_at(c, EMPTY_WIDTH), h = node_in_int_at(c, EMPTY_HEIGHT);
+    int64_t b = node_in_int_at(c, EMPTY_BATCH_SIZE), color = node_in_int_at(c, EMPTY_COLOR);
     struct value *out = node_new_image(c, b, h, w, 3);
     if (!out)
         return ERR_TOO_LARGE;
@@ -482,13 +510,16 @@ static int empty_image_run(struct node_ctx *c)
     return 0;
 }
 
+enum { BATCH_IMAGE1, BATCH_IMAGE2, BATCH_N };
+static const struct node_input_def image_batch_in[] = {
+    {.name = "image1", .type = "IMAGE"}, {.name = "image2", .type = "IMAGE"}, NODE_INPUTS_END};
+
 static int image_batch_run(struct node_ctx *c)
 {
-    const struct value *a = node_in(c, "image1"), *b = node_in(c, "image2");
-    int rc = check_image(c, a, "image1");
-    if (rc == 0)
-        rc = check_image(c, b, "image2");
-    if (rc < 0)
+    const struct value *a, *b;
+    int rc;
+    if ((rc = nodes__image_in_at(c, BATCH_IMAGE1, &a)) < 0 ||
+        (rc = nodes__image_in_at(c, BATCH_IMAGE2, &b)) < 0)
         return rc;
     if (a->shape[3] != b->shape[3])
         return node_fail(c, "RuntimeError", "images have %lld and %lld channels", (long long)a->shape[3],
@@ -511,15 +542,28 @@ static int image_batch_run(struct node_ctx *c)
     return 0;
 }
 
+enum { CROP_IMAGE, CROP_WIDTH, CROP_HEIGHT, CROP_X, CROP_Y, CROP_N };
+static const struct node_input_def image_crop_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    NODE_INPUTS_END};
+
 static int image_crop_run(struct node_ctx *c)
 {
-    const struct value *img = node_in(c, "image");
-    int rc = check_image(c, img, "image");
+    const struct value *img;
+    int rc = nodes__image_in_at(c, CROP_IMAGE, &img);
     if (rc < 0)
         return rc;
     int64_t H = img->shape[1], W = img->shape[2], C = img->shape[3];
-    int64_t x = node_in_int(c, "x"), y = node_in_int(c, "y");
-    int64_t w = node_in_int(c, "width"), h = node_in_int(c, "height");
+    int64_t x = node_in_int_at(c, CROP_X), y = node_in_int_at(c, CROP_Y);
+    int64_t w = node_in_int_at(c, CROP_WIDTH), h = node_in_int_at(c, CROP_HEIGHT);
     x = x < 0 ? 0 : x; /* validation enforces min 0; unvalidated prompts may not */
     y = y < 0 ? 0 : y;
     if (x > W - 1)
@@ -538,14 +582,30 @@ static int image_crop_run(struct node_ctx *c)
     return 0;
 }
 
+enum { PAD_IMAGE, PAD_LEFT, PAD_TOP, PAD_RIGHT, PAD_BOTTOM, PAD_FEATHERING, PAD_N };
+static const struct node_input_def pad_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "left", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(8)},
+    {.name = "top", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(8)},
+    {.name = "right", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(8)},
+    {.name = "bottom", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(8)},
+    {.name = "feathering", .type = "INT", .def = NODE_I(40), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
+     .step = NODE_I(1)},
+    NODE_INPUTS_END};
+
 static int pad_outpaint_run(struct node_ctx *c)
 {
-    const struct value *img = node_in(c, "image");
-    int rc = check_image(c, img, "image");
+    const struct value *img;
+    int rc = nodes__image_in_at(c, PAD_IMAGE, &img);
     if (rc < 0)
         return rc;
-    int64_t l = node_in_int(c, "left"), t = node_in_int(c, "top"), r = node_in_int(c, "right"),
-            bo = node_in_int(c, "bottom"), f = node_in_int(c, "feathering");
+    int64_t l = node_in_int_at(c, PAD_LEFT), t = node_in_int_at(c, PAD_TOP);
+    int64_t r = node_in_int_at(c, PAD_RIGHT), bo = node_in_int_at(c, PAD_BOTTOM);
+    int64_t f = node_in_int_at(c, PAD_FEATHERING);
     if (l < 0 || t < 0 || r < 0 || bo < 0 || l > MAX_RESOLUTION || t > MAX_RESOLUTION || r > MAX_RESOLUTION ||
         bo > MAX_RESOLUTION)
         return node_fail(c, "ValueError", "padding must be within 0..%d", MAX_RESOLUTION);
@@ -588,60 +648,24 @@ static int pad_outpaint_run(struct node_ctx *c)
     return 0;
 }
 
-static const struct node_input_def image_invert_in[] = {{.name = "image", .type = "IMAGE"}, NODE_INPUTS_END};
-static const struct node_input_def empty_image_in[] = {
-    {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(1)},
-    {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(1)},
-    {.name = "batch_size", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(4096)},
-    {.name = "color", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(0xFFFFFF),
-     .step = NODE_I(1), .display = "color"},
-    NODE_INPUTS_END};
-static const struct node_input_def image_batch_in[] = {
-    {.name = "image1", .type = "IMAGE"}, {.name = "image2", .type = "IMAGE"}, NODE_INPUTS_END};
-static const struct node_input_def image_crop_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "width", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(1)},
-    {.name = "height", .type = "INT", .def = NODE_I(512), .min = NODE_I(1), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(1)},
-    {.name = "x", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(1)},
-    {.name = "y", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(1)},
-    NODE_INPUTS_END};
-static const struct node_input_def pad_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "left", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(8)},
-    {.name = "top", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(8)},
-    {.name = "right", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(8)},
-    {.name = "bottom", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(8)},
-    {.name = "feathering", .type = "INT", .def = NODE_I(40), .min = NODE_I(0), .max = NODE_I(MAX_RESOLUTION),
-     .step = NODE_I(1)},
-    NODE_INPUTS_END};
 static const struct node_output_def image_mask_out[] = {{.type = "IMAGE"}, {.type = "MASK"}, NODE_OUTPUTS_END};
 
 static const struct node_class image_invert = {
     .name = "ImageInvert", .display_name = "Invert Image", .category = "image",
-    .inputs = image_invert_in, .outputs = image_out, .run = image_invert_run};
+    .inputs = image_invert_in, .n_inputs = INVERT_N, .outputs = image_out, .run = image_invert_run};
 static const struct node_class empty_image = {
     .name = "EmptyImage", .display_name = "EmptyImage", .category = "image",
-    .inputs = empty_image_in, .outputs = image_out, .run = empty_image_run};
+    .inputs = empty_image_in, .n_inputs = EMPTY_N, .outputs = image_out, .run = empty_image_run};
 static const struct node_class image_batch = {
     .name = "ImageBatch", .display_name = "Batch Images", .category = "image",
-    .inputs = image_batch_in, .outputs = image_out, .run = image_batch_run};
+    .inputs = image_batch_in, .n_inputs = BATCH_N, .outputs = image_out, .run = image_batch_run};
 static const struct node_class image_crop = {
     .name = "ImageCrop", .display_name = "Image Crop", .category = "image/transform",
-    .python_module = "comfy_extras.nodes_images", .inputs = image_crop_in, .outputs = image_out,
-    .run = image_crop_run};
+    .python_module = "comfy_extras.nodes_images", .inputs = image_crop_in, .n_inputs = CROP_N,
+    .outputs = image_out, .run = image_crop_run};
 static const struct node_class pad_outpaint = {
     .name = "ImagePadForOutpaint", .display_name = "Pad Image for Outpainting", .category = "image",
-    .inputs = pad_in, .outputs = image_mask_out, .run = pad_outpaint_run};
+    .inputs = pad_in, .n_inputs = PAD_N, .outputs = image_mask_out, .run = pad_outpaint_run};
 
 static const struct node_class *const image_classes[] = {
     &load_image,  &load_image_mask, &save_image,  &preview_image, &image_scale, &image_scale_by,

@@ -24,10 +24,10 @@
 #define NODES_IMAGE_MAX_RESOLUTION 16384
 
 /*
- * Input `name` as an IMAGE [B,H,W,C]: *img borrowed. Returns 0, or <0 after
- * node_fail when it is not a 4-d tensor. (nodes_image.c)
+ * Input `index` (the class's declared order) as an IMAGE [B,H,W,C]: *img borrowed.
+ * Returns 0, or <0 after node_fail when it is not a 4-d tensor. (nodes_image.c)
  */
-int nodes__image_in(struct node_ctx *c, const char *name, const struct value **img);
+int nodes__image_in_at(struct node_ctx *c, int index, const struct value **img);
 
 /*
  * Resize an IMAGE to w x h with `method` (node_img_upscale_methods) and set it as

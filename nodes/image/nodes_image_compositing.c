@@ -73,16 +73,26 @@ static float *bicubic_to(const float *src, int64_t h, int64_t w, int64_t c, int6
     return out;
 }
 
+enum { PD_SOURCE, PD_SOURCE_ALPHA, PD_DESTINATION, PD_DESTINATION_ALPHA, PD_MODE, PD_N };
+static const struct node_input_def porter_duff_in[] = {
+    {.name = "source", .type = "IMAGE"},
+    {.name = "source_alpha", .type = "MASK"},
+    {.name = "destination", .type = "IMAGE"},
+    {.name = "destination_alpha", .type = "MASK"},
+    {.name = "mode", .type = NODE_COMBO, .options = pd_modes, .def_str = "DST"},
+    NODE_INPUTS_END};
+
 static int porter_duff_run(struct node_ctx *c)
 {
     const struct value *src, *dst, *sm, *dm;
     int64_t sb, sh, sw, db, dh, dw;
     int rc;
-    if ((rc = nodes__image_in(c, "source", &src)) < 0 || (rc = nodes__image_in(c, "destination", &dst)) < 0 ||
-        (rc = nodes__mask_in(c, "source_alpha", &sm, &sb, &sh, &sw)) < 0 ||
-        (rc = nodes__mask_in(c, "destination_alpha", &dm, &db, &dh, &dw)) < 0)
+    if ((rc = nodes__image_in_at(c, PD_SOURCE, &src)) < 0 ||
+        (rc = nodes__image_in_at(c, PD_DESTINATION, &dst)) < 0 ||
+        (rc = nodes__mask_in_at(c, PD_SOURCE_ALPHA, &sm, &sb, &sh, &sw)) < 0 ||
+        (rc = nodes__mask_in_at(c, PD_DESTINATION_ALPHA, &dm, &db, &dh, &dw)) < 0)
         return rc;
-    const char *mode_name = node_in_str(c, "mode");
+    const char *mode_name = node_in_str_at(c, PD_MODE);
     int mode = -1;
     for (int i = 0; pd_modes[i]; i++)
         if (!strcmp(mode_name, pd_modes[i]))
@@ -156,11 +166,14 @@ static int porter_duff_run(struct node_ctx *c)
     return 0;
 }
 
+enum { SPLIT_IMAGE, SPLIT_N };
+static const struct node_input_def split_in[] = {{.name = "image", .type = "IMAGE"}, NODE_INPUTS_END};
+
 static int split_run(struct node_ctx *c)
 {
     const struct value *img;
     int rc;
-    if ((rc = nodes__image_in(c, "image", &img)) < 0)
+    if ((rc = nodes__image_in_at(c, SPLIT_IMAGE, &img)) < 0)
         return rc;
     int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
     int64_t oc = C < 3 ? C : 3;
@@ -179,12 +192,17 @@ static int split_run(struct node_ctx *c)
     return 0;
 }
 
+enum { JOIN_IMAGE, JOIN_ALPHA, JOIN_N };
+static const struct node_input_def join_in[] = {
+    {.name = "image", .type = "IMAGE"}, {.name = "alpha", .type = "MASK"}, NODE_INPUTS_END};
+
 static int join_run(struct node_ctx *c)
 {
     const struct value *img, *m;
     int64_t mb, mh, mw;
     int rc;
-    if ((rc = nodes__image_in(c, "image", &img)) < 0 || (rc = nodes__mask_in(c, "alpha", &m, &mb, &mh, &mw)) < 0)
+    if ((rc = nodes__image_in_at(c, JOIN_IMAGE, &img)) < 0 ||
+        (rc = nodes__mask_in_at(c, JOIN_ALPHA, &m, &mb, &mh, &mw)) < 0)
         return rc;
     int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
     int64_t ic = C < 3 ? C : 3, n = B < mb ? B : mb;
@@ -211,31 +229,21 @@ static int join_run(struct node_ctx *c)
     return 0;
 }
 
-static const struct node_input_def porter_duff_in[] = {
-    {.name = "source", .type = "IMAGE"},
-    {.name = "source_alpha", .type = "MASK"},
-    {.name = "destination", .type = "IMAGE"},
-    {.name = "destination_alpha", .type = "MASK"},
-    {.name = "mode", .type = NODE_COMBO, .options = pd_modes, .def_str = "DST"},
-    NODE_INPUTS_END};
-static const struct node_input_def split_in[] = {{.name = "image", .type = "IMAGE"}, NODE_INPUTS_END};
-static const struct node_input_def join_in[] = {
-    {.name = "image", .type = "IMAGE"}, {.name = "alpha", .type = "MASK"}, NODE_INPUTS_END};
 static const struct node_output_def image_mask_out[] = {{.type = "IMAGE"}, {.type = "MASK"}, NODE_OUTPUTS_END};
 static const struct node_output_def image_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
 
 const struct node_class nodes_porter_duff_image_composite = {
     .name = "PorterDuffImageComposite", .display_name = "Porter-Duff Image Composite", .category = CATEGORY,
-    .python_module = MODULE, .flags = NODE_CLASS_V3, .inputs = porter_duff_in, .outputs = image_mask_out,
-    .run = porter_duff_run};
+    .python_module = MODULE, .flags = NODE_CLASS_V3, .inputs = porter_duff_in, .n_inputs = PD_N,
+    .outputs = image_mask_out, .run = porter_duff_run};
 const struct node_class nodes_split_image_with_alpha = {
     .name = "SplitImageWithAlpha", .display_name = "Split Image with Alpha", .category = CATEGORY,
-    .python_module = MODULE, .flags = NODE_CLASS_V3, .inputs = split_in, .outputs = image_mask_out,
-    .run = split_run};
+    .python_module = MODULE, .flags = NODE_CLASS_V3, .inputs = split_in, .n_inputs = SPLIT_N,
+    .outputs = image_mask_out, .run = split_run};
 const struct node_class nodes_join_image_with_alpha = {
     .name = "JoinImageWithAlpha", .display_name = "Join Image with Alpha", .category = CATEGORY,
-    .python_module = MODULE, .flags = NODE_CLASS_V3, .inputs = join_in, .outputs = image_out,
-    .run = join_run};
+    .python_module = MODULE, .flags = NODE_CLASS_V3, .inputs = join_in, .n_inputs = JOIN_N,
+    .outputs = image_out, .run = join_run};
 
 /* get_node_list order. */
 static const struct node_class *const compositing_classes[] = {

@@ -26,13 +26,19 @@ static struct value *image_like(struct node_ctx *c, const struct value *img)
 
 /* ---- RepeatImageBatch / ImageFromBatch ------------------------------------------------- */
 
+enum { REPEAT_IMAGE, REPEAT_AMOUNT, REPEAT_N };
+static const struct node_input_def repeat_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "amount", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(4096)},
+    NODE_INPUTS_END};
+
 static int repeat_run(struct node_ctx *c)
 {
     const struct value *img;
-    int rc = nodes__image_in(c, "image", &img);
+    int rc = nodes__image_in_at(c, REPEAT_IMAGE, &img);
     if (rc < 0)
         return rc;
-    int64_t amount = node_in_int(c, "amount");
+    int64_t amount = node_in_int_at(c, REPEAT_AMOUNT);
     if (amount < 1)
         return node_fail(c, "RuntimeError", "amount must be at least 1, got %lld", (long long)amount);
     /* image.repeat((amount, 1, 1, 1)): the whole batch, amount times over. */
@@ -45,13 +51,21 @@ static int repeat_run(struct node_ctx *c)
     return 0;
 }
 
+enum { FROM_BATCH_IMAGE, FROM_BATCH_BATCH_INDEX, FROM_BATCH_LENGTH, FROM_BATCH_N };
+static const struct node_input_def from_batch_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "batch_index", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(4095)},
+    {.name = "length", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(4096)},
+    NODE_INPUTS_END};
+
 static int from_batch_run(struct node_ctx *c)
 {
     const struct value *img;
-    int rc = nodes__image_in(c, "image", &img);
+    int rc = nodes__image_in_at(c, FROM_BATCH_IMAGE, &img);
     if (rc < 0)
         return rc;
-    int64_t n = img->shape[0], index = node_in_int(c, "batch_index"), length = node_in_int(c, "length");
+    int64_t n = img->shape[0], index = node_in_int_at(c, FROM_BATCH_BATCH_INDEX);
+    int64_t length = node_in_int_at(c, FROM_BATCH_LENGTH);
     if (n < 1)
         return node_fail(c, "IndexError", "the image batch is empty");
     if (index < 0 || length < 1)
@@ -70,10 +84,19 @@ static int from_batch_run(struct node_ctx *c)
 
 /* ---- ImageAddNoise ---------------------------------------------------------------------- */
 
+enum { NOISE_IMAGE, NOISE_SEED, NOISE_STRENGTH, NOISE_N };
+static const struct node_input_def add_noise_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "seed", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_U64_MAX,
+     .control_after_generate = 1, .tooltip = "The random seed used for creating the noise."},
+    {.name = "strength", .type = "FLOAT", .def = NODE_F(0.5), .min = NODE_F(0.0), .max = NODE_F(1.0),
+     .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
 static int add_noise_run(struct node_ctx *c)
 {
     const struct value *img;
-    int rc = nodes__image_in(c, "image", &img);
+    int rc = nodes__image_in_at(c, NOISE_IMAGE, &img);
     if (rc < 0)
         return rc;
     struct value *out = image_like(c, img);
@@ -81,9 +104,9 @@ static int add_noise_run(struct node_ctx *c)
         return ERR_TOO_LARGE;
     /* torch.manual_seed(seed); torch.randn(image.size()) on the CPU, in float32. */
     struct sampling_rng rng;
-    sampling_rng_seed(&rng, value_u64(node_in(c, "seed")));
+    sampling_rng_seed(&rng, value_u64(node_in_at(c, NOISE_SEED)));
     sampling_rng_randn(&rng, out->data, out->numel, SAMPLING_RANDN_V2);
-    float strength = (float)node_in_float(c, "strength");
+    float strength = (float)node_in_float_at(c, NOISE_STRENGTH);
     for (size_t i = 0; i < out->numel; i++) {
         float v = img->data[i] + strength * out->data[i];
         out->data[i] = v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
@@ -94,10 +117,16 @@ static int add_noise_run(struct node_ctx *c)
 
 /* ---- GetImageSize ----------------------------------------------------------------------- */
 
+enum { SIZE_IMAGE, SIZE_UNIQUE_ID, SIZE_N };
+static const struct node_input_def get_size_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "unique_id", .type = "UNIQUE_ID", .group = NODE_INPUT_HIDDEN},
+    NODE_INPUTS_END};
+
 static int get_size_run(struct node_ctx *c)
 {
     const struct value *img;
-    int rc = nodes__image_in(c, "image", &img);
+    int rc = nodes__image_in_at(c, SIZE_IMAGE, &img);
     if (rc < 0)
         return rc;
     /* ComfyUI also shows the size as the node's progress text; latentd has no such event. */
@@ -112,6 +141,12 @@ static int get_size_run(struct node_ctx *c)
 static const char *const rotations[] = {"none", "90 degrees", "180 degrees", "270 degrees", NULL};
 static const char *const flips[] = {"x-axis: vertically", "y-axis: horizontally", NULL};
 
+enum { ROTATE_IMAGE, ROTATE_ROTATION, ROTATE_N };
+static const struct node_input_def rotate_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "rotation", .type = NODE_COMBO, .options = rotations},
+    NODE_INPUTS_END};
+
 /*
  * torch.rot90(image, k, dims=[2, 1]): k = 1 is flip(H) then transpose, so
  * out[i][j] = in[H-1-j][i] (clockwise); k = 2 flips both; k = 3 is flip(W) then
@@ -120,10 +155,10 @@ static const char *const flips[] = {"x-axis: vertically", "y-axis: horizontally"
 static int rotate_run(struct node_ctx *c)
 {
     const struct value *img;
-    int rc = nodes__image_in(c, "image", &img);
+    int rc = nodes__image_in_at(c, ROTATE_IMAGE, &img);
     if (rc < 0)
         return rc;
-    const char *r = node_in_str(c, "rotation");
+    const char *r = node_in_str_at(c, ROTATE_ROTATION);
     int k = !strncmp(r, "90", 2) ? 1 : !strncmp(r, "180", 3) ? 2 : !strncmp(r, "270", 3) ? 3 : 0;
     int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
     int64_t oh = k % 2 ? W : H, ow = k % 2 ? H : W;
@@ -142,13 +177,19 @@ static int rotate_run(struct node_ctx *c)
     return 0;
 }
 
+enum { FLIP_IMAGE, FLIP_FLIP_METHOD, FLIP_N };
+static const struct node_input_def flip_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "flip_method", .type = NODE_COMBO, .options = flips},
+    NODE_INPUTS_END};
+
 static int flip_run(struct node_ctx *c)
 {
     const struct value *img;
-    int rc = nodes__image_in(c, "image", &img);
+    int rc = nodes__image_in_at(c, FLIP_IMAGE, &img);
     if (rc < 0)
         return rc;
-    const char *m = node_in_str(c, "flip_method");
+    const char *m = node_in_str_at(c, FLIP_FLIP_METHOD);
     int fy = m[0] == 'x', fx = m[0] == 'y'; /* x-axis: flip dim 1 (rows); y-axis: dim 2 */
     int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
     struct value *out = image_like(c, img);
@@ -170,13 +211,21 @@ static int flip_run(struct node_ctx *c)
 static const char *const max_dim_methods[] = {"area", "lanczos", "bilinear", "nearest-exact",
                                               "bilinear", "bicubic", NULL};
 
+enum { MAX_DIM_IMAGE, MAX_DIM_UPSCALE_METHOD, MAX_DIM_LARGEST_SIZE, MAX_DIM_N };
+static const struct node_input_def max_dim_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "upscale_method", .type = NODE_COMBO, .options = max_dim_methods},
+    {.name = "largest_size", .type = "INT", .def = NODE_I(512), .min = NODE_I(0),
+     .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(1)},
+    NODE_INPUTS_END};
+
 static int max_dim_run(struct node_ctx *c)
 {
     const struct value *img;
-    int rc = nodes__image_in(c, "image", &img);
+    int rc = nodes__image_in_at(c, MAX_DIM_IMAGE, &img);
     if (rc < 0)
         return rc;
-    int64_t h = img->shape[1], w = img->shape[2], l = node_in_int(c, "largest_size");
+    int64_t h = img->shape[1], w = img->shape[2], l = node_in_int_at(c, MAX_DIM_LARGEST_SIZE);
     if (h > w) {
         w = (int64_t)pynum_round_half_even(((double)w / (double)h) * (double)l);
         h = l;
@@ -186,7 +235,7 @@ static int max_dim_run(struct node_ctx *c)
     } else {
         w = h = l;
     }
-    return nodes__image_scale_to(c, img, w, h, node_in_str(c, "upscale_method"), 0);
+    return nodes__image_scale_to(c, img, w, h, node_in_str_at(c, MAX_DIM_UPSCALE_METHOD), 0);
 }
 
 /* ---- ResizeAndPadImage ------------------------------------------------------------------ */
@@ -194,16 +243,29 @@ static int max_dim_run(struct node_ctx *c)
 static const char *const pad_colors[] = {"white", "black", NULL};
 static const char *const pad_methods[] = {"area", "bicubic", "nearest-exact", "bilinear", "lanczos", NULL};
 
+enum {
+    PAD_IMAGE, PAD_TARGET_WIDTH, PAD_TARGET_HEIGHT, PAD_PADDING_COLOR, PAD_INTERPOLATION, PAD_N
+};
+static const struct node_input_def resize_pad_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "target_width", .type = "INT", .def = NODE_I(512), .min = NODE_I(1),
+     .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(1)},
+    {.name = "target_height", .type = "INT", .def = NODE_I(512), .min = NODE_I(1),
+     .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(1)},
+    {.name = "padding_color", .type = NODE_COMBO, .options = pad_colors},
+    {.name = "interpolation", .type = NODE_COMBO, .options = pad_methods},
+    NODE_INPUTS_END};
+
 /* Fit inside the target keeping the aspect (int() of the scaled sides), centred on a
  * white or black canvas. */
 static int resize_pad_run(struct node_ctx *c)
 {
     const struct value *img;
-    int rc = nodes__image_in(c, "image", &img);
+    int rc = nodes__image_in_at(c, PAD_IMAGE, &img);
     if (rc < 0)
         return rc;
     int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
-    int64_t tw = node_in_int(c, "target_width"), th = node_in_int(c, "target_height");
+    int64_t tw = node_in_int_at(c, PAD_TARGET_WIDTH), th = node_in_int_at(c, PAD_TARGET_HEIGHT);
     if (H < 1 || W < 1 || tw < 1 || th < 1 || tw > MAX_RESOLUTION || th > MAX_RESOLUTION)
         return node_fail(c, "ValueError", "cannot fit a %lldx%lld image into %lldx%lld", (long long)W,
                          (long long)H, (long long)tw, (long long)th);
@@ -219,12 +281,13 @@ static int resize_pad_run(struct node_ctx *c)
         value_unref(out);
         return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
     }
-    if (node_img_resize(img->data, B, H, W, C, resized, nh, nw, node_in_str(c, "interpolation"), 0, &e) < 0) {
+    const char *method = node_in_str_at(c, PAD_INTERPOLATION);
+    if (node_img_resize(img->data, B, H, W, C, resized, nh, nw, method, 0, &e) < 0) {
         xfree(resized);
         value_unref(out);
         return node_fail(c, "RuntimeError", "%s", e.msg);
     }
-    float pad = strcmp(node_in_str(c, "padding_color"), "black") ? 1.0f : 0.0f;
+    float pad = strcmp(node_in_str_at(c, PAD_PADDING_COLOR), "black") ? 1.0f : 0.0f;
     for (size_t i = 0; i < out->numel; i++)
         out->data[i] = pad;
     int64_t y0 = (th - nh) / 2, x0 = (tw - nw) / 2;
@@ -268,19 +331,34 @@ static float *stitch_part(const float *src, int64_t sb, int64_t h, int64_t w, in
     return out;
 }
 
+enum {
+    STITCH_IMAGE1, STITCH_DIRECTION, STITCH_MATCH_IMAGE_SIZE, STITCH_SPACING_WIDTH,
+    STITCH_SPACING_COLOR, STITCH_IMAGE2, STITCH_N
+};
+static const struct node_input_def stitch_in[] = {
+    {.name = "image1", .type = "IMAGE"},
+    {.name = "direction", .type = NODE_COMBO, .options = stitch_dirs, .def_str = "right"},
+    {.name = "match_image_size", .type = "BOOLEAN", .def_bool = 1, .has_def_bool = 1},
+    {.name = "spacing_width", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(1024),
+     .step = NODE_I(2)},
+    {.name = "spacing_color", .type = NODE_COMBO, .options = stitch_colors, .def_str = "white"},
+    {.name = "image2", .type = "IMAGE", .group = NODE_INPUT_OPTIONAL},
+    NODE_INPUTS_END};
+
 static int stitch_run(struct node_ctx *c)
 {
-    const struct value *a, *b = node_in(c, "image2");
-    int rc = nodes__image_in(c, "image1", &a);
+    const struct value *a, *b = node_in_at(c, STITCH_IMAGE2);
+    int rc = nodes__image_in_at(c, STITCH_IMAGE1, &a);
     if (rc < 0)
         return rc;
     if (!b) {
         node_set_output(c, 0, value_ref((struct value *)a));
         return 0;
     }
-    if ((rc = nodes__image_in(c, "image2", &b)) < 0)
+    if ((rc = nodes__image_in_at(c, STITCH_IMAGE2, &b)) < 0)
         return rc;
-    const char *dir = node_in_str(c, "direction"), *color = node_in_str(c, "spacing_color");
+    const char *dir = node_in_str_at(c, STITCH_DIRECTION);
+    const char *color = node_in_str_at(c, STITCH_SPACING_COLOR);
     int horiz = !strcmp(dir, "left") || !strcmp(dir, "right"), second_first = !strcmp(dir, "left") || !strcmp(dir, "up");
     int64_t B = a->shape[0] > b->shape[0] ? a->shape[0] : b->shape[0];
     int64_t h1 = a->shape[1], w1 = a->shape[2], c1 = a->shape[3];
@@ -288,7 +366,7 @@ static int stitch_run(struct node_ctx *c)
     const float *d2 = b->data;
     float *resized = NULL;
     struct err e = {0};
-    if (node_in_bool(c, "match_image_size")) {
+    if (node_in_bool_at(c, STITCH_MATCH_IMAGE_SIZE)) {
         /* image2 to image1's height (or width), aspect kept with int(), lanczos */
         double aspect = (double)w2 / (double)h2;
         int64_t th = horiz ? h1 : (int64_t)((double)w1 / aspect), tw = horiz ? (int64_t)((double)h1 * aspect) : w1;
@@ -318,7 +396,7 @@ static int stitch_run(struct node_ctx *c)
         xfree(p1);
         return node_fail_code(c, e.code, "torch.OutOfMemoryError", "%s", e.msg);
     }
-    int64_t sw = node_in_int(c, "spacing_width");
+    int64_t sw = node_in_int_at(c, STITCH_SPACING_WIDTH);
     sw = sw < 0 ? 0 : sw + sw % 2;
     /* spacing: the colour in its channels (white/black in the first three), alpha 1 */
     float sp[4] = {0, 0, 0, 0};
@@ -364,93 +442,41 @@ static int stitch_run(struct node_ctx *c)
 
 static const struct node_output_def image_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
 
-static const struct node_input_def repeat_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "amount", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(4096)},
-    NODE_INPUTS_END};
-static const struct node_input_def from_batch_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "batch_index", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(4095)},
-    {.name = "length", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(4096)},
-    NODE_INPUTS_END};
-static const struct node_input_def add_noise_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "seed", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_U64_MAX,
-     .control_after_generate = 1, .tooltip = "The random seed used for creating the noise."},
-    {.name = "strength", .type = "FLOAT", .def = NODE_F(0.5), .min = NODE_F(0.0), .max = NODE_F(1.0),
-     .step = NODE_F(0.01)},
-    NODE_INPUTS_END};
-static const struct node_input_def get_size_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "unique_id", .type = "UNIQUE_ID", .group = NODE_INPUT_HIDDEN},
-    NODE_INPUTS_END};
 static const struct node_output_def get_size_out[] = {
     {.type = "INT", .name = "width"}, {.type = "INT", .name = "height"},
     {.type = "INT", .name = "batch_size"}, NODE_OUTPUTS_END};
-static const struct node_input_def rotate_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "rotation", .type = NODE_COMBO, .options = rotations},
-    NODE_INPUTS_END};
-static const struct node_input_def flip_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "flip_method", .type = NODE_COMBO, .options = flips},
-    NODE_INPUTS_END};
-static const struct node_input_def stitch_in[] = {
-    {.name = "image1", .type = "IMAGE"},
-    {.name = "direction", .type = NODE_COMBO, .options = stitch_dirs, .def_str = "right"},
-    {.name = "match_image_size", .type = "BOOLEAN", .def_bool = 1, .has_def_bool = 1},
-    {.name = "spacing_width", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(1024),
-     .step = NODE_I(2)},
-    {.name = "spacing_color", .type = NODE_COMBO, .options = stitch_colors, .def_str = "white"},
-    {.name = "image2", .type = "IMAGE", .group = NODE_INPUT_OPTIONAL},
-    NODE_INPUTS_END};
-static const struct node_input_def resize_pad_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "target_width", .type = "INT", .def = NODE_I(512), .min = NODE_I(1),
-     .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(1)},
-    {.name = "target_height", .type = "INT", .def = NODE_I(512), .min = NODE_I(1),
-     .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(1)},
-    {.name = "padding_color", .type = NODE_COMBO, .options = pad_colors},
-    {.name = "interpolation", .type = NODE_COMBO, .options = pad_methods},
-    NODE_INPUTS_END};
-static const struct node_input_def max_dim_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "upscale_method", .type = NODE_COMBO, .options = max_dim_methods},
-    {.name = "largest_size", .type = "INT", .def = NODE_I(512), .min = NODE_I(0),
-     .max = NODE_I(MAX_RESOLUTION), .step = NODE_I(1)},
-    NODE_INPUTS_END};
 
 const struct node_class nodes_repeat_image_batch = {
     .name = "RepeatImageBatch", .category = "image/batch", .python_module = MODULE,
-    .inputs = repeat_in, .outputs = image_out, .run = repeat_run};
+    .inputs = repeat_in, .n_inputs = REPEAT_N, .outputs = image_out, .run = repeat_run};
 const struct node_class nodes_image_from_batch = {
     .name = "ImageFromBatch", .category = "image/batch", .python_module = MODULE,
-    .inputs = from_batch_in, .outputs = image_out, .run = from_batch_run};
+    .inputs = from_batch_in, .n_inputs = FROM_BATCH_N, .outputs = image_out, .run = from_batch_run};
 const struct node_class nodes_image_add_noise = {
     .name = "ImageAddNoise", .category = "image", .python_module = MODULE,
-    .inputs = add_noise_in, .outputs = image_out, .run = add_noise_run};
+    .inputs = add_noise_in, .n_inputs = NOISE_N, .outputs = image_out, .run = add_noise_run};
 const struct node_class nodes_image_stitch = {
     .name = "ImageStitch", .display_name = "Image Stitch", .category = "image/transform",
     .python_module = MODULE,
     .description = "\nStitches image2 to image1 in the specified direction.\nIf image2 is not provided, "
                    "returns image1 unchanged.\nOptional spacing can be added between images.\n",
-    .inputs = stitch_in, .outputs = image_out, .run = stitch_run};
+    .inputs = stitch_in, .n_inputs = STITCH_N, .outputs = image_out, .run = stitch_run};
 const struct node_class nodes_resize_and_pad_image = {
     .name = "ResizeAndPadImage", .category = "image/transform", .python_module = MODULE,
-    .inputs = resize_pad_in, .outputs = image_out, .run = resize_pad_run};
+    .inputs = resize_pad_in, .n_inputs = PAD_N, .outputs = image_out, .run = resize_pad_run};
 const struct node_class nodes_get_image_size = {
     .name = "GetImageSize", .display_name = "Get Image Size", .category = "image", .python_module = MODULE,
     .description = "Returns width and height of the image, and passes it through unchanged.",
-    .inputs = get_size_in, .outputs = get_size_out, .run = get_size_run};
+    .inputs = get_size_in, .n_inputs = SIZE_N, .outputs = get_size_out, .run = get_size_run};
 const struct node_class nodes_image_rotate = {
     .name = "ImageRotate", .category = "image/transform", .python_module = MODULE,
-    .inputs = rotate_in, .outputs = image_out, .run = rotate_run};
+    .inputs = rotate_in, .n_inputs = ROTATE_N, .outputs = image_out, .run = rotate_run};
 const struct node_class nodes_image_flip = {
     .name = "ImageFlip", .category = "image/transform", .python_module = MODULE,
-    .inputs = flip_in, .outputs = image_out, .run = flip_run};
+    .inputs = flip_in, .n_inputs = FLIP_N, .outputs = image_out, .run = flip_run};
 const struct node_class nodes_image_scale_to_max_dimension = {
     .name = "ImageScaleToMaxDimension", .category = "image/upscaling", .python_module = MODULE,
-    .inputs = max_dim_in, .outputs = image_out, .run = max_dim_run};
+    .inputs = max_dim_in, .n_inputs = MAX_DIM_N, .outputs = image_out, .run = max_dim_run};
 
 /* NODE_CLASS_MAPPINGS order. */
 static const struct node_class *const extras_classes[] = {

@@ -54,15 +54,24 @@ static float blend_px(int mode, float a, float b)
     }
 }
 
+enum { BLEND_IMAGE1, BLEND_IMAGE2, BLEND_BLEND_FACTOR, BLEND_BLEND_MODE, BLEND_N };
+static const struct node_input_def blend_in[] = {
+    {.name = "image1", .type = "IMAGE"},
+    {.name = "image2", .type = "IMAGE"},
+    {.name = "blend_factor", .type = "FLOAT", .def = NODE_F(0.5), .min = NODE_F(0.0), .max = NODE_F(1.0),
+     .step = NODE_F(0.01)},
+    {.name = "blend_mode", .type = NODE_COMBO, .options = blend_modes},
+    NODE_INPUTS_END};
+
 static int blend_run(struct node_ctx *c)
 {
     const struct value *a, *b;
-    int rc = nodes__image_in(c, "image1", &a);
+    int rc = nodes__image_in_at(c, BLEND_IMAGE1, &a);
     if (rc == 0)
-        rc = nodes__image_in(c, "image2", &b);
+        rc = nodes__image_in_at(c, BLEND_IMAGE2, &b);
     if (rc < 0)
         return rc;
-    const char *mode_name = node_in_str(c, "blend_mode");
+    const char *mode_name = node_in_str_at(c, BLEND_BLEND_MODE);
     int mode = -1;
     for (int i = 0; blend_modes[i]; i++)
         if (!strcmp(mode_name, blend_modes[i]))
@@ -100,7 +109,7 @@ static int blend_run(struct node_ctx *c)
         xfree(resized);
         return ERR_TOO_LARGE;
     }
-    double f = node_in_float(c, "blend_factor");
+    double f = node_in_float_at(c, BLEND_BLEND_FACTOR);
     float keep = (float)(1.0 - f), mix = (float)f;
     for (int64_t n = 0; n < B; n++) {
         const float *p1 = a->data + (size_t)(B1 == 1 ? 0 : n) * H * W * C;
@@ -165,11 +174,34 @@ static void blur_image(const float *in, int64_t H, int64_t W, int64_t C, const f
             }
 }
 
+enum { BLUR_IMAGE, BLUR_BLUR_RADIUS, BLUR_SIGMA, BLUR_N };
+static const struct node_input_def blur_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "blur_radius", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(31),
+     .step = NODE_I(1)},
+    {.name = "sigma", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.1), .max = NODE_F(10.0),
+     .step = NODE_F(0.1)},
+    NODE_INPUTS_END};
+
+/* gauss_run reads the image at BLUR_IMAGE for both. */
+enum {
+    SHARPEN_IMAGE = BLUR_IMAGE, SHARPEN_SHARPEN_RADIUS, SHARPEN_SIGMA, SHARPEN_ALPHA, SHARPEN_N
+};
+static const struct node_input_def sharpen_in[] = {
+    {.name = "image", .type = "IMAGE"},
+    {.name = "sharpen_radius", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(31),
+     .step = NODE_I(1)},
+    {.name = "sigma", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.1), .max = NODE_F(10.0),
+     .step = NODE_F(0.01)},
+    {.name = "alpha", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(5.0),
+     .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
 /* Blur `img` by radius r into a new IMAGE; sharpen (alpha >= 0) mixes it as above. */
 static int gauss_run(struct node_ctx *c, int64_t r, double sigma, int sharpen, double alpha)
 {
     const struct value *img;
-    int rc = nodes__image_in(c, "image", &img);
+    int rc = nodes__image_in_at(c, BLUR_IMAGE, &img);
     if (rc < 0)
         return rc;
     if (r == 0) { /* ComfyUI returns the input as is */
@@ -216,60 +248,19 @@ static int gauss_run(struct node_ctx *c, int64_t r, double sigma, int sharpen, d
 
 static int blur_run(struct node_ctx *c)
 {
-    return gauss_run(c, node_in_int(c, "blur_radius"), node_in_float(c, "sigma"), 0, 0.0);
+    return gauss_run(c, node_in_int_at(c, BLUR_BLUR_RADIUS), node_in_float_at(c, BLUR_SIGMA), 0,
+                     0.0);
 }
 
 static int sharpen_run(struct node_ctx *c)
 {
-    return gauss_run(c, node_in_int(c, "sharpen_radius"), node_in_float(c, "sigma"), 1,
-                     node_in_float(c, "alpha"));
+    return gauss_run(c, node_in_int_at(c, SHARPEN_SHARPEN_RADIUS),
+                     node_in_float_at(c, SHARPEN_SIGMA), 1, node_in_float_at(c, SHARPEN_ALPHA));
 }
 
 /* ---- ImageScaleToTotalPixels ------------------------------------------------------------- */
 
-static int total_pixels_run(struct node_ctx *c)
-{
-    const struct value *img;
-    int rc = nodes__image_in(c, "image", &img);
-    if (rc < 0)
-        return rc;
-    int64_t h = img->shape[1], w = img->shape[2];
-    if (h < 1 || w < 1)
-        return node_fail(c, "ZeroDivisionError", "division by zero");
-    double total = (double)(int64_t)(node_in_float(c, "megapixels") * 1024 * 1024);
-    double s = sqrt(total / (double)(w * h));
-    return nodes__image_scale_to(c, img, (int64_t)pynum_round_half_even((double)w * s),
-                                 (int64_t)pynum_round_half_even((double)h * s),
-                                 node_in_str(c, "upscale_method"), 0);
-}
-
-/* ---- declarations ------------------------------------------------------------------------ */
-
-static const struct node_output_def image_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
-
-static const struct node_input_def blend_in[] = {
-    {.name = "image1", .type = "IMAGE"},
-    {.name = "image2", .type = "IMAGE"},
-    {.name = "blend_factor", .type = "FLOAT", .def = NODE_F(0.5), .min = NODE_F(0.0), .max = NODE_F(1.0),
-     .step = NODE_F(0.01)},
-    {.name = "blend_mode", .type = NODE_COMBO, .options = blend_modes},
-    NODE_INPUTS_END};
-static const struct node_input_def blur_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "blur_radius", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(31),
-     .step = NODE_I(1)},
-    {.name = "sigma", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.1), .max = NODE_F(10.0),
-     .step = NODE_F(0.1)},
-    NODE_INPUTS_END};
-static const struct node_input_def sharpen_in[] = {
-    {.name = "image", .type = "IMAGE"},
-    {.name = "sharpen_radius", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(31),
-     .step = NODE_I(1)},
-    {.name = "sigma", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.1), .max = NODE_F(10.0),
-     .step = NODE_F(0.01)},
-    {.name = "alpha", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(5.0),
-     .step = NODE_F(0.01)},
-    NODE_INPUTS_END};
+enum { TOTAL_IMAGE, TOTAL_UPSCALE_METHOD, TOTAL_MEGAPIXELS, TOTAL_N };
 static const struct node_input_def total_pixels_in[] = {
     {.name = "image", .type = "IMAGE"},
     {.name = "upscale_method", .type = NODE_COMBO, .options = node_img_upscale_methods},
@@ -277,16 +268,37 @@ static const struct node_input_def total_pixels_in[] = {
      .step = NODE_F(0.01)},
     NODE_INPUTS_END};
 
-#define POST_CLASS(var, id, cat, in, fn)                                                          \
-    const struct node_class var = {.name = id, .category = cat, .python_module = MODULE,        \
-                                   .flags = NODE_CLASS_V3, .inputs = in, .outputs = image_out,   \
-                                   .run = fn}
+static int total_pixels_run(struct node_ctx *c)
+{
+    const struct value *img;
+    int rc = nodes__image_in_at(c, TOTAL_IMAGE, &img);
+    if (rc < 0)
+        return rc;
+    int64_t h = img->shape[1], w = img->shape[2];
+    if (h < 1 || w < 1)
+        return node_fail(c, "ZeroDivisionError", "division by zero");
+    double total = (double)(int64_t)(node_in_float_at(c, TOTAL_MEGAPIXELS) * 1024 * 1024);
+    double s = sqrt(total / (double)(w * h));
+    return nodes__image_scale_to(c, img, (int64_t)pynum_round_half_even((double)w * s),
+                                 (int64_t)pynum_round_half_even((double)h * s),
+                                 node_in_str_at(c, TOTAL_UPSCALE_METHOD), 0);
+}
 
-POST_CLASS(nodes_image_blend, "ImageBlend", "image/postprocessing", blend_in, blend_run);
-POST_CLASS(nodes_image_blur, "ImageBlur", "image/postprocessing", blur_in, blur_run);
-POST_CLASS(nodes_image_sharpen, "ImageSharpen", "image/postprocessing", sharpen_in, sharpen_run);
+/* ---- declarations ------------------------------------------------------------------------ */
+
+static const struct node_output_def image_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
+
+#define POST_CLASS(var, id, cat, in, n_in, fn)                                                    \
+    const struct node_class var = {.name = id, .category = cat, .python_module = MODULE,        \
+                                   .flags = NODE_CLASS_V3, .inputs = in, .n_inputs = n_in,       \
+                                   .outputs = image_out, .run = fn}
+
+POST_CLASS(nodes_image_blend, "ImageBlend", "image/postprocessing", blend_in, BLEND_N, blend_run);
+POST_CLASS(nodes_image_blur, "ImageBlur", "image/postprocessing", blur_in, BLUR_N, blur_run);
+POST_CLASS(nodes_image_sharpen, "ImageSharpen", "image/postprocessing", sharpen_in, SHARPEN_N,
+           sharpen_run);
 POST_CLASS(nodes_image_scale_to_total_pixels, "ImageScaleToTotalPixels", "image/upscaling",
-           total_pixels_in, total_pixels_run);
+           total_pixels_in, TOTAL_N, total_pixels_run);
 
 /* get_node_list order. */
 static const struct node_class *const post_classes[] = {

@@ -53,6 +53,7 @@ static const struct ups_value *ups_value_of(const struct value *v)
 
 /* ---- UpscaleModelLoader ---- */
 
+enum { LOADER_MODEL_NAME, LOADER_N };
 static const struct node_input_def loader_in[] = {
     {.name = "model_name", .type = NODE_COMBO, .options_folder = "upscale_models"},
     NODE_INPUTS_END};
@@ -65,7 +66,7 @@ static int loader_is_changed(struct node_ctx *c, struct buf *out)
 
 static int loader_run(struct node_ctx *c)
 {
-    const char *name = node_in_str(c, "model_name");
+    const char *name = node_in_str_at(c, LOADER_MODEL_NAME);
     struct buf path;
     buf_init(&path);
     if (node_files_find_model(c->env, "upscale_models", name, &path) < 0) {
@@ -99,6 +100,7 @@ static const struct node_class upscale_model_loader = {
     .python_module = "comfy_extras.nodes_upscale_model",
     .flags = NODE_CLASS_V3,
     .inputs = loader_in,
+    .n_inputs = LOADER_N,
     .outputs = loader_out,
     .run = loader_run,
     .is_changed = loader_is_changed,
@@ -151,10 +153,16 @@ static int upscale_at(struct node_ctx *c, const struct ups_value *u, const float
     return rc;
 }
 
+enum { UPSCALE_UPSCALE_MODEL, UPSCALE_IMAGE, UPSCALE_N };
+static const struct node_input_def upscale_in[] = {
+    {.name = "upscale_model", .type = "UPSCALE_MODEL"},
+    {.name = "image", .type = "IMAGE"},
+    NODE_INPUTS_END};
+
 static int upscale_run(struct node_ctx *c)
 {
-    const struct ups_value *u = ups_value_of(node_in(c, "upscale_model"));
-    const struct value *img = node_in(c, "image");
+    const struct ups_value *u = ups_value_of(node_in_at(c, UPSCALE_UPSCALE_MODEL));
+    const struct value *img = node_in_at(c, UPSCALE_IMAGE);
     if (!u)
         return node_fail(c, "TypeError", "upscale_model is not an UPSCALE_MODEL");
     if (!img || img->kind != VALUE_TENSOR || img->ndim != 4)
@@ -211,10 +219,6 @@ fail:
     return node_fail_err(c, rc, &e);
 }
 
-static const struct node_input_def upscale_in[] = {
-    {.name = "upscale_model", .type = "UPSCALE_MODEL"},
-    {.name = "image", .type = "IMAGE"},
-    NODE_INPUTS_END};
 static const struct node_output_def upscale_out[] = {{.type = "IMAGE"}, NODE_OUTPUTS_END};
 
 static const struct node_class image_upscale_with_model = {
@@ -224,6 +228,7 @@ static const struct node_class image_upscale_with_model = {
     .python_module = "comfy_extras.nodes_upscale_model",
     .flags = NODE_CLASS_V3,
     .inputs = upscale_in,
+    .n_inputs = UPSCALE_N,
     .outputs = upscale_out,
     .run = upscale_run,
 };

@@ -12,6 +12,7 @@
 #include "alloc.h"
 #include "node_builtin.h"
 #include "node_registry.h"
+#include "nodes_image.h"
 
 /* PIL's Image.fromarray(np.clip(255. * image, 0, 255).astype(np.uint8)): truncation. */
 static void to_u8(const float *src, size_t n, uint8_t *px)
@@ -22,18 +23,22 @@ static void to_u8(const float *src, size_t n, uint8_t *px)
     }
 }
 
+enum { WS_IMAGES, WS_N };
+static const struct node_input_def ws_save_in[] = {{.name = "images", .type = "IMAGE"},
+                                                    NODE_INPUTS_END};
+
 static int ws_save_run(struct node_ctx *c)
 {
-    const struct value *img = node_in_at(c, 0); /* ws_save_in[0]: images */
-    if (!img || img->kind != VALUE_TENSOR || img->ndim != 4)
-        return node_fail(c, "ValueError", "input 'images' is not an IMAGE [B,H,W,C]");
+    const struct value *img;
+    int rc = nodes__image_in_at(c, WS_IMAGES, &img);
+    if (rc < 0)
+        return rc;
     int64_t b = img->shape[0], h = img->shape[1], w = img->shape[2], ch = img->shape[3];
     if (ch != 3 && ch != 4)
         return node_fail(c, "TypeError", "Cannot handle this data type: (1, 1, %lld), |u1",
                          (long long)ch);
     size_t per = (size_t)(h * w * ch);
     uint8_t *px = xmalloc(per); /* one image; the IMAGE value already holds 4x that */
-    int rc = 0;
     for (int64_t i = 0; i < b && rc == 0; i++) {
         to_u8(img->data + (size_t)i * per, per, px);
         rc = node_progress_image(c, (double)i, (double)b, px, (int)w, (int)h, (int)ch);
@@ -50,8 +55,6 @@ static int ws_save_is_changed(struct node_ctx *c, struct buf *out)
     return -1;
 }
 
-static const struct node_input_def ws_save_in[] = {{.name = "images", .type = "IMAGE"},
-                                                    NODE_INPUTS_END};
 static const struct node_output_def no_outputs[] = {NODE_OUTPUTS_END};
 
 static const struct node_class save_image_websocket = {
@@ -60,6 +63,7 @@ static const struct node_class save_image_websocket = {
     .python_module = "custom_nodes.websocket_image_save",
     .flags = NODE_CLASS_OUTPUT,
     .inputs = ws_save_in,
+    .n_inputs = WS_N,
     .outputs = no_outputs,
     .run = ws_save_run,
     .is_changed = ws_save_is_changed,
