@@ -13,6 +13,7 @@
 #include "checkpoint.h"
 #include "checkpoint_save.h"
 #include "controlnet.h"
+#include "t2i_adapter.h"
 #include "strhash.h"
 #include "family.h"
 
@@ -233,9 +234,47 @@ static void on_cn_key(void *user, const struct model_key *k)
     memcpy(g->shape, k->shape, sizeof(g->shape));
 }
 
+/* A T2I-Adapter's tensor, in ComfyUI's or diffusers' naming. */
+static void on_t2i_key(void *user, const struct model_key *k)
+{
+    struct gen_list *l = user;
+    const struct ckpt_gen_opts *o = l->o;
+    if (o->drop_tensor && strcmp(o->drop_tensor, k->name) == 0)
+        return;
+    struct gen_entry *g = push(l);
+    snprintf(g->seed_name, sizeof(g->seed_name), "t2i_adapter.%s", k->name);
+    if (!(o->flags & CKPT_GEN_CN_DIFFUSERS) ||
+        t2i_adapter_name_to_diffusers(k->name, g->name, sizeof(g->name)) < 0)
+        snprintf(g->name, sizeof(g->name), "%s", k->name);
+    g->dtype = o->dtype;
+    g->init = k->init;
+    g->fill = FILL_RANDOM;
+    g->ndim = k->ndim;
+    memcpy(g->shape, k->shape, sizeof(g->shape));
+}
+
+static void build_t2i(const struct ckpt_gen_opts *o, struct gen_list *l)
+{
+    int c = o->cfg.unet.model_ch;
+    struct t2i_arch a = {.kind = o->t2i == CKPT_GEN_T2I_LIGHT ? T2I_LIGHT : T2I_FULL,
+                         .xl = o->t2i == CKPT_GEN_T2I_XL,
+                         .hint_ch = o->t2i_hint_ch ? o->t2i_hint_ch : 3,
+                         .unshuffle = o->t2i == CKPT_GEN_T2I_XL ? 16 : 8,
+                         .channels = {c, 2 * c, 4 * c, 4 * c},
+                         .nums_rb = o->t2i == CKPT_GEN_T2I_LIGHT ? 4 : 2,
+                         .ksize = 1};
+    t2i_adapter_layout(&a, on_t2i_key, l);
+    if (o->extra_tensor)
+        add_special(l, o->extra_tensor, o->dtype, FILL_RANDOM, 0, 1, (const int64_t[]){4});
+}
+
 static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
 {
     l->o = o;
+    if (o->t2i) {
+        build_t2i(o, l);
+        return;
+    }
     if (o->flags & CKPT_GEN_CONTROLNET) {
         controlnet_layout_union(&o->cfg, 3, o->cn_union_types, on_cn_key, l);
         if (o->flags & CKPT_GEN_CN_DIFF)

@@ -55,6 +55,18 @@ struct ckpt_gen_opts {
     const char *extra_tensor;  /* full name of an extra (unknown) tensor to add, or NULL */
     int cn_union_types;        /* with CONTROLNET: a Union ControlNet of this many control
                                 * types (6, ProMax 8; diffusers names as xinsir's), or 0 */
+    int t2i;                   /* enum ckpt_gen_t2i: a T2I-Adapter instead of a checkpoint */
+    int t2i_hint_ch;           /* its hint channels (1 or 3; 0: 3) */
+};
+
+/* T2I-Adapters (models/controlnet/t2i_adapter.h) with widths model_ch x {1, 2, 4, 4} of
+ * cfg's UNet, 1x1 kernels, avg-pool downsampling; CKPT_GEN_CN_DIFFUSERS: diffusers names
+ * (full ones only). Values depend on the ComfyUI name whatever the naming. */
+enum ckpt_gen_t2i {
+    CKPT_GEN_T2I_NONE,
+    CKPT_GEN_T2I_FULL,  /* Adapter, SD1.5 */
+    CKPT_GEN_T2I_LIGHT, /* Adapter_light */
+    CKPT_GEN_T2I_XL,    /* Adapter for SDXL (16x unshuffle) */
 };
 
 /* Defaults: tiny config, F32, seed 42, no flags. */

@@ -48,7 +48,10 @@ static void usage(FILE *fp)
           "                      control_model)\n"
           "  --difference        a diff ControlNet (adds the \"difference\" marker)\n"
           "  --cn-union N        a Union ControlNet of N control types (6; ProMax 8),\n"
-          "                      with diffusers names\n",
+          "                      with diffusers names\n"
+          "  --t2i full|light|xl a T2I-Adapter (SD1.5 full or light, SDXL) of the UNet's\n"
+          "                      width (--cn-prefix diffusers: diffusers names)\n"
+          "  --t2i-hint N        its hint channels (1 or 3, default 3)\n",
           fp);
 }
 
@@ -150,6 +153,14 @@ int main(int argc, char **argv)
             if_missing = 1;
         } else if (!strcmp(a, "--controlnet")) {
             o.flags |= CKPT_GEN_CONTROLNET;
+        } else if (!strcmp(a, "--t2i")) {
+            NEED();
+            o.t2i = !strcmp(next, "light") ? CKPT_GEN_T2I_LIGHT
+                    : !strcmp(next, "xl")  ? CKPT_GEN_T2I_XL
+                                           : CKPT_GEN_T2I_FULL;
+        } else if (!strcmp(a, "--t2i-hint")) {
+            NEED();
+            o.t2i_hint_ch = atoi(next);
         } else if (!strcmp(a, "--cn-union")) {
             NEED();
             o.cn_union_types = atoi(next);

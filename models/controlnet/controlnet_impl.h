@@ -1,15 +1,38 @@
 /*
  * Private to models/controlnet/: the Union ControlNet's parts (controlnet_union.c) that
- * the forward pass (controlnet.c) and the layout (controlnet_layout.c) call.
+ * the forward pass (controlnet.c) and the layout (controlnet_layout.c) call, and the
+ * file checks and patcher building (controlnet_load.c) the T2I-Adapter's loader shares.
  *
  * Threads: the executor thread.
  */
 #ifndef LATENTD_MODELS_CONTROLNET_IMPL_H
 #define LATENTD_MODELS_CONTROLNET_IMPL_H
 
+#include "checkpoint_impl.h"
 #include "controlnet.h"
 #include "model_layout_impl.h"
 #include "nn.h"
+
+/* A file's tensors checked against a layout walk (controlnet__check_key as its fn): each
+ * expected key present with its shape and a float dtype, listed in items. */
+struct controlnet__check {
+    const struct st_file *f;
+    struct ntable *nt;          /* the file's names, mapped to the layout's */
+    struct ckpt__items items;   /* owned (xfree items.v) */
+    const char *what;           /* "ControlNet", "T2I-Adapter": for messages */
+    struct err *e;
+    int rc;                     /* the first failure */
+};
+void controlnet__check_key(void *user, const struct model_key *k);
+/* ERR_INVALID naming the first file tensor the walk did not expect (`layout` names it). */
+int controlnet__check_unused(const struct controlnet__check *c, const char *layout);
+
+/* The patcher of the checked items (one layer per layout layer), stored as dt, named
+ * `name` ("controlnet": the UNet's role) with the file kept open (and *f taken, NULL
+ * after) for its mmap; base: a diff ControlNet's UNet (its weights added), or NULL. */
+int controlnet__patcher_new(struct st_file **f, const struct ckpt__items *items,
+                            struct patcher_model *base, enum tensor_dtype dt, const char *name,
+                            struct patcher **out, struct err *e);
 
 /* cldm.py's fixed sizes: the type embedding's width per type and the layer's heads. */
 #define CONTROLNET_UNION_EMBED_DIM 256

@@ -63,23 +63,15 @@ static int not_a_controlnet(const struct st_file *f, struct err *e)
     return err_set(e, ERR_UNSUPPORTED, "'%s' is not a supported ControlNet: %s", f->path, what);
 }
 
-struct check {
-    const struct st_file *f;
-    struct ntable *nt;
-    struct ckpt__items items;
-    struct err *e;
-    int rc;
-};
-
-static void on_key(void *user, const struct model_key *k)
+void controlnet__check_key(void *user, const struct model_key *k)
 {
-    struct check *c = user;
+    struct controlnet__check *c = user;
     if (c->rc < 0)
         return;
     struct nkey *nk = ckpt__ntable_find(c->nt, k->name);
     if (!nk) {
-        c->rc = err_set(c->e, ERR_INVALID, "'%s': ControlNet tensor '%s' is missing", c->f->path,
-                        k->name + k->rel);
+        c->rc = err_set(c->e, ERR_INVALID, "'%s': %s tensor '%s' is missing", c->f->path,
+                        c->what, k->name + k->rel);
         return;
     }
     nk->used = 1;
@@ -87,14 +79,13 @@ static void on_key(void *user, const struct model_key *k)
         ckpt__items_push(&c->items, k, nk->t);
 }
 
-static int check_unused(const struct check *c, const struct model_config *cfg)
+int controlnet__check_unused(const struct controlnet__check *c, const char *layout)
 {
     for (size_t i = 0; i < c->nt->n; i++)
         if (!c->nt->v[i].used)
             return err_set(c->e, ERR_INVALID,
-                           "'%s': unexpected tensor '%s' (not part of the %s ControlNet layout)",
-                           c->f->path, c->nt->v[i].t->name,
-                           model_family_get(cfg->family)->name);
+                           "'%s': unexpected tensor '%s' (not part of the %s layout)",
+                           c->f->path, c->nt->v[i].t->name, layout);
     return 0;
 }
 
@@ -185,10 +176,12 @@ static int file_check(void *user, struct err *e)
 
 /* The patcher model: one layer per block of the layout, in its order. */
 static int build_model(const struct st_file *f, const struct ckpt__items *items,
-                       struct patcher_model *base, enum tensor_dtype dt,
+                       struct patcher_model *base, enum tensor_dtype dt, const char *name,
                        struct patcher_model **out, struct err *e)
 {
-    struct patcher_model *m = patcher_model_new("controlnet", PATCHER_ROLE_UNET);
+    struct patcher_model *m =
+        patcher_model_new(name, base || !strcmp(name, "controlnet") ? PATCHER_ROLE_UNET
+                                                                   : PATCHER_ROLE_OTHER);
     struct owned *o = base ? xcalloc(1, sizeof *o) : NULL;
     char last[48] = "";
     int layer = -1, rc = 0;
@@ -226,14 +219,30 @@ static int build_model(const struct st_file *f, const struct ckpt__items *items,
     return 0;
 }
 
+int controlnet__patcher_new(struct st_file **f, const struct ckpt__items *items,
+                            struct patcher_model *base, enum tensor_dtype dt, const char *name,
+                            struct patcher **out, struct err *e)
+{
+    struct patcher_model *m = NULL;
+    int rc;
+    if ((rc = build_model(*f, items, base, dt, name, &m, e)) < 0 || (rc = st_check(*f, e)) < 0) {
+        patcher_model_unref(m);
+        return rc;
+    }
+    patcher_model_keep_checked(m, file_close, file_check, *f);
+    *f = NULL;
+    *out = patcher_new(m);
+    patcher_model_unref(m);
+    return 0;
+}
+
 int controlnet_load(const char *path, struct patcher *diff_base, enum tensor_dtype dt,
                     struct controlnet **out, struct err *e)
 {
     struct st_file *f = NULL;
     struct ntable nt = {0};
-    struct check c = {.e = e};
+    struct controlnet__check c = {.e = e, .what = "ControlNet"};
     struct controlnet *cn = NULL;
-    struct patcher_model *m = NULL;
     int rc;
     unsigned flags = 0;
     *out = NULL;
@@ -262,19 +271,18 @@ int controlnet_load(const char *path, struct patcher *diff_base, enum tensor_dty
         goto fail;
     c.f = f;
     c.nt = &nt;
-    controlnet_layout_union(&cn->cfg, cn->hint_ch, cn->union_types, on_key, &c);
-    if ((rc = c.rc) < 0 || (rc = check_unused(&c, &cn->cfg)) < 0)
+    controlnet_layout_union(&cn->cfg, cn->hint_ch, cn->union_types, controlnet__check_key,
+                            &c);
+    char layout[64];
+    snprintf(layout, sizeof(layout), "%s ControlNet", model_family_get(cn->cfg.family)->name);
+    if ((rc = c.rc) < 0 || (rc = controlnet__check_unused(&c, layout)) < 0)
         goto fail;
     if (diff && !diff_base)
         log_warn("'%s' is a diff ControlNet loaded without a model: it will likely not work "
                  "(use DiffControlNetLoader)", path);
     struct patcher_model *base = diff ? (diff_base ? patcher_model_of(diff_base) : NULL) : NULL;
-    if ((rc = build_model(f, &c.items, base, dt, &m, e)) < 0 || (rc = st_check(f, e)) < 0)
+    if ((rc = controlnet__patcher_new(&f, &c.items, base, dt, "controlnet", &cn->p, e)) < 0)
         goto fail;
-    patcher_model_keep_checked(m, file_close, file_check, f);
-    f = NULL;
-    cn->p = patcher_new(m);
-    patcher_model_unref(m);
     atomic_init(&cn->_refs, 1);
     log_info("loaded ControlNet '%s': %s%s%s, %zu tensors", path,
              model_family_get(cn->cfg.family)->name, diff ? " (difference)" : "",
@@ -284,7 +292,6 @@ int controlnet_load(const char *path, struct patcher *diff_base, enum tensor_dty
     *out = cn;
     return 0;
 fail:
-    patcher_model_unref(m);
     ckpt__ntable_release(&nt);
     xfree(c.items.v);
     xfree(cn);
