@@ -46,14 +46,6 @@ int nodes__mask_in_at(struct node_ctx *c, int index, const struct value **m, int
     return 0;
 }
 
-int nodes__mask_in(struct node_ctx *c, const char *name, const struct value **m, int64_t *b,
-                   int64_t *h, int64_t *w)
-{
-    int index = node_class_input_index(c->cls, name);
-    ASSERT(index >= 0);
-    return nodes__mask_in_at(c, index, m, b, h, w);
-}
-
 /* A MASK [b, h, w] copy of m (reshape(-1, H, W).clone()); NULL after node_fail. */
 static struct value *mask_copy(struct node_ctx *c, const struct value *m, int64_t b, int64_t h, int64_t w)
 {

@@ -23,10 +23,6 @@
  */
 int nodes__mask_in_at(struct node_ctx *c, int index, const struct value **m, int64_t *b,
                       int64_t *h, int64_t *w);
-/* The same by input name (a declaration lookup per call), for families not yet
- * given index enums. */
-int nodes__mask_in(struct node_ctx *c, const char *name, const struct value **m, int64_t *b,
-                   int64_t *h, int64_t *w);
 
 /* The classes, for tests that run a node directly. */
 extern const struct node_class nodes_latent_composite_masked;
