@@ -219,6 +219,110 @@ static int run_bound(struct run *r, int n, struct node_ctx *c, const struct node
     return rc;
 }
 
+/* A growable list of value references (one output's items over the calls). */
+struct vlist {
+    struct value **v; /* owned references */
+    int n, cap;
+};
+
+static void vlist_add(struct vlist *l, struct value *v)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 4;
+        l->v = xrealloc(l->v, (size_t)l->cap * sizeof(*l->v));
+    }
+    l->v[l->n++] = v;
+}
+
+/*
+ * ComfyUI's _map_node_over_list for a node that gets list inputs: the number of
+ * calls is the longest input list (a shorter one repeats its last item), each call
+ * sees item i of every input, and each output becomes the list of the calls'
+ * values (an OUTPUT_IS_LIST output: the concatenation of the calls' lists, as
+ * merge_result_data does). UI results accumulate in the one ctx, as ComfyUI merges
+ * the calls' ui dicts. Returns run()'s code; out[] then holds list values.
+ */
+static int run_over_lists(struct run *r, int n, struct node_ctx *c, struct value **in,
+                          struct value **out, int calls)
+{
+    const struct gnode *gn = &r->p->nodes[n];
+    struct value **item_in = xcalloc((size_t)(gn->n_in ? gn->n_in : 1), sizeof(*item_in));
+    struct value **item_out = xcalloc((size_t)(gn->n_out ? gn->n_out : 1), sizeof(*item_out));
+    struct vlist *acc = xcalloc((size_t)(gn->n_out ? gn->n_out : 1), sizeof(*acc));
+    int rc = 0;
+    c->inputs = item_in;
+    c->outputs = item_out;
+    for (int i = 0; i < calls && rc >= 0; i++) {
+        if (i && atomic_load(&r->g->interrupt)) {
+            rc = ERR_INTERRUPTED;
+            break;
+        }
+        for (int k = 0; k < gn->n_in; k++) {
+            int len = value_list_len(in[k]);
+            item_in[k] = len ? value_list_at(in[k], i < len ? i : len - 1) : NULL; /* borrowed */
+        }
+        rc = run_bound(r, n, c, NULL, NULL);
+        for (int o = 0; o < gn->n_out; o++) {
+            struct value *v = item_out[o];
+            item_out[o] = NULL;
+            if (rc >= 0 && !v)
+                rc = node_fail(c, "RuntimeError", "node %s (%s) produced no value for output %d",
+                               gn->id, gn->cls->name, o);
+            if (rc < 0 || !v) {
+                value_unref(v);
+                continue;
+            }
+            if (gn->cls->outputs[o].is_list) {
+                for (int j = 0; j < value_list_len(v); j++)
+                    vlist_add(&acc[o], value_ref(value_list_at(v, j)));
+                value_unref(v);
+            } else {
+                vlist_add(&acc[o], v);
+            }
+        }
+    }
+    c->inputs = in;
+    c->outputs = out;
+    for (int o = 0; o < gn->n_out; o++) {
+        if (rc >= 0)
+            out[o] = value_new_list(gn->cls->outputs[o].type, acc[o].v, acc[o].n);
+        else
+            for (int j = 0; j < acc[o].n; j++)
+                value_unref(acc[o].v[j]);
+        xfree(acc[o].v);
+    }
+    xfree(acc);
+    xfree(item_out);
+    xfree(item_in);
+    return rc;
+}
+
+/*
+ * Run node n once, or once per list item when a linked input is a list and the
+ * class does not take lists (NODE_CLASS_INPUT_IS_LIST). An empty list is a
+ * RuntimeError: ComfyUI fails on it too (IndexError or a missing argument).
+ */
+static int run_node(struct run *r, int n, struct node_ctx *c, struct value **in,
+                    struct value **out, const struct node_input_def *bad, const char *why)
+{
+    const struct gnode *gn = &r->p->nodes[n];
+    if (bad || (gn->cls->flags & NODE_CLASS_INPUT_IS_LIST))
+        return run_bound(r, n, c, bad, why);
+    int calls = 1, lists = 0;
+    for (int k = 0; k < gn->n_in; k++) {
+        if (!value_is_list(in[k]))
+            continue;
+        lists = 1;
+        int len = value_list_len(in[k]);
+        if (len == 0)
+            return node_fail(c, "RuntimeError", "input '%s' of node %s (%s) is an empty list",
+                             gn->cls->inputs[k].name, gn->id, gn->cls->name);
+        if (len > calls)
+            calls = len;
+    }
+    return lists ? run_over_lists(r, n, c, in, out, calls) : run_bound(r, n, c, bad, why);
+}
+
 /* A failed node: execution_error in ComfyUI's shape. Out of memory, known by its
  * code, frees every model and adds ComfyUI's hint (§6.4): every allocation path
  * (device, xtry_*, alloc_host_check) returns ERR_DEVICE_OOM, and nodes pass it on. */
@@ -304,7 +408,7 @@ int graph__execute_node(struct run *r, int n)
         stop = stop_interrupted(r, n);
         goto out;
     }
-    rc = run_bound(r, n, &c, bad, why);
+    rc = run_node(r, n, &c, in, out, bad, why);
     if (rc == ERR_INTERRUPTED || (rc < 0 && atomic_load(&r->g->interrupt))) {
         atomic_store(&r->g->interrupt, 0);
         stop = stop_interrupted(r, n);

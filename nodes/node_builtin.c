@@ -11,6 +11,7 @@ void node_registry_add_builtins(struct node_registry *r)
     nodes_mask_register(r);
     nodes_string_register(r);
     nodes_string_regex_register(r);
+    nodes_rebatch_register(r);
     nodes_upscale_model_register(r);
     /* custom_nodes load after comfy_extras. */
     nodes_websocket_register(r);

@@ -167,6 +167,9 @@ enum node_class_flags {
      * ["COMBO", {"multiselect": false, "options": [...]}], output_tooltips always (null
      * for none), display_name null when unset, deprecated/experimental/api_node always. */
     NODE_CLASS_V3 = 1 << 4,
+    /* INPUT_IS_LIST (is_input_list): run once with every input as a list
+     * (value_list_len / value_list_at), instead of once per item (graph_node.c). */
+    NODE_CLASS_INPUT_IS_LIST = 1 << 5,
 };
 
 struct node_class {

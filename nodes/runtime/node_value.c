@@ -195,3 +195,54 @@ void value_describe(const struct value *v, struct buf *out)
         break;
     }
 }
+
+/* ---- lists ----------------------------------------------------------------------------- */
+
+struct value_list {
+    int n;
+    struct value **items; /* owned references */
+};
+
+/* The destructor doubles as the list marker: a VALUE_OBJECT freed by it is a list. */
+static void value_list_free(void *obj)
+{
+    struct value_list *l = obj;
+    for (int i = 0; i < l->n; i++)
+        value_unref(l->items[i]);
+    xfree(l->items);
+    xfree(l);
+}
+
+struct value *value_new_list(const char *type, struct value **items, int n)
+{
+    ASSERT(n >= 0);
+    struct value_list *l = xcalloc(1, sizeof *l);
+    l->n = n;
+    l->items = xmalloc((size_t)(n ? n : 1) * sizeof *l->items);
+    if (n)
+        memcpy(l->items, items, (size_t)n * sizeof *l->items);
+    return value_new_object(type, l, value_list_free);
+}
+
+int value_is_list(const struct value *v)
+{
+    return v && v->kind == VALUE_OBJECT && v->obj_free == value_list_free;
+}
+
+int value_list_len(const struct value *v)
+{
+    if (!v)
+        return 0;
+    return value_is_list(v) ? ((const struct value_list *)v->obj)->n : 1;
+}
+
+struct value *value_list_at(const struct value *v, int i)
+{
+    if (!value_is_list(v)) {
+        ASSERT(v && i == 0);
+        return (struct value *)v;
+    }
+    const struct value_list *l = v->obj;
+    ASSERT(i >= 0 && i < l->n);
+    return l->items[i];
+}

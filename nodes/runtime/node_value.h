@@ -125,4 +125,23 @@ uint64_t value_u64(const struct value *v);
  */
 void value_describe(const struct value *v, struct buf *out);
 
+/*
+ * Lists: ComfyUI's OUTPUT_IS_LIST / INPUT_IS_LIST. A list is a VALUE_OBJECT of the
+ * items' `type` (static) holding n >= 0 item references; it is immutable like any
+ * value. Nodes whose class has NODE_CLASS_INPUT_IS_LIST see each input as a list
+ * (node_in_at may return a list or a plain value: read both through the accessors
+ * below), and an output declared is_list is set to a list. Every other node sees
+ * plain values only: the executor (graph/) runs it once per item.
+ *
+ * value_new_list takes over the n references in items[] (the array itself is
+ * copied; items may be NULL when n is 0).
+ */
+struct value *value_new_list(const char *type, struct value **items, int n);
+/* Whether v is a list (NULL-safe). */
+int value_is_list(const struct value *v);
+/* Items: a list's count, 1 for a plain value, 0 for NULL. */
+int value_list_len(const struct value *v);
+/* Item i (borrowed; 0 <= i < value_list_len): a plain value is its own item 0. */
+struct value *value_list_at(const struct value *v, int i);
+
 #endif

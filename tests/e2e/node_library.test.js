@@ -8,6 +8,7 @@
 //     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json, nodes_compositing.json; the string, primitive and conditioning nodes;
 //   - the ControlNet nodes: nodes_controlnet.json (nodes.py; registered without a model);
 //   - the model merging and saving nodes: nodes_model_merging.json (registered without a model);
+//   - RebatchLatents and RebatchImages (nodes_rebatch.json: output_is_list true);
 //   - AlignYourStepsScheduler, FreeU/FreeU_V2, RescaleCFG and PerpNegGuider (nodes_align_your_steps,
 //     nodes_freelunch, nodes_model_advanced, nodes_perpneg fixtures; DualCFGGuider is compared by
 //     e2e_custom_sampling with nodes_custom_sampler.json);
@@ -54,6 +55,7 @@ const WANT = {
   "nodes_freelunch.json": ["FreeU", "FreeU_V2"],
   "nodes_model_advanced.json": ["ModelSamplingDiscrete", "RescaleCFG"],
   "nodes_perpneg.json": ["PerpNegGuider"],
+  "nodes_rebatch.json": ["RebatchLatents", "RebatchImages"],
 };
 
 let S = null;
