@@ -47,9 +47,11 @@
 #define CONTROLNET_HINT_CONVS 8
 extern const int controlnet_hint_widths[CONTROLNET_HINT_CONVS - 1]; /* 16 16 32 32 96 96 256 */
 
-/* ComfyUI's UNION_CONTROLNET_TYPES (comfy/cldm/control_types.py), by type number. */
+/* ComfyUI's UNION_CONTROLNET_TYPES (comfy/cldm/control_types.py), by type number; the
+ * options list is SetUnionControlNetType's combo: "auto", the names, NULL. */
 #define CONTROLNET_UNION_TYPES 8
-extern const char *const controlnet_union_type_names[CONTROLNET_UNION_TYPES];
+extern const char *const controlnet_union_type_options[CONTROLNET_UNION_TYPES + 2];
+extern const char *const *const controlnet_union_type_names; /* options + 1 */
 
 struct controlnet {
     struct patcher *p;       /* owned reference: the weights, one layer per block */

@@ -13,7 +13,8 @@
 
 #include "controlnet_impl.h"
 
-const char *const controlnet_union_type_names[CONTROLNET_UNION_TYPES] = {
+const char *const controlnet_union_type_options[CONTROLNET_UNION_TYPES + 2] = {
+    "auto", /* SetUnionControlNetType's first choice: no type */
     "openpose",
     "depth",
     "hed/pidi/scribble/ted",
@@ -22,7 +23,9 @@ const char *const controlnet_union_type_names[CONTROLNET_UNION_TYPES] = {
     "segment",
     "tile",
     "repaint",
+    NULL,
 };
+const char *const *const controlnet_union_type_names = controlnet_union_type_options + 1;
 
 void controlnet__union_keys(struct key_walk *w, int model_ch, int union_types)
 {

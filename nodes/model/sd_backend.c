@@ -93,7 +93,7 @@ static int unet_eval_with(struct unet_impl *u, const struct tensor *x, const flo
         goto out;
     controlnet_out_view(&co, &uc);
     for (const struct sd_control *k = control; k && rc == 0; k = k->prev)
-        rc = vouch(k->cn->p, e);
+        rc = vouch(sd_control_patcher(k), e);
     struct unet_patches up = {.output_block = unet_output_patches, .user = u};
     if (rc == 0 && (rc = unet_eval_patched(u->p, &u->cfg.unet, x, ts, c, y,
                                            control ? &uc : NULL, u->n_freeu ? &up : NULL, eps,
@@ -163,26 +163,6 @@ static int unet_prepare(void *impl, struct mm *mm, int max_batch, int h, int w, 
     return load_one(mm, u->p, unet_call_bytes(u, max_batch, h, w, max_tokens), &u->rep, e);
 }
 
-/* A ControlNet fits the model: its family, and the trunk whose skips it adds to. */
-static int control_fits(const struct unet_impl *u, const struct controlnet *cn, struct err *e)
-{
-    const struct unet_arch *a = &u->cfg.unet, *b = &cn->cfg.unet;
-    const char *mf = model_family_get(u->cfg.family)->name;
-    if (cn->cfg.family != u->cfg.family)
-        return err_set(e, ERR_INVALID, "this ControlNet is for %s, the model is %s",
-                       model_family_get(cn->cfg.family)->name, mf);
-    int same = a->model_ch == b->model_ch && a->levels == b->levels && a->in_ch == b->in_ch &&
-               a->ctx_dim == b->ctx_dim && a->adm_in == b->adm_in;
-    for (int l = 0; same && l < a->levels; l++)
-        same = a->mult[l] == b->mult[l] && a->res_blocks[l] == b->res_blocks[l];
-    if (!same)
-        return err_set(e, ERR_INVALID,
-                       "this ControlNet's widths (%d, context %d) differ from the %s model's "
-                       "(%d, context %d)",
-                       b->model_ch, b->ctx_dim, mf, a->model_ch, a->ctx_dim);
-    return 0;
-}
-
 /*
  * Load the UNet and every ControlNet of the chains together (ComfyUI's get_models):
  * the plan holds the UNet's call, the residuals it is given and the largest
@@ -202,17 +182,17 @@ static int unet_prepare_control(void *impl, struct mm *mm, int max_batch, int h,
     for (int i = 0; i < n_controls; i++) {
         for (const struct sd_control *k = controls[i]; k; k = k->prev) {
             int seen = 0;
-            if ((rc = control_fits(u, k->cn, e)) < 0)
+            if ((rc = sd_control_fits(k, &u->cfg, e)) < 0)
                 return rc;
             for (int j = 0; j < req.n_models; j++)
-                seen |= req.models[j] == k->cn->p;
+                seen |= req.models[j] == sd_control_patcher(k);
             if (seen)
                 continue;
             if (req.n_models == MM_MAX_MODELS)
                 return err_set(e, ERR_INVALID, "too many ControlNets in one sampling (at most %d)",
                                MM_MAX_MODELS - 1);
-            req.models[req.n_models++] = k->cn->p;
-            size_t pb = controlnet_plan_bytes(k->cn, max_batch, h, w, max_tokens);
+            req.models[req.n_models++] = sd_control_patcher(k);
+            size_t pb = sd_control_plan_bytes(k, max_batch, h, w, max_tokens);
             cn_peak = pb > cn_peak ? pb : cn_peak;
         }
     }

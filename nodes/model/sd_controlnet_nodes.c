@@ -1,7 +1,9 @@
 /*
  * sd_controlnet_nodes — ControlNetLoader, DiffControlNetLoader, ControlNetApply (OLD,
- * deprecated) and ControlNetApplyAdvanced (ComfyUI nodes.py): load a CONTROL_NET
- * (models/controlnet/controlnet.h) and put it, with a hint image, a strength and a
+ * deprecated), ControlNetApplyAdvanced (ComfyUI nodes.py) and SetUnionControlNetType
+ * (comfy_extras/nodes_controlnet.py): load a CONTROL_NET (a ControlNet, Union or not,
+ * models/controlnet/controlnet.h, or a T2I-Adapter, t2i_adapter.h, as ComfyUI's
+ * load_controlnet tells them apart) and put it, with a hint image, a strength and a
  * start/end percent, on every entry of a conditioning (sd_control.h), chained to the
  * control the entry had. KSampler runs it (sd_ksampler.c, sd_backend.c).
  */
@@ -16,6 +18,27 @@
 
 /* ---- loaders ---- */
 
+/* The file's model: a T2I-Adapter when load_controlnet would hand it to
+ * load_t2i_adapter, else a ControlNet (diff_base: DiffControlNetLoader's UNet). */
+static int load_model(const char *path, struct patcher *diff_base, struct sd_cnet **out,
+                      struct err *e)
+{
+    struct controlnet *cn = NULL;
+    struct t2i_adapter *t2i = NULL;
+    int rc;
+    /* f32 storage, as the checkpoint loader's (sd15.md §8.5's CPU policy) */
+    if (t2i_adapter_file_is(path))
+        rc = t2i_adapter_load(path, TENSOR_F32, &t2i, e);
+    else
+        rc = controlnet_load(path, diff_base, TENSOR_F32, &cn, e);
+    if (rc < 0)
+        return rc;
+    *out = sd_cnet_new(cn, t2i, -1);
+    controlnet_unref(cn);
+    t2i_adapter_unref(t2i);
+    return 0;
+}
+
 static int load_common(struct node_ctx *c, struct patcher *diff_base)
 {
     const char *name = node_in_str(c, "control_net_name");
@@ -26,17 +49,16 @@ static int load_common(struct node_ctx *c, struct patcher *diff_base)
         return node_fail_code(c, ERR_NOT_FOUND, "FileNotFoundError",
                               "Model in folder 'controlnet' with filename '%s' not found.", name);
     }
-    struct controlnet *cn = NULL;
+    struct sd_cnet *net = NULL;
     struct err e = {0};
-    /* f32 storage, as the checkpoint loader's (sd15.md §8.5's CPU policy) */
-    int rc = controlnet_load(path.ptr, diff_base, TENSOR_F32, &cn, &e);
+    int rc = load_model(path.ptr, diff_base, &net, &e);
     buf_release(&path);
     if (rc < 0)
         return node_fail_code(c, rc, "RuntimeError",
                               "ERROR: controlnet file is invalid and does not contain a valid "
                               "controlnet model: %s",
                               e.msg);
-    node_set_output(c, 0, sd_controlnet_value(cn));
+    node_set_output(c, 0, sd_cnet_value(net));
     return 0;
 }
 
@@ -108,7 +130,7 @@ static void control_map_release(struct control_map *m)
 }
 
 struct apply_args {
-    struct controlnet *cn;
+    const struct sd_cnet *net;
     const struct value *image;
     float strength;
     double start, end;
@@ -132,7 +154,7 @@ static int apply_to(const struct apply_args *a, const struct sd_cond *in, struct
                 rc = err_set(e, ERR_INVALID, "too many distinct ControlNet chains");
                 break;
             }
-            if ((rc = sd_control_new(a->cn, a->image, a->strength, a->start, a->end,
+            if ((rc = sd_control_new(a->net, a->image, a->strength, a->start, a->end,
                                      en->control, &made, e)) < 0)
                 break;
             made->apply_to_uncond = a->to_uncond;
@@ -155,10 +177,10 @@ static int apply_to(const struct apply_args *a, const struct sd_cond *in, struct
 static int apply_common(struct node_ctx *c, const char *const *names, int n, double start,
                         double end, int to_uncond)
 {
-    struct controlnet *cn = sd_controlnet_of(node_in(c, "control_net"));
+    const struct sd_cnet *net = sd_cnet_of(node_in(c, "control_net"));
     const struct value *image = node_in(c, "image");
     double strength = node_in_float(c, "strength");
-    if (!cn)
+    if (!net)
         return node_fail(c, "RuntimeError", "input 'control_net' is not a CONTROL_NET");
     for (int i = 0; i < n; i++)
         if (!sd_cond_of(node_in(c, names[i])))
@@ -170,7 +192,7 @@ static int apply_common(struct node_ctx *c, const char *const *names, int n, dou
     }
     if (!(start >= 0.0 && start <= 1.0 && end >= 0.0 && end <= 1.0))
         return node_fail(c, "ValueError", "start_percent and end_percent must be in [0, 1]");
-    struct apply_args a = {.cn = cn, .image = image, .strength = (float)strength, .start = start,
+    struct apply_args a = {.net = net, .image = image, .strength = (float)strength, .start = start,
                            .end = end, .to_uncond = to_uncond};
     struct control_map m = {.n = 0};
     struct sd_cond *outs[2] = {NULL, NULL};
@@ -249,4 +271,35 @@ const struct node_class sd_controlnet_apply_advanced = {
     .inputs = advanced_inputs,
     .outputs = advanced_outputs,
     .run = advanced_run,
+};
+
+/* ---- SetUnionControlNetType ---- */
+
+static int union_type_run(struct node_ctx *c)
+{
+    const struct sd_cnet *net = sd_cnet_of(node_in(c, "control_net"));
+    const char *type = node_in_str(c, "type");
+    if (!net)
+        return node_fail(c, "RuntimeError", "input 'control_net' is not a CONTROL_NET");
+    int n = -1; /* UNION_CONTROLNET_TYPES.get(type, -1): "auto" and anything else: none */
+    for (int i = 0; i < CONTROLNET_UNION_TYPES; i++)
+        if (type && strcmp(type, controlnet_union_type_names[i]) == 0)
+            n = i;
+    /* control_net.copy() with control_type set: the model is shared */
+    node_set_output(c, 0, sd_cnet_value(sd_cnet_new(net->cn, net->t2i, n)));
+    return 0;
+}
+
+static const struct node_input_def union_type_inputs[] = {
+    {.name = "control_net", .type = "CONTROL_NET"},
+    {.name = "type", .type = NODE_COMBO, .options = controlnet_union_type_options},
+    NODE_INPUTS_END};
+
+const struct node_class sd_set_union_controlnet_type = {
+    .name = "SetUnionControlNetType",
+    .display_name = "SetUnionControlNetType",
+    .category = "conditioning/controlnet",
+    .inputs = union_type_inputs,
+    .outputs = cn_outputs,
+    .run = union_type_run,
 };

@@ -38,6 +38,7 @@ static const struct node_class *const sd_classes[] = {
     &sd_controlnet_apply_advanced,
     &sd_controlnet_loader,
     &sd_diff_controlnet_loader,
+    &sd_set_union_controlnet_type,
     &sd_lora_loader_model_only,
 };
 

@@ -62,6 +62,7 @@ extern const struct node_class sd_controlnet_apply;
 extern const struct node_class sd_controlnet_apply_advanced;
 extern const struct node_class sd_controlnet_loader;
 extern const struct node_class sd_diff_controlnet_loader;
+extern const struct node_class sd_set_union_controlnet_type;
 /* comfy_extras.nodes_model_merging: sd_merge_nodes.c, sd_save_nodes.c */
 extern const struct node_class sd_model_merge_simple;
 extern const struct node_class sd_model_merge_blocks;

@@ -7,7 +7,11 @@
  *     the control the entries had; strength 0 passes the inputs through;
  *   - KSampler: a control changes the latent, a window that takes no step gives exactly
  *     the uncontrolled latent, a window that takes some steps is in between;
- *   - bad input: a missing file, a checkpoint as ControlNet, a hint without 3 channels.
+ *   - bad input: a missing file, a checkpoint as ControlNet, a hint without 3 channels;
+ *   - the other kinds: a Union through SetUnionControlNetType (its type changes the latent;
+ *     tile on a 6-type Union fails with ComfyUI's message), T2I-Adapters (3- and
+ *     1-channel) through ControlNetLoader and the apply node, an SDXL adapter on an SD1.5
+ *     model refused; the hint resized once per size, across steps and samplings.
  */
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +21,7 @@
 
 #include "alloc.h"
 #include "ckpt_gen.h"
+#include "family.h"
 #include "harness.h"
 #include "memmgr.h"
 #include "node_registry.h"
@@ -109,8 +114,8 @@ static int apply(struct value *pos, struct value *neg, struct value *cn, struct 
     return run(&sd_controlnet_apply_advanced, names, v, 7, out, msg, 256);
 }
 
-static struct value *ksample(struct value *model, struct value *pos, struct value *neg,
-                             struct value *latent)
+static struct value *ksample_msg(struct value *model, struct value *pos, struct value *neg,
+                                 struct value *latent, char *msg, size_t msg_size)
 {
     const char *names[] = {"model", "seed", "steps", "cfg", "sampler_name", "scheduler",
                            "positive", "negative", "latent_image", "denoise"};
@@ -119,12 +124,17 @@ static struct value *ksample(struct value *model, struct value *pos, struct valu
                          value_new_string("normal"), value_ref(pos), value_ref(neg),
                          value_ref(latent), value_new_float(1.0)};
     struct value *out[4];
+    return run(&sd_ksampler, names, v, 10, out, msg, msg_size) < 0 ? NULL : out[0];
+}
+
+static struct value *ksample(struct value *model, struct value *pos, struct value *neg,
+                             struct value *latent)
+{
     char msg[256];
-    if (run(&sd_ksampler, names, v, 10, out, msg, sizeof msg) < 0) {
+    struct value *l = ksample_msg(model, pos, neg, latent, msg, sizeof msg);
+    if (!l)
         printf("# KSampler: %s\n", msg);
-        return NULL;
-    }
-    return out[0];
+    return l;
 }
 
 static double latent_diff(const struct value *a, const struct value *b)
@@ -164,7 +174,7 @@ static void test_nodes(const char *dir)
     struct value *empty = eo[0];
 
     struct value *net = load_cn("cn.safetensors", msg);
-    ok(net && sd_controlnet_of(net), "ControlNetLoader: a CONTROL_NET (%s)", net ? "ok" : msg);
+    ok(net && sd_cnet_of(net), "ControlNetLoader: a CONTROL_NET (%s)", net ? "ok" : msg);
     if (!net)
         goto out;
     struct value *a[4] = {0}, *b[4] = {0}, *z[4] = {0}, *w0[4] = {0}, *wh[4] = {0};
@@ -228,6 +238,134 @@ out:
     value_unref(clip);
 }
 
+static struct value *set_type(struct value *net, const char *type)
+{
+    const char *names[] = {"control_net", "type"};
+    struct value *v[] = {value_ref(net), value_new_string(type)}, *out[4];
+    return run(&sd_set_union_controlnet_type, names, v, 2, out, NULL, 0) < 0 ? NULL : out[0];
+}
+
+/* Union ControlNets through SetUnionControlNetType, T2I-Adapters through the loader and
+ * the apply node, and the hint resized once per size. */
+static void test_kinds(void)
+{
+    char msg[256];
+    const char *cn[] = {"ckpt_name"};
+    struct value *cv[] = {value_new_string("tiny_t2i.safetensors")}, *mcv[4] = {0};
+    if (run(&sd_checkpoint_loader_simple, cn, cv, 1, mcv, msg, sizeof msg) < 0) {
+        ok(0, "checkpoint: %s", msg);
+        return;
+    }
+    struct value *model = mcv[0], *clip = mcv[1];
+    value_unref(mcv[2]);
+    struct value *pos = encode(clip, "a dog"), *neg = encode(clip, "");
+    struct value *img = value_new_tensor("IMAGE", 4, (const int64_t[]){1, 40, 56, 3});
+    for (size_t i = 0; i < img->numel; i++)
+        img->data[i] = (float)((i / 3 + i / 150) % 5) / 4.0f;
+    const char *en[] = {"width", "height", "batch_size"};
+    struct value *ev[] = {value_new_int(64), value_new_int(40), value_new_int(1)}, *eo[4];
+    run(&sd_empty_latent_image, en, ev, 3, eo, NULL, 0);
+    struct value *empty = eo[0], *l0 = ksample(model, pos, neg, empty);
+
+    /* Union: canny vs auto; the hint resized once for the 4 steps x (cond, uncond) */
+    struct value *u8 = load_cn("union8.safetensors", msg);
+    ok(u8 && sd_cnet_of(u8)->cn && sd_cnet_of(u8)->cn->union_types == 8,
+       "ControlNetLoader loads a Union (%s)", u8 ? "8 types" : msg);
+    struct value *canny = u8 ? set_type(u8, "canny/lineart/anime_lineart/mlsd") : NULL;
+    struct value *autot = u8 ? set_type(u8, "auto") : NULL;
+    ok(canny && sd_cnet_of(canny)->control_type == 3 && sd_cnet_of(canny)->cn ==
+           sd_cnet_of(u8)->cn && autot && sd_cnet_of(autot)->control_type == -1,
+       "SetUnionControlNetType: canny is type 3, auto none, the model shared");
+    struct value *a[4] = {0}, *b[4] = {0};
+    if (canny && autot) {
+        EXPECT_OK(apply(pos, neg, canny, img, 0.9, 0.0, 1.0, a, msg));
+        EXPECT_OK(apply(pos, neg, autot, img, 0.9, 0.0, 1.0, b, msg));
+        long r0 = sd_control_resize_count();
+        struct value *la = ksample(model, a[0], a[1], empty);
+        long r1 = sd_control_resize_count();
+        struct value *lb = ksample(model, b[0], b[1], empty);
+        ok(la && lb && latent_diff(la, l0) > 1e-3 && latent_diff(la, lb) > 1e-4,
+           "a Union changes the latent, its type too (%.3g, %.3g)", latent_diff(la, l0),
+           latent_diff(la, lb));
+        ok(r1 - r0 == 1, "the hint was resized once for 4 steps (%ld)", r1 - r0);
+        struct value *lc = ksample(model, a[0], a[1], empty);
+        ok(sd_control_resize_count() == r1 + 1 && lc && latent_diff(lc, la) == 0.0,
+           "a second sampling at that size reuses it, the same latent");
+        value_unref(la);
+        value_unref(lb);
+        value_unref(lc);
+    }
+    for (int i = 0; i < 2; i++) {
+        value_unref(a[i]);
+        value_unref(b[i]);
+    }
+    /* tile on a 6-type Union: ComfyUI's error, at sampling */
+    struct value *u6 = load_cn("union6.safetensors", msg), *tile = u6 ? set_type(u6, "tile") : NULL;
+    if (tile) {
+        EXPECT_OK(apply(pos, neg, tile, img, 1.0, 0.0, 1.0, a, msg));
+        struct value *lt = ksample_msg(model, a[0], a[1], empty, msg, sizeof msg);
+        ok(!lt && strstr(msg, "Control type tile(6) is out of range"), "tile on 6 types: %s",
+           msg);
+        value_unref(lt);
+        value_unref(a[0]);
+        value_unref(a[1]);
+    }
+
+    /* T2I-Adapters: a 3-channel full one and a 1-channel one (the image's mean) */
+    const char *files[2] = {"t2i.safetensors", "t2i_depth.safetensors"};
+    for (int k = 0; k < 2; k++) {
+        struct value *t = load_cn(files[k], msg);
+        ok(t && sd_cnet_of(t)->t2i && sd_cnet_of(t)->t2i->a.hint_ch == (k ? 1 : 3),
+           "ControlNetLoader loads a T2I-Adapter (%s)", t ? files[k] : msg);
+        if (!t)
+            continue;
+        EXPECT_OK(apply(pos, neg, t, img, 0.8, 0.0, 1.0, a, msg));
+        long r0 = sd_control_resize_count();
+        struct value *lt = ksample(model, a[0], a[1], empty);
+        ok(lt && latent_diff(lt, l0) > 1e-3 && sd_control_resize_count() == r0 + 1,
+           "the %s adapter changes the latent (%.3g), one resize", k ? "1-channel" : "full",
+           latent_diff(lt, l0));
+        value_unref(lt);
+        value_unref(a[0]);
+        value_unref(a[1]);
+        value_unref(t);
+    }
+    struct value *xl = load_cn("t2i_xl.safetensors", msg);
+    if (xl) {
+        EXPECT_OK(apply(pos, neg, xl, img, 1.0, 0.0, 1.0, a, msg));
+        struct value *lx = ksample_msg(model, a[0], a[1], empty, msg, sizeof msg);
+        ok(!lx && strstr(msg, "T2I-Adapter (SDXL") && strstr(msg, "does not fit"),
+           "an SDXL adapter on an SD1.5 model: %s", msg);
+        value_unref(lx);
+        value_unref(a[0]);
+        value_unref(a[1]);
+    } else {
+        ok(0, "t2i_xl: %s", msg);
+    }
+    value_unref(xl);
+    value_unref(u8);
+    value_unref(u6);
+    value_unref(canny);
+    value_unref(autot);
+    value_unref(tile);
+    value_unref(l0);
+    value_unref(img);
+    value_unref(empty);
+    value_unref(pos);
+    value_unref(neg);
+    value_unref(model);
+    value_unref(clip);
+}
+
+/* A generated file in dir/sub; its path is kept in paths[] for the cleanup. */
+static void gen_file(const struct ckpt_gen_opts *o, const char *dir, const char *sub,
+                     const char *name, char paths[][400], int *n)
+{
+    struct err e = {0};
+    snprintf(paths[*n], 400, "%s/%s/%s", dir, sub, name);
+    EXPECT_OK(ckpt_gen_write(o, paths[(*n)++], &e));
+}
+
 int main(void)
 {
     long live0 = alloc_live_count();
@@ -249,6 +387,29 @@ int main(void)
     o.flags = CKPT_GEN_CONTROLNET;
     o.seed = 9;
     EXPECT_OK(ckpt_gen_write(&o, p2, &e));
+    /* the kinds: a checkpoint of the adapters' widths (x 1, 2, 4, 4), Unions of its
+     * trunk, adapters */
+    char more[8][400];
+    int nm = 0;
+    struct ckpt_gen_opts k;
+    ckpt_gen_opts_default(&k);
+    k.cfg.unet.mult[2] = 4;
+    k.cfg.unet.mult[3] = 4;
+    gen_file(&k, dir, "checkpoints", "tiny_t2i.safetensors", more, &nm);
+    k.flags = CKPT_GEN_CONTROLNET | CKPT_GEN_CN_DIFFUSERS;
+    k.cn_union_types = 8;
+    gen_file(&k, dir, "controlnet", "union8.safetensors", more, &nm);
+    k.cn_union_types = 6;
+    gen_file(&k, dir, "controlnet", "union6.safetensors", more, &nm);
+    k.flags = 0;
+    k.cn_union_types = 0;
+    k.t2i = CKPT_GEN_T2I_FULL;
+    gen_file(&k, dir, "controlnet", "t2i.safetensors", more, &nm);
+    k.t2i_hint_ch = 1;
+    gen_file(&k, dir, "controlnet", "t2i_depth.safetensors", more, &nm);
+    k.t2i = CKPT_GEN_T2I_XL;
+    sdxl_config_tiny(&k.cfg);
+    gen_file(&k, dir, "controlnet", "t2i_xl.safetensors", more, &nm);
     tensor_threads_set(2);
 
     struct mm_config mc;
@@ -260,7 +421,10 @@ int main(void)
     env.mm = mm;
     test_window();
     test_nodes(dir);
+    test_kinds();
     mm_free(mm);
+    for (int i = 0; i < nm; i++)
+        unlink(more[i]);
     unlink(p1);
     unlink(p2);
     unlink(p3);
