@@ -4,12 +4,14 @@
  * family table decides what the UNet is (family.h). What no family accepts is
  * refused with ERR_UNSUPPORTED naming what was found.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint.h"
 #include "checkpoint_impl.h"
+#include "alloc.h"
 #include "family.h"
 
 #define nfind ckpt__nfind
@@ -23,7 +25,9 @@ static int starts_with(const char *s, const char *p)
 static int unsupported(struct err *e, const char *path, const char *what)
 {
     return err_set(e, ERR_UNSUPPORTED,
-                   "unsupported model type in '%s': %s (supported: SD1.x, SDXL base)", path, what);
+                   "unsupported model type in '%s': %s (supported: SD1.x, SD2.x, SDXL base and "
+                   "refiner)",
+                   path, what);
 }
 
 static int meta_int(const struct st_file *f, const char *key, int dflt)
@@ -94,7 +98,9 @@ static int explain(const char *path, const struct unet_arch *u, struct err *e)
     if (!u->ctx_dim)
         return unsupported(e, path, "UNet without SD1.x cross-attention at the first level");
     if (u->ctx_dim == 1024)
-        return unsupported(e, path, "SD2.x UNet (context width 1024)");
+        return unsupported(e, path,
+                           "SD2.x UNet (context width 1024) with 1x1 conv projections (SD2.x "
+                           "has Linear ones) or another structure");
     if (u->ctx_dim == 2048)
         return unsupported(e, path, "SDXL-like UNet (context width 2048) without SDXL's structure");
     return unsupported(e, path, "UNet whose levels differ from SD1.x (4 levels, 2 ResBlocks each)");
@@ -103,12 +109,48 @@ static int explain(const char *path, const struct unet_arch *u, struct err *e)
 static int check_in_ch(const char *path, int in_ch, struct err *e)
 {
     char w[96];
-    if (in_ch == 9)
-        return unsupported(e, path, "SD1.x inpainting UNet (in_channels 9)");
+    if (in_ch == 9) /* SD1.x or SD2.x 512-inpainting: no concat conditioning yet */
+        return unsupported(e, path, "inpainting UNet (in_channels 9)");
     if (in_ch == 8)
         return unsupported(e, path, "instruct-pix2pix UNet (in_channels 8)");
     snprintf(w, sizeof(w), "UNet with %d input channels", in_ch);
     return in_ch == 4 ? 0 : unsupported(e, path, w);
+}
+
+static int has_prefix(void *user, const char *prefix)
+{
+    return count_prefix(user, prefix) > 0;
+}
+
+/*
+ * ComfyUI's SD20.model_type: a 4-channel UNet whose probe tensor (a norm bias near the
+ * output) has a population std above 0.09 was trained for v-prediction. It reads
+ * weights, not shapes: the 768-v and 512 checkpoints have the same keys and shapes.
+ */
+static int detect_prediction(const struct st_file *f, const struct ntable *nt,
+                             const struct model_family *fam, struct model_config *c,
+                             struct err *e)
+{
+    c->prediction = 0;
+    if (!fam->vpred_probe || c->unet.in_ch != 4)
+        return 0;
+    const struct st_tensor *t = nfind(nt, "%s%s", MODEL_PREFIX_UNET, fam->vpred_probe);
+    uint64_t n = t ? st_tensor_numel(t) : 0;
+    if (n == 0 || n > (1u << 20))
+        return 0;
+    float *v = xmalloc(n * sizeof *v);
+    int rc = st_tensor_to_f32(f, t, v, e);
+    if (rc == 0) {
+        double mean = 0, ss = 0;
+        for (uint64_t i = 0; i < n; i++)
+            mean += v[i];
+        mean /= (double)n;
+        for (uint64_t i = 0; i < n; i++)
+            ss += (v[i] - mean) * (v[i] - mean);
+        c->prediction = sqrt(ss / (double)n) > FAMILY_VPRED_STD; /* torch.std(unbiased=False) */
+    }
+    xfree(v);
+    return rc;
 }
 
 /* Heads are not stored: the family's, unless a (test) file says. */
@@ -153,7 +195,7 @@ int ckpt__detect_unet(const struct st_file *f, const struct ntable *nt, struct m
     u.depth_mid = st_depth(nt, "middle_block.1");
     const struct st_tensor *out = nfind(nt, "%sout.2.weight", P);
     u.out_ch = out ? (int)out->shape[0] : 4;
-    const struct model_family *fam = model_family_detect(&u);
+    const struct model_family *fam = model_family_detect(&u, has_prefix, (void *)nt);
     if (!fam)
         return explain(path, &u, e);
     struct model_config canon;
@@ -169,7 +211,7 @@ int ckpt__detect_unet(const struct st_file *f, const struct ntable *nt, struct m
      * (shape_ok accepts both). */
     u.linear_proj = canon.unet.linear_proj;
     c->unet = u;
-    return 0;
+    return detect_prediction(f, nt, fam, c, e);
 }
 
 static int detect_clip(const struct st_file *f, const struct ntable *nt, const char *P,
@@ -242,9 +284,6 @@ int ckpt__detect(const struct st_file *f, const struct ntable *nt, unsigned flag
     memset(c, 0, sizeof(*c));
     family_sd15.canonical(c);
     size_t n_unet = count_prefix(nt, MODEL_PREFIX_UNET);
-    if (count_prefix(nt, "cond_stage_model.model."))
-        return unsupported(e, path,
-                           "SD2.x checkpoint (OpenCLIP text encoder cond_stage_model.model.*)");
     if ((flags & MODEL_LOAD_UNET) && n_unet <= 5) {
         /* Name something recognisable from the raw keys. */
         const char *what = "no SD1.x UNet (model.diffusion_model.*) found";

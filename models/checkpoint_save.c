@@ -241,7 +241,11 @@ int ckpt_save_modelspec(const struct model_config *cfg, const char *title,
         out[n++] = (struct ckpt_save_meta){"modelspec.implementation", "sgm"};
         out[n++] = (struct ckpt_save_meta){"modelspec.title", title};
     }
-    if (f && f->sampling.eps)
+    /* The UNet's own type, not a ModelSamplingDiscrete patch (ComfyUI reads model_type);
+     * its empty "v_pred" tensor is not written: SD2 768-v is told by its weights. */
+    if (cfg->prediction)
+        out[n++] = (struct ckpt_save_meta){"modelspec.predict_key", "v"};
+    else if (f && f->sampling.eps)
         out[n++] = (struct ckpt_save_meta){"modelspec.predict_key", "epsilon"};
     return n;
 }

@@ -30,7 +30,7 @@ struct tensor;
 enum model_component {
     MODEL_UNET = 0,
     MODEL_VAE = 1,
-    MODEL_CLIP = 2,  /* the (first) text encoder: CLIP-L for SD1.x and SDXL */
+    MODEL_CLIP = 2,  /* the (first) text encoder: CLIP-L for SD1.x and SDXL, OpenCLIP-H for SD2 */
     MODEL_CLIP2 = 3, /* a second text encoder: OpenCLIP bigG for SDXL */
     MODEL_COMPONENT_COUNT = 4,
 };
@@ -40,6 +40,7 @@ enum model_family_id {
     MODEL_FAMILY_SD15 = 0,
     MODEL_FAMILY_SDXL = 1,
     MODEL_FAMILY_SDXL_REFINER = 2,
+    MODEL_FAMILY_SD2 = 3,
     MODEL_FAMILY_COUNT,
 };
 
@@ -53,6 +54,12 @@ struct model_config {
     struct unet_arch unet;
     struct text_arch text[2]; /* MODEL_CLIP, MODEL_CLIP2 (width 0 = absent) */
     struct vae_arch vae;
+    /*
+     * What the UNet was trained to predict (enum sampling_prediction: 0 epsilon, 1 v).
+     * Not a shape: SD2's 768-v is told from its 512 twin by its weights (family.h,
+     * vpred_probe), as ComfyUI's SD20.model_type does.
+     */
+    int prediction;
 };
 
 /* How a tensor is initialised by the generator (sd15.md §9.1). */

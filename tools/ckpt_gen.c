@@ -330,6 +330,18 @@ static void encode(const struct gen_entry *g, const float *src, uint64_t n, void
     }
 }
 
+/*
+ * The tensor the family's v-prediction test reads (family.h, vpred_probe): drawn at the
+ * std of the prediction cfg says, clear of ComfyUI's 0.09 threshold either way.
+ */
+static int is_vpred_probe(const struct model_config *c, const char *name)
+{
+    const struct model_family *f = model_family_get(c->family);
+    size_t pl = strlen(MODEL_PREFIX_UNET);
+    return f && f->vpred_probe && strncmp(name, MODEL_PREFIX_UNET, pl) == 0 &&
+           strcmp(name + pl, f->vpred_probe) == 0;
+}
+
 static void writer_meta(void *user, const char *key, const char *val)
 {
     st_writer_meta(user, key, val);
@@ -382,6 +394,9 @@ int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *
                 vals[j] = g->value;
             break;
         }
+        if (g->fill == FILL_RANDOM && is_vpred_probe(&o->cfg, g->name))
+            for (uint64_t j = 0; j < n; j++) /* std ~0.2 for v, ~0.02 for epsilon */
+                vals[j] *= o->cfg.prediction ? 2.0f : 0.2f;
         if (o->nan_tensor && strcmp(o->nan_tensor, g->name) == 0 && n)
             vals[n / 2] = NAN;
         encode(g, vals, n, bytes);

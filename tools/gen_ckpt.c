@@ -30,7 +30,11 @@ static void usage(FILE *fp)
           "  --arch sdxl         an SDXL base checkpoint (sdxl.md key layout; tiny, or\n"
           "                      SDXL widths with --full; --depth and --clip-layers ignored)\n"
           "  --arch sdxl-refiner an SDXL refiner checkpoint (likewise)\n"
-          "  --arch sd2|sdxl-mark|inpaint  an SD1.5 look-alike of another model type\n"
+          "  --arch sd2          an SD2.x 512 (epsilon) checkpoint: OpenCLIP-H names, 64-wide\n"
+          "                      heads, Linear projections (tiny, --small: one width per\n"
+          "                      level, or SD2 widths with --full)\n"
+          "  --arch sd2-v        the same, with the weights of a 768-v (v-prediction) model\n"
+          "  --arch sd2-mark|sdxl-mark|inpaint  an SD1.5 look-alike of another model type\n"
           "  --nan NAME          put a NaN into tensor NAME (full name)\n"
           "  --drop NAME         leave tensor NAME out\n"
           "  --extra NAME        add an unexpected tensor NAME\n"
@@ -196,7 +200,16 @@ int main(int argc, char **argv)
         sd15_config_set_depth(&o.cfg, depth);
     if (clip_layers > 0)
         o.cfg.text[0].layers = clip_layers;
-    if (!strcmp(arch, "sd2")) {
+    if (!strcmp(arch, "sd2") || !strcmp(arch, "sd2-v")) {
+        int small = o.cfg.unet.mult[3] == 1; /* --small: every level one width */
+        if (sd15_config_is_canonical(&o.cfg))
+            sd2_config_canonical(&o.cfg);
+        else
+            sd2_config_tiny(&o.cfg);
+        for (int k = 0; small && k < 4; k++)
+            o.cfg.unet.mult[k] = o.cfg.vae.mult[k] = 1;
+        o.cfg.prediction = !strcmp(arch, "sd2-v");
+    } else if (!strcmp(arch, "sd2-mark")) {
         o.flags |= CKPT_GEN_OPENCLIP | CKPT_GEN_CONV_2D;
         o.cfg.unet.ctx_dim = 1024;
     } else if (!strcmp(arch, "sdxl")) {

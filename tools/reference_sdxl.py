@@ -125,9 +125,10 @@ class RefXL(Ref):
             l += 1
         return hidden, self.ln(x, P + 'final_layer_norm')
 
-    def encode(self, e, chunks, layer=-2):
-        """§4.4: the selected layer (CLIPSetLastLayer index, -2 = default), no final LN, emphasis
-        against this encoder's own empty sequence; pooled (bigG) from chunk 0's first end token."""
+    def encode(self, e, chunks, layer=-2, norm=False):
+        """§4.4: the selected layer (CLIPSetLastLayer index, -2 = default), no final LN (norm:
+        with it, as SD2's layer_norm_hidden_state), emphasis against this encoder's own empty
+        sequence; pooled (bigG) from chunk 0's first end token."""
         import numpy as np
         pad = PAD_G if e == 'g' else PAD_L
         ids = [[t for t, _ in c] for c in chunks]
@@ -137,6 +138,8 @@ class RefXL(Ref):
             ids.append([BOS, EOS] + [pad] * 75)
         hidden, last = self.encoder(e, ids)
         sel = hidden[len(hidden) + layer]
+        if norm:
+            sel = self.ln(sel, self.enc[e][0] + 'final_layer_norm')
         n = len(chunks)
         out = sel[:n].clone()
         if hw:
@@ -206,8 +209,11 @@ class RefXL(Ref):
         probes['t_emb'] = emb
         temb = self.lin(self.silu(self.lin(emb, P + 'time_embed.0')), P + 'time_embed.2')
         probes['time_embed'] = temb
-        # §5.3: emb = time_embed + label_emb(y), and every ResBlock takes SiLU(emb)
-        emb = temb + self.lin(self.silu(self.lin(y, P + 'label_emb.0.0')), P + 'label_emb.0.2')
+        # §5.3: emb = time_embed + label_emb(y), and every ResBlock takes SiLU(emb); a UNet
+        # without an ADM input (SD2.x, y None) uses time_embed alone
+        emb = temb
+        if y is not None:
+            emb = temb + self.lin(self.silu(self.lin(y, P + 'label_emb.0.0')), P + 'label_emb.0.2')
         h = self.conv(x, P + 'input_blocks.0.0')
         probes['input_blocks.0'] = h
         hs = [h]

@@ -9,6 +9,7 @@
 
 static const struct model_family *const families[] = {
     &family_sd15,
+    &family_sd2, /* after SD1.5 as in ComfyUI's list: told apart by context width or marker */
     &family_sdxl_refiner, /* before SDXL, as in ComfyUI's list (no overlap either way) */
     &family_sdxl,
 };
@@ -23,8 +24,13 @@ const struct model_family *model_family_get(int id)
     return NULL;
 }
 
-const struct model_family *model_family_detect(const struct unet_arch *u)
+const struct model_family *model_family_detect(const struct unet_arch *u,
+                                               int (*has_prefix)(void *user, const char *prefix),
+                                               void *user)
 {
+    for (int i = 0; has_prefix && i < N_FAMILIES; i++)
+        if (families[i]->marker && has_prefix(user, families[i]->marker) && families[i]->match(u))
+            return families[i];
     for (int i = 0; i < N_FAMILIES; i++)
         if (families[i]->match(u))
             return families[i];
@@ -39,5 +45,6 @@ int model_config_is_canonical(const struct model_config *c)
         return 0;
     memset(&k, 0, sizeof(k));
     f->canonical(&k);
+    k.prediction = c->prediction; /* the family's either way (768-v is canonical SD2) */
     return memcmp(c, &k, sizeof(k)) == 0;
 }

@@ -29,7 +29,7 @@ struct latent_format {
 struct family_sampling {
     double linear_start; /* 0.00085 */
     double linear_end;   /* 0.012 */
-    int eps;             /* 1: epsilon prediction (the only kind supported yet) */
+    int eps;             /* 1: epsilon prediction unless the weights say v (vpred_probe) */
 };
 
 /* The ADM vector's size inputs (sdxl.md §5.2: the sampler fills width/height from the
@@ -72,13 +72,43 @@ struct model_family {
      * for families without one. */
     void (*encode_adm)(const float *pooled, int pooled_dim, const struct adm_sizes *s, float *y);
     int adm_embeds; /* 256-wide embeddings after the pooled vector in y (SDXL 6, refiner 5) */
+    /*
+     * Optional (NULL: none): a key prefix only this family's checkpoints have (SD2's
+     * OpenCLIP-H text encoder). A shrunk file whose UNet structure also fits an earlier
+     * entry is this family when the prefix is present (ComfyUI's required_keys; its real
+     * files are told apart by context width alone).
+     */
+    const char *marker;
+    /*
+     * Optional (NULL: always epsilon): ComfyUI's SD20.model_type. A 4-channel UNet whose
+     * tensor `vpred_probe` (UNet-relative) has a population std above 0.09 predicts v.
+     */
+    const char *vpred_probe;
 };
+
+#define FAMILY_VPRED_STD 0.09 /* SD20.model_type's threshold on vpred_probe's std */
+
+/* SD1.x's latent space (latent_formats.SD15), which SD2.x shares. */
+#define LATENT_FORMAT_SD15                                                                    \
+    {                                                                                         \
+        .channels = 4, .scale_factor = 0.18215f,                                              \
+        .rgb = {.factors = {{0.3512f, 0.2297f, 0.3227f},                                      \
+                            {0.3250f, 0.4974f, 0.2350f},                                      \
+                            {-0.2829f, 0.1762f, 0.2721f},                                     \
+                            {-0.2120f, -0.2616f, -0.7177f}}}                                  \
+    }
 
 /* The entry for `id`, or NULL. */
 const struct model_family *model_family_get(int id);
 
-/* The first entry whose match() accepts u, or NULL. */
-const struct model_family *model_family_detect(const struct unet_arch *u);
+/*
+ * The family of UNet u, or NULL: first an entry with a marker that has_prefix(user,
+ * marker) reports present and whose match() accepts u, else the first entry whose
+ * match() accepts u. has_prefix may be NULL (no file to ask).
+ */
+const struct model_family *model_family_detect(const struct unet_arch *u,
+                                               int (*has_prefix)(void *user, const char *prefix),
+                                               void *user);
 
 /* 1 if c equals its family's canonical knobs. */
 int model_config_is_canonical(const struct model_config *c);
@@ -125,5 +155,17 @@ extern const struct model_family family_sdxl_refiner;
 void sdxl_refiner_config_canonical(struct model_config *c);
 /* Tiny: UNet MC 32, 4 levels, depth 0,4,4,0; bigG 64 wide, 3 layers; ADM 64 + 1280. */
 void sdxl_refiner_config_tiny(struct model_config *c);
+
+/* ---- SD2.x (family_sd2.c) ---- */
+
+#define SD2_PREFIX_CLIP "cond_stage_model.model."
+
+extern const struct model_family family_sd2;
+
+/* The real SD2.x numbers (512 base, eps); prediction 1 for 768-v. */
+void sd2_config_canonical(struct model_config *c);
+/* A tiny SD2: UNet MC 64 mult 1,1,2,2 with 64-wide heads, linear projections; OpenCLIP
+ * text encoder 64 wide, 3 layers, projection 64; context 64; VAE as SD1.5's tiny. */
+void sd2_config_tiny(struct model_config *c);
 
 #endif

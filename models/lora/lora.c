@@ -177,13 +177,15 @@ struct build_ctx {
  * lora_te_/lora_te1_ and the diffusers/generic names; SDXL's bigG (the second encoder)
  * to lora_te2_; the refiner's bigG, its only encoder, to the first encoder's names.
  */
+/* bigg: the refiner's lone bigG; h: SD2's OpenCLIP-H, named as a first encoder (ComfyUI's
+ * clip_h keys: lora_te_, lora_te1_, text_encoder.) with its own generic prefix. */
 static void text_prefixes(struct fmap *m, const char *x, const char *key, int comp, int bigg,
-                          int64_t row0, int64_t rows)
+                          int h, int64_t row0, int64_t rows)
 {
     static const char *const first[] = {"lora_te_", "lora_te1_", "text_encoder.", NULL};
     static const char *const second[] = {"lora_te2_", "text_encoder_2.", NULL};
     static const char *const refiner[] = {"lora_te_", "lora_prior_te_", "text_encoder.", NULL};
-    const char *const *names = comp == MODEL_CLIP2 ? second : bigg ? refiner : first;
+    const char *const *names = comp == MODEL_CLIP2 ? second : bigg && !h ? refiner : first;
     char mg[256], buf[320];
     mangle(x, mg, sizeof(mg));
     for (int i = 0; names[i]; i++) {
@@ -191,7 +193,8 @@ static void text_prefixes(struct fmap *m, const char *x, const char *key, int co
         snprintf(buf, sizeof(buf), "%s%s", names[i], kohya ? mg : x);
         fmap_add_rows(m, buf, key, comp, row0, rows);
     }
-    snprintf(buf, sizeof(buf), "text_encoders.%s.transformer.%s", bigg ? "clip_g" : "clip_l", x);
+    snprintf(buf, sizeof(buf), "text_encoders.%s.transformer.%s",
+             h ? "clip_h" : bigg ? "clip_g" : "clip_l", x);
     fmap_add_rows(m, buf, key, comp, row0, rows);
 }
 
@@ -233,19 +236,19 @@ static void on_key(void *user, const struct model_key *k)
         size_t xl = strlen(x);
         if (!starts_with(x, "encoder.layers.") || xl < 7 || strcmp(x + xl - 7, ".weight") != 0)
             return;
-        int bigg = ta->naming == TEXT_NAMING_OPENCLIP;
+        int bigg = ta->naming == TEXT_NAMING_OPENCLIP, h = bc->cfg->family == MODEL_FAMILY_SD2;
         const char *fused = strstr(x, ".self_attn.in_proj.weight");
         if (fused) { /* OpenCLIP's [3d, d] q/k/v: one prefix per row block */
             static const char *const qkv[] = {"q_proj", "k_proj", "v_proj"};
             for (int i = 0; i < 3; i++) {
                 snprintf(base, sizeof(base), "text_model.%.*s.self_attn.%s",
                          (int)(fused - x), x, qkv[i]);
-                text_prefixes(m, base, k->name, k->comp, bigg, i * ta->width, ta->width);
+                text_prefixes(m, base, k->name, k->comp, bigg, h, i * ta->width, ta->width);
             }
             return;
         }
         snprintf(base, sizeof(base), "text_model.%.*s", (int)(xl - 7), x);
-        text_prefixes(m, base, k->name, k->comp, bigg, 0, 0);
+        text_prefixes(m, base, k->name, k->comp, bigg, h, 0, 0);
     }
 }
 

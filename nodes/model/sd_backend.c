@@ -234,6 +234,7 @@ struct sd_model *sd_unet_model_new(struct patcher *unet, const struct model_conf
     u->cfg = *cfg;
     struct sd_model *m = sd_model_new(&unet_ops, u);
     sd_model_set_family(m, model_family_get(cfg->family));
+    m->ms.prediction = cfg->prediction; /* SD2 768-v: the weights said v (family.h) */
     u->ms = &m->ms; /* the model owns u: it outlives this pointer */
     m->adm_dim = cfg->unet.adm_in;
     m->ctx_dim = cfg->unet.ctx_dim;
@@ -253,6 +254,7 @@ struct patcher *sd_model_unet_patcher(const struct sd_model *m, struct model_con
 void sd_model_copy_patches(struct sd_model *dst, const struct sd_model *src)
 {
     dst->cfg_fn = src->cfg_fn;
+    dst->ms = src->ms; /* ModelSamplingDiscrete's object patch: schedule and type */
     if (dst->ops == &unet_ops && src->ops == &unet_ops) {
         struct unet_impl *d = dst->impl;
         const struct unet_impl *s = src->impl;

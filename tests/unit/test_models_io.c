@@ -479,7 +479,8 @@ static void test_generator_and_detection(void)
     unlink(pd);
 
     /* Other model types. */
-    expect_probe_error("sd2.safetensors", t_sd2, ERR_UNSUPPORTED, "unsupported model type");
+    /* SD2's context width and Linear projections, but not its text encoder (3 tensors) */
+    expect_probe_error("sd2.safetensors", t_sd2, ERR_INVALID, "text encoder incomplete");
     expect_probe_error("sd2ctx.safetensors", t_sd2_ctx, ERR_UNSUPPORTED, "SD2.x UNet");
     expect_probe_error("sdxl.safetensors", t_sdxl, ERR_UNSUPPORTED, "label_emb");
     expect_probe_error("inpaint.safetensors", t_inpaint, ERR_UNSUPPORTED, "inpainting");
