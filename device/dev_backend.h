@@ -98,6 +98,8 @@ int dev__hostq_event_record(struct dev_event *ev, struct dev_stream *s);
 int dev__hostq_stream_wait_event(struct dev_stream *s, struct dev_event *ev);
 int dev__hostq_event_sync(struct dev_event *ev);
 int dev__hostq_event_query(struct dev_event *ev);
+/* dev_inject_copy_delay's backend: every copy run by a copy thread sleeps first. */
+void dev__hostq_set_copy_delay(struct dev__hostq *q, unsigned delay_us);
 
 /*
  * The cpu device's cache of freed blocks of DEV_BLKCACHE_MIN bytes or more, keyed

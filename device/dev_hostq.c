@@ -20,6 +20,7 @@
 #include "dev_backend.h"
 
 #include <string.h>
+#include <unistd.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -28,6 +29,7 @@
 
 struct dev__hostq {
     int threaded;
+    atomic_uint copy_delay_us; /* dev_inject_copy_delay: sleep before each threaded copy */
     pthread_mutex_t mu;
     pthread_cond_t cv; /* broadcast whenever an op completes or is queued */
 };
@@ -121,12 +123,20 @@ static void copy_bulk(void *dst, const void *src, size_t n)
     memcpy(dst, src, n);
 }
 
-/* Run one op; called with q->mu held, may drop it around memcpy. */
-static void run_op(struct dev__hostq *q, struct hq_op *op)
+void dev__hostq_set_copy_delay(struct dev__hostq *q, unsigned delay_us)
+{
+    atomic_store(&q->copy_delay_us, delay_us);
+}
+
+/* Run one op; called with q->mu held, may drop it around memcpy. `threaded`: on a copy
+ * thread (the injected delay applies there only: an inline copy has no one to race). */
+static void run_op(struct dev__hostq *q, struct hq_op *op, int threaded)
 {
     switch (op->kind) {
     case HQ_COPY:
         pthread_mutex_unlock(&q->mu);
+        if (threaded && atomic_load(&q->copy_delay_us))
+            usleep(atomic_load(&q->copy_delay_us));
         copy_bulk(op->dst, op->src, op->n);
         pthread_mutex_lock(&q->mu);
         break;
@@ -152,7 +162,7 @@ static void *stream_main(void *arg)
         if (!hs->head)
             break;
         struct hq_op *op = hs->head;
-        run_op(q, op);
+        run_op(q, op, 1);
         hs->head = op->next;
         if (!hs->head)
             hs->tail = NULL;
@@ -171,7 +181,7 @@ static void enqueue(struct dev_stream *s, struct hq_op *op)
     struct hq_stream *hs = s->impl;
     struct dev__hostq *q = hs->q;
     if (hs->inline_) {
-        run_op(q, op);
+        run_op(q, op, 0);
         pthread_cond_broadcast(&q->cv);
         return;
     }

@@ -130,6 +130,12 @@ void dev_inject_oom(struct dev *d, int skip, int count)
     d->inject_count = count > 0 ? count : 0;
 }
 
+void dev_inject_copy_delay(struct dev *d, unsigned delay_us)
+{
+    if (d->kind != DEV_KIND_CUDA)
+        dev__hostq_set_copy_delay(d->impl, delay_us);
+}
+
 int dev_alloc(struct dev *d, size_t bytes, void **out)
 {
     *out = NULL;

@@ -105,6 +105,12 @@ void dev_fit_cache(struct dev *d, size_t bytes);
  * as if the device had run out (another process took the memory). count 0 disables. */
 void dev_inject_oom(struct dev *d, int skip, int count);
 
+/* Fault injection for tests: on sim, every copy its copy threads run first sleeps
+ * `delay_us` microseconds (a slow copy engine), so a reader that does not wait on the
+ * copy's event sees stale bytes. 0 disables. A no-op on cpu (copies run inline at
+ * enqueue: already complete) and on CUDA. Executor thread. */
+void dev_inject_copy_delay(struct dev *d, unsigned delay_us);
+
 /* Free and total memory as the device reports it (cudaMemGetInfo on CUDA; budget on sim;
  * physical RAM on cpu), both in bytes. */
 int dev_mem_info(struct dev *d, size_t *free_bytes, size_t *total_bytes);

@@ -68,7 +68,8 @@ struct mm_config {
     size_t reserve_vram;      /* --reserve-vram, bytes; used only when reserve_set */
     int reserve_set;          /* the flag was given (default: 400 MiB on CUDA, 0 on sim) */
     int disable_smart_memory; /* unload everything else before each load, all at prompt end */
-    int async_offload;        /* prefetch depth k (copy streams); -1 default (2), 0 = sync */
+    int async_offload;        /* max prefetch depth k (copy streams): the planner picks
+                               * k in 2..max from the budget; -1 default (4), 0 = sync */
     int disable_pinned_memory;
     /* GEMM precision per enum patcher_role (UNET, TEXT_ENCODER, VAE), from --bf16-unet,
      * --bf16-text-enc, --bf16-vae after ComfyUI's precedence (server/srv_config.c);

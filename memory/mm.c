@@ -109,7 +109,8 @@ int mm_new(const struct mm_config *cfg, struct mm **out, struct err *e)
         mm->reserve = cfg->reserve_vram;
     else
         mm->reserve = dev_kind(mm->dev) == DEV_KIND_CUDA ? (size_t)400 << 20 : 0;
-    mm->prefetch = cfg->async_offload < 0 ? 2 : cfg->async_offload > 8 ? 8 : cfg->async_offload;
+    /* The deepest ring the planner may choose; it picks 2..this from the budget. */
+    mm->prefetch = cfg->async_offload < 0 ? 4 : cfg->async_offload > 8 ? 8 : cfg->async_offload;
     mm->use_pinned = !cfg->disable_pinned_memory;
     mm->lat_ms = dev_kind(mm->dev) == DEV_KIND_CUDA ? 0.01 : 0.005;
     mm->flops_rate = dev_kind(mm->dev) == DEV_KIND_CUDA ? 5e13 : 3e10;
@@ -125,7 +126,7 @@ int mm_new(const struct mm_config *cfg, struct mm **out, struct err *e)
                  tensor_precision_name(cfg->precision[PATCHER_ROLE_VAE]),
                  tensor_precision_name(cfg->precision[PATCHER_ROLE_TEXT_ENCODER]),
                  tensor_bf16_path());
-    log_info("Device: %s, total %zu MiB, reserve %zu MiB, copy %.1f GB/s, prefetch %d%s",
+    log_info("Device: %s, total %zu MiB, reserve %zu MiB, copy %.1f GB/s, prefetch up to %d%s",
              dev_name(mm->dev), tot >> 20, mm->reserve >> 20, mm->bw / 1e9, mm->prefetch,
              mm->use_pinned ? "" : ", pinned memory disabled");
     *out = mm;

@@ -172,13 +172,17 @@ static int choose(const struct mm *mm, struct model_plan *mp, ssize_b allow, int
     struct lkey *order = keep_order(mm, m);
     unsigned char *cand = xcalloc((size_t)(n ? n : 1), 1);
     double best_score = INFINITY;
-    int depths[3] = {mm->prefetch, mm->prefetch > 1 ? 1 : -1, 0};
-    /* The configured depth (k >= 2 by default) first; a shallower ring only when no
-     * plan fits with it (a budget of a few layers). */
-    for (int di = 0; di < 3 && best_score == INFINITY; di++) {
-        int k = depths[di];
-        if (k < 0 || (di > 0 && k == depths[0]))
-            continue;
+    /*
+     * The depth comes from the budget: every k from the configured maximum down to 2
+     * competes on its simulated pipeline (a deeper ring hides a big layer's copy behind
+     * several cheap layers' compute, but its slots take bytes resident layers could
+     * use); k = 1, then 0 (no overlap), only when no deeper ring fits at all.
+     */
+    int tier_found = -1;
+    for (int k = mm->prefetch; k >= 0; k--) {
+        int tier = k >= 2 ? 0 : k == 1 ? 1 : 2;
+        if (tier_found >= 0 && tier > tier_found)
+            break;
         int slots = k ? k + 1 : 1;
         for (int c = 0; c < n; c++) {
             size_t cap = m->layers[c].bytes;
@@ -219,6 +223,7 @@ static int choose(const struct mm *mm, struct model_plan *mp, ssize_b allow, int
             double score = pred + 1e-3 * (double)streamed / mm->bw * 1e3;
             if (score < best_score) {
                 best_score = score;
+                tier_found = tier;
                 memcpy(mp->res, cand, (size_t)n);
                 mp->slots = slots;
                 mp->prefetch = k;

@@ -50,6 +50,11 @@ static void st_keys(struct key_walk *w, const char *p, int64_t ch, int depth,
     key__norm(w, n, ch);
     proj_keys(w, p, "proj_in", ch, a->linear_proj);
     for (int d = 0; d < depth; d++) {
+        /* One patcher layer per transformer block (proj_out goes with the last): a
+         * whole depth-10 SDXL transformer is 1.4 GB at f32, so a streaming ring of
+         * k+1 such slots would not fit a small budget, and the planner fell back to
+         * one slot with no prefetch (issue 13). Keys stay in execution order. */
+        key__layer(w, "%s.transformer_blocks.%d", p, d);
         for (int k = 1; k <= 2; k++) {
             key__name(n, sizeof(n), "%s.transformer_blocks.%d.attn%d", p, d, k);
             int64_t kin = k == 1 ? ch : a->ctx_dim;

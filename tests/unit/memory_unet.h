@@ -7,7 +7,12 @@
  *
  * mem_unet_check_budgets asserts, per budget: eps bit-identical to the cpu device's and
  * to full residency; the device peak within the budget; bytes streamed below 100 % and
- * none at 100 %; nothing left on the device after the unload. A budget the planner refuses
+ * none at 100 %, through a ring that prefetches (depth >= 1: uploads on the sim device's
+ * copy thread overlap compute) wherever the budget holds two slots; nothing left on the
+ * device after the unload. Each streamed budget runs a second time with every async copy
+ * slowed down (dev_inject_copy_delay): if compute did not wait on a slot's upload event,
+ * or an upload did not wait on the slot's last compute, it would read or overwrite the
+ * wrong layer's bytes and eps would differ. A budget the planner refuses
  * must fail with ERR_DEVICE_OOM and a message naming the model and what it needs; the
  * budget then rises in 1 % steps to the smallest that works, which is reported. Below the
  * activation plan alone the refusal names the size asked for.
@@ -43,6 +48,7 @@ struct mem_unet {
 struct mem_unet_run {
     float *eps;
     size_t peak, copied, streamed;
+    int prefetch, slots; /* the ring the planner chose */
     long allocs_after;
     size_t used_after;
 };
@@ -109,9 +115,10 @@ static size_t mem_unet_act_bytes(const struct mem_unet *m)
     return unet_plan_bytes(a, m->b, m->h, m->w, m->t) + io;
 }
 
-/* One node: load, eval, node end, unload. Returns 0, or the load's error. */
-static int mem_unet_run_on(struct mem_unet *m, const char *spec, struct mem_unet_run *r,
-                           struct err *e)
+/* One node: load, eval, node end, unload. Every async copy first sleeps `delay_us`
+ * (0: none). Returns 0, or the load's error. */
+static int mem_unet_run_on(struct mem_unet *m, const char *spec, unsigned delay_us,
+                           struct mem_unet_run *r, struct err *e)
 {
     const struct unet_arch *a = &m->ck.cfg.unet;
     struct mm_config mc;
@@ -123,6 +130,7 @@ static int mem_unet_run_on(struct mem_unet *m, const char *spec, struct mem_unet
         return rc;
     struct dev *d = mm_device(mm);
     dev_peak_reset(d);
+    dev_inject_copy_delay(d, delay_us);
     struct mm_request req = {
         .n_models = 1, .models = {m->unet}, .activation_bytes = mem_unet_act_bytes(m)};
     struct mm_report rep;
@@ -154,11 +162,40 @@ static int mem_unet_run_on(struct mem_unet *m, const char *spec, struct mem_unet
     r->peak = dev_bytes_peak(d);
     r->copied = rep.bytes_copied;
     r->streamed = rep.bytes_streamed;
+    r->prefetch = rep.models[0].prefetch;
+    r->slots = rep.models[0].ring_slots;
     mm_unload(mm, m->ck.model[MODEL_UNET]);
     r->allocs_after = dev_alloc_count(d);
     r->used_after = dev_bytes_used(d);
     mm_free(mm);
     return 0;
+}
+
+/*
+ * A streamed budget `spec` whose plain run gave `r`: the ring prefetches when two slots
+ * fit, and with every async copy slowed by 2 ms the eps are still the cpu device's.
+ */
+static void mem_unet__check_slow_copy(struct mem_unet *m, const char *spec, size_t budget,
+                                      const float *cpu_eps, struct mem_unet_run *r)
+{
+    struct err e = {0};
+    size_t sz = m->n_eps * sizeof(float);
+    /* Two slots of the largest layer fit beside the activations: the planner must not
+     * fall back to one slot with no overlap. */
+    const struct patcher_model *pm = m->ck.model[MODEL_UNET];
+    size_t big = 0;
+    for (int l = 0; l < patcher_model_layer_count(pm); l++)
+        if (patcher_model_layer_bytes(pm, l) > big)
+            big = patcher_model_layer_bytes(pm, l);
+    if (budget >= mem_unet_act_bytes(m) + 2 * big)
+        ok(r->prefetch >= 1, "%s: ring of %d slots prefetches %d layer(s)", spec, r->slots,
+           r->prefetch);
+    memset(r->eps, 0, sz);
+    int rc = mem_unet_run_on(m, spec, 2000, r, &e);
+    ok(rc == 0 && memcmp(r->eps, cpu_eps, sz) == 0,
+       "%s with 2 ms per async copy (prefetch %d): eps identical to cpu (%s)", spec,
+       r->prefetch, e.msg);
+    ok(r->peak <= budget, "%s slow copies: peak %zu <= budget %zu", spec, r->peak, budget);
 }
 
 static void mem_unet_check_budgets(struct mem_unet *m, const int *pct, int n_pct)
@@ -171,7 +208,7 @@ static void mem_unet_check_budgets(struct mem_unet *m, const int *pct, int n_pct
     printf("# tiny %s unet: %zu weight bytes, %d layers, activation plan %zu bytes\n",
            model_family_get(m->ck.cfg.family)->name, wbytes,
            patcher_model_layer_count(m->ck.model[MODEL_UNET]), act);
-    EXPECT_OK(mem_unet_run_on(m, "cpu", &cpu, &e));
+    EXPECT_OK(mem_unet_run_on(m, "cpu", 0, &cpu, &e));
     for (int k = 0; k < n_pct; k++) {
         int p = pct[k];
         for (;; p++) {
@@ -179,11 +216,11 @@ static void mem_unet_check_budgets(struct mem_unet *m, const int *pct, int n_pct
             char spec[64];
             snprintf(spec, sizeof(spec), "sim:%zu", budget);
             err_clear(&e);
-            int rc = mem_unet_run_on(m, spec, &r, &e);
+            int rc = mem_unet_run_on(m, spec, 0, &r, &e);
             if (rc == 0) {
-                printf("# budget %d %%%s: peak %zu / %zu, streamed %zu, copied %zu\n", p,
-                       p != pct[k] ? " (smallest that works)" : "", r.peak, budget, r.streamed,
-                       r.copied);
+                printf("# budget %d %%%s: peak %zu / %zu, streamed %zu, copied %zu, ring %d "
+                       "x prefetch %d\n", p, p != pct[k] ? " (smallest that works)" : "",
+                       r.peak, budget, r.streamed, r.copied, r.slots, r.prefetch);
                 ok(r.peak <= budget, "%d %%: device peak %zu <= budget %zu", p, r.peak, budget);
                 ok(memcmp(r.eps, cpu.eps, sz) == 0, "%d %%: eps identical to cpu", p);
                 if (pct[k] == 100)
@@ -197,6 +234,8 @@ static void mem_unet_check_budgets(struct mem_unet *m, const int *pct, int n_pct
                 ok(r.allocs_after == 0 && r.used_after == 0,
                    "%d %%: nothing allocated after unload (%ld allocs, %zu bytes)", p,
                    r.allocs_after, r.used_after);
+                if (pct[k] < 100 && p == pct[k])
+                    mem_unet__check_slow_copy(m, spec, budget, cpu.eps, &r);
                 break;
             }
             ok(rc == ERR_DEVICE_OOM && strstr(e.msg, "'unet'") && strstr(e.msg, "needs at least"),
@@ -211,7 +250,7 @@ static void mem_unet_check_budgets(struct mem_unet *m, const int *pct, int n_pct
     char spec[64];
     snprintf(spec, sizeof(spec), "sim:%zu", act / 2);
     err_clear(&e);
-    int rc = mem_unet_run_on(m, spec, &r, &e);
+    int rc = mem_unet_run_on(m, spec, 0, &r, &e);
     ok(rc == ERR_DEVICE_OOM && strstr(e.msg, "'unet'") && strstr(e.msg, "tried to allocate"),
        "half the activation plan refused, with the size asked for: %s", e.msg);
     xfree(cpu.eps);

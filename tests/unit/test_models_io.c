@@ -329,8 +329,14 @@ static void test_layout(void)
     ok(cnt[0] == 682 && cnt[1] == 240, "mult [1,1,1,1]: 682/240 tensors (%zu/%zu)", cnt[0],
        cnt[1]);
     char ln[96];
+    /* A spatial transformer streams as its norm + proj_in, then one layer per block
+     * (proj_out with the last): small enough for a prefetch ring at low budgets. */
     layer_of(MODEL_UNET, "input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight", ln, sizeof(ln));
+    EXPECT_STR(ln, "input_blocks.1.1.transformer_blocks.0");
+    layer_of(MODEL_UNET, "input_blocks.1.1.proj_in.weight", ln, sizeof(ln));
     EXPECT_STR(ln, "input_blocks.1.1");
+    layer_of(MODEL_UNET, "input_blocks.1.1.proj_out.bias", ln, sizeof(ln));
+    EXPECT_STR(ln, "input_blocks.1.1.transformer_blocks.0");
     layer_of(MODEL_UNET, "middle_block.2.in_layers.0.weight", ln, sizeof(ln));
     EXPECT_STR(ln, "middle_block.2");
     layer_of(MODEL_UNET, "time_embed.2.bias", ln, sizeof(ln));
