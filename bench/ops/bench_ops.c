@@ -17,6 +17,9 @@
  * --cols BYTES (im2col chunk), --only SUBSTR, --gpu (also the CUDA cases: f16 GEMM,
  * conv and attention as a fraction of cuBLAS's f16 GEMM rate, and pinned vs pageable
  * host-to-device GB/s; "none" without a GPU).
+ *
+ * Last, the bf16 section (bench_ops_bf16.c, issue 15): vdpbf16ps and fp32 FMA peaks
+ * measured here, and bf16 GEMM ops beside fp32 as fractions of them (--only bf16).
  */
 #include <cblas.h>
 #include <math.h>
@@ -29,6 +32,8 @@
 #include "device.h"
 #include "tensor.h"
 #include "tensor_impl.h"
+
+void bench_ops_bf16(struct dev *d, int reps, const char *only); /* bench_ops_bf16.c */
 
 static struct dev *D;
 static struct dev *G; /* CUDA device when present */
@@ -455,6 +460,7 @@ int main(int argc, char **argv)
     }
     if (do_gpu)
         gpu_section();
+    bench_ops_bf16(D, reps, only);
     xfree_aligned(ref_a);
     xfree_aligned(ref_b);
     xfree_aligned(ref_c);
