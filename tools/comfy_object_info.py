@@ -268,6 +268,22 @@ def main(argv):
             members = {t.targets[0].id: literal(t.value) for t in n.body
                        if isinstance(t, ast.Assign) and isinstance(t.targets[0], ast.Name)}
             NAMESPACE[n.name] = enum.Enum(n.name, members)
+    # Literal constants imported from ComfyUI's own modules next to the file
+    # (nodes_controlnet's UNION_CONTROLNET_TYPES from comfy/cldm/control_types.py).
+    root = os.path.join(os.path.dirname(os.path.abspath(path)), "..")
+    for n in tree.body:
+        if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("comfy."):
+            src = os.path.join(root, *n.module.split(".")) + ".py"
+            if not os.path.exists(src):
+                continue
+            wanted = {a.name for a in n.names}
+            for d in ast.parse(open(src, encoding="utf-8").read()).body:
+                if isinstance(d, ast.Assign) and isinstance(d.targets[0], ast.Name) and \
+                        d.targets[0].id in wanted:
+                    try:
+                        NAMESPACE[d.targets[0].id] = literal(d.value)
+                    except Exception:
+                        pass
     mappings, display = {}, {}
     for n in tree.body:
         if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name):

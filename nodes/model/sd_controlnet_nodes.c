@@ -299,6 +299,7 @@ const struct node_class sd_set_union_controlnet_type = {
     .name = "SetUnionControlNetType",
     .display_name = "SetUnionControlNetType",
     .category = "conditioning/controlnet",
+    .python_module = "comfy_extras.nodes_controlnet",
     .inputs = union_type_inputs,
     .outputs = cn_outputs,
     .run = union_type_run,

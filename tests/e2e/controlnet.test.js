@@ -9,7 +9,10 @@
 //     yet other pixels; DiffControlNetLoader over the model runs;
 //   - an SDXL ControlNet with the SD1.5 model fails KSampler naming both families; a
 //     checkpoint as control_net_name fails ControlNetLoader saying it is not a ControlNet;
-//   - /object_info shows the four classes as ComfyUI does.
+//   - a Union ControlNet (gen_ckpt --cn-union, SDXL) through SetUnionControlNetType: its
+//     type changes the image; a T2I-Adapter (gen_ckpt --t2i xl) steers the SDXL model;
+//     tile on a 6-type Union, an unknown type and an SDXL adapter on SD1.5 are errors;
+//   - /object_info shows the classes as ComfyUI does.
 // Skips when gen_ckpt or the nodes are not built.
 "use strict";
 const { describe, it, before, after } = require("node:test");
@@ -94,6 +97,9 @@ describe("ControlNet end to end", () => {
         genCkpt(path.join(cn, "diff.safetensors"), "--controlnet", "--seed", "5", "--difference");
         genCkpt(path.join(cn, "xl.safetensors"), "--controlnet", "--arch", "sdxl");
         genCkpt(path.join(cn, "ckpt.safetensors"));
+        genCkpt(path.join(cn, "union.safetensors"), "--arch", "sdxl", "--cn-union", "8", "--seed", "6");
+        genCkpt(path.join(cn, "union6.safetensors"), "--arch", "sdxl", "--cn-union", "6");
+        genCkpt(path.join(cn, "t2i_xl.safetensors"), "--arch", "sdxl", "--t2i", "xl", "--seed", "7");
         // a hint with edges: diagonal stripes, not the latent's aspect (48x40)
         fs.writeFileSync(path.join(dir, "input", "hint.png"),
           L.pngRGBA(48, 40, (x, y) => ((x + y) % 12 < 6 ? [255, 255, 255, 255] : [0, 0, 0, 255])));
@@ -127,7 +133,12 @@ describe("ControlNet end to end", () => {
     const l = info.ControlNetLoader;
     assert.equal(l.display_name, "Load ControlNet Model");
     assert.deepEqual(l.input.required.control_net_name[0],
-      ["ckpt.safetensors", "cn.safetensors", "cn2.safetensors", "diff.safetensors", "xl.safetensors"]);
+      ["ckpt.safetensors", "cn.safetensors", "cn2.safetensors", "diff.safetensors", "t2i_xl.safetensors",
+        "union.safetensors", "union6.safetensors", "xl.safetensors"]);
+    const u = info.SetUnionControlNetType;
+    assert.equal(u.category, "conditioning/controlnet");
+    assert.deepEqual(u.input.required.type[0], ["auto", "openpose", "depth", "hed/pidi/scribble/ted",
+      "canny/lineart/anime_lineart/mlsd", "normal", "segment", "tile", "repaint"]);
     assert.deepEqual(l.output, ["CONTROL_NET"]);
     assert.deepEqual(Object.keys(info.DiffControlNetLoader.input.required), ["model", "control_net_name"]);
   });
@@ -179,6 +190,41 @@ describe("ControlNet end to end", () => {
     const p = savedPixels(S, await runToEnd(S, workflow("xlplain", ["6", 0], ["7", 0], xl)));
     const c = savedPixels(S, await runToEnd(S, controlled("xlcn", { cn: "xl.safetensors", extra: xl })));
     assert.ok(!c.equals(p), "the SDXL ControlNet changed the SDXL image");
+  });
+
+  // The SDXL model with a Union ControlNet whose type SetUnionControlNetType (16) sets.
+  const xl = { 4: n("CheckpointLoaderSimple", { ckpt_name: "xl.safetensors" }) };
+  function union(prefix, type, cn = "union.safetensors") {
+    const w = controlled(prefix, { cn, extra: { ...xl, 16: n("SetUnionControlNetType", { control_net: ["11", 0], type }) } });
+    w[12].inputs.control_net = ["16", 0];
+    return w;
+  }
+
+  it("a Union ControlNet (its type set) and a T2I-Adapter steer the SDXL model", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const p = savedPixels(S, await runToEnd(S, workflow("xlplain2", ["6", 0], ["7", 0], xl)));
+    const canny = savedPixels(S, await runToEnd(S, union("ucanny", "canny/lineart/anime_lineart/mlsd")));
+    const auto = savedPixels(S, await runToEnd(S, union("uauto", "auto")));
+    assert.ok(!canny.equals(p), "the Union changed the SDXL image");
+    assert.ok(!canny.equals(auto), "its control type matters (canny vs auto)");
+    const h = await runToEnd(S, controlled("t2i", { cn: "t2i_xl.safetensors", extra: xl }));
+    assert.ok(!savedPixels(S, h).equals(p), "the T2I-Adapter changed the SDXL image");
+    const names = h.meta["3"].memory.flatMap((m) => m.models.map((x) => x.name));
+    assert.ok(names.includes("t2i_adapter"), JSON.stringify(names));
+  });
+
+  it("bad input: tile on a 6-type Union, an unknown type, an SDXL adapter on SD1.5", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    let d = lastError(await runToEnd(S, union("tile6", "tile", "union6.safetensors")));
+    assert.equal(d.node_type, "KSampler");
+    assert.match(d.exception_message, /Control type tile\(6\) is out of range for the number of control types\(6\)/);
+    const r = await L.postPrompt(S, union("nope", "sketch"));
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.node_errors["16"].errors[0].type, "value_not_in_list");
+    d = lastError(await runToEnd(S, controlled("t2isd", { cn: "t2i_xl.safetensors" })));
+    assert.equal(d.node_type, "KSampler");
+    assert.match(d.exception_message, /T2I-Adapter \(SDXL.*does not fit the SD1\.5 model/);
+    assert.equal((await L.request(S, "GET", "/system_stats")).status, 200);
   });
 
   it("bad input: another family's ControlNet, a checkpoint as ControlNet", async (t) => {

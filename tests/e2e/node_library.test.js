@@ -6,7 +6,8 @@
 //     (CLIPTextEncodeSDXLRefiner, CLIPTextEncodeSDXL: registered without a model),
 //     SaveLatent/LoadLatent with LoadLatent's listing of the input folder, and the image
 //     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json, nodes_compositing.json; the string, primitive and conditioning nodes;
-//   - the ControlNet nodes: nodes_controlnet.json (nodes.py; registered without a model);
+//   - the ControlNet nodes: nodes_controlnet.json (nodes.py; registered without a model) and
+//     SetUnionControlNetType (nodes_controlnet_union.json, comfy_extras/nodes_controlnet.py);
 //   - the model merging and saving nodes: nodes_model_merging.json (registered without a model);
 //   - RebatchLatents and RebatchImages (nodes_rebatch.json: output_is_list true);
 //   - AlignYourStepsScheduler, FreeU/FreeU_V2, RescaleCFG and PerpNegGuider (nodes_align_your_steps,
@@ -35,6 +36,7 @@ const WANT = {
     "CheckpointSave", "CLIPMergeSimple", "CLIPMergeSubtract", "CLIPMergeAdd", "CLIPSave", "VAESave", "ModelSave"],
   "nodes_controlnet.json": ["ControlNetApply", "ControlNetApplyAdvanced", "ControlNetLoader",
     "DiffControlNetLoader"],
+  "nodes_controlnet_union.json": ["SetUnionControlNetType"],
   "nodes_image_core.json": ["SaveImage", "PreviewImage", "LoadImageMask", "ImageScale", "ImageScaleBy",
     "ImageInvert", "ImageBatch", "ImagePadForOutpaint", "EmptyImage"],
   "nodes_images.json": ["ImageCrop", "RepeatImageBatch", "ImageFromBatch", "ImageAddNoise", "ImageStitch",
