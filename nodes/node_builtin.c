@@ -8,6 +8,7 @@ void node_registry_add_builtins(struct node_registry *r)
     nodes_image_compositing_register(r);
     nodes_primitive_register(r);
     nodes_sd_register(r);
+    nodes_sd_loaders_register(r);
     nodes_mask_register(r);
     nodes_string_register(r);
     nodes_string_regex_register(r);

@@ -25,6 +25,7 @@ void nodes_mask_register(struct node_registry *r);      /* nodes_mask.c: comfy_e
 void nodes_string_register(struct node_registry *r);    /* nodes_string.c: comfy_extras.nodes_string */
 void nodes_string_regex_register(struct node_registry *r); /* nodes_string_regex.c: its regex nodes */
 void nodes_rebatch_register(struct node_registry *r);  /* nodes_rebatch.c: comfy_extras.nodes_rebatch */
+void nodes_sd_loaders_register(struct node_registry *r); /* sd_loader_nodes.c: CheckpointLoader */
 void nodes_upscale_model_register(struct node_registry *r); /* nodes_upscale_model.c */
 void nodes_websocket_register(struct node_registry *r); /* nodes_websocket.c: SaveImageWebsocket */
 
