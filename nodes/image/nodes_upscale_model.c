@@ -61,7 +61,7 @@ static const struct node_output_def loader_out[] = {{.type = "UPSCALE_MODEL"}, N
 
 static int loader_is_changed(struct node_ctx *c, struct buf *out)
 {
-    return sd__model_file_is_changed(c, "upscale_models", "model_name", out);
+    return sd__model_file_is_changed_at(c, "upscale_models", LOADER_MODEL_NAME, out);
 }
 
 static int loader_run(struct node_ctx *c)

@@ -17,6 +17,7 @@
     "LoRAs are used to modify diffusion and CLIP models, altering the way in which latents "  \
     "are denoised such as applying styles. Multiple LoRA nodes can be linked together."
 
+enum { LORA_MODEL, LORA_CLIP, LORA_LORA_NAME, LORA_STRENGTH_MODEL, LORA_STRENGTH_CLIP, LORA_N };
 static const struct node_input_def lora_inputs[] = {
     {.name = "model", .type = "MODEL", .tooltip = "The diffusion model the LoRA will be applied to."},
     {.name = "clip", .type = "CLIP", .tooltip = "The CLIP model the LoRA will be applied to."},
@@ -34,15 +35,36 @@ static const struct node_output_def lora_outputs[] = {
     {.type = "CLIP", .tooltip = "The modified CLIP model."},
     NODE_OUTPUTS_END};
 
-/* Patch copies of model (and clip, when given); outputs set on success. */
-static int lora_common(struct node_ctx *c, int with_clip)
+enum { MODEL_ONLY_MODEL, MODEL_ONLY_LORA_NAME, MODEL_ONLY_STRENGTH_MODEL, MODEL_ONLY_N };
+static const struct node_input_def lora_model_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "lora_name", .type = NODE_COMBO, .options_folder = "loras"},
+    {.name = "strength_model", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(-100.0),
+     .max = NODE_F(100.0), .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+/* QUIRK kept from ComfyUI: the class inherits LoraLoader's two output tooltips. */
+static const struct node_output_def lora_model_outputs[] = {
+    {.type = "MODEL", .tooltip = "The modified diffusion model."}, NODE_OUTPUTS_END};
+
+/* Where lora_common finds each input in the two declarations (-1: not declared). */
+struct lora_layout {
+    int model, clip, lora_name, strength_model, strength_clip;
+};
+static const struct lora_layout lora_layout = {LORA_MODEL, LORA_CLIP, LORA_LORA_NAME,
+                                               LORA_STRENGTH_MODEL, LORA_STRENGTH_CLIP};
+static const struct lora_layout model_only_layout = {MODEL_ONLY_MODEL, -1, MODEL_ONLY_LORA_NAME,
+                                                     MODEL_ONLY_STRENGTH_MODEL, -1};
+
+/* Patch copies of model (and clip, when declared); outputs set on success. */
+static int lora_common(struct node_ctx *c, const struct lora_layout *in)
 {
-    struct value *mv = node_in(c, "model"), *cv = with_clip ? node_in(c, "clip") : NULL;
+    int with_clip = in->clip >= 0;
+    struct value *mv = node_in_at(c, in->model), *cv = with_clip ? node_in_at(c, in->clip) : NULL;
     const struct sd_model *model = sd_model_of(mv);
     const struct sd_clip *clip = with_clip ? sd_clip_of(cv) : NULL;
-    double sm = node_in_float(c, "strength_model");
-    double sc = with_clip ? node_in_float(c, "strength_clip") : 0.0;
-    const char *name = node_in_str(c, "lora_name");
+    double sm = node_in_float_at(c, in->strength_model);
+    double sc = with_clip ? node_in_float_at(c, in->strength_clip) : 0.0;
+    const char *name = node_in_str_at(c, in->lora_name);
     if (!model)
         return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
     if (with_clip && !clip)
@@ -94,12 +116,12 @@ static int lora_common(struct node_ctx *c, int with_clip)
 
 static int lora_is_changed(struct node_ctx *c, struct buf *out)
 {
-    return sd__model_file_is_changed(c, "loras", "lora_name", out);
+    return sd__model_file_is_changed_at(c, "loras", LORA_LORA_NAME, out);
 }
 
 static int lora_run(struct node_ctx *c)
 {
-    return lora_common(c, 1);
+    return lora_common(c, &lora_layout);
 }
 
 const struct node_class sd_lora_loader = {
@@ -108,24 +130,20 @@ const struct node_class sd_lora_loader = {
     .description = LORA_DESC,
     .category = "loaders",
     .inputs = lora_inputs,
+    .n_inputs = LORA_N,
     .outputs = lora_outputs,
     .run = lora_run,
     .is_changed = lora_is_changed,
 };
 
-static const struct node_input_def lora_model_inputs[] = {
-    {.name = "model", .type = "MODEL"},
-    {.name = "lora_name", .type = NODE_COMBO, .options_folder = "loras"},
-    {.name = "strength_model", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(-100.0),
-     .max = NODE_F(100.0), .step = NODE_F(0.01)},
-    NODE_INPUTS_END};
-/* QUIRK kept from ComfyUI: the class inherits LoraLoader's two output tooltips. */
-static const struct node_output_def lora_model_outputs[] = {
-    {.type = "MODEL", .tooltip = "The modified diffusion model."}, NODE_OUTPUTS_END};
+static int model_only_is_changed(struct node_ctx *c, struct buf *out)
+{
+    return sd__model_file_is_changed_at(c, "loras", MODEL_ONLY_LORA_NAME, out);
+}
 
 static int lora_model_run(struct node_ctx *c)
 {
-    return lora_common(c, 0);
+    return lora_common(c, &model_only_layout);
 }
 
 const struct node_class sd_lora_loader_model_only = {
@@ -133,7 +151,8 @@ const struct node_class sd_lora_loader_model_only = {
     .description = LORA_DESC,
     .category = "loaders",
     .inputs = lora_model_inputs,
+    .n_inputs = MODEL_ONLY_N,
     .outputs = lora_model_outputs,
     .run = lora_model_run,
-    .is_changed = lora_is_changed,
+    .is_changed = model_only_is_changed,
 };

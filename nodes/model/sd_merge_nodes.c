@@ -108,10 +108,51 @@ static int check_same(struct node_ctx *c, const struct model_config *a,
     return 0;
 }
 
+/* ---- declarations ---- */
+
+/*
+ * Every merge declares its two models (or CLIPs) first, where model_merge and
+ * clip_merge read them; the ratio, multiplier or block ratios follow.
+ */
+enum { MERGE_1, MERGE_2, MERGE_ADD_N };
+enum { MERGE_RATIO = MERGE_ADD_N, MERGE_SIMPLE_N };
+enum { MERGE_MULTIPLIER = MERGE_ADD_N, MERGE_SUBTRACT_N };
+enum { MERGE_INPUT = MERGE_ADD_N, MERGE_MIDDLE, MERGE_OUT, MERGE_BLOCKS_N };
+
+#define RATIO_INPUT(n)                                                                         \
+    {.name = n, .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(1.0),   \
+     .step = NODE_F(0.01)}
+#define MULTIPLIER_INPUT                                                                       \
+    {.name = "multiplier", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(-10.0),          \
+     .max = NODE_F(10.0), .step = NODE_F(0.01)}
+
+static const struct node_input_def simple_in[] = {
+    {.name = "model1", .type = "MODEL"}, {.name = "model2", .type = "MODEL"},
+    RATIO_INPUT("ratio"), NODE_INPUTS_END};
+static const struct node_input_def blocks_in[] = {
+    {.name = "model1", .type = "MODEL"}, {.name = "model2", .type = "MODEL"},
+    RATIO_INPUT("input"), RATIO_INPUT("middle"), RATIO_INPUT("out"), NODE_INPUTS_END};
+static const struct node_input_def subtract_in[] = {
+    {.name = "model1", .type = "MODEL"}, {.name = "model2", .type = "MODEL"},
+    MULTIPLIER_INPUT, NODE_INPUTS_END};
+static const struct node_input_def add_in[] = {
+    {.name = "model1", .type = "MODEL"}, {.name = "model2", .type = "MODEL"}, NODE_INPUTS_END};
+static const struct node_output_def model_out[] = {{.type = "MODEL"}, NODE_OUTPUTS_END};
+
+static const struct node_input_def clip_simple_in[] = {
+    {.name = "clip1", .type = "CLIP"}, {.name = "clip2", .type = "CLIP"},
+    RATIO_INPUT("ratio"), NODE_INPUTS_END};
+static const struct node_input_def clip_subtract_in[] = {
+    {.name = "clip1", .type = "CLIP"}, {.name = "clip2", .type = "CLIP"},
+    MULTIPLIER_INPUT, NODE_INPUTS_END};
+static const struct node_input_def clip_add_in[] = {
+    {.name = "clip1", .type = "CLIP"}, {.name = "clip2", .type = "CLIP"}, NODE_INPUTS_END};
+static const struct node_output_def clip_out[] = {{.type = "CLIP"}, NODE_OUTPUTS_END};
+
 static int model_merge(struct node_ctx *c, const struct merge_rule *r)
 {
-    const struct sd_model *m1 = sd_model_of(node_in(c, "model1"));
-    const struct sd_model *m2 = sd_model_of(node_in(c, "model2"));
+    const struct sd_model *m1 = sd_model_of(node_in_at(c, MERGE_1));
+    const struct sd_model *m2 = sd_model_of(node_in_at(c, MERGE_2));
     struct model_config cfg1, cfg2;
     struct patcher *p1 = m1 ? sd_model_unet_patcher(m1, &cfg1) : NULL;
     struct patcher *p2 = m2 ? sd_model_unet_patcher(m2, &cfg2) : NULL;
@@ -135,8 +176,8 @@ static int model_merge(struct node_ctx *c, const struct merge_rule *r)
 
 static int clip_merge(struct node_ctx *c, float sp, float sm)
 {
-    const struct sd_clip *c1 = sd_clip_of(node_in(c, "clip1"));
-    const struct sd_clip *c2 = sd_clip_of(node_in(c, "clip2"));
+    const struct sd_clip *c1 = sd_clip_of(node_in_at(c, MERGE_1));
+    const struct sd_clip *c2 = sd_clip_of(node_in_at(c, MERGE_2));
     if (!c1 || !c2)
         return node_fail(c, "RuntimeError", "input 'clip1' or 'clip2' is not a CLIP");
     int rc = check_same(c, &c1->cfg, &c2->cfg, c1->cfg.text, c2->cfg.text, sizeof(c1->cfg.text),
@@ -171,7 +212,7 @@ static int clip_merge(struct node_ctx *c, float sp, float sm)
 
 static int merge_simple_run(struct node_ctx *c)
 {
-    double ratio = node_in_float(c, "ratio");
+    double ratio = node_in_float_at(c, MERGE_RATIO);
     const struct merge_rule r = {.sp = (float)(1.0 - ratio), .sm = (float)ratio};
     return model_merge(c, &r);
 }
@@ -179,15 +220,15 @@ static int merge_simple_run(struct node_ctx *c)
 static int merge_blocks_run(struct node_ctx *c)
 {
     double ratios[3];
-    for (int i = 0; i < 3; i++)
-        ratios[i] = node_in_float(c, block_names[i]);
+    for (int i = 0; i < 3; i++) /* input, middle, out: block_names' order */
+        ratios[i] = node_in_float_at(c, MERGE_INPUT + i);
     const struct merge_rule r = {.block_ratio = ratios};
     return model_merge(c, &r);
 }
 
 static int merge_subtract_run(struct node_ctx *c)
 {
-    double k = node_in_float(c, "multiplier");
+    double k = node_in_float_at(c, MERGE_MULTIPLIER);
     const struct merge_rule r = {.sp = (float)-k, .sm = (float)k};
     return model_merge(c, &r);
 }
@@ -198,50 +239,32 @@ static int merge_add_run(struct node_ctx *c)
     return model_merge(c, &r);
 }
 
-#define RATIO_INPUT(n)                                                                         \
-    {.name = n, .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(1.0),   \
-     .step = NODE_F(0.01)}
-#define MULTIPLIER_INPUT                                                                       \
-    {.name = "multiplier", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(-10.0),          \
-     .max = NODE_F(10.0), .step = NODE_F(0.01)}
-
-static const struct node_input_def simple_in[] = {
-    {.name = "model1", .type = "MODEL"}, {.name = "model2", .type = "MODEL"},
-    RATIO_INPUT("ratio"), NODE_INPUTS_END};
-static const struct node_input_def blocks_in[] = {
-    {.name = "model1", .type = "MODEL"}, {.name = "model2", .type = "MODEL"},
-    RATIO_INPUT("input"), RATIO_INPUT("middle"), RATIO_INPUT("out"), NODE_INPUTS_END};
-static const struct node_input_def subtract_in[] = {
-    {.name = "model1", .type = "MODEL"}, {.name = "model2", .type = "MODEL"},
-    MULTIPLIER_INPUT, NODE_INPUTS_END};
-static const struct node_input_def add_in[] = {
-    {.name = "model1", .type = "MODEL"}, {.name = "model2", .type = "MODEL"}, NODE_INPUTS_END};
-static const struct node_output_def model_out[] = {{.type = "MODEL"}, NODE_OUTPUTS_END};
 
 const struct node_class sd_model_merge_simple = {
     .name = "ModelMergeSimple", .category = MERGE_CATEGORY, .python_module = MERGE_MODULE,
-    .inputs = simple_in, .outputs = model_out, .run = merge_simple_run};
+    .inputs = simple_in, .n_inputs = MERGE_SIMPLE_N, .outputs = model_out, .run = merge_simple_run};
 const struct node_class sd_model_merge_blocks = {
     .name = "ModelMergeBlocks", .category = MERGE_CATEGORY, .python_module = MERGE_MODULE,
-    .inputs = blocks_in, .outputs = model_out, .run = merge_blocks_run};
+    .inputs = blocks_in, .n_inputs = MERGE_BLOCKS_N, .outputs = model_out, .run = merge_blocks_run};
 const struct node_class sd_model_merge_subtract = {
     .name = "ModelMergeSubtract", .category = MERGE_CATEGORY, .python_module = MERGE_MODULE,
-    .inputs = subtract_in, .outputs = model_out, .run = merge_subtract_run};
+    .inputs = subtract_in, .n_inputs = MERGE_SUBTRACT_N, .outputs = model_out,
+    .run = merge_subtract_run};
 const struct node_class sd_model_merge_add = {
     .name = "ModelMergeAdd", .category = MERGE_CATEGORY, .python_module = MERGE_MODULE,
-    .inputs = add_in, .outputs = model_out, .run = merge_add_run};
+    .inputs = add_in, .n_inputs = MERGE_ADD_N, .outputs = model_out, .run = merge_add_run};
 
 /* ---- CLIP ---- */
 
 static int clip_simple_run(struct node_ctx *c)
 {
-    double ratio = node_in_float(c, "ratio");
+    double ratio = node_in_float_at(c, MERGE_RATIO);
     return clip_merge(c, (float)(1.0 - ratio), (float)ratio);
 }
 
 static int clip_subtract_run(struct node_ctx *c)
 {
-    double k = node_in_float(c, "multiplier");
+    double k = node_in_float_at(c, MERGE_MULTIPLIER);
     return clip_merge(c, (float)-k, (float)k);
 }
 
@@ -250,22 +273,14 @@ static int clip_add_run(struct node_ctx *c)
     return clip_merge(c, 1.0f, 1.0f);
 }
 
-static const struct node_input_def clip_simple_in[] = {
-    {.name = "clip1", .type = "CLIP"}, {.name = "clip2", .type = "CLIP"},
-    RATIO_INPUT("ratio"), NODE_INPUTS_END};
-static const struct node_input_def clip_subtract_in[] = {
-    {.name = "clip1", .type = "CLIP"}, {.name = "clip2", .type = "CLIP"},
-    MULTIPLIER_INPUT, NODE_INPUTS_END};
-static const struct node_input_def clip_add_in[] = {
-    {.name = "clip1", .type = "CLIP"}, {.name = "clip2", .type = "CLIP"}, NODE_INPUTS_END};
-static const struct node_output_def clip_out[] = {{.type = "CLIP"}, NODE_OUTPUTS_END};
-
 const struct node_class sd_clip_merge_simple = {
     .name = "CLIPMergeSimple", .category = MERGE_CATEGORY, .python_module = MERGE_MODULE,
-    .inputs = clip_simple_in, .outputs = clip_out, .run = clip_simple_run};
+    .inputs = clip_simple_in, .n_inputs = MERGE_SIMPLE_N, .outputs = clip_out,
+    .run = clip_simple_run};
 const struct node_class sd_clip_merge_subtract = {
     .name = "CLIPMergeSubtract", .category = MERGE_CATEGORY, .python_module = MERGE_MODULE,
-    .inputs = clip_subtract_in, .outputs = clip_out, .run = clip_subtract_run};
+    .inputs = clip_subtract_in, .n_inputs = MERGE_SUBTRACT_N, .outputs = clip_out,
+    .run = clip_subtract_run};
 const struct node_class sd_clip_merge_add = {
     .name = "CLIPMergeAdd", .category = MERGE_CATEGORY, .python_module = MERGE_MODULE,
-    .inputs = clip_add_in, .outputs = clip_out, .run = clip_add_run};
+    .inputs = clip_add_in, .n_inputs = MERGE_ADD_N, .outputs = clip_out, .run = clip_add_run};

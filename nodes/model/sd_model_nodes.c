@@ -17,6 +17,7 @@
 #include "checkpoint.h"
 #include "memmgr.h"
 #include "sd_backend.h"
+#include "sd_latent_util.h"
 #include "sd_nodes.h"
 #include "sampling.h"
 
@@ -28,10 +29,10 @@
  * over it, a rename, a rewrite) gets a new key, so the loader reads the new file
  * instead of handing out the cached model of the old one. One stat per prompt.
  */
-int sd__model_file_is_changed(struct node_ctx *c, const char *folder, const char *input,
-                              struct buf *out)
+int sd__model_file_is_changed_at(struct node_ctx *c, const char *folder, int index,
+                                 struct buf *out)
 {
-    const struct value *v = node_in(c, input);
+    const struct value *v = node_in_at(c, index);
     if (!v || v->kind != VALUE_STRING)
         return ERR_INVALID;
     struct buf path;
@@ -49,13 +50,40 @@ int sd__model_file_is_changed(struct node_ctx *c, const char *folder, const char
     return 0;
 }
 
-static int ckpt_is_changed(struct node_ctx *c, struct buf *out)
+int sd__model_file_is_changed(struct node_ctx *c, const char *folder, const char *input,
+                              struct buf *out)
 {
-    return sd__model_file_is_changed(c, "checkpoints", "ckpt_name", out);
+    int index = node_class_input_index(c->cls, input);
+    ASSERT(index >= 0);
+    return sd__model_file_is_changed_at(c, folder, index, out);
+}
+
+/* The CLIP at input `index`, or NULL after node_fail. */
+static const struct sd_clip *clip_in(struct node_ctx *c, int index)
+{
+    const struct sd_clip *clip = sd_clip_of(node_in_at(c, index));
+    if (!clip)
+        node_fail(c, "RuntimeError", "input '%s' is not a CLIP", node_in_name(c, index));
+    return clip;
+}
+
+/*
+ * The VAE at input `index` of VAEDecode and VAEEncode (and their tiled forms), or
+ * NULL after node_fail with ComfyUI's message for a checkpoint that has none.
+ */
+static const struct sd_vae *vae_in(struct node_ctx *c, int index)
+{
+    const struct sd_vae *vae = sd_vae_of(node_in_at(c, index));
+    if (!vae)
+        node_fail(c, "RuntimeError",
+                  "ERROR: VAE is invalid: None\n\nIf the VAE is from a checkpoint loader "
+                  "node your checkpoint does not contain a valid VAE.");
+    return vae;
 }
 
 /* ---- CheckpointLoaderSimple ---- */
 
+enum { CKPT_CKPT_NAME, CKPT_N };
 static const struct node_input_def ckpt_inputs[] = {
     {.name = "ckpt_name", .type = NODE_COMBO, .options_folder = "checkpoints",
      .tooltip = "The name of the checkpoint (model) to load."},
@@ -67,9 +95,14 @@ static const struct node_output_def ckpt_outputs[] = {
      .tooltip = "The VAE model used for encoding and decoding images to and from latent space."},
     NODE_OUTPUTS_END};
 
+static int ckpt_is_changed(struct node_ctx *c, struct buf *out)
+{
+    return sd__model_file_is_changed_at(c, "checkpoints", CKPT_CKPT_NAME, out);
+}
+
 static int ckpt_run(struct node_ctx *c)
 {
-    const char *name = node_in_str(c, "ckpt_name");
+    const char *name = node_in_str_at(c, CKPT_CKPT_NAME);
     struct buf path;
     buf_init(&path);
     if (node_files_find_model(c->env, "checkpoints", name, &path) < 0) {
@@ -120,6 +153,7 @@ const struct node_class sd_checkpoint_loader_simple = {
                    "latents.",
     .category = "loaders",
     .inputs = ckpt_inputs,
+    .n_inputs = CKPT_N,
     .outputs = ckpt_outputs,
     .run = ckpt_run,
     .is_changed = ckpt_is_changed,
@@ -140,6 +174,7 @@ static void vae_names(const struct node_env *env, struct node_strlist *out)
     node_strlist_add(out, "pixel_space");
 }
 
+enum { VAE_LOADER_VAE_NAME, VAE_LOADER_N };
 static const struct node_input_def vae_loader_inputs[] = {
     {.name = "vae_name", .type = NODE_COMBO, .options_fn = vae_names},
     NODE_INPUTS_END};
@@ -147,12 +182,12 @@ static const struct node_output_def vae_loader_outputs[] = {{.type = "VAE"}, NOD
 
 static int vae_loader_is_changed(struct node_ctx *c, struct buf *out)
 {
-    return sd__model_file_is_changed(c, "vae", "vae_name", out);
+    return sd__model_file_is_changed_at(c, "vae", VAE_LOADER_VAE_NAME, out);
 }
 
 static int vae_loader_run(struct node_ctx *c)
 {
-    const char *name = node_in_str(c, "vae_name");
+    const char *name = node_in_str_at(c, VAE_LOADER_VAE_NAME);
     if (strcmp(name, "pixel_space") == 0)
         return node_fail_code(c, ERR_UNSUPPORTED, "RuntimeError",
                               "ERROR: VAE 'pixel_space' is not supported: latentd runs SD1.5 "
@@ -185,6 +220,7 @@ const struct node_class sd_vae_loader = {
     .display_name = "Load VAE",
     .category = "loaders",
     .inputs = vae_loader_inputs,
+    .n_inputs = VAE_LOADER_N,
     .outputs = vae_loader_outputs,
     .run = vae_loader_run,
     .is_changed = vae_loader_is_changed,
@@ -192,6 +228,7 @@ const struct node_class sd_vae_loader = {
 
 /* ---- CLIPTextEncode ---- */
 
+enum { ENCODE_TEXT, ENCODE_CLIP, ENCODE_N };
 static const struct node_input_def encode_inputs[] = {
     {.name = "text", .type = "STRING", .multiline = 1, .dynamic_prompts = 1,
      .tooltip = "The text to be encoded."},
@@ -204,7 +241,7 @@ static const struct node_output_def encode_outputs[] = {
 
 static int encode_run(struct node_ctx *c)
 {
-    const struct sd_clip *clip = sd_clip_of(node_in(c, "clip"));
+    const struct sd_clip *clip = sd_clip_of(node_in_at(c, ENCODE_CLIP));
     if (!clip)
         return node_fail(c, "RuntimeError",
                          "ERROR: clip input is invalid: None\n\nIf the clip is from a checkpoint "
@@ -212,7 +249,7 @@ static int encode_run(struct node_ctx *c)
                          "encoder model.");
     struct sd_cond *cond = NULL;
     struct err e = {0};
-    int rc = sd_clip_encode_text(clip, c->env->mm, node_in_str(c, "text"), &cond, &e);
+    int rc = sd_clip_encode_text(clip, c->env->mm, node_in_str_at(c, ENCODE_TEXT), &cond, &e);
     if (rc < 0)
         return node_fail_err(c, rc, &e);
     node_set_output(c, 0, sd_cond_value(cond));
@@ -226,6 +263,7 @@ const struct node_class sd_clip_text_encode = {
                    "to guide the diffusion model towards generating specific images.",
     .category = "conditioning",
     .inputs = encode_inputs,
+    .n_inputs = ENCODE_N,
     .outputs = encode_outputs,
     .run = encode_run,
 };
@@ -236,6 +274,10 @@ const struct node_class sd_clip_text_encode = {
     {                                                                                              \
         .name = n, .type = "INT", .def = NODE_I(d), .min = NODE_I(0), .max = NODE_I(16384)         \
     }
+enum {
+    SDXL_CLIP, SDXL_WIDTH, SDXL_HEIGHT, SDXL_CROP_W, SDXL_CROP_H, SDXL_TARGET_WIDTH,
+    SDXL_TARGET_HEIGHT, SDXL_TEXT_G, SDXL_TEXT_L, SDXL_N
+};
 static const struct node_input_def encode_sdxl_inputs[] = {
     {.name = "clip", .type = "CLIP"},
     SDXL_SIZE("width", 1024),
@@ -252,19 +294,19 @@ static const struct node_output_def encode_sdxl_outputs[] = {{.type = "CONDITION
 
 static int encode_sdxl_run(struct node_ctx *c)
 {
-    const struct sd_clip *clip = sd_clip_of(node_in(c, "clip"));
+    const struct sd_clip *clip = clip_in(c, SDXL_CLIP);
     if (!clip)
-        return node_fail(c, "RuntimeError", "input 'clip' is not a CLIP");
-    struct adm_sizes s = {.width = (int)node_in_int(c, "width"),
-                          .height = (int)node_in_int(c, "height"),
-                          .crop_w = (int)node_in_int(c, "crop_w"),
-                          .crop_h = (int)node_in_int(c, "crop_h"),
-                          .target_width = (int)node_in_int(c, "target_width"),
-                          .target_height = (int)node_in_int(c, "target_height")};
+        return ERR_INVALID;
+    struct adm_sizes s = {.width = (int)node_in_int_at(c, SDXL_WIDTH),
+                          .height = (int)node_in_int_at(c, SDXL_HEIGHT),
+                          .crop_w = (int)node_in_int_at(c, SDXL_CROP_W),
+                          .crop_h = (int)node_in_int_at(c, SDXL_CROP_H),
+                          .target_width = (int)node_in_int_at(c, SDXL_TARGET_WIDTH),
+                          .target_height = (int)node_in_int_at(c, SDXL_TARGET_HEIGHT)};
     struct sd_cond *cond = NULL;
     struct err e = {0};
-    int rc = sd_clip_encode_sdxl(clip, c->env->mm, node_in_str(c, "text_g"),
-                                 node_in_str(c, "text_l"), &s, &cond, &e);
+    int rc = sd_clip_encode_sdxl(clip, c->env->mm, node_in_str_at(c, SDXL_TEXT_G),
+                                 node_in_str_at(c, SDXL_TEXT_L), &s, &cond, &e);
     if (rc < 0)
         return node_fail_err(c, rc, &e);
     node_set_output(c, 0, sd_cond_value(cond));
@@ -277,12 +319,14 @@ const struct node_class sd_clip_text_encode_sdxl = {
     .python_module = "comfy_extras.nodes_clip_sdxl",
     .flags = NODE_CLASS_V3,
     .inputs = encode_sdxl_inputs,
+    .n_inputs = SDXL_N,
     .outputs = encode_sdxl_outputs,
     .run = encode_sdxl_run,
 };
 
 /* ---- CLIPTextEncodeSDXLRefiner (comfy_extras/nodes_clip_sdxl.py, V3) ---- */
 
+enum { REFINER_ASCORE, REFINER_WIDTH, REFINER_HEIGHT, REFINER_TEXT, REFINER_CLIP, REFINER_N };
 static const struct node_input_def encode_refiner_inputs[] = {
     {.name = "ascore",
      .type = "FLOAT",
@@ -298,14 +342,15 @@ static const struct node_input_def encode_refiner_inputs[] = {
 
 static int encode_refiner_run(struct node_ctx *c)
 {
-    const struct sd_clip *clip = sd_clip_of(node_in(c, "clip"));
+    const struct sd_clip *clip = clip_in(c, REFINER_CLIP);
     if (!clip)
-        return node_fail(c, "RuntimeError", "input 'clip' is not a CLIP");
+        return ERR_INVALID;
     struct sd_cond *cond = NULL;
     struct err e = {0};
-    int rc = sd_clip_encode_sdxl_refiner(clip, c->env->mm, node_in_str(c, "text"),
-                                         node_in_float(c, "ascore"), (int)node_in_int(c, "width"),
-                                         (int)node_in_int(c, "height"), &cond, &e);
+    int rc = sd_clip_encode_sdxl_refiner(clip, c->env->mm, node_in_str_at(c, REFINER_TEXT),
+                                         node_in_float_at(c, REFINER_ASCORE),
+                                         (int)node_in_int_at(c, REFINER_WIDTH),
+                                         (int)node_in_int_at(c, REFINER_HEIGHT), &cond, &e);
     if (rc < 0)
         return node_fail_err(c, rc, &e);
     node_set_output(c, 0, sd_cond_value(cond));
@@ -318,12 +363,14 @@ const struct node_class sd_clip_text_encode_sdxl_refiner = {
     .python_module = "comfy_extras.nodes_clip_sdxl",
     .flags = NODE_CLASS_V3,
     .inputs = encode_refiner_inputs,
+    .n_inputs = REFINER_N,
     .outputs = encode_sdxl_outputs,
     .run = encode_refiner_run,
 };
 
 /* ---- CLIPSetLastLayer ---- */
 
+enum { LAST_LAYER_CLIP, LAST_LAYER_STOP_AT_CLIP_LAYER, LAST_LAYER_N };
 static const struct node_input_def last_layer_inputs[] = {
     {.name = "clip", .type = "CLIP"},
     {.name = "stop_at_clip_layer", .type = "INT", .def = NODE_I(-1), .min = NODE_I(-24),
@@ -333,10 +380,10 @@ static const struct node_output_def clip_outputs[] = {{.type = "CLIP"}, NODE_OUT
 
 static int last_layer_run(struct node_ctx *c)
 {
-    const struct sd_clip *clip = sd_clip_of(node_in(c, "clip"));
+    const struct sd_clip *clip = clip_in(c, LAST_LAYER_CLIP);
     if (!clip)
-        return node_fail(c, "RuntimeError", "input 'clip' is not a CLIP");
-    int64_t layer = node_in_int(c, "stop_at_clip_layer");
+        return ERR_INVALID;
+    int64_t layer = node_in_int_at(c, LAST_LAYER_STOP_AT_CLIP_LAYER);
     if (layer > -1 || layer < -24)
         return node_fail(c, "ValueError", "stop_at_clip_layer %lld is not in -24..-1",
                          (long long)layer);
@@ -352,12 +399,14 @@ const struct node_class sd_clip_set_last_layer = {
     .display_name = "CLIP Set Last Layer",
     .category = "conditioning",
     .inputs = last_layer_inputs,
+    .n_inputs = LAST_LAYER_N,
     .outputs = clip_outputs,
     .run = last_layer_run,
 };
 
 /* ---- VAEDecode / VAEDecodeTiled ---- */
 
+enum { DECODE_SAMPLES, DECODE_VAE, DECODE_N };
 static const struct node_input_def decode_inputs[] = {
     {.name = "samples", .type = "LATENT", .tooltip = "The latent to be decoded."},
     {.name = "vae", .type = "VAE", .tooltip = "The VAE model used for decoding the latent."},
@@ -367,14 +416,10 @@ static const struct node_output_def decode_outputs[] = {
 
 static int decode_common(struct node_ctx *c, int tile, int overlap)
 {
-    const struct sd_latent *lat = sd_latent_of(node_in(c, "samples"));
-    const struct sd_vae *vae = sd_vae_of(node_in(c, "vae"));
-    if (!lat)
-        return node_fail(c, "RuntimeError", "input 'samples' is not a LATENT");
+    const struct sd_latent *lat = sd__latent_in_at(c, DECODE_SAMPLES);
+    const struct sd_vae *vae = lat ? vae_in(c, DECODE_VAE) : NULL;
     if (!vae)
-        return node_fail(c, "RuntimeError",
-                         "ERROR: VAE is invalid: None\n\nIf the VAE is from a checkpoint loader "
-                         "node your checkpoint does not contain a valid VAE.");
+        return ERR_INVALID;
     struct value *img = NULL;
     struct err e = {0};
     int rc = sd_vae_decode_latent(vae, c->env->mm, lat, tile, overlap, &img, &e);
@@ -395,10 +440,16 @@ const struct node_class sd_vae_decode = {
     .description = "Decodes latent images back into pixel space images.",
     .category = "latent",
     .inputs = decode_inputs,
+    .n_inputs = DECODE_N,
     .outputs = decode_outputs,
     .run = decode_run,
 };
 
+/* decode_common reads the first two as DECODE_*. */
+enum {
+    DECODE_TILED_SAMPLES = DECODE_SAMPLES, DECODE_TILED_VAE = DECODE_VAE, DECODE_TILED_TILE_SIZE,
+    DECODE_TILED_OVERLAP, DECODE_TILED_TEMPORAL_SIZE, DECODE_TILED_TEMPORAL_OVERLAP, DECODE_TILED_N
+};
 static const struct node_input_def decode_tiled_inputs[] = {
     {.name = "samples", .type = "LATENT"},
     {.name = "vae", .type = "VAE"},
@@ -417,7 +468,8 @@ static const struct node_output_def image_outputs[] = {{.type = "IMAGE"}, NODE_O
 
 static int decode_tiled_run(struct node_ctx *c)
 {
-    int64_t tile = node_in_int(c, "tile_size"), overlap = node_in_int(c, "overlap");
+    int64_t tile = node_in_int_at(c, DECODE_TILED_TILE_SIZE);
+    int64_t overlap = node_in_int_at(c, DECODE_TILED_OVERLAP);
     if (tile < 8 || overlap < 0)
         return node_fail(c, "ValueError", "invalid tile size %lld / overlap %lld",
                          (long long)tile, (long long)overlap);
@@ -432,26 +484,27 @@ const struct node_class sd_vae_decode_tiled = {
     .display_name = "VAE Decode (Tiled)",
     .category = "_for_testing",
     .inputs = decode_tiled_inputs,
+    .n_inputs = DECODE_TILED_N,
     .outputs = image_outputs,
     .run = decode_tiled_run,
 };
 
 /* ---- VAEEncode ---- */
 
+enum { ENCODE_VAE_PIXELS, ENCODE_VAE_VAE, ENCODE_VAE_N };
 static const struct node_input_def vae_encode_inputs[] = {
     {.name = "pixels", .type = "IMAGE"}, {.name = "vae", .type = "VAE"}, NODE_INPUTS_END};
 static const struct node_output_def latent_out[] = {{.type = "LATENT"}, NODE_OUTPUTS_END};
 
 static int vae_encode_common(struct node_ctx *c, int tile, int overlap)
 {
-    const struct sd_vae *vae = sd_vae_of(node_in(c, "vae"));
+    const struct sd_vae *vae = vae_in(c, ENCODE_VAE_VAE);
     if (!vae)
-        return node_fail(c, "RuntimeError",
-                         "ERROR: VAE is invalid: None\n\nIf the VAE is from a checkpoint loader "
-                         "node your checkpoint does not contain a valid VAE.");
+        return ERR_INVALID;
     struct sd_latent *lat = NULL;
     struct err e = {0};
-    int rc = sd_vae_encode_image(vae, c->env->mm, node_in(c, "pixels"), tile, overlap, &lat, &e);
+    int rc = sd_vae_encode_image(vae, c->env->mm, node_in_at(c, ENCODE_VAE_PIXELS), tile, overlap,
+                                 &lat, &e);
     if (rc < 0)
         return node_fail_err(c, rc, &e);
     node_set_output(c, 0, sd_latent_value(lat));
@@ -468,12 +521,14 @@ const struct node_class sd_vae_encode = {
     .display_name = "VAE Encode",
     .category = "latent",
     .inputs = vae_encode_inputs,
+    .n_inputs = ENCODE_VAE_N,
     .outputs = latent_out,
     .run = vae_encode_run,
 };
 
 /* ---- VAEEncodeForInpaint ---- */
 
+enum { INPAINT_PIXELS, INPAINT_VAE, INPAINT_MASK, INPAINT_GROW_MASK_BY, INPAINT_N };
 static const struct node_input_def inpaint_inputs[] = {
     {.name = "pixels", .type = "IMAGE"},
     {.name = "vae", .type = "VAE"},
@@ -481,7 +536,6 @@ static const struct node_input_def inpaint_inputs[] = {
     {.name = "grow_mask_by", .type = "INT", .def = NODE_I(6), .min = NODE_I(0), .max = NODE_I(64),
      .step = NODE_I(1)},
     NODE_INPUTS_END};
-
 /* torch.round: half to even. */
 static float round_even(float v)
 {
@@ -496,9 +550,9 @@ static float round_even(float v)
  */
 static int inpaint_run(struct node_ctx *c)
 {
-    const struct sd_vae *vae = sd_vae_of(node_in(c, "vae"));
-    const struct value *px = node_in(c, "pixels"), *mk = node_in(c, "mask");
-    int64_t g = node_in_int(c, "grow_mask_by");
+    const struct sd_vae *vae = sd_vae_of(node_in_at(c, INPAINT_VAE));
+    const struct value *px = node_in_at(c, INPAINT_PIXELS), *mk = node_in_at(c, INPAINT_MASK);
+    int64_t g = node_in_int_at(c, INPAINT_GROW_MASK_BY);
     if (!vae)
         return node_fail(c, "RuntimeError", "input 'vae' is not a VAE");
     if (!px || px->kind != VALUE_TENSOR || px->ndim != 4 || px->shape[3] < 3)
@@ -585,12 +639,19 @@ const struct node_class sd_vae_encode_for_inpaint = {
     .display_name = "VAE Encode (for Inpainting)",
     .category = "latent/inpaint",
     .inputs = inpaint_inputs,
+    .n_inputs = INPAINT_N,
     .outputs = latent_out,
     .run = inpaint_run,
 };
 
 /* ---- VAEEncodeTiled ---- */
 
+/* vae_encode_common reads the first two as ENCODE_VAE_*. */
+enum {
+    ENCODE_TILED_PIXELS = ENCODE_VAE_PIXELS, ENCODE_TILED_VAE = ENCODE_VAE_VAE,
+    ENCODE_TILED_TILE_SIZE, ENCODE_TILED_OVERLAP, ENCODE_TILED_TEMPORAL_SIZE,
+    ENCODE_TILED_TEMPORAL_OVERLAP, ENCODE_TILED_N
+};
 static const struct node_input_def encode_tiled_inputs[] = {
     {.name = "pixels", .type = "IMAGE"},
     {.name = "vae", .type = "VAE"},
@@ -608,7 +669,8 @@ static const struct node_input_def encode_tiled_inputs[] = {
 
 static int vae_encode_tiled_run(struct node_ctx *c)
 {
-    int64_t tile = node_in_int(c, "tile_size"), overlap = node_in_int(c, "overlap");
+    int64_t tile = node_in_int_at(c, ENCODE_TILED_TILE_SIZE);
+    int64_t overlap = node_in_int_at(c, ENCODE_TILED_OVERLAP);
     if (tile < 16 || overlap < 0 || tile > 4096 || overlap > 4096)
         return node_fail(c, "ValueError", "invalid tile size %lld / overlap %lld",
                          (long long)tile, (long long)overlap);
@@ -620,6 +682,7 @@ const struct node_class sd_vae_encode_tiled = {
     .display_name = "VAE Encode (Tiled)",
     .category = "_for_testing",
     .inputs = encode_tiled_inputs,
+    .n_inputs = ENCODE_TILED_N,
     .outputs = latent_out,
     .run = vae_encode_tiled_run,
 };

@@ -23,8 +23,13 @@
 void nodes_sd_register(struct node_registry *r);
 
 /* Private to sd_*.c: the loaders' IS_CHANGED, the stamp of the model file that
- * combo `input` names in `folder` (sd_model_nodes.c). */
+ * combo input `index` (the class's declared order) names in `folder`
+ * (sd_model_nodes.c). */
 struct buf;
+int sd__model_file_is_changed_at(struct node_ctx *c, const char *folder, int index,
+                                 struct buf *out);
+/* The same by input name (a declaration lookup per call), for the loaders not yet
+ * given index enums. */
 int sd__model_file_is_changed(struct node_ctx *c, const char *folder, const char *input,
                               struct buf *out);
 

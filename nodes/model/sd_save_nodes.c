@@ -105,6 +105,10 @@ static int save_file(struct node_ctx *c, const struct save_job *job, const char 
     return rc;
 }
 
+#define HIDDEN_INPUTS                                                                          \
+    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},                          \
+    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN}
+
 static int need_mm(struct node_ctx *c)
 {
     if (c->env->mm)
@@ -113,10 +117,11 @@ static int need_mm(struct node_ctx *c)
                           "no compute device: this server runs no models");
 }
 
-/* The UNet part of a MODEL; fails the node when it is not a checkpoint's model. */
-static struct patcher *model_part(struct node_ctx *c, struct model_config *cfg)
+/* The UNet part of the MODEL at input `index`; fails the node when it is not a
+ * checkpoint's model. */
+static struct patcher *model_part(struct node_ctx *c, int index, struct model_config *cfg)
 {
-    const struct sd_model *m = sd_model_of(node_in(c, "model"));
+    const struct sd_model *m = sd_model_of(node_in_at(c, index));
     struct patcher *p = m ? sd_model_unet_patcher(m, cfg) : NULL;
     if (!p)
         node_fail_code(c, ERR_INVALID, "RuntimeError",
@@ -132,12 +137,24 @@ static const char *family_name(const struct model_config *cfg)
 
 /* ---- CheckpointSave, ModelSave ---- */
 
+enum {
+    SAVE_CKPT_MODEL, SAVE_CKPT_CLIP, SAVE_CKPT_VAE, SAVE_CKPT_FILENAME_PREFIX,
+    SAVE_CKPT_PROMPT, SAVE_CKPT_EXTRA_PNGINFO, SAVE_CKPT_N
+};
+static const struct node_input_def checkpoint_in[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "clip", .type = "CLIP"},
+    {.name = "vae", .type = "VAE"},
+    {.name = "filename_prefix", .type = "STRING", .def_str = "checkpoints/ComfyUI"},
+    HIDDEN_INPUTS,
+    NODE_INPUTS_END};
+
 static int checkpoint_save_run(struct node_ctx *c)
 {
     struct model_config cfg;
-    struct patcher *unet = model_part(c, &cfg);
-    const struct sd_clip *clip = sd_clip_of(node_in(c, "clip"));
-    const struct sd_vae *vae = sd_vae_of(node_in(c, "vae"));
+    struct patcher *unet = model_part(c, SAVE_CKPT_MODEL, &cfg);
+    const struct sd_clip *clip = sd_clip_of(node_in_at(c, SAVE_CKPT_CLIP));
+    const struct sd_vae *vae = sd_vae_of(node_in_at(c, SAVE_CKPT_VAE));
     if (!unet)
         return ERR_INVALID;
     if (!clip || !vae)
@@ -155,33 +172,53 @@ static int checkpoint_save_run(struct node_ctx *c)
     if (clip->p2)
         job.parts[job.n_parts++] = (struct ckpt_save_part){clip->p2, MODEL_CLIP2};
     job.parts[job.n_parts++] = (struct ckpt_save_part){vae->p, MODEL_VAE};
-    return save_file(c, &job, node_in_str(c, "filename_prefix"));
+    return save_file(c, &job, node_in_str_at(c, SAVE_CKPT_FILENAME_PREFIX));
 }
+
+enum {
+    SAVE_MODEL_MODEL, SAVE_MODEL_FILENAME_PREFIX, SAVE_MODEL_PROMPT, SAVE_MODEL_EXTRA_PNGINFO,
+    SAVE_MODEL_N
+};
+static const struct node_input_def model_in[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "filename_prefix", .type = "STRING", .def_str = "diffusion_models/ComfyUI"},
+    HIDDEN_INPUTS,
+    NODE_INPUTS_END};
 
 static int model_save_run(struct node_ctx *c)
 {
     struct model_config cfg;
-    struct patcher *unet = model_part(c, &cfg);
+    struct patcher *unet = model_part(c, SAVE_MODEL_MODEL, &cfg);
     if (!unet)
         return ERR_INVALID;
     if (need_mm(c) < 0)
         return ERR_INVALID;
     struct save_job job = {.cfg = &cfg, .naming = CKPT_SAVE_CHECKPOINT, .modelspec = 1};
     job.parts[job.n_parts++] = (struct ckpt_save_part){unet, MODEL_UNET};
-    return save_file(c, &job, node_in_str(c, "filename_prefix"));
+    return save_file(c, &job, node_in_str_at(c, SAVE_MODEL_FILENAME_PREFIX));
 }
 
 /* ---- CLIPSave, VAESave ---- */
 
+enum {
+    SAVE_CLIP_CLIP, SAVE_CLIP_FILENAME_PREFIX, SAVE_CLIP_PROMPT, SAVE_CLIP_EXTRA_PNGINFO,
+    SAVE_CLIP_N
+};
+static const struct node_input_def clip_in[] = {
+    {.name = "clip", .type = "CLIP"},
+    {.name = "filename_prefix", .type = "STRING", .def_str = "clip/ComfyUI"},
+    HIDDEN_INPUTS,
+    NODE_INPUTS_END};
+
 static int clip_save_run(struct node_ctx *c)
 {
-    const struct sd_clip *clip = sd_clip_of(node_in(c, "clip"));
+    const struct sd_clip *clip = sd_clip_of(node_in_at(c, SAVE_CLIP_CLIP));
     if (!clip)
         return node_fail(c, "RuntimeError", "input 'clip' is not a CLIP");
     if (need_mm(c) < 0)
         return ERR_INVALID;
     const struct model_family *f = model_family_get(clip->cfg.family);
-    const char *prefix = node_in_str(c, "filename_prefix");
+    const char *prefix = node_in_str_at(c, SAVE_CLIP_FILENAME_PREFIX);
     struct patcher *enc[2] = {clip->p, clip->p2};
     /* ComfyUI's file per encoder prefix, clip_l before clip_g (its prefix list order). */
     for (int pass = 0; pass < 2; pass++) {
@@ -204,59 +241,44 @@ static int clip_save_run(struct node_ctx *c)
     return 0;
 }
 
+enum {
+    SAVE_VAE_VAE, SAVE_VAE_FILENAME_PREFIX, SAVE_VAE_PROMPT, SAVE_VAE_EXTRA_PNGINFO, SAVE_VAE_N
+};
+static const struct node_input_def vae_in[] = {
+    {.name = "vae", .type = "VAE"},
+    {.name = "filename_prefix", .type = "STRING", .def_str = "vae/ComfyUI_vae"},
+    HIDDEN_INPUTS,
+    NODE_INPUTS_END};
+
 static int vae_save_run(struct node_ctx *c)
 {
-    const struct sd_vae *vae = sd_vae_of(node_in(c, "vae"));
+    const struct sd_vae *vae = sd_vae_of(node_in_at(c, SAVE_VAE_VAE));
     if (!vae)
         return node_fail(c, "RuntimeError", "input 'vae' is not a VAE");
     if (need_mm(c) < 0)
         return ERR_INVALID;
     struct save_job job = {.cfg = &vae->cfg, .naming = CKPT_SAVE_BARE};
     job.parts[job.n_parts++] = (struct ckpt_save_part){vae->p, MODEL_VAE};
-    return save_file(c, &job, node_in_str(c, "filename_prefix"));
+    return save_file(c, &job, node_in_str_at(c, SAVE_VAE_FILENAME_PREFIX));
 }
 
 /* ---- classes ---- */
 
-#define HIDDEN_INPUTS                                                                          \
-    {.name = "prompt", .type = "PROMPT", .group = NODE_INPUT_HIDDEN},                          \
-    {.name = "extra_pnginfo", .type = "EXTRA_PNGINFO", .group = NODE_INPUT_HIDDEN}
-
-static const struct node_input_def checkpoint_in[] = {
-    {.name = "model", .type = "MODEL"},
-    {.name = "clip", .type = "CLIP"},
-    {.name = "vae", .type = "VAE"},
-    {.name = "filename_prefix", .type = "STRING", .def_str = "checkpoints/ComfyUI"},
-    HIDDEN_INPUTS,
-    NODE_INPUTS_END};
-static const struct node_input_def clip_in[] = {
-    {.name = "clip", .type = "CLIP"},
-    {.name = "filename_prefix", .type = "STRING", .def_str = "clip/ComfyUI"},
-    HIDDEN_INPUTS,
-    NODE_INPUTS_END};
-static const struct node_input_def vae_in[] = {
-    {.name = "vae", .type = "VAE"},
-    {.name = "filename_prefix", .type = "STRING", .def_str = "vae/ComfyUI_vae"},
-    HIDDEN_INPUTS,
-    NODE_INPUTS_END};
-static const struct node_input_def model_in[] = {
-    {.name = "model", .type = "MODEL"},
-    {.name = "filename_prefix", .type = "STRING", .def_str = "diffusion_models/ComfyUI"},
-    HIDDEN_INPUTS,
-    NODE_INPUTS_END};
 static const struct node_output_def no_outputs[] = {NODE_OUTPUTS_END};
 
 const struct node_class sd_checkpoint_save = {
     .name = "CheckpointSave", .display_name = "Save Checkpoint", .category = MERGE_CATEGORY,
     .python_module = MERGE_MODULE, .flags = NODE_CLASS_OUTPUT, .inputs = checkpoint_in,
-    .outputs = no_outputs, .run = checkpoint_save_run};
+    .n_inputs = SAVE_CKPT_N, .outputs = no_outputs, .run = checkpoint_save_run};
 const struct node_class sd_clip_save = {
     .name = "CLIPSave", .category = MERGE_CATEGORY, .python_module = MERGE_MODULE,
-    .flags = NODE_CLASS_OUTPUT, .inputs = clip_in, .outputs = no_outputs, .run = clip_save_run};
+    .flags = NODE_CLASS_OUTPUT, .inputs = clip_in,
+    .n_inputs = SAVE_CLIP_N, .outputs = no_outputs, .run = clip_save_run};
 const struct node_class sd_vae_save = {
     .name = "VAESave", .category = MERGE_CATEGORY, .python_module = MERGE_MODULE,
-    .flags = NODE_CLASS_OUTPUT, .inputs = vae_in, .outputs = no_outputs, .run = vae_save_run};
+    .flags = NODE_CLASS_OUTPUT, .inputs = vae_in,
+    .n_inputs = SAVE_VAE_N, .outputs = no_outputs, .run = vae_save_run};
 const struct node_class sd_model_save = {
     .name = "ModelSave", .category = MERGE_CATEGORY, .python_module = MERGE_MODULE,
-    .flags = NODE_CLASS_OUTPUT, .inputs = model_in, .outputs = no_outputs,
+    .flags = NODE_CLASS_OUTPUT, .inputs = model_in, .n_inputs = SAVE_MODEL_N, .outputs = no_outputs,
     .run = model_save_run};
