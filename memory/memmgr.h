@@ -108,11 +108,21 @@ struct mm_request {
     int n_later;
 };
 
+/*
+ * Bytes per side (issue 13). Device bytes are what uploads produce: each weight at its
+ * compute dtype (f32 for an f16 file in the default fp32 compute), except on the cpu
+ * device, where clean layers are used in place: there "resident" is the host copy at
+ * its own dtype. Host bytes are the host copies as kept: a borrowed file's dtype (an
+ * f16 file stays f16), or the converted copy. The pack is the streamer's second host
+ * copy of the streamed layers, laid out as on the device (so one layer is one copy).
+ */
 struct mm_model_plan {
     char name[64];
     int layers, layers_resident, layers_streamed;
-    size_t bytes_resident;     /* device bytes of resident layers */
-    size_t bytes_streamed;     /* bytes of streamed layers (copied once per use) */
+    size_t bytes_resident;     /* device bytes of resident layers (cpu: host bytes used in place) */
+    size_t bytes_streamed;     /* device bytes of streamed layers (copied once per use) */
+    size_t bytes_host;         /* host copies of all weights, at their host dtype */
+    size_t bytes_pack;         /* host staging of streamed layers (device layout); 0 if none */
     int ring_slots;            /* streaming ring slots (0: full load) */
     size_t ring_bytes;
     int prefetch;              /* layers in flight ahead of compute */
@@ -128,6 +138,7 @@ struct mm_report {
     int n_models;
     struct mm_model_plan models[MM_MAX_MODELS];
     size_t bytes_resident, bytes_streamed; /* sums over models */
+    size_t bytes_host, bytes_pack;         /* sums over models (see mm_model_plan) */
     size_t bytes_loaded;       /* copied host->device while loading */
     size_t bytes_copied;       /* copied host->device by streaming during the node */
     size_t peak_bytes;         /* device peak during the node (set by mm_node_end) */

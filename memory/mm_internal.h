@@ -134,6 +134,7 @@ int mm__stream_new(struct patcher_model *m, int slots, int prefetch, int use_pin
 void mm__stream_free(struct patcher_model *m, struct mm_stream *st);
 size_t mm__stream_device_bytes(const struct mm_stream *st);
 size_t mm__stream_slot_bytes(const struct mm_stream *st);
+size_t mm__stream_pack_bytes(const struct mm_stream *st); /* host pack; 0 when direct */
 int mm__stream_slots(const struct mm_stream *st);
 int mm__stream_prefetch(const struct mm_stream *st);
 void mm__stream_sync(struct mm_stream *st);           /* wait for in-flight copies */

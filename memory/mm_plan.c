@@ -5,7 +5,11 @@
  *   cap      = min(budget, used + device free) - reserve
  *   extra    = activation peak + workspace + patch workspace   (the node's plan)
  *   the requested models may use  cap - used + (their own device bytes) - extra
- * A model's device bytes = its resident layers + its ring (slots x slot bytes).
+ * A model's device bytes = its resident layers + its ring (slots x slot bytes), each
+ * weight at its compute dtype (what the upload writes: f32 for an f16 file in fp32
+ * compute); on the cpu device clean layers are the host copies used in place, counted at
+ * their own dtype (full_bytes). Host bytes (the copies at file dtype, the stream pack)
+ * are reported beside them (memmgr.h, struct mm_model_plan), never mixed in.
  *
  * Cost model (memory.md §10.4): per layer t_copy = bytes / bandwidth + latency, and
  * t_comp = measured (patcher_release on host devices) or FLOPs / assumed rate, or 0
@@ -144,6 +148,15 @@ static size_t min_bytes(const struct mm *mm, const struct patcher_model *m, int 
     return best;
 }
 
+/* The device bytes of a full load: the layout's bytes (every weight at its compute
+ * dtype, what an upload writes), except on the cpu device, where clean layers are the
+ * host copies used in place, at their own (file) dtype. */
+static size_t full_bytes(const struct patcher_model *m, struct dev *d)
+{
+    return dev_kind(d) == DEV_KIND_CPU ? patcher_model_host_bytes(m, NULL)
+                                       : patcher_model_bytes(m);
+}
+
 /*
  * Choose the resident set and ring for `m` within `allow` bytes. Returns 0 or
  * ERR_DEVICE_OOM (with a message) when no plan fits.
@@ -152,7 +165,7 @@ static int choose(const struct mm *mm, struct model_plan *mp, ssize_b allow, int
                   struct err *e)
 {
     const struct patcher_model *m = mp->m;
-    size_t total = patcher_model_bytes(m);
+    size_t total = full_bytes(m, mp->d);
     int n = m->nlayers;
     mp->res = xcalloc((size_t)(n ? n : 1), 1);
     if (full || (mm->state != MM_VRAM_NO_VRAM && allow >= (ssize_b)total)) {
@@ -441,6 +454,8 @@ static void fill_model_report(const struct model_plan *mp, struct mm_model_plan 
     r->ring_slots = mp->streamed_bytes ? mp->slots : 0;
     r->ring_bytes = mp->streamed_bytes ? (size_t)mp->slots * mp->slot_bytes : 0;
     r->prefetch = mp->streamed_bytes ? mp->prefetch : 0;
+    r->bytes_host = patcher_model_host_bytes(m, NULL);
+    r->bytes_pack = mm__stream_pack_bytes(m->st);
 }
 
 static void plans_release(struct model_plan *mp, int n)
@@ -504,7 +519,7 @@ static int plan_and_load(struct mm *mm, const struct mm_request *req, struct mod
             /* The cpu device: weights used in place, nothing to plan. */
             mp[i].res = xcalloc((size_t)(mp[i].m->nlayers ? mp[i].m->nlayers : 1), 1);
             memset(mp[i].res, 1, (size_t)mp[i].m->nlayers);
-            mp[i].resident_bytes = patcher_model_bytes(mp[i].m);
+            mp[i].resident_bytes = full_bytes(mp[i].m, mp[i].d);
             continue;
         }
         ssize_b rest_min = 0;
@@ -603,19 +618,27 @@ int mm_load_models(struct mm *mm, const struct mm_request *req, struct mm_report
         fill_model_report(&mp[i], &rep->models[i]);
         rep->bytes_resident += mp[i].resident_bytes;
         rep->bytes_streamed += mp[i].streamed_bytes;
+        rep->bytes_host += rep->models[i].bytes_host;
+        rep->bytes_pack += rep->models[i].bytes_pack;
         rep->predicted_ms += mp[i].predicted_ms;
         mm->cur[mm->ncur++] = mp[i].m;
         const struct mm_model_plan *r = &rep->models[i];
         if (r->layers_streamed)
             log_info("loaded partially '%s': %zu MiB resident, %zu MiB streamed (%d of %d "
-                     "layers), ring %d x %zu MiB, prefetch %d, %s compute",
+                     "layers), ring %d x %zu MiB, prefetch %d, %s compute; host %zu MiB "
+                     "weights + %zu MiB stream pack",
                      r->name, r->bytes_resident >> 20, r->bytes_streamed >> 20,
                      r->layers_streamed, r->layers, r->ring_slots,
                      r->ring_slots ? (r->ring_bytes / (size_t)r->ring_slots) >> 20 : 0,
-                     r->prefetch, tensor_precision_name(mp[i].m->prec));
+                     r->prefetch, tensor_precision_name(mp[i].m->prec), r->bytes_host >> 20,
+                     r->bytes_pack >> 20);
+        else if (dev_kind(mp[i].d) == DEV_KIND_CPU)
+            log_info("loaded completely '%s': %zu MiB of host weights used in place on %s, "
+                     "%s compute", r->name, r->bytes_resident >> 20, dev_name(mp[i].d),
+                     tensor_precision_name(mp[i].m->prec));
         else
-            log_info("loaded completely '%s': %zu MiB on %s, %s compute", r->name,
-                     r->bytes_resident >> 20, dev_name(mp[i].d),
+            log_info("loaded completely '%s': %zu MiB on %s (host %zu MiB), %s compute",
+                     r->name, r->bytes_resident >> 20, dev_name(mp[i].d), r->bytes_host >> 20,
                      tensor_precision_name(mp[i].m->prec));
     }
     plans_release(mp, n);

@@ -186,6 +186,10 @@ size_t mm__stream_device_bytes(const struct mm_stream *st)
     return st ? (size_t)st->nslots * st->slot_bytes : 0;
 }
 size_t mm__stream_slot_bytes(const struct mm_stream *st) { return st ? st->slot_bytes : 0; }
+size_t mm__stream_pack_bytes(const struct mm_stream *st)
+{
+    return st && !st->direct ? st->pack_bytes : 0;
+}
 int mm__stream_slots(const struct mm_stream *st) { return st ? st->nslots : 0; }
 int mm__stream_prefetch(const struct mm_stream *st) { return st ? st->prefetch : 0; }
 

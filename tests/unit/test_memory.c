@@ -589,6 +589,64 @@ static void test_cycles(void)
     EXPECT_EQ(alloc_live_count(), live0);
 }
 
+/* ---- bytes per side ---------------------------------------------------------------------- */
+
+/*
+ * A model whose weights come from an f16 "file" (kept at f16 on the host, f32 on the
+ * device): the plan counts each side in its own bytes (memmgr.h, struct mm_model_plan).
+ * cpu: resident = the f16 host copies used in place; sim: resident + streamed = the f32
+ * layout, host = the f16 copies, pack = the streamed layers at the device layout.
+ */
+static void test_bytes_per_side(void)
+{
+    enum { L = 8, N = 256 * 256 };
+    uint16_t *h = xmalloc((size_t)L * N * sizeof(uint16_t));
+    for (size_t i = 0; i < (size_t)L * N; i++)
+        h[i] = tensor_f32_to_f16((float)((i * 2654435761u) % 1001) / 1000.0f - 0.5f);
+    struct patcher_model *m = patcher_model_new("f16model", PATCHER_ROLE_OTHER);
+    struct err e = {0};
+    for (int l = 0; l < L; l++) {
+        char name[32];
+        snprintf(name, sizeof(name), "layer.%d", l);
+        int li = patcher_model_add_layer(m, name, 0);
+        snprintf(name, sizeof(name), "layer.%d.weight", l);
+        ok(patcher_model_add_weight(m, li, name, TENSOR_F32, 2, (int64_t[]){256, 256},
+                                    h + (size_t)l * N, TENSOR_F16, &e) >= 0,
+           "f16 weight %d borrowed (%s)", l, e.msg);
+    }
+    size_t dev_bytes = patcher_model_bytes(m), host_bytes = patcher_model_host_bytes(m, NULL);
+    EXPECT_EQ(dev_bytes, (size_t)L * N * 4);
+    EXPECT_EQ(host_bytes, (size_t)L * N * 2);
+    struct patcher *p = patcher_new(m);
+    struct mm_request req = {.n_models = 1, .models = {p}};
+    struct mm_report rep;
+    struct mm *mm;
+    EXPECT_OK(open_mm("cpu", &mm, MM_VRAM_NORMAL_VRAM));
+    EXPECT_OK(mm_load_models(mm, &req, &rep, &e));
+    mm_node_end(mm, &rep);
+    EXPECT_EQ(rep.models[0].bytes_resident, host_bytes);
+    EXPECT_EQ(rep.models[0].bytes_host, host_bytes);
+    EXPECT_EQ(rep.models[0].bytes_pack, 0);
+    mm_free(mm);
+    char spec[64];
+    snprintf(spec, sizeof(spec), "sim:%zu", dev_bytes / 2);
+    EXPECT_OK(open_mm(spec, &mm, MM_VRAM_NORMAL_VRAM));
+    EXPECT_OK(mm_load_models(mm, &req, &rep, &e));
+    mm_node_end(mm, &rep);
+    const struct mm_model_plan *r = &rep.models[0];
+    ok(r->bytes_streamed > 0 && r->bytes_resident + r->bytes_streamed == dev_bytes,
+       "sim: %zu resident + %zu streamed = the f32 layout", r->bytes_resident,
+       r->bytes_streamed);
+    EXPECT_EQ(r->bytes_host, host_bytes);
+    EXPECT_EQ(r->bytes_pack, r->bytes_streamed); /* layers here are 256-byte multiples */
+    EXPECT_EQ(rep.bytes_host, host_bytes);
+    ok(r->prefetch >= 2, "sim at 50 %%: prefetch %d >= 2", r->prefetch);
+    mm_free(mm);
+    patcher_unref(p);
+    patcher_model_unref(m);
+    xfree(h);
+}
+
 /* ---- CUDA (skipped without a GPU) ------------------------------------------------------- */
 
 static void test_cuda(void)
@@ -665,6 +723,7 @@ int main(void)
     test_eviction();
     test_errors_and_flags();
     test_cycles();
+    test_bytes_per_side();
     test_cuda();
     tensor_shutdown();
     EXPECT_EQ(alloc_live_count(), live0);
