@@ -27,12 +27,18 @@
  *              mkfifo c a; perf record -g -D -1 --control=fifo:c,a -- \
  *                bench_txt2img --size 256 --perf-ctl c,a
  *            (--perf-vae: around VAEDecode instead);
+ * Cold runs (issue 15): after the table, each size runs again in a fresh child process
+ * (this binary with --cold-child), from exec to the PNG written, for fp32 and for bf16
+ * (what latentd --bf16-unet --bf16-vae sets: mm_config.precision, read by the loader
+ * node), interleaved fp32/bf16 per size; prints each child's wall and peak RSS and
+ * the bf16/fp32 ratios. --no-cold skips them; --cold-only runs only them.
  * GEMM time per shape: LD_PRELOAD=<build>/libgemm_trace.so bench_txt2img ...
  * (bench/txt2img/gemm_trace.c; KSampler and VAE calls are labelled per size).
  * The full checkpoint is the one bench_sd15 uses (generated on first use in
  * $LATENTD_BENCH_DIR or the current directory, fp16, ~2 GiB).
  */
 #include <limits.h>
+#include <sys/wait.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +63,8 @@
 #include "sd_nodes.h"
 #include "sd_types.h"
 #include "tensor.h"
+#include "tensor_precision.h"
+#include "node_imageio.h"
 
 static double now_s(void)
 {
@@ -214,10 +222,142 @@ static void perf_ctl(const char *spec, const char *cmd)
     close(fa);
 }
 
+/*
+ * --cold-child PX PREC: the whole workflow once in this fresh process, from the
+ * checkpoint load to the PNG on disk (out_png), at fp32 or bf16 for the UNet and VAE.
+ */
+static int cold_child(const char *models_dir, int px, int bf16, int threads, const char *out_png)
+{
+    tensor_threads_set(threads);
+    struct mm_config mc;
+    mm_config_init(&mc);
+    mc.device_spec = "cpu";
+    if (bf16) /* what srv_precision makes of --bf16-unet --bf16-vae */
+        mc.precision[PATCHER_ROLE_UNET] = mc.precision[PATCHER_ROLE_VAE] = TENSOR_PRECISION_BF16;
+    struct mm *mm = NULL;
+    struct err e = {0};
+    if (mm_new(&mc, &mm, &e) < 0)
+        PANIC("mm_new: %s", e.msg);
+    env.models_dir = models_dir;
+    env.mm = mm;
+    env.preview_size = 512;
+    const char *cn[] = {"ckpt_name"};
+    struct value *cv[] = {value_new_string("model.safetensors")}, *mcv[4];
+    run_node(&sd_checkpoint_loader_simple, cn, cv, 1, mcv, NULL);
+    struct value *pos = encode(mcv[1], "beautiful scenery nature glass bottle landscape, , purple "
+                                       "galaxy bottle,");
+    struct value *neg = encode(mcv[1], "text, watermark");
+    const char *en[] = {"width", "height", "batch_size"};
+    struct value *ev[] = {value_new_int(px), value_new_int(px), value_new_int(1)}, *eo[4];
+    run_node(&sd_empty_latent_image, en, ev, 3, eo, NULL);
+    const char *kn[] = {"model", "seed", "steps", "cfg", "sampler_name", "scheduler",
+                        "positive", "negative", "latent_image", "denoise"};
+    struct value *kv[] = {value_ref(mcv[0]), value_new_int(156680208700286), value_new_int(4),
+                          value_new_float(8.0), value_new_string("euler"),
+                          value_new_string("normal"), value_ref(pos), value_ref(neg), eo[0],
+                          value_new_float(1.0)};
+    struct value *ko[4];
+    struct steps st = {.n = 0}; /* the progress hook writes here */
+    run_node(&sd_ksampler, kn, kv, 10, ko, &st);
+    const char *dn[] = {"samples", "vae"};
+    struct value *dv[] = {ko[0], value_ref(mcv[2])}, *dout[4];
+    run_node(&sd_vae_decode, dn, dv, 2, dout, NULL);
+    const struct value *img = dout[0]; /* [1, H, W, 3] in [0, 1] */
+    size_t n = img->numel;
+    uint8_t *u8 = xmalloc(n);
+    for (size_t i = 0; i < n; i++) {
+        float v = img->data[i] * 255.0f;
+        u8[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+    if (node_png_write(out_png, u8, (int)img->shape[2], (int)img->shape[1], 3, 6, NULL, 0, &e) < 0)
+        PANIC("png: %s", e.msg);
+    printf("cold-child %d %s bf16_cache_mib %.0f\n", px, bf16 ? "bf16" : "fp32",
+           (double)tensor_bf16_cache_bytes() / 1048576.0);
+    xfree(u8);
+    for (int i = 1; i < 4; i++)
+        value_unref(ko[i]);
+    value_unref(dout[0]);
+    value_unref(pos);
+    value_unref(neg);
+    for (int i = 0; i < 3; i++)
+        value_unref(mcv[i]);
+    mm_unload_all(mm);
+    mm_free(mm);
+    return 0;
+}
+
+/* One cold child: wall seconds (fork to exit) and its peak RSS (MiB). */
+static void cold_run(const char *self, const char *models_dir, int px, int bf16, int threads,
+                     double *wall, double *rss)
+{
+    char spx[16], sth[16], png[512];
+    snprintf(spx, sizeof spx, "%d", px);
+    snprintf(sth, sizeof sth, "%d", threads);
+    snprintf(png, sizeof png, "%s/cold_%d_%s.png", models_dir, px, bf16 ? "bf16" : "fp32");
+    fflush(stdout);
+    double t0 = now_s();
+    pid_t pid = fork();
+    if (pid < 0)
+        PANIC("fork");
+    if (pid == 0) {
+        execl(self, self, "--cold-child", spx, bf16 ? "bf16" : "fp32", models_dir, sth, png,
+              (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        PANIC("cold child %d %s failed (status %d)", px, bf16 ? "bf16" : "fp32", status);
+    *wall = now_s() - t0;
+    *rss = (double)ru.ru_maxrss / 1024.0;
+    struct stat st;
+    if (stat(png, &st) != 0 || st.st_size == 0)
+        PANIC("cold child wrote no PNG '%s'", png);
+    unlink(png);
+}
+
+static void cold_table(const char *models_dir, int threads, int quick, int only)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        PANIC("readlink /proc/self/exe");
+    self[n] = 0;
+    double la[3] = {0};
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf %lf %lf", &la[0], &la[1], &la[2]) != 3)
+            la[0] = 0;
+        fclose(f);
+    }
+    printf("# cold runs: exec -> PNG in a fresh process, %d threads, bf16 = --bf16-unet "
+           "--bf16-vae (%s); load average %.2f %.2f %.2f\n",
+           threads, tensor_bf16_path(), la[0], la[1], la[2]);
+    printf("%-5s %9s %9s %9s %9s %8s %8s\n", "size", "fp32_s", "bf16_s", "fp32_mib", "bf16_mib",
+           "wall_r", "rss_r");
+    static const int sizes[2] = {256, 512};
+    for (int si = 0; si < (quick ? 1 : 2); si++) {
+        int px = sizes[si];
+        if (only && px != only)
+            continue;
+        double w32, r32, w16, r16;
+        cold_run(self, models_dir, px, 0, threads, &w32, &r32);
+        cold_run(self, models_dir, px, 1, threads, &w16, &r16);
+        printf("%-5d %9.2f %9.2f %9.0f %9.0f %8.2f %8.2f\n", px, w32, w16, r32, r16, w16 / w32,
+               r16 / r32);
+        fflush(stdout);
+    }
+    printf("# wall_r, rss_r: bf16 / fp32 (cold wall, peak RSS); the bf16 weight cache counts in\n"
+           "# its RSS (bounded by LATENTD_BF16_CACHE_MB, default 2048)\n");
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 7 && !strcmp(argv[1], "--cold-child"))
+        return cold_child(argv[4], atoi(argv[2]), !strcmp(argv[3], "bf16"), atoi(argv[5]),
+                          argv[6]);
     const char *ckpt = NULL, *perf = NULL, *device = "cpu";
-    int quick = 0, tiny = 0, threads = 2, only = 0, perf_vae = 0;
+    int quick = 0, tiny = 0, threads = 2, only = 0, perf_vae = 0, cold = 1, cold_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ckpt") && i + 1 < argc)
             ckpt = argv[++i];
@@ -233,12 +373,17 @@ int main(int argc, char **argv)
             perf = argv[++i];
         else if (!strcmp(argv[i], "--perf-vae"))
             perf_vae = 1;
+        else if (!strcmp(argv[i], "--no-cold"))
+            cold = 0;
+        else if (!strcmp(argv[i], "--cold-only"))
+            cold_only = 1;
         else if (!strcmp(argv[i], "--size") && i + 1 < argc &&
                  (!strcmp(argv[i + 1], "256") || !strcmp(argv[i + 1], "512")))
             only = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_txt2img [--ckpt PATH] [--quick] [--size 256|512] [--tiny] "
-                            "[--threads N] [--device SPEC] [--perf-ctl CTL,ACK [--perf-vae]]\n");
+                            "[--threads N] [--device SPEC] [--perf-ctl CTL,ACK [--perf-vae]] "
+                            "[--no-cold | --cold-only]\n");
             return 2;
         }
     }
@@ -261,6 +406,13 @@ int main(int argc, char **argv)
         char abs_path[PATH_MAX];
         if (!realpath(ckpt, abs_path) || symlink(abs_path, link_path) != 0)
             PANIC("cannot link '%s'", ckpt);
+    }
+    if (cold_only) {
+        cold_table(dir, threads, quick, only);
+        unlink(link_path);
+        rmdir(sub);
+        rmdir(dir);
+        return 0;
     }
     tensor_threads_set(threads);
     struct mm_config mc;
@@ -370,9 +522,11 @@ int main(int argc, char **argv)
         value_unref(mcv[i]);
     mm_unload_all(mm);
     mm_free(mm);
+    tensor_shutdown();
+    if (cold && !strcmp(device, "cpu"))
+        cold_table(dir, threads, quick, only);
     unlink(link_path);
     rmdir(sub);
     rmdir(dir);
-    tensor_shutdown();
     return 0;
 }
