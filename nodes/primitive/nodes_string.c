@@ -123,13 +123,21 @@ static void lower_into(const char *s, struct buf *out)
 
 /* ---- the nodes ------------------------------------------------------------------------- */
 
+#define STR_ML(n) {.name = n, .type = "STRING", .multiline = 1}
+#define CASE_SENSITIVE {.name = "case_sensitive", .type = "BOOLEAN", .def_bool = 1, .has_def_bool = 1}
+
+enum { CONCAT_STRING_A, CONCAT_STRING_B, CONCAT_DELIMITER, CONCAT_N };
+static const struct node_input_def concatenate_in[] = {
+    STR_ML("string_a"), STR_ML("string_b"), {.name = "delimiter", .type = "STRING", .def_str = ""},
+    NODE_INPUTS_END};
+
 static int concatenate_run(struct node_ctx *c)
 {
     struct buf b;
     buf_init(&b);
-    buf_adds(&b, node_in_str(c, "string_a"));
-    buf_adds(&b, node_in_str(c, "delimiter"));
-    buf_adds(&b, node_in_str(c, "string_b"));
+    buf_adds(&b, node_in_str_at(c, CONCAT_STRING_A));
+    buf_adds(&b, node_in_str_at(c, CONCAT_DELIMITER));
+    buf_adds(&b, node_in_str_at(c, CONCAT_STRING_B));
     return set_string(c, &b);
 }
 
@@ -143,11 +151,16 @@ static size_t slice_bound(int64_t i, size_t n)
     return (uint64_t)i > n ? n : (size_t)i;
 }
 
+enum { SUBSTRING_STRING, SUBSTRING_START, SUBSTRING_END, SUBSTRING_N };
+static const struct node_input_def substring_in[] = {
+    STR_ML("string"), {.name = "start", .type = "INT"}, {.name = "end", .type = "INT"}, NODE_INPUTS_END};
+
 static int substring_run(struct node_ctx *c)
 {
     struct ustr u;
-    ustr_from(&u, node_in_str(c, "string"));
-    size_t s = slice_bound(node_in_int(c, "start"), u.n), e = slice_bound(node_in_int(c, "end"), u.n);
+    ustr_from(&u, node_in_str_at(c, SUBSTRING_STRING));
+    size_t s = slice_bound(node_in_int_at(c, SUBSTRING_START), u.n);
+    size_t e = slice_bound(node_in_int_at(c, SUBSTRING_END), u.n);
     struct buf b;
     buf_init(&b);
     if (e > s)
@@ -156,10 +169,13 @@ static int substring_run(struct node_ctx *c)
     return set_string(c, &b);
 }
 
+enum { LENGTH_STRING, LENGTH_N };
+static const struct node_input_def length_in[] = {STR_ML("string"), NODE_INPUTS_END};
+
 static int length_run(struct node_ctx *c)
 {
     struct ustr u;
-    ustr_from(&u, node_in_str(c, "string"));
+    ustr_from(&u, node_in_str_at(c, LENGTH_STRING));
     node_set_output(c, 0, value_new_int((int64_t)u.n));
     ustr_release(&u);
     return 0;
@@ -167,11 +183,15 @@ static int length_run(struct node_ctx *c)
 
 static const char *const case_modes[] = {"UPPERCASE", "lowercase", "Capitalize", "Title Case", NULL};
 
+enum { CASE_STRING, CASE_MODE, CASE_N };
+static const struct node_input_def case_in[] = {
+    STR_ML("string"), {.name = "mode", .type = NODE_COMBO, .options = case_modes}, NODE_INPUTS_END};
+
 static int case_run(struct node_ctx *c)
 {
     struct ustr u;
-    ustr_from(&u, node_in_str(c, "string"));
-    const char *mode = node_in_str(c, "mode");
+    ustr_from(&u, node_in_str_at(c, CASE_STRING));
+    const char *mode = node_in_str_at(c, CASE_MODE);
     int cased = 0; /* str.title(): the previous code point was cased */
     for (size_t i = 0; i < u.n; i++) {
         unsigned cp = u.cp[i];
@@ -195,11 +215,15 @@ static int case_run(struct node_ctx *c)
 
 static const char *const trim_modes[] = {"Both", "Left", "Right", NULL};
 
+enum { TRIM_STRING, TRIM_MODE, TRIM_N };
+static const struct node_input_def trim_in[] = {
+    STR_ML("string"), {.name = "mode", .type = NODE_COMBO, .options = trim_modes}, NODE_INPUTS_END};
+
 static int trim_run(struct node_ctx *c)
 {
     struct ustr u;
-    ustr_from(&u, node_in_str(c, "string"));
-    const char *mode = node_in_str(c, "mode");
+    ustr_from(&u, node_in_str_at(c, TRIM_STRING));
+    const char *mode = node_in_str_at(c, TRIM_MODE);
     size_t s = 0, e = u.n;
     if (strcmp(mode, "Right") != 0)
         while (s < e && cp_space(u.cp[s]))
@@ -214,10 +238,14 @@ static int trim_run(struct node_ctx *c)
     return set_string(c, &b);
 }
 
+enum { REPLACE_STRING, REPLACE_FIND, REPLACE_REPLACE, REPLACE_N };
+static const struct node_input_def replace_in[] = {
+    STR_ML("string"), STR_ML("find"), STR_ML("replace"), NODE_INPUTS_END};
+
 static int replace_run(struct node_ctx *c)
 {
-    const char *s = node_in_str(c, "string"), *find = node_in_str(c, "find"),
-               *rep = node_in_str(c, "replace");
+    const char *s = node_in_str_at(c, REPLACE_STRING), *find = node_in_str_at(c, REPLACE_FIND),
+               *rep = node_in_str_at(c, REPLACE_REPLACE);
     struct buf b;
     buf_init(&b);
     if (!*find) {
@@ -242,15 +270,16 @@ static int replace_run(struct node_ctx *c)
     return set_string(c, &b);
 }
 
-/* a and b, lowered when not case sensitive, into *pa / *pb (point into la / lb). */
-static void fold_pair(struct node_ctx *c, const char *na, const char *nb, struct buf *la,
+/* Inputs a and b, lowered unless input `sensitive` is set, into *pa / *pb (point into
+ * la / lb). */
+static void fold_pair(struct node_ctx *c, int a, int b, int sensitive, struct buf *la,
                       struct buf *lb, const char **pa, const char **pb)
 {
-    *pa = node_in_str(c, na);
-    *pb = node_in_str(c, nb);
+    *pa = node_in_str_at(c, a);
+    *pb = node_in_str_at(c, b);
     buf_init(la);
     buf_init(lb);
-    if (node_in_bool(c, "case_sensitive"))
+    if (node_in_bool_at(c, sensitive))
         return;
     lower_into(*pa, la);
     lower_into(*pb, lb);
@@ -258,11 +287,15 @@ static void fold_pair(struct node_ctx *c, const char *na, const char *nb, struct
     *pb = lb->ptr ? lb->ptr : "";
 }
 
+enum { CONTAINS_STRING, CONTAINS_SUBSTRING, CONTAINS_CASE_SENSITIVE, CONTAINS_N };
+static const struct node_input_def contains_in[] = {
+    STR_ML("string"), STR_ML("substring"), CASE_SENSITIVE, NODE_INPUTS_END};
+
 static int contains_run(struct node_ctx *c)
 {
     struct buf la, lb;
     const char *a, *b;
-    fold_pair(c, "string", "substring", &la, &lb, &a, &b);
+    fold_pair(c, CONTAINS_STRING, CONTAINS_SUBSTRING, CONTAINS_CASE_SENSITIVE, &la, &lb, &a, &b);
     node_set_output(c, 0, value_new_bool(strstr(a, b) != NULL));
     buf_release(&la);
     buf_release(&lb);
@@ -271,11 +304,16 @@ static int contains_run(struct node_ctx *c)
 
 static const char *const compare_modes[] = {"Starts With", "Ends With", "Equal", NULL};
 
+enum { COMPARE_STRING_A, COMPARE_STRING_B, COMPARE_MODE, COMPARE_CASE_SENSITIVE, COMPARE_N };
+static const struct node_input_def compare_in[] = {
+    STR_ML("string_a"), STR_ML("string_b"), {.name = "mode", .type = NODE_COMBO, .options = compare_modes},
+    CASE_SENSITIVE, NODE_INPUTS_END};
+
 static int compare_run(struct node_ctx *c)
 {
     struct buf la, lb;
-    const char *a, *b, *mode = node_in_str(c, "mode");
-    fold_pair(c, "string_a", "string_b", &la, &lb, &a, &b);
+    const char *a, *b, *mode = node_in_str_at(c, COMPARE_MODE);
+    fold_pair(c, COMPARE_STRING_A, COMPARE_STRING_B, COMPARE_CASE_SENSITIVE, &la, &lb, &a, &b);
     size_t na = strlen(a), nb = strlen(b);
     int r;
     if (!strcmp(mode, "Equal"))
@@ -292,8 +330,6 @@ static int compare_run(struct node_ctx *c)
 
 /* ---- declarations ---------------------------------------------------------------------- */
 
-#define STR_ML(n) {.name = n, .type = "STRING", .multiline = 1}
-#define CASE_SENSITIVE {.name = "case_sensitive", .type = "BOOLEAN", .def_bool = 1, .has_def_bool = 1}
 
 static const struct node_output_def string_out[] = {{.type = "STRING"}, NODE_OUTPUTS_END};
 static const struct node_output_def length_out[] = {{.type = "INT", .name = "length"}, NODE_OUTPUTS_END};
@@ -301,38 +337,26 @@ static const struct node_output_def contains_out[] = {{.type = "BOOLEAN", .name 
                                                       NODE_OUTPUTS_END};
 static const struct node_output_def bool_out[] = {{.type = "BOOLEAN"}, NODE_OUTPUTS_END};
 
-static const struct node_input_def concatenate_in[] = {
-    STR_ML("string_a"), STR_ML("string_b"), {.name = "delimiter", .type = "STRING", .def_str = ""},
-    NODE_INPUTS_END};
-static const struct node_input_def substring_in[] = {
-    STR_ML("string"), {.name = "start", .type = "INT"}, {.name = "end", .type = "INT"}, NODE_INPUTS_END};
-static const struct node_input_def length_in[] = {STR_ML("string"), NODE_INPUTS_END};
-static const struct node_input_def case_in[] = {
-    STR_ML("string"), {.name = "mode", .type = NODE_COMBO, .options = case_modes}, NODE_INPUTS_END};
-static const struct node_input_def trim_in[] = {
-    STR_ML("string"), {.name = "mode", .type = NODE_COMBO, .options = trim_modes}, NODE_INPUTS_END};
-static const struct node_input_def replace_in[] = {
-    STR_ML("string"), STR_ML("find"), STR_ML("replace"), NODE_INPUTS_END};
-static const struct node_input_def contains_in[] = {
-    STR_ML("string"), STR_ML("substring"), CASE_SENSITIVE, NODE_INPUTS_END};
-static const struct node_input_def compare_in[] = {
-    STR_ML("string_a"), STR_ML("string_b"), {.name = "mode", .type = NODE_COMBO, .options = compare_modes},
-    CASE_SENSITIVE, NODE_INPUTS_END};
-
-#define STRING_CLASS(var, id, title, in, out, fn)                                                \
+#define STRING_CLASS(var, id, title, in, n_in, out, fn)                                          \
     const struct node_class var = {.name = id, .display_name = title, .category = CATEGORY,     \
                                    .python_module = MODULE, .flags = NODE_CLASS_V3, .inputs = in, \
-                                   .outputs = out, .run = fn}
+                                   .n_inputs = n_in, .outputs = out, .run = fn}
 
-STRING_CLASS(nodes_string_concatenate, "StringConcatenate", "Concatenate", concatenate_in, string_out,
-             concatenate_run);
-STRING_CLASS(nodes_string_substring, "StringSubstring", "Substring", substring_in, string_out, substring_run);
-STRING_CLASS(nodes_string_length, "StringLength", "Length", length_in, length_out, length_run);
-STRING_CLASS(nodes_case_converter, "CaseConverter", "Case Converter", case_in, string_out, case_run);
-STRING_CLASS(nodes_string_trim, "StringTrim", "Trim", trim_in, string_out, trim_run);
-STRING_CLASS(nodes_string_replace, "StringReplace", "Replace", replace_in, string_out, replace_run);
-STRING_CLASS(nodes_string_contains, "StringContains", "Contains", contains_in, contains_out, contains_run);
-STRING_CLASS(nodes_string_compare, "StringCompare", "Compare", compare_in, bool_out, compare_run);
+STRING_CLASS(nodes_string_concatenate, "StringConcatenate", "Concatenate", concatenate_in, CONCAT_N,
+             string_out, concatenate_run);
+STRING_CLASS(nodes_string_substring, "StringSubstring", "Substring", substring_in, SUBSTRING_N,
+             string_out, substring_run);
+STRING_CLASS(nodes_string_length, "StringLength", "Length", length_in, LENGTH_N, length_out,
+             length_run);
+STRING_CLASS(nodes_case_converter, "CaseConverter", "Case Converter", case_in, CASE_N, string_out,
+             case_run);
+STRING_CLASS(nodes_string_trim, "StringTrim", "Trim", trim_in, TRIM_N, string_out, trim_run);
+STRING_CLASS(nodes_string_replace, "StringReplace", "Replace", replace_in, REPLACE_N, string_out,
+             replace_run);
+STRING_CLASS(nodes_string_contains, "StringContains", "Contains", contains_in, CONTAINS_N,
+             contains_out, contains_run);
+STRING_CLASS(nodes_string_compare, "StringCompare", "Compare", compare_in, COMPARE_N, bool_out,
+             compare_run);
 
 /* get_node_list order. */
 static const struct node_class *const string_classes[] = {
