@@ -68,6 +68,25 @@ void sampling_discrete_init_zsnr(struct sampling_discrete *ms, double linear_sta
     ms->sigma_max = ms->sigmas[SAMPLING_TIMESTEPS - 1];
     ms->prediction = SAMPLING_PREDICTION_EPS;
     ms->zsnr = zsnr != 0;
+    ms->n = SAMPLING_TIMESTEPS;
+    ms->skip = 1;
+}
+
+void sampling_discrete_distill(struct sampling_discrete *ms)
+{
+    enum { ORIGINAL = 50 };
+    int skip = ms->n / ORIGINAL;
+    float v[ORIGINAL];
+    for (int x = 0; x < ORIGINAL; x++)
+        v[ORIGINAL - 1 - x] = ms->sigmas[ms->n - 1 - x * skip];
+    for (int i = 0; i < ORIGINAL; i++) {
+        ms->sigmas[i] = v[i];
+        ms->log_sigmas[i] = logf(v[i]); /* set_sigmas on a float32 tensor */
+    }
+    ms->n = ORIGINAL;
+    ms->skip = skip;
+    ms->sigma_min = ms->sigmas[0];
+    ms->sigma_max = ms->sigmas[ORIGINAL - 1];
 }
 
 void sampling_discrete_init(struct sampling_discrete *ms, double linear_start, double linear_end)
@@ -78,7 +97,7 @@ void sampling_discrete_init(struct sampling_discrete *ms, double linear_start, d
 int sampling_prediction_from_name(const char *name, enum sampling_prediction *out)
 {
     static const char *const names[SAMPLING_PREDICTION_COUNT] = {"eps", "v_prediction", "x0",
-                                                                 "img_to_img"};
+                                                                 "img_to_img", "lcm"};
     for (int i = 0; i < SAMPLING_PREDICTION_COUNT; i++)
         if (strcmp(name, names[i]) == 0) {
             *out = (enum sampling_prediction)i;
@@ -105,6 +124,12 @@ void sampling_denoiser_at(const struct sampling_discrete *ms, float sigma,
     d->sigma = sigma;
     d->var = sigma * sigma + 1.0f;
     d->sd = sqrtf(d->var);
+    d->c_skip = d->c_out = 0.0f;
+    if (ms->prediction == SAMPLING_PREDICTION_LCM) {
+        float st = (float)sampling_discrete_timestep(ms, sigma) * 10.0f; /* timestep_scaling */
+        d->c_skip = 0.25f / (st * st + 0.25f);
+        d->c_out = st / sqrtf(st * st + 0.25f);
+    }
 }
 
 int sampling_discrete_timestep(const struct sampling_discrete *ms, float sigma)
@@ -112,22 +137,26 @@ int sampling_discrete_timestep(const struct sampling_discrete *ms, float sigma)
     float ls = logf(sigma);
     int best = 0;
     float best_d = fabsf(ls - ms->log_sigmas[0]);
-    for (int i = 1; i < SAMPLING_TIMESTEPS; i++) {
+    for (int i = 1; i < ms->n; i++) {
         float d = fabsf(ls - ms->log_sigmas[i]);
         if (d < best_d) { /* strict: the first index wins ties, as argmin does */
             best_d = d;
             best = i;
         }
     }
-    return best;
+    return best * ms->skip + (ms->skip - 1); /* distilled: entry -> model timestep */
 }
 
 float sampling_discrete_sigma(const struct sampling_discrete *ms, float t)
 {
     if (!(t >= 0.0f)) /* also maps NaN to 0 */
         t = 0.0f;
-    if (t > (float)(SAMPLING_TIMESTEPS - 1))
-        t = (float)(SAMPLING_TIMESTEPS - 1);
+    if (ms->skip > 1) /* distilled: model timestep -> table entry */
+        t = (t - (float)(ms->skip - 1)) / (float)ms->skip;
+    if (!(t >= 0.0f))
+        t = 0.0f;
+    if (t > (float)(ms->n - 1))
+        t = (float)(ms->n - 1);
     int lo = (int)floorf(t), hi = (int)ceilf(t);
     float w = t - truncf(t);
     float a = (1.0f - w) * ms->log_sigmas[lo];

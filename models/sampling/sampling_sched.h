@@ -30,6 +30,7 @@ enum sampling_prediction {
     SAMPLING_PREDICTION_V,          /* x0 = x/(σ²+1) - out·σ/sqrt(σ²+1) (SD2 768-v) */
     SAMPLING_PREDICTION_X0,         /* x0 = out */
     SAMPLING_PREDICTION_IMG_TO_IMG, /* x0 = out, and the input is not scaled */
+    SAMPLING_PREDICTION_LCM,        /* consistency boundary mix of EPS's x0 and x (LCM) */
     SAMPLING_PREDICTION_COUNT
 };
 
@@ -45,6 +46,8 @@ struct sampling_discrete {
     float sigma_max;                      /* sigmas[999] = 14.614641 for SD1.5 */
     int prediction;                       /* enum sampling_prediction; EPS after init */
     int zsnr;                             /* the table was rescaled to zero terminal SNR */
+    int n;    /* entries in use: 1000, or 50 after sampling_discrete_distill */
+    int skip; /* model timesteps per entry: 1, or 20 after sampling_discrete_distill */
 };
 
 /*
@@ -62,7 +65,15 @@ void sampling_discrete_init(struct sampling_discrete *ms, double linear_start, d
 void sampling_discrete_init_zsnr(struct sampling_discrete *ms, double linear_start,
                                  double linear_end, int zsnr);
 
-/* "eps", "v_prediction", "x0", "img_to_img" -> *out; 0, or ERR_NOT_FOUND. */
+/*
+ * ModelSamplingDiscreteDistilled (LCM, comfy_extras/nodes_model_advanced.py): keep 50 of
+ * the 1000 entries, every 20th counted from the last (entry 49 - x = sigma[999 - 20x]);
+ * timestep() then maps to entry * 20 + 19 and sigma() back, and the schedulers see the
+ * 50-entry table as ComfyUI's do. Log-sigmas are recomputed from the float32 sigmas.
+ */
+void sampling_discrete_distill(struct sampling_discrete *ms);
+
+/* "eps", "v_prediction", "lcm", "x0", "img_to_img" -> *out; 0, or ERR_NOT_FOUND. */
 int sampling_prediction_from_name(const char *name, enum sampling_prediction *out);
 
 /*
@@ -81,6 +92,7 @@ struct sampling_denoiser {
     float sigma;
     float var;  /* σ² + σ_data² */
     float sd;   /* sqrt(var) */
+    float c_skip, c_out; /* LCM: at the scaled timestep 10·t, σ_data 0.5 */
 };
 
 /* The coefficients of ms's sampling type at sigma. */
@@ -99,13 +111,14 @@ static inline float sampling_denoised(const struct sampling_denoiser *d, float x
         return x * 1.0f / d->var - out * d->sigma * 1.0f / d->sd;
     case SAMPLING_PREDICTION_X0:
     case SAMPLING_PREDICTION_IMG_TO_IMG: return out;
+    case SAMPLING_PREDICTION_LCM: return d->c_out * (x - out * d->sigma) + d->c_skip * x;
     default: return x - out * d->sigma;
     }
 }
 
 /*
  * sigma -> timestep for the UNet: the index of the nearest table entry in
- * log space (first index on ties). ComfyUI does not interpolate in this
+ * log space (first index on ties; a distilled table's entry e is timestep 20e + 19). ComfyUI does not interpolate in this
  * direction, so the UNet always sees an integer t (§5.2).
  */
 int sampling_discrete_timestep(const struct sampling_discrete *ms, float sigma);

@@ -77,10 +77,10 @@ static int sched_normal(const struct sampling_discrete *ms, int steps, int sgm, 
 
 static int sched_simple(const struct sampling_discrete *ms, int steps, float *v)
 {
-    double ss = (double)SAMPLING_TIMESTEPS / (double)steps;
+    double ss = (double)ms->n / (double)steps; /* len(sigmas): 50 for a distilled table */
     int n = 0;
     for (int k = 0; k < steps; k++)
-        v[n++] = ms->sigmas[SAMPLING_TIMESTEPS - 1 - (int)((double)k * ss)];
+        v[n++] = ms->sigmas[ms->n - 1 - (int)((double)k * ss)];
     v[n++] = 0.0f;
     return n;
 }
@@ -93,10 +93,10 @@ static int sched_ddim_uniform(const struct sampling_discrete *ms, int steps, flo
         steps += 1;
     else
         v[n++] = 0.0f;
-    int stride = SAMPLING_TIMESTEPS / steps;
+    int stride = ms->n / steps;
     if (stride < 1)
         stride = 1;
-    for (int x = 1; x < SAMPLING_TIMESTEPS; x += stride)
+    for (int x = 1; x < ms->n; x += stride)
         v[n++] = ms->sigmas[x];
     for (int i = 0, j = n - 1; i < j; i++, j--) {
         float t = v[i];
@@ -147,7 +147,7 @@ static double rint_even(double x)
 int sampling_sigmas_beta(const struct sampling_discrete *ms, int steps, double alpha,
                          double beta, float *v)
 {
-    const double total = (double)(SAMPLING_TIMESTEPS - 1);
+    const double total = (double)(ms->n - 1);
     double step = 1.0 / (double)steps; /* numpy.linspace(0, 1, steps, endpoint=False) */
     double last_t = -1.0;
     int n = 0;

@@ -67,8 +67,8 @@ static const struct node_input_def msd_inputs[] = {
 /*
  * add_object_patch("model_sampling", ...): the clone gets a new schedule from the
  * family's betas (zsnr-rescaled when asked) and the chosen sampling type, replacing
- * whatever the checkpoint or an earlier patch set. lcm needs ModelSamplingDiscreteDistilled's
- * 50-entry table, which the fixed 1000-entry struct sampling_discrete cannot hold yet.
+ * whatever the checkpoint or an earlier patch set; lcm also distils the table to
+ * ModelSamplingDiscreteDistilled's 50 entries.
  */
 static int msd_run(struct node_ctx *c)
 {
@@ -83,6 +83,8 @@ static int msd_run(struct node_ctx *c)
     const struct family_sampling *fs = &m->family->sampling;
     sampling_discrete_init_zsnr(&m->ms, fs->linear_start, fs->linear_end,
                                 node_in_bool(c, "zsnr"));
+    if (pred == SAMPLING_PREDICTION_LCM)
+        sampling_discrete_distill(&m->ms);
     m->ms.prediction = pred;
     node_set_output(c, 0, sd_model_value(m));
     return 0;

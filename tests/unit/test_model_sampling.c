@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "harness.h"
 #include "sampling_sched.h"
 
@@ -125,8 +126,65 @@ static void test_names(void)
     EXPECT_EQ(p, SAMPLING_PREDICTION_EPS);
     EXPECT_EQ(sampling_prediction_from_name("img_to_img", &p), 0);
     EXPECT_EQ(p, SAMPLING_PREDICTION_IMG_TO_IMG);
-    EXPECT_EQ(sampling_prediction_from_name("lcm", &p), ERR_NOT_FOUND);
+    EXPECT_EQ(sampling_prediction_from_name("lcm", &p), 0);
+    EXPECT_EQ(p, SAMPLING_PREDICTION_LCM);
+    EXPECT_EQ(sampling_prediction_from_name("lcm_x", &p), ERR_NOT_FOUND);
     EXPECT_EQ(sampling_prediction_from_name("V_PREDICTION", &p), ERR_NOT_FOUND);
+}
+
+/*
+ * ModelSamplingDiscreteDistilled + LCM: 50 entries (entry 49 - x = sigma[999 - 20x]),
+ * timestep = entry * 20 + 19, sigma(t) interpolated over (t - 19) / 20, the schedulers
+ * over the 50-entry table, and LCM's x0 = c_out (x - out sigma) + c_skip x at the scaled
+ * timestep 10 t with sigma_data 0.5, against float64.
+ */
+static void test_lcm(void)
+{
+    struct sampling_discrete full, ms;
+    sampling_discrete_init(&full, 0.00085, 0.012);
+    ms = full;
+    sampling_discrete_distill(&ms);
+    ms.prediction = SAMPLING_PREDICTION_LCM;
+    EXPECT_EQ(ms.n, 50);
+    EXPECT_EQ(ms.skip, 20);
+    int same = 1;
+    for (int x = 0; x < 50; x++)
+        same &= ms.sigmas[49 - x] == full.sigmas[999 - 20 * x];
+    ok(same, "distilled entries are every 20th sigma from the last");
+    EXPECT_EQ(ms.sigma_max, full.sigma_max);
+    EXPECT_EQ(ms.sigma_min, full.sigmas[19]);
+    EXPECT_EQ(sampling_discrete_timestep(&ms, ms.sigma_max), 999);
+    EXPECT_EQ(sampling_discrete_timestep(&ms, ms.sigma_min), 19);
+    EXPECT_EQ(sampling_discrete_timestep(&ms, ms.sigmas[10]), 219);
+    ok(fabsf(sampling_discrete_sigma(&ms, 219.0f) - ms.sigmas[10]) <= 1e-6f * ms.sigmas[10],
+       "sigma(219) is entry 10");
+    ok(fabsf(sampling_discrete_sigma(&ms, 999.0f) - ms.sigma_max) <= 1e-6f * ms.sigma_max,
+       "sigma(999) is the last entry");
+    float *v = NULL;
+    int nv = 0;
+    struct err e = {0};
+    EXPECT_OK(sampling_schedule(&ms, SAMPLING_SCHEDULER_SIMPLE, 4, &v, &nv, &e));
+    /* simple: sigmas[-(1 + int(x * 50 / 4))] for x = 0..3, then 0 */
+    ok(nv == 5 && v[0] == ms.sigmas[49] && v[1] == ms.sigmas[37] && v[2] == ms.sigmas[24] &&
+           v[3] == ms.sigmas[12] && v[4] == 0.0f,
+       "simple scheduler over the 50-entry table");
+    xfree(v);
+    const float sig[] = {14.614642f, 1.0f, 0.1f};
+    double worst = 0;
+    for (int s = 0; s < 3; s++) {
+        struct sampling_denoiser d;
+        sampling_denoiser_at(&ms, sig[s], &d);
+        double t = sampling_discrete_timestep(&ms, sig[s]) * 10.0;
+        double cs = 0.25 / (t * t + 0.25), co = t / sqrt(t * t + 0.25);
+        for (int i = 0; i < 4; i++) {
+            double x = 0.3 * i - 0.5, o = 0.7 - 0.2 * i;
+            double ref = co * (x - o * sig[s]) + cs * x;
+            double got = sampling_denoised(&d, (float)x, (float)o);
+            double err = fabs(got - ref) / (fabs(ref) + 1e-3);
+            worst = err > worst ? err : worst;
+        }
+    }
+    ok(worst < 1e-6, "LCM denoised within 1e-6 of float64 (worst %.3g)", worst);
 }
 
 int main(void)
@@ -135,5 +193,6 @@ int main(void)
     test_denoised();
     test_input();
     test_names();
+    test_lcm();
     return harness_done();
 }
