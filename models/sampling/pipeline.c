@@ -105,6 +105,7 @@ int sampling_sample_latent(const struct sampling_request *req, const float *late
         .noise = &ns,
         .inpaint = req->noise_mask ? &ip : NULL,
         .opts = req->opts,
+        .uncond_x0 = req->uncond_x0,
     };
     if ((rc = sampling_run_sampler(&run, x, n, e)) < 0)
         goto out;

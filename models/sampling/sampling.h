@@ -44,6 +44,7 @@
 enum sampling_sampler {
     SAMPLING_SAMPLER_EULER = 0,
     SAMPLING_SAMPLER_EULER_ANCESTRAL,
+    SAMPLING_SAMPLER_EULER_ANCESTRAL_CFG_PP, /* CFG++: needs the uncond x0 (sampling_run) */
     SAMPLING_SAMPLER_HEUN,
     SAMPLING_SAMPLER_DPM_2,
     SAMPLING_SAMPLER_DPM_2_ANCESTRAL,
@@ -134,12 +135,24 @@ struct sampling_run {
     struct sampling_noise *noise;   /* per-step noise; required by the stochastic samplers */
     const struct sampling_inpaint *inpaint; /* optional (NULL: no mask) */
     const struct sampling_options *opts; /* optional (NULL: SAMPLING_OPTIONS_DEFAULT) */
+    /* The uncond x0 of the latest denoise call (borrowed, [n]): the caller's denoiser
+     * writes it on every call, always evaluating the negative (ComfyUI's
+     * disable_cfg1_optimization). Required by the samplers that need it
+     * (sampling_sampler_needs_uncond), read by no other. */
+    const float *uncond_x0;
 };
 
 /*
  * Whether sampler `s` draws per-step noise (and so needs run->noise).
  */
 int sampling_sampler_is_stochastic(enum sampling_sampler s);
+
+/*
+ * Whether sampler `s` reads the uncond prediction (the CFG++ samplers, ComfyUI's
+ * post_cfg_function with disable_cfg1_optimization): the caller must then fill
+ * run->uncond_x0 on every denoise call.
+ */
+int sampling_sampler_needs_uncond(enum sampling_sampler s);
 
 /*
  * Run the sampler in place on x[0..n) (the already noised, scaled latent)
@@ -169,6 +182,7 @@ struct sampling_request {
     sampling_step_fn step;          /* optional */
     void *step_user;
     const struct sampling_options *opts; /* optional (NULL: KSampler's defaults) */
+    const float *uncond_x0;         /* as sampling_run's: the CFG++ samplers need it */
 };
 
 /*

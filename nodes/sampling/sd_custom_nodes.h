@@ -16,7 +16,7 @@
 #include "node_registry.h"
 
 /* Number of classes nodes_sd_custom_register adds. */
-#define SD_CUSTOM_N_CLASSES 27
+#define SD_CUSTOM_N_CLASSES 28
 
 void nodes_sd_custom_register(struct node_registry *r);
 
@@ -44,6 +44,7 @@ extern const struct node_class sd_beta_sampling_scheduler;
 extern const struct node_class sd_sdturbo_scheduler;
 extern const struct node_class sd_ksampler_select;
 extern const struct node_class sd_sampler_euler_ancestral;
+extern const struct node_class sd_sampler_euler_ancestral_cfg_pp;
 extern const struct node_class sd_sampler_lms;
 extern const struct node_class sd_sampler_dpmpp_3m_sde;
 extern const struct node_class sd_sampler_dpmpp_2m_sde;

@@ -316,6 +316,7 @@ static const struct node_class *const custom_classes[] = {
     &sd_sdturbo_scheduler,
     &sd_ksampler_select,
     &sd_sampler_euler_ancestral,
+    &sd_sampler_euler_ancestral_cfg_pp,
     &sd_sampler_lms,
     &sd_sampler_dpmpp_3m_sde,
     &sd_sampler_dpmpp_2m_sde,

@@ -38,7 +38,7 @@
 
 /* Exactly the implemented subset, in ComfyUI's order (tests compare with models/sampling). */
 static const char *const sampler_options[] = {
-    "euler", "euler_ancestral", "heun", "dpm_2", "dpm_2_ancestral", "lms",
+    "euler", "euler_ancestral", "euler_ancestral_cfg_pp", "heun", "dpm_2", "dpm_2_ancestral", "lms",
     "dpmpp_2s_ancestral", "dpmpp_sde", "dpmpp_sde_gpu", "dpmpp_2m", "dpmpp_2m_sde",
     "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu", "dpmpp_3m_sde",
     "dpmpp_3m_sde_gpu", "ddpm", "lcm", "ddim", NULL};
@@ -694,6 +694,9 @@ static unsigned guide_skipped(const struct sd_sample_args *a)
     case SD_GUIDE_CFG:
         break;
     }
+    /* The CFG++ samplers read the uncond prediction: disable_cfg1_optimization. */
+    if (a->neg && sampling_sampler_needs_uncond(a->sampler))
+        return 0;
     return !a->neg || sampling_cfg_is_one(a->cfg) ? neg : 0;
 }
 
@@ -802,7 +805,10 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
         .seed = a->seed, .variant = SAMPLING_RANDN_V2, .noise_mask = mask,
         .sigma_max = model->ms.sigma_max, .latent_scale = model->latent->scale_factor,
         .denoise = denoise, .denoise_user = &k,
-        .step = on_step, .step_user = &k};
+        .step = on_step, .step_user = &k,
+        /* The negative side's x0, which denoise() leaves in acc: post_cfg_function's
+         * uncond_denoised. */
+        .uncond_x0 = k.acc[SD_SIDE_NEG]};
     sd_progress_begin(&k.bar, n_sigmas > 0 ? n_sigmas - 1 : 0);
     rc = sampling_sample_latent(&req, lat->samples, out->samples, n, &e);
     sd_progress_end(&k.bar);

@@ -5,8 +5,9 @@
  * options (models/sampling's struct sampling_options), which SamplerCustom and
  * SamplerCustomAdvanced pass to the sampler. noise_device "gpu" picks the *_gpu
  * sampler, as ComfyUI does (the same numbers here: our per-step noise is drawn on
- * the CPU either way). SamplerEulerAncestralCFGPP is not implemented: CFG++ needs
- * the unconditional prediction, which the denoiser does not hand back.
+ * the CPU either way). SamplerEulerAncestralCFGPP ("SamplerEulerAncestralCFG++")
+ * makes euler_ancestral_cfg_pp, whose denoiser also hands back the unconditional
+ * prediction (sampling_run.uncond_x0).
  */
 #include <string.h>
 
@@ -114,3 +115,22 @@ SAMPLER_CLASS(sd_sampler_dpmpp_2m_sde, "SamplerDPMPP_2M_SDE", dpmpp_2m_sde_in, d
 SAMPLER_CLASS(sd_sampler_dpmpp_sde, "SamplerDPMPP_SDE", dpmpp_sde_in, dpmpp_sde_run);
 SAMPLER_CLASS(sd_sampler_dpmpp_2s_ancestral, "SamplerDPMPP_2S_Ancestral", eta_noise_in,
               dpmpp_2s_ancestral_run);
+
+/* ---- SamplerEulerAncestralCFGPP ---- */
+
+static int euler_ancestral_cfg_pp_run(struct node_ctx *c)
+{
+    return publish(c, SAMPLING_SAMPLER_EULER_ANCESTRAL_CFG_PP, SAMPLING_SAMPLER_EULER_ANCESTRAL_CFG_PP);
+}
+
+static const struct node_input_def cfg_pp_in[] = {
+    {.name = "eta", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(1.0),
+     .step = NODE_F(0.01), .round_false = 1},
+    {.name = "s_noise", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(10.0),
+     .step = NODE_F(0.01), .round_false = 1},
+    NODE_INPUTS_END};
+
+const struct node_class sd_sampler_euler_ancestral_cfg_pp = {
+    .name = "SamplerEulerAncestralCFGPP", .display_name = "SamplerEulerAncestralCFG++",
+    .category = CATEGORY, .python_module = MODULE, .inputs = cfg_pp_in, .outputs = sampler_out,
+    .run = euler_ancestral_cfg_pp_run};

@@ -394,6 +394,10 @@ struct analytic {
     float *first_in;
 };
 
+/* The uncond x0 of the latest an_denoise call (the CFG++ samplers read it). */
+#define AN_UNCOND_MAX 8192
+static float an_uncond[AN_UNCOND_MAX];
+
 static int an_denoise(void *user, const float *x, float sigma, float *out, size_t n)
 {
     struct analytic *a = user;
@@ -410,6 +414,8 @@ static int an_denoise(void *user, const float *x, float sigma, float *out, size_
         memcpy(out, c, n * sizeof *c);
     else
         sampling_cfg_combine(c, u, a->cfg, out, n);
+    ASSERT(n <= AN_UNCOND_MAX);
+    memcpy(an_uncond, u, n * sizeof *u);
     xfree(c);
     xfree(u);
     return 0;
@@ -426,6 +432,14 @@ static void an_ref(void *user, const double *x, double sigma, double *out, size_
     }
 }
 
+static void an_ref_uncond(void *user, const double *x, double sigma, double *out, size_t n)
+{
+    struct analytic *a = user;
+    double s2 = sigma * sigma;
+    for (size_t i = 0; i < n; i++)
+        out[i] = x[i] * a->cu * a->cu / (a->cu * a->cu + s2) + a->off;
+}
+
 static int an_step(void *user, int step, int total, const float *x0, const float *x, size_t n)
 {
     struct analytic *a = user;
@@ -438,11 +452,11 @@ static int an_step(void *user, int step, int total, const float *x0, const float
 static void test_sampler_names(void)
 {
     static const char *const want[] = {
-        "euler", "euler_ancestral", "heun", "dpm_2", "dpm_2_ancestral", "lms",
+        "euler", "euler_ancestral", "euler_ancestral_cfg_pp", "heun", "dpm_2", "dpm_2_ancestral", "lms",
         "dpmpp_2s_ancestral", "dpmpp_sde", "dpmpp_sde_gpu", "dpmpp_2m", "dpmpp_2m_sde",
         "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu", "dpmpp_3m_sde",
         "dpmpp_3m_sde_gpu", "ddpm", "lcm", "ddim"};
-    int good = SAMPLING_SAMPLER_COUNT == 19;
+    int good = SAMPLING_SAMPLER_COUNT == 20;
     for (int i = 0; good && i < SAMPLING_SAMPLER_COUNT; i++) {
         enum sampling_sampler s;
         good = !strcmp(sampling_sampler_name((enum sampling_sampler)i), want[i]) &&
@@ -499,7 +513,7 @@ static void test_trajectories(void)
                 sampling_noise_init(&nsrc, 99, SAMPLING_RANDN_V2);
                 sampling_noise_init(&nref, 99, SAMPLING_RANDN_V2);
                 struct sampling_run run = {.sampler = smp, .sigmas = sig, .n_sigmas = ns,
-                                           .denoise = an_denoise, .denoise_user = &a,
+                                           .denoise = an_denoise, .uncond_x0 = an_uncond, .denoise_user = &a,
                                            .step = an_step, .step_user = &a, .noise = &nsrc};
                 int rc = sampling_run_sampler(&run, x, n, &e);
                 ref_sample(sampling_sampler_name(smp), xr, n, sig, ns, an_ref, &a, &nref);
@@ -594,7 +608,7 @@ static void test_options(void)
         struct sampling_noise nsrc, nref;
         sampling_noise_init(&nsrc, 77, SAMPLING_RANDN_V2);
         sampling_noise_init(&nref, 77, SAMPLING_RANDN_V2);
-        struct sampling_run run = {.sampler = smp, .sigmas = sig, .n_sigmas = ns, .denoise = an_denoise,
+        struct sampling_run run = {.sampler = smp, .sigmas = sig, .n_sigmas = ns, .denoise = an_denoise, .uncond_x0 = an_uncond,
                                    .denoise_user = &a, .noise = &nsrc, .opts = o};
         int rc = sampling_run_sampler(&run, x, n, &e);
         struct ref_opts ro = {.eta = o->eta, .s_noise = o->s_noise, .r = o->r, .order = o->lms_order};
@@ -625,7 +639,7 @@ static void test_options(void)
             struct sampling_noise nsrc;
             sampling_noise_init(&nsrc, 5, SAMPLING_RANDN_V2);
             struct sampling_run run = {.sampler = (enum sampling_sampler)si, .sigmas = sig, .n_sigmas = ns,
-                                       .denoise = an_denoise, .denoise_user = &a, .noise = &nsrc,
+                                       .denoise = an_denoise, .uncond_x0 = an_uncond, .denoise_user = &a, .noise = &nsrc,
                                        .opts = pass ? &def : NULL};
             same &= sampling_run_sampler(&run, dst, n, &e) == 0;
         }
@@ -638,7 +652,7 @@ static void test_options(void)
     struct analytic a = {.cc = 0.6, .cu = 1.0, .off = 0.05, .cfg = 3.5, .interrupt_at = -1};
     float two[2] = {14.6f, 0.0f};
     struct sampling_run run = {.sampler = SAMPLING_SAMPLER_LMS, .sigmas = two, .n_sigmas = 2,
-                               .denoise = an_denoise, .denoise_user = &a, .opts = &bad};
+                               .denoise = an_denoise, .uncond_x0 = an_uncond, .denoise_user = &a, .opts = &bad};
     ok(sampling_run_sampler(&run, x, n, &e) == ERR_INVALID, "lms order 0 is refused: %s", e.msg);
     xfree(x0);
     xfree(x);
@@ -674,7 +688,7 @@ static void test_convergence(void)
         struct sampling_noise nsrc;
         sampling_noise_init(&nsrc, 17, SAMPLING_RANDN_V2);
         struct sampling_run run = {.sampler = smp, .sigmas = sig, .n_sigmas = ns,
-                                   .denoise = an_denoise, .denoise_user = &a, .noise = &nsrc};
+                                   .denoise = an_denoise, .uncond_x0 = an_uncond, .denoise_user = &a, .noise = &nsrc};
         int rc = sampling_run_sampler(&run, x, n, &e);
         if (!sampling_sampler_is_stochastic(smp)) {
             double maxd = 0, maxt = 0;
@@ -735,7 +749,7 @@ static int run_pipeline(enum sampling_sampler smp, uint64_t seed, double denoise
     struct sampling_request req = {.latent_scale = 0.18215f, .sampler = smp, .sigmas = sig, .n_sigmas = ns,
                                    .noise = noise, .seed = seed,
                                    .variant = SAMPLING_RANDN_V2, .noise_mask = mask,
-                                   .sigma_max = ms.sigma_max, .denoise = an_denoise,
+                                   .sigma_max = ms.sigma_max, .denoise = an_denoise, .uncond_x0 = an_uncond,
                                    .denoise_user = a, .step = an_step, .step_user = a};
     rc = sampling_sample_latent(&req, latent, out, n, &e);
     xfree(sig);
@@ -837,14 +851,14 @@ static void test_pipeline(void)
 
     /* Empty schedule: the latent passes through. */
     struct sampling_request req = {.latent_scale = 0.18215f, .sampler = SAMPLING_SAMPLER_EULER, .n_sigmas = 0,
-                                   .noise = zero, .denoise = an_denoise, .denoise_user = &c};
+                                   .noise = zero, .denoise = an_denoise, .uncond_x0 = an_uncond, .denoise_user = &c};
     EXPECT_OK(sampling_sample_latent(&req, lat, o1, n, &e));
     ok(memcmp(o1, lat, n * sizeof *o1) == 0, "no sigmas: output = input latent");
 
     /* Bad input: clear errors. */
     float bad[3] = {14.0f, 0.0f, 0.0f};
     struct sampling_run run = {.sampler = SAMPLING_SAMPLER_EULER, .sigmas = bad, .n_sigmas = 3,
-                               .denoise = an_denoise, .denoise_user = &c};
+                               .denoise = an_denoise, .uncond_x0 = an_uncond, .denoise_user = &c};
     err_clear(&e);
     ok(sampling_run_sampler(&run, o1, n, &e) == ERR_INVALID, "zero sigma mid-schedule: %s", e.msg);
     run.sampler = SAMPLING_SAMPLER_EULER_ANCESTRAL;
@@ -922,6 +936,7 @@ int main(void)
 {
     long live = alloc_live_count();
     sampling_discrete_init(&ms, 0.00085, 0.012);
+    ref_set_uncond(an_ref_uncond);
     test_mt();
     test_randn_vectors();
     test_randn_paths();

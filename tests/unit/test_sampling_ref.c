@@ -29,6 +29,13 @@ static void den(struct ref *r, const double *x, double s, double *out)
     r->D(r->user, x, s, out, r->n);
 }
 
+static ref_denoise_fn ref_uncond;
+
+void ref_set_uncond(ref_denoise_fn U)
+{
+    ref_uncond = U;
+}
+
 static const double *draw_at(struct ref *r, float s, float t)
 {
     sampling_noise_draw(r->ns, s, t, r->zf, r->n);
@@ -128,6 +135,19 @@ void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, in
                 const double *z = draw(&r);
                 for (size_t k = 0; k < n; k++)
                     x[k] += (x[k] - d0[k]) / s * (sd - s) + z[k] * sno * su;
+            }
+        } else if (!strcmp(name, "euler_ancestral_cfg_pp")) {
+            /* CFG++ (alpha = 1 for eps models): the direction from the uncond prediction,
+             * x = D + σ_down·(x − U)/σ, plus the ancestral noise. */
+            if (sn == 0) {
+                memcpy(x, d0, n * sizeof *x);
+            } else {
+                double sd, su;
+                anc(s, sn, eta, &sd, &su);
+                ref_uncond(r.user, x, s, d2, n);
+                const double *z = eta > 0 ? draw(&r) : NULL;
+                for (size_t k = 0; k < n; k++)
+                    x[k] = d0[k] + sd * (x[k] - d2[k]) / s + (z ? z[k] * sno * su : 0);
             }
         } else if (!strcmp(name, "heun")) {
             double dt = sn - s;

@@ -24,4 +24,7 @@ void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, in
                      ref_denoise_fn D, void *user, struct sampling_noise *noise,
                      const struct ref_opts *o);
 
+/* The uncond prediction U(x, σ) the CFG++ samplers read (with the same `user` as D). */
+void ref_set_uncond(ref_denoise_fn U);
+
 #endif

@@ -148,6 +148,7 @@ static const struct sd_model_ops fake_ops = {.apply_eps = fake_eps, .prepare = f
 struct direct {
     const struct sampling_discrete *ms;
     double mpos, mneg, cfg;
+    float *uncond; /* [n] the uncond x0 of the latest call (CFG++ samplers) */
 };
 
 static int direct_denoise(void *user, const float *x, float sigma, float *out, size_t n)
@@ -166,6 +167,7 @@ static int direct_denoise(void *user, const float *x, float sigma, float *out, s
         memcpy(out, p, n * sizeof *p);
     else
         sampling_cfg_combine(p, q, d->cfg, out, n);
+    memcpy(d->uncond, q, n * sizeof *q);
     xfree(xin);
     xfree(p);
     xfree(q);
@@ -358,12 +360,15 @@ static int run_direct(const struct ks *k, const struct sd_latent *lat, float *ou
         sampling_mask_prepare(lat->noise_mask, (int)lat->mb, (int)lat->mh, (int)lat->mw,
                               (int)lat->b, 4, (int)lat->h, (int)lat->w, mask, &e);
     }
-    struct direct d = {.ms = &ms, .mpos = 0.9f, .mneg = 0.5f, .cfg = k->cfg};
+    struct direct d = {.ms = &ms, .mpos = 0.9f, .mneg = 0.5f, .cfg = k->cfg,
+                       .uncond = xcalloc(n, sizeof(float))};
     struct sampling_request req = {.latent_scale = 0.18215f, .sampler = s, .sigmas = sig, .n_sigmas = ns, .noise = noise,
                                    .seed = k->seed, .variant = SAMPLING_RANDN_V2,
                                    .noise_mask = mask, .sigma_max = ms.sigma_max,
-                                   .denoise = direct_denoise, .denoise_user = &d};
+                                   .denoise = direct_denoise, .denoise_user = &d,
+                                   .uncond_x0 = d.uncond};
     int rc = sampling_sample_latent(&req, lat->samples, out, n, &e);
+    xfree(d.uncond);
     xfree(sig);
     xfree(noise);
     xfree(mask);
@@ -426,6 +431,16 @@ static void test_ksampler(void)
     run_direct(&k, sd_latent_of(zero), b);
     ok(f.max_batch_seen == 2 && f.calls == 4 && maxdiff(a, b, 2 * n1) == 0.0,
        "cfg 1: uncond skipped (4 calls of batch %d)", f.max_batch_seen);
+    /* cfg 1 with CFG++: the negative still runs (disable_cfg1_optimization), and the
+     * step reads its prediction. */
+    struct ks kpp = {.sampler = "euler_ancestral_cfg_pp", .scheduler = "normal", .steps = 4,
+                     .cfg = 1.0, .denoise = 1.0, .seed = 7, .interrupt_after = -1};
+    struct fake fpp, *fpp_p = &fpp;
+    run_ks(&kpp, zero, a, &fpp_p, NULL);
+    run_direct(&kpp, sd_latent_of(zero), b);
+    ok(fpp.max_batch_seen == 4 && maxdiff(a, b, 2 * n1) == 0.0,
+       "KSampler euler_ancestral_cfg_pp at cfg 1: batch 4 (%d), equals the direct pipeline",
+       fpp.max_batch_seen);
     /* 154-token positive, 77-token negative: two calls per step, same result. */
     k.pos_tokens = 154;
     k.cfg = 3.0;
