@@ -157,6 +157,10 @@ static void gemm_split(struct gemm_job *j, int nt)
     cpu_gemm_pool_leave();
 }
 
+/* Largest operand (elements) rounded into a thread's kept bf16 scratch; beyond, a
+ * buffer for the call (a pool task's im2col chunk is ~2 Mi elements). */
+#define BF16_SCRATCH_MAX ((size_t)8 << 20)
+
 struct pack_job {
     uint16_t *dst;
     const float *src;
@@ -190,11 +194,15 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
         if (!src[i])
             continue;
         uint16_t *d;
-        if (whole) {
-            d = cpu_bf16_scratch(i, (size_t)(rows[i] * cols[i]));
+        size_t elems = (size_t)(rows[i] * cols[i]);
+        if (whole && elems <= BF16_SCRATCH_MAX) {
+            d = cpu_bf16_scratch(i, elems);
+            cpu_bf16_pack(d, src[i], rows[i], cols[i], ld[i]);
+        } else if (whole) { /* once, not kept: the thread's scratch stays small */
+            d = own[i] = xmalloc_aligned(64, elems * 2 + 64);
             cpu_bf16_pack(d, src[i], rows[i], cols[i], ld[i]);
         } else {
-            d = own[i] = xmalloc_aligned(64, (size_t)(rows[i] * cols[i]) * 2 + 64);
+            d = own[i] = xmalloc_aligned(64, elems * 2 + 64);
             struct pack_job pj = {d, src[i], cols[i], ld[i]};
             tensor__pool_for(rows[i], pack_task, &pj);
         }
@@ -212,6 +220,8 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
         cpu_gemm_bf16_1(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc);
         if (threads != 1)
             cpu_gemm_pool_leave();
+        xfree_aligned(own[0]);
+        xfree_aligned(own[1]);
         return;
     }
     struct gemm_job j = {ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, NULL, NULL, c,
