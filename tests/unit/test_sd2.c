@@ -4,7 +4,8 @@
  * (tests/fixtures/models/sd2_tiny_expected.txt):
  *   - detection: both files are SD2.x (the OpenCLIP-H marker; shrunk widths), the 768-v
  *     weights say v-prediction and the 512 ones epsilon (SD20.model_type's std test), and
- *     a MODEL over each carries that sampling type;
+ *     a MODEL over each carries that sampling type; real-size headers over sparse zero
+ *     data are canonical SD2.x by context width alone, 768-v when the probe's std is 0.2;
  *   - CLIPTextEncode through the SD2 CLIP (penultimate layer with the final norm, pad 0,
  *     the projected pooled output), also after CLIPSetLastLayer(-1) and with emphasis;
  *   - one v-prediction denoise step: the UNet (Linear projections, 64-wide heads, no ADM)
@@ -16,12 +17,15 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "buf.h"
 #include "checkpoint.h"
+#include "checkpoint_impl.h"
 #include "ckpt_gen.h"
 #include "family.h"
 #include "harness.h"
 #include "memmgr.h"
 #include "ref_fixture.h"
+#include "safetensors.h"
 #include "sampling_sched.h"
 #include "sd_backend.h"
 #include "sd_types.h"
@@ -61,6 +65,116 @@ static void test_detect(const char *path, int vpred)
     sd2_config_canonical(&k);
     k.prediction = 1;
     ok(model_config_is_canonical(&k), "SD2 768-v's knobs are canonical SD2");
+}
+
+/* ---- canonical widths, as sparse files ---- */
+
+struct hdr {
+    struct buf json;
+    uint64_t off;       /* bytes of data so far */
+    uint64_t probe_off; /* data offset of the v-prediction probe tensor */
+    int64_t probe_n;
+};
+
+/* One F16 tensor in the file's naming (OpenCLIP for the text encoder). */
+static void hdr_key(void *user, const struct model_key *k)
+{
+    struct hdr *h = user;
+    char name[200], rel[160];
+    snprintf(name, sizeof(name), "%s", k->name);
+    if (k->comp == MODEL_CLIP) {
+        text_name_to_file(TEXT_NAMING_OPENCLIP, k->name + k->rel, rel, sizeof(rel));
+        snprintf(name, sizeof(name), "%.*s%s", k->rel, k->name, rel);
+    }
+    uint64_t n = 1;
+    buf_printf(&h->json, "%s\"%s\":{\"dtype\":\"F16\",\"shape\":[", h->json.len > 1 ? "," : "",
+               name);
+    for (int i = 0; i < k->ndim; i++) {
+        buf_printf(&h->json, "%s%lld", i ? "," : "", (long long)k->shape[i]);
+        n *= (uint64_t)k->shape[i];
+    }
+    if (strcmp(name, MODEL_PREFIX_UNET "output_blocks.11.1.transformer_blocks.0.norm1.bias") == 0) {
+        h->probe_off = h->off;
+        h->probe_n = (int64_t)n;
+    }
+    buf_printf(&h->json, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)h->off,
+               (unsigned long long)(h->off + 2 * n));
+    h->off += 2 * n;
+}
+
+/*
+ * A real-size SD2 checkpoint's header (the canonical layout in OpenCLIP naming, F16) over
+ * zero data of the right length, a sparse file: detection sees ComfyUI's real case,
+ * context 1024 without the shrunk files' marker rule. With `vpred` the probe tensor gets
+ * values of std 0.2 (768-v), else it stays 0 (512).
+ */
+static int write_sparse_sd2(const char *path, int vpred)
+{
+    struct model_config c;
+    struct hdr h = {.off = 0};
+    sd2_config_canonical(&c);
+    buf_init(&h.json);
+    buf_adds(&h.json, "{");
+    model_layout_build(&c, hdr_key, &h);
+    buf_adds(&h.json, "}");
+    while ((h.json.len + 8) % 8)
+        buf_adds(&h.json, " ");
+    FILE *fp = fopen(path, "wb");
+    uint64_t hl = h.json.len;
+    int rc = fp ? 0 : -1;
+    if (fp) {
+        fwrite(&hl, 8, 1, fp); /* little-endian host */
+        fwrite(h.json.ptr, 1, h.json.len, fp);
+        if (vpred && h.probe_n > 0) {
+            fseek(fp, (long)(8 + hl + h.probe_off), SEEK_SET);
+            for (int64_t i = 0; i < h.probe_n; i++) {
+                uint16_t v = st_f32_to_f16(i % 2 ? 0.2f : -0.2f);
+                fwrite(&v, 2, 1, fp);
+            }
+        }
+        rc = fflush(fp) == 0 && ftruncate(fileno(fp), (off_t)(8 + hl + h.off)) == 0 ? 0 : -1;
+        fclose(fp);
+    }
+    buf_release(&h.json);
+    return rc;
+}
+
+static int keep_name(const char *name, unsigned flags, char *buf, size_t size)
+{
+    (void)name, (void)flags, (void)buf, (void)size;
+    return 0;
+}
+
+static void test_canonical(void)
+{
+    char p[96];
+    for (int v = 0; v < 2; v++) {
+        struct model_config c, k;
+        struct err e = {0};
+        snprintf(p, sizeof(p), "%s/sd2_full_%d.safetensors", dir, v);
+        if (write_sparse_sd2(p, v) < 0) {
+            ok(0, "write %s", p);
+            continue;
+        }
+        /* Detection alone (the UNet's knobs, family and prediction), without model_ckpt_probe's
+         * value checks of 2.6 GB of zeros. */
+        struct st_file *f = NULL;
+        struct ntable nt = {0};
+        int rc = st_open(p, &f, &e);
+        if (rc == 0) {
+            ckpt__ntable_build(f, keep_name, 0, &nt);
+            rc = ckpt__detect(f, &nt, MODEL_LOAD_UNET | MODEL_LOAD_VAE, &c, &e);
+            ckpt__ntable_release(&nt);
+            st_close(f);
+        }
+        ok(rc == 0, "detect a real-size SD2 %s (%s)", v ? "768-v" : "512", rc ? e.msg : "ok");
+        sd2_config_canonical(&k);
+        k.prediction = v;
+        ok(rc == 0 && memcmp(&c, &k, sizeof(c)) == 0 && model_config_is_canonical(&c),
+           "real-size SD2 %s: canonical SD2.x knobs, prediction %d (got %d)", v ? "768-v" : "512",
+           v, c.prediction);
+        unlink(p);
+    }
 }
 
 static void compare_cond(const char *name, const struct sd_cond *c)
@@ -202,6 +316,7 @@ int main(int argc, char **argv)
         gen("sd2.safetensors", 0, pe, sizeof(pe)) == 0) {
         test_detect(pv, 1);
         test_detect(pe, 0);
+        test_canonical();
         test_loaded(pv);
     }
     unlink(pv);
