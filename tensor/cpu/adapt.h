@@ -82,6 +82,9 @@ static inline void hout_done(struct tensor *t, struct hbuf *h)
  * second gets hin's temporary). Give it back with cpu_widen_done, not hfree.
  */
 const float *cpu_widen_in(const struct tensor *t, struct hbuf *h);
+/* The same for a weight the op hands only to cpu_sgemm: in bf16 it may return an address
+ * that must not be read (widen.c). */
+const float *cpu_widen_in_gemm(const struct tensor *t, struct hbuf *h);
 void cpu_widen_done(struct hbuf *h);
 /* The calling thread's scratch: its size in bytes, and freeing it (a no-op while an
  * op holds it). tensor_cpu_scratch_release (tensor.h) is the public door. */

@@ -97,7 +97,7 @@ int tensor__cpu_linear(struct tensor *out, const struct tensor *x, const struct 
     double pt0 = tensor__prof_t0();
     int64_t rows = cpu_rows_of(x), n = w->shape[0];
     struct hbuf hx, hw, hb, ho;
-    const float *px = hin(x, &hx), *pw = cpu_widen_in(w, &hw), *pb = hin(bias, &hb);
+    const float *px = hin(x, &hx), *pw = cpu_widen_in_gemm(w, &hw), *pb = hin(bias, &hb);
     float *po = hout(out, &ho);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < n; j++)
@@ -120,7 +120,7 @@ int tensor__cpu_linear_geglu(struct tensor *out, const struct tensor *x, const s
     double pt0 = tensor__prof_t0();
     int64_t rows = cpu_rows_of(x), h = w->shape[0] / 2;
     struct hbuf hx, hw, hb, ho;
-    const float *px = hin(x, &hx), *pw = cpu_widen_in(w, &hw), *pb = hin(bias, &hb);
+    const float *px = hin(x, &hx), *pw = cpu_widen_in_gemm(w, &hw), *pb = hin(bias, &hb);
     float *po = hout(out, &ho);
     cpu_linear_geglu(po, px, pw, pb, rows, k, h);
     hfree(&hx);

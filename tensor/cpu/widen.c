@@ -17,14 +17,20 @@
  *
  * bf16 compute (tensor_precision.h): when the calling thread's precision is bf16, the
  * f32 image handed out is also bound to the weight's cached bf16 copy until
- * cpu_widen_done, which is how cpu_sgemm finds it (gemm_bf16.h). The f32 image is
- * still made: conv.c and other readers may use it directly.
+ * cpu_widen_done, which is how cpu_sgemm finds it (gemm_bf16.h). For convolutions the
+ * f32 image is still made (conv.c may read it directly). For an op whose weight only
+ * ever reaches cpu_sgemm (linear, linear+GEGLU: cpu_widen_in_gemm) there is no f32
+ * image at all: the pointer handed out is a reserved, inaccessible address range
+ * (PROT_NONE, no memory behind it) bound to the bf16 copy, so an f16 checkpoint's
+ * weights are not widened at every step only to be rounded again; a stray read would
+ * fault, never read garbage.
  *
  * Threads: one scratch per calling thread (thread-local, freed when the thread exits);
  * ops run on the executor thread, tests may run ops on several threads at once. Not
  * for pool tasks.
  */
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "adapt.h"
 #include "gemm_bf16.h"
@@ -111,9 +117,43 @@ const float *cpu_widen_in(const struct tensor *t, struct hbuf *h)
     return p;
 }
 
+/* The calling thread's reserved range handed out by cpu_widen_in_gemm (one op at a
+ * time holds one; a second gets the ordinary path). */
+static _Thread_local struct {
+    void *p;
+    size_t bytes;
+} ghost;
+
+const float *cpu_widen_in_gemm(const struct tensor *t, struct hbuf *h)
+{
+    if (!t || tensor_precision_get() != TENSOR_PRECISION_BF16 || ghost.p ||
+        !tensor_is_contiguous(t))
+        return cpu_widen_in(t, h);
+    size_t bytes = (size_t)tensor_numel(t) * sizeof(float);
+    void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return cpu_widen_in(t, h);
+    cpu_bf16_bind(t, p);
+    if (!cpu_bf16_shadow_of(p)) { /* not bound (no free slot): the real image */
+        munmap(p, bytes);
+        return cpu_widen_in(t, h);
+    }
+    ghost.p = p;
+    ghost.bytes = bytes;
+    h->p = p;
+    h->owned = 0;
+    return p;
+}
+
 void cpu_widen_done(struct hbuf *h)
 {
     cpu_bf16_unbind(h->p);
+    if (h->p && h->p == ghost.p) {
+        munmap(ghost.p, ghost.bytes);
+        ghost.p = NULL;
+        h->p = NULL;
+        return;
+    }
     if (h->owned == HBUF_SCRATCH) {
         scratch.busy = 0;
         h->p = NULL;
