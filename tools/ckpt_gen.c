@@ -213,6 +213,42 @@ static void add_text_buffers(struct gen_list *l)
     }
 }
 
+/* A Control-LoRA's trunk weight [o, i, ...] as name.up [o, r(, 1, 1)] and name.down
+ * [r, i, ...]; 1 when k is such a weight (ControlLoraOps' Linear and Conv2d). */
+static int cn_lora_pair(struct gen_list *l, const struct model_key *k)
+{
+    const char *rel = k->name + k->rel;
+    size_t n = strlen(rel);
+    int r = l->o->cn_lora_rank;
+    if (k->ndim < 2 || n < 7 || strcmp(rel + n - 7, ".weight") != 0 ||
+        !strncmp(rel, "input_hint_block.", 17) || !strncmp(rel, "zero_convs.", 11) ||
+        !strncmp(rel, "middle_block_out.", 17))
+        return 0;
+    for (int half = 0; half < 2; half++) {
+        char name[sizeof(((struct gen_entry *)0)->name)];
+        snprintf(name, sizeof(name), "%.*s.%s", (int)(n - 7), rel, half ? "down" : "up");
+        if (l->o->drop_tensor && strcmp(l->o->drop_tensor, name) == 0)
+            continue;
+        struct gen_entry *g = push(l);
+        memcpy(g->name, name, sizeof(name));
+        snprintf(g->seed_name, sizeof(g->seed_name), "control_lora.%.*s.%s", (int)(n - 7), rel,
+                 half ? "down" : "up");
+        g->dtype = l->o->dtype;
+        g->init = MODEL_INIT_WEIGHT;
+        g->fill = FILL_RANDOM;
+        g->ndim = k->ndim;
+        memcpy(g->shape, k->shape, sizeof(g->shape));
+        if (half) {
+            g->shape[0] = r;
+        } else {
+            g->shape[1] = r;
+            for (int i = 2; i < k->ndim; i++)
+                g->shape[i] = 1;
+        }
+    }
+    return 1;
+}
+
 /* A ControlNet's tensor: control_model.<UNet-relative name>, or bare. */
 static void on_cn_key(void *user, const struct model_key *k)
 {
@@ -220,12 +256,16 @@ static void on_cn_key(void *user, const struct model_key *k)
     const struct ckpt_gen_opts *o = l->o;
     if (o->drop_tensor && strcmp(o->drop_tensor, k->name + k->rel) == 0)
         return;
+    if (o->cn_lora_rank && cn_lora_pair(l, k))
+        return;
     struct gen_entry *g = push(l);
     snprintf(g->seed_name, sizeof(g->seed_name), "control_model.%s", k->name + k->rel);
     if (!(o->flags & CKPT_GEN_CN_DIFFUSERS) ||
         controlnet_name_to_diffusers(k->name + k->rel, g->name, sizeof(g->name)) < 0)
         snprintf(g->name, sizeof(g->name), "%s%s",
-                 (o->flags & (CKPT_GEN_CN_BARE | CKPT_GEN_CN_DIFFUSERS)) ? "" : "control_model.",
+                 (o->flags & (CKPT_GEN_CN_BARE | CKPT_GEN_CN_DIFFUSERS)) || o->cn_lora_rank
+                     ? ""
+                     : "control_model.",
                  k->name + k->rel);
     g->dtype = o->dtype;
     g->init = k->init;
@@ -279,6 +319,8 @@ static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
         controlnet_layout_union(&o->cfg, 3, o->cn_union_types, on_cn_key, l);
         if (o->flags & CKPT_GEN_CN_DIFF)
             add_special(l, "difference", ST_DTYPE_F32, FILL_CONST, 0, 0, NULL);
+        if (o->cn_lora_rank)
+            add_special(l, "lora_controlnet", ST_DTYPE_F32, FILL_CONST, 0, 0, NULL);
         if (o->extra_tensor)
             add_special(l, o->extra_tensor, o->dtype, FILL_RANDOM, 0, 1, (const int64_t[]){4});
         return;

@@ -55,6 +55,9 @@ struct ckpt_gen_opts {
     const char *extra_tensor;  /* full name of an extra (unknown) tensor to add, or NULL */
     int cn_union_types;        /* with CONTROLNET: a Union ControlNet of this many control
                                 * types (6, ProMax 8; diffusers names as xinsir's), or 0 */
+    int cn_lora_rank;          /* with CONTROLNET: a Control-LoRA of this rank (bare names,
+                                * "lora_controlnet"; the trunk's linear and conv weights as
+                                * name.up / name.down, the rest whole), or 0 */
     int t2i;                   /* enum ckpt_gen_t2i: a T2I-Adapter instead of a checkpoint */
     int t2i_hint_ch;           /* its hint channels (1 or 3; 0: 3) */
 };

@@ -53,6 +53,7 @@ static void usage(FILE *fp)
           "  --difference        a diff ControlNet (adds the \"difference\" marker)\n"
           "  --cn-union N        a Union ControlNet of N control types (6; ProMax 8),\n"
           "                      with diffusers names\n"
+          "  --cn-lora R         a Control-LoRA of rank R (the UNet's weights + low rank)\n"
           "  --t2i full|light|xl a T2I-Adapter (SD1.5 full or light, SDXL) of the UNet's\n"
           "                      width (--cn-prefix diffusers: diffusers names)\n"
           "  --t2i-hint N        its hint channels (1 or 3, default 3)\n",
@@ -156,6 +157,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--if-missing")) {
             if_missing = 1;
         } else if (!strcmp(a, "--controlnet")) {
+            o.flags |= CKPT_GEN_CONTROLNET;
+        } else if (!strcmp(a, "--cn-lora")) {
+            NEED();
+            o.cn_lora_rank = atoi(next);
             o.flags |= CKPT_GEN_CONTROLNET;
         } else if (!strcmp(a, "--t2i")) {
             NEED();

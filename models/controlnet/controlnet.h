@@ -73,6 +73,18 @@ struct controlnet {
 int controlnet_load(const char *path, struct patcher *diff_base, enum tensor_dtype dt,
                     struct controlnet **out, struct err *e);
 
+/* What ControlNetLoader's file holds, told apart as load_controlnet_state_dict does:
+ * "lora_controlnet" a Control-LoRA (control_lora.h); no ControlNet keys (zero_convs,
+ * control_model.*, diffusers') but a T2I-Adapter's (conv_in, body.0.in_conv, diffusers'
+ * adapter.body.0.resnets.0) a T2I-Adapter (t2i_adapter.h); anything else, unreadable
+ * files included, goes to controlnet_load, which says what it is. */
+enum controlnet_kind {
+    CONTROLNET_KIND_CONTROLNET,
+    CONTROLNET_KIND_T2I,
+    CONTROLNET_KIND_LORA,
+};
+enum controlnet_kind controlnet_file_kind(const char *path);
+
 /*
  * The diffusers name of a ControlNet tensor given in ldm naming without prefix
  * ("zero_convs.3.0.weight" -> "controlnet_down_blocks.3.weight"), for the generator and

@@ -54,4 +54,9 @@ int controlnet__union_add_embedding(struct nn_w *w, struct dev *d, int union_typ
 int controlnet__union_merge(struct nn_w *w, struct dev *d, int control_type, struct tensor *g,
                             struct err *e);
 
+/* f32 buffers a model's weights point into, freed with the model (patcher_model_keep). */
+struct controlnet__owned;
+struct controlnet__owned *controlnet__owned_new(struct patcher_model *m);
+void controlnet__owned_add(struct controlnet__owned *o, float *buf); /* takes buf */
+
 #endif

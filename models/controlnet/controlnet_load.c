@@ -113,25 +113,38 @@ static int union_types(const struct st_file *f, const struct ntable *nt, struct 
     return 0;
 }
 
-/* Diff ControlNets: the f32 weights made here (file delta + the UNet's), freed with
- * the model. */
-struct owned {
+/* Weights made here in f32 (a diff ControlNet's delta + the UNet's; a Control-LoRA's),
+ * freed with the model. */
+struct controlnet__owned {
     float **v;
     size_t n;
 };
 
 static void owned_free(void *user)
 {
-    struct owned *o = user;
+    struct controlnet__owned *o = user;
     for (size_t i = 0; i < o->n; i++)
         xfree(o->v[i]);
     xfree(o->v);
     xfree(o);
 }
 
+struct controlnet__owned *controlnet__owned_new(struct patcher_model *m)
+{
+    struct controlnet__owned *o = xcalloc(1, sizeof *o);
+    patcher_model_keep(m, owned_free, o);
+    return o;
+}
+
+void controlnet__owned_add(struct controlnet__owned *o, float *buf)
+{
+    o->v = xrealloc(o->v, (o->n + 1) * sizeof *o->v);
+    o->v[o->n++] = buf;
+}
+
 /* delta (file) + the base UNet's weight of the same key, in f32: a new owned buffer. */
 static int diff_weight(struct patcher_model *base, const struct ckpt__item *it,
-                       const struct st_file *f, struct owned *o, const float **out,
+                       const struct st_file *f, struct controlnet__owned *o, const float **out,
                        struct err *e)
 {
     size_t n = st_tensor_numel(it->t);
@@ -158,8 +171,7 @@ static int diff_weight(struct patcher_model *base, const struct ckpt__item *it,
             xfree(tmp);
         }
     }
-    o->v = xrealloc(o->v, (o->n + 1) * sizeof *o->v);
-    o->v[o->n++] = w;
+    controlnet__owned_add(o, w);
     *out = w;
     return 0;
 }
@@ -182,11 +194,9 @@ static int build_model(const struct st_file *f, const struct ckpt__items *items,
     struct patcher_model *m =
         patcher_model_new(name, base || !strcmp(name, "controlnet") ? PATCHER_ROLE_UNET
                                                                    : PATCHER_ROLE_OTHER);
-    struct owned *o = base ? xcalloc(1, sizeof *o) : NULL;
+    struct controlnet__owned *o = base ? controlnet__owned_new(m) : NULL;
     char last[48] = "";
     int layer = -1, rc = 0;
-    if (o)
-        patcher_model_keep(m, owned_free, o);
     for (size_t i = 0; i < items->n && rc == 0; i++) {
         const struct ckpt__item *it = &items->v[i];
         const void *src = st_tensor_data(f, it->t);
@@ -297,6 +307,25 @@ fail:
     xfree(cn);
     st_close(f);
     return rc;
+}
+
+enum controlnet_kind controlnet_file_kind(const char *path)
+{
+    struct st_file *f = NULL;
+    struct err e = {0};
+    enum controlnet_kind k = CONTROLNET_KIND_CONTROLNET;
+    if (st_open(path, &f, &e) < 0)
+        return k;
+    int cn = st_find(f, "zero_convs.0.0.weight") || st_find(f, CN_PTH_PREFIX "zero_convs.0.0.weight") ||
+             st_find(f, "controlnet_cond_embedding.conv_in.weight");
+    int t2i = st_find(f, "body.0.in_conv.weight") || st_find(f, "conv_in.weight") ||
+              st_find(f, "adapter.body.0.resnets.0.block1.weight");
+    if (st_find(f, "lora_controlnet"))
+        k = CONTROLNET_KIND_LORA;
+    else if (!cn && t2i)
+        k = CONTROLNET_KIND_T2I;
+    st_close(f);
+    return k;
 }
 
 void controlnet_ref(struct controlnet *cn)

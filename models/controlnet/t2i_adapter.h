@@ -59,12 +59,6 @@ struct t2i_adapter {
 int t2i_adapter_load(const char *path, enum tensor_dtype dt, struct t2i_adapter **out,
                      struct err *e);
 
-/* Whether the file at `path` is one load_controlnet_state_dict hands to load_t2i_adapter:
- * no ControlNet's keys (zero_convs.0.0, control_model.*, diffusers', lora_controlnet)
- * and a T2I-Adapter's (conv_in, body.0.in_conv, diffusers' adapter.body.0.resnets.0).
- * 0 when it cannot be read (the ControlNet loader then says why). */
-int t2i_adapter_file_is(const char *path);
-
 void t2i_adapter_ref(struct t2i_adapter *t);
 void t2i_adapter_unref(struct t2i_adapter *t); /* NULL is a no-op */
 

@@ -115,20 +115,6 @@ int t2i_adapter_name_to_diffusers(const char *name, char *out, size_t size)
     return -1; /* down_opt convs and light adapters have no diffusers name */
 }
 
-int t2i_adapter_file_is(const char *path)
-{
-    struct st_file *f = NULL;
-    struct err e = {0};
-    if (st_open(path, &f, &e) < 0)
-        return 0;
-    int cn = st_find(f, "zero_convs.0.0.weight") || st_find(f, "control_model.zero_convs.0.0.weight") ||
-             st_find(f, "controlnet_cond_embedding.conv_in.weight") || st_find(f, "lora_controlnet");
-    int t2i = st_find(f, "body.0.in_conv.weight") || st_find(f, "conv_in.weight") ||
-              st_find(f, "adapter.body.0.resnets.0.block1.weight");
-    st_close(f);
-    return !cn && t2i;
-}
-
 /* ---- detection ---- */
 
 static int detect(const struct st_file *f, const struct ntable *nt, struct t2i_arch *a,

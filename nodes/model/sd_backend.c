@@ -182,7 +182,8 @@ static int unet_prepare_control(void *impl, struct mm *mm, int max_batch, int h,
     for (int i = 0; i < n_controls; i++) {
         for (const struct sd_control *k = controls[i]; k; k = k->prev) {
             int seen = 0;
-            if ((rc = sd_control_fits(k, &u->cfg, e)) < 0)
+            if ((rc = sd_control_prepare(k, u->p, &u->cfg, e)) < 0 ||
+                (rc = sd_control_fits(k, &u->cfg, e)) < 0)
                 return rc;
             for (int j = 0; j < req.n_models; j++)
                 seen |= req.models[j] == sd_control_patcher(k);

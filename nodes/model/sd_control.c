@@ -13,17 +13,22 @@
 
 /* ---- CONTROL_NET ---- */
 
-struct sd_cnet *sd_cnet_new(struct controlnet *cn, struct t2i_adapter *t2i, int control_type)
+struct sd_cnet *sd_cnet_new(struct controlnet *cn, struct t2i_adapter *t2i,
+                            struct control_lora *lora, int control_type)
 {
     struct sd_cnet *n = xcalloc(1, sizeof *n);
     if (cn)
         controlnet_ref(cn);
     if (t2i)
         t2i_adapter_ref(t2i);
+    if (lora)
+        control_lora_ref(lora);
     n->cn = cn;
     n->t2i = t2i;
+    n->lora = lora;
     n->control_type = control_type;
     atomic_init(&n->_refs, 1);
+    pthread_mutex_init(&n->_lock, NULL);
     return n;
 }
 
@@ -38,6 +43,10 @@ void sd_cnet_unref(struct sd_cnet *n)
         return;
     controlnet_unref(n->cn);
     t2i_adapter_unref(n->t2i);
+    control_lora_unref(n->lora);
+    controlnet_unref(n->_made);
+    patcher_model_unref(n->_made_for);
+    pthread_mutex_destroy(&n->_lock);
     xfree(n);
 }
 
@@ -58,18 +67,31 @@ const struct sd_cnet *sd_cnet_of(const struct value *v)
     return v->obj;
 }
 
+static int hint_channels(const struct sd_cnet *n)
+{
+    return n->t2i ? n->t2i->a.hint_ch : n->lora ? n->lora->hint_ch : n->cn->hint_ch;
+}
+
 /* The image channels a control keeps: the hint encoder's, or all of them for a
  * 1-channel T2I-Adapter (it takes their mean after the resize). */
 static int kept_channels(const struct sd_cnet *n, int c)
 {
-    if (n->t2i)
-        return n->t2i->a.hint_ch == 1 ? c : (c < n->t2i->a.hint_ch ? c : n->t2i->a.hint_ch);
-    return n->cn->hint_ch;
+    if (n->t2i && n->t2i->a.hint_ch == 1)
+        return c;
+    return hint_channels(n);
 }
 
-static int hint_channels(const struct sd_cnet *n)
+/* The ControlNet a control runs: its own, or the one its Control-LoRA made (NULL before
+ * sd_control_prepare). */
+static struct controlnet *control_cn(const struct sd_control *c)
 {
-    return n->t2i ? n->t2i->a.hint_ch : n->cn->hint_ch;
+    struct sd_cnet *n = c->net;
+    if (!n->lora)
+        return n->cn;
+    pthread_mutex_lock(&n->_lock);
+    struct controlnet *cn = n->_made;
+    pthread_mutex_unlock(&n->_lock);
+    return cn;
 }
 
 /* ---- the control ---- */
@@ -252,7 +274,7 @@ static int eval_controlnet(struct sd_control *c, const struct tensor *x, const f
                            const struct tensor *ctx, const struct tensor *y, int per_batch,
                            struct controlnet_out *out, struct err *e)
 {
-    struct controlnet *cn = c->net->cn;
+    struct controlnet *cn = control_cn(c);
     struct tensor *hint = NULL;
     int64_t h8 = 8 * x->shape[2], w8 = 8 * x->shape[3];
     int rc;
@@ -365,9 +387,40 @@ out:
     return rc;
 }
 
+static int prepare_one(struct sd_cnet *n, struct patcher *unet, const struct model_config *cfg,
+                       struct err *e)
+{
+    struct patcher_model *um = patcher_model_of(unet);
+    struct controlnet *made = NULL;
+    int rc = 0;
+    pthread_mutex_lock(&n->_lock);
+    if (n->_made_for != um) {
+        if ((rc = control_lora_make(n->lora, um, cfg, TENSOR_F32, &made, e)) == 0) {
+            controlnet_unref(n->_made);
+            patcher_model_unref(n->_made_for);
+            patcher_model_ref(um);
+            n->_made = made;
+            n->_made_for = um;
+        }
+    }
+    pthread_mutex_unlock(&n->_lock);
+    return rc;
+}
+
+int sd_control_prepare(const struct sd_control *c, struct patcher *unet,
+                       const struct model_config *cfg, struct err *e)
+{
+    int rc = 0;
+    for (; c && rc == 0; c = c->prev)
+        if (c->net->lora)
+            rc = prepare_one(c->net, unet, cfg, e);
+    return rc;
+}
+
 struct patcher *sd_control_patcher(const struct sd_control *c)
 {
-    return c->net->t2i ? c->net->t2i->p : c->net->cn->p;
+    struct controlnet *cn = control_cn(c);
+    return c->net->t2i ? c->net->t2i->p : cn ? cn->p : NULL;
 }
 
 /* A T2I-Adapter's features fit the UNet's input blocks: SDXL's for an ADM model with
@@ -396,7 +449,9 @@ int sd_control_fits(const struct sd_control *c, const struct model_config *cfg,
 {
     if (c->net->t2i)
         return t2i_fits(c->net->t2i, cfg, e);
-    const struct controlnet *cn = c->net->cn;
+    const struct controlnet *cn = control_cn(c);
+    if (!cn)
+        return err_set(e, ERR_INVALID, "a Control-LoRA not made for this model");
     const struct unet_arch *a = &cfg->unet, *b = &cn->cfg.unet;
     const char *mf = model_family_get(cfg->family)->name;
     if (cn->cfg.family != cfg->family)
@@ -418,5 +473,5 @@ size_t sd_control_plan_bytes(const struct sd_control *c, int b, int h, int w, in
 {
     if (c->net->t2i) /* the features of the hint images, or of the batch copies made */
         return t2i_adapter_plan_bytes(c->net->t2i, c->hb > b ? c->hb : b, 8 * h, 8 * w);
-    return controlnet_plan_bytes(c->net->cn, b, h, w, t);
+    return controlnet_plan_bytes(control_cn(c), b, h, w, t);
 }

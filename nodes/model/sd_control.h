@@ -30,6 +30,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "control_lora.h"
 #include "controlnet.h"
 #include "model_config.h"
 #include "node_value.h"
@@ -37,14 +38,21 @@
 #include "t2i_adapter.h"
 
 struct sd_cnet {
-    struct controlnet *cn;   /* owned reference, or NULL */
-    struct t2i_adapter *t2i; /* owned reference, or NULL: exactly one of the two is set */
-    int control_type;        /* a Union's type (0..7), -1: none ("auto") */
+    struct controlnet *cn;     /* owned reference, or NULL */
+    struct t2i_adapter *t2i;   /* owned reference, or NULL */
+    struct control_lora *lora; /* owned reference, or NULL: exactly one of the three is set */
+    int control_type;          /* a Union's type (0..7), -1: none ("auto") */
     atomic_int _refs;
+    /* a Control-LoRA's ControlNet, made for one UNet (sd_control_prepare), under _lock */
+    pthread_mutex_t _lock;
+    struct controlnet *_made;          /* owned reference, or NULL */
+    struct patcher_model *_made_for;   /* owned reference: the UNet weights it was made of */
 };
 
-/* A CONTROL_NET over cn or t2i (a reference is taken) with control_type; one reference. */
-struct sd_cnet *sd_cnet_new(struct controlnet *cn, struct t2i_adapter *t2i, int control_type);
+/* A CONTROL_NET over cn, t2i or lora (a reference is taken) with control_type; one
+ * reference. */
+struct sd_cnet *sd_cnet_new(struct controlnet *cn, struct t2i_adapter *t2i,
+                            struct control_lora *lora, int control_type);
 void sd_cnet_unref(struct sd_cnet *n); /* NULL is a no-op */
 
 /* The CONTROL_NET value (takes the reference) and its payload (borrowed; NULL if not one). */
@@ -110,6 +118,12 @@ int sd_control_eval(const struct sd_control *c, const struct sampling_discrete *
                     const struct tensor *x, const float *t, const struct tensor *ctx,
                     const struct tensor *y, int per_batch, struct controlnet_out *out,
                     struct err *e);
+
+/* Make the ControlNets of the chain's Control-LoRAs for the UNet `unet` of `cfg` (once
+ * per UNet weights: ControlLora.pre_run); a no-op for the other kinds. Before the calls
+ * below, which take a Control-LoRA's made ControlNet. */
+int sd_control_prepare(const struct sd_control *c, struct patcher *unet,
+                       const struct model_config *cfg, struct err *e);
 
 /* The model a control runs (the planner loads it with the UNet). */
 struct patcher *sd_control_patcher(const struct sd_control *c);

@@ -2,8 +2,8 @@
  * sd_controlnet_nodes — ControlNetLoader, DiffControlNetLoader, ControlNetApply (OLD,
  * deprecated), ControlNetApplyAdvanced (ComfyUI nodes.py) and SetUnionControlNetType
  * (comfy_extras/nodes_controlnet.py): load a CONTROL_NET (a ControlNet, Union or not,
- * models/controlnet/controlnet.h, or a T2I-Adapter, t2i_adapter.h, as ComfyUI's
- * load_controlnet tells them apart) and put it, with a hint image, a strength and a
+ * models/controlnet/controlnet.h, a T2I-Adapter, t2i_adapter.h, or a Control-LoRA,
+ * control_lora.h, as ComfyUI's load_controlnet tells them apart) and put it, with a hint image, a strength and a
  * start/end percent, on every entry of a conditioning (sd_control.h), chained to the
  * control the entry had. KSampler runs it (sd_ksampler.c, sd_backend.c).
  */
@@ -18,24 +18,32 @@
 
 /* ---- loaders ---- */
 
-/* The file's model: a T2I-Adapter when load_controlnet would hand it to
- * load_t2i_adapter, else a ControlNet (diff_base: DiffControlNetLoader's UNet). */
+/* The file's model, of the kind controlnet_file_kind says (diff_base:
+ * DiffControlNetLoader's UNet, for a diff ControlNet). */
 static int load_model(const char *path, struct patcher *diff_base, struct sd_cnet **out,
                       struct err *e)
 {
     struct controlnet *cn = NULL;
     struct t2i_adapter *t2i = NULL;
+    struct control_lora *lora = NULL;
     int rc;
     /* f32 storage, as the checkpoint loader's (sd15.md §8.5's CPU policy) */
-    if (t2i_adapter_file_is(path))
+    switch (controlnet_file_kind(path)) {
+    case CONTROLNET_KIND_T2I:
         rc = t2i_adapter_load(path, TENSOR_F32, &t2i, e);
-    else
+        break;
+    case CONTROLNET_KIND_LORA: /* its ControlNet is made at sampling, with the model */
+        rc = control_lora_load(path, &lora, e);
+        break;
+    default:
         rc = controlnet_load(path, diff_base, TENSOR_F32, &cn, e);
+    }
     if (rc < 0)
         return rc;
-    *out = sd_cnet_new(cn, t2i, -1);
+    *out = sd_cnet_new(cn, t2i, lora, -1);
     controlnet_unref(cn);
     t2i_adapter_unref(t2i);
+    control_lora_unref(lora);
     return 0;
 }
 
@@ -286,7 +294,7 @@ static int union_type_run(struct node_ctx *c)
         if (type && strcmp(type, controlnet_union_type_names[i]) == 0)
             n = i;
     /* control_net.copy() with control_type set: the model is shared */
-    node_set_output(c, 0, sd_cnet_value(sd_cnet_new(net->cn, net->t2i, n)));
+    node_set_output(c, 0, sd_cnet_value(sd_cnet_new(net->cn, net->t2i, net->lora, n)));
     return 0;
 }
 

@@ -12,6 +12,8 @@
 //   - a Union ControlNet (gen_ckpt --cn-union, SDXL) through SetUnionControlNetType: its
 //     type changes the image; a T2I-Adapter (gen_ckpt --t2i xl) steers the SDXL model;
 //     tile on a 6-type Union, an unknown type and an SDXL adapter on SD1.5 are errors;
+//   - a Control-LoRA (gen_ckpt --cn-lora) steers the SD1.5 model; on the SDXL one it is a
+//     KSampler error;
 //   - /object_info shows the classes as ComfyUI does.
 // Skips when gen_ckpt or the nodes are not built.
 "use strict";
@@ -100,6 +102,7 @@ describe("ControlNet end to end", () => {
         genCkpt(path.join(cn, "union.safetensors"), "--arch", "sdxl", "--cn-union", "8", "--seed", "6");
         genCkpt(path.join(cn, "union6.safetensors"), "--arch", "sdxl", "--cn-union", "6");
         genCkpt(path.join(cn, "t2i_xl.safetensors"), "--arch", "sdxl", "--t2i", "xl", "--seed", "7");
+        genCkpt(path.join(cn, "control_lora.safetensors"), "--cn-lora", "4", "--seed", "8");
         // a hint with edges: diagonal stripes, not the latent's aspect (48x40)
         fs.writeFileSync(path.join(dir, "input", "hint.png"),
           L.pngRGBA(48, 40, (x, y) => ((x + y) % 12 < 6 ? [255, 255, 255, 255] : [0, 0, 0, 255])));
@@ -133,7 +136,8 @@ describe("ControlNet end to end", () => {
     const l = info.ControlNetLoader;
     assert.equal(l.display_name, "Load ControlNet Model");
     assert.deepEqual(l.input.required.control_net_name[0],
-      ["ckpt.safetensors", "cn.safetensors", "cn2.safetensors", "diff.safetensors", "t2i_xl.safetensors",
+      ["ckpt.safetensors", "cn.safetensors", "cn2.safetensors", "control_lora.safetensors", "diff.safetensors",
+        "t2i_xl.safetensors",
         "union.safetensors", "union6.safetensors", "xl.safetensors"]);
     const u = info.SetUnionControlNetType;
     assert.equal(u.category, "conditioning/controlnet");
@@ -211,6 +215,18 @@ describe("ControlNet end to end", () => {
     assert.ok(!savedPixels(S, h).equals(p), "the T2I-Adapter changed the SDXL image");
     const names = h.meta["3"].memory.flatMap((m) => m.models.map((x) => x.name));
     assert.ok(names.includes("t2i_adapter"), JSON.stringify(names));
+  });
+
+  it("a Control-LoRA: its ControlNet made from the model's UNet at sampling", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const h = await runToEnd(S, controlled("clora", { cn: "control_lora.safetensors" }));
+    const px = savedPixels(S, h);
+    assert.ok(!px.equals(plain) && !px.equals(full), "the Control-LoRA changed the image");
+    const names = h.meta["3"].memory.flatMap((m) => m.models.map((x) => x.name));
+    assert.ok(names.includes("controlnet"), JSON.stringify(names));
+    const d = lastError(await runToEnd(S, controlled("cloraxl", { cn: "control_lora.safetensors", extra: xl })));
+    assert.equal(d.node_type, "KSampler");
+    assert.match(d.exception_message, /this Control-LoRA does not fit the SDXL model/);
   });
 
   it("bad input: tile on a 6-type Union, an unknown type, an SDXL adapter on SD1.5", async (t) => {

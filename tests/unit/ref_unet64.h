@@ -25,6 +25,8 @@ void ref_act_free(struct act *a);
 
 extern const struct st_file *ref_file; /* the weights' file */
 extern const char *ref_prefix;         /* "control_model.", "model.diffusion_model." ... */
+/* When set, ref_w asks it first (ref_prefix + name; a malloc'd array or NULL). */
+extern double *(*ref_w_hook)(const char *name);
 extern const double *ref_ctx;          /* context [ref_tokens, ref_ctx_dim] */
 extern int ref_tokens, ref_ctx_dim, ref_heads;
 extern const struct unet_freeu *ref_freeu; /* FreeU's patch in ref_unet, or NULL */

@@ -10,8 +10,8 @@
  *   - bad input: a missing file, a checkpoint as ControlNet, a hint without 3 channels;
  *   - the other kinds: a Union through SetUnionControlNetType (its type changes the latent;
  *     tile on a 6-type Union fails with ComfyUI's message), T2I-Adapters (3- and
- *     1-channel) through ControlNetLoader and the apply node, an SDXL adapter on an SD1.5
- *     model refused; the hint resized once per size, across steps and samplings.
+ *     1-channel) and a Control-LoRA through ControlNetLoader and the apply node, an SDXL
+ *     adapter on an SD1.5 model refused; the hint resized once per size, across steps and samplings.
  */
 #include <math.h>
 #include <stdio.h>
@@ -330,6 +330,20 @@ static void test_kinds(void)
         value_unref(a[1]);
         value_unref(t);
     }
+    /* a Control-LoRA: its ControlNet made at sampling from the model's UNet */
+    struct value *lora = load_cn("control_lora.safetensors", msg);
+    ok(lora && sd_cnet_of(lora)->lora && !sd_cnet_of(lora)->cn,
+       "ControlNetLoader loads a Control-LoRA (%s)", lora ? "ok" : msg);
+    if (lora) {
+        EXPECT_OK(apply(pos, neg, lora, img, 0.8, 0.0, 1.0, a, msg));
+        struct value *ll = ksample(model, a[0], a[1], empty);
+        ok(ll && latent_diff(ll, l0) > 1e-3 && sd_cnet_of(lora)->_made,
+           "the Control-LoRA changes the latent (%.3g)", latent_diff(ll, l0));
+        value_unref(ll);
+        value_unref(a[0]);
+        value_unref(a[1]);
+    }
+    value_unref(lora);
     struct value *xl = load_cn("t2i_xl.safetensors", msg);
     if (xl) {
         EXPECT_OK(apply(pos, neg, xl, img, 1.0, 0.0, 1.0, a, msg));
@@ -389,13 +403,17 @@ int main(void)
     EXPECT_OK(ckpt_gen_write(&o, p2, &e));
     /* the kinds: a checkpoint of the adapters' widths (x 1, 2, 4, 4), Unions of its
      * trunk, adapters */
-    char more[8][400];
+    char more[10][400];
     int nm = 0;
     struct ckpt_gen_opts k;
     ckpt_gen_opts_default(&k);
     k.cfg.unet.mult[2] = 4;
     k.cfg.unet.mult[3] = 4;
     gen_file(&k, dir, "checkpoints", "tiny_t2i.safetensors", more, &nm);
+    k.flags = CKPT_GEN_CONTROLNET;
+    k.cn_lora_rank = 4;
+    gen_file(&k, dir, "controlnet", "control_lora.safetensors", more, &nm);
+    k.cn_lora_rank = 0;
     k.flags = CKPT_GEN_CONTROLNET | CKPT_GEN_CN_DIFFUSERS;
     k.cn_union_types = 8;
     gen_file(&k, dir, "controlnet", "union8.safetensors", more, &nm);
