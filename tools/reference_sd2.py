@@ -14,15 +14,21 @@ Python):
 
     build/gen_ckpt --arch sd2-v --tiny /tmp/sd2v.safetensors
     /usr/bin/python3 tools/reference_sd2.py models /tmp/sd2v.safetensors
+    build/gen_ckpt --arch sd2-v --tiny --dtype f16 /tmp/sd2v16.safetensors
+    /usr/bin/python3 tools/reference_sd2.py txt2img /tmp/sd2v16.safetensors
+
+txt2img writes sd2_txt2img_expected.json, a whole default-graph txt2img on the 768-v file that
+e2e_sd2 compares pixel by pixel.
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference_sd15 import FIX, Ref, Tokenizer, fixture_line, tokenize_prompt, wave  # noqa: E402
-from reference_sdxl import RefXL  # noqa: E402
+from reference_sdxl import TXT2IMG, RefXL, sample_decode  # noqa: E402
 
 PAD_H = 0  # SD2ClipHTokenizer: pad_with_end=False, so the pad token is 0
+SCALE = 0.18215  # latent_formats.SD15, which SD20 uses
 
 
 class RefSD2(RefXL):
@@ -81,8 +87,30 @@ def cmd_models(path):
     print('wrote %d fixture lines' % len(lines))
 
 
+def cmd_txt2img(path):
+    """ComfyUI's default graph on the e2e's tiny 768-v file (sd2v.safetensors, f16) with
+    reference_sdxl.py's TXT2IMG settings: the H conditioning, KSampler with V_PREDICTION's
+    x0, VAEDecode of x / 0.18215, SaveImage's 8-bit pixels."""
+    import base64
+    import json
+    r = RefSD2(path)
+    tok = Tokenizer()
+    P = TXT2IMG
+    conds = [(r.encode('g', tokenize_prompt(tok, t, pad=PAD_H), norm=True)[0], None)
+             for t in (P['positive'], P['negative'])]
+    px = sample_decode(r, conds, P, SCALE, predict='v')
+    out = dict(P, pixels_rgb_b64=base64.b64encode(px.tobytes()).decode('ascii'),
+               note='tools/reference_sd2.py txt2img <gen_ckpt --arch sd2-v --tiny --dtype f16>')
+    with open(os.path.join(FIX, 'sd2_txt2img_expected.json'), 'w') as f:
+        json.dump(out, f, indent=1)
+        f.write('\n')
+    print('mean pixel', float(px.mean()))
+
+
 if __name__ == '__main__':
     if len(sys.argv) >= 3 and sys.argv[1] == 'models':
         cmd_models(sys.argv[2])
+    elif len(sys.argv) >= 3 and sys.argv[1] == 'txt2img':
+        cmd_txt2img(sys.argv[2])
     else:
         sys.exit(__doc__)

@@ -337,24 +337,15 @@ TXT2IMG = {'seed': 5, 'steps': 3, 'cfg': 8.0, 'sampler': 'euler', 'scheduler': '
            'width': 64, 'height': 64, 'positive': 'a (glass:1.2) bottle', 'negative': 'text, watermark'}
 
 
-def cmd_txt2img(path):
-    """ComfyUI's default graph on the tiny SDXL (the e2e's sdxl.safetensors, f16): CLIPTextEncode
-    x2, EmptyLatentImage, KSampler (euler, normal), VAEDecode, SaveImage's 8-bit pixels. The
-    sampler runs in float32 as ComfyUI's does; the UNet and VAE in float64, cast to float32."""
-    import base64
+def sample_decode(r, conds, P, scale, predict='eps'):
+    """KSampler (euler, normal, CFG) from seed noise on conds [(context, y or None)], then
+    VAEDecode of x / scale and SaveImage's 8-bit pixels [H, W, 3]. The sampler runs in float32
+    as ComfyUI's does, the UNet and VAE in float64 cast to float32. predict: the model's
+    sampling type, 'eps' or 'v' (V_PREDICTION's calculate_denoised, sigma_data 1)."""
     import numpy as np
     torch = __import__('torch')
     f32 = torch.float32
-    r = RefXL(path)
-    tok = Tokenizer()
-    P = TXT2IMG
     h, w = P['height'] // 8, P['width'] // 8
-    conds = []
-    for text in (P['positive'], P['negative']):
-        cl, _ = r.encode('l', tokenize_prompt(tok, text, pad=PAD_L))
-        cg, pooled = r.encode('g', tokenize_prompt(tok, text, pad=PAD_G))
-        sizes = (P['height'], P['width'], 0, 0, P['height'], P['width'])  # §5.2: latent x 8
-        conds.append((torch.cat([cl, cg], 2), r.adm(pooled, sizes)[None]))
     # sd15 §5.1-5.2: the sigma table, timestep(sigma) and sigma(t)
     i = torch.arange(1000, dtype=torch.float64)
     betas = (0.00085 ** 0.5 + i * (0.012 ** 0.5 - 0.00085 ** 0.5) / 999) ** 2
@@ -381,8 +372,11 @@ def cmd_txt2img(path):
 
     def denoise(x, sigma, cond):
         xc = x / (sigma ** 2 + 1.0) ** 0.5  # sd15 §3.9
-        eps, _ = r.unet(xc.double(), [timestep(sigma)], cond[0], cond[1])
-        return x - eps.to(f32) * sigma
+        out, _ = r.unet(xc.double(), [timestep(sigma)], cond[0], cond[1])
+        out = out.to(f32)
+        if predict == 'v':
+            return x * 1.0 / (sigma ** 2 + 1.0) - out * sigma * 1.0 / (sigma ** 2 + 1.0) ** 0.5
+        return x - out * sigma
 
     for k in range(P['steps']):  # euler with CFG (sd15 §5.3, §5.7)
         s, sn = sigmas[k], sigmas[k + 1]
@@ -390,16 +384,35 @@ def cmd_txt2img(path):
         den = neg + (pos - neg) * torch.tensor(P['cfg'], dtype=f32)
         d = (x - den) / s
         x = x + d * (sn - s)
-    z = x / torch.tensor(SCALE, dtype=f32)
+    z = x / torch.tensor(scale, dtype=f32)
     img, _ = r.decode(z.double())
     img = torch.clamp((img.to(f32) + 1.0) / 2.0, 0.0, 1.0)  # VAEDecode's process_output
-    px = np.clip(img[0].permute(1, 2, 0).numpy() * 255.0, 0, 255).astype(np.uint8)  # SaveImage
+    print('sigmas', [float(v) for v in sigmas])
+    return np.clip(img[0].permute(1, 2, 0).numpy() * 255.0, 0, 255).astype(np.uint8)  # SaveImage
+
+
+def cmd_txt2img(path):
+    """ComfyUI's default graph on the tiny SDXL (the e2e's sdxl.safetensors, f16): CLIPTextEncode
+    x2, EmptyLatentImage, KSampler (euler, normal), VAEDecode, SaveImage's 8-bit pixels. The
+    sampler runs in float32 as ComfyUI's does; the UNet and VAE in float64, cast to float32."""
+    import base64
+    torch = __import__('torch')
+    r = RefXL(path)
+    tok = Tokenizer()
+    P = TXT2IMG
+    conds = []
+    for text in (P['positive'], P['negative']):
+        cl, _ = r.encode('l', tokenize_prompt(tok, text, pad=PAD_L))
+        cg, pooled = r.encode('g', tokenize_prompt(tok, text, pad=PAD_G))
+        sizes = (P['height'], P['width'], 0, 0, P['height'], P['width'])  # §5.2: latent x 8
+        conds.append((torch.cat([cl, cg], 2), r.adm(pooled, sizes)[None]))
+    px = sample_decode(r, conds, P, SCALE)
     out = dict(P, pixels_rgb_b64=base64.b64encode(px.tobytes()).decode('ascii'),
                note='tools/reference_sdxl.py txt2img <gen_ckpt --arch sdxl --tiny --dtype f16>')
     with open(os.path.join(FIX, 'sdxl_txt2img_expected.json'), 'w') as f:
         json.dump(out, f, indent=1)
         f.write('\n')
-    print('sigmas', [float(v) for v in sigmas], 'mean pixel', float(px.mean()))
+    print('mean pixel', float(px.mean()))
 
 
 if __name__ == '__main__':

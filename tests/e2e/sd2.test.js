@@ -3,7 +3,8 @@
 // the norm bias ComfyUI's SD20.model_type reads has std > 0.09) and --arch sd2 (512, epsilon):
 // OpenCLIP-H names under cond_stage_model.model., Linear projections, 64-wide heads.
 //   - ComfyUI's default workflow on the 768-v file: CheckpointLoaderSimple detects it, the
-//     image varies, the same seed repeats it;
+//     image varies, the same seed repeats it, and its pixels match tools/reference_sd2.py's
+//     float64 txt2img with V_PREDICTION (sd2_txt2img_expected.json);
 //   - the detected sampling type is v-prediction: ModelSamplingDiscrete(v_prediction) on it
 //     gives the same pixels, ModelSamplingDiscrete(eps) others; on the 512 file eps is the
 //     default (same pixels) and v_prediction differs; zsnr and lcm (distilled 50-entry
@@ -137,6 +138,31 @@ describe("SD2.x end to end", () => {
     assert.ok(new Set(pa).size > 8, "the image is not flat");
     assert.ok(pa.equals(pb), "same seed, same pixels");
     assert.ok(!pa.equals(pc), "another seed, other pixels");
+  });
+
+  it("the 768-v pixels match the float64 reference (tools/reference_sd2.py txt2img)", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const ref = JSON.parse(fs.readFileSync(path.join(__dirname, "..", "fixtures", "models",
+      "sd2_txt2img_expected.json"), "utf8"));
+    const w = workflow("sd2_ref", { seed: ref.seed });
+    Object.assign(w[3].inputs, { steps: ref.steps, cfg: ref.cfg, sampler_name: ref.sampler,
+      scheduler: ref.scheduler });
+    Object.assign(w[5].inputs, { width: ref.width, height: ref.height });
+    Object.assign(w[6].inputs, { text: ref.positive });
+    Object.assign(w[7].inputs, { text: ref.negative });
+    const h = await runToEnd(S, w);
+    assert.equal(h.status.status_str, "success", JSON.stringify(h.status));
+    const got = savedPixels(S, h), want = Buffer.from(ref.pixels_rgb_b64, "base64");
+    assert.equal(got.length, want.length);
+    let worst = 0, exact = 0;
+    for (let i = 0; i < got.length; i++) {
+      const d = Math.abs(got[i] - want[i]);
+      worst = Math.max(worst, d);
+      if (d === 0) exact++;
+    }
+    // 8-bit truncation turns float differences near a step into 1: allow those, no more.
+    t.diagnostic(`worst ${worst}, ${exact} of ${got.length} exact`);
+    assert.ok(worst <= 1 && exact >= 0.995 * got.length, `worst ${worst}, ${exact} of ${got.length} exact`);
   });
 
   it("the loader detects v-prediction; ModelSamplingDiscrete switches it", async (t) => {
