@@ -9,6 +9,8 @@
 //     gives the same pixels, ModelSamplingDiscrete(eps) others; on the 512 file eps is the
 //     default (same pixels) and v_prediction differs; zsnr and lcm (distilled 50-entry
 //     table) change the image;
+//   - CheckpointSave writes OpenCLIP names and predict_key "v"; the saved file reloads as a
+//     768-v model (same pixels);
 //   - bad input: an SD2 LoRA (kohya names, written here) patches the SD2 model and is a
 //     LoraLoader error naming the SD1.5 model on the SD1.5 one; the server goes on.
 // Skips when gen_ckpt or the model nodes are not built.
@@ -185,6 +187,25 @@ describe("SD2.x end to end", () => {
     const lcm = await runToEnd(S, workflow("v_lcm", { sampling: "lcm" }));
     assert.equal(lcm.status.status_str, "success", JSON.stringify(lcm.status));
     assert.ok(!plain.equals(savedPixels(S, lcm)), "lcm's distilled schedule and mix differ");
+  });
+
+  it("CheckpointSave round trip: OpenCLIP names, predict_key v, reloaded as 768-v", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const h = await runToEnd(S, {
+      1: { class_type: "CheckpointLoaderSimple", inputs: { ckpt_name: "sd2v.safetensors" } },
+      2: { class_type: "CheckpointSave", inputs: { model: ["1", 0], clip: ["1", 1], vae: ["1", 2],
+        filename_prefix: "checkpoints/sd2v_saved" } },
+    });
+    assert.equal(h.status.status_str, "success", JSON.stringify(h.status));
+    const file = path.join(S.dir, "output", "checkpoints", "sd2v_saved_00001_.safetensors");
+    const b = fs.readFileSync(file), n = Number(b.readBigUInt64LE(0));
+    const hdr = JSON.parse(b.subarray(8, 8 + n).toString("utf8"));
+    assert.equal(hdr.__metadata__["modelspec.predict_key"], "v");
+    assert.ok(hdr["cond_stage_model.model.transformer.resblocks.0.attn.in_proj_weight"], "OpenCLIP names");
+    const orig = savedPixels(S, await runToEnd(S, workflow("rt_orig")));
+    const back = await runToEnd(S, workflow("rt_back", { ckpt: "sd2v_saved_00001_.safetensors" }));
+    assert.equal(back.status.status_str, "success", JSON.stringify(back.status));
+    assert.ok(orig.equals(savedPixels(S, back)), "the saved file samples as the original (v)");
   });
 
   it("an SD2 LoRA patches SD2 and is refused by SD1.5", async (t) => {
