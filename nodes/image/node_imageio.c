@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <jpeglib.h>
 #include <jerror.h>
@@ -23,13 +22,14 @@ void node_image_file_release(struct node_image_file *f)
     f->n_frames = 0;
 }
 
-/* PIL's decompression-bomb limit (2 x MAX_IMAGE_PIXELS), which ComfyUI inherits. */
-static int bomb_error(struct err *e, const char *path, uint64_t px)
+/* PIL's decompression-bomb limit (2 x MAX_IMAGE_PIXELS), which ComfyUI inherits.
+ * `subject` names the input as decode_req does. */
+static int bomb_error(struct err *e, const char *subject, uint64_t px)
 {
     return err_set(e, ERR_TOO_LARGE,
-                   "cannot decode '%s': Image size (%llu pixels) exceeds limit of %llu pixels, could be "
+                   "cannot decode %s: Image size (%llu pixels) exceeds limit of %llu pixels, could be "
                    "decompression bomb DOS attack.",
-                   path, (unsigned long long)px, (unsigned long long)NODE_IMAGE_MAX_PIXELS);
+                   subject, (unsigned long long)px, (unsigned long long)NODE_IMAGE_MAX_PIXELS);
 }
 
 /* ---- EXIF ------------------------------------------------------------------------ */
@@ -121,92 +121,6 @@ static void png_on_warning(png_structp png, png_const_charp msg)
     (void)msg;
 }
 
-/*
- * 1 when every chunk of the PNG file `f` fits inside the file (up to IEND or the end).
- * libpng allocates and zeroes a chunk's declared length before reading it, so a 200-byte
- * file declaring a 1.9 GB zTXt chunk cost 1.9 GB (found with tests/fuzz/fuzz_image_load).
- * Leaves `f` rewound.
- */
-static int png_chunks_fit(FILE *f)
-{
-    struct stat st;
-    int ok = 1;
-    if (fstat(fileno(f), &st) < 0)
-        return 1; /* libpng's own checks still apply */
-    uint64_t size = (uint64_t)st.st_size, off = 8;
-    uint8_t h[8];
-    while (size >= off + 12 && fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(h, 1, 8, f) == 8) {
-        uint64_t len = (uint64_t)h[0] << 24 | (uint64_t)h[1] << 16 | (uint64_t)h[2] << 8 | h[3];
-        if (len > size - off - 12) {
-            ok = 0;
-            break;
-        }
-        if (memcmp(h + 4, "IEND", 4) == 0)
-            break;
-        off += 12 + len;
-    }
-    rewind(f);
-    return ok;
-}
-
-static int load_png(FILE *f, const char *path, struct node_image_file *out, struct err *e)
-{
-    if (!png_chunks_fit(f))
-        return err_set(e, ERR_INVALID, "cannot decode '%s': a chunk runs past the end of the file",
-                       path);
-    struct png_err pe = {{0}};
-    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);
-    png_infop info = png ? png_create_info_struct(png) : NULL;
-    uint8_t *volatile px = NULL;
-    png_bytep *volatile rows = NULL;
-    if (!info) {
-        png_destroy_read_struct(&png, NULL, NULL);
-        return err_set(e, ERR_INTERNAL, "cannot initialise libpng");
-    }
-    if (setjmp(png_jmpbuf(png))) {
-        png_destroy_read_struct(&png, &info, NULL);
-        xfree(px);
-        xfree(rows);
-        return err_set(e, ERR_INVALID, "cannot decode '%s': %s", path, pe.msg);
-    }
-    png_set_user_limits(png, 1 << 15, 1 << 15);
-    png_init_io(png, f);
-    png_read_info(png, info);
-    png_set_expand(png);   /* palette -> RGB, low-bit gray -> 8, tRNS -> alpha */
-    png_set_strip_16(png);
-    png_set_interlace_handling(png);
-    png_read_update_info(png, info);
-    int w = (int)png_get_image_width(png, info), h = (int)png_get_image_height(png, info);
-    if ((uint64_t)w * (uint64_t)h > NODE_IMAGE_MAX_PIXELS) {
-        png_destroy_read_struct(&png, &info, NULL);
-        return bomb_error(e, path, (uint64_t)w * (uint64_t)h);
-    }
-    int c = png_get_channels(png, info);
-    size_t stride = png_get_rowbytes(png, info);
-    if (stride != (size_t)w * c)
-        png_error(png, "unexpected row size");
-    px = xmalloc(stride * h);
-    rows = xmalloc(sizeof(png_bytep) * h);
-    for (int y = 0; y < h; y++)
-        rows[y] = px + stride * y;
-    png_read_image(png, rows);
-    png_read_end(png, info);
-    int orient = 1;
-#ifdef PNG_eXIf_SUPPORTED
-    png_bytep exif = NULL;
-    png_uint_32 nexif = 0;
-    if (png_get_eXIf_1(png, info, &nexif, &exif) && exif)
-        orient = exif_orientation(exif, nexif);
-#endif
-    png_destroy_read_struct(&png, &info, NULL);
-    xfree(rows);
-    out->frames = xcalloc(1, sizeof(*out->frames));
-    out->n_frames = 1;
-    out->frames[0] = (struct node_pixels){w, h, c, px};
-    node_pixels_orient(&out->frames[0], orient);
-    return 0;
-}
-
 /* ---- JPEG ------------------------------------------------------------------------ */
 
 struct jerr {
@@ -222,29 +136,162 @@ static void jpeg_on_error(j_common_ptr cinfo)
     longjmp(je->jb, 1);
 }
 
-static int load_jpeg(FILE *f, const char *path, struct node_image_file *out, struct err *e)
+/* ---- decoding: bytes in memory -> 8-bit pixels --------------------------------------- */
+
+/*
+ * One decoder per format, over bytes in memory: LoadImage's files (node_image_load reads
+ * the file first) and the server's uploads (node_image_decode_rgba) take the same path,
+ * so a fix to one (a bomb check, a chunk check) is a fix to both. They differ only in
+ * what struct decode_req says.
+ */
+struct decode_req {
+    const char *subject; /* what messages name: "'in/x.png'" (a file), "PNG", "JPEG" (bytes) */
+    int strict;          /* 1: truncated JPEG data fails, as PIL refuses truncated uploads;
+                            0: libjpeg fills the missing rows (LoadImage) */
+    int room;            /* channels to allocate per pixel at least (4: the caller widens
+                            to RGBA in place), or 0 */
+};
+
+/*
+ * 1 when every chunk of the PNG in b[0..n) fits in the buffer (up to IEND or the end;
+ * with `header_only`, up to the first IDAT: all that png_read_info reads). libpng
+ * allocates and zeroes a chunk's declared length before reading it, so a 200-byte file
+ * declaring a 1.9 GB zTXt chunk cost 1.9 GB (found with tests/fuzz/fuzz_image_load), and
+ * 2 s per request as an upload (tests/fuzz/fuzz_upload_image).
+ */
+static int png_chunks_fit(const unsigned char *b, size_t n, int header_only)
+{
+    size_t off = 8; /* after the signature */
+    while (n - off >= 12) {
+        uint32_t len = (uint32_t)b[off] << 24 | (uint32_t)b[off + 1] << 16 |
+                       (uint32_t)b[off + 2] << 8 | b[off + 3];
+        if (header_only && memcmp(b + off + 4, "IDAT", 4) == 0)
+            break;
+        if (len > n - off - 12)
+            return 0;
+        if (memcmp(b + off + 4, "IEND", 4) == 0)
+            break;
+        off += 12 + (size_t)len;
+    }
+    return 1;
+}
+
+struct png_mem {
+    const unsigned char *p;
+    size_t n, off;
+};
+
+static void png_mem_read(png_structp png, png_bytep dst, png_size_t len)
+{
+    struct png_mem *m = png_get_io_ptr(png);
+    if (len > m->n - m->off)
+        png_error(png, "truncated PNG");
+    memcpy(dst, m->p + m->off, len);
+    m->off += len;
+}
+
+/* Bytes per pixel to allocate for `c` decoded channels. */
+static size_t room_for(int c, const struct decode_req *rq)
+{
+    return (size_t)(c > rq->room ? c : rq->room);
+}
+
+/* PNG bytes -> pixels (palettes and tRNS expanded, 16 bits cut to 8 and no gamma
+ * applied, as PIL does) and the EXIF orientation in *orient. */
+static int decode_png(const unsigned char *p, size_t n, const struct decode_req *rq,
+                      struct node_pixels *out, int *orient, struct err *e)
+{
+    if (!png_chunks_fit(p, n, 0))
+        return err_set(e, ERR_INVALID, "cannot decode %s: a chunk runs past the end of the file",
+                       rq->subject);
+    struct png_err pe = {{0}};
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    uint8_t *volatile px = NULL;
+    png_bytep *volatile rows = NULL;
+    struct png_mem m = {p, n, 0};
+    if (!info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        return err_set(e, ERR_INTERNAL, "cannot initialise libpng");
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_read_struct(&png, &info, NULL);
+        xfree(px);
+        xfree(rows);
+        return err_set(e, ERR_INVALID, "cannot decode %s: %s", rq->subject, pe.msg);
+    }
+    png_set_user_limits(png, 1 << 15, 1 << 15);
+    png_set_read_fn(png, &m, png_mem_read);
+    png_read_info(png, info);
+    png_set_expand(png);   /* palette -> RGB, low-bit gray -> 8, tRNS -> alpha */
+    png_set_strip_16(png);
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    int w = (int)png_get_image_width(png, info), h = (int)png_get_image_height(png, info);
+    if ((uint64_t)w * (uint64_t)h > NODE_IMAGE_MAX_PIXELS) {
+        png_destroy_read_struct(&png, &info, NULL);
+        return bomb_error(e, rq->subject, (uint64_t)w * (uint64_t)h);
+    }
+    int c = png_get_channels(png, info);
+    size_t stride = png_get_rowbytes(png, info);
+    if (stride != (size_t)w * c)
+        png_error(png, "unexpected row size");
+    px = xmalloc((size_t)w * h * room_for(c, rq));
+    rows = xmalloc(sizeof(png_bytep) * h);
+    for (int y = 0; y < h; y++)
+        rows[y] = px + stride * y;
+    png_read_image(png, rows);
+    png_read_end(png, info);
+    *orient = 1;
+#ifdef PNG_eXIf_SUPPORTED
+    png_bytep exif = NULL;
+    png_uint_32 nexif = 0;
+    if (png_get_eXIf_1(png, info, &nexif, &exif) && exif)
+        *orient = exif_orientation(exif, nexif);
+#endif
+    png_destroy_read_struct(&png, &info, NULL);
+    xfree(rows);
+    *out = (struct node_pixels){w, h, c, px};
+    return 0;
+}
+
+/* Warnings are silent, except a premature end of data when the request is strict:
+ * libjpeg would go on and fill every remaining row, so a few bytes declaring a huge
+ * image cost its full size in memory and time. */
+static void jpeg_eof_fails(j_common_ptr c, int level)
+{
+    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF)
+        c->err->error_exit(c);
+}
+
+/* JPEG bytes -> gray or RGB pixels and the EXIF orientation in *orient. */
+static int decode_jpeg(const unsigned char *p, size_t n, const struct decode_req *rq,
+                       struct node_pixels *out, int *orient, struct err *e)
 {
     struct jpeg_decompress_struct ci;
     struct jerr je;
     uint8_t *volatile px = NULL;
     ci.err = jpeg_std_error(&je.pub);
     je.pub.error_exit = jpeg_on_error;
+    if (rq->strict)
+        je.pub.emit_message = jpeg_eof_fails;
     if (setjmp(je.jb)) {
         jpeg_destroy_decompress(&ci);
         xfree(px);
-        return err_set(e, ERR_INVALID, "cannot decode '%s': %s", path, je.msg);
+        return err_set(e, ERR_INVALID, "cannot decode %s: %s", rq->subject, je.msg);
     }
     jpeg_create_decompress(&ci);
-    jpeg_stdio_src(&ci, f);
+    jpeg_mem_src(&ci, p, (unsigned long)n);
     jpeg_save_markers(&ci, JPEG_APP0 + 1, 0xffff);
     jpeg_read_header(&ci, TRUE);
-    int orient = 1;
+    *orient = 1;
     for (jpeg_saved_marker_ptr m = ci.marker_list; m; m = m->next)
         if (m->marker == JPEG_APP0 + 1 && m->data_length > 6 && !memcmp(m->data, "Exif\0\0", 6))
-            orient = exif_orientation(m->data + 6, m->data_length - 6);
+            *orient = exif_orientation(m->data + 6, m->data_length - 6);
     if (ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK) {
         jpeg_destroy_decompress(&ci);
-        return err_set(e, ERR_UNSUPPORTED, "cannot decode '%s': CMYK JPEG is not supported", path);
+        return err_set(e, ERR_UNSUPPORTED, "cannot decode %s: CMYK JPEG is not supported",
+                       rq->subject);
     }
     /* The limit is checked on the header, as PIL does at open: jpeg_start_decompress
      * already allocates a progressive file's whole coefficient buffer (a 300-byte file
@@ -252,66 +299,110 @@ static int load_jpeg(FILE *f, const char *path, struct node_image_file *out, str
     if ((uint64_t)ci.image_width * ci.image_height > NODE_IMAGE_MAX_PIXELS) {
         uint64_t npx = (uint64_t)ci.image_width * ci.image_height;
         jpeg_destroy_decompress(&ci);
-        return bomb_error(e, path, npx);
+        return bomb_error(e, rq->subject, npx);
     }
     ci.out_color_space = ci.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
     jpeg_start_decompress(&ci);
     int w = (int)ci.output_width, h = (int)ci.output_height, c = ci.output_components;
     if ((uint64_t)w * (uint64_t)h > NODE_IMAGE_MAX_PIXELS) {
         jpeg_destroy_decompress(&ci);
-        return bomb_error(e, path, (uint64_t)w * (uint64_t)h);
+        return bomb_error(e, rq->subject, (uint64_t)w * (uint64_t)h);
     }
-    px = xmalloc((size_t)w * h * c);
+    px = xmalloc((size_t)w * h * room_for(c, rq));
     while (ci.output_scanline < ci.output_height) {
         JSAMPROW row = px + (size_t)ci.output_scanline * w * c;
-        jpeg_read_scanlines(&ci, &row, 1);
+        if (jpeg_read_scanlines(&ci, &row, 1) != 1)
+            break;
     }
-    jpeg_finish_decompress(&ci);
+    int whole = ci.output_scanline == ci.output_height;
+    if (whole)
+        jpeg_finish_decompress(&ci);
     jpeg_destroy_decompress(&ci);
-    out->frames = xcalloc(1, sizeof(*out->frames));
-    out->n_frames = 1;
-    out->frames[0] = (struct node_pixels){w, h, c, px};
-    node_pixels_orient(&out->frames[0], orient);
+    if (!whole) {
+        xfree(px);
+        return err_set(e, ERR_INVALID, "cannot decode %s: image file is truncated", rq->subject);
+    }
+    *out = (struct node_pixels){w, h, c, px};
     return 0;
 }
 
-static int load_gif(FILE *f, const char *path, struct node_image_file *out, struct err *e)
+/* What the bytes are, by content (a file's name is never trusted). */
+enum sniff { SNIFF_OTHER, SNIFF_PNG, SNIFF_JPEG, SNIFF_GIF };
+
+static enum sniff sniff(const unsigned char *b, size_t n)
 {
-    if (fseek(f, 0, SEEK_END) < 0)
-        return err_set(e, ERR_IO, "cannot read '%s'", path);
-    long n = ftell(f);
-    rewind(f);
-    if (n <= 0 || n > (1L << 30))
-        return err_set(e, ERR_INVALID, "cannot decode '%s': bad GIF size", path);
-    uint8_t *data = xmalloc((size_t)n);
-    int rc;
-    if (fread(data, 1, (size_t)n, f) != (size_t)n)
+    if (n >= 8 && !png_sig_cmp(b, 0, 8))
+        return SNIFF_PNG;
+    if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff)
+        return SNIFF_JPEG;
+    if (n >= 6 && !memcmp(b, "GIF8", 4))
+        return SNIFF_GIF;
+    return SNIFF_OTHER;
+}
+
+/* The whole file at `path` (1 GiB at most) into *data (xmalloc'd; caller frees). */
+static int read_file(const char *path, unsigned char **data, size_t *n, struct err *e)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return err_set(e, ERR_IO, "cannot open '%s'", path);
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    int rc = 0;
+    if (len < 0) {
         rc = err_set(e, ERR_IO, "cannot read '%s'", path);
-    else
-        rc = node__gif_load(data, (size_t)n, path, out, e);
-    xfree(data);
+    } else if (len > (1L << 30)) {
+        rc = err_set(e, ERR_INVALID, "cannot decode '%s': larger than 1 GiB", path);
+    } else {
+        rewind(f);
+        *n = (size_t)len;
+        *data = xmalloc(*n ? *n : 1);
+        if (fread(*data, 1, *n, f) != *n) {
+            xfree(*data);
+            *data = NULL;
+            rc = err_set(e, ERR_IO, "cannot read '%s'", path);
+        }
+    }
+    fclose(f);
     return rc;
 }
 
 int node_image_load(const char *path, struct node_image_file *out, struct err *e)
 {
     memset(out, 0, sizeof(*out));
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(e, ERR_IO, "cannot open '%s'", path);
-    uint8_t sig[8] = {0};
-    size_t n = fread(sig, 1, sizeof(sig), f);
-    rewind(f);
-    int rc;
-    if (n == 8 && !png_sig_cmp(sig, 0, 8))
-        rc = load_png(f, path, out, e);
-    else if (n >= 3 && sig[0] == 0xff && sig[1] == 0xd8 && sig[2] == 0xff)
-        rc = load_jpeg(f, path, out, e);
-    else if (n >= 6 && !memcmp(sig, "GIF8", 4))
-        rc = load_gif(f, path, out, e);
-    else
+    unsigned char *data = NULL;
+    size_t n = 0;
+    int rc = read_file(path, &data, &n, e);
+    if (rc < 0)
+        return rc;
+    struct buf subject;
+    buf_init(&subject);
+    buf_printf(&subject, "'%s'", path);
+    const struct decode_req rq = {.subject = subject.ptr};
+    struct node_pixels px;
+    int orient = 1;
+    switch (sniff(data, n)) {
+    case SNIFF_PNG:
+        rc = decode_png(data, n, &rq, &px, &orient, e);
+        break;
+    case SNIFF_JPEG:
+        rc = decode_jpeg(data, n, &rq, &px, &orient, e);
+        break;
+    case SNIFF_GIF:
+        rc = node__gif_load(data, n, path, out, e);
+        goto done;
+    default:
         rc = err_set(e, ERR_UNSUPPORTED, "cannot identify image file '%s'", path);
-    fclose(f);
+        goto done;
+    }
+    if (rc == 0) {
+        out->frames = xcalloc(1, sizeof(*out->frames));
+        out->n_frames = 1;
+        out->frames[0] = px;
+        node_pixels_orient(&out->frames[0], orient);
+    }
+done:
+    buf_release(&subject);
+    xfree(data);
     return rc;
 }
 
@@ -490,159 +581,44 @@ int node_imageio_preview_jpeg(const uint8_t *rgb, int w, int h, int size, uint8_
 
 /* ---- in memory: the server's uploads and /view -------------------------------------- */
 
-/*
- * 1 when every chunk of the PNG in b[0..n) fits in the buffer (up to IEND or the end;
- * with `header_only`, up to the first IDAT: all that png_read_info reads). The memory
- * twin of png_chunks_fit above, for the same reason: a 200-byte upload declaring a
- * 1.9 GB zTXt chunk cost 1.9 GB and 2 s per request (tests/fuzz/fuzz_upload_image).
- */
-static int png_chunks_fit_mem(const unsigned char *b, size_t n, int header_only)
-{
-    size_t off = 8; /* after the signature */
-    while (n - off >= 12) {
-        uint32_t len = (uint32_t)b[off] << 24 | (uint32_t)b[off + 1] << 16 |
-                       (uint32_t)b[off + 2] << 8 | b[off + 3];
-        if (header_only && memcmp(b + off + 4, "IDAT", 4) == 0)
-            break;
-        if (len > n - off - 12)
-            return 0;
-        if (memcmp(b + off + 4, "IEND", 4) == 0)
-            break;
-        off += 12 + (size_t)len;
-    }
-    return 1;
-}
-
-static int decode_png_rgba(const void *p, size_t n, struct node_pixels *out, int *had_alpha,
-                           struct err *e)
-{
-    if (!png_chunks_fit_mem(p, n, 0))
-        return err_set(e, ERR_INVALID, "cannot decode PNG: a chunk runs past the end of the file");
-    png_image im;
-    memset(&im, 0, sizeof(im));
-    im.version = PNG_IMAGE_VERSION;
-    if (!png_image_begin_read_from_memory(&im, p, n))
-        return err_set(e, ERR_INVALID, "cannot decode PNG: %s", im.message);
-    *had_alpha = (im.format & PNG_FORMAT_FLAG_ALPHA) != 0;
-    im.format = PNG_FORMAT_RGBA;
-    if (im.width > 32768 || im.height > 32768 ||
-        (uint64_t)im.width * im.height > NODE_IMAGE_MAX_PIXELS) {
-        png_image_free(&im);
-        return err_set(e, ERR_TOO_LARGE, "image is too large (%ux%u)", im.width, im.height);
-    }
-    uint8_t *px = xmalloc(PNG_IMAGE_SIZE(im));
-    if (!png_image_finish_read(&im, NULL, px, 0, NULL)) {
-        xfree(px);
-        return err_set(e, ERR_INVALID, "cannot decode PNG: %s", im.message);
-    }
-    *out = (struct node_pixels){(int)im.width, (int)im.height, 4, px};
-    return 0;
-}
-
-/* Warnings are silent, except a premature end of data: libjpeg would go on and fill every
- * remaining row, so a few bytes declaring a huge image cost its full size in memory and
- * time. PIL refuses truncated uploads too ("image file is truncated"). */
-static void jpeg_eof_fails(j_common_ptr c, int level)
-{
-    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF)
-        c->err->error_exit(c);
-}
-
-static int decode_jpeg_rgba(const void *p, size_t n, struct node_pixels *out, int *had_alpha,
-                            struct err *e)
-{
-    struct jpeg_decompress_struct d;
-    struct jerr je;
-    d.err = jpeg_std_error(&je.pub);
-    je.pub.error_exit = jpeg_on_error;
-    je.pub.emit_message = jpeg_eof_fails;
-    uint8_t *volatile px = NULL;
-    jpeg_create_decompress(&d);
-    if (setjmp(je.jb)) {
-        jpeg_destroy_decompress(&d);
-        xfree(px);
-        return err_set(e, ERR_INVALID, "cannot decode JPEG");
-    }
-    jpeg_mem_src(&d, (const unsigned char *)p, (unsigned long)n);
-    if (jpeg_read_header(&d, TRUE) != JPEG_HEADER_OK) {
-        jpeg_destroy_decompress(&d);
-        return err_set(e, ERR_INVALID, "cannot decode JPEG");
-    }
-    /* Before jpeg_start_decompress: for a progressive file it allocates the whole
-     * image's coefficients. */
-    if ((uint64_t)d.image_width * d.image_height > NODE_IMAGE_MAX_PIXELS) {
-        jpeg_destroy_decompress(&d);
-        return err_set(e, ERR_TOO_LARGE, "image is too large (%ux%u)", d.image_width,
-                       d.image_height);
-    }
-    d.out_color_space = JCS_RGB;
-    jpeg_start_decompress(&d);
-    if (d.output_width > 32768 || d.output_height > 32768 ||
-        (uint64_t)d.output_width * d.output_height > NODE_IMAGE_MAX_PIXELS) {
-        jpeg_destroy_decompress(&d);
-        return err_set(e, ERR_INVALID, "cannot decode JPEG");
-    }
-    int w = (int)d.output_width, h = (int)d.output_height;
-    px = xmalloc((size_t)w * h * 4);
-    /* Each RGB row is read into the end of its RGBA row and widened forwards in place:
-     * pixel x's source (3x) is never behind its destination (4x). */
-    while (d.output_scanline < d.output_height) {
-        uint8_t *dst = px + (size_t)d.output_scanline * w * 4;
-        JSAMPROW row = dst + (size_t)w;
-        if (jpeg_read_scanlines(&d, &row, 1) != 1)
-            break;
-        for (int x = 0; x < w; x++) {
-            uint8_t r = row[x * 3], g = row[x * 3 + 1], b = row[x * 3 + 2];
-            dst[x * 4] = r;
-            dst[x * 4 + 1] = g;
-            dst[x * 4 + 2] = b;
-            dst[x * 4 + 3] = 255;
-        }
-    }
-    int ok = d.output_scanline == d.output_height;
-    if (ok)
-        jpeg_finish_decompress(&d);
-    jpeg_destroy_decompress(&d);
-    if (!ok) {
-        xfree(px);
-        return err_set(e, ERR_INVALID, "cannot decode JPEG");
-    }
-    *had_alpha = 0;
-    *out = (struct node_pixels){w, h, 4, px};
-    return 0;
-}
-
 int node_image_decode_rgba(const void *p, size_t n, struct node_pixels *out, int *had_alpha,
                            struct err *e)
 {
     memset(out, 0, sizeof(*out));
     *had_alpha = 0;
-    const unsigned char *b = p;
-    if (n >= 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0)
-        return decode_png_rgba(p, n, out, had_alpha, e);
-    if (n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff)
-        return decode_jpeg_rgba(p, n, out, had_alpha, e);
-    return err_set(e, ERR_UNSUPPORTED, "not a PNG or JPEG image");
-}
-
-struct png_mem {
-    const unsigned char *p;
-    size_t n, off;
-};
-
-static void png_mem_read(png_structp png, png_bytep dst, png_size_t len)
-{
-    struct png_mem *m = png_get_io_ptr(png);
-    if (m->off + len > m->n)
-        png_error(png, "truncated PNG");
-    memcpy(dst, m->p + m->off, len);
-    m->off += len;
+    enum sniff kind = sniff(p, n);
+    if (kind != SNIFF_PNG && kind != SNIFF_JPEG)
+        return err_set(e, ERR_UNSUPPORTED, "not a PNG or JPEG image");
+    const struct decode_req rq = {.subject = kind == SNIFF_PNG ? "PNG" : "JPEG", .strict = 1,
+                                  .room = 4};
+    int orient; /* not applied: the upload routes keep the bytes as sent */
+    int rc = kind == SNIFF_PNG ? decode_png(p, n, &rq, out, &orient, e)
+                               : decode_jpeg(p, n, &rq, out, &orient, e);
+    if (rc < 0)
+        return rc;
+    /* Widen to RGBA in place (decode_req.room), from the last pixel back: pixel i's
+     * source (c * i) is never behind its destination (4 * i). Gray fills R, G and B;
+     * a missing alpha is 255. */
+    int c = out->c;
+    *had_alpha = c == 2 || c == 4;
+    for (size_t i = (size_t)out->w * out->h; c != 4 && i-- > 0;) {
+        const uint8_t *s = out->px + i * c;
+        uint8_t r = s[0], g = c >= 3 ? s[1] : s[0], b = c >= 3 ? s[2] : s[0];
+        uint8_t a = c == 2 ? s[1] : 255;
+        uint8_t *d = out->px + i * 4;
+        d[0] = r;
+        d[1] = g;
+        d[2] = b;
+        d[3] = a;
+    }
+    out->c = 4;
+    return 0;
 }
 
 int node_png_text_read(const void *p, size_t n, struct node_png_text **out)
 {
     *out = NULL;
-    if (n < 8 || memcmp(p, "\x89PNG\r\n\x1a\n", 8) != 0 || !png_chunks_fit_mem(p, n, 1))
+    if (n < 8 || memcmp(p, "\x89PNG\r\n\x1a\n", 8) != 0 || !png_chunks_fit(p, n, 1))
         return 0;
     struct png_err pe = {{0}};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &pe, png_on_error, png_on_warning);

@@ -77,8 +77,10 @@ int node_jpeg_encode(const uint8_t *px, int w, int h, int c, int quality, uint8_
 
 /*
  * Decode PNG or JPEG bytes (sniffed by content) into RGBA: out->c = 4, opaque alpha
- * where the source had none (*had_alpha says which). No EXIF orientation (the upload
- * routes keep the bytes as sent). Truncated JPEG data, chunks running past the end and
+ * where the source had none (*had_alpha says which), gray spread to R, G and B. The
+ * decoders are node_image_load's (16-bit PNG samples cut to 8 bits, gAMA ignored, as
+ * PIL reads them), without the EXIF orientation (the upload routes keep the bytes as
+ * sent). Truncated JPEG data, chunks running past the end and
  * more than NODE_IMAGE_MAX_PIXELS are refused. Returns 0, or ERR_INVALID /
  * ERR_TOO_LARGE / ERR_UNSUPPORTED with a message (out->px NULL).
  */

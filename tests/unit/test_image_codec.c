@@ -2,12 +2,17 @@
  * test_image_codec — the codec module's in-memory entry points (node_imageio.h) that
  * the server's /view and /upload routes sit on: PNG encode with tEXt chunks and back
  * (pixels bit-exact, chunks in order), JPEG encode and back (error against the source
- * pixels measured in float64 here), and truncated / garbage bytes refused with a
- * message rather than decoded or crashed on.
+ * pixels measured in float64 here), truncated / garbage bytes refused with a
+ * message rather than decoded or crashed on, and one decoder behind both entry
+ * points: a file through node_image_load and its bytes through node_image_decode_rgba
+ * give the same pixels (16-bit PNG samples cut to their high byte, as PIL reads them).
  */
 #include <math.h>
+#include <png.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "buf.h"
@@ -180,12 +185,141 @@ static void test_bad_bytes(void)
     xfree(px);
 }
 
+/* Bytes to a temporary file and back through node_image_load (one frame). */
+static int load_bytes(const void *p, size_t n, struct node_image_file *f)
+{
+    char path[] = "/tmp/test_image_codec_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -1;
+    int wrote = write(fd, p, n) == (ssize_t)n;
+    close(fd);
+    struct err e = {0};
+    int rc = wrote ? node_image_load(path, f, &e) : -1;
+    unlink(path);
+    return rc;
+}
+
+/* Whether RGBA `a` is `src` (c channels) widened: gray to R, G, B; alpha 255 when none. */
+static int is_widened(const uint8_t *a, const uint8_t *src, int c, size_t npx)
+{
+    for (size_t i = 0; i < npx; i++) {
+        const uint8_t *s = src + i * c, *d = a + i * 4;
+        uint8_t want[4] = {s[0], c >= 3 ? s[1] : s[0], c >= 3 ? s[2] : s[0],
+                           c == 2 ? s[1] : c == 4 ? s[3] : 255};
+        if (memcmp(d, want, 4) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+static void png16_write(png_structp png, png_bytep data, png_size_t n)
+{
+    buf_add(png_get_io_ptr(png), data, n);
+}
+
+static void png16_flush(png_structp png)
+{
+    (void)png;
+}
+
+/* A 16-bit RGB PNG whose samples are (hi << 8) | lo, with a gAMA chunk of 1.0: PIL
+ * keeps the high bytes and ignores the gamma. */
+static void make_png16(int w, int h, const uint8_t *hi, const uint8_t *lo, struct buf *out)
+{
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png_create_info_struct(png);
+    png_set_write_fn(png, out, png16_write, png16_flush);
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 16, PNG_COLOR_TYPE_RGB,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_set_gAMA(png, info, 1.0);
+    png_write_info(png, info);
+    uint8_t *row = xmalloc((size_t)w * 6);
+    for (int y = 0; y < h; y++) {
+        for (int k = 0; k < w * 3; k++) {
+            row[2 * k] = hi[y * w * 3 + k];
+            row[2 * k + 1] = lo[y * w * 3 + k];
+        }
+        png_write_row(png, row);
+    }
+    png_write_end(png, info);
+    png_destroy_write_struct(&png, &info);
+    xfree(row);
+}
+
+static void test_one_decoder(void)
+{
+    const int w = 9, h = 6;
+    struct err e = {0};
+    for (int c = 1; c <= 4; c++) {
+        uint8_t *px = pattern(w, h, c, 7u * (unsigned)c);
+        struct buf b;
+        buf_init(&b);
+        EXPECT_OK(node_png_encode(px, w, h, c, 6, &b));
+        struct node_image_file f = {0};
+        struct node_pixels out = {0};
+        int had_alpha = -1;
+        EXPECT_OK(load_bytes(b.ptr, b.len, &f));
+        EXPECT_OK(node_image_decode_rgba(b.ptr, b.len, &out, &had_alpha, &e));
+        ok(f.n_frames == 1 && f.frames[0].c == c && !memcmp(f.frames[0].px, px, (size_t)w * h * c),
+           "c=%d PNG: the file decodes to the pixels written", c);
+        ok(out.px && out.c == 4 && had_alpha == (c == 2 || c == 4) &&
+               is_widened(out.px, px, c, (size_t)w * h),
+           "c=%d PNG: its bytes decode to the same pixels widened to RGBA", c);
+        node_image_file_release(&f);
+        xfree(out.px);
+        buf_release(&b);
+        xfree(px);
+    }
+
+    /* One JPEG, both ways: the same libjpeg output (64 x 48: the cut below falls in
+     * the scan data). */
+    const int jw = 64, jh = 48;
+    uint8_t *rgb = pattern(jw, jh, 3, 5u), *jpg = NULL;
+    size_t nj = 0;
+    EXPECT_OK(node_jpeg_encode(rgb, jw, jh, 3, 90, &jpg, &nj));
+    struct node_image_file f = {0};
+    struct node_pixels out = {0};
+    int had_alpha = -1;
+    EXPECT_OK(load_bytes(jpg, nj, &f));
+    EXPECT_OK(node_image_decode_rgba(jpg, nj, &out, &had_alpha, &e));
+    ok(f.n_frames == 1 && f.frames[0].c == 3 && out.px && had_alpha == 0 &&
+           is_widened(out.px, f.frames[0].px, 3, (size_t)jw * jh),
+       "JPEG: file and bytes decode to the same pixels");
+    /* Truncated: LoadImage fills the missing rows (ComfyUI retries with
+     * LOAD_TRUNCATED_IMAGES), an upload is refused (PIL's "image file is truncated"). */
+    node_image_file_release(&f);
+    xfree(out.px);
+    ok(load_bytes(jpg, nj * 2 / 3, &f) == 0 && f.n_frames == 1,
+       "a truncated JPEG file still loads");
+    EXPECT_EQ(node_image_decode_rgba(jpg, nj * 2 / 3, &out, &had_alpha, &e), ERR_INVALID);
+    node_image_file_release(&f);
+    xfree(jpg);
+    xfree(rgb);
+
+    uint8_t *hi = pattern(w, h, 3, 11u), *lo = pattern(w, h, 3, 13u);
+    struct buf b16;
+    buf_init(&b16);
+    make_png16(w, h, hi, lo, &b16);
+    EXPECT_OK(load_bytes(b16.ptr, b16.len, &f));
+    EXPECT_OK(node_image_decode_rgba(b16.ptr, b16.len, &out, &had_alpha, &e));
+    ok(f.n_frames == 1 && f.frames[0].c == 3 && !memcmp(f.frames[0].px, hi, (size_t)w * h * 3),
+       "16-bit PNG file: the high bytes, gAMA ignored");
+    ok(out.px && is_widened(out.px, hi, 3, (size_t)w * h), "16-bit PNG bytes: the same");
+    node_image_file_release(&f);
+    xfree(out.px);
+    buf_release(&b16);
+    xfree(hi);
+    xfree(lo);
+}
+
 int main(void)
 {
     long live = alloc_live_count();
     test_png_roundtrip();
     test_jpeg_roundtrip();
     test_bad_bytes();
+    test_one_decoder();
     ok(alloc_live_count() == live, "no allocation left live (%ld)", alloc_live_count() - live);
     return harness_done();
 }
