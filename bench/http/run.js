@@ -89,8 +89,36 @@ async function benchSlow() {
   console.log(`  throughput ratio ${ratio.toFixed(2)} (goal >= 0.8) ${ratio >= 0.8 ? "ok" : "MISSED"}; p99 with slow clients ${p99.toFixed(2)} ms (goal < 50) ${p99 < 50 ? "ok" : "MISSED"}`);
 }
 
+const median = (v) => { const s = [...v].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
+
+// BENCH_ONLY=start: start-up alone, BENCH_ROUNDS (default 7) rounds, latentd and the
+// minimal MHD handler started alternately, so machine load hits both alike: medians of
+// exec -> first 200 for each, and latentd's idle RSS 1 s after its first 200.
+async function benchStart() {
+  const rounds = parseInt(process.env.BENCH_ROUNDS || "7", 10);
+  const lms = [], mms = [], rss = [];
+  for (let i = 0; i < rounds; i++) {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "latentd-bench-start-"));
+    const lat = await start(latentdBin, ["--port", "0", "--port-file", path.join(dir, "port"), "--base-directory", dir, "--cpu", "--dont-print-server"], path.join(dir, "port"));
+    await sleep(1000);
+    rss.push(rssMiB(lat.proc.pid));
+    lat.proc.kill("SIGTERM");
+    const mhd = await start(mhdBin, [path.join(dir, "mhd-port")], path.join(dir, "mhd-port"));
+    mhd.proc.kill("SIGTERM");
+    await sleep(300);
+    fs.rmSync(dir, { recursive: true, force: true });
+    lms.push(lat.ms);
+    mms.push(mhd.ms);
+  }
+  const l = median(lms), m = median(mms), r = median(rss);
+  console.log(`bench/http start-up (${rounds} rounds, latentd and minimal MHD alternately; medians; load average ${os.loadavg()[0].toFixed(2)})`);
+  console.log(`  exec -> first 200: latentd ${l.toFixed(1)} ms (goal <= 100) ${l <= 100 ? "ok" : "MISSED"}; minimal MHD ${m.toFixed(1)} ms; latentd - MHD ${(l - m).toFixed(1)} ms`);
+  console.log(`  idle RSS: ${r.toFixed(1)} MiB 1 s after start (goal <= 30) ${r <= 30 ? "ok" : "MISSED"} (min ${Math.min(...rss).toFixed(1)}, max ${Math.max(...rss).toFixed(1)})`);
+}
+
 (async () => {
   if (process.env.BENCH_ONLY === "slow") return benchSlow();
+  if (process.env.BENCH_ONLY === "start") return benchStart();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "latentd-bench-"));
   const lat = await start(latentdBin, ["--port", "0", "--port-file", path.join(dir, "port"), "--base-directory", dir, "--cpu", "--dont-print-server"], path.join(dir, "port"));
   const mhd = await start(mhdBin, [path.join(dir, "mhd-port")], path.join(dir, "mhd-port"));

@@ -2,6 +2,7 @@
  * blas.cu — the CUDA backend's GEMM-based ops: matmul, linear, conv2d (im2col +
  * GEMM) and attention, through cublasGemmEx / cublasGemmStridedBatchedEx with
  * the storage dtype in and CUBLAS_COMPUTE_32F (f32 accumulation, sd15.md §8.5).
+ * cuBLAS is reached through cu__cublas() (cublas_lazy.h: loaded on the first GEMM).
  *
  * Row-major data in a column-major library: C = A B (row-major) is computed as
  * C^T = B^T A^T, i.e. the operands are passed swapped and every row-major
@@ -16,6 +17,7 @@
  */
 #include <math.h>
 
+#include "cublas_lazy.h"
 #include "cuda_common.cuh"
 
 #define ATTN_SCORE_BYTES TENSOR__CUDA_ATTN_SCORE_BYTES
@@ -41,17 +43,17 @@ cublasHandle_t cu_blas(const struct tensor *t)
     if (i == MAX_DEVS)
         PANIC("more than %d CUDA devices", MAX_DEVS);
     if (!handles[i].dev) {
-        CUBLAS_CHECK(cublasCreate(&handles[i].h));
+        CUBLAS_CHECK(cu__cublas()->create(&handles[i].h));
         handles[i].dev = d;
     }
-    CUBLAS_CHECK(cublasSetStream(handles[i].h, cu_stream(t)));
+    CUBLAS_CHECK(cu__cublas()->set_stream(handles[i].h, cu_stream(t)));
     return handles[i].h;
 }
 
 void tensor__cuda_shutdown(void)
 {
     for (int i = 0; i < MAX_DEVS && handles[i].dev; i++) {
-        cublasDestroy(handles[i].h);
+        cu__cublas()->destroy(handles[i].h);
         handles[i].dev = NULL;
     }
 }
@@ -64,11 +66,11 @@ static void gemm_rm(cublasHandle_t h, int ta, int tb, int64_t m, int64_t n, int6
 {
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (batch == 1)
-        CUBLAS_CHECK(cublasGemmEx(h, ob, oa, (int)n, (int)m, (int)k, &alpha, b, bt, (int)ldb, a,
+        CUBLAS_CHECK(cu__cublas()->gemm_ex(h, ob, oa, (int)n, (int)m, (int)k, &alpha, b, bt, (int)ldb, a,
                                   at, (int)lda, &beta, c, ct, (int)ldc, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
     else
-        CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        CUBLAS_CHECK(cu__cublas()->gemm_strided_batched_ex(
             h, ob, oa, (int)n, (int)m, (int)k, &alpha, b, bt, (int)ldb, sb, a, at, (int)lda, sa,
             &beta, c, ct, (int)ldc, sc, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
