@@ -167,9 +167,24 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
 void cpu_attention(float *out, int64_t o_rs, const float *q, int64_t q_rs, const float *k,
                    int64_t k_rs, const float *v, int64_t v_rs, int64_t tq, int64_t tk,
                    int heads, int64_t d, int64_t dv, float scale, int causal);
+/* The fused AVX-512F kernel behind cpu_attention (attn_avx512.c), same contract; call
+ * only when cpu_attention_avx512_usable() (the CPU has AVX-512F, checked once). */
+void cpu_attention_avx512(float *out, int64_t o_rs, const float *q, int64_t q_rs,
+                          const float *k, int64_t k_rs, const float *v, int64_t v_rs, int64_t tq,
+                          int64_t tk, int heads, int64_t d, int64_t dv, float scale, int causal);
+int cpu_attention_avx512_usable(void);
+
+/* The same convolution for kh = kw = 3, stride 1, by Winograd F(2x2, 3x3) (winograd.c):
+ * 0, or -1 (out untouched) when it cannot allocate its transformed weights or the
+ * shape is not one it handles. cpu_conv2d calls it where it pays. */
+int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float *bias, int64_t n,
+                        int64_t ci, int64_t h, int64_t wd, int64_t co,
+                        const struct tensor_conv2d_opts *o);
 
 /* Tuning knobs (tests and the benchmark set them; defaults are for SD1.5 shapes). */
 extern size_t cpu_conv_cols_bytes; /* im2col chunk size, bytes */
+extern int cpu_conv_winograd;      /* 0 never Winograd (reference), 1 where it pays, 2 always */
+extern size_t cpu_wino_chunk_bytes; /* Winograd: V + M bytes per task */
 /* oneDNN's convolution primitive (conv_dnnl.c): 0, or -1 when unavailable, switched off
  * or failed (the caller falls back to im2col). Opt-in: cpu_conv_dnnl_on = 1, or -1 (the
  * default) and LATENTD_CONV=onednn in the environment; then cpu_conv2d uses it for
@@ -182,6 +197,8 @@ extern int64_t cpu_conv_dnnl_min_px;
 extern int cpu_conv_dnnl_on;
 extern int cpu_attn_bq;            /* attention query rows per tile */
 extern int cpu_attn_bk;            /* attention keys per tile */
+extern int cpu_attn_fused;         /* 0: never the AVX-512 kernel (reference path) */
+extern int cpu_fattn_bk;           /* AVX-512 attention: keys per block */
 
 /* y = sum_k coef[k] * in[k] over n elements; y may alias any input. */
 void cpu_lincomb(float *y, int n_in, const float *coef, const float *const *in, int64_t n);

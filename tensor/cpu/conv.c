@@ -17,6 +17,9 @@
  *   go side by side into one buffer, so W (up to 59 MB at 1280 channels) is
  *   read once per batch instead of once per image, and one pool-split GEMM
  *   writes [co, n*P], scattered into the images with the bias.
+ *
+ * A 3x3 stride-1 conv goes to winograd.c's F(2x2, 3x3) instead where that measured
+ * faster (wino_pays below); im2col + GEMM stays the reference (cpu_conv_winograd = 0).
  */
 #include <string.h>
 
@@ -31,6 +34,24 @@ size_t cpu_conv_cols_bytes = CONV_COLS_BYTES; /* tunable by the benchmark */
 /* With LATENTD_CONV=onednn (conv_dnnl.c: opt-in, not reliably faster here), images from
  * 16x16 up; below, reordering W (59 MB at 1280 channels) costs more than the conv gains. */
 int64_t cpu_conv_dnnl_min_px = 256;
+int cpu_conv_winograd = 1; /* 0 never (the reference path), 1 where it pays, 2 always */
+
+/*
+ * Whether Winograd beats im2col + GEMM for this 3x3 stride-1 shape. Measured here
+ * (2 threads, loaded machine, f16 weights, GFLOP per CPU-second of the direct form,
+ * im2col -> Winograd): 2x320x64^2 97 -> 278 (2.9x), 1x512x128^2 163 -> 281 (1.7x),
+ * 1x256x128^2 178 -> 303 (1.7x), 1x128x256^2 141 -> 208 (1.5x), 2x320x32^2 158 -> 231
+ * (1.5x), 2x640x32^2 176 -> 179..196 (1.0-1.2x), 2x64x64^2 1.15x, 2x128x32^2 1.0x; but
+ * 2x640x16^2 0.5-0.8x and 2x1280x16^2 0.14x: with few tiles per task every task re-reads
+ * all of U (16/9 of the weight) and the GEMM re-packs it; and 4 input channels (conv_in)
+ * 0.1-0.4x, 3-4 output channels ~0.95x (the transforms dominate).
+ */
+static int wino_pays(int64_t ci, int64_t co, int64_t ho, int64_t wo)
+{
+    if (cpu_conv_winograd != 1)
+        return cpu_conv_winograd == 2;
+    return ci >= 32 && co >= 32 && ci * co <= 640 * 640 && ho * wo >= 32 * 32;
+}
 
 struct im2col_job {
     float *cols;
@@ -180,6 +201,9 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
         }
         return;
     }
+    if (kh == 3 && kw == 3 && o->stride == 1 && wino_pays(ci, co, ho, wo) &&
+        cpu_conv2d_winograd(out, x, w, bias, n, ci, h, wd, co, o) == 0)
+        return;
     if (p >= cpu_conv_dnnl_min_px && strcmp(cpu_gemm_backend(), "onednn") == 0 &&
         cpu_conv2d_dnnl(out, x, w, bias, n, ci, h, wd, co, kh, kw, o) == 0)
         return;

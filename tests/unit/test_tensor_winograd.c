@@ -1,0 +1,176 @@
+/*
+ * test_tensor_winograd — 3x3 stride-1 convolution by Winograd F(2x2, 3x3)
+ * (tensor/cpu/winograd.c), forced on (cpu_conv_winograd = 2), against a direct
+ * convolution in float64 written here and against the im2col + GEMM reference path
+ * (cpu_conv_winograd = 0): max |err| / max |ref| <= 1e-5, on odd sizes (ragged tiles
+ * at the right and bottom edges), padding 1, 0 and asymmetric, 4 to 1280 channels,
+ * batch 2, with and without bias, f16 weights (widened before the transform), small
+ * per-task chunks (several tile-row blocks per image), and the rule that picks it.
+ */
+#include <math.h>
+
+#include "alloc.h"
+#include "device.h"
+#include "harness.h"
+#include "tensor.h"
+#include "tensor_impl.h"
+
+#define TOL 1e-5
+
+static struct dev *D;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static struct tensor *mk(enum tensor_dtype dt, int nd, const int64_t *sh, float a, float **vals)
+{
+    struct tensor *t;
+    if (tensor_new(D, dt, nd, sh, &t, NULL) < 0)
+        PANIC("tensor_new failed");
+    int64_t n = tensor_numel(t);
+    float *v = xmalloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        v[i] = frand() * a;
+    tensor_write_f32(t, v, n, NULL);
+    tensor_read_f32(t, v, n, NULL); /* the values as stored (f16 rounds) */
+    *vals = v;
+    return t;
+}
+
+/* Direct 3x3 stride-1 convolution in double. */
+static void conv_ref(double *out, const float *x, const float *w, const float *b, int64_t n,
+                     int64_t ci, int64_t h, int64_t wd, int64_t co, int pt, int pl, int64_t ho,
+                     int64_t wo)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t o = 0; o < co; o++)
+            for (int64_t y = 0; y < ho; y++)
+                for (int64_t xx = 0; xx < wo; xx++) {
+                    double acc = b ? b[o] : 0.0;
+                    for (int64_t c = 0; c < ci; c++)
+                        for (int ky = 0; ky < 3; ky++) {
+                            int64_t iy = y - pt + ky;
+                            if (iy < 0 || iy >= h)
+                                continue;
+                            for (int kx = 0; kx < 3; kx++) {
+                                int64_t ix = xx - pl + kx;
+                                if (ix < 0 || ix >= wd)
+                                    continue;
+                                acc += (double)x[((i * ci + c) * h + iy) * wd + ix] *
+                                       w[((o * ci + c) * 3 + ky) * 3 + kx];
+                            }
+                        }
+                    out[((i * co + o) * ho + y) * wo + xx] = acc;
+                }
+}
+
+static double rel_err(const float *got, const double *ref, int64_t n)
+{
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= md))
+            md = isnan(d) ? INFINITY : d;
+        mr = fmax(mr, fabs(ref[i]));
+    }
+    return mr > 0 ? md / mr : md;
+}
+
+static float *run(int mode, struct tensor *o, const struct tensor *x, const struct tensor *w,
+                  const struct tensor *b, const struct tensor_conv2d_opts *op)
+{
+    struct err e = {0};
+    int saved = cpu_conv_winograd;
+    cpu_conv_winograd = mode;
+    tensor_fill(o, NAN, NULL); /* every output pixel must be written */
+    int rc = tensor_conv2d(o, x, w, b, op, &e);
+    cpu_conv_winograd = saved;
+    ok(rc == 0, "conv runs (%s): %s", mode ? "winograd" : "im2col", e.msg);
+    float *r = xmalloc((size_t)tensor_numel(o) * sizeof(float));
+    tensor_read_f32(o, r, tensor_numel(o), NULL);
+    return r;
+}
+
+struct wcase {
+    const char *what;
+    int64_t n, ci, h, w, co;
+    int pt, pb, pl, pr, bias;
+    enum tensor_dtype wdt;
+    size_t chunk; /* 0: default */
+};
+
+static void check_case(const struct wcase *c)
+{
+    struct tensor_conv2d_opts op = {1, c->pt, c->pb, c->pl, c->pr};
+    int64_t ho, wo;
+    tensor_conv2d_out_hw(&op, c->h, c->w, 3, 3, &ho, &wo);
+    float *vx, *vw, *vb = NULL;
+    /* weights ~ 1/sqrt(9 ci), as trained convs are, so outputs stay O(1) */
+    float ws = 1.0f / sqrtf(9.0f * (float)c->ci);
+    struct tensor *x = mk(TENSOR_F32, 4, (int64_t[]){c->n, c->ci, c->h, c->w}, 1.0f, &vx);
+    struct tensor *w = mk(c->wdt, 4, (int64_t[]){c->co, c->ci, 3, 3}, ws, &vw);
+    struct tensor *b = c->bias ? mk(TENSOR_F32, 1, (int64_t[]){c->co}, 0.5f, &vb) : NULL;
+    struct tensor *o;
+    tensor_new(D, TENSOR_F32, 4, (int64_t[]){c->n, c->co, ho, wo}, &o, NULL);
+    size_t saved = cpu_wino_chunk_bytes;
+    if (c->chunk)
+        cpu_wino_chunk_bytes = c->chunk;
+    float *wg = run(2, o, x, w, b, &op);
+    cpu_wino_chunk_bytes = saved;
+    float *ic = run(0, o, x, w, b, &op);
+    int64_t n = tensor_numel(o);
+    double *ref = xmalloc((size_t)n * sizeof(double));
+    conv_ref(ref, vx, vw, vb, c->n, c->ci, c->h, c->w, c->co, c->pt, c->pl, ho, wo);
+    double e1 = rel_err(wg, ref, n), e2 = rel_err(ic, ref, n);
+    ok(e1 <= TOL, "%s: winograd vs float64 direct %.3g", c->what, e1);
+    ok(e2 <= TOL, "%s: im2col vs float64 direct %.3g", c->what, e2);
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = ic[i];
+    double e3 = rel_err(wg, ref, n);
+    ok(e3 <= TOL, "%s: winograd vs im2col %.3g", c->what, e3);
+    xfree(ref);
+    xfree(wg);
+    xfree(ic);
+    xfree(vx);
+    xfree(vw);
+    xfree(vb);
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(b);
+    tensor_free(o);
+}
+
+int main(void)
+{
+    struct err e = {0};
+    if (dev_open("cpu", 0, &D, &e) < 0)
+        PANIC("dev_open: %s", e.msg);
+    static const struct wcase cases[] = {
+        /* what, n, ci, h, w, co, pt, pb, pl, pr, bias, wdt, chunk */
+        {"4 -> 4 channels, 9x11, pad 1", 2, 4, 9, 11, 4, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+        {"4 -> 320 (conv_in-like), 33x31, pad 1", 1, 4, 33, 31, 320, 1, 1, 1, 1, 1, TENSOR_F32,
+         0},
+        {"64 -> 64, 35x37, pad 1, 3 tile rows per task", 2, 64, 35, 37, 64, 1, 1, 1, 1, 1,
+         TENSOR_F32, 16 * 128 * 19 * 4 * 3},
+        {"320 -> 320, 17x15, pad 1, no bias", 2, 320, 17, 15, 320, 1, 1, 1, 1, 0, TENSOR_F32, 0},
+        {"640 -> 96, 11x13, pad 1, f16 weights", 1, 640, 11, 13, 96, 1, 1, 1, 1, 1, TENSOR_F16,
+         0},
+        {"1280 -> 1280, 5x7, pad 1", 1, 1280, 5, 7, 1280, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+        {"1280 -> 64, 9x9, pad 1", 2, 1280, 9, 9, 64, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+        {"32 -> 24, 12x10, pad 0 (valid)", 1, 32, 12, 10, 24, 0, 0, 0, 0, 1, TENSOR_F32, 0},
+        {"32 -> 24, 13x14, pad top/left 2, bottom/right 0", 1, 32, 13, 14, 24, 2, 0, 2, 0, 1,
+         TENSOR_F32, 0},
+        {"8 -> 8, 1x1 image, pad 1", 2, 8, 1, 1, 8, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check_case(&cases[i]);
+    dev_close(D);
+    tensor_shutdown();
+    return harness_done();
+}
