@@ -21,9 +21,9 @@
 
 /* Input indices (declaration order). */
 enum { RX_STRING, RX_PATTERN };
-enum { MATCH_CI = 2, MATCH_ML, MATCH_DOTALL };
-enum { EXTRACT_MODE = 2, EXTRACT_CI, EXTRACT_ML, EXTRACT_DOTALL, EXTRACT_GROUP };
-enum { REPLACE_REPL = 2, REPLACE_CI, REPLACE_ML, REPLACE_DOTALL, REPLACE_COUNT };
+enum { MATCH_CI = 2, MATCH_ML, MATCH_DOTALL, MATCH_N };
+enum { EXTRACT_MODE = 2, EXTRACT_CI, EXTRACT_ML, EXTRACT_DOTALL, EXTRACT_GROUP, EXTRACT_N };
+enum { REPLACE_REPL = 2, REPLACE_CI, REPLACE_ML, REPLACE_DOTALL, REPLACE_COUNT, REPLACE_N };
 
 static unsigned flags_at(const struct node_ctx *c, int ci)
 {
@@ -192,16 +192,17 @@ static const struct node_output_def string_out[] = {{.type = "STRING"}, NODE_OUT
 
 const struct node_class nodes_regex_match = {
     .name = "RegexMatch", .display_name = "Regex Match", .category = CATEGORY,
-    .python_module = MODULE, .flags = NODE_CLASS_V3, .inputs = match_in,
+    .python_module = MODULE, .flags = NODE_CLASS_V3, .inputs = match_in, .n_inputs = MATCH_N,
     .outputs = matches_out, .run = match_run};
 const struct node_class nodes_regex_extract = {
     .name = "RegexExtract", .display_name = "Regex Extract", .category = CATEGORY,
-    .python_module = MODULE, .flags = NODE_CLASS_V3, .inputs = extract_in,
+    .python_module = MODULE, .flags = NODE_CLASS_V3, .inputs = extract_in, .n_inputs = EXTRACT_N,
     .outputs = string_out, .run = extract_run};
 const struct node_class nodes_regex_replace = {
     .name = "RegexReplace", .display_name = "Regex Replace", .category = CATEGORY,
     .description = "Find and replace text using regex patterns.", .python_module = MODULE,
-    .flags = NODE_CLASS_V3, .inputs = replace_in, .outputs = string_out, .run = replace_run};
+    .flags = NODE_CLASS_V3, .inputs = replace_in, .n_inputs = REPLACE_N, .outputs = string_out,
+    .run = replace_run};
 
 static const struct node_class *const regex_classes[] = {&nodes_regex_match, &nodes_regex_extract,
                                                          &nodes_regex_replace};
