@@ -20,6 +20,10 @@ static const struct node_output_def guider_output[] = {{.type = "GUIDER"}, NODE_
 
 static const char *const dual_styles[] = {"regular", "nested", NULL};
 
+enum {
+    DUAL_MODEL, DUAL_COND1, DUAL_COND2, DUAL_NEGATIVE, DUAL_CFG_CONDS, DUAL_CFG_COND2_NEGATIVE,
+    DUAL_STYLE, DUAL_N
+};
 static const struct node_input_def dual_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "cond1", .type = "CONDITIONING"},
@@ -34,14 +38,14 @@ static const struct node_input_def dual_inputs[] = {
 
 static int dual_run(struct node_ctx *c)
 {
-    struct value *m = node_in(c, "model"), *c1 = node_in(c, "cond1");
-    struct value *c2 = node_in(c, "cond2"), *n = node_in(c, "negative");
+    struct value *m = node_in_at(c, DUAL_MODEL), *c1 = node_in_at(c, DUAL_COND1);
+    struct value *c2 = node_in_at(c, DUAL_COND2), *n = node_in_at(c, DUAL_NEGATIVE);
     if (sd__check_guider_inputs(c, m, c1, n) < 0 || sd__check_guider_inputs(c, m, c2, NULL) < 0)
         return ERR_INVALID;
-    const char *style = node_in_str(c, "style");
+    const char *style = node_in_str_at(c, DUAL_STYLE);
     struct sd_guider g = {.model = m, .pos = c1, .neg = n, .third = c2,
-                          .guide = SD_GUIDE_DUAL_CFG, .cfg = node_in_float(c, "cfg_conds"),
-                          .cfg2 = node_in_float(c, "cfg_cond2_negative"),
+                          .guide = SD_GUIDE_DUAL_CFG, .cfg = node_in_float_at(c, DUAL_CFG_CONDS),
+                          .cfg2 = node_in_float_at(c, DUAL_CFG_COND2_NEGATIVE),
                           .nested = style && strcmp(style, "nested") == 0};
     node_set_output(c, 0, sd_guider_value_full(&g));
     return 0;
@@ -49,11 +53,15 @@ static int dual_run(struct node_ctx *c)
 
 const struct node_class sd_dual_cfg_guider = {
     .name = "DualCFGGuider", .category = "sampling/custom_sampling/guiders",
-    .python_module = "comfy_extras.nodes_custom_sampler", .inputs = dual_inputs,
+    .python_module = "comfy_extras.nodes_custom_sampler", .inputs = dual_inputs, .n_inputs = DUAL_N,
     .outputs = guider_output, .run = dual_run};
 
 /* ---- PerpNegGuider ---- */
 
+enum {
+    PERP_MODEL, PERP_POSITIVE, PERP_NEGATIVE, PERP_EMPTY_CONDITIONING, PERP_CFG, PERP_NEG_SCALE,
+    PERP_N
+};
 static const struct node_input_def perp_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "positive", .type = "CONDITIONING"},
@@ -67,13 +75,13 @@ static const struct node_input_def perp_inputs[] = {
 
 static int perp_run(struct node_ctx *c)
 {
-    struct value *m = node_in(c, "model"), *p = node_in(c, "positive");
-    struct value *n = node_in(c, "negative"), *em = node_in(c, "empty_conditioning");
+    struct value *m = node_in_at(c, PERP_MODEL), *p = node_in_at(c, PERP_POSITIVE);
+    struct value *n = node_in_at(c, PERP_NEGATIVE), *em = node_in_at(c, PERP_EMPTY_CONDITIONING);
     if (sd__check_guider_inputs(c, m, p, n) < 0 || sd__check_guider_inputs(c, m, em, NULL) < 0)
         return ERR_INVALID;
     struct sd_guider g = {.model = m, .pos = p, .neg = n, .third = em,
-                          .guide = SD_GUIDE_PERP_NEG, .cfg = node_in_float(c, "cfg"),
-                          .neg_scale = node_in_float(c, "neg_scale")};
+                          .guide = SD_GUIDE_PERP_NEG, .cfg = node_in_float_at(c, PERP_CFG),
+                          .neg_scale = node_in_float_at(c, PERP_NEG_SCALE)};
     node_set_output(c, 0, sd_guider_value_full(&g));
     return 0;
 }
@@ -81,4 +89,4 @@ static int perp_run(struct node_ctx *c)
 const struct node_class sd_perp_neg_guider = {
     .name = "PerpNegGuider", .category = "_for_testing",
     .python_module = "comfy_extras.nodes_perpneg", .flags = NODE_CLASS_V3 | NODE_CLASS_EXPERIMENTAL,
-    .inputs = perp_inputs, .outputs = guider_output, .run = perp_run};
+    .inputs = perp_inputs, .n_inputs = PERP_N, .outputs = guider_output, .run = perp_run};
