@@ -30,12 +30,12 @@ static void put_sigmas(struct node_ctx *c, int index, const float *v, int n)
     node_set_output(c, index, sd_sigmas_value(sd_sigmas_new(v, n)));
 }
 
-/* The SIGMAS input "sigmas"; NULL after node_fail when it is not one. */
-static const struct sd_sigmas *in_sigmas(struct node_ctx *c)
+/* The SIGMAS at input `index`; NULL after node_fail when it is not one. */
+static const struct sd_sigmas *in_sigmas(struct node_ctx *c, int index)
 {
-    const struct sd_sigmas *s = sd_sigmas_of(node_in(c, "sigmas"));
+    const struct sd_sigmas *s = sd_sigmas_of(node_in_at(c, index));
     if (!s)
-        node_fail(c, "RuntimeError", "input 'sigmas' is not a SIGMAS");
+        node_fail(c, "RuntimeError", "input '%s' is not a SIGMAS", node_in_name(c, index));
     return s;
 }
 
@@ -48,6 +48,7 @@ void sd__scheduler_options(const struct node_env *env, struct node_strlist *out)
 
 /* ---- BasicScheduler ---- */
 
+enum { BASIC_MODEL, BASIC_SCHEDULER, BASIC_STEPS, BASIC_DENOISE, BASIC_N };
 static const struct node_input_def basic_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "scheduler", .type = NODE_COMBO, .options_fn = sd__scheduler_options},
@@ -59,10 +60,10 @@ static const struct node_output_def sigmas_output[] = {{.type = "SIGMAS"}, NODE_
 
 static int basic_run(struct node_ctx *c)
 {
-    const struct sd_model *m = sd_model_of(node_in(c, "model"));
-    const char *name = node_in_str(c, "scheduler");
-    int steps = (int)node_in_int(c, "steps");
-    double denoise = node_in_float(c, "denoise");
+    const struct sd_model *m = sd_model_of(node_in_at(c, BASIC_MODEL));
+    const char *name = node_in_str_at(c, BASIC_SCHEDULER);
+    int steps = (int)node_in_int_at(c, BASIC_STEPS);
+    double denoise = node_in_float_at(c, BASIC_DENOISE);
     enum sampling_scheduler sch;
     if (!m)
         return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
@@ -90,7 +91,7 @@ static int basic_run(struct node_ctx *c)
 
 const struct node_class sd_basic_scheduler = {
     .name = "BasicScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
-    .inputs = basic_inputs, .outputs = sigmas_output, .run = basic_run};
+    .inputs = basic_inputs, .n_inputs = BASIC_N, .outputs = sigmas_output, .run = basic_run};
 
 /* ---- the closed-form schedulers ---- */
 
@@ -102,17 +103,21 @@ const struct node_class sd_basic_scheduler = {
         {.name = "sigma_min", .type = "FLOAT", .def = NODE_F(0.0291675), .min = NODE_F(0.0), \
          .max = NODE_F(5000.0), .step = NODE_F(0.01), .round_false = 1}
 
+enum { KARRAS_STEPS, KARRAS_SIGMA_MAX, KARRAS_SIGMA_MIN, KARRAS_RHO, KARRAS_N };
 static const struct node_input_def karras_inputs[] = {
     SIGMA_RANGE_INPUTS,
     {.name = "rho", .type = "FLOAT", .def = NODE_F(7.0), .min = NODE_F(0.0), .max = NODE_F(100.0),
      .step = NODE_F(0.01), .round_false = 1},
     NODE_INPUTS_END};
+enum { EXP_STEPS, EXP_SIGMA_MAX, EXP_SIGMA_MIN, EXP_N };
 static const struct node_input_def exponential_inputs[] = {SIGMA_RANGE_INPUTS, NODE_INPUTS_END};
+enum { POLYEXP_STEPS, POLYEXP_SIGMA_MAX, POLYEXP_SIGMA_MIN, POLYEXP_RHO, POLYEXP_N };
 static const struct node_input_def polyexp_inputs[] = {
     SIGMA_RANGE_INPUTS,
     {.name = "rho", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0), .max = NODE_F(100.0),
      .step = NODE_F(0.01), .round_false = 1},
     NODE_INPUTS_END};
+enum { LAPLACE_STEPS, LAPLACE_SIGMA_MAX, LAPLACE_SIGMA_MIN, LAPLACE_MU, LAPLACE_BETA, LAPLACE_N };
 static const struct node_input_def laplace_inputs[] = {
     SIGMA_RANGE_INPUTS,
     {.name = "mu", .type = "FLOAT", .def = NODE_F(0.0), .min = NODE_F(-10.0), .max = NODE_F(10.0),
@@ -120,6 +125,7 @@ static const struct node_input_def laplace_inputs[] = {
     {.name = "beta", .type = "FLOAT", .def = NODE_F(0.5), .min = NODE_F(0.0), .max = NODE_F(10.0),
      .step = NODE_F(0.1), .round_false = 1},
     NODE_INPUTS_END};
+enum { VP_STEPS, VP_BETA_D, VP_BETA_MIN, VP_EPS_S, VP_N };
 static const struct node_input_def vp_inputs[] = {
     {.name = "steps", .type = "INT", .def = NODE_I(20), .min = NODE_I(1), .max = NODE_I(10000)},
     {.name = "beta_d", .type = "FLOAT", .def = NODE_F(19.9), .min = NODE_F(0.0),
@@ -150,9 +156,10 @@ static int check_log(struct node_ctx *c, double smin, double smax)
 
 static int karras_run(struct node_ctx *c)
 {
-    int steps = (int)node_in_int(c, "steps");
-    double smax = node_in_float(c, "sigma_max"), smin = node_in_float(c, "sigma_min");
-    double rho = node_in_float(c, "rho");
+    int steps = (int)node_in_int_at(c, KARRAS_STEPS);
+    double smax = node_in_float_at(c, KARRAS_SIGMA_MAX);
+    double smin = node_in_float_at(c, KARRAS_SIGMA_MIN);
+    double rho = node_in_float_at(c, KARRAS_RHO);
     if (rho == 0.0)
         return node_fail(c, "ZeroDivisionError", "float division by zero");
     RUN_FORMULA(c, steps, sampling_sigmas_karras(steps, smin, smax, rho, out));
@@ -161,8 +168,9 @@ static int karras_run(struct node_ctx *c)
 
 static int exponential_run(struct node_ctx *c)
 {
-    int steps = (int)node_in_int(c, "steps");
-    double smax = node_in_float(c, "sigma_max"), smin = node_in_float(c, "sigma_min");
+    int steps = (int)node_in_int_at(c, EXP_STEPS);
+    double smax = node_in_float_at(c, EXP_SIGMA_MAX);
+    double smin = node_in_float_at(c, EXP_SIGMA_MIN);
     if (check_log(c, smin, smax) < 0)
         return ERR_INVALID;
     RUN_FORMULA(c, steps, sampling_sigmas_exponential(steps, smin, smax, out));
@@ -171,9 +179,10 @@ static int exponential_run(struct node_ctx *c)
 
 static int polyexp_run(struct node_ctx *c)
 {
-    int steps = (int)node_in_int(c, "steps");
-    double smax = node_in_float(c, "sigma_max"), smin = node_in_float(c, "sigma_min");
-    double rho = node_in_float(c, "rho");
+    int steps = (int)node_in_int_at(c, POLYEXP_STEPS);
+    double smax = node_in_float_at(c, POLYEXP_SIGMA_MAX);
+    double smin = node_in_float_at(c, POLYEXP_SIGMA_MIN);
+    double rho = node_in_float_at(c, POLYEXP_RHO);
     if (check_log(c, smin, smax) < 0)
         return ERR_INVALID;
     RUN_FORMULA(c, steps, sampling_sigmas_polyexponential(steps, smin, smax, rho, out));
@@ -182,40 +191,43 @@ static int polyexp_run(struct node_ctx *c)
 
 static int laplace_run(struct node_ctx *c)
 {
-    int steps = (int)node_in_int(c, "steps");
-    double smax = node_in_float(c, "sigma_max"), smin = node_in_float(c, "sigma_min");
-    double mu = node_in_float(c, "mu"), beta = node_in_float(c, "beta");
+    int steps = (int)node_in_int_at(c, LAPLACE_STEPS);
+    double smax = node_in_float_at(c, LAPLACE_SIGMA_MAX);
+    double smin = node_in_float_at(c, LAPLACE_SIGMA_MIN);
+    double mu = node_in_float_at(c, LAPLACE_MU), beta = node_in_float_at(c, LAPLACE_BETA);
     RUN_FORMULA(c, steps, sampling_sigmas_laplace(steps, smin, smax, mu, beta, out));
     return 0;
 }
 
 static int vp_run(struct node_ctx *c)
 {
-    int steps = (int)node_in_int(c, "steps");
-    double beta_d = node_in_float(c, "beta_d"), beta_min = node_in_float(c, "beta_min");
-    double eps_s = node_in_float(c, "eps_s");
+    int steps = (int)node_in_int_at(c, VP_STEPS);
+    double beta_d = node_in_float_at(c, VP_BETA_D), beta_min = node_in_float_at(c, VP_BETA_MIN);
+    double eps_s = node_in_float_at(c, VP_EPS_S);
     RUN_FORMULA(c, steps, sampling_sigmas_vp(steps, beta_d, beta_min, eps_s, out));
     return 0;
 }
 
 const struct node_class sd_karras_scheduler = {
     .name = "KarrasScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
-    .inputs = karras_inputs, .outputs = sigmas_output, .run = karras_run};
+    .inputs = karras_inputs, .n_inputs = KARRAS_N, .outputs = sigmas_output, .run = karras_run};
 const struct node_class sd_exponential_scheduler = {
     .name = "ExponentialScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
-    .inputs = exponential_inputs, .outputs = sigmas_output, .run = exponential_run};
+    .inputs = exponential_inputs, .n_inputs = EXP_N, .outputs = sigmas_output,
+    .run = exponential_run};
 const struct node_class sd_polyexponential_scheduler = {
     .name = "PolyexponentialScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
-    .inputs = polyexp_inputs, .outputs = sigmas_output, .run = polyexp_run};
+    .inputs = polyexp_inputs, .n_inputs = POLYEXP_N, .outputs = sigmas_output, .run = polyexp_run};
 const struct node_class sd_laplace_scheduler = {
     .name = "LaplaceScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
-    .inputs = laplace_inputs, .outputs = sigmas_output, .run = laplace_run};
+    .inputs = laplace_inputs, .n_inputs = LAPLACE_N, .outputs = sigmas_output, .run = laplace_run};
 const struct node_class sd_vp_scheduler = {
     .name = "VPScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
-    .inputs = vp_inputs, .outputs = sigmas_output, .run = vp_run};
+    .inputs = vp_inputs, .n_inputs = VP_N, .outputs = sigmas_output, .run = vp_run};
 
 /* ---- model-table schedulers: BetaSamplingScheduler, SDTurboScheduler ---- */
 
+enum { BETA_MODEL, BETA_STEPS, BETA_ALPHA, BETA_BETA, BETA_N };
 static const struct node_input_def beta_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "steps", .type = "INT", .def = NODE_I(20), .min = NODE_I(1), .max = NODE_I(10000)},
@@ -227,9 +239,9 @@ static const struct node_input_def beta_inputs[] = {
 
 static int beta_run(struct node_ctx *c)
 {
-    const struct sd_model *m = sd_model_of(node_in(c, "model"));
-    int steps = (int)node_in_int(c, "steps");
-    double alpha = node_in_float(c, "alpha"), beta = node_in_float(c, "beta");
+    const struct sd_model *m = sd_model_of(node_in_at(c, BETA_MODEL));
+    int steps = (int)node_in_int_at(c, BETA_STEPS);
+    double alpha = node_in_float_at(c, BETA_ALPHA), beta = node_in_float_at(c, BETA_BETA);
     if (!m)
         return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
     /* scipy's beta.ppf is NaN for a zero shape, and int(NaN) raises. */
@@ -239,6 +251,7 @@ static int beta_run(struct node_ctx *c)
     return 0;
 }
 
+enum { TURBO_MODEL, TURBO_STEPS, TURBO_DENOISE, TURBO_N };
 static const struct node_input_def turbo_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "steps", .type = "INT", .def = NODE_I(1), .min = NODE_I(1), .max = NODE_I(10)},
@@ -248,26 +261,28 @@ static const struct node_input_def turbo_inputs[] = {
 
 static int turbo_run(struct node_ctx *c)
 {
-    const struct sd_model *m = sd_model_of(node_in(c, "model"));
-    int steps = (int)node_in_int(c, "steps");
+    const struct sd_model *m = sd_model_of(node_in_at(c, TURBO_MODEL));
+    int steps = (int)node_in_int_at(c, TURBO_STEPS);
     if (!m)
         return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
-    RUN_FORMULA(c, steps, sampling_sigmas_sdturbo(&m->ms, steps, node_in_float(c, "denoise"), out));
+    double denoise = node_in_float_at(c, TURBO_DENOISE);
+    RUN_FORMULA(c, steps, sampling_sigmas_sdturbo(&m->ms, steps, denoise, out));
     return 0;
 }
 
 const struct node_class sd_beta_sampling_scheduler = {
     .name = "BetaSamplingScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
-    .inputs = beta_inputs, .outputs = sigmas_output, .run = beta_run};
+    .inputs = beta_inputs, .n_inputs = BETA_N, .outputs = sigmas_output, .run = beta_run};
 const struct node_class sd_sdturbo_scheduler = {
     .name = "SDTurboScheduler", .category = SCHED_CATEGORY, .python_module = MODULE,
-    .inputs = turbo_inputs, .outputs = sigmas_output, .run = turbo_run};
+    .inputs = turbo_inputs, .n_inputs = TURBO_N, .outputs = sigmas_output, .run = turbo_run};
 
 /* ---- SplitSigmas, SplitSigmasDenoise ---- */
 
 static const struct node_output_def split_outputs[] = {
     {.type = "SIGMAS", .name = "high_sigmas"}, {.type = "SIGMAS", .name = "low_sigmas"},
     NODE_OUTPUTS_END};
+enum { SPLIT_SIGMAS, SPLIT_STEP, SPLIT_N };
 static const struct node_input_def split_inputs[] = {
     {.name = "sigmas", .type = "SIGMAS"},
     {.name = "step", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_I(10000)},
@@ -275,10 +290,10 @@ static const struct node_input_def split_inputs[] = {
 
 static int split_run(struct node_ctx *c)
 {
-    const struct sd_sigmas *s = in_sigmas(c);
+    const struct sd_sigmas *s = in_sigmas(c, SPLIT_SIGMAS);
     if (!s)
         return ERR_INVALID;
-    int64_t step = node_in_int(c, "step");
+    int64_t step = node_in_int_at(c, SPLIT_STEP);
     /* sigmas[:step + 1] and sigmas[step:]: both share the sigma at `step`. */
     int hi = step + 1 < s->n ? (int)step + 1 : s->n;
     int lo = step < s->n ? (int)step : s->n;
@@ -287,6 +302,7 @@ static int split_run(struct node_ctx *c)
     return 0;
 }
 
+enum { SPLIT_DENOISE_SIGMAS, SPLIT_DENOISE_DENOISE, SPLIT_DENOISE_N };
 static const struct node_input_def split_denoise_inputs[] = {
     {.name = "sigmas", .type = "SIGMAS"},
     {.name = "denoise", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(0.0),
@@ -295,12 +311,12 @@ static const struct node_input_def split_denoise_inputs[] = {
 
 static int split_denoise_run(struct node_ctx *c)
 {
-    const struct sd_sigmas *s = in_sigmas(c);
+    const struct sd_sigmas *s = in_sigmas(c, SPLIT_DENOISE_SIGMAS);
     if (!s)
         return ERR_INVALID;
     int steps = s->n - 1 > 0 ? s->n - 1 : 0;
     /* Python round(): half to even, which rint does in the default rounding mode. */
-    int total = (int)rint((double)steps * node_in_float(c, "denoise"));
+    int total = (int)rint((double)steps * node_in_float_at(c, SPLIT_DENOISE_DENOISE));
     /* sigmas[:-total] (empty when total is 0: [:-0] is [:0]) and sigmas[-(total + 1):]. */
     int hi = total > 0 && s->n > total ? s->n - total : 0;
     int lo = s->n > total + 1 ? s->n - (total + 1) : 0;
@@ -311,19 +327,21 @@ static int split_denoise_run(struct node_ctx *c)
 
 const struct node_class sd_split_sigmas = {
     .name = "SplitSigmas", .category = SIGMAS_CATEGORY, .python_module = MODULE,
-    .inputs = split_inputs, .outputs = split_outputs, .run = split_run};
+    .inputs = split_inputs, .n_inputs = SPLIT_N, .outputs = split_outputs, .run = split_run};
 const struct node_class sd_split_sigmas_denoise = {
     .name = "SplitSigmasDenoise", .category = SIGMAS_CATEGORY, .python_module = MODULE,
-    .inputs = split_denoise_inputs, .outputs = split_outputs, .run = split_denoise_run};
+    .inputs = split_denoise_inputs, .n_inputs = SPLIT_DENOISE_N, .outputs = split_outputs,
+    .run = split_denoise_run};
 
 /* ---- FlipSigmas, SetFirstSigma ---- */
 
+enum { FLIP_SIGMAS, FLIP_N };
 static const struct node_input_def flip_inputs[] = {{.name = "sigmas", .type = "SIGMAS"},
                                                     NODE_INPUTS_END};
 
 static int flip_run(struct node_ctx *c)
 {
-    const struct sd_sigmas *s = in_sigmas(c);
+    const struct sd_sigmas *s = in_sigmas(c, FLIP_SIGMAS);
     if (!s)
         return ERR_INVALID;
     struct sd_sigmas *f = sd_sigmas_new(s->v, s->n);
@@ -336,6 +354,7 @@ static int flip_run(struct node_ctx *c)
     return 0;
 }
 
+enum { SET_FIRST_SIGMAS, SET_FIRST_SIGMA, SET_FIRST_N };
 static const struct node_input_def set_first_inputs[] = {
     {.name = "sigmas", .type = "SIGMAS"},
     {.name = "sigma", .type = "FLOAT", .def = NODE_F(136.0), .min = NODE_F(0.0),
@@ -344,26 +363,28 @@ static const struct node_input_def set_first_inputs[] = {
 
 static int set_first_run(struct node_ctx *c)
 {
-    const struct sd_sigmas *s = in_sigmas(c);
+    const struct sd_sigmas *s = in_sigmas(c, SET_FIRST_SIGMAS);
     if (!s)
         return ERR_INVALID;
     if (s->n == 0)
         return node_fail(c, "IndexError", "index 0 is out of bounds for dimension 0 with size 0");
     struct sd_sigmas *f = sd_sigmas_new(s->v, s->n);
-    f->v[0] = (float)node_in_float(c, "sigma");
+    f->v[0] = (float)node_in_float_at(c, SET_FIRST_SIGMA);
     node_set_output(c, 0, sd_sigmas_value(f));
     return 0;
 }
 
 const struct node_class sd_flip_sigmas = {
     .name = "FlipSigmas", .category = SIGMAS_CATEGORY, .python_module = MODULE,
-    .inputs = flip_inputs, .outputs = sigmas_output, .run = flip_run};
+    .inputs = flip_inputs, .n_inputs = FLIP_N, .outputs = sigmas_output, .run = flip_run};
 const struct node_class sd_set_first_sigma = {
     .name = "SetFirstSigma", .category = SIGMAS_CATEGORY, .python_module = MODULE,
-    .inputs = set_first_inputs, .outputs = sigmas_output, .run = set_first_run};
+    .inputs = set_first_inputs, .n_inputs = SET_FIRST_N, .outputs = sigmas_output,
+    .run = set_first_run};
 
 /* ---- SamplingPercentToSigma ---- */
 
+enum { PERCENT_MODEL, PERCENT_SAMPLING_PERCENT, PERCENT_RETURN_ACTUAL_SIGMA, PERCENT_N };
 static const struct node_input_def percent_inputs[] = {
     {.name = "model", .type = "MODEL", .empty_opts = 1},
     {.name = "sampling_percent", .type = "FLOAT", .def = NODE_F(0.0), .min = NODE_F(0.0),
@@ -378,14 +399,14 @@ static const struct node_output_def percent_output[] = {{.type = "FLOAT", .name 
 /* ModelSamplingDiscrete.percent_to_sigma: the ends are sentinels for interval checks. */
 static int percent_run(struct node_ctx *c)
 {
-    const struct sd_model *m = sd_model_of(node_in(c, "model"));
-    double p = node_in_float(c, "sampling_percent"), sigma;
+    const struct sd_model *m = sd_model_of(node_in_at(c, PERCENT_MODEL));
+    double p = node_in_float_at(c, PERCENT_SAMPLING_PERCENT), sigma;
     if (!m)
         return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
     if (p <= 0.0)
-        sigma = node_in_bool(c, "return_actual_sigma") ? m->ms.sigma_max : 999999999.9;
+        sigma = node_in_bool_at(c, PERCENT_RETURN_ACTUAL_SIGMA) ? m->ms.sigma_max : 999999999.9;
     else if (p >= 1.0)
-        sigma = node_in_bool(c, "return_actual_sigma") ? m->ms.sigma_min : 0.0;
+        sigma = node_in_bool_at(c, PERCENT_RETURN_ACTUAL_SIGMA) ? m->ms.sigma_min : 0.0;
     else /* torch.tensor(python float) is float32 */
         sigma = sampling_discrete_sigma(&m->ms, (float)((1.0 - p) * 999.0));
     node_set_output(c, 0, value_new_float(sigma));
@@ -394,4 +415,4 @@ static int percent_run(struct node_ctx *c)
 
 const struct node_class sd_sampling_percent_to_sigma = {
     .name = "SamplingPercentToSigma", .category = SIGMAS_CATEGORY, .python_module = MODULE,
-    .inputs = percent_inputs, .outputs = percent_output, .run = percent_run};
+    .inputs = percent_inputs, .n_inputs = PERCENT_N, .outputs = percent_output, .run = percent_run};
