@@ -29,6 +29,7 @@ void sd__sampler_options(const struct node_env *env, struct node_strlist *out)
 
 /* ---- KSamplerSelect ---- */
 
+enum { SELECT_SAMPLER_NAME, SELECT_N };
 static const struct node_input_def select_inputs[] = {
     {.name = "sampler_name", .type = NODE_COMBO, .options_fn = sd__sampler_options},
     NODE_INPUTS_END};
@@ -36,7 +37,7 @@ static const struct node_output_def sampler_output[] = {{.type = "SAMPLER"}, NOD
 
 static int select_run(struct node_ctx *c)
 {
-    const char *name = node_in_str(c, "sampler_name");
+    const char *name = node_in_str_at(c, SELECT_SAMPLER_NAME);
     enum sampling_sampler s;
     if (sampling_sampler_from_name(name, &s) < 0)
         return node_fail(c, "ValueError", "sampler '%s' is not supported", name);
@@ -46,11 +47,12 @@ static int select_run(struct node_ctx *c)
 
 const struct node_class sd_ksampler_select = {
     .name = "KSamplerSelect", .category = "sampling/custom_sampling/samplers",
-    .python_module = MODULE, .inputs = select_inputs, .outputs = sampler_output,
-    .run = select_run};
+    .python_module = MODULE, .inputs = select_inputs, .n_inputs = SELECT_N,
+    .outputs = sampler_output, .run = select_run};
 
 /* ---- RandomNoise, DisableNoise ---- */
 
+enum { RANDOM_NOISE_NOISE_SEED, RANDOM_NOISE_N };
 static const struct node_input_def random_noise_inputs[] = {
     {.name = "noise_seed", .type = "INT", .def = NODE_I(0), .min = NODE_I(0),
      .max = NODE_U64_MAX, .control_after_generate = 1},
@@ -59,7 +61,7 @@ static const struct node_output_def noise_output[] = {{.type = "NOISE"}, NODE_OU
 
 static int random_noise_run(struct node_ctx *c)
 {
-    node_set_output(c, 0, sd_noise_value(0, value_u64(node_in(c, "noise_seed"))));
+    node_set_output(c, 0, sd_noise_value(0, value_u64(node_in_at(c, RANDOM_NOISE_NOISE_SEED))));
     return 0;
 }
 
@@ -71,7 +73,8 @@ static int disable_noise_run(struct node_ctx *c)
 
 const struct node_class sd_random_noise = {
     .name = "RandomNoise", .category = "sampling/custom_sampling/noise", .python_module = MODULE,
-    .inputs = random_noise_inputs, .outputs = noise_output, .run = random_noise_run};
+    .inputs = random_noise_inputs, .n_inputs = RANDOM_NOISE_N, .outputs = noise_output,
+    .run = random_noise_run};
 const struct node_class sd_disable_noise = {
     .name = "DisableNoise", .category = "sampling/custom_sampling/noise", .python_module = MODULE,
     .outputs = noise_output, .run = disable_noise_run};
@@ -92,13 +95,15 @@ int sd__check_guider_inputs(struct node_ctx *c, struct value *model, struct valu
     return 0;
 }
 
+enum { BASIC_GUIDER_MODEL, BASIC_GUIDER_CONDITIONING, BASIC_GUIDER_N };
 static const struct node_input_def basic_guider_inputs[] = {
     {.name = "model", .type = "MODEL"}, {.name = "conditioning", .type = "CONDITIONING"},
     NODE_INPUTS_END};
 
 static int basic_guider_run(struct node_ctx *c)
 {
-    struct value *m = node_in(c, "model"), *p = node_in(c, "conditioning");
+    struct value *m = node_in_at(c, BASIC_GUIDER_MODEL);
+    struct value *p = node_in_at(c, BASIC_GUIDER_CONDITIONING);
     if (sd__check_guider_inputs(c, m, p, NULL) < 0)
         return ERR_INVALID;
     /* Guider_Basic keeps CFGGuider's cfg of 1.0: the positive prediction as is. */
@@ -106,6 +111,7 @@ static int basic_guider_run(struct node_ctx *c)
     return 0;
 }
 
+enum { CFG_GUIDER_MODEL, CFG_GUIDER_POSITIVE, CFG_GUIDER_NEGATIVE, CFG_GUIDER_CFG, CFG_GUIDER_N };
 static const struct node_input_def cfg_guider_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "positive", .type = "CONDITIONING"},
@@ -116,20 +122,22 @@ static const struct node_input_def cfg_guider_inputs[] = {
 
 static int cfg_guider_run(struct node_ctx *c)
 {
-    struct value *m = node_in(c, "model"), *p = node_in(c, "positive");
-    struct value *n = node_in(c, "negative");
+    struct value *m = node_in_at(c, CFG_GUIDER_MODEL), *p = node_in_at(c, CFG_GUIDER_POSITIVE);
+    struct value *n = node_in_at(c, CFG_GUIDER_NEGATIVE);
     if (sd__check_guider_inputs(c, m, p, n) < 0)
         return ERR_INVALID;
-    node_set_output(c, 0, sd_guider_value(m, p, n, node_in_float(c, "cfg")));
+    node_set_output(c, 0, sd_guider_value(m, p, n, node_in_float_at(c, CFG_GUIDER_CFG)));
     return 0;
 }
 
 const struct node_class sd_basic_guider = {
     .name = "BasicGuider", .category = "sampling/custom_sampling/guiders", .python_module = MODULE,
-    .inputs = basic_guider_inputs, .outputs = guider_output, .run = basic_guider_run};
+    .inputs = basic_guider_inputs, .n_inputs = BASIC_GUIDER_N, .outputs = guider_output,
+    .run = basic_guider_run};
 const struct node_class sd_cfg_guider = {
     .name = "CFGGuider", .category = "sampling/custom_sampling/guiders", .python_module = MODULE,
-    .inputs = cfg_guider_inputs, .outputs = guider_output, .run = cfg_guider_run};
+    .inputs = cfg_guider_inputs, .n_inputs = CFG_GUIDER_N, .outputs = guider_output,
+    .run = cfg_guider_run};
 
 /* ---- SamplerCustom, SamplerCustomAdvanced ---- */
 
@@ -151,12 +159,13 @@ static int sample_and_publish(struct node_ctx *c, const struct sd_sample_args *a
     return 0;
 }
 
-/* The SAMPLER, SIGMAS and LATENT inputs both custom samplers take. */
-static int common_inputs(struct node_ctx *c, struct sd_sample_args *a)
+/* The SAMPLER, SIGMAS and LATENT inputs both custom samplers take, at these indices. */
+static int common_inputs(struct node_ctx *c, int sampler, int sigmas, int latent_image,
+                         struct sd_sample_args *a)
 {
-    const struct sd_sampler *smp = sd_sampler_of(node_in(c, "sampler"));
-    const struct sd_sigmas *sig = sd_sigmas_of(node_in(c, "sigmas"));
-    const struct sd_latent *lat = sd_latent_of(node_in(c, "latent_image"));
+    const struct sd_sampler *smp = sd_sampler_of(node_in_at(c, sampler));
+    const struct sd_sigmas *sig = sd_sigmas_of(node_in_at(c, sigmas));
+    const struct sd_latent *lat = sd_latent_of(node_in_at(c, latent_image));
     if (!smp)
         return node_fail(c, "RuntimeError", "input 'sampler' is not a SAMPLER");
     if (!sig)
@@ -171,6 +180,10 @@ static int common_inputs(struct node_ctx *c, struct sd_sample_args *a)
     return 0;
 }
 
+enum {
+    CUSTOM_MODEL, CUSTOM_ADD_NOISE, CUSTOM_NOISE_SEED, CUSTOM_CFG, CUSTOM_POSITIVE,
+    CUSTOM_NEGATIVE, CUSTOM_SAMPLER, CUSTOM_SIGMAS, CUSTOM_LATENT_IMAGE, CUSTOM_N
+};
 static const struct node_input_def custom_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "add_noise", .type = "BOOLEAN", .def_bool = 1, .has_def_bool = 1},
@@ -187,25 +200,30 @@ static const struct node_input_def custom_inputs[] = {
 
 static int custom_run(struct node_ctx *c)
 {
-    struct value *m = node_in(c, "model"), *p = node_in(c, "positive");
-    struct value *n = node_in(c, "negative");
+    struct value *m = node_in_at(c, CUSTOM_MODEL), *p = node_in_at(c, CUSTOM_POSITIVE);
+    struct value *n = node_in_at(c, CUSTOM_NEGATIVE);
     struct sd_sample_args a = {0};
-    if (sd__check_guider_inputs(c, m, p, n) < 0 || common_inputs(c, &a) < 0)
+    if (sd__check_guider_inputs(c, m, p, n) < 0 ||
+        common_inputs(c, CUSTOM_SAMPLER, CUSTOM_SIGMAS, CUSTOM_LATENT_IMAGE, &a) < 0)
         return ERR_INVALID;
     a.model = sd_model_of(m);
     a.pos = sd_cond_of(p);
     a.neg = sd_cond_of(n);
-    a.cfg = node_in_float(c, "cfg");
+    a.cfg = node_in_float_at(c, CUSTOM_CFG);
     /* add_noise off: zeros, but the per-step noise keeps noise_seed (sample_custom's seed). */
-    a.disable_noise = !node_in_bool(c, "add_noise");
-    a.seed = value_u64(node_in(c, "noise_seed"));
+    a.disable_noise = !node_in_bool_at(c, CUSTOM_ADD_NOISE);
+    a.seed = value_u64(node_in_at(c, CUSTOM_NOISE_SEED));
     return sample_and_publish(c, &a);
 }
 
 const struct node_class sd_sampler_custom = {
     .name = "SamplerCustom", .category = "sampling/custom_sampling", .python_module = MODULE,
-    .inputs = custom_inputs, .outputs = custom_outputs, .run = custom_run};
+    .inputs = custom_inputs, .n_inputs = CUSTOM_N, .outputs = custom_outputs, .run = custom_run};
 
+enum {
+    ADVANCED_NOISE, ADVANCED_GUIDER, ADVANCED_SAMPLER, ADVANCED_SIGMAS, ADVANCED_LATENT_IMAGE,
+    ADVANCED_N
+};
 static const struct node_input_def advanced_inputs[] = {
     {.name = "noise", .type = "NOISE"},
     {.name = "guider", .type = "GUIDER"},
@@ -216,14 +234,14 @@ static const struct node_input_def advanced_inputs[] = {
 
 static int advanced_run(struct node_ctx *c)
 {
-    const struct sd_noise *nz = sd_noise_of(node_in(c, "noise"));
-    const struct sd_guider *g = sd_guider_of(node_in(c, "guider"));
+    const struct sd_noise *nz = sd_noise_of(node_in_at(c, ADVANCED_NOISE));
+    const struct sd_guider *g = sd_guider_of(node_in_at(c, ADVANCED_GUIDER));
     struct sd_sample_args a = {0};
     if (!nz)
         return node_fail(c, "RuntimeError", "input 'noise' is not a NOISE");
     if (!g)
         return node_fail(c, "RuntimeError", "input 'guider' is not a GUIDER");
-    if (common_inputs(c, &a) < 0)
+    if (common_inputs(c, ADVANCED_SAMPLER, ADVANCED_SIGMAS, ADVANCED_LATENT_IMAGE, &a) < 0)
         return ERR_INVALID;
     a.model = sd_model_of(g->model);
     a.pos = sd_cond_of(g->pos);
@@ -241,11 +259,12 @@ static int advanced_run(struct node_ctx *c)
 
 const struct node_class sd_sampler_custom_advanced = {
     .name = "SamplerCustomAdvanced", .category = "sampling/custom_sampling",
-    .python_module = MODULE, .inputs = advanced_inputs, .outputs = custom_outputs,
-    .run = advanced_run};
+    .python_module = MODULE, .inputs = advanced_inputs, .n_inputs = ADVANCED_N,
+    .outputs = custom_outputs, .run = advanced_run};
 
 /* ---- AddNoise ---- */
 
+enum { ADD_NOISE_MODEL, ADD_NOISE_NOISE, ADD_NOISE_SIGMAS, ADD_NOISE_LATENT_IMAGE, ADD_NOISE_N };
 static const struct node_input_def add_noise_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "noise", .type = "NOISE"},
@@ -261,11 +280,11 @@ static const struct node_output_def latent_output[] = {{.type = "LATENT"}, NODE_
  */
 static int add_noise_run(struct node_ctx *c)
 {
-    const struct sd_noise *nz = sd_noise_of(node_in(c, "noise"));
-    const struct sd_sigmas *sig = sd_sigmas_of(node_in(c, "sigmas"));
-    struct value *lv = node_in(c, "latent_image");
+    const struct sd_noise *nz = sd_noise_of(node_in_at(c, ADD_NOISE_NOISE));
+    const struct sd_sigmas *sig = sd_sigmas_of(node_in_at(c, ADD_NOISE_SIGMAS));
+    struct value *lv = node_in_at(c, ADD_NOISE_LATENT_IMAGE);
     const struct sd_latent *lat = sd_latent_of(lv);
-    const struct sd_model *m = sd_model_of(node_in(c, "model"));
+    const struct sd_model *m = sd_model_of(node_in_at(c, ADD_NOISE_MODEL));
     if (!m || !nz || !sig || !lat)
         return node_fail(c, "RuntimeError", "AddNoise needs a MODEL, NOISE, SIGMAS and LATENT");
     if (sig->n == 0) {
@@ -299,7 +318,8 @@ static int add_noise_run(struct node_ctx *c)
 
 const struct node_class sd_add_noise = {
     .name = "AddNoise", .category = "_for_testing/custom_sampling/noise", .python_module = MODULE,
-    .inputs = add_noise_inputs, .outputs = latent_output, .run = add_noise_run};
+    .inputs = add_noise_inputs, .n_inputs = ADD_NOISE_N, .outputs = latent_output,
+    .run = add_noise_run};
 
 /* ---- registration ---- */
 
