@@ -70,6 +70,40 @@ void sampling_discrete_init_zsnr(struct sampling_discrete *ms, double linear_sta
     ms->zsnr = zsnr != 0;
     ms->n = SAMPLING_TIMESTEPS;
     ms->skip = 1;
+    ms->kind = SAMPLING_TIME_DISCRETE;
+    ms->sigma_data = 1.0f;
+}
+
+void sampling_continuous_init(struct sampling_discrete *ms, enum sampling_time kind,
+                              double sigma_min, double sigma_max, double sigma_data)
+{
+    double lo = log(sigma_min), hi = log(sigma_max);
+    for (int i = 0; i < SAMPLING_TIMESTEPS; i++) {
+        /* torch.linspace in float32, then .exp() and .log() of float32 tensors */
+        ms->sigmas[i] = expf((float)linspace64(lo, hi, SAMPLING_TIMESTEPS, i));
+        ms->log_sigmas[i] = logf(ms->sigmas[i]);
+    }
+    ms->sigma_min = ms->sigmas[0];
+    ms->sigma_max = ms->sigmas[SAMPLING_TIMESTEPS - 1];
+    ms->prediction = SAMPLING_PREDICTION_EPS;
+    ms->zsnr = 0;
+    ms->n = SAMPLING_TIMESTEPS;
+    ms->skip = 1;
+    ms->kind = kind;
+    ms->sigma_data = (float)sigma_data;
+}
+
+double sampling_percent_to_sigma(const struct sampling_discrete *ms, double percent)
+{
+    if (percent <= 0.0)
+        return 999999999.9;
+    if (percent >= 1.0)
+        return 0.0;
+    percent = 1.0 - percent;
+    if (ms->kind == SAMPLING_TIME_DISCRETE)
+        return (double)sampling_discrete_sigma(ms, (float)(percent * 999.0));
+    double lmin = log((double)ms->sigma_min);
+    return exp((log((double)ms->sigma_max) - lmin) * percent + lmin);
 }
 
 void sampling_discrete_distill(struct sampling_discrete *ms)
@@ -97,7 +131,7 @@ void sampling_discrete_init(struct sampling_discrete *ms, double linear_start, d
 int sampling_prediction_from_name(const char *name, enum sampling_prediction *out)
 {
     static const char *const names[SAMPLING_PREDICTION_COUNT] = {"eps", "v_prediction", "x0",
-                                                                 "img_to_img", "lcm"};
+                                                                 "img_to_img", "lcm", "edm"};
     for (int i = 0; i < SAMPLING_PREDICTION_COUNT; i++)
         if (strcmp(name, names[i]) == 0) {
             *out = (enum sampling_prediction)i;
@@ -114,7 +148,13 @@ void sampling_model_input(const struct sampling_discrete *ms, const float *x, fl
             memmove(out, x, n * sizeof *x);
         return;
     }
-    sampling_scale_input(x, sigma, out, n);
+    if (ms->sigma_data == 1.0f) {
+        sampling_scale_input(x, sigma, out, n);
+        return;
+    }
+    float d = sqrtf(sigma * sigma + ms->sigma_data * ms->sigma_data);
+    for (size_t i = 0; i < n; i++)
+        out[i] = x[i] / d;
 }
 
 void sampling_denoiser_at(const struct sampling_discrete *ms, float sigma,
@@ -122,7 +162,9 @@ void sampling_denoiser_at(const struct sampling_discrete *ms, float sigma,
 {
     d->prediction = ms->prediction;
     d->sigma = sigma;
-    d->var = sigma * sigma + 1.0f;
+    d->sdat = ms->sigma_data;
+    d->sd2 = ms->sigma_data * ms->sigma_data;
+    d->var = sigma * sigma + d->sd2;
     d->sd = sqrtf(d->var);
     d->c_skip = d->c_out = 0.0f;
     if (ms->prediction == SAMPLING_PREDICTION_LCM) {
@@ -132,8 +174,12 @@ void sampling_denoiser_at(const struct sampling_discrete *ms, float sigma,
     }
 }
 
-int sampling_discrete_timestep(const struct sampling_discrete *ms, float sigma)
+float sampling_discrete_timestep(const struct sampling_discrete *ms, float sigma)
 {
+    if (ms->kind == SAMPLING_TIME_EDM)
+        return 0.25f * logf(sigma);
+    if (ms->kind == SAMPLING_TIME_V)
+        return (float)(atan((double)sigma) / M_PI * 2.0);
     float ls = logf(sigma);
     int best = 0;
     float best_d = fabsf(ls - ms->log_sigmas[0]);
@@ -144,11 +190,15 @@ int sampling_discrete_timestep(const struct sampling_discrete *ms, float sigma)
             best = i;
         }
     }
-    return best * ms->skip + (ms->skip - 1); /* distilled: entry -> model timestep */
+    return (float)(best * ms->skip + (ms->skip - 1)); /* distilled: entry -> model timestep */
 }
 
 float sampling_discrete_sigma(const struct sampling_discrete *ms, float t)
 {
+    if (ms->kind == SAMPLING_TIME_EDM)
+        return expf(t / 0.25f);
+    if (ms->kind == SAMPLING_TIME_V)
+        return (float)tan((double)t * M_PI / 2.0);
     if (!(t >= 0.0f)) /* also maps NaN to 0 */
         t = 0.0f;
     if (ms->skip > 1) /* distilled: model timestep -> table entry */

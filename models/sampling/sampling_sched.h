@@ -31,6 +31,7 @@ enum sampling_prediction {
     SAMPLING_PREDICTION_X0,         /* x0 = out */
     SAMPLING_PREDICTION_IMG_TO_IMG, /* x0 = out, and the input is not scaled */
     SAMPLING_PREDICTION_LCM,        /* consistency boundary mix of EPS's x0 and x (LCM) */
+    SAMPLING_PREDICTION_EDM,        /* x0 = x·σd²/(σ²+σd²) + out·σ·σd/sqrt(σ²+σd²) */
     SAMPLING_PREDICTION_COUNT
 };
 
@@ -48,7 +49,34 @@ struct sampling_discrete {
     int zsnr;                             /* the table was rescaled to zero terminal SNR */
     int n;    /* entries in use: 1000, or 50 after sampling_discrete_distill */
     int skip; /* model timesteps per entry: 1, or 20 after sampling_discrete_distill */
+    int kind; /* enum sampling_time: how sigma maps to the model's timestep */
+    float sigma_data; /* 1; 0.5 for ModelSamplingContinuousEDM's edm */
 };
+
+/*
+ * The sigma <-> timestep map: ModelSamplingDiscrete's table index, or a continuous
+ * formula (ModelSamplingContinuousEDM: t = 0.25 ln σ; ModelSamplingContinuousV:
+ * t = atan(σ)·2/π), whose table is then only what the schedulers read.
+ */
+enum sampling_time {
+    SAMPLING_TIME_DISCRETE = 0,
+    SAMPLING_TIME_EDM,
+    SAMPLING_TIME_V,
+};
+
+/*
+ * ModelSamplingContinuousEDM / ModelSamplingContinuousV's set_parameters: 1000 sigmas
+ * exp(linspace(ln sigma_min, ln sigma_max)) in float32, the `kind` map, sigma_data, and
+ * epsilon prediction (the caller sets another). sigma_min must be > 0 and below sigma_max.
+ */
+void sampling_continuous_init(struct sampling_discrete *ms, enum sampling_time kind,
+                              double sigma_min, double sigma_max, double sigma_data);
+
+/*
+ * percent_to_sigma: 0 -> 999999999.9, 1 -> 0; else sigma((1 - p)·999) on a discrete
+ * table, exp of the log-sigma range at 1 - p on a continuous one.
+ */
+double sampling_percent_to_sigma(const struct sampling_discrete *ms, double percent);
 
 /*
  * Fill the table from scaled-linear betas linear_start .. linear_end (§5.1; SD1.x and
@@ -73,7 +101,7 @@ void sampling_discrete_init_zsnr(struct sampling_discrete *ms, double linear_sta
  */
 void sampling_discrete_distill(struct sampling_discrete *ms);
 
-/* "eps", "v_prediction", "lcm", "x0", "img_to_img" -> *out; 0, or ERR_NOT_FOUND. */
+/* "eps", "v_prediction", "lcm", "x0", "img_to_img", "edm" -> *out; 0, or ERR_NOT_FOUND. */
 int sampling_prediction_from_name(const char *name, enum sampling_prediction *out);
 
 /*
@@ -93,6 +121,7 @@ struct sampling_denoiser {
     float var;  /* σ² + σ_data² */
     float sd;   /* sqrt(var) */
     float c_skip, c_out; /* LCM: at the scaled timestep 10·t, σ_data 0.5 */
+    float sd2, sdat;     /* σ_data², σ_data */
 };
 
 /* The coefficients of ms's sampling type at sigma. */
@@ -108,7 +137,9 @@ static inline float sampling_denoised(const struct sampling_denoiser *d, float x
     switch (d->prediction) {
     case SAMPLING_PREDICTION_V:
         /* model_input·σ_data²/(σ²+σ_data²) − model_output·σ·σ_data/sqrt(σ²+σ_data²) */
-        return x * 1.0f / d->var - out * d->sigma * 1.0f / d->sd;
+        return x * d->sd2 / d->var - out * d->sigma * d->sdat / d->sd;
+    case SAMPLING_PREDICTION_EDM:
+        return x * d->sd2 / d->var + out * d->sigma * d->sdat / d->sd;
     case SAMPLING_PREDICTION_X0:
     case SAMPLING_PREDICTION_IMG_TO_IMG: return out;
     case SAMPLING_PREDICTION_LCM: return d->c_out * (x - out * d->sigma) + d->c_skip * x;
@@ -118,10 +149,11 @@ static inline float sampling_denoised(const struct sampling_denoiser *d, float x
 
 /*
  * sigma -> timestep for the UNet: the index of the nearest table entry in
- * log space (first index on ties; a distilled table's entry e is timestep 20e + 19). ComfyUI does not interpolate in this
+ * log space (first index on ties; a distilled table's entry e is timestep 20e + 19),
+ * an integer value; a continuous kind's formula (enum sampling_time) otherwise. ComfyUI does not interpolate in this
  * direction, so the UNet always sees an integer t (§5.2).
  */
-int sampling_discrete_timestep(const struct sampling_discrete *ms, float sigma);
+float sampling_discrete_timestep(const struct sampling_discrete *ms, float sigma);
 
 /*
  * timestep -> sigma: t clamped to [0, 999], log-sigma interpolated linearly

@@ -1,14 +1,16 @@
 /*
  * sd_model_patch_nodes — comfy_extras model patches: RescaleCFG
  * (nodes_model_advanced.py: a sampler_cfg_function, sampling_guide.h),
- * ModelSamplingDiscrete (the same file: the MODEL's schedule and sampling type,
- * sampling_sched.h) and FreeU /
+ * ModelSamplingDiscrete, ModelSamplingContinuousEDM and ModelSamplingContinuousV (the
+ * same file: the MODEL's schedule and sampling type, sampling_sched.h) and FreeU /
  * FreeU_V2 (nodes_freelunch.py: a UNet output_block_patch, unet_freeu.h).
  *
  * Each clones the MODEL (sd_model_clone: the same UNet, a new reference) and sets
  * the patch on the clone, so the input MODEL value is unchanged as ComfyUI's
  * model.clone() leaves it.
  */
+#include <string.h>
+
 #include "node_registry.h"
 #include "sd_backend.h"
 #include "sd_extra_nodes.h"
@@ -94,6 +96,77 @@ const struct node_class sd_model_sampling_discrete = {
     .name = "ModelSamplingDiscrete", .category = "advanced/model",
     .python_module = "comfy_extras.nodes_model_advanced", .inputs = msd_inputs,
     .outputs = model_output, .run = msd_run};
+
+/* ---- ModelSamplingContinuousEDM, ModelSamplingContinuousV ---- */
+
+#define SIGMA_INPUT(nm, d)                                                                    \
+    {.name = nm, .type = "FLOAT", .def = NODE_F(d), .min = NODE_F(0.0), .max = NODE_F(1000.0), \
+     .step = NODE_F(0.001), .round_false = 1}
+
+static const char *const edm_types[] = {"v_prediction", "edm", "edm_playground_v2.5", "eps",
+                                        "cosmos_rflow", NULL};
+static const char *const cv_types[] = {"v_prediction", NULL};
+
+static const struct node_input_def edm_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "sampling", .type = NODE_COMBO, .options = edm_types},
+    SIGMA_INPUT("sigma_max", 120.0),
+    SIGMA_INPUT("sigma_min", 0.002),
+    NODE_INPUTS_END};
+
+static const struct node_input_def cv_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "sampling", .type = NODE_COMBO, .options = cv_types},
+    SIGMA_INPUT("sigma_max", 500.0),
+    SIGMA_INPUT("sigma_min", 0.03),
+    NODE_INPUTS_END};
+
+/*
+ * set_parameters(sigma_min, sigma_max, sigma_data) on a continuous model sampling of
+ * `kind`. edm uses sigma_data 0.5; edm_playground_v2.5 (which also swaps the latent
+ * format) and cosmos_rflow (another sampling base) are not supported yet.
+ */
+static int continuous_patch(struct node_ctx *c, enum sampling_time kind)
+{
+    const char *name = node_in_str(c, "sampling");
+    double smax = node_in_float(c, "sigma_max"), smin = node_in_float(c, "sigma_min");
+    enum sampling_prediction pred;
+    if (strcmp(name, "edm_playground_v2.5") == 0 || strcmp(name, "cosmos_rflow") == 0 ||
+        sampling_prediction_from_name(name, &pred) < 0)
+        return node_fail(c, "RuntimeError", "%s: sampling '%s' is not supported yet",
+                         c->cls->name, name);
+    if (!(smin > 0.0) || !(smax > smin))
+        return node_fail(c, "ValueError",
+                         "%s: sigma_min (%g) must be above 0 and below sigma_max (%g)",
+                         c->cls->name, smin, smax);
+    struct sd_model *m = clone_input(c);
+    if (!m)
+        return ERR_INVALID;
+    sampling_continuous_init(&m->ms, kind, smin, smax,
+                             pred == SAMPLING_PREDICTION_EDM ? 0.5 : 1.0);
+    m->ms.prediction = pred;
+    node_set_output(c, 0, sd_model_value(m));
+    return 0;
+}
+
+static int edm_run(struct node_ctx *c)
+{
+    return continuous_patch(c, SAMPLING_TIME_EDM);
+}
+
+static int cv_run(struct node_ctx *c)
+{
+    return continuous_patch(c, SAMPLING_TIME_V);
+}
+
+const struct node_class sd_model_sampling_continuous_edm = {
+    .name = "ModelSamplingContinuousEDM", .category = "advanced/model",
+    .python_module = "comfy_extras.nodes_model_advanced", .inputs = edm_inputs,
+    .outputs = model_output, .run = edm_run};
+const struct node_class sd_model_sampling_continuous_v = {
+    .name = "ModelSamplingContinuousV", .category = "advanced/model",
+    .python_module = "comfy_extras.nodes_model_advanced", .inputs = cv_inputs,
+    .outputs = model_output, .run = cv_run};
 
 /* ---- FreeU, FreeU_V2 ---- */
 

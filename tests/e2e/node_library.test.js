@@ -55,7 +55,8 @@ const WANT = {
   "nodes_upscale_model.json": ["UpscaleModelLoader", "ImageUpscaleWithModel"],
   "nodes_align_your_steps.json": ["AlignYourStepsScheduler"],
   "nodes_freelunch.json": ["FreeU", "FreeU_V2"],
-  "nodes_model_advanced.json": ["ModelSamplingDiscrete", "RescaleCFG"],
+  "nodes_model_advanced.json": ["ModelSamplingDiscrete", "ModelSamplingContinuousEDM",
+    "ModelSamplingContinuousV", "RescaleCFG"],
   "nodes_perpneg.json": ["PerpNegGuider"],
   "nodes_rebatch.json": ["RebatchLatents", "RebatchImages"],
 };

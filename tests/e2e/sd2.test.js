@@ -8,7 +8,8 @@
 //   - the detected sampling type is v-prediction: ModelSamplingDiscrete(v_prediction) on it
 //     gives the same pixels, ModelSamplingDiscrete(eps) others; on the 512 file eps is the
 //     default (same pixels) and v_prediction differs; zsnr and lcm (distilled 50-entry
-//     table) change the image;
+//     table) change the image; ModelSamplingContinuousV and ModelSamplingContinuousEDM run,
+//     a sigma_min of 0 is a clear node error;
 //   - CheckpointSave writes OpenCLIP names and predict_key "v"; the saved file reloads as a
 //     768-v model (same pixels);
 //   - bad input: an SD2 LoRA (kohya names, written here) patches the SD2 model and is a
@@ -184,6 +185,23 @@ describe("SD2.x end to end", () => {
     const z = await runToEnd(S, workflow("v_zsnr", { sampling: "v_prediction", zsnr: true }));
     assert.equal(z.status.status_str, "success", JSON.stringify(z.status));
     assert.ok(!plain.equals(savedPixels(S, z)), "zsnr changes the schedule");
+    // The continuous model samplings: both run and change the schedule; bad sigmas are a
+    // clear node error.
+    const cont = (prefix, cls, inputs) => {
+      const w = workflow(prefix);
+      w[10] = { class_type: cls, inputs: { model: ["4", 0], sampling: "v_prediction", ...inputs } };
+      w[3].inputs.model = ["10", 0];
+      return w;
+    };
+    for (const [cls, smax, smin] of [["ModelSamplingContinuousV", 500, 0.03],
+      ["ModelSamplingContinuousEDM", 120, 0.002]]) {
+      const h = await runToEnd(S, cont(`c_${cls}`, cls, { sigma_max: smax, sigma_min: smin }));
+      assert.equal(h.status.status_str, "success", JSON.stringify(h.status));
+      assert.ok(!plain.equals(savedPixels(S, h)), `${cls} changes the image`);
+    }
+    const badSigma = await runToEnd(S, cont("c_bad", "ModelSamplingContinuousEDM", { sigma_max: 1, sigma_min: 0 }));
+    assert.equal(badSigma.status.status_str, "error");
+    assert.match(badSigma.status.messages.at(-1)[1].exception_message, /sigma_min \(0\) must be above 0/);
     const lcm = await runToEnd(S, workflow("v_lcm", { sampling: "lcm" }));
     assert.equal(lcm.status.status_str, "success", JSON.stringify(lcm.status));
     assert.ok(!plain.equals(savedPixels(S, lcm)), "lcm's distilled schedule and mix differ");

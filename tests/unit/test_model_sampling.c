@@ -52,12 +52,12 @@ static void test_zsnr_table(void)
     }
     ok(worst < 2e-7, "zsnr sigmas within float rounding of float64 (worst %.3g)", worst);
     /* torch: rescale_zero_terminal_snr_sigmas(sigmas).float() at 0, 1, 500, 998, 999 */
-    EXPECT_EQ(b.sigmas[0], 0.029167158529162407f);
-    EXPECT_EQ(b.sigmas[1], 0.04206756502389908f);
-    EXPECT_EQ(b.sigmas[500], 1.7745574712753296f);
-    EXPECT_EQ(b.sigmas[998], 2254.238037109375f);
-    EXPECT_EQ(b.sigma_max, 4518.763671875f);
-    EXPECT_EQ(b.log_sigmas[999], (float)log(ref[999]));
+    ok(b.sigmas[0] == 0.029167158529162407f && b.sigmas[1] == 0.04206756502389908f &&
+           b.sigmas[500] == 1.7745574712753296f && b.sigmas[998] == 2254.238037109375f &&
+           b.sigma_max == 4518.763671875f,
+       "zsnr sigmas 0, 1, 500, 998, 999 equal PyTorch's float32 values (%.9g %.9g %.9g %.9g %.9g)",
+       b.sigmas[0], b.sigmas[1], b.sigmas[500], b.sigmas[998], b.sigma_max);
+    ok(b.log_sigmas[999] == (float)log(ref[999]), "log_sigma_max is the float64 log, rounded");
     /* The timestep map works on the new table: sigma_max is t 999. */
     EXPECT_EQ(sampling_discrete_timestep(&b, b.sigma_max), 999);
 }
@@ -151,8 +151,8 @@ static void test_lcm(void)
     for (int x = 0; x < 50; x++)
         same &= ms.sigmas[49 - x] == full.sigmas[999 - 20 * x];
     ok(same, "distilled entries are every 20th sigma from the last");
-    EXPECT_EQ(ms.sigma_max, full.sigma_max);
-    EXPECT_EQ(ms.sigma_min, full.sigmas[19]);
+    ok(ms.sigma_max == full.sigma_max && ms.sigma_min == full.sigmas[19],
+       "distilled sigma_max is the full one, sigma_min entry 19");
     EXPECT_EQ(sampling_discrete_timestep(&ms, ms.sigma_max), 999);
     EXPECT_EQ(sampling_discrete_timestep(&ms, ms.sigma_min), 19);
     EXPECT_EQ(sampling_discrete_timestep(&ms, ms.sigmas[10]), 219);
@@ -187,6 +187,61 @@ static void test_lcm(void)
     ok(worst < 1e-6, "LCM denoised within 1e-6 of float64 (worst %.3g)", worst);
 }
 
+/*
+ * ModelSamplingContinuousEDM / V: the float32 table exp(linspace(ln min, ln max)), the
+ * timestep maps (0.25 ln sigma; atan(sigma) 2/pi) and their inverses, percent_to_sigma on
+ * the log range, and EDM / V denoised and calculate_input with sigma_data 0.5, against
+ * float64.
+ */
+static void test_continuous(void)
+{
+    struct sampling_discrete ms;
+    sampling_continuous_init(&ms, SAMPLING_TIME_EDM, 0.002, 120.0, 0.5);
+    double worst = 0;
+    for (int i = 0; i < 1000; i++) {
+        double ref = exp(log(0.002) + (log(120.0) - log(0.002)) * i / 999.0);
+        double r = fabs(ms.sigmas[i] - ref) / ref;
+        worst = r > worst ? r : worst;
+    }
+    ok(worst < 2e-6, "EDM table within float32 of float64 (worst %.3g)", worst);
+    ok(fabs(sampling_discrete_timestep(&ms, 3.0f) - 0.25 * log(3.0)) < 1e-6 &&
+           fabs(sampling_discrete_sigma(&ms, 0.25f * logf(3.0f)) - 3.0) < 1e-5,
+       "EDM: t = 0.25 ln sigma and back");
+    double p = sampling_percent_to_sigma(&ms, 0.25);
+    double pref = exp((log((double)ms.sigma_max) - log((double)ms.sigma_min)) * 0.75 +
+                      log((double)ms.sigma_min));
+    ok(fabs(p - pref) <= 1e-12 * pref && sampling_percent_to_sigma(&ms, 0.0) == 999999999.9 &&
+           sampling_percent_to_sigma(&ms, 1.0) == 0.0,
+       "EDM percent_to_sigma on the log range (%.9g)", p);
+    ms.prediction = SAMPLING_PREDICTION_EDM;
+    struct sampling_denoiser d;
+    float x = 0.8f, o = -0.3f, s = 2.5f, in;
+    sampling_denoiser_at(&ms, s, &d);
+    double v = (double)s * s + 0.25;
+    double edm = x * 0.25 / v + o * (double)s * 0.5 / sqrt(v);
+    ok(fabs(sampling_denoised(&d, x, o) - edm) < 1e-6, "EDM denoised with sigma_data 0.5");
+    ms.prediction = SAMPLING_PREDICTION_V;
+    sampling_denoiser_at(&ms, s, &d);
+    ok(fabs(sampling_denoised(&d, x, o) - (x * 0.25 / v - o * (double)s * 0.5 / sqrt(v))) < 1e-6,
+       "V denoised with sigma_data 0.5");
+    sampling_model_input(&ms, &x, s, &in, 1);
+    ok(fabs(in - x / sqrt(v)) < 1e-7, "calculate_input divides by sqrt(sigma^2 + sigma_data^2)");
+    sampling_continuous_init(&ms, SAMPLING_TIME_V, 0.03, 500.0, 1.0);
+    ok(fabs(sampling_discrete_timestep(&ms, 1.0f) - 0.5) < 1e-6 &&
+           fabs(sampling_discrete_sigma(&ms, 0.5f) - 1.0) < 1e-6 &&
+           fabs(sampling_discrete_timestep(&ms, 500.0f) - atan(500.0) * 2 / M_PI) < 1e-6,
+       "ContinuousV: t = atan(sigma) 2/pi and back");
+    float *sv = NULL;
+    int nv = 0;
+    struct err e = {0};
+    EXPECT_OK(sampling_schedule(&ms, SAMPLING_SCHEDULER_NORMAL, 3, &sv, &nv, &e));
+    ok(nv == 4 && fabsf(sv[0] - ms.sigma_max) <= 2e-4f * ms.sigma_max &&
+           fabsf(sv[2] - ms.sigma_min) <= 1e-4f && sv[3] == 0.0f,
+       "normal scheduler from sigma_max to sigma_min through the V map (%g %g %g)",
+       nv > 2 ? sv[0] : 0, nv > 2 ? sv[1] : 0, nv > 2 ? sv[2] : 0);
+    xfree(sv);
+}
+
 int main(void)
 {
     test_zsnr_table();
@@ -194,5 +249,6 @@ int main(void)
     test_input();
     test_names();
     test_lcm();
+    test_continuous();
     return harness_done();
 }
