@@ -6,6 +6,7 @@
  *
  *   bench_streaming [--device sim|cuda:N] [--batch N] [--steps N]
  *   bench_streaming --sd15 CKPT [--size 256] [--steps N]   (bench_streaming_sd15.c)
+ *   bench_streaming --layers   (the UNets' streaming layers; bench_streaming_layers.c)
  *
  * All four budgets stay loaded (one model instance and one manager each) and every
  * timed step runs at each budget in turn, so machine noise hits all of them alike;
@@ -40,10 +41,13 @@ int main(int argc, char **argv)
             sd15 = argv[++i];
         else if (!strcmp(argv[i], "--size") && i + 1 < argc)
             size = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--layers"))
+            return bench_streaming_layers();
         else {
             fprintf(stderr, "usage: %s [--device sim|cuda:N] [--batch N] [--steps N]\n"
-                            "       %s --sd15 CKPT [--size 256] [--steps N]\n",
-                    argv[0], argv[0]);
+                            "       %s --sd15 CKPT [--size 256] [--steps N]\n"
+                            "       %s --layers\n",
+                    argv[0], argv[0], argv[0]);
             return 2;
         }
     }
@@ -52,13 +56,13 @@ int main(int argc, char **argv)
     log_set_level(LOG_WARNING);
     /* The sim's copy threads stand in for a GPU's copy engine, which is separate
      * hardware: leave them a core (compute gets the others, at every budget alike). */
-    if (!strcmp(device, "sim") && tensor_threads_get() > 1)
-        tensor_threads_set(tensor_threads_get() - 1);
-    if (sd15) {
+    if (sd15) { /* bench_streaming_unet leaves the core itself */
         int rc = bench_streaming_sd15(sd15, size, steps_set ? steps : 3);
         tensor_shutdown();
         return rc;
     }
+    if (!strcmp(device, "sim") && tensor_threads_get() > 1)
+        tensor_threads_set(tensor_threads_get() - 1);
     int pct[NB] = {100, 50, 25, 5};
     struct synth s[NB];
     struct patcher_model *m[NB];

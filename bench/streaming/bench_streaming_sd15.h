@@ -15,4 +15,8 @@ int bench_streaming_sd15(const char *ckpt, int size, int rounds);
 int bench_streaming_unet(const char *ckpt, int size, int rounds, const int *pct, int nb,
                          double *ratio_out);
 
+/* bench_streaming --layers (bench_streaming_layers.c): the canonical SD1.5 and SDXL
+ * UNets' streaming layers and whether a prefetch ring fits a 25 % budget. */
+int bench_streaming_layers(void);
+
 #endif
