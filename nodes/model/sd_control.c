@@ -170,12 +170,7 @@ void sd_control_unref(struct sd_control *c)
 
 double sd_control_percent_to_sigma(const struct sampling_discrete *ms, double percent)
 {
-    if (percent <= 0.0)
-        return 999999999.9;
-    if (percent >= 1.0)
-        return 0.0;
-    /* torch.tensor(percent * 999.0) is float32; .item() gives its double */
-    return (double)sampling_discrete_sigma(ms, (float)((1.0 - percent) * 999.0));
+    return sampling_percent_to_sigma(ms, percent); /* discrete or continuous model sampling */
 }
 
 int sd_control_active(const struct sd_control *c, const struct sampling_discrete *ms,

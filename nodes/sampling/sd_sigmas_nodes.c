@@ -396,7 +396,7 @@ static const struct node_input_def percent_inputs[] = {
 static const struct node_output_def percent_output[] = {{.type = "FLOAT", .name = "sigma_value"},
                                                         NODE_OUTPUTS_END};
 
-/* ModelSamplingDiscrete.percent_to_sigma: the ends are sentinels for interval checks. */
+/* The model sampling's percent_to_sigma: the ends are sentinels for interval checks. */
 static int percent_run(struct node_ctx *c)
 {
     const struct sd_model *m = sd_model_of(node_in_at(c, PERCENT_MODEL));
@@ -407,8 +407,8 @@ static int percent_run(struct node_ctx *c)
         sigma = node_in_bool_at(c, PERCENT_RETURN_ACTUAL_SIGMA) ? m->ms.sigma_max : 999999999.9;
     else if (p >= 1.0)
         sigma = node_in_bool_at(c, PERCENT_RETURN_ACTUAL_SIGMA) ? m->ms.sigma_min : 0.0;
-    else /* torch.tensor(python float) is float32 */
-        sigma = sampling_discrete_sigma(&m->ms, (float)((1.0 - p) * 999.0));
+    else /* the model sampling's own map (discrete table or continuous range) */
+        sigma = sampling_percent_to_sigma(&m->ms, p);
     node_set_output(c, 0, value_new_float(sigma));
     return 0;
 }
