@@ -627,6 +627,7 @@ static int job_controls(const struct kctx *k, struct sd_control **out, int max)
 }
 
 struct ksampler_args {
+    const struct value *model, *positive, *negative, *latent_image; /* borrowed inputs */
     uint64_t seed;
     int steps;
     double cfg;
@@ -843,10 +844,10 @@ fail:
 /* ComfyUI's common_ksampler: KSampler's sigma list, then the shared core. */
 static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
 {
-    const struct sd_model *model = sd_model_of(node_in(c, "model"));
-    const struct sd_cond *pos = sd_cond_of(node_in(c, "positive"));
-    const struct sd_cond *neg = sd_cond_of(node_in(c, "negative"));
-    const struct sd_latent *lat = sd_latent_of(node_in(c, "latent_image"));
+    const struct sd_model *model = sd_model_of(a->model);
+    const struct sd_cond *pos = sd_cond_of(a->positive);
+    const struct sd_cond *neg = sd_cond_of(a->negative);
+    const struct sd_latent *lat = sd_latent_of(a->latent_image);
     if (!model || !model->ops || !model->ops->apply_eps)
         return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
     if (!pos || !neg || pos->n < 1 || neg->n < 1)
@@ -883,6 +884,10 @@ static int common_ksampler(struct node_ctx *c, const struct ksampler_args *a)
 
 /* ---- KSampler ---- */
 
+enum {
+    KS_MODEL, KS_SEED, KS_STEPS, KS_CFG, KS_SAMPLER_NAME, KS_SCHEDULER, KS_POSITIVE, KS_NEGATIVE,
+    KS_LATENT_IMAGE, KS_DENOISE, KS_N
+};
 static const struct node_input_def ksampler_inputs[] = {
     {.name = "model", .type = "MODEL", .tooltip = "The model used for denoising the input latent."},
     {.name = "seed", .type = "INT", .def = NODE_I(0), .min = NODE_I(0), .max = NODE_U64_MAX,
@@ -913,12 +918,16 @@ static const struct node_output_def ksampler_outputs[] = {
 static int ksampler_run(struct node_ctx *c)
 {
     struct ksampler_args a = {
-        .seed = value_u64(node_in(c, "seed")),
-        .steps = (int)node_in_int(c, "steps"),
-        .cfg = node_in_float(c, "cfg"),
-        .sampler_name = node_in_str(c, "sampler_name"),
-        .scheduler = node_in_str(c, "scheduler"),
-        .denoise = node_in_float(c, "denoise"),
+        .model = node_in_at(c, KS_MODEL),
+        .positive = node_in_at(c, KS_POSITIVE),
+        .negative = node_in_at(c, KS_NEGATIVE),
+        .latent_image = node_in_at(c, KS_LATENT_IMAGE),
+        .seed = value_u64(node_in_at(c, KS_SEED)),
+        .steps = (int)node_in_int_at(c, KS_STEPS),
+        .cfg = node_in_float_at(c, KS_CFG),
+        .sampler_name = node_in_str_at(c, KS_SAMPLER_NAME),
+        .scheduler = node_in_str_at(c, KS_SCHEDULER),
+        .denoise = node_in_float_at(c, KS_DENOISE),
         .start_step = -1,
         .last_step = -1,
     };
@@ -932,6 +941,7 @@ const struct node_class sd_ksampler = {
                    "latent image.",
     .category = "sampling",
     .inputs = ksampler_inputs,
+    .n_inputs = KS_N,
     .outputs = ksampler_outputs,
     .run = ksampler_run,
 };
@@ -941,6 +951,11 @@ const struct node_class sd_ksampler = {
 static const char *const enable_disable[] = {"enable", "disable", NULL};
 static const char *const disable_enable[] = {"disable", "enable", NULL};
 
+enum {
+    KSA_MODEL, KSA_ADD_NOISE, KSA_NOISE_SEED, KSA_STEPS, KSA_CFG, KSA_SAMPLER_NAME, KSA_SCHEDULER,
+    KSA_POSITIVE, KSA_NEGATIVE, KSA_LATENT_IMAGE, KSA_START_AT_STEP, KSA_END_AT_STEP,
+    KSA_RETURN_WITH_LEFTOVER_NOISE, KSA_N
+};
 static const struct node_input_def advanced_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "add_noise", .type = NODE_COMBO, .options = enable_disable},
@@ -965,16 +980,21 @@ static const struct node_output_def advanced_outputs[] = {{.type = "LATENT"}, NO
 static int advanced_run(struct node_ctx *c)
 {
     struct ksampler_args a = {
-        .seed = value_u64(node_in(c, "noise_seed")),
-        .steps = (int)node_in_int(c, "steps"),
-        .cfg = node_in_float(c, "cfg"),
-        .sampler_name = node_in_str(c, "sampler_name"),
-        .scheduler = node_in_str(c, "scheduler"),
+        .model = node_in_at(c, KSA_MODEL),
+        .positive = node_in_at(c, KSA_POSITIVE),
+        .negative = node_in_at(c, KSA_NEGATIVE),
+        .latent_image = node_in_at(c, KSA_LATENT_IMAGE),
+        .seed = value_u64(node_in_at(c, KSA_NOISE_SEED)),
+        .steps = (int)node_in_int_at(c, KSA_STEPS),
+        .cfg = node_in_float_at(c, KSA_CFG),
+        .sampler_name = node_in_str_at(c, KSA_SAMPLER_NAME),
+        .scheduler = node_in_str_at(c, KSA_SCHEDULER),
         .denoise = 1.0,
-        .disable_noise = strcmp(node_in_str(c, "add_noise"), "disable") == 0,
-        .start_step = (int)node_in_int(c, "start_at_step"),
-        .last_step = (int)node_in_int(c, "end_at_step"),
-        .force_full_denoise = strcmp(node_in_str(c, "return_with_leftover_noise"), "enable") != 0,
+        .disable_noise = strcmp(node_in_str_at(c, KSA_ADD_NOISE), "disable") == 0,
+        .start_step = (int)node_in_int_at(c, KSA_START_AT_STEP),
+        .last_step = (int)node_in_int_at(c, KSA_END_AT_STEP),
+        .force_full_denoise =
+            strcmp(node_in_str_at(c, KSA_RETURN_WITH_LEFTOVER_NOISE), "enable") != 0,
     };
     return common_ksampler(c, &a);
 }
@@ -984,6 +1004,7 @@ const struct node_class sd_ksampler_advanced = {
     .display_name = "KSampler (Advanced)",
     .category = "sampling",
     .inputs = advanced_inputs,
+    .n_inputs = KSA_N,
     .outputs = advanced_outputs,
     .run = advanced_run,
 };
