@@ -114,9 +114,9 @@ int node_in_bool_at(const struct node_ctx *c, int index);
  * outside the declaration is a bug in the node (ASSERT). */
 const char *node_in_name(const struct node_ctx *c, int index);
 
-/* The same by input name: a linear search of the declaration on every call. Node
- * families not yet given index enums use these (TODO(cfg): the sd_* families, after
- * the models redesign settles; see issue 12). */
+/* The same by input name: a linear search of the declaration on every call. Only the
+ * files not yet given index enums use these (TODO(idx): sd_controlnet_nodes.c and
+ * sd_model_patch_nodes.c, which were being edited when the rest moved; issue 12). */
 struct value *node_in(const struct node_ctx *c, const char *name);
 int64_t node_in_int(const struct node_ctx *c, const char *name);
 double node_in_float(const struct node_ctx *c, const char *name);
