@@ -2,10 +2,13 @@
  * brownian — torchsde's BrownianTree as ComfyUI's SDE samplers use it
  * (sampling_brownian.h describes the process and its one deviation).
  *
- * The tree's shape is kept (a few dozen small nodes per query); increments are
- * not cached: a node's increment is recomputed from the root along its path, one
- * randn per level. torchsde's LRU cache only saves that work, the values are the
- * same, and ~25 draws of one latent per query cost little next to a UNet step.
+ * The tree's shape is kept (a few dozen small nodes per query). A node's increment
+ * comes from its parent's, so the increments of the last path computed are kept,
+ * one buffer per depth: the next interval (a sibling, or a query next to the last)
+ * shares most of that path and costs a randn per new level. torchsde's LRU cache of
+ * 45 entries does the same job; the values do not depend on either. The depth is
+ * bounded by the interval: log2(width / 1e-6) levels (+3) before the rounded
+ * midpoints stop moving, and at most BT_MAX_DEPTH.
  */
 #include "sampling_brownian.h"
 
@@ -111,11 +114,15 @@ struct sampling_brownian {
     uint64_t seed;
     enum sampling_randn_variant variant;
     size_t n;
+    int max_depth;  /* splits stop here (<= BT_MAX_DEPTH) */
     struct bnode root;
-    float *w_root;  /* [n] the root increment; owned */
-    float *w_a;     /* [n] scratch for the path; owned */
-    float *z;       /* [n] bridge noise; owned */
-    float *acc;     /* [n] sum over the covering intervals; owned */
+    float *buf;     /* owned: all the buffers below */
+    float *w_a;     /* [n] one interval's increment */
+    float *z;       /* [n] bridge noise */
+    float *acc;     /* [n] sum over the covering intervals */
+    float *path_w;  /* [(max_depth + 1) * n] increments of path_node[d]; level 0 the root's */
+    const struct bnode *path_node[BT_MAX_DEPTH + 1];
+    int path_len;   /* valid levels of path_w (>= 1) */
     struct bnode **found; /* covering intervals of the current query; owned */
     int n_found, cap_found;
 };
@@ -173,7 +180,7 @@ static void split_exact(struct sampling_brownian *bt, struct bnode *b, double mi
 /* _split with halfway_tree: halve, then halve the side holding q until q is a midpoint. */
 static void split_halfway(struct sampling_brownian *bt, struct bnode *b, double q)
 {
-    while (b->depth < BT_MAX_DEPTH) {
+    while (b->depth < bt->max_depth) {
         split_exact(bt, b, 0.5 * (b->end + b->start));
         if (q > b->mid)
             b = b->right;
@@ -201,7 +208,7 @@ static void found_add(struct sampling_brownian *bt, struct bnode *b)
 static void locate(struct sampling_brownian *bt, struct bnode *b, double ta, double tb)
 {
     for (;;) {
-        if ((ta == b->start && tb == b->end) || b->depth >= BT_MAX_DEPTH) {
+        if ((ta == b->start && tb == b->end) || b->depth >= bt->max_depth) {
             found_add(bt, b);
             return;
         }
@@ -226,18 +233,22 @@ static void locate(struct sampling_brownian *bt, struct bnode *b, double ta, dou
 
 /*
  * The increment of `b` into out: the root's, then each child's Brownian bridge
- * down the path (_increment_and_space_time_levy_area without H), float32 as torch.
+ * down the path (_increment_and_space_time_levy_area without H), float32 as torch,
+ * starting below the levels the last path shares with this one.
  */
 static void increment(struct sampling_brownian *bt, const struct bnode *b, float *out)
 {
-    const struct bnode *path[BT_MAX_DEPTH + 2];
-    int np = 0;
-    for (const struct bnode *p = b; p->parent; p = p->parent)
-        path[np++] = p;
+    const struct bnode *path[BT_MAX_DEPTH + 1];
+    for (const struct bnode *p = b; p; p = p->parent)
+        path[p->depth] = p;
+    int depth = b->depth, k = 1; /* level 0 is always the root */
     size_t n = bt->n;
-    memcpy(out, bt->w_root, n * sizeof *out);
-    for (int k = np - 1; k >= 0; k--) {
-        const struct bnode *c = path[k], *p = c->parent;
+    while (k <= depth && k < bt->path_len && bt->path_node[k] == path[k])
+        k++;
+    for (; k <= depth; k++) {
+        const struct bnode *c = path[k], *p = path[k - 1];
+        const float *wp = bt->path_w + (size_t)(k - 1) * n;
+        float *wc = bt->path_w + (size_t)k * n;
         double h_recip = 1.0 / (p->end - p->start);
         double left_diff = p->mid - p->start, right_diff = p->end - p->mid;
         /* mean = left_diff * W * h_reciprocal: two float32 products, scalars as float. */
@@ -246,13 +257,16 @@ static void increment(struct sampling_brownian *bt, const struct bnode *b, float
         float sd = (float)sqrt(var);
         randn_seeded(bt, p->w_seed, bt->z);
         for (size_t i = 0; i < n; i++) {
-            float mean = out[i] * fl;
+            float mean = wp[i] * fl;
             mean = mean * fh;
             float dev = bt->z[i] * sd;
             float left_w = mean + dev;
-            out[i] = c->is_left ? left_w : out[i] - left_w;
+            wc[i] = c->is_left ? left_w : wp[i] - left_w;
         }
+        bt->path_node[k] = c;
     }
+    bt->path_len = depth + 1;
+    memcpy(out, bt->path_w + (size_t)depth * n, n * sizeof *out);
 }
 
 int sampling_brownian_new(uint64_t seed, float sigma_min, float sigma_max, size_t n,
@@ -263,32 +277,39 @@ int sampling_brownian_new(uint64_t seed, float sigma_min, float sigma_max, size_
     if (!(sigma_min < sigma_max) || !isfinite(sigma_min) || !isfinite(sigma_max) || n == 0)
         return err_set(e, ERR_INVALID, "invalid Brownian tree interval [%g, %g]", sigma_min,
                        sigma_max);
-    int rc = alloc_host_check_n(4 * n, sizeof(float), e);
+    double t0 = sigma_min, t1 = sigma_max;
+    int max_depth = (int)ceil(log2((t1 - t0) / 1e-6 + 1.0)) + 3;
+    if (max_depth > BT_MAX_DEPTH)
+        max_depth = BT_MAX_DEPTH;
+    size_t bufs = 3 + (size_t)(max_depth + 1);
+    int rc = alloc_host_check_n(bufs * n, sizeof(float), e);
     if (rc < 0)
+        return rc;
+    float *buf = NULL;
+    if ((rc = xtry_malloc(bufs * n * sizeof(float), (void **)&buf, e)) < 0)
         return rc;
     struct sampling_brownian *bt = xcalloc(1, sizeof *bt);
     bt->seed = seed;
     bt->variant = variant;
     bt->n = n;
-    float *buf = NULL;
-    if ((rc = xtry_malloc(4 * n * sizeof(float), (void **)&buf, e)) < 0) {
-        xfree(bt);
-        return rc;
-    }
-    bt->w_root = buf;
-    bt->w_a = buf + n;
-    bt->z = buf + 2 * n;
-    bt->acc = buf + 3 * n;
+    bt->max_depth = max_depth;
+    bt->buf = buf;
+    bt->w_a = buf;
+    bt->z = buf + n;
+    bt->acc = buf + 2 * n;
+    bt->path_w = buf + 3 * n;
     /* BrownianInterval.__init__: ends rounded, W from the unrounded ends. */
-    double t0 = sigma_min, t1 = sigma_max;
     bt->root.start = round6(t0);
     bt->root.end = round6(t1);
     uint32_t st[3];
     sampling_seedseq_state(seed, 0, 0, 0, BT_POOL, st, 3);
-    randn_seeded(bt, st[0], bt->w_root);
+    float *w_root = bt->path_w;
+    randn_seeded(bt, st[0], w_root);
     float scale = (float)sqrt(t1 - t0);
     for (size_t i = 0; i < n; i++)
-        bt->w_root[i] = bt->w_root[i] * scale;
+        w_root[i] = w_root[i] * scale;
+    bt->path_node[0] = &bt->root;
+    bt->path_len = 1;
     *out = bt;
     return 0;
 }
@@ -299,7 +320,7 @@ void sampling_brownian_free(struct sampling_brownian *bt)
         return;
     node_free_children(&bt->root);
     xfree(bt->found);
-    xfree(bt->w_root);
+    xfree(bt->buf);
     xfree(bt);
 }
 

@@ -28,7 +28,8 @@
  * another generator (Philox); here every sampler uses the CPU tree, so the _gpu
  * names match ComfyUI run on a CPU. Where torchsde would recurse without end (an
  * interval narrower than 1e-6 whose rounded midpoint is one of its ends) it raises
- * RecursionError; here the split stops at depth 60 and the coarser interval is used.
+ * RecursionError; here the split stops at depth log2(width / 1e-6) + 3 (at most 60)
+ * and the coarser interval is used.
  *
  * Ownership: a tree is created and freed by one sampling run; not thread-safe
  * (the executor thread).
@@ -47,8 +48,9 @@ struct sampling_brownian; /* opaque */
 /*
  * A tree for `n` values per draw over [sigma_min, sigma_max] (sigma_min <
  * sigma_max, both finite and > 0 as a sampler's schedule gives them) with entropy
- * `seed` (the full 64-bit KSampler seed). The four n-float buffers it needs are
- * allocated here with the fallible helpers: 0 and *out (free with
+ * `seed` (the full 64-bit KSampler seed). Its buffers, n floats per tree level
+ * (about 30 for a sampler's schedule) plus 3, are allocated here with the fallible
+ * helpers: 0 and *out (free with
  * sampling_brownian_free), ERR_DEVICE_OOM when they do not fit, or ERR_INVALID for a
  * bad interval, with e filled.
  */
