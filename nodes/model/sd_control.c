@@ -273,6 +273,8 @@ static int eval_controlnet(struct sd_control *c, const struct tensor *x, const f
     struct tensor *hint = NULL;
     int64_t h8 = 8 * x->shape[2], w8 = 8 * x->shape[3];
     int rc;
+    if (!cn) /* a Control-LoRA the sampler did not prepare (sd_control_prepare) */
+        return err_set(e, ERR_INVALID, "a Control-LoRA not made for this model");
     pthread_mutex_lock(&c->_lock);
     if ((rc = resized_hint(c, (int)h8, (int)w8, e)) >= 0)
         rc = batch_tensor(c, patcher_device(cn->p), c->_resized,
