@@ -123,15 +123,21 @@ static int has_prefix(void *user, const char *prefix)
 }
 
 /*
- * ComfyUI's SD20.model_type: a 4-channel UNet whose probe tensor (a norm bias near the
- * output) has a population std above 0.09 was trained for v-prediction. It reads
- * weights, not shapes: the 768-v and 512 checkpoints have the same keys and shapes.
+ * ComfyUI's model_type: SDXL's marks v-prediction (and zsnr) with top-level keys; SD20's
+ * reads a 4-channel UNet's probe tensor (a norm bias near the output), whose population
+ * std above 0.09 means v-prediction: the 768-v and 512 files have the same keys and
+ * shapes.
  */
 static int detect_prediction(const struct st_file *f, const struct ntable *nt,
                              const struct model_family *fam, struct model_config *c,
                              struct err *e)
 {
-    c->prediction = 0;
+    c->prediction = c->zsnr = 0;
+    if (fam->vpred_key && st_find(f, fam->vpred_key)) { /* outside every component prefix */
+        c->prediction = 1;
+        c->zsnr = st_find(f, "ztsnr") != NULL;
+        return 0;
+    }
     if (!fam->vpred_probe || c->unet.in_ch != 4)
         return 0;
     const struct st_tensor *t = nfind(nt, "%s%s", MODEL_PREFIX_UNET, fam->vpred_probe);

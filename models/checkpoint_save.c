@@ -210,6 +210,21 @@ int ckpt_save(struct mm *mm, const char *path, const struct model_config *cfg,
     int rc = 0;
     for (int i = 0; rc == 0 && i < n_parts; i++)
         rc = declare_part(w, cfg, &parts[i], naming, e);
+    /* save_checkpoint's extra keys: empty "v_pred" (and "ztsnr") tensors mark a
+     * v-prediction UNet, which SDXL's detection reads back (family.h, vpred_key). */
+    int unet = 0;
+    for (int i = 0; i < n_parts; i++)
+        unet |= parts[i].comp == MODEL_UNET;
+    static const int64_t empty[1] = {0};
+    int markers = 0;
+    if (rc == 0 && naming == CKPT_SAVE_CHECKPOINT && unet && cfg->prediction) {
+        st_writer_add(w, "v_pred", ST_DTYPE_F32, 1, empty);
+        markers++;
+        if (cfg->zsnr) {
+            st_writer_add(w, "ztsnr", ST_DTYPE_F32, 1, empty);
+            markers++;
+        }
+    }
     for (int i = 0; rc == 0 && i < n_meta; i++)
         st_writer_meta(w, meta[i].key, meta[i].value);
     if (naming == CKPT_SAVE_CHECKPOINT)
@@ -218,6 +233,8 @@ int ckpt_save(struct mm *mm, const char *path, const struct model_config *cfg,
         rc = st_writer_begin(w, path, e);
     for (int i = 0; rc == 0 && i < n_parts; i++)
         rc = write_part(mm, w, cfg, &parts[i], naming, e);
+    for (int i = 0; rc == 0 && i < markers; i++)
+        rc = st_writer_write(w, NULL, 0, e); /* the empty markers, declared last */
     if (rc == 0)
         rc = st_writer_finish(w, e);
     st_writer_free(w); /* unfinished: removes the temporary */

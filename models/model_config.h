@@ -60,6 +60,8 @@ struct model_config {
      * vpred_probe), as ComfyUI's SD20.model_type does.
      */
     int prediction;
+    /* The schedule is rescaled to zero terminal SNR (an SDXL v-pred file's "ztsnr" key). */
+    int zsnr;
 };
 
 /* How a tensor is initialised by the generator (sd15.md §9.1). */

@@ -342,6 +342,11 @@ static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
     }
     if (o->cfg.family != MODEL_FAMILY_SD15)
         add_text_buffers(l);
+    const struct model_family *fam = model_family_get(o->cfg.family);
+    if (fam && fam->vpred_key && o->cfg.prediction) /* empty marker tensors, as ComfyUI saves */
+        add_special(l, fam->vpred_key, ST_DTYPE_F32, FILL_CONST, 0, 1, (const int64_t[]){0});
+    if (fam && fam->vpred_key && o->cfg.zsnr)
+        add_special(l, "ztsnr", ST_DTYPE_F32, FILL_CONST, 0, 1, (const int64_t[]){0});
     if (o->extra_tensor)
         add_special(l, o->extra_tensor, o->dtype, FILL_RANDOM, 0, 1, (const int64_t[]){4});
 }

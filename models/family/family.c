@@ -46,5 +46,6 @@ int model_config_is_canonical(const struct model_config *c)
     memset(&k, 0, sizeof(k));
     f->canonical(&k);
     k.prediction = c->prediction; /* the family's either way (768-v is canonical SD2) */
+    k.zsnr = c->zsnr;
     return memcmp(c, &k, sizeof(k)) == 0;
 }

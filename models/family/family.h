@@ -84,6 +84,12 @@ struct model_family {
      * tensor `vpred_probe` (UNet-relative) has a population std above 0.09 predicts v.
      */
     const char *vpred_probe;
+    /*
+     * Optional (NULL: none): ComfyUI's SDXL.model_type. A top-level key whose presence
+     * marks v-prediction ("v_pred", as CheckpointSave writes it for such a model); with a
+     * "ztsnr" key too the schedule is zero-terminal-SNR.
+     */
+    const char *vpred_key;
 };
 
 #define FAMILY_VPRED_STD 0.09 /* SD20.model_type's threshold on vpred_probe's std */

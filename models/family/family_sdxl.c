@@ -113,4 +113,5 @@ const struct model_family family_sdxl = {
     .text_pad_zero = {0, 1},
     .encode_adm = sdxl_adm_vector,
     .adm_embeds = 6,
+    .vpred_key = "v_pred",
 };

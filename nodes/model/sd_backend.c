@@ -235,7 +235,10 @@ struct sd_model *sd_unet_model_new(struct patcher *unet, const struct model_conf
     u->cfg = *cfg;
     struct sd_model *m = sd_model_new(&unet_ops, u);
     sd_model_set_family(m, model_family_get(cfg->family));
-    m->ms.prediction = cfg->prediction; /* SD2 768-v: the weights said v (family.h) */
+    if (cfg->zsnr) /* an SDXL v-pred file's "ztsnr" key */
+        sampling_discrete_init_zsnr(&m->ms, m->family->sampling.linear_start,
+                                    m->family->sampling.linear_end, 1);
+    m->ms.prediction = cfg->prediction; /* SD2 768-v, SDXL "v_pred": v (family.h) */
     u->ms = &m->ms; /* the model owns u: it outlives this pointer */
     m->adm_dim = cfg->unet.adm_in;
     m->ctx_dim = cfg->unet.ctx_dim;

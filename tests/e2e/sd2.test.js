@@ -220,6 +220,7 @@ describe("SD2.x end to end", () => {
     const hdr = JSON.parse(b.subarray(8, 8 + n).toString("utf8"));
     assert.equal(hdr.__metadata__["modelspec.predict_key"], "v");
     assert.ok(hdr["cond_stage_model.model.transformer.resblocks.0.attn.in_proj_weight"], "OpenCLIP names");
+    assert.deepEqual(hdr.v_pred && hdr.v_pred.shape, [0], "save_checkpoint's empty v_pred key");
     const orig = savedPixels(S, await runToEnd(S, workflow("rt_orig")));
     const back = await runToEnd(S, workflow("rt_back", { ckpt: "sd2v_saved_00001_.safetensors" }));
     assert.equal(back.status.status_str, "success", JSON.stringify(back.status));

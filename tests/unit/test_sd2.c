@@ -8,6 +8,7 @@
  *     data are canonical SD2.x by context width alone, 768-v when the probe's std is 0.2;
  *   - CLIPTextEncode through the SD2 CLIP (penultimate layer with the final norm, pad 0,
  *     the projected pooled output), also after CLIPSetLastLayer(-1) and with emphasis;
+ *   - SDXL's "v_pred" / "ztsnr" marker keys: v-prediction and the zsnr table;
  *   - one v-prediction denoise step: the UNet (Linear projections, 64-wide heads, no ADM)
  *     on x / sqrt(sigma^2 + 1) at the nearest timestep, and x0 from V_PREDICTION.
  * Tolerances as the SD1.5/SDXL references: 1e-5 text, 1e-4 UNet. Argument: fixtures dir.
@@ -177,6 +178,41 @@ static void test_canonical(void)
     }
 }
 
+/*
+ * SDXL's v-prediction markers (ComfyUI's SDXL.model_type): top-level "v_pred" (and
+ * "ztsnr") keys, as CheckpointSave writes them; a MODEL over such a file samples v on the
+ * zero-terminal-SNR table.
+ */
+static void test_sdxl_vpred(void)
+{
+    static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
+    for (int k = 0; k < 3; k++) { /* plain, v_pred, v_pred + ztsnr */
+        struct ckpt_gen_opts o;
+        struct model_ckpt ck;
+        struct err e = {0};
+        char p[96];
+        ckpt_gen_opts_default(&o);
+        sdxl_config_tiny(&o.cfg);
+        o.cfg.prediction = k > 0;
+        o.cfg.zsnr = k > 1;
+        snprintf(p, sizeof(p), "%s/sdxl_v%d.safetensors", dir, k);
+        if (ckpt_gen_write(&o, p, &e) < 0 || model_ckpt_load(p, MODEL_LOAD_UNET, f32, &ck, &e) < 0) {
+            ok(0, "generate and load %s: %s", p, e.msg);
+            continue;
+        }
+        ok(ck.cfg.family == MODEL_FAMILY_SDXL && ck.cfg.prediction == (k > 0) &&
+               ck.cfg.zsnr == (k > 1),
+           "SDXL %d: prediction %d, zsnr %d", k, ck.cfg.prediction, ck.cfg.zsnr);
+        struct sd_model *m = sd_unet_model_new(patcher_new(ck.model[MODEL_UNET]), &ck.cfg);
+        ok(m->ms.prediction == (k > 0 ? SAMPLING_PREDICTION_V : SAMPLING_PREDICTION_EPS) &&
+               m->ms.zsnr == (k > 1) && (k > 1) == (m->ms.sigma_max > 4000.0f),
+           "SDXL %d: the MODEL samples %s (sigma_max %g)", k, k ? "v" : "eps", m->ms.sigma_max);
+        sd_model_free(m);
+        model_ckpt_release(&ck);
+        unlink(p);
+    }
+}
+
 static void compare_cond(const char *name, const struct sd_cond *c)
 {
     char pn[64];
@@ -317,6 +353,7 @@ int main(int argc, char **argv)
         test_detect(pv, 1);
         test_detect(pe, 0);
         test_canonical();
+        test_sdxl_vpred();
         test_loaded(pv);
     }
     unlink(pv);
