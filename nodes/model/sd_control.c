@@ -264,6 +264,31 @@ static int batch_tensor(const struct sd_control *c, struct dev *d, const float *
     return rc;
 }
 
+/* control_merge's global_average_pooling: t [B, C, h, w] becomes
+ * mean(t, dims (2, 3)) repeated over h x w (on the host: the residuals are small). */
+static int spatial_mean(struct tensor *t, struct err *e)
+{
+    if (!t)
+        return 0;
+    size_t n = (size_t)tensor_numel(t), hw = (size_t)(t->shape[2] * t->shape[3]);
+    float *v = NULL;
+    int rc;
+    if ((rc = xtry_malloc(n * sizeof *v, (void **)&v, e)) < 0)
+        return rc;
+    if ((rc = tensor_read_f32(t, v, (int64_t)n, e)) == 0) {
+        for (size_t p = 0; p < n; p += hw) {
+            double s = 0;
+            for (size_t i = 0; i < hw; i++)
+                s += v[p + i];
+            for (size_t i = 0; i < hw; i++)
+                v[p + i] = (float)(s / (double)hw);
+        }
+        rc = tensor_write_f32(t, v, (int64_t)n, e);
+    }
+    xfree(v);
+    return rc;
+}
+
 /* A ControlNet's residuals: the hint at the latent's 8x size, one image per sample. */
 static int eval_controlnet(struct sd_control *c, const struct tensor *x, const float *t,
                            const struct tensor *ctx, const struct tensor *y, int per_batch,
@@ -286,6 +311,12 @@ static int eval_controlnet(struct sd_control *c, const struct tensor *x, const f
     rc = controlnet_eval_type(cn, x, t, ctx, cn->cfg.unet.adm_in ? y : NULL, hint,
                               c->net->control_type, c->strength, out, e);
     tensor_free(hint);
+    if (rc == 0 && c->net->global_average_pooling) {
+        for (int i = 0; rc == 0 && i < out->n_output; i++)
+            rc = spatial_mean(out->output[i], e);
+        if (rc == 0)
+            rc = spatial_mean(out->middle, e);
+    }
     return rc;
 }
 

@@ -42,6 +42,7 @@ struct sd_cnet {
     struct t2i_adapter *t2i;   /* owned reference, or NULL */
     struct control_lora *lora; /* owned reference, or NULL: exactly one of the three is set */
     int control_type;          /* a Union's type (0..7), -1: none ("auto") */
+    int global_average_pooling; /* a "_shuffle" ControlNet: residuals are their spatial mean */
     atomic_int _refs;
     /* a Control-LoRA's ControlNet, made for one UNet (sd_control_prepare), under _lock */
     pthread_mutex_t _lock;

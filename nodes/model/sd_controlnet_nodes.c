@@ -47,6 +47,22 @@ static int load_model(const char *path, struct patcher *diff_base, struct sd_cne
     return 0;
 }
 
+/* load_controlnet: a file named *_shuffle(_fp16).ext gets global_average_pooling. */
+static int shuffle_name(const char *path)
+{
+    const char *base = strrchr(path, '/'), *dot;
+    base = base ? base + 1 : path;
+    dot = strrchr(base, '.');
+    size_t n = dot ? (size_t)(dot - base) : strlen(base);
+    static const char *const ends[] = {"_shuffle", "_shuffle_fp16"};
+    for (int i = 0; i < 2; i++) {
+        size_t l = strlen(ends[i]);
+        if (n >= l && strncmp(base + n - l, ends[i], l) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 static int load_common(struct node_ctx *c, struct patcher *diff_base)
 {
     const char *name = node_in_str(c, "control_net_name");
@@ -60,6 +76,8 @@ static int load_common(struct node_ctx *c, struct patcher *diff_base)
     struct sd_cnet *net = NULL;
     struct err e = {0};
     int rc = load_model(path.ptr, diff_base, &net, &e);
+    if (rc == 0 && net->cn)
+        net->global_average_pooling = shuffle_name(path.ptr);
     buf_release(&path);
     if (rc < 0)
         return node_fail_code(c, rc, "RuntimeError",
@@ -294,7 +312,9 @@ static int union_type_run(struct node_ctx *c)
         if (type && strcmp(type, controlnet_union_type_names[i]) == 0)
             n = i;
     /* control_net.copy() with control_type set: the model is shared */
-    node_set_output(c, 0, sd_cnet_value(sd_cnet_new(net->cn, net->t2i, net->lora, n)));
+    struct sd_cnet *copy = sd_cnet_new(net->cn, net->t2i, net->lora, n);
+    copy->global_average_pooling = net->global_average_pooling;
+    node_set_output(c, 0, sd_cnet_value(copy));
     return 0;
 }
 

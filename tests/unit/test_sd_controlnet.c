@@ -7,6 +7,7 @@
  *     the control the entries had; strength 0 passes the inputs through;
  *   - KSampler: a control changes the latent, a window that takes no step gives exactly
  *     the uncontrolled latent, a window that takes some steps is in between;
+ *   - a *_shuffle file's residuals are pooled (global_average_pooling);
  *   - bad input: a missing file, a checkpoint as ControlNet, a hint without 3 channels;
  *   - the other kinds: a Union through SetUnionControlNetType (its type changes the latent;
  *     tile on a 6-type Union fails with ComfyUI's message), T2I-Adapters (3- and
@@ -202,6 +203,7 @@ static void test_nodes(const char *dir)
     ok(lw0 && latent_diff(lw0, l0) == 0.0, "a window that takes no step: the uncontrolled latent");
     ok(lwh && latent_diff(lwh, l0) > 1e-4 && latent_diff(lwh, l1) > 1e-4,
        "window [0.5, 1]: neither (%.3g, %.3g)", latent_diff(lwh, l0), latent_diff(lwh, l1));
+    struct value *a1[2] = {value_ref(a[0]), value_ref(a[1])}, *l0b = value_ref(l0);
     for (int i = 0; i < 2; i++) {
         value_unref(a[i]);
         value_unref(b[i]);
@@ -215,12 +217,31 @@ static void test_nodes(const char *dir)
     value_unref(lw0);
     value_unref(lwh);
 
+    /* a "_shuffle" file (the same weights as cn.safetensors): global average pooling */
+    struct value *shuf = load_cn("cn_shuffle.safetensors", msg), *g[4] = {0};
+    ok(shuf && sd_cnet_of(shuf)->global_average_pooling && !sd_cnet_of(net)->global_average_pooling,
+       "a *_shuffle file gets global_average_pooling (load_controlnet's rule)");
+    if (shuf) {
+        EXPECT_OK(apply(pos, neg, shuf, img, 0.9, 0.0, 1.0, g, msg));
+        struct value *lg = ksample(model, g[0], g[1], empty), *l1b = ksample(model, a1[0], a1[1], empty);
+        ok(lg && l1b && latent_diff(lg, l1b) > 1e-4 && latent_diff(lg, l0b) > 1e-4,
+           "pooled residuals give another latent (%.3g)", latent_diff(lg, l1b));
+        value_unref(lg);
+        value_unref(l1b);
+        value_unref(g[0]);
+        value_unref(g[1]);
+    }
+    value_unref(shuf);
+
     /* bad input */
     struct value *mask = value_new_tensor("IMAGE", 4, (const int64_t[]){1, 8, 8, 1});
     struct value *bad[4] = {0};
     ok(apply(pos, neg, net, mask, 1.0, 0.0, 1.0, bad, msg) < 0 && strstr(msg, "channels"),
        "a 1-channel hint: %s", msg);
     value_unref(mask);
+    value_unref(a1[0]);
+    value_unref(a1[1]);
+    value_unref(l0b);
     struct value *none = load_cn("nope.safetensors", msg);
     ok(!none && strstr(msg, "FileNotFoundError") && strstr(msg, "'controlnet'"),
        "a missing file: %s", msg);
@@ -383,7 +404,7 @@ static void gen_file(const struct ckpt_gen_opts *o, const char *dir, const char 
 int main(void)
 {
     long live0 = alloc_live_count();
-    char dir[] = "/tmp/test_sd_cn.XXXXXX", sub[320], p1[400], p2[400], p3[400];
+    char dir[] = "/tmp/test_sd_cn.XXXXXX", sub[320], p1[400], p2[400], p3[400], p4[400];
     if (!mkdtemp(dir))
         PANIC("mkdtemp");
     snprintf(sub, sizeof sub, "%s/checkpoints", dir);
@@ -393,6 +414,7 @@ int main(void)
     mkdir(sub, 0755);
     snprintf(p2, sizeof p2, "%s/cn.safetensors", sub);
     snprintf(p3, sizeof p3, "%s/ckpt.safetensors", sub);
+    snprintf(p4, sizeof p4, "%s/cn_shuffle.safetensors", sub);
     struct ckpt_gen_opts o;
     struct err e = {0};
     ckpt_gen_opts_default(&o);
@@ -401,6 +423,7 @@ int main(void)
     o.flags = CKPT_GEN_CONTROLNET;
     o.seed = 9;
     EXPECT_OK(ckpt_gen_write(&o, p2, &e));
+    EXPECT_OK(ckpt_gen_write(&o, p4, &e));
     /* the kinds: a checkpoint of the adapters' widths (x 1, 2, 4, 4), Unions of its
      * trunk, adapters */
     char more[10][400];
@@ -446,6 +469,7 @@ int main(void)
     unlink(p1);
     unlink(p2);
     unlink(p3);
+    unlink(p4);
     rmdir(sub);
     snprintf(sub, sizeof sub, "%s/checkpoints", dir);
     rmdir(sub);
