@@ -12,17 +12,26 @@
  * CLIPSetLastLayer) rather than silently ignored; fp16 flags and the rest only
  * restate what detection finds.
  *
- * The other loaders of nodes.py's "advanced/loaders" are not registered: UNETLoader,
- * CLIPLoader and DualCLIPLoader take standalone UNet / text-encoder files (bare
- * input_blocks.* or text_model.* keys), which latentd's checkpoint reader does not
- * accept yet; unCLIPCheckpointLoader needs a CLIP_VISION model latentd has no type for.
+ * UNETLoader ("Load Diffusion Model"): models/unet and models/diffusion_models, as
+ * ComfyUI's diffusion_models folder. It reads the UNet of a full checkpoint (which
+ * ComfyUI's load_diffusion_model also accepts, stripping model.diffusion_model.);
+ * a standalone UNet file (bare input_blocks.* keys) is refused with a clear error, as
+ * are the fp8 weight dtypes (latentd stores no fp8).
+ *
+ * The other loaders of nodes.py's "advanced/loaders" are not registered: CLIPLoader
+ * and DualCLIPLoader take standalone text-encoder files (bare text_model.* keys), which
+ * latentd's checkpoint reader does not accept yet; unCLIPCheckpointLoader needs a
+ * CLIP_VISION model latentd has no type for.
  */
 #include <string.h>
 
 #include "buf.h"
+#include "checkpoint.h"
+#include "memmgr.h"
 #include "node_builtin.h"
 #include "node_files.h"
 #include "node_registry.h"
+#include "sd_backend.h"
 #include "sd_nodes.h"
 
 enum { CKPTCFG_CONFIG_NAME, CKPTCFG_CKPT_NAME, CKPTCFG_N };
@@ -114,7 +123,83 @@ const struct node_class sd_checkpoint_loader_config = {
     .is_changed = ckptcfg_is_changed,
 };
 
-static const struct node_class *const loader_classes[] = {&sd_checkpoint_loader_config};
+/* ---- UNETLoader ---- */
+
+enum { UNET_UNET_NAME, UNET_WEIGHT_DTYPE, UNET_N };
+
+/* ComfyUI's folder_names_and_paths["diffusion_models"], in its search order. */
+static const char *const unet_folders[] = {"unet", "diffusion_models"};
+
+static void unet_names(const struct node_env *env, struct node_strlist *out)
+{
+    for (size_t i = 0; i < sizeof unet_folders / sizeof unet_folders[0]; i++)
+        node_files_list_models(env, unet_folders[i], NULL, out);
+    node_strlist_sort(out);
+}
+
+static const char *const weight_dtypes[] = {"default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2",
+                                            NULL};
+
+static const struct node_input_def unet_inputs[] = {
+    {.name = "unet_name", .type = NODE_COMBO, .options_fn = unet_names},
+    {.name = "weight_dtype", .type = NODE_COMBO, .options = weight_dtypes},
+    NODE_INPUTS_END};
+static const struct node_output_def unet_outputs[] = {{.type = "MODEL"}, NODE_OUTPUTS_END};
+
+static int unet_run(struct node_ctx *c)
+{
+    const char *name = node_in_str_at(c, UNET_UNET_NAME), *wd = node_in_str_at(c, UNET_WEIGHT_DTYPE);
+    if (strcmp(wd, "default") != 0)
+        return node_fail_code(c, ERR_UNSUPPORTED, "RuntimeError",
+                              "weight_dtype '%s' is not supported: latentd keeps the file's "
+                              "dtype (use 'default')",
+                              wd);
+    struct buf path;
+    buf_init(&path);
+    int found = -1;
+    for (size_t i = 0; found < 0 && i < sizeof unet_folders / sizeof unet_folders[0]; i++) {
+        buf_reset(&path);
+        found = node_files_find_model(c->env, unet_folders[i], name, &path);
+    }
+    if (found < 0) {
+        buf_release(&path);
+        return node_fail_code(c, ERR_NOT_FOUND, "FileNotFoundError",
+                              "Model in folder 'diffusion_models' with filename '%s' not found.",
+                              name);
+    }
+    /* f32 compute, as CheckpointLoaderSimple. */
+    static const enum tensor_dtype dt[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
+    struct model_ckpt ck;
+    struct err e = {0};
+    int rc = model_ckpt_load(path.ptr, MODEL_LOAD_UNET, dt, &ck, &e);
+    buf_release(&path);
+    if (rc < 0)
+        return node_fail_code(c, rc, "RuntimeError",
+                              "ERROR: could not load '%s' as a diffusion model: %s (latentd reads "
+                              "the UNet of a full checkpoint; standalone UNet files are not "
+                              "supported yet)",
+                              name, e.msg);
+    patcher_model_set_precision(ck.model[MODEL_UNET], mm_precision(c->env->mm, PATCHER_ROLE_UNET));
+    struct patcher *unet = patcher_new(ck.model[MODEL_UNET]);
+    struct model_config cfg = ck.cfg;
+    model_ckpt_release(&ck); /* the patcher holds the model now */
+    node_set_output(c, 0, sd_model_value(sd_unet_model_new(unet, &cfg)));
+    return 0;
+}
+
+const struct node_class sd_unet_loader = {
+    .name = "UNETLoader",
+    .display_name = "Load Diffusion Model",
+    .category = "advanced/loaders",
+    .inputs = unet_inputs,
+    .n_inputs = UNET_N,
+    .outputs = unet_outputs,
+    .run = unet_run,
+};
+
+/* nodes.py's NODE_CLASS_MAPPINGS order. */
+static const struct node_class *const loader_classes[] = {&sd_checkpoint_loader_config,
+                                                          &sd_unet_loader};
 
 void nodes_sd_loaders_register(struct node_registry *r)
 {

@@ -1,7 +1,11 @@
-// e2e: CheckpointLoader ("Load Checkpoint With Config (DEPRECATED)", nodes/model/sd_loader_nodes.c)
-// through the real server with a tiny random-weight checkpoint from gen_ckpt:
+// e2e: CheckpointLoader ("Load Checkpoint With Config (DEPRECATED)") and UNETLoader ("Load
+// Diffusion Model"), nodes/model/sd_loader_nodes.c, through the real server with a tiny
+// random-weight checkpoint from gen_ckpt:
 //   - /object_info equals nodes_loaders_core.json (tools/comfy_object_info.py on nodes.py),
-//     with models/configs' .yaml files and the checkpoints listed;
+//     with models/configs' .yaml files, the checkpoints and models/unet + diffusion_models listed;
+//   - UNETLoader on a full checkpoint in models/unet gives the KSampler the same MODEL as
+//     CheckpointLoaderSimple (same pixels); an fp8 weight_dtype and a file that is no
+//     checkpoint are execution_errors saying so;
 //   - the default workflow (64x64, 2 steps) with CheckpointLoader + v1-inference.yaml gives the
 //     same pixels as with CheckpointLoaderSimple;
 //   - a config asking for what the loader does not apply (a CLIP layer_idx) is an
@@ -61,6 +65,10 @@ describe("CheckpointLoader", { skip: !fs.existsSync(gen) && `gen_ckpt not built 
         fs.writeFileSync(path.join(dir, "models", "configs", "v1-inference.yaml"), V1);
         fs.writeFileSync(path.join(dir, "models", "configs", "v1-inference_clip_skip_2.yaml"), SKIP2);
         fs.writeFileSync(path.join(dir, "models", "configs", "notes.txt"), "not a config");
+        fs.mkdirSync(path.join(dir, "models", "unet"));
+        fs.mkdirSync(path.join(dir, "models", "diffusion_models"));
+        fs.copyFileSync(path.join(dir, "models", "checkpoints", "tiny.safetensors"), path.join(dir, "models", "unet", "tiny_unet.safetensors"));
+        fs.writeFileSync(path.join(dir, "models", "diffusion_models", "broken.safetensors"), "not a safetensors file");
       },
     });
   });
@@ -72,12 +80,33 @@ describe("CheckpointLoader", { skip: !fs.existsSync(gen) && `gen_ckpt not built 
     assert.deepEqual(r, { code: 0, signal: null }, log.slice(-3000));
   });
 
-  it("/object_info equals ComfyUI's entry", async () => {
-    const info = (await L.request(S, "GET", "/object_info/CheckpointLoader")).json();
+  it("/object_info equals ComfyUI's entries", async () => {
     const want = JSON.parse(fs.readFileSync(FIX, "utf8"));
     want.CheckpointLoader.input.required.config_name[0] = ["v1-inference.yaml", "v1-inference_clip_skip_2.yaml"];
     want.CheckpointLoader.input.required.ckpt_name[0] = ["tiny.safetensors"];
-    assert.deepEqual(info, want);
+    want.UNETLoader.input.required.unet_name[0] = ["broken.safetensors", "tiny_unet.safetensors"];
+    for (const c of ["CheckpointLoader", "UNETLoader"])
+      assert.deepEqual((await L.request(S, "GET", `/object_info/${c}`)).json(), { [c]: want[c] }, c);
+  });
+
+  it("UNETLoader reads a full checkpoint's UNet: the same pixels as CheckpointLoaderSimple's MODEL", async () => {
+    const w = workflow({ class_type: "CheckpointLoaderSimple", inputs: { ckpt_name: "tiny.safetensors" } }, "unet");
+    w["10"] = { class_type: "UNETLoader", inputs: { unet_name: "tiny_unet.safetensors", weight_dtype: "default" } };
+    w["3"].inputs.model = ["10", 0];
+    const a = await run(workflow({ class_type: "CheckpointLoaderSimple", inputs: { ckpt_name: "tiny.safetensors" } }, "simple2"), "simple2");
+    const b = await run(w, "unet");
+    for (const r of [a, b]) assert.ok(r.messages.some((m) => m.type === "execution_success"), JSON.stringify(r.messages.filter((m) => m.type === "execution_error")));
+    assert.ok((await pixels("simple2")).equals(await pixels("unet")), "same pixels");
+    for (const [inputs, re, id] of [[{ unet_name: "tiny_unet.safetensors", weight_dtype: "fp8_e4m3fn" }, /weight_dtype 'fp8_e4m3fn' is not supported/, "fp8"],
+      [{ unet_name: "broken.safetensors", weight_dtype: "default" }, /could not load 'broken.safetensors' as a diffusion model/, "broken"]]) {
+      const wb = workflow({ class_type: "CheckpointLoaderSimple", inputs: { ckpt_name: "tiny.safetensors" } }, id);
+      wb["10"] = { class_type: "UNETLoader", inputs };
+      wb["3"].inputs.model = ["10", 0];
+      const r = await run(wb, id);
+      const err = r.messages.find((m) => m.type === "execution_error");
+      assert.ok(err && err.data.node_type === "UNETLoader", id);
+      assert.match(err.data.exception_message, re);
+    }
   });
 
   it("with v1-inference.yaml it loads what CheckpointLoaderSimple loads", async () => {
