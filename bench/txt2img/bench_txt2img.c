@@ -286,9 +286,10 @@ static int cold_child(const char *models_dir, int px, int bf16, int threads, con
     return 0;
 }
 
-/* One cold child: wall seconds (fork to exit) and its peak RSS (MiB). */
+/* One cold child: wall seconds (fork to exit), its CPU seconds (user + system: on a
+ * loaded machine the wall is mostly waiting for a core) and its peak RSS (MiB). */
 static void cold_run(const char *self, const char *models_dir, int px, int bf16, int threads,
-                     double *wall, double *rss)
+                     double *wall, double *cpu, double *rss)
 {
     char spx[16], sth[16], png[512];
     snprintf(spx, sizeof spx, "%d", px);
@@ -310,6 +311,8 @@ static void cold_run(const char *self, const char *models_dir, int px, int bf16,
         PANIC("cold child %d %s failed (status %d)", px, bf16 ? "bf16" : "fp32", status);
     *wall = now_s() - t0;
     *rss = (double)ru.ru_maxrss / 1024.0;
+    *cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
     struct stat st;
     if (stat(png, &st) != 0 || st.st_size == 0)
         PANIC("cold child wrote no PNG '%s'", png);
@@ -333,22 +336,23 @@ static void cold_table(const char *models_dir, int threads, int quick, int only)
     printf("# cold runs: exec -> PNG in a fresh process, %d threads, bf16 = --bf16-unet "
            "--bf16-vae (%s); load average %.2f %.2f %.2f\n",
            threads, tensor_bf16_path(), la[0], la[1], la[2]);
-    printf("%-5s %9s %9s %9s %9s %8s %8s\n", "size", "fp32_s", "bf16_s", "fp32_mib", "bf16_mib",
-           "wall_r", "rss_r");
+    printf("%-5s %9s %9s %9s %9s %9s %9s %8s %8s %8s\n", "size", "fp32_s", "bf16_s", "fp32_cpu",
+           "bf16_cpu", "fp32_mib", "bf16_mib", "wall_r", "cpu_r", "rss_r");
     static const int sizes[2] = {256, 512};
     for (int si = 0; si < (quick ? 1 : 2); si++) {
         int px = sizes[si];
         if (only && px != only)
             continue;
-        double w32, r32, w16, r16;
-        cold_run(self, models_dir, px, 0, threads, &w32, &r32);
-        cold_run(self, models_dir, px, 1, threads, &w16, &r16);
-        printf("%-5d %9.2f %9.2f %9.0f %9.0f %8.2f %8.2f\n", px, w32, w16, r32, r16, w16 / w32,
-               r16 / r32);
+        double w32, c32, r32, w16, c16, r16;
+        cold_run(self, models_dir, px, 0, threads, &w32, &c32, &r32);
+        cold_run(self, models_dir, px, 1, threads, &w16, &c16, &r16);
+        printf("%-5d %9.2f %9.2f %9.2f %9.2f %9.0f %9.0f %8.2f %8.2f %8.2f\n", px, w32, w16, c32,
+               c16, r32, r16, w16 / w32, c16 / c32, r16 / r32);
         fflush(stdout);
     }
-    printf("# wall_r, rss_r: bf16 / fp32 (cold wall, peak RSS); the bf16 weight cache counts in\n"
-           "# its RSS (bounded by LATENTD_BF16_CACHE_MB, default 2048)\n");
+    printf("# wall_r, cpu_r, rss_r: bf16 / fp32 (cold wall, CPU seconds, peak RSS); cpu_r is the\n"
+           "# figure to trust on a loaded machine; the bf16 weight cache counts in its RSS\n"
+           "# (bounded by LATENTD_BF16_CACHE_MB, default 2048)\n");
 }
 
 int main(int argc, char **argv)

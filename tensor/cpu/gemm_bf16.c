@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -251,11 +252,19 @@ static const struct prim *prim_get(const struct prim_key *k, struct prim *tmp)
             return &prims[i]; /* entries never move nor die before exit */
         }
     struct prim *p = nprims < PRIM_MAX ? &prims[nprims] : tmp;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (prim_make(k, p, NULL) < 0)
         PANIC("bf16 matmul primitive failed for %lldx%lldx%lld", (long long)k->m,
               (long long)k->n, (long long)k->k);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (p != tmp)
         nprims++;
+    /* Each new shape is a JIT compile: on a cold run these add up (LATENTD's --verbose
+     * DEBUG shows them). */
+    log_debug("bf16 GEMM: primitive %d for %lldx%lldx%lld made in %.1f ms", nprims,
+              (long long)k->m, (long long)k->n, (long long)k->k,
+              (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
     pthread_mutex_unlock(&prim_mu);
     return p;
 }
