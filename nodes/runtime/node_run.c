@@ -34,9 +34,18 @@ void node_ctx_release(struct node_ctx *c)
         buf_release(&c->exc_message);
 }
 
+/* The class's input count: its stated n_inputs, which registration checked against the
+ * declaration, so a read does not walk the declaration (KSampler's last input: 40-70 ns
+ * a read walking it, 14-15 ns not, 150-300 ns by name; loaded 2-core machine); counted
+ * when not stated. */
+static int n_declared(const struct node_class *cls)
+{
+    return cls->n_inputs ? cls->n_inputs : node_class_n_inputs(cls);
+}
+
 struct value *node_in_at(const struct node_ctx *c, int index)
 {
-    if (index < 0 || index >= node_class_n_inputs(c->cls))
+    if (index < 0 || index >= n_declared(c->cls))
         return NULL;
     return c->inputs[index];
 }
@@ -79,7 +88,7 @@ static int as_bool(const struct node_input_def *d, const struct value *v)
 /* Asking for an undeclared input (index or name) is a bug in the node. */
 static int check_index(const struct node_ctx *c, int index)
 {
-    ASSERT(index >= 0 && index < node_class_n_inputs(c->cls));
+    ASSERT(index >= 0 && index < n_declared(c->cls));
     return index;
 }
 
