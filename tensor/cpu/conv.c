@@ -26,9 +26,18 @@
 #include "alloc.h"
 #include "../tensor_impl.h"
 
+/*
+ * The im2col chunk. 2 MiB since issue 15 (was 8): forced-im2col GFLOP per CPU-second
+ * at 1 / 2 / 4 / 8 MiB (2 threads, loaded machine, f16 weights): 2x4->320 64^2 41 / 56 /
+ * 55 / 36; stride-2 2x320 64^2 94 / 103 / 82 / 79; 2x640 32^2 s2 124 / 141 / 148 / 142;
+ * 2x1280 16^2 89 / 133 / 120 / 127; 1x64 256^2 and 1x128 128^2 equal within noise
+ * (145-164). A deep K made small chunks narrow: 2x2560->1280 16^2 (K = 23040) ran 92 /
+ * 95 / 142 / 155, one 16-column row per GEMM at 2 MiB; hence CONV_MIN_COLS below.
+ */
 #ifndef CONV_COLS_BYTES
-#define CONV_COLS_BYTES (8u << 20)
+#define CONV_COLS_BYTES (2u << 20)
 #endif
+#define CONV_MIN_COLS 256 /* output columns per chunk GEMM, at least (if the image has them) */
 
 size_t cpu_conv_cols_bytes = CONV_COLS_BYTES; /* tunable by the benchmark */
 /* With LATENTD_CONV=onednn (conv_dnnl.c: opt-in, not reliably faster here), images from
@@ -240,6 +249,10 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
         return;
     }
     int64_t rows = (int64_t)(cpu_conv_cols_bytes / sizeof(float)) / (k * wo);
+    /* but at least CONV_MIN_COLS output columns per GEMM: each chunk's GEMM re-packs
+     * all of W, which with a deep K costs more than the chunk's columns earn */
+    if (rows * wo < CONV_MIN_COLS)
+        rows = (CONV_MIN_COLS + wo - 1) / wo;
     if (rows < 1)
         rows = 1;
     if (rows > ho)
