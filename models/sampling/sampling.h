@@ -16,9 +16,10 @@
  *   sampling_mask_prepare(...)                                  (if the LATENT has noise_mask)
  *   sampling_sample_latent(&req, latent, out, n, e);
  * where req.denoise runs the UNet: t = sampling_discrete_timestep(&ms, sigma),
- * input = sampling_scale_input(x, sigma), eps = UNet(...) for cond (and uncond
- * unless sampling_cfg_is_one(cfg)), x0 = sampling_eps_to_x0(x, eps, sigma),
- * then sampling_cfg_combine(x0_cond, x0_uncond, cfg).
+ * input = sampling_model_input(&ms, x, sigma), out = UNet(...) for cond (and uncond
+ * unless sampling_cfg_is_one(cfg)), x0 = sampling_denoised() per element with the
+ * coefficients of sampling_denoiser_at(&ms, sigma) (the MODEL's sampling type: eps,
+ * v, x0, lcm, edm), then sampling_cfg_combine(x0_cond, x0_uncond, cfg).
  *
  * Thread safety: a run is confined to the calling thread (the executor);
  * callbacks are invoked synchronously on it. Functions are reentrant.
