@@ -11,6 +11,13 @@
  * budget in turn, so noise hits all alike; the ratio is the median over rounds of
  * t(budget) / t(100 %) of the same round. A budget the planner refuses is raised
  * in 1 % steps to the smallest that loads, and the table says so.
+ *
+ * Measured 2026-12-01 (issue 13), full-size random SD1.5 f16, --size 256 --steps 2, 1
+ * compute thread + the copy thread, on the shared 2-core machine at load average 11-18
+ * (a resident eval took 17.7 s, ~10x its quiet time): ratios 1.66 at 50 % (ring 3x2),
+ * 2.17 at 25 % (3x2), 1.35 at 6 % (1 slot, synchronous): the synchronous budget beating
+ * the prefetching ones says the load, not the pipeline, set these figures. Outputs
+ * bit-identical at every budget. Rerun on a quiet machine for the ratio itself.
  */
 #include "bench_streaming_sd15.h"
 #include "bench_stats.h"
