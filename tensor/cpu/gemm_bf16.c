@@ -25,6 +25,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <immintrin.h>
 
 #include "alloc.h"
 #include "log.h"
@@ -47,14 +48,48 @@ static inline uint16_t round1(uint32_t u)
     return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40) : r;
 }
 
-void cpu_bf16_round(uint16_t *dst, const float *src, int64_t n)
+static void round_scalar(uint16_t *dst, const float *src, int64_t n)
 {
-    /* Branch-free so that -O3 vectorises it: this runs on every activation operand. */
     for (int64_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &src[i], 4);
         dst[i] = round1(u);
     }
+}
+
+/*
+ * vcvtneps2bf16: 16 floats per instruction, round to nearest even, NaN kept quiet, as
+ * round1. It differs only on f32 subnormals (|x| < 2^-126), which it flushes to zero
+ * where round1 keeps a bf16 subnormal: far below anything a GEMM input resolves. This
+ * runs on every activation operand of a bf16 GEMM (a profile of the portable loop
+ * showed rounding at 22 % of a bf16 txt2img).
+ */
+__attribute__((target("avx512f,avx512bf16,avx512vl"))) static void round_avx512(uint16_t *dst,
+                                                                               const float *src,
+                                                                               int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+        _mm512_storeu_si512((void *)(dst + i), (__m512i)r);
+    }
+    for (; i + 16 <= n; i += 16) {
+        __m256bh r = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
+        _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)r);
+    }
+    round_scalar(dst + i, src + i, n - i);
+}
+
+static int have_avx512bf16 = -1;
+
+void cpu_bf16_round(uint16_t *dst, const float *src, int64_t n)
+{
+    if (have_avx512bf16 < 0)
+        have_avx512bf16 = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+    if (have_avx512bf16)
+        round_avx512(dst, src, n);
+    else
+        round_scalar(dst, src, n);
 }
 
 void cpu_bf16_pack(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
