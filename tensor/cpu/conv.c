@@ -50,7 +50,7 @@ int cpu_conv_winograd = 1; /* 0 never (the reference path), 1 where it pays, 2 a
  * (2 threads, loaded machine, f16 weights, GFLOP per CPU-second of the direct form,
  * im2col -> Winograd): 2x320x64^2 97 -> 278 (2.9x), 1x512x128^2 163 -> 281 (1.7x),
  * 1x256x128^2 178 -> 303 (1.7x), 1x128x256^2 141 -> 208 (1.5x), 2x320x32^2 158 -> 231
- * (1.5x), 2x640x32^2 176 -> 179..196 (1.0-1.2x), 2x64x64^2 1.15x, 2x128x32^2 1.0x; but
+ * (1.5x), 2x640x32^2 162 -> 229 (1.4x; 1x: 1.05x), 2x64x64^2 1.15x, 2x128x32^2 1.0x; but
  * 2x640x16^2 0.5-0.8x and 2x1280x16^2 0.14x: with few tiles per task every task re-reads
  * all of U (16/9 of the weight) and the GEMM re-packs it; and 4 input channels (conv_in)
  * 0.1-0.4x, 3-4 output channels ~0.95x (the transforms dominate).

@@ -35,7 +35,8 @@
 #include "alloc.h"
 #include "../tensor_impl.h"
 
-#define WG_XI 16 /* transformed tile elements (4 x 4) */
+#define WG_XI 16        /* transformed tile elements (4 x 4) */
+#define WG_MIN_TILES 64 /* tiles per task, at least (when the image has them) */
 
 /* V + M per task. 2 MiB measured best at 2x320x64^2 (2.6-2.9x im2col per CPU-second,
  * against 2.1x at 4 MiB and 1.5-1.7x at 8 MiB: the block must stay in L2 + L3 share). */
@@ -197,6 +198,10 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
     /* tile rows per task: V + M near the chunk size, at least two tasks per thread */
     int64_t per_row = WG_XI * (ci + co) * j.tw * (int64_t)sizeof(float);
     int64_t rows = (int64_t)cpu_wino_chunk_bytes / per_row;
+    /* but at least WG_MIN_TILES tiles per task: every task's GEMMs read (and re-pack) all
+     * of U, 16 tiles at 640 channels (one tile row at 32^2) ran at 0.65x im2col */
+    if (rows * j.tw < WG_MIN_TILES)
+        rows = (WG_MIN_TILES + j.tw - 1) / j.tw;
     rows = rows < 1 ? 1 : rows > j.th ? j.th : rows;
     int64_t want = (2 * nt + n - 1) / n; /* tasks per image */
     if ((j.th + rows - 1) / rows < want)
