@@ -22,6 +22,7 @@
  * reference-counted so that an invalidation from another thread frees it only after.
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -236,11 +237,14 @@ const uint16_t *cpu_bf16_shadow_of(const float *p)
 
 void tensor_bf16_cache_invalidate(const void *p, size_t bytes)
 {
-    const char *lo = p, *hi = lo + bytes;
+    /* as integers: (NULL, SIZE_MAX) means every range, and pointer arithmetic on
+     * NULL or past the address space is undefined (UBSan stops the test on it) */
+    uintptr_t lo = (uintptr_t)p, hi = bytes > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + bytes;
     pthread_mutex_lock(&mu);
     for (struct entry **l = &head; *l;) {
         struct entry *e = *l;
-        if (e->src < hi && lo < e->src + e->src_bytes)
+        uintptr_t s = (uintptr_t)e->src;
+        if (s < hi && lo < s + e->src_bytes)
             entry_drop(l);
         else
             l = &e->next;
