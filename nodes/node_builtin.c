@@ -1,3 +1,4 @@
+#include "err.h"
 #include "node_builtin.h"
 
 void node_registry_add_builtins(struct node_registry *r)
@@ -16,4 +17,13 @@ void node_registry_add_builtins(struct node_registry *r)
     nodes_upscale_model_register(r);
     /* custom_nodes load after comfy_extras. */
     nodes_websocket_register(r);
+    /* Every built-in class reads its inputs by index (issue 12), so each states its
+     * enum's count; node_registry_add checked the counts that are stated, this makes
+     * stating one mandatory here (test classes elsewhere may still leave it 0). */
+    for (size_t i = 0; i < node_registry_count(r); i++) {
+        const struct node_class *cls = node_registry_at(r, i);
+        if (cls->n_inputs == 0 && node_class_n_inputs(cls) > 0)
+            PANIC("node class '%s' declares inputs but no input index count (.n_inputs)",
+                  cls->name);
+    }
 }

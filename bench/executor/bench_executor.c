@@ -21,8 +21,8 @@
 
 static int add_run(struct node_ctx *c)
 {
-    const struct value *a = node_in(c, "a"), *b = node_in(c, "b");
-    int64_t v = node_in_int(c, "x") + (a ? value_i64(a) : 0) + (b ? value_i64(b) : 0);
+    const struct value *a = node_in_at(c, 1), *b = node_in_at(c, 2);
+    int64_t v = node_in_int_at(c, 0) + (a ? value_i64(a) : 0) + (b ? value_i64(b) : 0);
     node_set_output(c, 0, value_new_int(v));
     return 0;
 }

@@ -63,9 +63,10 @@ static int shuffle_name(const char *path)
     return 0;
 }
 
-static int load_common(struct node_ctx *c, struct patcher *diff_base)
+/* `name_at`: the control_net_name input's index in the class's declaration. */
+static int load_common(struct node_ctx *c, int name_at, struct patcher *diff_base)
 {
-    const char *name = node_in_str(c, "control_net_name");
+    const char *name = node_in_str_at(c, name_at);
     struct buf path;
     buf_init(&path);
     if (node_files_find_model(c->env, "controlnet", name, &path) < 0) {
@@ -88,11 +89,7 @@ static int load_common(struct node_ctx *c, struct patcher *diff_base)
     return 0;
 }
 
-static int loader_is_changed(struct node_ctx *c, struct buf *out)
-{
-    return sd__model_file_is_changed(c, "controlnet", "control_net_name", out);
-}
-
+enum { LOADER_CONTROL_NET_NAME, LOADER_N };
 static const struct node_input_def loader_inputs[] = {
     {.name = "control_net_name", .type = NODE_COMBO, .options_folder = "controlnet"},
     NODE_INPUTS_END};
@@ -100,7 +97,12 @@ static const struct node_output_def cn_outputs[] = {{.type = "CONTROL_NET"}, NOD
 
 static int loader_run(struct node_ctx *c)
 {
-    return load_common(c, NULL);
+    return load_common(c, LOADER_CONTROL_NET_NAME, NULL);
+}
+
+static int loader_is_changed(struct node_ctx *c, struct buf *out)
+{
+    return sd__model_file_is_changed_at(c, "controlnet", LOADER_CONTROL_NET_NAME, out);
 }
 
 const struct node_class sd_controlnet_loader = {
@@ -108,11 +110,13 @@ const struct node_class sd_controlnet_loader = {
     .display_name = "Load ControlNet Model",
     .category = "loaders",
     .inputs = loader_inputs,
+    .n_inputs = LOADER_N,
     .outputs = cn_outputs,
     .run = loader_run,
     .is_changed = loader_is_changed,
 };
 
+enum { DIFF_MODEL, DIFF_CONTROL_NET_NAME, DIFF_N };
 static const struct node_input_def diff_loader_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "control_net_name", .type = NODE_COMBO, .options_folder = "controlnet"},
@@ -120,13 +124,18 @@ static const struct node_input_def diff_loader_inputs[] = {
 
 static int diff_loader_run(struct node_ctx *c)
 {
-    const struct sd_model *model = sd_model_of(node_in(c, "model"));
+    const struct sd_model *model = sd_model_of(node_in_at(c, DIFF_MODEL));
     if (!model)
         return node_fail(c, "RuntimeError", "input 'model' is not a MODEL");
     struct patcher *unet = sd_model_unet_patcher(model, NULL);
     if (!unet)
         return node_fail(c, "RuntimeError", "this MODEL has no UNet weights to add to");
-    return load_common(c, unet);
+    return load_common(c, DIFF_CONTROL_NET_NAME, unet);
+}
+
+static int diff_loader_is_changed(struct node_ctx *c, struct buf *out)
+{
+    return sd__model_file_is_changed_at(c, "controlnet", DIFF_CONTROL_NET_NAME, out);
 }
 
 const struct node_class sd_diff_controlnet_loader = {
@@ -134,9 +143,10 @@ const struct node_class sd_diff_controlnet_loader = {
     .display_name = "Load ControlNet Model (diff)",
     .category = "loaders",
     .inputs = diff_loader_inputs,
+    .n_inputs = DIFF_N,
     .outputs = cn_outputs,
     .run = diff_loader_run,
-    .is_changed = loader_is_changed,
+    .is_changed = diff_loader_is_changed,
 };
 
 /* ---- applying ---- */
@@ -199,21 +209,28 @@ static int apply_to(const struct apply_args *a, const struct sd_cond *in, struct
     return 0;
 }
 
-/* Apply to the conditionings named in `names` (outputs in that order). */
-static int apply_common(struct node_ctx *c, const char *const *names, int n, double start,
+/* Where an apply class declares its inputs: its n conditionings come first (outputs in
+ * that order), then the control net, the image and the strength. */
+struct apply_slots {
+    int n, net, image, strength;
+};
+
+static int apply_common(struct node_ctx *c, const struct apply_slots *at, double start,
                         double end, int to_uncond)
 {
-    const struct sd_cnet *net = sd_cnet_of(node_in(c, "control_net"));
-    const struct value *image = node_in(c, "image");
-    double strength = node_in_float(c, "strength");
+    const struct sd_cnet *net = sd_cnet_of(node_in_at(c, at->net));
+    const struct value *image = node_in_at(c, at->image);
+    double strength = node_in_float_at(c, at->strength);
+    int n = at->n;
     if (!net)
         return node_fail(c, "RuntimeError", "input 'control_net' is not a CONTROL_NET");
     for (int i = 0; i < n; i++)
-        if (!sd_cond_of(node_in(c, names[i])))
-            return node_fail(c, "RuntimeError", "input '%s' is not a CONDITIONING", names[i]);
+        if (!sd_cond_of(node_in_at(c, i)))
+            return node_fail(c, "RuntimeError", "input '%s' is not a CONDITIONING",
+                             node_in_name(c, i));
     if (strength == 0.0) { /* ComfyUI returns its inputs as they are */
         for (int i = 0; i < n; i++)
-            node_set_output(c, i, value_ref(node_in(c, names[i])));
+            node_set_output(c, i, value_ref(node_in_at(c, i)));
         return 0;
     }
     if (!(start >= 0.0 && start <= 1.0 && end >= 0.0 && end <= 1.0))
@@ -225,7 +242,7 @@ static int apply_common(struct node_ctx *c, const char *const *names, int n, dou
     struct err e = {0};
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
-        rc = apply_to(&a, sd_cond_of(node_in(c, names[i])), &m, &outs[i], &e);
+        rc = apply_to(&a, sd_cond_of(node_in_at(c, i)), &m, &outs[i], &e);
     control_map_release(&m);
     if (rc < 0) {
         sd_cond_free(outs[0]);
@@ -237,6 +254,7 @@ static int apply_common(struct node_ctx *c, const char *const *names, int n, dou
     return 0;
 }
 
+enum { APPLY_CONDITIONING, APPLY_CONTROL_NET, APPLY_IMAGE, APPLY_STRENGTH, APPLY_N };
 static const struct node_input_def apply_inputs[] = {
     {.name = "conditioning", .type = "CONDITIONING"},
     {.name = "control_net", .type = "CONTROL_NET"},
@@ -249,8 +267,9 @@ static const struct node_output_def apply_outputs[] = {{.type = "CONDITIONING"},
 
 static int apply_run(struct node_ctx *c)
 {
-    static const char *const names[] = {"conditioning"};
-    return apply_common(c, names, 1, 0.0, 1.0, 1);
+    static const struct apply_slots at = {
+        .n = 1, .net = APPLY_CONTROL_NET, .image = APPLY_IMAGE, .strength = APPLY_STRENGTH};
+    return apply_common(c, &at, 0.0, 1.0, 1);
 }
 
 const struct node_class sd_controlnet_apply = {
@@ -259,10 +278,15 @@ const struct node_class sd_controlnet_apply = {
     .category = "conditioning/controlnet",
     .flags = NODE_CLASS_DEPRECATED,
     .inputs = apply_inputs,
+    .n_inputs = APPLY_N,
     .outputs = apply_outputs,
     .run = apply_run,
 };
 
+enum {
+    ADV_POSITIVE, ADV_NEGATIVE, ADV_CONTROL_NET, ADV_IMAGE, ADV_STRENGTH, ADV_START_PERCENT,
+    ADV_END_PERCENT, ADV_VAE, ADV_N
+};
 static const struct node_input_def advanced_inputs[] = {
     {.name = "positive", .type = "CONDITIONING"},
     {.name = "negative", .type = "CONDITIONING"},
@@ -285,9 +309,10 @@ static const struct node_output_def advanced_outputs[] = {
 
 static int advanced_run(struct node_ctx *c)
 {
-    static const char *const names[] = {"positive", "negative"};
-    return apply_common(c, names, 2, node_in_float(c, "start_percent"),
-                        node_in_float(c, "end_percent"), 0);
+    static const struct apply_slots at = {
+        .n = 2, .net = ADV_CONTROL_NET, .image = ADV_IMAGE, .strength = ADV_STRENGTH};
+    return apply_common(c, &at, node_in_float_at(c, ADV_START_PERCENT),
+                        node_in_float_at(c, ADV_END_PERCENT), 0);
 }
 
 const struct node_class sd_controlnet_apply_advanced = {
@@ -295,16 +320,19 @@ const struct node_class sd_controlnet_apply_advanced = {
     .display_name = "Apply ControlNet",
     .category = "conditioning/controlnet",
     .inputs = advanced_inputs,
+    .n_inputs = ADV_N,
     .outputs = advanced_outputs,
     .run = advanced_run,
 };
 
 /* ---- SetUnionControlNetType ---- */
 
+enum { UNION_CONTROL_NET, UNION_TYPE, UNION_N };
+
 static int union_type_run(struct node_ctx *c)
 {
-    const struct sd_cnet *net = sd_cnet_of(node_in(c, "control_net"));
-    const char *type = node_in_str(c, "type");
+    const struct sd_cnet *net = sd_cnet_of(node_in_at(c, UNION_CONTROL_NET));
+    const char *type = node_in_str_at(c, UNION_TYPE);
     if (!net)
         return node_fail(c, "RuntimeError", "input 'control_net' is not a CONTROL_NET");
     int n = -1; /* UNION_CONTROLNET_TYPES.get(type, -1): "auto" and anything else: none */
@@ -329,6 +357,7 @@ const struct node_class sd_set_union_controlnet_type = {
     .category = "conditioning/controlnet",
     .python_module = "comfy_extras.nodes_controlnet",
     .inputs = union_type_inputs,
+    .n_inputs = UNION_N,
     .outputs = cn_outputs,
     .run = union_type_run,
 };

@@ -50,14 +50,6 @@ int sd__model_file_is_changed_at(struct node_ctx *c, const char *folder, int ind
     return 0;
 }
 
-int sd__model_file_is_changed(struct node_ctx *c, const char *folder, const char *input,
-                              struct buf *out)
-{
-    int index = node_class_input_index(c->cls, input);
-    ASSERT(index >= 0);
-    return sd__model_file_is_changed_at(c, folder, index, out);
-}
-
 /* The CLIP at input `index`, or NULL after node_fail. */
 static const struct sd_clip *clip_in(struct node_ctx *c, int index)
 {

@@ -18,10 +18,13 @@
 
 static const struct node_output_def model_output[] = {{.type = "MODEL"}, NODE_OUTPUTS_END};
 
+/* Every class here takes its MODEL first. */
+enum { PATCH_MODEL = 0 };
+
 /* The input MODEL's clone, or NULL after node_fail. */
 static struct sd_model *clone_input(struct node_ctx *c)
 {
-    const struct sd_model *m = sd_model_of(node_in(c, "model"));
+    const struct sd_model *m = sd_model_of(node_in_at(c, PATCH_MODEL));
     if (!m)
         return node_fail(c, "RuntimeError", "input 'model' is not a MODEL"), NULL;
     struct sd_model *m2 = sd_model_clone(m);
@@ -32,6 +35,7 @@ static struct sd_model *clone_input(struct node_ctx *c)
 
 /* ---- RescaleCFG ---- */
 
+enum { RESCALE_MODEL, RESCALE_MULTIPLIER, RESCALE_N };
 static const struct node_input_def rescale_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "multiplier", .type = "FLOAT", .def = NODE_F(0.7), .min = NODE_F(0.0),
@@ -45,7 +49,7 @@ static int rescale_run(struct node_ctx *c)
         return ERR_INVALID;
     /* set_model_sampler_cfg_function replaces any earlier cfg function */
     m->cfg_fn.rescale = 1;
-    m->cfg_fn.multiplier = node_in_float(c, "multiplier");
+    m->cfg_fn.multiplier = node_in_float_at(c, RESCALE_MULTIPLIER);
     node_set_output(c, 0, sd_model_value(m));
     return 0;
 }
@@ -53,13 +57,14 @@ static int rescale_run(struct node_ctx *c)
 const struct node_class sd_rescale_cfg = {
     .name = "RescaleCFG", .category = "advanced/model",
     .python_module = "comfy_extras.nodes_model_advanced", .inputs = rescale_inputs,
-    .outputs = model_output, .run = rescale_run};
+    .n_inputs = RESCALE_N, .outputs = model_output, .run = rescale_run};
 
 /* ---- ModelSamplingDiscrete ---- */
 
 static const char *const sampling_types[] = {"eps", "v_prediction", "lcm", "x0", "img_to_img",
                                              NULL};
 
+enum { MSD_MODEL, MSD_SAMPLING, MSD_ZSNR, MSD_N };
 static const struct node_input_def msd_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "sampling", .type = NODE_COMBO, .options = sampling_types},
@@ -74,7 +79,7 @@ static const struct node_input_def msd_inputs[] = {
  */
 static int msd_run(struct node_ctx *c)
 {
-    const char *name = node_in_str(c, "sampling");
+    const char *name = node_in_str_at(c, MSD_SAMPLING);
     enum sampling_prediction pred;
     if (sampling_prediction_from_name(name, &pred) < 0)
         return node_fail(c, "RuntimeError",
@@ -84,7 +89,7 @@ static int msd_run(struct node_ctx *c)
         return ERR_INVALID;
     const struct family_sampling *fs = &m->family->sampling;
     sampling_discrete_init_zsnr(&m->ms, fs->linear_start, fs->linear_end,
-                                node_in_bool(c, "zsnr"));
+                                node_in_bool_at(c, MSD_ZSNR));
     if (pred == SAMPLING_PREDICTION_LCM)
         sampling_discrete_distill(&m->ms);
     m->ms.prediction = pred;
@@ -95,7 +100,7 @@ static int msd_run(struct node_ctx *c)
 const struct node_class sd_model_sampling_discrete = {
     .name = "ModelSamplingDiscrete", .category = "advanced/model",
     .python_module = "comfy_extras.nodes_model_advanced", .inputs = msd_inputs,
-    .outputs = model_output, .run = msd_run};
+    .n_inputs = MSD_N, .outputs = model_output, .run = msd_run};
 
 /* ---- ModelSamplingContinuousEDM, ModelSamplingContinuousV ---- */
 
@@ -107,6 +112,8 @@ static const char *const edm_types[] = {"v_prediction", "edm", "edm_playground_v
                                         "cosmos_rflow", NULL};
 static const char *const cv_types[] = {"v_prediction", NULL};
 
+/* EDM and V declare the same inputs in the same order. */
+enum { CONT_MODEL, CONT_SAMPLING, CONT_SIGMA_MAX, CONT_SIGMA_MIN, CONT_N };
 static const struct node_input_def edm_inputs[] = {
     {.name = "model", .type = "MODEL"},
     {.name = "sampling", .type = NODE_COMBO, .options = edm_types},
@@ -128,8 +135,8 @@ static const struct node_input_def cv_inputs[] = {
  */
 static int continuous_patch(struct node_ctx *c, enum sampling_time kind)
 {
-    const char *name = node_in_str(c, "sampling");
-    double smax = node_in_float(c, "sigma_max"), smin = node_in_float(c, "sigma_min");
+    const char *name = node_in_str_at(c, CONT_SAMPLING);
+    double smax = node_in_float_at(c, CONT_SIGMA_MAX), smin = node_in_float_at(c, CONT_SIGMA_MIN);
     enum sampling_prediction pred;
     if (strcmp(name, "edm_playground_v2.5") == 0 || strcmp(name, "cosmos_rflow") == 0 ||
         sampling_prediction_from_name(name, &pred) < 0)
@@ -162,14 +169,15 @@ static int cv_run(struct node_ctx *c)
 const struct node_class sd_model_sampling_continuous_edm = {
     .name = "ModelSamplingContinuousEDM", .category = "advanced/model",
     .python_module = "comfy_extras.nodes_model_advanced", .inputs = edm_inputs,
-    .outputs = model_output, .run = edm_run};
+    .n_inputs = CONT_N, .outputs = model_output, .run = edm_run};
 const struct node_class sd_model_sampling_continuous_v = {
     .name = "ModelSamplingContinuousV", .category = "advanced/model",
     .python_module = "comfy_extras.nodes_model_advanced", .inputs = cv_inputs,
-    .outputs = model_output, .run = cv_run};
+    .n_inputs = CONT_N, .outputs = model_output, .run = cv_run};
 
 /* ---- FreeU, FreeU_V2 ---- */
 
+enum { FREEU_MODEL, FREEU_B1, FREEU_B2, FREEU_S1, FREEU_S2, FREEU_N };
 #define FREEU_INPUTS(b1, b2)                                                                  \
     {                                                                                         \
         {.name = "model", .type = "MODEL"},                                                   \
@@ -195,8 +203,10 @@ static int freeu_patch(struct node_ctx *c, int v2)
     struct model_config cfg;
     sd_model_unet_patcher(m, &cfg);
     struct unet_freeu f = {.v2 = v2, .model_ch = cfg.unet.model_ch,
-                           .b1 = node_in_float(c, "b1"), .b2 = node_in_float(c, "b2"),
-                           .s1 = node_in_float(c, "s1"), .s2 = node_in_float(c, "s2")};
+                           .b1 = node_in_float_at(c, FREEU_B1),
+                           .b2 = node_in_float_at(c, FREEU_B2),
+                           .s1 = node_in_float_at(c, FREEU_S1),
+                           .s2 = node_in_float_at(c, FREEU_S2)};
     if (sd_model_set_freeu(m, &f) < 0) {
         sd_model_free(m);
         return node_fail(c, "RuntimeError", "too many FreeU patches on one MODEL (at most %d)",
@@ -219,8 +229,8 @@ static int freeu_v2_run(struct node_ctx *c)
 const struct node_class sd_freeu = {
     .name = "FreeU", .category = "model_patches/unet",
     .python_module = "comfy_extras.nodes_freelunch", .inputs = freeu_inputs,
-    .outputs = model_output, .run = freeu_run};
+    .n_inputs = FREEU_N, .outputs = model_output, .run = freeu_run};
 const struct node_class sd_freeu_v2 = {
     .name = "FreeU_V2", .category = "model_patches/unet",
     .python_module = "comfy_extras.nodes_freelunch", .inputs = freeu_v2_inputs,
-    .outputs = model_output, .run = freeu_v2_run};
+    .n_inputs = FREEU_N, .outputs = model_output, .run = freeu_v2_run};

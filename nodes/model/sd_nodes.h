@@ -28,10 +28,6 @@ void nodes_sd_register(struct node_registry *r);
 struct buf;
 int sd__model_file_is_changed_at(struct node_ctx *c, const char *folder, int index,
                                  struct buf *out);
-/* The same by input name (a declaration lookup per call), for the loaders not yet
- * given index enums. */
-int sd__model_file_is_changed(struct node_ctx *c, const char *folder, const char *input,
-                              struct buf *out);
 
 /* The classes, for tests that run a node directly. */
 extern const struct node_class sd_empty_latent_image;

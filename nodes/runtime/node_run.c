@@ -85,18 +85,11 @@ static int as_bool(const struct node_input_def *d, const struct value *v)
     return v->i != 0;
 }
 
-/* Asking for an undeclared input (index or name) is a bug in the node. */
+/* Asking for an undeclared input is a bug in the node. */
 static int check_index(const struct node_ctx *c, int index)
 {
     ASSERT(index >= 0 && index < n_declared(c->cls));
     return index;
-}
-
-static int index_of(const struct node_ctx *c, const char *name)
-{
-    int idx = node_class_input_index(c->cls, name);
-    ASSERT(idx >= 0);
-    return idx;
 }
 
 #define READ(fn, c, i) fn(&(c)->cls->inputs[i], (c)->inputs[i])
@@ -126,33 +119,7 @@ const char *node_in_name(const struct node_ctx *c, int i)
     return c->cls->inputs[check_index(c, i)].name;
 }
 
-int64_t node_in_int(const struct node_ctx *c, const char *n)
-{
-    return READ(as_int, c, index_of(c, n));
-}
-
-double node_in_float(const struct node_ctx *c, const char *n)
-{
-    return READ(as_float, c, index_of(c, n));
-}
-
-const char *node_in_str(const struct node_ctx *c, const char *n)
-{
-    return READ(as_str, c, index_of(c, n));
-}
-
-int node_in_bool(const struct node_ctx *c, const char *n)
-{
-    return READ(as_bool, c, index_of(c, n));
-}
-
 #undef READ
-
-struct value *node_in(const struct node_ctx *c, const char *name)
-{
-    int idx = node_class_input_index(c->cls, name);
-    return idx < 0 ? NULL : c->inputs[idx];
-}
 
 void node_set_output(struct node_ctx *c, int index, struct value *v)
 {

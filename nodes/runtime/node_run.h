@@ -5,8 +5,8 @@
  * graph/ fills a struct node_ctx for each node it executes and calls the class's
  * run(c). Inputs are indexed like the class's declared inputs: a family names the
  * indices in an enum beside its declaration (ending in an _N member that the class
- * states as .n_inputs, checked at registration) and reads node_in_at / node_in_*_at
- * (node_in and friends look a name up on each call). A node:
+ * states as .n_inputs, checked at registration) and reads node_in_at / node_in_*_at;
+ * there are no by-name readers. A node:
  *   - reads inputs (borrowed; never writes into them: make a new value instead),
  *   - sets each output with node_set_output (transfers one reference),
  *   - output nodes add UI results (saved images) with node_ui_add_image,
@@ -113,15 +113,6 @@ int node_in_bool_at(const struct node_ctx *c, int index);
 /* The declared name of input `index`, for messages about it (static). An index
  * outside the declaration is a bug in the node (ASSERT). */
 const char *node_in_name(const struct node_ctx *c, int index);
-
-/* The same by input name: a linear search of the declaration on every call. Only the
- * files not yet given index enums use these (TODO(idx): sd_controlnet_nodes.c and
- * sd_model_patch_nodes.c, which were being edited when the rest moved; issue 12). */
-struct value *node_in(const struct node_ctx *c, const char *name);
-int64_t node_in_int(const struct node_ctx *c, const char *name);
-double node_in_float(const struct node_ctx *c, const char *name);
-const char *node_in_str(const struct node_ctx *c, const char *name);
-int node_in_bool(const struct node_ctx *c, const char *name);
 
 /*
  * Fail the node with the error a model or tensor call returned: rc ERR_DEVICE_OOM is

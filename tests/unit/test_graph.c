@@ -39,11 +39,12 @@ static void log_reset(void)
     run_count = 0;
 }
 
+/* The test classes read by index: x (or seed, steps) first, then a (or interrupt_at). */
 static int tcount_run(struct node_ctx *c)
 {
     log_run(c);
-    const struct value *a = node_in(c, "a");
-    node_set_output(c, 0, value_new_int(node_in_int(c, "x") + (a ? value_i64(a) : 0)));
+    const struct value *a = node_in_at(c, 1);
+    node_set_output(c, 0, value_new_int(node_in_int_at(c, 0) + (a ? value_i64(a) : 0)));
     return 0;
 }
 
@@ -51,7 +52,7 @@ static int tout_run(struct node_ctx *c)
 {
     log_run(c);
     char name[64];
-    snprintf(name, sizeof(name), "v=%lld", (long long)value_i64(node_in(c, "v")));
+    snprintf(name, sizeof(name), "v=%lld", (long long)value_i64(node_in_at(c, 0)));
     node_ui_add_image(c, name, "", "output");
     return 0;
 }
@@ -59,7 +60,7 @@ static int tout_run(struct node_ctx *c)
 static int tslow_run(struct node_ctx *c)
 {
     log_run(c);
-    int64_t steps = node_in_int(c, "steps"), at = node_in_int(c, "interrupt_at");
+    int64_t steps = node_in_int_at(c, 0), at = node_in_int_at(c, 1);
     uint8_t rgb[4 * 4 * 3] = {0};
     for (int64_t i = 0; i < steps; i++) {
         if (i + 1 == at)
@@ -77,14 +78,14 @@ static int tslow_run(struct node_ctx *c)
 static int tfail_run(struct node_ctx *c)
 {
     log_run(c);
-    return node_fail(c, "ValueError", "boom %lld", (long long)node_in_int(c, "x"));
+    return node_fail(c, "ValueError", "boom %lld", (long long)node_in_int_at(c, 0));
 }
 
 /* Progress as fast as it can, no preview. */
 static int tfast_run(struct node_ctx *c)
 {
     log_run(c);
-    int64_t steps = node_in_int(c, "x");
+    int64_t steps = node_in_int_at(c, 0);
     for (int64_t i = 0; i < steps; i++) {
         int rc = node_progress(c, (double)(i + 1), (double)steps, NULL, 0, 0);
         if (rc < 0)

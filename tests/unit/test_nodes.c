@@ -499,7 +499,7 @@ static int probe_run(struct node_ctx *c)
 {
     probe_runs++;
     value_unref(probe_last);
-    probe_last = value_ref(node_in(c, "x"));
+    probe_last = value_ref(node_in_at(c, 0));
     uint8_t rgb[2 * 2 * 3] = {0};
     node_progress(c, 1, 1, rgb, 2, 2);
     return 0;
