@@ -2,7 +2,8 @@
 // websockets_api_example.py and websockets_api_example_ws_images.py, run unchanged against
 // the real latentd. They are read from a ComfyUI source tree at test time (not copied into
 // this repository): LATENTD_COMFYUI_DIR (a checkout) or LATENTD_COMFYUI_GIT (a git dir,
-// read with `git show HEAD:...`; default: the mirror at /work/.mirror/Comfy-Org+ComfyUI/repo).
+// read with `git show HEAD:...`). There is no default location: without either variable the
+// test skips, saying so (CI has no ComfyUI tree; set one to run it).
 // The only substitution is the server address (127.0.0.1:8188 -> the test server's port);
 // the model name needs none, since the tiny random-weight checkpoint from gen_ckpt is saved
 // under the scripts' own name, v1-5-pruned-emaonly.safetensors. Their workflow runs as
@@ -36,8 +37,8 @@ function scriptSource(name) {
     const p = path.join(dir, "script_examples", name);
     return fs.existsSync(p) ? fs.readFileSync(p, "utf8") : null;
   }
-  const git = process.env.LATENTD_COMFYUI_GIT || "/work/.mirror/Comfy-Org+ComfyUI/repo";
-  if (!fs.existsSync(git)) return null;
+  const git = process.env.LATENTD_COMFYUI_GIT;
+  if (!git || !fs.existsSync(git)) return null;
   const r = spawnSync("git", ["--git-dir", git, "show", `HEAD:script_examples/${name}`], { encoding: "utf8" });
   return r.status === 0 ? r.stdout : null;
 }
@@ -81,7 +82,7 @@ const sources = Object.fromEntries(SCRIPTS.map((s) => [s, scriptSource(s)]));
 const py = findPython();
 const skip = !fs.existsSync(gen) ? `gen_ckpt not built (${gen})`
   : !py ? "no Python with websocket-client (apt install python3-websocket)"
-    : SCRIPTS.some((s) => !sources[s]) ? "ComfyUI's script_examples not found (set LATENTD_COMFYUI_DIR)" : false;
+    : SCRIPTS.some((s) => !sources[s]) ? "ComfyUI's script_examples not found (set LATENTD_COMFYUI_DIR or LATENTD_COMFYUI_GIT)" : false;
 
 let S = null, work = null;
 
