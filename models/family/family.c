@@ -37,6 +37,37 @@ const struct model_family *model_family_detect(const struct unet_arch *u,
     return NULL;
 }
 
+int family_text_heads_w64(const struct text_arch *t)
+{
+    return t->width % 64 == 0 ? t->width / 64 : 1;
+}
+
+int family_unet_is_sd1x_structure(const struct unet_arch *u)
+{
+    if (u->levels != 4 || u->adm_in)
+        return 0;
+    for (int l = 0; l < 4; l++)
+        if (u->res_blocks[l] != 2 || (l < 3) != (u->depth[l] > 0))
+            return 0;
+    return 1;
+}
+
+void family_unet_sd1x(struct unet_arch *u, int mc, const int mult[4], int ctx)
+{
+    *u = (struct unet_arch){
+        .in_ch = 4,
+        .out_ch = 4,
+        .model_ch = mc,
+        .levels = 4,
+        .mult = {mult[0], mult[1], mult[2], mult[3]},
+        .res_blocks = {2, 2, 2, 2},
+        .depth = {1, 1, 1, 0},
+        .depth_mid = 1,
+        .heads = 8,
+        .ctx_dim = ctx,
+    };
+}
+
 int model_config_is_canonical(const struct model_config *c)
 {
     const struct model_family *f = model_family_get(c->family);

@@ -119,6 +119,17 @@ const struct model_family *model_family_detect(const struct unet_arch *u,
 /* 1 if c equals its family's canonical knobs. */
 int model_config_is_canonical(const struct model_config *c);
 
+/* ---- Shared by the entries (family.c) ---- */
+
+/* Heads of a text encoder with 64-wide heads (CLIP-L, bigG, ViT-H); 1 below that. */
+int family_text_heads_w64(const struct text_arch *t);
+/* SD1.x's UNet structure, which SD2.x shares: 4 levels of 2 ResBlocks, transformers at
+ * levels 0-2 and the middle, no ADM input. Widths and context are not compared. */
+int family_unet_is_sd1x_structure(const struct unet_arch *u);
+/* That structure with model channels `mc`, level multipliers `mult`, context `ctx`
+ * and 8 heads (SD1.5's; SD2.x then sets 64-wide heads and Linear projections). */
+void family_unet_sd1x(struct unet_arch *u, int mc, const int mult[4], int ctx);
+
 /* ---- SD1.5 (family_sd15.c) ---- */
 
 #define SD15_PREFIX_CLIP "cond_stage_model.transformer.text_model."

@@ -16,40 +16,14 @@
  */
 static int sd15_match(const struct unet_arch *u)
 {
-    if (u->levels != 4 || u->adm_in || u->ctx_dim == 1024 || u->ctx_dim == 2048)
-        return 0;
-    for (int l = 0; l < 4; l++)
-        if (u->res_blocks[l] != 2 || (l < 3) != (u->depth[l] > 0))
-            return 0;
-    return 1;
-}
-
-static int sd15_text_heads(const struct text_arch *t)
-{
-    return t->width % 64 == 0 ? t->width / 64 : 1; /* head width 64 */
-}
-
-static void unet_sd15(struct unet_arch *u, int mc, const int mult[4], int ctx)
-{
-    *u = (struct unet_arch){
-        .in_ch = 4,
-        .out_ch = 4,
-        .model_ch = mc,
-        .levels = 4,
-        .mult = {mult[0], mult[1], mult[2], mult[3]},
-        .res_blocks = {2, 2, 2, 2},
-        .depth = {1, 1, 1, 0},
-        .depth_mid = 1,
-        .heads = 8,
-        .ctx_dim = ctx,
-    };
+    return family_unet_is_sd1x_structure(u) && u->ctx_dim != 1024 && u->ctx_dim != 2048;
 }
 
 void sd15_config_canonical(struct model_config *c)
 {
     memset(c, 0, sizeof(*c));
     c->family = MODEL_FAMILY_SD15;
-    unet_sd15(&c->unet, 320, (const int[]){1, 2, 4, 4}, 768);
+    family_unet_sd1x(&c->unet, 320, (const int[]){1, 2, 4, 4}, 768);
     c->text[0] = (struct text_arch){
         .width = 768, .layers = 12, .mlp = 3072, .heads = 12, .vocab = 49408, .pos = 77};
     c->vae = (struct vae_arch){.ch = 128, .mult = {1, 2, 4, 4}, .z = 4, .embed = 4};
@@ -59,7 +33,7 @@ void sd15_config_tiny(struct model_config *c)
 {
     memset(c, 0, sizeof(*c));
     c->family = MODEL_FAMILY_SD15;
-    unet_sd15(&c->unet, 32, (const int[]){1, 2, 3, 3}, 64);
+    family_unet_sd1x(&c->unet, 32, (const int[]){1, 2, 3, 3}, 64);
     c->text[0] = (struct text_arch){
         .width = 64, .layers = 3, .mlp = 256, .heads = 2, .vocab = 49408, .pos = 77};
     c->vae = (struct vae_arch){.ch = 32, .mult = {1, 2, 3, 3}, .z = 4, .embed = 4};
@@ -88,7 +62,7 @@ const struct model_family family_sd15 = {
     .sampling = {.linear_start = 0.00085, .linear_end = 0.012, .eps = 1},
     .match = sd15_match,
     .canonical = sd15_config_canonical,
-    .text_heads = sd15_text_heads,
+    .text_heads = family_text_heads_w64,
     .text_layer = -1,
     .text_norm_hidden = 1,
 };

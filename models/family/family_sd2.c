@@ -21,35 +21,17 @@
  */
 static int sd2_match(const struct unet_arch *u)
 {
-    if (u->levels != 4 || u->adm_in || !u->linear_proj || u->ctx_dim == 768 ||
-        u->ctx_dim == 2048)
-        return 0;
-    for (int l = 0; l < 4; l++)
-        if (u->res_blocks[l] != 2 || (l < 3) != (u->depth[l] > 0))
-            return 0;
-    return 1;
+    return family_unet_is_sd1x_structure(u) && u->linear_proj && u->ctx_dim != 768 &&
+           u->ctx_dim != 2048;
 }
 
-static int sd2_text_heads(const struct text_arch *t)
-{
-    return t->width % 64 == 0 ? t->width / 64 : 1; /* head width 64 (ViT-H: 16 heads) */
-}
-
+/* SD1.x's structure with 64-wide heads (num_head_channels) and Linear projections. */
 static void unet_sd2(struct unet_arch *u, int mc, const int mult[4], int ctx)
 {
-    *u = (struct unet_arch){
-        .in_ch = 4,
-        .out_ch = 4,
-        .model_ch = mc,
-        .levels = 4,
-        .mult = {mult[0], mult[1], mult[2], mult[3]},
-        .res_blocks = {2, 2, 2, 2},
-        .depth = {1, 1, 1, 0},
-        .depth_mid = 1,
-        .head_dim = 64,
-        .ctx_dim = ctx,
-        .linear_proj = 1,
-    };
+    family_unet_sd1x(u, mc, mult, ctx);
+    u->heads = 0;
+    u->head_dim = 64;
+    u->linear_proj = 1;
 }
 
 /* OpenCLIP-H: GELU, OpenCLIP names, the projection kept (return_projected_pooled). */
@@ -58,7 +40,7 @@ static void text_sd2(struct model_config *c, int width, int layers)
     c->text[0] = (struct text_arch){.width = width,
                                     .layers = layers,
                                     .mlp = 4 * width,
-                                    .heads = sd2_text_heads(&(struct text_arch){.width = width}),
+                                    .heads = family_text_heads_w64(&(struct text_arch){.width = width}),
                                     .vocab = 49408,
                                     .pos = 77,
                                     .act = TEXT_ACT_GELU,
@@ -96,7 +78,7 @@ const struct model_family family_sd2 = {
     .sampling = {.linear_start = 0.00085, .linear_end = 0.012, .eps = 1},
     .match = sd2_match,
     .canonical = sd2_config_canonical,
-    .text_heads = sd2_text_heads,
+    .text_heads = family_text_heads_w64,
     .text_layer = -2,      /* SD2ClipHModel's "penultimate" = hidden -2 ... */
     .text_norm_hidden = 1, /* ... with the final norm (layer_norm_hidden_state default) */
     .text_pad_zero = {1, 0}, /* SD2ClipHTokenizer: pad_with_end=False, pad token 0 */

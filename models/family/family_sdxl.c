@@ -26,24 +26,19 @@ static int sdxl_match(const struct unet_arch *u)
     return 1;
 }
 
-static int sdxl_text_heads(const struct text_arch *t)
-{
-    return t->width % 64 == 0 ? t->width / 64 : 1; /* head width 64 in both encoders */
-}
-
 /* The text encoders: CLIP-L (quick_gelu, HF names) and bigG (gelu, OpenCLIP, P). */
 static void text_sdxl(struct model_config *c, int wl, int wg, int layers_l, int layers_g)
 {
     c->text[0] = (struct text_arch){.width = wl,
                                     .layers = layers_l,
                                     .mlp = 4 * wl,
-                                    .heads = sdxl_text_heads(&(struct text_arch){.width = wl}),
+                                    .heads = family_text_heads_w64(&(struct text_arch){.width = wl}),
                                     .vocab = 49408,
                                     .pos = 77};
     c->text[1] = (struct text_arch){.width = wg,
                                     .layers = layers_g,
                                     .mlp = 4 * wg,
-                                    .heads = sdxl_text_heads(&(struct text_arch){.width = wg}),
+                                    .heads = family_text_heads_w64(&(struct text_arch){.width = wg}),
                                     .vocab = 49408,
                                     .pos = 77,
                                     .act = TEXT_ACT_GELU,
@@ -107,7 +102,7 @@ const struct model_family family_sdxl = {
     .sampling = {.linear_start = 0.00085, .linear_end = 0.012, .eps = 1},
     .match = sdxl_match,
     .canonical = sdxl_config_canonical,
-    .text_heads = sdxl_text_heads,
+    .text_heads = family_text_heads_w64,
     .text_layer = -2, /* CLIP-L "hidden" -2, bigG "penultimate" (sdxl.md §4.2, §4.3) */
     .text_norm_hidden = 0,
     .text_pad_zero = {0, 1},

@@ -21,11 +21,6 @@ static int refiner_match(const struct unet_arch *u)
     return 1;
 }
 
-static int refiner_text_heads(const struct text_arch *t)
-{
-    return t->width % 64 == 0 ? t->width / 64 : 1;
-}
-
 static void refiner_config(struct model_config *c, int mc, int wg, int layers)
 {
     memset(c, 0, sizeof(*c));
@@ -47,7 +42,7 @@ static void refiner_config(struct model_config *c, int mc, int wg, int layers)
     c->text[0] = (struct text_arch){.width = wg,
                                     .layers = layers,
                                     .mlp = 4 * wg,
-                                    .heads = refiner_text_heads(&(struct text_arch){.width = wg}),
+                                    .heads = family_text_heads_w64(&(struct text_arch){.width = wg}),
                                     .vocab = 49408,
                                     .pos = 77,
                                     .act = TEXT_ACT_GELU,
@@ -95,7 +90,7 @@ const struct model_family family_sdxl_refiner = {
     .sampling = {.linear_start = 0.00085, .linear_end = 0.012, .eps = 1},
     .match = refiner_match,
     .canonical = sdxl_refiner_config_canonical,
-    .text_heads = refiner_text_heads,
+    .text_heads = family_text_heads_w64,
     .text_layer = -2,
     .text_norm_hidden = 0,
     .text_pad_zero = {1, 0},
