@@ -7,8 +7,9 @@
  * weight of model2, a model patch (patcher_add_model_patch) with
  * (strength_patch, strength_model):
  *   MergeSimple   (1 - ratio, ratio)        W = ratio * W1 + (1 - ratio) * W2
- *   MergeBlocks   the same, ratio by the longest of input / middle / out that
- *                 prefixes the UNet key, else `input` (the first argument)
+ *   MergeBlocks   the same, ratio by the longest block name (input / middle / out;
+ *                 the model-specific merges name more) that prefixes the UNet key,
+ *                 else the first ratio argument's
  *   MergeSubtract (-multiplier, multiplier) W = multiplier * (W1 - W2)
  *   MergeAdd      (1, 1)                    W = W1 + W2
  * W2 is model2 as its patcher gives it (its own LoRAs and merges baked). The sum is
@@ -25,19 +26,24 @@
 
 #include "node_registry.h"
 #include "sd_backend.h"
+#include "sd_merge.h"
 #include "sd_nodes.h"
 
 #define MERGE_MODULE "comfy_extras.nodes_model_merging"
 #define MERGE_CATEGORY "advanced/model_merging"
 
-/* Per-key strengths: fixed (sp, sm), or by UNet block when block_ratio is set. */
+/* Per-key strengths: fixed (sp, sm), or by UNet block when block names are set. */
 struct merge_rule {
     float sp, sm;
-    const double *block_ratio; /* ModelMergeBlocks: input, middle, out */
+    const char *const *block_names; /* ModelMergeBlocks and the model-specific merges */
+    const double *block_ratio;      /* [n_blocks], block_names' order */
+    int n_blocks;
 };
 
-static const char *const block_names[3] = {"input", "middle", "out"};
-
+/*
+ * ModelMergeBlocks.merge: the ratio of the longest block name that prefixes the UNet
+ * key, else the first argument's (the first of kwargs, whatever it names).
+ */
 static void rule_for(const struct merge_rule *r, const char *unet_key, float *sp, float *sm)
 {
     if (!r->block_ratio) {
@@ -47,9 +53,9 @@ static void rule_for(const struct merge_rule *r, const char *unet_key, float *sp
     }
     double ratio = r->block_ratio[0];
     size_t best = 0;
-    for (int i = 0; i < 3; i++) {
-        size_t len = strlen(block_names[i]);
-        if (strncmp(unet_key, block_names[i], len) == 0 && len > best) {
+    for (int i = 0; i < r->n_blocks; i++) {
+        size_t len = strlen(r->block_names[i]);
+        if (strncmp(unet_key, r->block_names[i], len) == 0 && len > best) {
             ratio = r->block_ratio[i];
             best = len;
         }
@@ -217,13 +223,21 @@ static int merge_simple_run(struct node_ctx *c)
     return model_merge(c, &r);
 }
 
+int sd__model_merge_blocks(struct node_ctx *c, const char *const *names, int first, int n)
+{
+    double ratios[SD_MERGE_MAX_BLOCKS];
+    ASSERT(n <= SD_MERGE_MAX_BLOCKS);
+    for (int i = 0; i < n; i++)
+        ratios[i] = node_in_float_at(c, first + i);
+    const struct merge_rule r = {.block_names = names, .block_ratio = ratios, .n_blocks = n};
+    return model_merge(c, &r);
+}
+
+static const char *const block_names[3] = {"input", "middle", "out"};
+
 static int merge_blocks_run(struct node_ctx *c)
 {
-    double ratios[3];
-    for (int i = 0; i < 3; i++) /* input, middle, out: block_names' order */
-        ratios[i] = node_in_float_at(c, MERGE_INPUT + i);
-    const struct merge_rule r = {.block_ratio = ratios};
-    return model_merge(c, &r);
+    return sd__model_merge_blocks(c, block_names, MERGE_INPUT, 3);
 }
 
 static int merge_subtract_run(struct node_ctx *c)

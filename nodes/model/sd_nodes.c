@@ -62,6 +62,10 @@ void nodes_sd_register(struct node_registry *r)
     /* comfy_extras.nodes_clip_sdxl, in its get_node_list order */
     node_registry_add(r, &sd_clip_text_encode_sdxl_refiner);
     node_registry_add(r, &sd_clip_text_encode_sdxl);
+    /* comfy_extras.nodes_model_merging_model_specific (the families latentd runs) */
+    node_registry_add(r, &sd_model_merge_sd1);
+    node_registry_add(r, &sd_model_merge_sd2);
+    node_registry_add(r, &sd_model_merge_sdxl);
     /* later comfy_extras: AYS, guiders, model patches */
     nodes_sd_extras_register(r);
 }

@@ -76,5 +76,9 @@ extern const struct node_class sd_checkpoint_save;
 extern const struct node_class sd_clip_save;
 extern const struct node_class sd_vae_save;
 extern const struct node_class sd_model_save;
+/* comfy_extras.nodes_model_merging_model_specific: sd_merge_model_specific.c */
+extern const struct node_class sd_model_merge_sd1;
+extern const struct node_class sd_model_merge_sd2;
+extern const struct node_class sd_model_merge_sdxl;
 
 #endif

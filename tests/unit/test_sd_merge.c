@@ -11,6 +11,8 @@
  *     every tensor of the original file byte for byte (OpenCLIP names included);
  *   - metadata: prompt, workflow and modelspec keys, and only modelspec with
  *     --disable-metadata; counters; ModelSave, VAESave and CLIPSave key names;
+ *   - ModelMergeSD1 / SD2 / SDXL (sd_merge_model_specific.c): a ratio per UNet block, each
+ *     weight against the float64 sum with its block's ratio (blocks read off the names);
  *   - bad input: SD1.5 with SDXL, a ".." prefix: node errors, nothing written outside.
  */
 #include <math.h>
@@ -42,7 +44,7 @@ static const struct node_text_chunk workflow = {"workflow", "{\"nodes\": []}"};
 static int run_node(const struct node_class *cls, const char *const *names, struct value **vals,
                     int n, struct value **out, char *msg, size_t msg_size)
 {
-    struct value *in[16] = {0};
+    struct value *in[64] = {0};
     struct value *outs[4] = {0};
     for (int i = 0; i < n; i++) {
         int k = node_class_input_index(cls, names[i]);
@@ -58,7 +60,7 @@ static int run_node(const struct node_class *cls, const char *const *names, stru
     if (msg)
         snprintf(msg, msg_size, "%s: %s", c.exc_type, c.exc_message.ptr ? c.exc_message.ptr : "");
     node_ctx_release(&c);
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < 64; i++)
         value_unref(in[i]);
     for (int i = 0; i < 4; i++) {
         if (out)
@@ -204,6 +206,36 @@ static void coef_blocks(const char *key, double *ca, double *cb)
 }
 
 /*
+ * ModelMergeSD1 / SDXL: input i of the block list gets ratio (i + 1) / 64; the block of a
+ * key is read off its name here (not by prefix matching, as the node does): time_embed 0,
+ * label_emb 1, input_blocks.N 2 + N, middle_block.N after the inputs, output_blocks.N
+ * after those, out. last; anything else takes the first ratio. n_in: input blocks.
+ */
+static int g_blocks_in; /* 12 for SD1, 9 for SDXL */
+static double block_ratio(const char *key)
+{
+    const char *k = key + strlen(MODEL_PREFIX_UNET);
+    int n = -1, idx = 0, in = g_blocks_in;
+    if (strncmp(k, "label_emb.", 10) == 0)
+        idx = 1;
+    else if (sscanf(k, "input_blocks.%d.", &n) == 1)
+        idx = 2 + n;
+    else if (sscanf(k, "middle_block.%d.", &n) == 1)
+        idx = 2 + in + n;
+    else if (sscanf(k, "output_blocks.%d.", &n) == 1)
+        idx = 2 + in + 3 + n;
+    else if (strncmp(k, "out.", 4) == 0)
+        idx = 2 + in + 3 + in;
+    return (idx + 1) / 64.0;
+}
+static void coef_specific(const char *key, double *ca, double *cb)
+{
+    double r = block_ratio(key);
+    *ca = r;
+    *cb = 1.0 - r;
+}
+
+/*
  * Every baked weight of p equals ca * A + cb * B (float64 from the generator's values
  * of seeds 1 and 2) within float rounding. Returns the largest error relative to the
  * weights' scale, or -1 when a weight is missing or unknown.
@@ -320,20 +352,23 @@ int main(void)
     mkdir(out_dir, 0755);
     struct err e = {0};
     struct ckpt_gen_opts o;
-    const char *files[] = {"a.safetensors", "b.safetensors", "xl.safetensors", "d2.safetensors"};
-    for (int i = 0; i < 4; i++) {
+    const char *files[] = {"a.safetensors", "b.safetensors", "xl.safetensors", "d2.safetensors",
+                           "xa.safetensors", "xb.safetensors"};
+    for (int i = 0; i < 6; i++) {
         ckpt_gen_opts_default(&o);
-        o.seed = (uint64_t)(i + 1);
-        if (i == 2)
+        o.seed = (uint64_t)(i < 4 ? i + 1 : i - 3); /* xa, xb: seeds 1, 2 as a, b */
+        if (i == 2 || i >= 4)
             sdxl_config_tiny(&o.cfg);
         if (i == 3)
             sd15_config_set_depth(&o.cfg, 2); /* SD1.5 with other UNet shapes */
         snprintf(path, sizeof path, "%s/%s", sub, files[i]);
         EXPECT_OK(ckpt_gen_write(&o, path, &e));
     }
-    struct ref ref = {0};
+    struct ref ref = {0}, xref = {0};
     ckpt_gen_opts_default(&o);
     model_layout_build(&o.cfg, ref_add, &ref);
+    sdxl_config_tiny(&o.cfg);
+    model_layout_build(&o.cfg, ref_add, &xref);
 
     struct mm_config mc;
     mm_config_init(&mc);
@@ -350,12 +385,14 @@ int main(void)
     prompt_json = "{\"1\": {\"class_type\": \"CheckpointSave\"}}";
 
     char msg[512];
-    struct value *A[4] = {0}, *B[4] = {0}, *X[4] = {0}, *D[4] = {0};
+    struct value *A[4] = {0}, *B[4] = {0}, *X[4] = {0}, *D[4] = {0}, *XA[4] = {0}, *XB[4] = {0};
     int rc = load_ckpt("a.safetensors", A, msg, sizeof msg);
     rc |= load_ckpt("b.safetensors", B, msg, sizeof msg);
     rc |= load_ckpt("xl.safetensors", X, msg, sizeof msg);
     rc |= load_ckpt("d2.safetensors", D, msg, sizeof msg);
-    ok(rc == 0, "four tiny checkpoints load (%s)", rc ? msg : "ok");
+    rc |= load_ckpt("xa.safetensors", XA, msg, sizeof msg);
+    rc |= load_ckpt("xb.safetensors", XB, msg, sizeof msg);
+    ok(rc == 0, "six tiny checkpoints load (%s)", rc ? msg : "ok");
     if (rc)
         goto done;
 
@@ -427,6 +464,35 @@ int main(void)
         worst = rc == 0 ? check_merge(unet_of(bo[0]), &ref, coef_blocks, &checked) : -1;
         ok(worst >= 0 && worst < 1e-6,
            "ModelMergeBlocks 0.2/0.5/0.9 by block, time_embed by input (rel err %.2e)", worst);
+        value_unref(bo[0]);
+    }
+
+    /* ---- ModelMergeSD1 / SD2 / SDXL: one ratio per UNet block ---- */
+    for (int x = 0; x < 3; x++) {
+        const struct node_class *cls = x == 0   ? &sd_model_merge_sd1
+                                       : x == 1 ? &sd_model_merge_sd2
+                                                : &sd_model_merge_sdxl;
+        int n_in = cls->n_inputs;
+        const char *bn[64];
+        struct value *bv[64];
+        bn[0] = "model1";
+        bn[1] = "model2";
+        bv[0] = value_ref(x == 2 ? XA[0] : A[0]);
+        bv[1] = value_ref(x == 2 ? XB[0] : B[0]);
+        for (int i = 2; i < n_in; i++) {
+            bn[i] = cls->inputs[i].name;
+            bv[i] = value_new_float((i - 1) / 64.0); /* block i - 2 */
+        }
+        struct value *bo[4] = {0};
+        g_blocks_in = x == 2 ? 9 : 12;
+        rc = run_node(cls, bn, bv, n_in, bo, msg, sizeof msg);
+        worst = rc == 0 ? check_merge(unet_of(bo[0]), x == 2 ? &xref : &ref, coef_specific,
+                                      &checked)
+                        : -1;
+        ok(worst >= 0 && worst < 1e-6 && checked > 100,
+           "%s: %d block ratios, each UNet weight its block's weighted sum over %d weights "
+           "(rel err %.2e)",
+           cls->name, n_in - 2, checked, worst);
         value_unref(bo[0]);
     }
 
@@ -645,8 +711,11 @@ done:
         value_unref(B[i]);
         value_unref(X[i]);
         value_unref(D[i]);
+        value_unref(XA[i]);
+        value_unref(XB[i]);
     }
     xfree(ref.k);
+    xfree(xref.k);
     mm_unload_all(mm);
     mm_free(mm);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
