@@ -16,7 +16,7 @@
 #include "node_registry.h"
 
 /* Number of classes nodes_sd_custom_register adds. */
-#define SD_CUSTOM_N_CLASSES 28
+#define SD_CUSTOM_N_CLASSES 29
 
 void nodes_sd_custom_register(struct node_registry *r);
 
@@ -54,6 +54,7 @@ extern const struct node_class sd_split_sigmas;
 extern const struct node_class sd_split_sigmas_denoise;
 extern const struct node_class sd_flip_sigmas;
 extern const struct node_class sd_set_first_sigma;
+extern const struct node_class sd_extend_intermediate_sigmas;
 extern const struct node_class sd_sampling_percent_to_sigma;
 extern const struct node_class sd_cfg_guider;
 extern const struct node_class sd_basic_guider;

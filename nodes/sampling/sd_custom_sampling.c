@@ -346,6 +346,7 @@ static const struct node_class *const custom_classes[] = {
     &sd_split_sigmas_denoise,
     &sd_flip_sigmas,
     &sd_set_first_sigma,
+    &sd_extend_intermediate_sigmas,
     &sd_sampling_percent_to_sigma,
     &sd_cfg_guider,
     &sd_basic_guider,

@@ -3,8 +3,9 @@
  * (comfy_extras/nodes_custom_sampler.py): BasicScheduler, KarrasScheduler,
  * ExponentialScheduler, PolyexponentialScheduler, LaplaceScheduler,
  * VPScheduler, BetaSamplingScheduler, SDTurboScheduler, SplitSigmas,
- * SplitSigmasDenoise, FlipSigmas, SetFirstSigma and SamplingPercentToSigma. SIGMAS values are
- * struct sd_sigmas (sd_custom_types.h); the formulas live in models/sampling.
+ * SplitSigmasDenoise, FlipSigmas, SetFirstSigma, ExtendIntermediateSigmas and
+ * SamplingPercentToSigma. SIGMAS values are struct sd_sigmas (sd_custom_types.h); the
+ * formulas live in models/sampling.
  *
  * Where Python would raise on a parameter (a zero rho, log of 0, an empty
  * list indexed) the node fails with Python's exception type and text, as
@@ -12,6 +13,10 @@
  */
 #include <math.h>
 #include <string.h>
+
+/* ExtendIntermediateSigmas rounds each torch op to float32 on its own: no fused a*b+c. */
+#pragma STDC FP_CONTRACT OFF
+#pragma GCC optimize("fp-contract=off")
 
 #include "alloc.h"
 #include "node_registry.h"
@@ -381,6 +386,90 @@ const struct node_class sd_set_first_sigma = {
     .name = "SetFirstSigma", .category = SIGMAS_CATEGORY, .python_module = MODULE,
     .inputs = set_first_inputs, .n_inputs = SET_FIRST_N, .outputs = sigmas_output,
     .run = set_first_run};
+
+/* ---- ExtendIntermediateSigmas ---- */
+
+static const char *const extend_spacings[] = {"linear", "cosine", "sine", NULL};
+enum { EXTEND_SIGMAS, EXTEND_STEPS, EXTEND_START, EXTEND_END, EXTEND_SPACING, EXTEND_N };
+static const struct node_input_def extend_inputs[] = {
+    {.name = "sigmas", .type = "SIGMAS"},
+    {.name = "steps", .type = "INT", .def = NODE_I(2), .min = NODE_I(1), .max = NODE_I(100)},
+    {.name = "start_at_sigma", .type = "FLOAT", .def = NODE_F(-1.0), .min = NODE_F(-1.0),
+     .max = NODE_F(20000.0), .step = NODE_F(0.01), .round_false = 1},
+    {.name = "end_at_sigma", .type = "FLOAT", .def = NODE_F(12.0), .min = NODE_F(0.0),
+     .max = NODE_F(20000.0), .step = NODE_F(0.01), .round_false = 1},
+    {.name = "spacing", .type = NODE_COMBO, .options = extend_spacings},
+    NODE_INPUTS_END};
+
+/*
+ * torch.linspace(0, 1, n) in float32 as torch 2's CPU kernel computes it: step * k from
+ * the start for the first half, 1 - step * (n - 1 - k) from the end for the rest, where
+ * the compiled kernel fuses that multiply-subtract (one rounding; fmaf here). torch 1.13's
+ * vectorised kernel differs by an ulp at some points past the 16th.
+ */
+static float linspace01(int n, int k)
+{
+    float step = 1.0f / (float)(n - 1);
+    return k < n / 2 ? step * (float)k : fmaf(-step, (float)(n - 1 - k), 1.0f);
+}
+
+/*
+ * The spacing curve at x (float32). torch evaluates sin/cos with SLEEF's float32
+ * routines (within 1 ulp); sinf/cosf of the float32 argument x * float(pi) / 2 agree
+ * with them to that ulp.
+ */
+static float extend_curve(int spacing, float x)
+{
+    float a = x * (float)M_PI / 2.0f;
+    if (spacing == 1)
+        return (float)sin((double)a);
+    if (spacing == 2)
+        return 1.0f - (float)cos((double)a);
+    return x;
+}
+
+static int extend_run(struct node_ctx *c)
+{
+    const struct sd_sigmas *s = in_sigmas(c, EXTEND_SIGMAS);
+    if (!s)
+        return ERR_INVALID;
+    int steps = (int)node_in_int_at(c, EXTEND_STEPS);
+    if (steps < 1 || steps > 100)
+        return node_fail(c, "ValueError", "steps %d is outside 1..100", steps);
+    double start = node_in_float_at(c, EXTEND_START);
+    /* The bounds meet float32 sigmas in torch's comparison: cast to float32 first. */
+    float hi = start < 0 ? INFINITY : (float)start;
+    float lo = (float)node_in_float_at(c, EXTEND_END);
+    const char *name = node_in_str_at(c, EXTEND_SPACING);
+    int spacing = !strcmp(name, "cosine") ? 1 : !strcmp(name, "sine") ? 2 : 0;
+    /* linspace(0, 1, steps + 1)[1:-1] through the curve. */
+    float curve[100];
+    for (int k = 1; k < steps; k++)
+        curve[k - 1] = extend_curve(spacing, linspace01(steps + 1, k));
+    float *v = NULL;
+    struct err e = {0};
+    if (xtry_calloc((size_t)s->n * (size_t)steps + 1, sizeof *v, (void **)&v, &e) < 0)
+        return node_fail_code(c, ERR_TOO_LARGE, "torch.OutOfMemoryError", "%s", e.msg);
+    int n = 0;
+    for (int i = 0; i + 1 < s->n; i++) {
+        float cur = s->v[i];
+        v[n++] = cur;
+        if (lo <= cur && cur <= hi) {
+            float d = s->v[i + 1] - cur;
+            for (int k = 0; k < steps - 1; k++)
+                v[n++] = curve[k] * d + cur; /* two float32 ops, as torch's two */
+        }
+    }
+    if (s->n > 0)
+        v[n++] = s->v[s->n - 1];
+    put_sigmas(c, 0, v, n);
+    xfree(v);
+    return 0;
+}
+
+const struct node_class sd_extend_intermediate_sigmas = {
+    .name = "ExtendIntermediateSigmas", .category = SIGMAS_CATEGORY, .python_module = MODULE,
+    .inputs = extend_inputs, .n_inputs = EXTEND_N, .outputs = sigmas_output, .run = extend_run};
 
 /* ---- SamplingPercentToSigma ---- */
 
