@@ -185,10 +185,45 @@ void ref_layer_norm(const double *x, int n, int c, const char *name, double *out
     xfree(b);
 }
 
+int (*ref_attn1_tiles)(const char *block, int depth, int tokens, int *nh, int *nw, int *rows,
+                       int *cols);
+double *ref_attn1_colsum;
+/* the self-attention ref_transformer is in: its block and transformer index, or NULL */
+static const char *attn1_block;
+static int attn1_depth;
+
+/*
+ * The keys query i sees: all of them, or with a HyperTile tiling the chunk [t·L, (t+1)·L)
+ * of the tile t = (r / (rows/nh))·nw + c / (cols/nw) that holds i = r·cols + c.
+ */
+static void key_range(int i, int n, int tiled, int nh, int nw, int rows, int cols, int *j0,
+                      int *j1)
+{
+    *j0 = 0;
+    *j1 = n;
+    if (!tiled)
+        return;
+    int r = i / cols, c = i % cols, L = n / (nh * nw);
+    int t = (r / (rows / nh)) * nw + c / (cols / nw);
+    *j0 = t * L;
+    *j1 = (t + 1) * L;
+}
+
 /* h[n, c] += to_out(softmax(q k^T / sqrt(d)) v) over `heads`. */
-static void ref_attention(double *h, const double *xn, int n, int c, const double *src, int s,
+void ref_attention(double *h, const double *xn, int n, int c, const double *src, int s,
                       int cs, const char *p, int heads)
 {
+    int nh = 1, nw = 1, rows = 0, cols = 0, tiled = 0;
+    int self = attn1_block && src == xn;
+    if (self && ref_attn1_tiles)
+        tiled = ref_attn1_tiles(attn1_block, attn1_depth, n, &nh, &nw, &rows, &cols) &&
+                nh * nw > 1;
+    double *colsum = self && ref_attn1_colsum && strcmp(attn1_block, "middle_block.1") == 0 &&
+                             attn1_depth == 0
+                         ? ref_attn1_colsum
+                         : NULL;
+    if (colsum)
+        memset(colsum, 0, (size_t)s * sizeof *colsum);
     char nm[160];
     snprintf(nm, sizeof(nm), "%s.to_q", p);
     double *q = ref_linear(xn, n, c, c, nm, 0);
@@ -201,18 +236,23 @@ static void ref_attention(double *h, const double *xn, int n, int c, const doubl
     for (int hd = 0; hd < heads; hd++)
         for (int i = 0; i < n; i++) {
             double mx = -1e300, sum = 0;
-            for (int j = 0; j < s; j++) {
+            int j0, j1;
+            key_range(i, s, tiled, nh, nw, rows, cols, &j0, &j1);
+            for (int j = j0; j < j1; j++) {
                 double dot = 0;
                 for (int t = 0; t < d; t++)
                     dot += q[i * c + hd * d + t] * k[j * c + hd * d + t];
                 sc[j] = dot / sqrt((double)d);
                 mx = fmax(mx, sc[j]);
             }
-            for (int j = 0; j < s; j++)
+            for (int j = j0; j < j1; j++)
                 sum += sc[j] = exp(sc[j] - mx);
-            for (int j = 0; j < s; j++)
+            for (int j = j0; j < j1; j++) {
                 for (int t = 0; t < d; t++)
                     a[i * c + hd * d + t] += sc[j] / sum * v[j * c + hd * d + t];
+                if (colsum)
+                    colsum[j] += sc[j] / sum / heads;
+            }
         }
     snprintf(nm, sizeof(nm), "%s.to_out.0", p);
     double *o = ref_linear(a, n, c, c, nm, 1);
@@ -231,6 +271,8 @@ const struct act *ref_input;
 /* ref_input while ref_unet walks its trunk (a ControlNet's trunk takes none) */
 static const struct act *ref_trunk_input;
 int ref_tokens, ref_ctx_dim, ref_heads;
+void (*ref_middle_patch)(double *h, int n, int c, int st);
+static int ref_st; /* SpatialTransformers walked so far in this ref_unet */
 
 static void ref_transformer(struct act *x, const char *p, int depth)
 {
@@ -252,7 +294,12 @@ static void ref_transformer(struct act *x, const char *p, int depth)
         snprintf(nm, sizeof(nm), "%s.transformer_blocks.%d.norm1", p, d);
         ref_layer_norm(h, n, c, nm, xn);
         snprintf(nm, sizeof(nm), "%s.transformer_blocks.%d.attn1", p, d);
+        attn1_block = p;
+        attn1_depth = d;
         ref_attention(h, xn, n, c, xn, n, c, nm, ref_heads);
+        attn1_block = NULL;
+        if (ref_middle_patch)
+            ref_middle_patch(h, n, c, ref_st);
         snprintf(nm, sizeof(nm), "%s.transformer_blocks.%d.norm2", p, d);
         ref_layer_norm(h, n, c, nm, xn);
         snprintf(nm, sizeof(nm), "%s.transformer_blocks.%d.attn2", p, d);
@@ -274,6 +321,7 @@ static void ref_transformer(struct act *x, const char *p, int depth)
         xfree(gg);
         xfree(f);
     }
+    ref_st++;
     snprintf(nm, sizeof(nm), "%s.proj_out", p);
     double *o = ref_linear(h, n, c, c, nm, 1);
     for (int i = 0; i < n; i++)
@@ -538,6 +586,7 @@ struct act ref_unet(const struct unet_arch *a, const struct act *x, double t,
     char n[64];
     int mc = a->model_ch, te = 4 * mc, idx = 0;
     double *temb = ref_time_emb(t, mc);
+    ref_st = 0;
     ref_trunk_input = ref_input;
     int ns = ref_trunk(a, x, temb, NULL, skips, &h);
     ref_trunk_input = NULL;

@@ -33,9 +33,24 @@ extern const struct unet_freeu *ref_freeu; /* FreeU's patch in ref_unet, or NULL
 /* ref_unet: a residual per input block added to its output (T2I-Adapter features;
  * .v NULL: none), or NULL. */
 extern const struct act *ref_input;
+/*
+ * Self-attention patches (NULL: none). ref_attn1_tiles(block "input_blocks.1.1", transformer
+ * index, tokens, ...) returns 1 with HyperTile's tiling of that attention (queries in the
+ * rows x cols grid's tile t attend over keys [t·L, (t+1)·L), L = tokens/(nh·nw)), 0 for
+ * none. ref_attn1_colsum gets SelfAttentionGuidance's map of middle_block.1's first
+ * attn1: per key, the mean over heads of the softmax summed over queries.
+ */
+extern int (*ref_attn1_tiles)(const char *block, int depth, int tokens, int *nh, int *nw,
+                              int *rows, int *cols);
+extern double *ref_attn1_colsum;
 /* ref_controlnet: a Union of ref_union_types types (0: classic), type ref_union_type
  * (-1: none). */
 extern int ref_union_types, ref_union_type;
+
+/* ref_unet: GLIGEN's middle patch (models/gligen), called in every transformer block after
+ * the self-attention's residual on its tokens h [n, c] with the index of its
+ * SpatialTransformer in walk order (ComfyUI's transformer_index); NULL: none. */
+extern void (*ref_middle_patch)(double *h, int n, int c, int st);
 
 /* ref_prefix + name as doubles (caller frees); PANIC when missing. */
 double *ref_w(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -45,6 +60,10 @@ struct act ref_conv(const struct act *x, const char *name, int co, int k, int s)
 /* out[n, o] = in[n, i] W[o, i]^T (+ bias); caller frees. */
 double *ref_linear(const double *in, int n, int ci, int co, const char *name, int bias);
 void ref_layer_norm(const double *x, int n, int c, const char *name, double *out);
+/* h[n, c] += p.to_out(softmax(q k^T / sqrt(d)) v) over `heads`: q = p.to_q(xn [n, c]),
+ * k, v = p.to_k, p.to_v(src [s, cs]) (no bias but to_out's). */
+void ref_attention(double *h, const double *xn, int n, int c, const double *src, int s, int cs,
+                   const char *p, int heads);
 
 /* The ControlNet's residuals (times strength): out[0..ns) and out[ns] the middle's;
  * returns ns. */
