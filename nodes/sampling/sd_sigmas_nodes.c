@@ -15,7 +15,6 @@
 #include <string.h>
 
 /* ExtendIntermediateSigmas rounds each torch op to float32 on its own: no fused a*b+c. */
-#pragma STDC FP_CONTRACT OFF
 #pragma GCC optimize("fp-contract=off")
 
 #include "alloc.h"
