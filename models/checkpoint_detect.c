@@ -106,15 +106,22 @@ static int explain(const char *path, const struct unet_arch *u, struct err *e)
     return unsupported(e, path, "UNet whose levels differ from SD1.x (4 levels, 2 ResBlocks each)");
 }
 
-static int check_in_ch(const char *path, int in_ch, struct err *e)
+/*
+ * The input channels ComfyUI's entry for the family takes: 4, or a concat-conditioned
+ * model's (inpainting 9, instruct-pix2pix 8; model_family_concat). Detection by structure
+ * ignores in_ch, so this names the family it would have been.
+ */
+static int check_in_ch(const char *path, const struct model_family *fam, int in_ch,
+                       struct err *e)
 {
-    char w[96];
-    if (in_ch == 9) /* SD1.x or SD2.x 512-inpainting: no concat conditioning yet */
-        return unsupported(e, path, "inpainting UNet (in_channels 9)");
-    if (in_ch == 8)
-        return unsupported(e, path, "instruct-pix2pix UNet (in_channels 8)");
-    snprintf(w, sizeof(w), "UNet with %d input channels", in_ch);
-    return in_ch == 4 ? 0 : unsupported(e, path, w);
+    char w[160];
+    if (model_family_concat(fam, in_ch) >= 0)
+        return 0;
+    snprintf(w, sizeof(w), "%s UNet with %d input channels (%s takes 4%s%s)", fam->name, in_ch,
+             fam->name,
+             fam->concat_kinds & (1u << MODEL_CONCAT_INPAINT) ? ", 9 for inpainting" : "",
+             fam->concat_kinds & (1u << MODEL_CONCAT_IP2P) ? ", 8 for instruct-pix2pix" : "");
+    return unsupported(e, path, w);
 }
 
 static int has_prefix(void *user, const char *prefix)
@@ -193,9 +200,7 @@ int ckpt__detect_unet(const struct st_file *f, const struct ntable *nt, struct m
                    : unsupported(e, path, "UNet without input_blocks.0.0.weight");
     u.model_ch = (int)t0->shape[0];
     u.in_ch = (int)t0->shape[1];
-    int rc = check_in_ch(path, u.in_ch, e);
-    if (rc < 0)
-        return rc;
+    int rc;
     if (walk_input(nt, &u) < 0)
         return explain(path, &u, e);
     u.depth_mid = st_depth(nt, "middle_block.1");
@@ -204,6 +209,8 @@ int ckpt__detect_unet(const struct st_file *f, const struct ntable *nt, struct m
     const struct model_family *fam = model_family_detect(&u, has_prefix, (void *)nt);
     if (!fam)
         return explain(path, &u, e);
+    if ((rc = check_in_ch(path, fam, u.in_ch, e)) < 0)
+        return rc;
     struct model_config canon;
     memset(&canon, 0, sizeof(canon));
     fam->canonical(&canon);

@@ -35,6 +35,8 @@ static void usage(FILE *fp)
           "                      level, or SD2 widths with --full)\n"
           "  --arch sd2-v        the same, with the weights of a 768-v (v-prediction) model\n"
           "  --arch sd2-mark|sdxl-mark|inpaint  an SD1.5 look-alike of another model type\n"
+          "  --in-channels N     UNet input channels: 9 an inpainting model, 8 instruct-\n"
+          "                      pix2pix (with any --arch; default 4)\n"
           "  --nan NAME          put a NaN into tensor NAME (full name)\n"
           "  --drop NAME         leave tensor NAME out\n"
           "  --extra NAME        add an unexpected tensor NAME\n"
@@ -79,7 +81,7 @@ int main(int argc, char **argv)
     ckpt_gen_opts_default(&o);
     const char *out = NULL, *arch = "sd15", *vae_prefix = NULL;
     long long truncate_to = 0;
-    int have_truncate = 0, corrupt = 0, if_missing = 0, depth = 0, clip_layers = 0;
+    int have_truncate = 0, corrupt = 0, if_missing = 0, depth = 0, clip_layers = 0, in_ch = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -94,6 +96,9 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(a, "--in-channels")) {
+            NEED();
+            in_ch = atoi(next);
         } else if (!strcmp(a, "--tiny")) {
             sd15_config_tiny(&o.cfg);
         } else if (!strcmp(a, "--small")) {
@@ -236,6 +241,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "gen_ckpt: unknown --arch '%s'\n", arch);
         return 2;
     }
+    if (in_ch > 0) /* after --arch: the family's UNet with concat inputs */
+        o.cfg.unet.in_ch = in_ch;
     if (!vae_prefix)
         vae_prefix = (o.flags & CKPT_GEN_VAE_ONLY) ? "none" : "first_stage_model";
     if (!strcmp(vae_prefix, "none")) {

@@ -37,6 +37,22 @@ const struct model_family *model_family_detect(const struct unet_arch *u,
     return NULL;
 }
 
+int model_concat_channels(enum model_concat k)
+{
+    return k == MODEL_CONCAT_INPAINT ? 5 : k == MODEL_CONCAT_IP2P ? 4 : 0;
+}
+
+int model_family_concat(const struct model_family *f, int in_ch)
+{
+    /* in_ch decides, as ComfyUI's inpaint_model() (in_channels > 4) and the ip2p
+     * entries' unet_config (in_channels 8) do; a kind the family lacks is refused. */
+    for (int k = 0; k < MODEL_CONCAT_COUNT; k++)
+        if (4 + model_concat_channels(k) == in_ch &&
+            (k == MODEL_CONCAT_NONE || (f->concat_kinds & (1u << k))))
+            return k;
+    return -1;
+}
+
 int family_text_heads_w64(const struct text_arch *t)
 {
     return t->width % 64 == 0 ? t->width / 64 : 1;
@@ -77,6 +93,7 @@ int model_config_is_canonical(const struct model_config *c)
     memset(&k, 0, sizeof(k));
     f->canonical(&k);
     k.prediction = c->prediction; /* the family's either way (768-v is canonical SD2) */
+    k.unet.in_ch = c->unet.in_ch;  /* an inpainting or ip2p file is the family's model too */
     k.zsnr = c->zsnr;
     return memcmp(c, &k, sizeof(k)) == 0;
 }

@@ -90,7 +90,32 @@ struct model_family {
      * "ztsnr" key too the schedule is zero-terminal-SNR.
      */
     const char *vpred_key;
+    /* The concat kinds this family has models of: bit 1 << MODEL_CONCAT_* (NONE implied). */
+    unsigned concat_kinds;
 };
+
+/*
+ * What a UNet's input channels beyond the latent's 4 carry (ComfyUI's concat_cond, joined
+ * to the model input along channels before every call: _apply_model's torch.cat):
+ * inpainting UNets (9 channels; BaseModel.set_inpaint) take the noise mask and the masked
+ * image's latent, instruct-pix2pix ones (8; IP2P.concat_cond) the image's latent.
+ */
+enum model_concat {
+    MODEL_CONCAT_NONE = 0, /* in_ch 4 */
+    MODEL_CONCAT_INPAINT,  /* in_ch 9: mask (1) | masked image latent x scale (4) */
+    MODEL_CONCAT_IP2P,     /* in_ch 8: image latent, unscaled (4) */
+    MODEL_CONCAT_COUNT,
+};
+
+/* Channels of c_concat for kind k (0, 5, 4). */
+int model_concat_channels(enum model_concat k);
+
+/*
+ * The concat kind of a UNet of family f with in_ch input channels, or -1 when the family
+ * has no such model (ComfyUI's list: SD1.x and SDXL inpainting and instruct-pix2pix,
+ * SD2.x 512-inpainting; the SDXL refiner none).
+ */
+int model_family_concat(const struct model_family *f, int in_ch);
 
 #define FAMILY_VPRED_STD 0.09 /* SD20.model_type's threshold on vpred_probe's std */
 

@@ -65,4 +65,5 @@ const struct model_family family_sd15 = {
     .text_heads = family_text_heads_w64,
     .text_layer = -1,
     .text_norm_hidden = 1,
+    .concat_kinds = (1u << MODEL_CONCAT_INPAINT) | (1u << MODEL_CONCAT_IP2P),
 };

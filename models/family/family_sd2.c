@@ -7,7 +7,8 @@
  * penultimate layer goes through the final norm, and prompts pad with token 0
  * (sd2_clip.py). SD1.5's VAE, latent format and schedule. 512 base and 768-v share all
  * of this: v-prediction is read from the weights (vpred_probe) as SD20.model_type
- * does; the 512-inpainting UNet (9 input channels) is refused at detection.
+ * does; the 512-inpainting UNet (9 input channels, epsilon) takes the inpaint concat
+ * (MODEL_CONCAT_INPAINT). ComfyUI has no SD2 instruct-pix2pix: 8 channels are refused.
  */
 #include "family.h"
 
@@ -84,4 +85,5 @@ const struct model_family family_sd2 = {
     .text_pad_zero = {1, 0}, /* SD2ClipHTokenizer: pad_with_end=False, pad token 0 */
     .marker = SD2_PREFIX_CLIP,
     .vpred_probe = "output_blocks.11.1.transformer_blocks.0.norm1.bias",
+    .concat_kinds = 1u << MODEL_CONCAT_INPAINT,
 };

@@ -109,4 +109,5 @@ const struct model_family family_sdxl = {
     .encode_adm = sdxl_adm_vector,
     .adm_embeds = 6,
     .vpred_key = "v_pred",
+    .concat_kinds = (1u << MODEL_CONCAT_INPAINT) | (1u << MODEL_CONCAT_IP2P),
 };

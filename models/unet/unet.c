@@ -434,11 +434,14 @@ static void probe_block(struct unet_ctx *u, const struct unet_block *b, const st
 static int check_shapes(const struct unet_arch *a, const struct tensor *x, const struct tensor *ctx,
                         const struct tensor *y, const struct tensor *eps, struct err *e)
 {
+    /* eps has out_ch channels: an inpainting / ip2p UNet's x also carries c_concat */
     if (x->ndim != 4 || x->shape[1] != a->in_ch || ctx->ndim != 3 || ctx->shape[0] != x->shape[0] ||
-        ctx->shape[2] != a->ctx_dim || !tensor_same_shape(x, eps))
+        ctx->shape[2] != a->ctx_dim || eps->ndim != 4 || eps->shape[0] != x->shape[0] ||
+        eps->shape[1] != a->out_ch || eps->shape[2] != x->shape[2] || eps->shape[3] != x->shape[3])
         return err_set(e, ERR_INVALID,
-                       "unet: bad shapes (x [B,%d,h,w], context [B,T,%d], eps like x expected)",
-                       a->in_ch, a->ctx_dim);
+                       "unet: bad shapes (x [B,%d,h,w], context [B,T,%d], eps [B,%d,h,w] "
+                       "expected)",
+                       a->in_ch, a->ctx_dim, a->out_ch);
     if (a->adm_in && (!y || y->ndim != 2 || y->shape[0] != x->shape[0] || y->shape[1] != a->adm_in))
         return err_set(e, ERR_INVALID, "unet: this model needs an ADM vector y [B,%d]", a->adm_in);
     return 0;

@@ -386,9 +386,11 @@ static void t_sd2_ctx(struct ckpt_gen_opts *o)
 }
 static void t_sdxl(struct ckpt_gen_opts *o) { o->flags |= CKPT_GEN_SDXL_MARK; }
 static void t_refiner(struct ckpt_gen_opts *o) { sdxl_refiner_config_tiny(&o->cfg); }
-static void t_inpaint(struct ckpt_gen_opts *o)
+/* 9 (inpainting) and 8 (instruct-pix2pix) input channels load (test_sd_concat); 5 is no
+ * SD1.x model. */
+static void t_in5(struct ckpt_gen_opts *o)
 {
-    o->cfg.unet.in_ch = 9;
+    o->cfg.unet.in_ch = 5;
 }
 static void t_depth2(struct ckpt_gen_opts *o)
 {
@@ -489,7 +491,8 @@ static void test_generator_and_detection(void)
     expect_probe_error("sd2.safetensors", t_sd2, ERR_INVALID, "text encoder incomplete");
     expect_probe_error("sd2ctx.safetensors", t_sd2_ctx, ERR_UNSUPPORTED, "SD2.x UNet");
     expect_probe_error("sdxl.safetensors", t_sdxl, ERR_UNSUPPORTED, "label_emb");
-    expect_probe_error("inpaint.safetensors", t_inpaint, ERR_UNSUPPORTED, "inpainting");
+    expect_probe_error("in5.safetensors", t_in5, ERR_UNSUPPORTED,
+                       "SD1.5 UNet with 5 input channels");
     /* A LoRA file or random safetensors is not a checkpoint. */
     const char *pl = tmp_path("lora.safetensors");
     write_raw_st(pl,
