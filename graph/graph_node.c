@@ -117,6 +117,8 @@ static cJSON *ui_json(const struct node_ctx *c)
         cJSON_AddStringToObject(o, "type", c->ui_images[i].type);
         cJSON_AddItemToArray(imgs, o);
     }
+    if (c->ui_animated)
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(ui, "animated"), cJSON_CreateTrue());
     return ui;
 }
 

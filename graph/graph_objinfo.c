@@ -48,7 +48,9 @@ cJSON *gobj_input_spec(const struct node_env *env, const struct node_input_def *
 {
     cJSON *spec = cJSON_CreateArray();
     int is_combo = strcmp(in->type, NODE_COMBO) == 0;
-    if (is_combo) {
+    if (is_combo && in->remote_route) {
+        cJSON_AddItemToArray(spec, cJSON_CreateString(NODE_COMBO));
+    } else if (is_combo) {
         cJSON_AddItemToArray(spec, combo_options(env, in));
     } else {
         cJSON_AddItemToArray(spec, cJSON_CreateString(in->type));
@@ -79,8 +81,18 @@ cJSON *gobj_input_spec(const struct node_env *env, const struct node_input_def *
         cJSON_AddTrueToObject(o, "control_after_generate");
     if (in->image_upload)
         cJSON_AddTrueToObject(o, "image_upload");
+    if (in->image_folder)
+        cJSON_AddStringToObject(o, "image_folder", in->image_folder);
+    if (in->remote_route) {
+        cJSON *remote = cJSON_AddObjectToObject(o, "remote");
+        cJSON_AddStringToObject(remote, "route", in->remote_route);
+        cJSON_AddTrueToObject(remote, "refresh_button");
+        cJSON_AddStringToObject(remote, "control_after_refresh", "first");
+    }
     if (in->force_input)
         cJSON_AddTrueToObject(o, "forceInput");
+    if (in->advanced)
+        cJSON_AddTrueToObject(o, "advanced");
     if (in->display)
         cJSON_AddStringToObject(o, "display", in->display);
     if (in->tooltip)

@@ -1,7 +1,7 @@
 /*
  * Image nodes that need no model (comfy-api.md §7.3, §8): LoadImage,
- * LoadImageMask, SaveImage, PreviewImage, ImageScale, ImageScaleBy, ImageInvert,
- * EmptyImage, ImageBatch, ImageCrop, ImagePadForOutpaint. Inputs, outputs,
+ * LoadImageMask, LoadImageOutput, SaveImage, PreviewImage, ImageScale, ImageScaleBy,
+ * ImageInvert, EmptyImage, ImageBatch, ImageCrop, ImagePadForOutpaint. Inputs, outputs,
  * titles and categories are ComfyUI's.
  */
 #include <errno.h>
@@ -187,6 +187,23 @@ static const struct node_class load_image = {
     .name = "LoadImage", .display_name = "Load Image", .category = "image",
     .inputs = load_image_in, .n_inputs = LOAD_N, .outputs = load_image_out, .run = load_image_run,
     .is_changed = image_is_changed};
+/*
+ * LoadImageOutput: LoadImage whose combo the client fills from the output folder
+ * (/internal/files/output) with names annotated " [output]"; node_files_resolve_input
+ * reads the annotation, so a plain name still means the input folder, as in ComfyUI.
+ */
+static const struct node_input_def load_output_in[] = {
+    {.name = "image", .type = NODE_COMBO, .image_upload = 1, .image_folder = "output",
+     .remote_route = "/internal/files/output", .validate = validate_image_name},
+    NODE_INPUTS_END};
+
+static const struct node_class load_image_output = {
+    .name = "LoadImageOutput", .display_name = "Load Image (from Outputs)", .category = "image",
+    .description = "Load an image from the output folder. When the refresh button is clicked, "
+                   "the node will update the image list and automatically select the first "
+                   "image, allowing for easy iteration.",
+    .flags = NODE_CLASS_EXPERIMENTAL, .inputs = load_output_in, .n_inputs = LOAD_N,
+    .outputs = load_image_out, .run = load_image_run, .is_changed = image_is_changed};
 static const struct node_class load_image_mask = {
     .name = "LoadImageMask", .display_name = "Load Image (as Mask)", .category = "mask",
     .inputs = load_mask_in, .n_inputs = LOAD_MASK_N, .outputs = mask_out, .run = load_mask_run,
@@ -194,8 +211,7 @@ static const struct node_class load_image_mask = {
 
 /* ---- SaveImage / PreviewImage ------------------------------------------------------- */
 
-/* %width% %height% %year% ... (comfy-api.md §8.1 step 1). */
-static void expand_prefix(const char *prefix, int w, int h, struct buf *out)
+void nodes__image_expand_prefix(const char *prefix, int w, int h, struct buf *out)
 {
     time_t now = time(NULL);
     struct tm tm;
@@ -242,7 +258,7 @@ static int save_images(struct node_ctx *c, const struct value *img, const char *
     buf_init(&fname);
     buf_init(&dir);
     buf_init(&path);
-    expand_prefix(prefix, (int)W, (int)H, &pre);
+    nodes__image_expand_prefix(prefix, (int)W, (int)H, &pre);
     if (node_files_normalize_rel(pre.ptr, &norm) < 0) {
         rc = node_fail(c, "Exception", "Saving image outside the output folder is not allowed.");
         goto out;
@@ -668,8 +684,9 @@ static const struct node_class pad_outpaint = {
     .inputs = pad_in, .n_inputs = PAD_N, .outputs = image_mask_out, .run = pad_outpaint_run};
 
 static const struct node_class *const image_classes[] = {
-    &load_image,  &load_image_mask, &save_image,  &preview_image, &image_scale, &image_scale_by,
-    &image_invert, &empty_image,    &image_batch, &image_crop,    &pad_outpaint};
+    &load_image,  &load_image_mask, &load_image_output, &save_image,  &preview_image,
+    &image_scale, &image_scale_by,  &image_invert,      &empty_image, &image_batch,
+    &image_crop,  &pad_outpaint};
 
 void nodes_image_register(struct node_registry *r)
 {

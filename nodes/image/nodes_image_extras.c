@@ -480,7 +480,9 @@ const struct node_class nodes_image_scale_to_max_dimension = {
 
 /* NODE_CLASS_MAPPINGS order. */
 static const struct node_class *const extras_classes[] = {
-    &nodes_repeat_image_batch, &nodes_image_from_batch, &nodes_image_add_noise, &nodes_image_stitch,
+    &nodes_repeat_image_batch, &nodes_image_from_batch, &nodes_image_add_noise,
+    &nodes_save_animated_png, /* nodes_image_apng.c */
+    &nodes_image_stitch,
     &nodes_resize_and_pad_image,
     &nodes_get_image_size,
     &nodes_image_rotate,       &nodes_image_flip,       &nodes_image_scale_to_max_dimension};

@@ -1,8 +1,7 @@
 /*
  * comfy_extras/nodes_post_processing.py (V3 nodes): ImageBlend, ImageBlur,
- * ImageSharpen, ImageScaleToTotalPixels. ImageQuantize is not implemented: its
- * palette is PIL's median cut (Quant.c) and its mapping PIL's palette cache, which
- * would have to be reproduced whole to give ComfyUI's colours.
+ * ImageSharpen, ImageScaleToTotalPixels; ImageQuantize (Pillow's median cut and
+ * palette mapping) is in nodes_image_quantize.c and registered here in ComfyUI's order.
  *
  * Blur and sharpen: ComfyUI pads reflectively by the radius, convolves with a
  * (2r+1)^2 Gaussian g(x, y) = exp(-(x^2 + y^2) / (2 sigma^2)) over linspace(-1, 1)
@@ -302,7 +301,8 @@ POST_CLASS(nodes_image_scale_to_total_pixels, "ImageScaleToTotalPixels", "image/
 
 /* get_node_list order. */
 static const struct node_class *const post_classes[] = {
-    &nodes_image_blend, &nodes_image_blur, &nodes_image_sharpen, &nodes_image_scale_to_total_pixels};
+    &nodes_image_blend, &nodes_image_blur, &nodes_image_quantize, &nodes_image_sharpen,
+    &nodes_image_scale_to_total_pixels};
 
 void nodes_image_post_register(struct node_registry *r)
 {

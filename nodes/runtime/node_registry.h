@@ -127,7 +127,16 @@ struct node_input_def {
     unsigned char dynamic_prompts;        /* STRING: {"dynamicPrompts": true} */
     unsigned char control_after_generate; /* INT: seed widget */
     unsigned char image_upload;           /* COMBO: LoadImage's upload button */
+    const char *image_folder;             /* COMBO: {"image_folder": "output"}; NULL = none */
+    /*
+     * COMBO whose choices the client fetches from this route (LoadImageOutput's
+     * /internal/files/output): /object_info shows the type "COMBO" with {"remote":
+     * {"route", "refresh_button": true, "control_after_refresh": "first"}} instead of a
+     * list, so such an input needs `validate`. NULL = a listed combo.
+     */
+    const char *remote_route;
     unsigned char force_input;            /* widget type shown as a socket */
+    unsigned char advanced;               /* {"advanced": true}: folded away in the UI */
     const char *display;                  /* widget display hint ("color"); NULL = none */
     const char *tooltip;                  /* NULL = none */
 

@@ -91,6 +91,7 @@ struct node_ctx {
     int n_ui_images, cap_ui_images;
     int has_ui;                      /* the node produced a UI result (possibly empty) */
     const char *ui_key;              /* static; the UI list's key, NULL = "images" */
+    unsigned char ui_animated;       /* add "animated": [true] to the UI (SaveAnimatedPNG) */
 
     /* Error (set by node_fail). */
     char exc_type[64];
