@@ -170,6 +170,12 @@ def literal(node, cls=None):
                 except Exception:
                     pass
         ns["s"] = ns["cls"] = SimpleNamespace(**attrs)
+    if isinstance(node, ast.FunctionDef):  # an INPUT_TYPES that builds its dict in statements
+        fn = ast.FunctionDef(name=node.name, args=node.args, body=node.body, decorator_list=[],
+                             returns=None, type_comment=None, type_params=[])
+        exec(compile(ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[])), "<ast>",
+                     "exec"), ns)
+        return ns[node.name](ns.get("s"))
     return eval(compile(ast.Expression(node), "<ast>", "eval"), ns)
 
 
@@ -180,8 +186,30 @@ def class_attrs(cls):
             attrs[item.targets[0].id] = item.value
         elif isinstance(item, ast.FunctionDef) and item.name == "INPUT_TYPES":
             rets = [n for n in ast.walk(item) if isinstance(n, ast.Return)]
-            attrs["INPUT_TYPES"] = rets[0].value
+            # A bare `return {...}` is evaluated as an expression; anything else (ModelMergeSD1
+            # fills arg_dict in a loop) runs as a function.
+            attrs["INPUT_TYPES"] = rets[0].value if len(item.body) == 1 else item
     return attrs
+
+
+ROOT = None  # ComfyUI's root (the parent of comfy_extras/), for bases in other modules
+
+
+def other_module_class(base):
+    """The class a base such as comfy_extras.nodes_model_merging.ModelMergeBlocks names,
+    and its module's classes; (None, None) when the file is not there."""
+    parts = []
+    while isinstance(base, ast.Attribute):
+        parts.insert(0, base.attr)
+        base = base.value
+    if not isinstance(base, ast.Name) or ROOT is None:
+        return None, None
+    src = os.path.join(ROOT, base.id, *parts[:-1]) + ".py"
+    if not os.path.exists(src):
+        return None, None
+    tree = ast.parse(open(src, encoding="utf-8").read())
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    return classes.get(parts[-1]), classes
 
 
 def lookup(classes, cls, key):
@@ -191,7 +219,11 @@ def lookup(classes, cls, key):
         if key in attrs:
             return attrs[key]
         bases = [b.id for b in cls.bases if isinstance(b, ast.Name) and b.id in classes]
-        cls = classes[bases[0]] if bases else None
+        if bases:
+            cls = classes[bases[0]]
+            continue
+        other = [b for b in cls.bases if isinstance(b, ast.Attribute)]
+        cls, classes = other_module_class(other[0]) if other else (None, None)
     return None
 
 
@@ -270,7 +302,8 @@ def main(argv):
             NAMESPACE[n.name] = enum.Enum(n.name, members)
     # Literal constants imported from ComfyUI's own modules next to the file
     # (nodes_controlnet's UNION_CONTROLNET_TYPES from comfy/cldm/control_types.py).
-    root = os.path.join(os.path.dirname(os.path.abspath(path)), "..")
+    global ROOT
+    root = ROOT = os.path.join(os.path.dirname(os.path.abspath(path)), "..")
     for n in tree.body:
         if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("comfy."):
             src = os.path.join(root, *n.module.split(".")) + ".py"

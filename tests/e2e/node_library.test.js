@@ -8,7 +8,8 @@
 //     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json, nodes_compositing.json; the string, primitive and conditioning nodes;
 //   - the ControlNet nodes: nodes_controlnet.json (nodes.py; registered without a model) and
 //     SetUnionControlNetType (nodes_controlnet_union.json, comfy_extras/nodes_controlnet.py);
-//   - the model merging and saving nodes: nodes_model_merging.json (registered without a model);
+//   - the model merging and saving nodes: nodes_model_merging.json (registered without a model),
+//     ModelMergeSD1/SD2/SDXL: nodes_model_merging_model_specific.json;
 //   - RebatchLatents and RebatchImages (nodes_rebatch.json: output_is_list true);
 //   - AlignYourStepsScheduler, FreeU/FreeU_V2, RescaleCFG and PerpNegGuider (nodes_align_your_steps,
 //     nodes_freelunch, nodes_model_advanced, nodes_perpneg fixtures; DualCFGGuider is compared by
@@ -34,6 +35,7 @@ const WANT = {
   "nodes_clip_sdxl.json": ["CLIPTextEncodeSDXLRefiner", "CLIPTextEncodeSDXL"],
   "nodes_model_merging.json": ["ModelMergeSimple", "ModelMergeBlocks", "ModelMergeSubtract", "ModelMergeAdd",
     "CheckpointSave", "CLIPMergeSimple", "CLIPMergeSubtract", "CLIPMergeAdd", "CLIPSave", "VAESave", "ModelSave"],
+  "nodes_model_merging_model_specific.json": ["ModelMergeSD1", "ModelMergeSD2", "ModelMergeSDXL"],
   "nodes_controlnet.json": ["ControlNetApply", "ControlNetApplyAdvanced", "ControlNetLoader",
     "DiffControlNetLoader"],
   "nodes_controlnet_union.json": ["SetUnionControlNetType"],
