@@ -308,25 +308,65 @@ done:
 
 /* ---- mapping --------------------------------------------------------------------------- */
 
-/* Nearest palette entry to the low corner of (r, g, b)'s 4x4x4 cell, memoised per cell. */
+/*
+ * Nearest palette entry to the low corner of (r, g, b)'s 4x4x4 cell, memoised per cell.
+ * A cell's search runs over its 32x32x32 cube's candidates: the entries whose least
+ * distance to the cube's cell corners is no more than the smallest greatest distance
+ * any entry has to them. An entry left out is farther than that one from every corner,
+ * so it could never be the nearest, and the candidates keep index order, so ties still
+ * go to the lowest index (Pillow prunes the same way, after Heckbert).
+ */
 struct qmap {
     const uint8_t (*pal)[3];
     int n;
-    int16_t *cell; /* [64 * 64 * 64], -1 = not computed */
+    int16_t *cell;   /* [64 * 64 * 64], -1 = not computed */
+    int16_t *n_cand; /* [8 * 8 * 8], -1 = not computed */
+    uint8_t *cand;   /* [8 * 8 * 8][256] */
 };
+
+static unsigned sq(int v)
+{
+    return (unsigned)(v * v);
+}
+
+static void qmap_candidates(struct qmap *m, int cube)
+{
+    int lo[3] = {(cube >> 6) << 5, ((cube >> 3) & 7) << 5, (cube & 7) << 5};
+    unsigned dmin[256], best_max = ~0u;
+    for (int i = 0; i < m->n; i++) {
+        unsigned mn = 0, mx = 0;
+        for (int k = 0; k < 3; k++) {
+            int p = m->pal[i][k], a = lo[k], b = lo[k] + 28; /* the cube's cell corners */
+            mn += p < a ? sq(a - p) : p > b ? sq(p - b) : 0;
+            mx += sq(p - a) > sq(p - b) ? sq(p - a) : sq(p - b);
+        }
+        dmin[i] = mn;
+        best_max = mx < best_max ? mx : best_max;
+    }
+    int n = 0;
+    uint8_t *list = m->cand + (size_t)cube * 256;
+    for (int i = 0; i < m->n; i++)
+        if (dmin[i] <= best_max)
+            list[n++] = (uint8_t)i;
+    m->n_cand[cube] = (int16_t)n;
+}
 
 static int qmap_lookup(struct qmap *m, int r, int g, int b)
 {
     int16_t *slot = &m->cell[(r >> 2) << 12 | (g >> 2) << 6 | (b >> 2)];
     if (*slot < 0) {
+        int cube = (r >> 5) << 6 | (g >> 5) << 3 | (b >> 5);
+        if (m->n_cand[cube] < 0)
+            qmap_candidates(m, cube);
+        const uint8_t *list = m->cand + (size_t)cube * 256;
         int cr = r & ~3, cg = g & ~3, cb = b & ~3, best = 0;
         unsigned dbest = ~0u;
-        for (int i = 0; i < m->n; i++) {
-            int dr = cr - m->pal[i][0], dg = cg - m->pal[i][1], db = cb - m->pal[i][2];
-            unsigned d = (unsigned)(dr * dr + dg * dg + db * db);
+        for (int j = 0; j < m->n_cand[cube]; j++) {
+            const uint8_t *p = m->pal[list[j]];
+            unsigned d = sq(cr - p[0]) + sq(cg - p[1]) + sq(cb - p[2]);
             if (d < dbest) {
                 dbest = d;
-                best = i;
+                best = list[j];
             }
         }
         *slot = (int16_t)best;
@@ -376,8 +416,10 @@ static void map_dithered(struct qmap *m, const uint8_t *rgb, int w, int h, uint8
 void node_quant_map(const uint8_t *rgb, int w, int h, const uint8_t pal[][3], int n_pal,
                     int dither, uint8_t *idx)
 {
-    struct qmap m = {.pal = pal, .n = n_pal, .cell = xmalloc(64 * 64 * 64 * sizeof(int16_t))};
+    struct qmap m = {.pal = pal, .n = n_pal, .cell = xmalloc(64 * 64 * 64 * sizeof(int16_t)),
+                     .n_cand = xmalloc(8 * 8 * 8 * sizeof(int16_t)), .cand = xmalloc(8 * 8 * 8 * 256)};
     memset(m.cell, 0xff, 64 * 64 * 64 * sizeof(int16_t));
+    memset(m.n_cand, 0xff, 8 * 8 * 8 * sizeof(int16_t));
     if (dither) {
         int *below = xcalloc((size_t)(w + 1) * 3, sizeof *below);
         map_dithered(&m, rgb, w, h, idx, below);
@@ -387,6 +429,8 @@ void node_quant_map(const uint8_t *rgb, int w, int h, const uint8_t pal[][3], in
             idx[i] = (uint8_t)qmap_lookup(&m, rgb[3 * i], rgb[3 * i + 1], rgb[3 * i + 2]);
     }
     xfree(m.cell);
+    xfree(m.n_cand);
+    xfree(m.cand);
 }
 
 /* ---- Bayer ----------------------------------------------------------------------------- */
