@@ -77,6 +77,8 @@ static int ckpt_name(const char *name, unsigned flags, char *buf, size_t size)
 {
     char tmp[512];
     int renamed = 0;
+    if (flags & CKPT_LOAD_TEXT_FILE) /* a standalone text encoder: all its own names */
+        return ckpt__text_file_name(name, flags, buf, size);
     /* §1.3: old CLIP naming without the text_model. level. */
     if (starts_with(name, "cond_stage_model.transformer.") &&
         !starts_with(name, "cond_stage_model.transformer.text_model.")) {
@@ -322,7 +324,9 @@ int ckpt__validate(const char *path, unsigned flags, struct st_file **f_out,
     if ((rc = st_open(path, &f, e)) < 0)
         return rc;
     ckpt__ntable_build(f, ckpt_name, flags, &nt);
-    if ((rc = ckpt__detect(f, &nt, flags, cfg, e)) < 0)
+    rc = (flags & CKPT_LOAD_TEXT_FILE) ? ckpt__detect_text(f, &nt, flags, cfg, e)
+                                       : ckpt__detect(f, &nt, flags, cfg, e);
+    if (rc < 0)
         goto fail;
     struct build b = {.cfg = cfg, .f = f, .nt = &nt, .flags = flags, .items = items, .e = e};
     model_layout_build(cfg, on_key, &b);

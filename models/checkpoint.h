@@ -53,6 +53,7 @@ enum model_load_flags {
      * after) instead of keeping f16/bf16 file weights of an f32 model at the file
      * dtype (patcher_model_set_convert): the pre-issue-15 behaviour, for comparisons. */
     MODEL_LOAD_CONVERT = 1 << 4,
+    /* Bits 5 and up are checkpoint_text.c's (checkpoint_impl.h). */
 };
 
 struct model_ckpt {
@@ -96,6 +97,45 @@ int model_vae_load(const char *path, enum tensor_dtype dt, struct model_ckpt *ck
  * (tools/ckpt_gen) and tests. Returns 0, or -1 if `ldm` is not a VAE name.
  */
 int vae_name_to_diffusers(const char *ldm, char *out, size_t size);
+
+/* The text encoder a standalone file holds (ComfyUI's TEModel, the CLIP kinds). */
+enum model_text_kind {
+    MODEL_TEXT_NONE = 0,
+    MODEL_TEXT_CLIP_L,  /* OpenAI CLIP ViT-L/14: SD1.x, SDXL's first */
+    MODEL_TEXT_CLIP_H,  /* OpenCLIP ViT-H/14: SD2.x */
+    MODEL_TEXT_CLIP_G,  /* OpenCLIP ViT-bigG/14: SDXL's second, the refiner's */
+};
+
+/*
+ * Which encoder the text-encoder file `path` holds (CLIPLoader / DualCLIPLoader; the
+ * namings accepted are checkpoint_text.c's): ComfyUI's detect_te_model by layer count,
+ * unless a checkpoint prefix or the test files' "latentd.clip_kind" metadata names it.
+ * 0 and *kind set, or ERR_INVALID naming what the file holds instead (a T5, a VAE, ...),
+ * ERR_UNSUPPORTED for a file with two encoders, or st_open's errors; message in e.
+ */
+int model_text_probe(const char *path, enum model_text_kind *kind, struct err *e);
+
+/*
+ * Load the text-encoder file `path` as text encoder `comp` (MODEL_CLIP or MODEL_CLIP2) of
+ * `family` into ck->model[comp], stored as `dt`; ck->cfg is the family's canonical config
+ * with the file's encoder knobs in that slot and the other slot's width 0. The weight
+ * keys are the family's checkpoint names, so the model is the one a checkpoint of the
+ * same weights gives. Errors as model_ckpt_load's (a missing tensor, a wrong shape, ...).
+ */
+int model_text_load(const char *path, int family, enum model_component comp,
+                    enum tensor_dtype dt, struct model_ckpt *ck, struct err *e);
+
+/*
+ * The __metadata__ a shrunk config's text encoder `comp` needs when written alone (heads
+ * are not stored; its kind cannot be told from a shrunk layer count): fn(user, key, value)
+ * for "latentd.clip_heads" and "latentd.clip_kind"; nothing for a canonical config. For
+ * writers: the generator and CLIPSave.
+ */
+void model_text_file_meta(const struct model_config *cfg, enum model_component comp,
+                          void (*fn)(void *user, const char *key, const char *val), void *user);
+
+/* "CLIP-L", "OpenCLIP ViT-H", ... for messages. */
+const char *model_text_kind_name(enum model_text_kind k);
 
 /* Drop the model references (the models stay alive while patchers hold them). */
 void model_ckpt_release(struct model_ckpt *ck);

@@ -78,4 +78,19 @@ int ckpt__vae_file_name(const char *name, char *out, size_t size);
 /* The error for a file asked as a VAE that holds none, naming what it holds. */
 int ckpt__not_a_vae(const struct st_file *f, struct err *e);
 
+/*
+ * checkpoint_text.c: standalone text-encoder files (model_text_load). Flags past
+ * enum model_load_flags: the file is one text encoder, loaded as slot 1 (or 2 with
+ * CKPT_LOAD_TEXT_SECOND) of family (flags >> CKPT_LOAD_TEXT_FAMILY_SHIFT) - 1.
+ */
+#define CKPT_LOAD_TEXT_FILE (1u << 5)
+#define CKPT_LOAD_TEXT_SECOND (1u << 6)
+#define CKPT_LOAD_TEXT_FAMILY_SHIFT 8
+/* The name map of such a load: the target slot's checkpoint name, -1 to skip. */
+int ckpt__text_file_name(const char *name, unsigned flags, char *out, size_t size);
+/* Its detection: the target family's canonical config with the file's encoder knobs in
+ * the slot (the other slot's width 0). */
+int ckpt__detect_text(const struct st_file *f, const struct ntable *nt, unsigned flags,
+                      struct model_config *c, struct err *e);
+
 #endif

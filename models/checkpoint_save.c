@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "checkpoint.h"
 #include "family.h"
 #include "safetensors.h"
 #include "tensor.h"
@@ -229,6 +230,8 @@ int ckpt_save(struct mm *mm, const char *path, const struct model_config *cfg,
         st_writer_meta(w, meta[i].key, meta[i].value);
     if (naming == CKPT_SAVE_CHECKPOINT)
         ckpt_save_heads_meta(cfg, writer_meta, w);
+    else if (naming == CKPT_SAVE_CLIP && n_parts == 1) /* CLIPLoader reads a shrunk one back */
+        model_text_file_meta(cfg, parts[0].comp, writer_meta, w);
     if (rc == 0)
         rc = st_writer_begin(w, path, e);
     for (int i = 0; rc == 0 && i < n_parts; i++)

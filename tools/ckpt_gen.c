@@ -66,6 +66,8 @@ void ckpt_gen_fill(uint64_t seed, const char *name, enum model_init init, int nd
 
 enum fill_kind {
     FILL_RANDOM,  /* ckpt_gen_fill with `init` */
+    FILL_ROWS,    /* rows [row0, row0 + shape[0]) of the random `src_shape` tensor */
+    FILL_TRANSPOSE, /* the random 2-D `src_shape` tensor transposed */
     FILL_ARANGE,  /* 0, 1, 2, ... (position_ids) */
     FILL_CONST,   /* `value` everywhere */
 };
@@ -79,6 +81,9 @@ struct gen_entry {
     float value;
     int ndim;
     int64_t shape[4];
+    int src_ndim;         /* FILL_ROWS, FILL_TRANSPOSE: the tensor the values come from */
+    int64_t src_shape[4];
+    int64_t row0;
 };
 
 struct gen_list {
@@ -111,6 +116,78 @@ static int is_1x1_linear_like(const char *name)
            ends_with(name, "attn_1.v.weight");
 }
 
+/* A random tensor `name` of shape k's drawn as `seed_name` (the checkpoint's name). */
+static struct gen_entry *push_random(struct gen_list *l, const struct model_key *k,
+                                     const char *name, const char *seed_name)
+{
+    static struct gen_entry dropped; /* written to and never listed */
+    if (l->o->drop_tensor && strcmp(l->o->drop_tensor, name) == 0)
+        return &dropped;
+    struct gen_entry *g = push(l);
+    snprintf(g->name, sizeof(g->name), "%s", name);
+    snprintf(g->seed_name, sizeof(g->seed_name), "%s", seed_name);
+    g->dtype = l->o->dtype;
+    g->init = k->init;
+    g->fill = FILL_RANDOM;
+    g->ndim = g->src_ndim = k->ndim;
+    memcpy(g->shape, k->shape, sizeof(g->shape));
+    memcpy(g->src_shape, k->shape, sizeof(g->shape));
+    return g;
+}
+
+/*
+ * One tensor of a standalone text encoder (enum ckpt_gen_text): drawn as the checkpoint's
+ * tensor (its written name with prefix is the seed name), written in the file's naming.
+ */
+static void text_file_key(struct gen_list *l, const struct model_key *k)
+{
+    const struct ckpt_gen_opts *o = l->o;
+    if ((int)k->comp != MODEL_CLIP + o->text_slot)
+        return;
+    const struct text_arch *ta = &o->cfg.text[o->text_slot];
+    const char *internal = k->name + k->rel;
+    char ck[192], rel[160], name[192];
+    text_name_to_file(ta->naming, internal, rel, sizeof(rel)); /* the checkpoint's naming */
+    snprintf(ck, sizeof(ck), "%.*s%s", k->rel, k->name, rel);
+    if (o->text_file == CKPT_GEN_TEXT_PREFIXED) {
+        push_random(l, k, ck, ck);
+        return;
+    }
+    if (o->text_file == CKPT_GEN_TEXT_OPENCLIP || ta->naming == TEXT_NAMING_HF) {
+        if (o->text_file == CKPT_GEN_TEXT_OPENCLIP)
+            snprintf(name, sizeof(name), "%s", rel);
+        else
+            snprintf(name, sizeof(name), "text_model.%s", internal);
+        push_random(l, k, name, ck);
+        return;
+    }
+    /* Hugging Face names of an OpenCLIP encoder. */
+    int64_t d = ta->width;
+    if (strstr(internal, ".self_attn.in_proj.")) {
+        static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"};
+        const char *tail = strstr(internal, ".self_attn.in_proj.") + strlen(".self_attn.in_proj.");
+        int layer = atoi(internal + strlen("encoder.layers."));
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof(name), "text_model.encoder.layers.%d.self_attn.%s.%s", layer,
+                     qkv[i], tail);
+            struct gen_entry *g = push_random(l, k, name, ck);
+            g->fill = FILL_ROWS;
+            g->shape[0] = d;
+            g->row0 = i * d;
+        }
+        return;
+    }
+    if (strcmp(internal, "text_projection") == 0) {
+        struct gen_entry *g = push_random(l, k, "text_projection.weight", ck);
+        g->fill = FILL_TRANSPOSE;
+        g->shape[0] = k->shape[1];
+        g->shape[1] = k->shape[0];
+        return;
+    }
+    snprintf(name, sizeof(name), "text_model.%s", internal);
+    push_random(l, k, name, ck);
+}
+
 static void on_key(void *user, const struct model_key *k)
 {
     struct gen_list *l = user;
@@ -125,6 +202,10 @@ static void on_key(void *user, const struct model_key *k)
         return;
     if (o->drop_tensor && strcmp(o->drop_tensor, k->name) == 0)
         return;
+    if (o->text_file) {
+        text_file_key(l, k);
+        return;
+    }
     struct gen_entry *g = push(l);
     snprintf(g->seed_name, sizeof(g->seed_name), "%s", k->name);
     const struct text_arch *ta = k->comp >= MODEL_CLIP ? &o->cfg.text[k->comp - MODEL_CLIP] : NULL;
@@ -326,6 +407,8 @@ static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
         return;
     }
     model_layout_build(&o->cfg, on_key, l);
+    if (o->text_file)
+        return;
     if (o->flags & CKPT_GEN_EXTRAS)
         add_extras(l);
     if (o->flags & CKPT_GEN_SDXL_MARK)
@@ -394,6 +477,27 @@ static void writer_meta(void *user, const char *key, const char *val)
     st_writer_meta(user, key, val);
 }
 
+/* FILL_ROWS / FILL_TRANSPOSE: draw the source tensor, keep what g holds. */
+static void fill_derived(const struct ckpt_gen_opts *o, const struct gen_entry *g, float *dst,
+                         uint64_t n)
+{
+    uint64_t sn = 1;
+    for (int i = 0; i < g->src_ndim; i++)
+        sn *= (uint64_t)g->src_shape[i];
+    float *src = xmalloc(sn * sizeof(float));
+    ckpt_gen_fill(o->seed, g->seed_name, g->init, g->src_ndim, g->src_shape, src, sn);
+    if (g->fill == FILL_ROWS) {
+        uint64_t row = sn / (uint64_t)g->src_shape[0]; /* elements per row */
+        memcpy(dst, src + (uint64_t)g->row0 * row, n * sizeof(float));
+    } else {
+        int64_t r = g->src_shape[0], c = g->src_shape[1];
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t j = 0; j < c; j++)
+                dst[j * r + i] = src[i * c + j];
+    }
+    xfree(src);
+}
+
 int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *e)
 {
     if (o->dtype != ST_DTYPE_F32 && o->dtype != ST_DTYPE_F16 && o->dtype != ST_DTYPE_BF16)
@@ -407,7 +511,11 @@ int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *
     }
     /* Head counts are not stored in checkpoints; a shrunk config needs them said (the
      * same pairs CheckpointSave writes, so a saved test checkpoint reloads as itself). */
-    ckpt_save_heads_meta(&o->cfg, writer_meta, w);
+    if (o->text_file)
+        model_text_file_meta(&o->cfg, (enum model_component)(MODEL_CLIP + o->text_slot),
+                             writer_meta, w);
+    else
+        ckpt_save_heads_meta(&o->cfg, writer_meta, w);
     uint64_t max_n = 1;
     for (size_t i = 0; i < l.n; i++) {
         struct gen_entry *g = &l.v[i];
@@ -431,6 +539,10 @@ int ckpt_gen_write(const struct ckpt_gen_opts *o, const char *path, struct err *
         switch (g->fill) {
         case FILL_RANDOM:
             ckpt_gen_fill(o->seed, g->seed_name, g->init, g->ndim, g->shape, vals, n);
+            break;
+        case FILL_ROWS:
+        case FILL_TRANSPOSE:
+            fill_derived(o, g, vals, n);
             break;
         case FILL_ARANGE:
             for (uint64_t j = 0; j < n; j++)

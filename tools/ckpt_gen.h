@@ -58,8 +58,23 @@ struct ckpt_gen_opts {
     int cn_lora_rank;          /* with CONTROLNET: a Control-LoRA of this rank (bare names,
                                 * "lora_controlnet"; the trunk's linear and conv weights as
                                 * name.up / name.down, the rest whole), or 0 */
+    int text_file;             /* enum ckpt_gen_text: one text encoder alone, or none */
+    int text_slot;             /* with text_file: cfg's first (0) or second (1) encoder */
     int t2i;                   /* enum ckpt_gen_t2i: a T2I-Adapter instead of a checkpoint */
     int t2i_hint_ch;           /* its hint channels (1 or 3; 0: 3) */
+};
+
+/*
+ * A standalone text encoder (CLIPLoader / DualCLIPLoader files) of cfg's encoder
+ * text_slot, holding the same values as that encoder in a checkpoint of the same seed.
+ * A shrunk one says its kind and heads in __metadata__ (latentd.clip_kind, clip_heads).
+ */
+enum ckpt_gen_text {
+    CKPT_GEN_TEXT_NONE,
+    CKPT_GEN_TEXT_HF,       /* text_model.* (an OpenCLIP encoder split: q/k/v from in_proj,
+                             * text_projection.weight = P transposed) */
+    CKPT_GEN_TEXT_OPENCLIP, /* bare OpenCLIP names (only for an OpenCLIP encoder) */
+    CKPT_GEN_TEXT_PREFIXED, /* the checkpoint's own names, prefix included */
 };
 
 /* T2I-Adapters (models/controlnet/t2i_adapter.h) with widths model_ch x {1, 2, 4, 4} of

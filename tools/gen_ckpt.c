@@ -43,6 +43,11 @@ static void usage(FILE *fp)
           "  --no-vae            leave out the VAE\n"
           "  --no-clip           leave out the text encoder\n"
           "  --vae-only          write a standalone VAE file (default naming: --vae-prefix none)\n"
+          "  --text-file hf|openclip|prefixed  write one text encoder alone (CLIPLoader files):\n"
+          "                      text_model.* names, bare OpenCLIP names, or the checkpoint's;\n"
+          "                      the same values as a checkpoint of the same --seed\n"
+          "  --text-slot 1|2     with --text-file: the first (CLIP-L, ViT-H) or second (SDXL's\n"
+          "                      bigG) text encoder of --arch (default 1)\n"
           "  --vae-prefix none|first_stage_model|diffusers  VAE key naming (default\n"
           "                      first_stage_model in a checkpoint, none with --vae-only)\n"
           "  --truncate N        cut the written file to N bytes (N < 0: drop -N bytes)\n"
@@ -124,6 +129,23 @@ int main(int argc, char **argv)
             clip_layers = atoi(next);
         } else if (!strcmp(a, "--extras")) {
             o.flags |= CKPT_GEN_EXTRAS;
+        } else if (!strcmp(a, "--text-file")) {
+            NEED();
+            o.text_file = !strcmp(next, "hf")         ? CKPT_GEN_TEXT_HF
+                          : !strcmp(next, "openclip") ? CKPT_GEN_TEXT_OPENCLIP
+                          : !strcmp(next, "prefixed") ? CKPT_GEN_TEXT_PREFIXED
+                                                      : -1;
+            if (o.text_file < 0) {
+                fprintf(stderr, "gen_ckpt: unknown --text-file '%s'\n", next);
+                return 2;
+            }
+        } else if (!strcmp(a, "--text-slot")) {
+            NEED();
+            o.text_slot = atoi(next) - 1;
+            if (o.text_slot != 0 && o.text_slot != 1) {
+                fprintf(stderr, "gen_ckpt: --text-slot is 1 or 2\n");
+                return 2;
+            }
         } else if (!strcmp(a, "--old-clip-names")) {
             o.flags |= CKPT_GEN_OLD_CLIP;
         } else if (!strcmp(a, "--conv-2d")) {

@@ -34,7 +34,10 @@ struct text_arch {
     int pos;      /* 77 */
     int act;      /* enum text_act */
     int naming;   /* enum text_naming: the names in the file */
-    int proj_dim; /* text_projection output width (bigG 1280); 0 = none */
+    int proj_dim; /* text_projection output width (bigG 1280); 0 = none. OpenCLIP naming
+                   * stores P [width, proj_dim] as "text_projection"; Hugging Face naming
+                   * (a standalone bigG / ViT-H file) its Linear "text_projection.weight"
+                   * [proj_dim, width] = P^T */
 };
 
 /*

@@ -113,11 +113,14 @@ static int pooled_vector(struct nn_w *w, const struct text_arch *a, const struct
     const struct tensor *pw;
     int64_t N = a->proj_dim;
     float *p = xmalloc((size_t)(D * N) * sizeof(float)), *o = xcalloc((size_t)N, sizeof(float));
-    NN_W(pw, w, "text_projection");
+    /* OpenCLIP stores P [D, N]; a Hugging Face file its Linear weight P^T [N, D]. Both
+     * sum over k in the same order, so the two give the same bits for the same P. */
+    int hf = a->naming == TEXT_NAMING_HF;
+    NN_W(pw, w, "%s", hf ? "text_projection.weight" : "text_projection");
     NN_TRY(tensor_read_f32(pw, p, D * N, e));
-    for (int64_t k = 0; k < D; k++) /* row-major P [D, N]: accumulate over k in order */
+    for (int64_t k = 0; k < D; k++) /* accumulate over k in order */
         for (int64_t j = 0; j < N; j++)
-            o[j] += row[k] * p[k * N + j];
+            o[j] += row[k] * (hf ? p[j * D + k] : p[k * N + j]);
     *out = o;
     o = NULL;
 fail:

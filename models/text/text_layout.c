@@ -40,8 +40,10 @@ void text__walk(struct key_walk *w, const struct text_arch *a)
     }
     key__layer(w, "final_layer_norm");
     key__norm(w, "final_layer_norm", d);
-    if (a->proj_dim > 0) /* OpenCLIP's P, applied as pooled . P (sdxl.md §1.3) */
+    if (a->proj_dim > 0 && a->naming == TEXT_NAMING_OPENCLIP) /* P, as pooled . P (sdxl.md §1.3) */
         key__emit(w, MODEL_INIT_WEIGHT, KEY_SHAPE(d, a->proj_dim), "text_projection");
+    else if (a->proj_dim > 0) /* Hugging Face's Linear: its weight is P transposed */
+        key__emit(w, MODEL_INIT_WEIGHT, KEY_SHAPE(a->proj_dim, d), "text_projection.weight");
 }
 
 /* OpenCLIP names: whole-name renames, then per-resblock tails. */

@@ -18,10 +18,9 @@
  * a standalone UNet file (bare input_blocks.* keys) is refused with a clear error, as
  * are the fp8 weight dtypes (latentd stores no fp8).
  *
- * The other loaders of nodes.py's "advanced/loaders" are not registered: CLIPLoader
- * and DualCLIPLoader take standalone text-encoder files (bare text_model.* keys), which
- * latentd's checkpoint reader does not accept yet; unCLIPCheckpointLoader needs a
- * CLIP_VISION model latentd has no type for.
+ * CLIPLoader and DualCLIPLoader are sd_clip_loader_nodes.c's; they register here, in
+ * nodes.py's order. unCLIPCheckpointLoader is not registered: it needs a CLIP_VISION
+ * model latentd has no type for.
  */
 #include <string.h>
 
@@ -198,8 +197,8 @@ const struct node_class sd_unet_loader = {
 };
 
 /* nodes.py's NODE_CLASS_MAPPINGS order. */
-static const struct node_class *const loader_classes[] = {&sd_checkpoint_loader_config,
-                                                          &sd_unet_loader};
+static const struct node_class *const loader_classes[] = {
+    &sd_clip_loader, &sd_unet_loader, &sd_dual_clip_loader, &sd_checkpoint_loader_config};
 
 void nodes_sd_loaders_register(struct node_registry *r)
 {

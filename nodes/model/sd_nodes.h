@@ -76,6 +76,9 @@ extern const struct node_class sd_checkpoint_save;
 extern const struct node_class sd_clip_save;
 extern const struct node_class sd_vae_save;
 extern const struct node_class sd_model_save;
+/* CLIPLoader, DualCLIPLoader: sd_clip_loader_nodes.c (registered by sd_loader_nodes.c) */
+extern const struct node_class sd_clip_loader;
+extern const struct node_class sd_dual_clip_loader;
 /* comfy_extras.nodes_model_merging_model_specific: sd_merge_model_specific.c */
 extern const struct node_class sd_model_merge_sd1;
 extern const struct node_class sd_model_merge_sd2;
