@@ -93,8 +93,6 @@ cJSON *gobj_input_spec(const struct node_env *env, const struct node_input_def *
         cJSON_AddTrueToObject(o, "forceInput");
     if (in->advanced)
         cJSON_AddTrueToObject(o, "advanced");
-    if (in->advanced)
-        cJSON_AddTrueToObject(o, "advanced");
     if (in->display)
         cJSON_AddStringToObject(o, "display", in->display);
     if (in->tooltip)

@@ -137,7 +137,6 @@ struct node_input_def {
     const char *remote_route;
     unsigned char force_input;            /* widget type shown as a socket */
     unsigned char advanced;               /* {"advanced": true}: folded away in the UI */
-    unsigned char advanced;               /* {"advanced": true}: folded away in the UI */
     const char *display;                  /* widget display hint ("color"); NULL = none */
     const char *tooltip;                  /* NULL = none */
 
