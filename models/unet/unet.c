@@ -10,6 +10,7 @@
 
 #include "alloc.h"
 #include "nn.h"
+#include "unet_attn1.h"
 #include "unet_impl.h"
 
 struct unet_ctx {
@@ -26,6 +27,7 @@ struct unet_ctx {
     const struct unet_hooks *hooks;     /* a ControlNet trunk's hooks, or NULL */
     int out_idx;                        /* output blocks entered so far */
     int in_idx;                         /* input blocks done so far */
+    int64_t orig_h, orig_w;             /* x's size: the patches' original_shape */
 };
 
 /* h += a control residual (apply_control), after checking it fits. */
@@ -98,9 +100,31 @@ fail:
     return rc;
 }
 
-/* Multi-head attention sub-block: h += to_out(attn(q(n), k(src), v(src))). */
+/*
+ * The attention itself: attn1's patches (site non-NULL) see q and k first and may tile
+ * the queries; otherwise a plain multi-head attention.
+ */
+static int attn_core(struct unet_ctx *u, const struct unet_attn1_site *site, struct tensor *a,
+                     const struct tensor *q, const struct tensor *k, const struct tensor *v,
+                     int heads)
+{
+    const struct unet_patches *pt = site ? u->patches : NULL;
+    struct unet_attn1_tiles t = {0};
+    int rc;
+    if (pt && pt->attn1_scores && (rc = pt->attn1_scores(pt->user, site, q, k, u->e)) < 0)
+        return rc;
+    if (pt && pt->attn1_tiles && (rc = pt->attn1_tiles(pt->user, site, &t, u->e)) < 0)
+        return rc;
+    if (t.nh * t.nw > 1)
+        return unet_attn1_tiled(a, q, k, v, heads, &t, u->e);
+    return tensor_attention(a, q, k, v, heads, 0.0f, 0, u->e);
+}
+
+/* Multi-head attention sub-block: h += to_out(attn(q(n), k(src), v(src))); site names a
+ * self-attention for the patches (NULL: a cross-attention). */
 static int attn_block(struct unet_ctx *u, const char *p, int heads, struct tensor *h,
-                      const struct tensor *n, const struct tensor *src)
+                      const struct tensor *n, const struct tensor *src,
+                      const struct unet_attn1_site *site)
 {
     struct err *e = u->e;
     const struct tensor *wq, *wk, *wv, *wo, *bo;
@@ -119,7 +143,7 @@ static int attn_block(struct unet_ctx *u, const char *p, int heads, struct tenso
     NN_TRY(tensor_linear(k, src, wk, NULL, e));
     NN_TRY(tensor_linear(v, src, wv, NULL, e));
     NN_TRY(nn__new(u->d, &a, e, 3, B, T, C));
-    NN_TRY(tensor_attention(a, q, k, v, heads, 0.0f, 0, e));
+    NN_TRY(attn_core(u, site, a, q, k, v, heads));
     NN_TRY(nn__new(u->d, &o, e, 3, B, T, C));
     NN_TRY(tensor_linear(o, a, wo, bo, e));
     NN_TRY(tensor_add(h, h, o, e));
@@ -132,10 +156,30 @@ fail:
     return rc;
 }
 
+/* The patches' name of the transformer at block name p ("input_blocks.4.1" -> input 4). */
+static void attn1_site(const struct unet_ctx *u, const char *p, const struct tensor *x,
+                       struct unet_attn1_site *s)
+{
+    int idx = 0;
+    memset(s, 0, sizeof *s);
+    if (sscanf(p, "input_blocks.%d", &idx) == 1)
+        s->kind = UNET_SITE_INPUT;
+    else if (sscanf(p, "output_blocks.%d", &idx) == 1)
+        s->kind = UNET_SITE_OUTPUT;
+    else
+        s->kind = UNET_SITE_MIDDLE;
+    s->block = idx;
+    s->batch = x->shape[0];
+    s->tokens = x->shape[2] * x->shape[3];
+    s->orig_h = u->orig_h;
+    s->orig_w = u->orig_w;
+}
+
 /* SpatialTransformer (§3.4) of `depth` blocks, in place on x [B,C,H,W]. proj_in and
  * proj_out run on tokens: the same for a 1x1 conv (SD1.x) and a Linear (SDXL). */
 static int transformer(struct unet_ctx *u, const char *p, int depth, int heads, struct tensor *x)
 {
+    struct unet_attn1_site site;
     struct err *e = u->e;
     const struct tensor *gn_w, *gn_b, *pi_w, *pi_b, *po_w, *po_b;
     struct tensor *g = NULL, *tok = NULL, *h = NULL, *n = NULL, *f = NULL, *gg = NULL, *o = NULL,
@@ -157,18 +201,21 @@ static int transformer(struct unet_ctx *u, const char *p, int depth, int heads, 
     tensor_free(tok); /* early: the FF below is the block's peak */
     tok = NULL;
     NN_TRY(nn__new(u->d, &n, e, 3, B, T, C));
+    attn1_site(u, p, x, &site);
+    site.heads = heads;
     for (int d = 0; d < depth; d++) {
         const struct tensor *lw, *lb, *f0w, *f0b, *f2w, *f2b;
         NN_W(lw, &u->w, "%s.transformer_blocks.%d.norm1.weight", p, d);
         NN_W(lb, &u->w, "%s.transformer_blocks.%d.norm1.bias", p, d);
         NN_TRY(tensor_layer_norm(n, h, lw, lb, 1e-5f, e));
         snprintf(q, sizeof(q), "%s.transformer_blocks.%d.attn1", p, d);
-        NN_TRY(attn_block(u, q, heads, h, n, n));
+        site.block_index = d;
+        NN_TRY(attn_block(u, q, heads, h, n, n, u->patches ? &site : NULL));
         NN_W(lw, &u->w, "%s.transformer_blocks.%d.norm2.weight", p, d);
         NN_W(lb, &u->w, "%s.transformer_blocks.%d.norm2.bias", p, d);
         NN_TRY(tensor_layer_norm(n, h, lw, lb, 1e-5f, e));
         snprintf(q, sizeof(q), "%s.transformer_blocks.%d.attn2", p, d);
-        NN_TRY(attn_block(u, q, heads, h, n, u->ctx));
+        NN_TRY(attn_block(u, q, heads, h, n, u->ctx, NULL));
         NN_W(lw, &u->w, "%s.transformer_blocks.%d.norm3.weight", p, d);
         NN_W(lb, &u->w, "%s.transformer_blocks.%d.norm3.bias", p, d);
         NN_TRY(tensor_layer_norm(n, h, lw, lb, 1e-5f, e));
@@ -476,7 +523,7 @@ int unet__eval(struct patcher *unet, const struct unet_arch *a, const struct ten
 {
     struct unet_ctx u = {.a = a, .y = y, .d = patcher_device(unet), .e = e, .ctx = ctx,
                          .probe = probe, .control = control, .patches = patches,
-                         .hooks = hooks};
+                         .hooks = hooks, .orig_h = x->shape[2], .orig_w = x->shape[3]};
     struct walk s = {0};
     struct unet_blocks bl;
     int rc, skip_idx = 0;

@@ -59,6 +59,35 @@ int unet_eval_control(struct patcher *unet, const struct unet_arch *a, const str
                       const struct unet_control *control, struct tensor *eps, struct err *e);
 
 /*
+ * Where a self-attention (attn1) sits, as ComfyUI's transformer_options name it: block
+ * ("input" / "middle" / "output", its index in that list), block_index (the transformer
+ * block within the SpatialTransformer), the tokens and heads of the attention and the
+ * original_shape (x's height and width of this eval).
+ */
+enum unet_site_kind { UNET_SITE_INPUT, UNET_SITE_MIDDLE, UNET_SITE_OUTPUT };
+
+struct unet_attn1_site {
+    enum unet_site_kind kind;
+    int block;       /* index in input_blocks / output_blocks; 0 for the middle */
+    int block_index; /* transformer block within the SpatialTransformer */
+    int64_t batch, tokens;
+    int heads;
+    int64_t orig_h, orig_w; /* the eval's x [B, C, orig_h, orig_w] */
+};
+
+/*
+ * A self-attention's query tiling (HyperTile): the token sequence read as rows x cols
+ * (row-major) is cut into nh x nw tiles of (rows/nh) x (cols/nw); each tile's queries
+ * attend over the contiguous token chunk of the same index (ComfyUI's attention views
+ * the untiled keys as (b·nh·nw) batches of T/(nh·nw) tokens). rows·cols must equal
+ * the tokens and nh, nw divide rows, cols.
+ */
+struct unet_attn1_tiles {
+    int nh, nw;
+    int64_t rows, cols;
+};
+
+/*
  * Model patches for one eval (ComfyUI's transformer_options["patches"]), each optional:
  * output_block is the output_block_patch (FreeU): called on the output side before
  * output block i's concat with h (the hidden state) and hsp (the skip just popped, its
@@ -67,6 +96,19 @@ int unet_eval_control(struct patcher *unet, const struct unet_arch *a, const str
  */
 struct unet_patches {
     int (*output_block)(void *user, int i, struct tensor *h, struct tensor *hsp, struct err *e);
+    /*
+     * attn1_tiles (HyperTile's attn1_patch + attn1_output_patch): before a self-attention,
+     * may ask for its queries to be cut into tiles (unet_attn1.h); NULL or 0 = no tiling.
+     */
+    int (*attn1_tiles)(void *user, const struct unet_attn1_site *s, struct unet_attn1_tiles *t,
+                       struct err *e);
+    /*
+     * attn1_scores (SelfAttentionGuidance's attn1 replace on ("middle", 0, 0)): called
+     * with the projected q and k [B, T, heads·d] of every self-attention; it reads what
+     * it needs (unet_attn1_colsum) and must not change them. NULL = not called.
+     */
+    int (*attn1_scores)(void *user, const struct unet_attn1_site *s, const struct tensor *q,
+                        const struct tensor *k, struct err *e);
     void *user;
 };
 

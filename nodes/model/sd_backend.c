@@ -13,6 +13,7 @@
 #include "clip_tokenizer.h"
 #include "memmgr.h"
 #include "sd_control.h"
+#include "sd_model_patches.h"
 #include "text_encoder.h"
 #include "unet.h"
 #include "vae.h"
@@ -65,7 +66,22 @@ struct unet_impl {
     const struct sampling_discrete *ms; /* borrowed from the sd_model that owns this */
     struct unet_freeu freeu[SD_MODEL_MAX_FREEU]; /* output-block patches, in order */
     int n_freeu;
+    struct sd_model_patches *patches; /* owned or NULL: attention patches */
+    const struct sd_call *call;       /* borrowed: the sampler's options for this call */
 };
+
+static int unet_attn1_tiles(void *user, const struct unet_attn1_site *s,
+                            struct unet_attn1_tiles *t, struct err *e)
+{
+    return sd_call_attn1_tiles(((struct unet_impl *)user)->call, s, t, e);
+}
+
+static int unet_attn1_scores(void *user, const struct unet_attn1_site *s, const struct tensor *q,
+                             const struct tensor *k, struct err *e)
+{
+    return sd_call_attn1_scores(((struct unet_impl *)user)->call, s, q, k, e);
+}
+
 
 /* The output_block_patch list: each FreeU in the order the nodes added them. */
 static int unet_output_patches(void *user, int i, struct tensor *h, struct tensor *hsp,
@@ -95,9 +111,14 @@ static int unet_eval_with(struct unet_impl *u, const struct tensor *x, const flo
     for (const struct sd_control *k = control; k && rc == 0; k = k->prev)
         rc = vouch(sd_control_patcher(k), e);
     struct unet_patches up = {.output_block = unet_output_patches, .user = u};
+    int attn1 = u->call && u->call->patches == u->patches && sd_call_has_attn1(u->call);
+    if (attn1) {
+        up.attn1_tiles = unet_attn1_tiles;
+        up.attn1_scores = unet_attn1_scores;
+    }
     if (rc == 0 && (rc = unet_eval_patched(u->p, &u->cfg.unet, x, ts, c, y,
-                                           control ? &uc : NULL, u->n_freeu ? &up : NULL, eps,
-                                           e)) == 0)
+                                           control ? &uc : NULL, u->n_freeu || attn1 ? &up : NULL,
+                                           eps, e)) == 0)
         rc = vouch(u->p, e);
 out:
     controlnet_out_release(&co);
@@ -215,6 +236,7 @@ static void unet_free(void *impl)
 {
     struct unet_impl *u = impl;
     patcher_unref(u->p);
+    sd_model_patches_free(u->patches);
     xfree(u);
 }
 
@@ -264,7 +286,32 @@ void sd_model_copy_patches(struct sd_model *dst, const struct sd_model *src)
         const struct unet_impl *s = src->impl;
         memcpy(d->freeu, s->freeu, sizeof d->freeu);
         d->n_freeu = s->n_freeu;
+        sd_model_patches_free(d->patches);
+        d->patches = sd_model_patches_clone(s->patches);
     }
+}
+
+const struct sd_model_patches *sd_model_patches_of(const struct sd_model *m)
+{
+    if (!m || m->ops != &unet_ops)
+        return NULL;
+    return ((const struct unet_impl *)m->impl)->patches;
+}
+
+struct sd_model_patches *sd_model_patches_mut(struct sd_model *m)
+{
+    if (!m || m->ops != &unet_ops)
+        return NULL;
+    struct unet_impl *u = m->impl;
+    if (!u->patches)
+        u->patches = xcalloc(1, sizeof *u->patches);
+    return u->patches;
+}
+
+void sd_model_set_call(const struct sd_model *m, const struct sd_call *call)
+{
+    if (m && m->ops == &unet_ops)
+        ((struct unet_impl *)m->impl)->call = call;
 }
 
 struct sd_model *sd_model_clone(const struct sd_model *m)

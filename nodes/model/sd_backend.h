@@ -74,8 +74,26 @@ struct sd_model *sd_model_clone(const struct sd_model *m);
 #define SD_MODEL_MAX_FREEU 4
 int sd_model_set_freeu(struct sd_model *m, const struct unet_freeu *f);
 
-/* Copy src's patches (cfg function, FreeU) onto dst, a new UNet MODEL (LoRA nodes). */
+/* Copy src's patches (cfg function, FreeU, the attention patches) onto dst, a new UNet
+ * MODEL (LoRA nodes). */
 void sd_model_copy_patches(struct sd_model *dst, const struct sd_model *src);
+
+struct sd_model_patches; /* sd_model_patches.h */
+struct sd_call;
+
+/*
+ * The attention patches (HyperTile, SelfAttentionGuidance, PerpNeg) of a UNet MODEL:
+ * _of borrows them (NULL: none, or another backend); _mut makes them on a MODEL from
+ * sd_model_clone for a patch node (NULL for another backend).
+ */
+const struct sd_model_patches *sd_model_patches_of(const struct sd_model *m);
+struct sd_model_patches *sd_model_patches_mut(struct sd_model *m);
+
+/*
+ * The transformer options of m's next model calls (borrowed until the next call of this;
+ * NULL clears). No-op for other backends. Executor thread.
+ */
+void sd_model_set_call(const struct sd_model *m, const struct sd_call *call);
 
 /*
  * A CLIP over a text-encoder patcher (takes over the reference) with a

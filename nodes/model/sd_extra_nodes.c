@@ -7,11 +7,14 @@
 static const struct node_class *const extra_classes[] = {
     &sd_freeu, &sd_freeu_v2,        /* nodes_freelunch */
     &sd_dual_cfg_guider,            /* nodes_custom_sampler */
+    &sd_hypertile,                  /* nodes_hypertile */
     &sd_model_sampling_discrete,    /* nodes_model_advanced */
     &sd_model_sampling_continuous_edm,
     &sd_model_sampling_continuous_v,
     &sd_rescale_cfg,
-    &sd_perp_neg_guider,            /* nodes_perpneg */
+    &sd_self_attention_guidance,    /* nodes_sag */
+    &sd_perp_neg,                   /* nodes_perpneg */
+    &sd_perp_neg_guider,
     &sd_align_your_steps_scheduler, /* nodes_align_your_steps */
 };
 

@@ -14,6 +14,7 @@
 #include "node_registry.h"
 #include "sd_backend.h"
 #include "sd_extra_nodes.h"
+#include "sd_model_patches.h"
 #include "sd_types.h"
 
 static const struct node_output_def model_output[] = {{.type = "MODEL"}, NODE_OUTPUTS_END};
@@ -47,8 +48,13 @@ static int rescale_run(struct node_ctx *c)
     struct sd_model *m = clone_input(c);
     if (!m)
         return ERR_INVALID;
-    /* set_model_sampler_cfg_function replaces any earlier cfg function */
+    /* set_model_sampler_cfg_function replaces any earlier cfg function (PerpNeg's) */
     m->cfg_fn.rescale = 1;
+    struct sd_model_patches *mp = sd_model_patches_mut(m);
+    if (mp) {
+        value_unref(mp->perp_neg_empty);
+        mp->perp_neg_empty = NULL;
+    }
     m->cfg_fn.multiplier = node_in_float_at(c, RESCALE_MULTIPLIER);
     node_set_output(c, 0, sd_model_value(m));
     return 0;

@@ -9,7 +9,10 @@
  * x0, averages each side's entries by strength and area feathering as
  * ComfyUI's calc_cond_batch does, and mixes the sides with CFG (the MODEL's RescaleCFG
  * cfg function when patched) or, for the DualCFG and PerpNeg guiders, a third side
- * (cond2 / the empty prompt) as their predict_noise does (guide_combine).
+ * (cond2 / the empty prompt) as their predict_noise does (guide_combine). The MODEL's
+ * attention patches (sd_model_patches.h) add PerpNeg's empty-prompt side to CFG, run
+ * SelfAttentionGuidance's post-cfg pass over the negative side, and hand each model call
+ * the options HyperTile and SAG read (which samples are uncond, the generator).
  * Each step reports progress (step + 1 of the steps actually run) with a
  * Latent2RGB preview of x0, and stops on /interrupt.
  */
@@ -22,8 +25,11 @@
 #include "resample.h"
 #include "sampling.h"
 #include "sampling_preview.h"
+#include "sampling_sag.h"
 #include "sampling_sched.h"
+#include "sd_backend.h"
 #include "sd_control.h"
+#include "sd_model_patches.h"
 #include "sd_nodes.h"
 #include "sd_progress.h"
 #include "sd_sample.h"
@@ -83,6 +89,11 @@ struct kctx {
     struct sd_progress bar;
     float *x0_last;  /* [batch · per] or NULL: the last step's x0 (denoised_output) */
     int steps_seen;  /* steps whose x0 was reported */
+    const struct sd_model_patches *patches; /* the MODEL's attention patches, or NULL */
+    struct sd_sag_capture sag;  /* SelfAttentionGuidance's recorded attention map */
+    struct sampling_rng ht_rng; /* HyperTile's draws: PyTorch's global generator */
+    float *sag_degraded;        /* [batch · per] SAG's blurred uncond x0, or NULL */
+    float *sag_x0;              /* [batch · per] SAG's second uncond pass, or NULL */
 };
 
 /* Python's a[start:stop] on a length-len axis: the clamped [*lo, *hi). */
@@ -293,6 +304,29 @@ static int entry_adm(struct kctx *k, const struct sd_cond_entry *en, int negativ
 }
 
 /*
+ * The call's transformer options for SelfAttentionGuidance (ComfyUI's cond_or_uncond):
+ * the first negative-side job among call samples [s0, s0 + nb) of the group idx, whose
+ * samples are consecutive; nothing to record without SAG.
+ */
+static void call_uncond(struct kctx *k, const int *idx, int s0, int nb, struct sd_call *c)
+{
+    if (!k->patches || !k->patches->sag_on)
+        return;
+    for (int i = 0; i < nb; i++) {
+        int g = s0 + i, job = g / k->batch, n = 0;
+        if (k->jobs[idx[job]].side != SD_SIDE_NEG)
+            continue;
+        while (i + n < nb && (s0 + i + n) / k->batch == job)
+            n++;
+        c->cap = &k->sag;
+        c->cap_first = i;
+        c->cap_n = n;
+        c->cap_smp0 = g % k->batch;
+        return;
+    }
+}
+
+/*
  * Run the jobs idx[0..count) (same token count, width and region size) in
  * batched calls of at most max_batch samples, adding each job's x0·mult into
  * its side's accumulator.
@@ -338,6 +372,9 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
         }
         if (rc < 0)
             break;
+        struct sd_call call = {.patches = k->patches, .rng = &k->ht_rng};
+        call_uncond(k, idx, s0, nb, &call);
+        sd_model_set_call(m, k->patches ? &call : NULL);
         if (j0->control)
             rc = m->ops->apply_eps_control(m->impl, xin, nb, rh, rw, ts, ctx, tokens, dim, ybuf,
                                            m->adm_dim, j0->control, sigma, k->batch, eps,
@@ -347,6 +384,7 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
                                      m->adm_dim, eps, &k->err);
         else
             rc = m->ops->apply_eps(m->impl, xin, nb, rh, rw, ts, ctx, tokens, dim, eps, &k->err);
+        sd_model_set_call(m, NULL);
         if (rc < 0)
             break;
         for (int i = 0; i < nb; i++) {
@@ -396,15 +434,24 @@ static void guide_combine(struct kctx *k, const float *x, float sigma, float *ou
     case SD_GUIDE_CFG:
         break;
     }
+    if (a->third) { /* the PerpNeg patch's cfg function: x - (x - perp_neg(...)) */
+        sampling_perp_neg(pos, neg, third, k->cfg, k->patches->perp_neg_scale, n, out);
+        for (size_t i = 0; i < n; i++)
+            out[i] = x[i] - (x[i] - out[i]);
+        return;
+    }
     if (k->n_side[SD_SIDE_NEG] == 0 && !fn->rescale)
         memcpy(out, pos, n * sizeof *out);
     else
         sampling_cfg_apply(fn, x, sigma, pos, neg, k->cfg, k->batch, k->per, out);
 }
 
-static int denoise(void *user, const float *x, float sigma, float *out, size_t n)
+/*
+ * calc_cond_batch at x for the jobs of the sides in the mask `sides` (bit per SD_SIDE_*):
+ * each of those sides' x0 prediction in k->acc.
+ */
+static int eval_sides(struct kctx *k, const float *x, float sigma, size_t n, unsigned sides)
 {
-    struct kctx *k = user;
     size_t plane = (size_t)k->h * k->w;
     /* A UNet call can take seconds on a CPU: honour /interrupt before each. */
     if (node_interrupted(k->node))
@@ -415,6 +462,8 @@ static int denoise(void *user, const float *x, float sigma, float *out, size_t n
     int *idx = xmalloc((size_t)k->n_jobs * sizeof *idx);
     int rc = 0;
     for (int side = 0; side < SD_SIDES; side++) {
+        if (!(sides & (1u << side)))
+            continue;
         memset(k->acc[side], 0, n * sizeof *k->acc[side]);
         /* ComfyUI starts the counts at 1e-37: uncovered pixels come out as 0. */
         for (size_t p = 0; p < plane * k->batch; p++)
@@ -424,6 +473,7 @@ static int denoise(void *user, const float *x, float sigma, float *out, size_t n
     for (int j = 0; j < k->n_jobs; j++) {
         struct job *jb = &k->jobs[j];
         jb->active = !jb->has_range || !(sigma > jb->sig_start || sigma < jb->sig_end);
+        jb->active = jb->active && (sides & (1u << jb->side));
         done[j] = !jb->active;
     }
     /* Group jobs by (tokens, dim, region size): one batched model call per group. */
@@ -457,12 +507,52 @@ static int denoise(void *user, const float *x, float sigma, float *out, size_t n
             }
         }
         for (int side = 0; side < SD_SIDES; side++)
-            for (size_t p = 0; p < n; p++)
+            for (size_t p = 0; sides & (1u << side) && p < n; p++)
                 k->acc[side][p] = k->acc[side][p] / k->count[side][(p / k->per) * plane + p % plane];
-        guide_combine(k, x, sigma, out, n);
     }
     xfree(done);
     xfree(idx);
+    return rc;
+}
+
+/*
+ * SelfAttentionGuidance's post_cfg_function on the cfg result `out`: blur the uncond x0
+ * where the recorded map says, run the negative side on it again (into sag_x0: acc keeps
+ * the uncond x0, the CFG++ samplers' uncond_denoised) and add (degraded − sag)·scale.
+ */
+static int sag_post_cfg(struct kctx *k, const float *x, float sigma, float *out, size_t n)
+{
+    if (!sampling_sag_applies(k->h, k->w)) /* too small to pad: cfg_result as it is */
+        return 0;
+    if (!k->sag.have)
+        return err_set(&k->err, ERR_INVALID,
+                       "SelfAttentionGuidance: no attention map was recorded (the negative "
+                       "conditioning did not run at this step)");
+    float *uncond = k->acc[SD_SIDE_NEG];
+    int rc = sampling_sag_blur_map(uncond, k->batch, 4, k->h, k->w, k->sag.colsum,
+                                   k->sag.tokens, k->patches->sag_blur_sigma, 1.0,
+                                   k->sag_degraded, &k->err);
+    if (rc < 0)
+        return rc;
+    sampling_sag_noised(k->sag_degraded, x, uncond, n, k->sag_x0);
+    k->acc[SD_SIDE_NEG] = k->sag_x0; /* eval_sides reads its x before writing acc */
+    rc = eval_sides(k, k->sag_x0, sigma, n, 1u << SD_SIDE_NEG);
+    k->acc[SD_SIDE_NEG] = uncond;
+    memcpy(k->x, x, n * sizeof *x);
+    if (rc == 0)
+        sampling_sag_apply(out, k->sag_degraded, k->sag_x0, k->patches->sag_scale, n);
+    return rc;
+}
+
+static int denoise(void *user, const float *x, float sigma, float *out, size_t n)
+{
+    struct kctx *k = user;
+    int rc = eval_sides(k, x, sigma, n, (1u << SD_SIDES) - 1);
+    if (rc < 0)
+        return rc;
+    guide_combine(k, x, sigma, out, n);
+    if (k->sag_degraded)
+        rc = sag_post_cfg(k, x, sigma, out, n);
     return rc;
 }
 
@@ -702,9 +792,36 @@ static unsigned guide_skipped(const struct sd_sample_args *a)
 }
 
 /* ComfyUI's CFGGuider.sample with the noise of its RandomNoise / DisableNoise. */
+/*
+ * The MODEL's attention patches against the guider: SelfAttentionGuidance and PerpNeg
+ * (sd_model_patches.h) run in CFGGuider's sampling_function here (KSampler,
+ * KSamplerAdvanced, SamplerCustom, CFGGuider); SAG needs a negative side (ComfyUI fails
+ * without one too). Returns 0 or the node_fail() code.
+ */
+static int patches_check(struct node_ctx *c, const struct sd_model_patches *mp,
+                         const struct sd_sample_args *a)
+{
+    if (!mp || !(mp->sag_on || mp->perp_neg_empty))
+        return 0;
+    const char *what = mp->sag_on ? "SelfAttentionGuidance" : "PerpNeg";
+    if (a->guide != SD_GUIDE_CFG)
+        return node_fail(c, "RuntimeError",
+                         "a MODEL patched with %s samples with CFG guidance here (KSampler, "
+                         "CFGGuider); not with DualCFGGuider or PerpNegGuider",
+                         what);
+    if (mp->sag_on && !a->neg)
+        return node_fail(c, "RuntimeError",
+                         "SelfAttentionGuidance needs a negative conditioning (BasicGuider has "
+                         "none)");
+    if (mp->perp_neg_empty && !sd_cond_of(mp->perp_neg_empty))
+        return node_fail(c, "RuntimeError", "PerpNeg: empty_conditioning is not a CONDITIONING");
+    return 0;
+}
+
 int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_latent **outp,
                struct sd_latent **denoisedp)
 {
+    int rc;
     const struct sd_model *model = a->model;
     const struct sd_cond *pos = a->pos, *neg = a->neg;
     const struct sd_latent *lat = a->latent;
@@ -714,10 +831,19 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
     if (lat->c != 4)
         return node_fail(c, "RuntimeError",
                          "the latent has %lld channels; SD1.5 models expect 4", (long long)lat->c);
+    struct sd_sample_args pa;
+    const struct sd_model_patches *mp = sd_model_patches_of(model);
+    if ((rc = patches_check(c, mp, a)) < 0)
+        return rc;
+    if (mp && mp->perp_neg_empty) { /* PerpNeg's empty conditioning: a third side of CFG */
+        pa = *a;
+        pa.third = sd_cond_of(mp->perp_neg_empty);
+        a = &pa;
+    }
 
     struct err e = {0};
     float *noise = NULL, *mask = NULL;
-    int n_sigmas = a->n_sigmas, rc;
+    int n_sigmas = a->n_sigmas;
     int n_neg = neg ? neg->n : 0, n_third = a->third ? a->third->n : 0;
     size_t per = (size_t)(4 * lat->h * lat->w), n = per * (size_t)lat->b;
     struct kctx k = {.node = c, .model = model, .cfg = a->cfg, .args = a, .batch = (int)lat->b,
@@ -752,7 +878,10 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
         e = k.err;
         goto fail;
     }
-    same_area_twins(&k, order, n_order, guide_skipped(a));
+    unsigned skip = guide_skipped(a);
+    if (mp && mp->sag_on) /* set_model_sampler_post_cfg_function(disable_cfg1_optimization) */
+        skip &= ~(1u << SD_SIDE_NEG);
+    same_area_twins(&k, order, n_order, skip);
     for (int o = 1; o < n_order; o++)
         controls_to_side(&k, order[o]);
     k.x_in = xmalloc(n * sizeof *k.x_in);
@@ -764,6 +893,15 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
         k.count[side] = xmalloc((size_t)(lat->b * lat->h * lat->w) * sizeof *k.count[side]);
     }
     k.preview = c->env && c->env->preview_size > 0 && c->hooks && c->hooks->progress;
+    k.patches = mp;
+    if (mp && mp->hypertile_on &&
+        (rc = sd_model_patches_noise_rng(a->seed, a->disable_noise, lat, &k.ht_rng, &e)) < 0)
+        goto fail;
+    if (mp && mp->sag_on) {
+        k.sag.batch = k.batch;
+        k.sag_degraded = xmalloc(n * sizeof *k.sag_degraded);
+        k.sag_x0 = xmalloc(n * sizeof *k.sag_x0);
+    }
 
     struct sd_control *ctl[16];
     int n_ctl = job_controls(&k, ctl, 16);
@@ -838,6 +976,9 @@ fail:
     }
     xfree(mask);
     xfree(noise);
+    sd_sag_capture_release(&k.sag);
+    xfree(k.sag_degraded);
+    xfree(k.sag_x0);
     return rc < 0 ? sample_fail(c, rc, &e) : 0;
 }
 

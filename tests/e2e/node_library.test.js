@@ -11,7 +11,8 @@
 //   - the model merging and saving nodes: nodes_model_merging.json (registered without a model),
 //     ModelMergeSD1/SD2/SDXL: nodes_model_merging_model_specific.json;
 //   - RebatchLatents and RebatchImages (nodes_rebatch.json: output_is_list true);
-//   - AlignYourStepsScheduler, FreeU/FreeU_V2, RescaleCFG and PerpNegGuider (nodes_align_your_steps,
+//   - AlignYourStepsScheduler, FreeU/FreeU_V2, RescaleCFG, PerpNeg, PerpNegGuider,
+//     SelfAttentionGuidance and HyperTile (nodes_align_your_steps, nodes_sag, nodes_hypertile,
 //     nodes_freelunch, nodes_model_advanced, nodes_perpneg fixtures; DualCFGGuider is compared by
 //     e2e_custom_sampling with nodes_custom_sampler.json);
 //   - bad input: an empty CropMask is an execution_error and the server keeps serving; a
@@ -59,7 +60,9 @@ const WANT = {
   "nodes_freelunch.json": ["FreeU", "FreeU_V2"],
   "nodes_model_advanced.json": ["ModelSamplingDiscrete", "ModelSamplingContinuousEDM",
     "ModelSamplingContinuousV", "RescaleCFG"],
-  "nodes_perpneg.json": ["PerpNegGuider"],
+  "nodes_perpneg.json": ["PerpNeg", "PerpNegGuider"],
+  "nodes_sag.json": ["SelfAttentionGuidance"],
+  "nodes_hypertile.json": ["HyperTile"],
   "nodes_rebatch.json": ["RebatchLatents", "RebatchImages"],
 };
 
