@@ -293,6 +293,9 @@ static void test_pil_and_ours(void)
 static char dir_out[256], last_msg[256];
 static struct node_env env;
 
+static const struct node_text_chunk workflow[] = {{"workflow", "{\"nodes\": []}"}};
+static int with_workflow;
+
 static int run_save(struct value *img, double fps, const char *prefix, struct node_ctx *c, int keep)
 {
     const struct node_class *cls = &nodes_save_animated_png;
@@ -304,6 +307,10 @@ static int run_save(struct value *img, double fps, const char *prefix, struct no
     in[node_class_input_index(cls, "compress_level")] = value_new_int(4);
     node_ctx_init(c, cls, "1", &env, in, NULL);
     c->prompt_json = "{\"1\": {\"inputs\": {}}}";
+    if (with_workflow) {
+        c->pnginfo = workflow;
+        c->n_pnginfo = 1;
+    }
     int rc = cls->run(c);
     snprintf(last_msg, sizeof last_msg, "%s: %s", c->exc_type, c->exc_message.ptr ? c->exc_message.ptr : "");
     for (int i = 0; i < 8; i++)
@@ -347,10 +354,28 @@ static void test_node(void)
     ok(a.n_comf == 1 && !strcmp(a.comf[0], "prompt={\"1\": {\"inputs\": {}}}"),
        "the prompt is a comf chunk: %s", a.n_comf ? a.comf[0] : "(none)");
     apng_free(&a);
-    buf_release(&file);
     snprintf(path, sizeof path, "%s/anim/test_00002_.png", dir_out);
+    with_workflow = 1;
     ok(run_save(value_ref(img), 8.0, "anim/test", &c, 0) == 0 && access(path, F_OK) == 0,
        "a second save takes the next counter");
+    with_workflow = 0;
+    buf_reset(&file);
+    buf_read_file(&file, path);
+    apng_read((const uint8_t *)file.ptr, file.len, &a);
+    ok(a.n_comf == 2 && !strncmp(a.comf[0], "prompt=", 7) &&
+           !strcmp(a.comf[1], "workflow={\"nodes\": []}") && a.comf_after_data,
+       "extra_pnginfo entries follow the prompt as comf chunks (%d)", a.n_comf);
+    apng_free(&a);
+    env.disable_metadata = 1;
+    snprintf(path, sizeof path, "%s/anim/test_00003_.png", dir_out);
+    ok(run_save(value_ref(img), 8.0, "anim/test", &c, 0) == 0, "saved without metadata");
+    buf_reset(&file);
+    buf_read_file(&file, path);
+    apng_read((const uint8_t *)file.ptr, file.len, &a);
+    ok(a.n_comf == 0 && a.n_frames == 3, "--disable-metadata: no comf chunk");
+    apng_free(&a);
+    env.disable_metadata = 0;
+    buf_release(&file);
     ok(run_save(value_ref(img), 8.0, "../escape", &c, 0) < 0 &&
            strstr(last_msg, "outside the output folder"),
        "a prefix outside the output folder is refused: %s", last_msg);
