@@ -94,8 +94,33 @@ static int unet_output_patches(void *user, int i, struct tensor *h, struct tenso
     return rc;
 }
 
+/*
+ * The ControlNets' x: a concat-conditioned UNet's input without its c_concat (ComfyUI
+ * gives a ControlNet x_noisy, the 4 latent channels). x itself otherwise, borrowed;
+ * *own is what the caller frees.
+ */
+static int control_x(const struct tensor *x, const float *x_in, int latent_ch,
+                     const struct tensor **out, struct tensor **own, struct err *e)
+{
+    int64_t B = x->shape[0], C = x->shape[1], plane = x->shape[2] * x->shape[3];
+    *out = x;
+    *own = NULL;
+    if (C == latent_ch)
+        return 0;
+    float *v = xmalloc((size_t)(B * latent_ch * plane) * sizeof *v);
+    for (int64_t b = 0; b < B; b++)
+        memcpy(v + b * latent_ch * plane, x_in + b * C * plane,
+               (size_t)(latent_ch * plane) * sizeof *v);
+    int rc = dev_tensor(tensor_dev(x), 4,
+                        (const int64_t[]){B, latent_ch, x->shape[2], x->shape[3]}, v, own, e);
+    xfree(v);
+    *out = *own;
+    return rc;
+}
+
 /* The residuals of `control` for this call, then the UNet with them. */
-static int unet_eval_with(struct unet_impl *u, const struct tensor *x, const float *ts,
+static int unet_eval_with(struct unet_impl *u, const struct tensor *x,
+                          const struct tensor *x_control, const float *ts,
                           const struct tensor *c, const struct tensor *y,
                           const struct sd_control *control, float sigma, int per_batch,
                           struct tensor *eps, struct err *e)
@@ -104,8 +129,8 @@ static int unet_eval_with(struct unet_impl *u, const struct tensor *x, const flo
     struct unet_control uc;
     int rc = 0;
     memset(&co, 0, sizeof(co));
-    if (control && (rc = sd_control_eval(control, u->ms, sigma, x, ts, c, y, per_batch, &co,
-                                         e)) < 0)
+    if (control && (rc = sd_control_eval(control, u->ms, sigma, x_control, ts, c, y,
+                                         per_batch, &co, e)) < 0)
         goto out;
     controlnet_out_view(&co, &uc);
     for (const struct sd_control *k = control; k && rc == 0; k = k->prev)
@@ -132,18 +157,23 @@ static int unet_apply_control(void *impl, const float *x_in, int batch, int h, i
 {
     struct unet_impl *u = impl;
     struct dev *d = patcher_device(u->p);
-    struct tensor *x = NULL, *c = NULL, *y = NULL, *eps = NULL;
-    int64_t xs[4] = {batch, 4, h, w}, cs[3] = {batch, tokens, dim}, ys[2] = {batch, adm_dim};
+    struct tensor *x = NULL, *c = NULL, *y = NULL, *eps = NULL, *xc = NULL;
+    const struct tensor *xcn = NULL;
+    /* x_in carries the c_concat channels of an inpainting / ip2p UNet (sd_types.h) */
+    int64_t xs[4] = {batch, u->cfg.unet.in_ch, h, w}, es[4] = {batch, u->cfg.unet.out_ch, h, w};
+    int64_t cs[3] = {batch, tokens, dim}, ys[2] = {batch, adm_dim};
     int rc;
     if ((rc = dev_tensor(d, 4, xs, x_in, &x, e)) < 0 ||
         (rc = dev_tensor(d, 3, cs, ctx, &c, e)) < 0 ||
         (y_in && (rc = dev_tensor(d, 2, ys, y_in, &y, e)) < 0) ||
-        (rc = dev_tensor(d, 4, xs, NULL, &eps, e)) < 0)
+        (rc = dev_tensor(d, 4, es, NULL, &eps, e)) < 0 ||
+        (control && (rc = control_x(x, x_in, u->cfg.unet.out_ch, &xcn, &xc, e)) < 0))
         goto out;
-    if ((rc = unet_eval_with(u, x, ts, c, y, control, sigma, per_batch, eps, e)) < 0)
+    if ((rc = unet_eval_with(u, x, xcn, ts, c, y, control, sigma, per_batch, eps, e)) < 0)
         goto out;
     rc = tensor_read_f32(eps, eps_out, tensor_numel(eps), e);
 out:
+    tensor_free(xc);
     tensor_free(x);
     tensor_free(c);
     tensor_free(y);
@@ -171,7 +201,8 @@ static size_t unet_call_bytes(const struct unet_impl *u, int max_batch, int h, i
 {
     size_t io =
         (size_t)max_batch *
-        ((size_t)8 * h * w + (size_t)max_tokens * u->cfg.unet.ctx_dim + u->cfg.unet.adm_in) * 4;
+        ((size_t)(u->cfg.unet.in_ch + u->cfg.unet.out_ch) * h * w +
+         (size_t)max_tokens * u->cfg.unet.ctx_dim + u->cfg.unet.adm_in) * 4;
     return unet_plan_bytes(&u->cfg.unet, max_batch, h, w, max_tokens) + io;
 }
 
@@ -264,6 +295,9 @@ struct sd_model *sd_unet_model_new(struct patcher *unet, const struct model_conf
     u->ms = &m->ms; /* the model owns u: it outlives this pointer */
     m->adm_dim = cfg->unet.adm_in;
     m->ctx_dim = cfg->unet.ctx_dim;
+    int concat = model_family_concat(m->family, cfg->unet.in_ch);
+    ASSERT(concat >= 0); /* checkpoint detection refused the others */
+    m->concat = concat;
     return m;
 }
 

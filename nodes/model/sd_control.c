@@ -485,7 +485,8 @@ int sd_control_fits(const struct sd_control *c, const struct model_config *cfg,
     if (cn->cfg.family != cfg->family)
         return err_set(e, ERR_INVALID, "this ControlNet is for %s, the model is %s",
                        model_family_get(cn->cfg.family)->name, mf);
-    int same = a->model_ch == b->model_ch && a->levels == b->levels && a->in_ch == b->in_ch &&
+    int same = a->model_ch == b->model_ch && a->levels == b->levels &&
+               b->in_ch == a->out_ch /* x_noisy: an inpaint UNet's concat is not its */ &&
                a->ctx_dim == b->ctx_dim && a->adm_in == b->adm_in;
     for (int l = 0; same && l < a->levels; l++)
         same = a->mult[l] == b->mult[l] && a->res_blocks[l] == b->res_blocks[l];

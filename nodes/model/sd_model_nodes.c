@@ -17,6 +17,7 @@
 #include "checkpoint.h"
 #include "memmgr.h"
 #include "sd_backend.h"
+#include "sd_inpaint_pixels.h"
 #include "sd_latent_util.h"
 #include "sd_nodes.h"
 #include "sampling.h"
@@ -537,64 +538,31 @@ static float round_even(float v)
 /*
  * ComfyUI's VAEEncodeForInpaint: the mask resized (bilinear) to the image,
  * both cropped to multiples of 8, masked pixels set to grey (0.5) before
- * encoding, and the noise mask = the rounded mask grown by a box filter of
- * grow_mask_by pixels (clamped to 1).
+ * encoding (sd_inpaint_pixels.h), and the noise mask = the rounded mask grown
+ * by a box filter of grow_mask_by pixels (clamped to 1).
  */
 static int inpaint_run(struct node_ctx *c)
 {
     const struct sd_vae *vae = sd_vae_of(node_in_at(c, INPAINT_VAE));
-    const struct value *px = node_in_at(c, INPAINT_PIXELS), *mk = node_in_at(c, INPAINT_MASK);
     int64_t g = node_in_int_at(c, INPAINT_GROW_MASK_BY);
     if (!vae)
         return node_fail(c, "RuntimeError", "input 'vae' is not a VAE");
-    if (!px || px->kind != VALUE_TENSOR || px->ndim != 4 || px->shape[3] < 3)
-        return node_fail(c, "RuntimeError", "pixels must be an IMAGE [B, H, W, 3]");
-    if (!mk || mk->kind != VALUE_TENSOR || mk->ndim < 2 || mk->ndim > 4)
-        return node_fail(c, "RuntimeError", "input 'mask' is not a MASK");
     if (g < 0 || g > 64)
         return node_fail(c, "ValueError", "grow_mask_by %lld is not in 0..64", (long long)g);
-    int64_t B = px->shape[0], H0 = px->shape[1], W0 = px->shape[2], C = px->shape[3];
-    int64_t mh = mk->shape[mk->ndim - 2], mw = mk->shape[mk->ndim - 1];
-    int64_t mb = (int64_t)mk->numel / (mh * mw);
-    int64_t H = H0 / 8 * 8, W = W0 / 8 * 8, oy = (H0 % 8) / 2, ox = (W0 % 8) / 2;
-    if (H < 8 || W < 8)
-        return node_fail(c, "RuntimeError", "image %lldx%lld is too small to encode",
-                         (long long)W0, (long long)H0);
-    /* Mask to image size (bilinear, align_corners = False), then cropped and rounded.
-     * A mask batch times the image size can be far more than either input: checked,
-     * with the two masks and the greyed image that follow. */
+    struct sd_inpaint_pixels ip;
     struct err e = {0};
-    int rc;
-    if ((rc = alloc_host_check_n((size_t)(mb * H0 * W0) * 3 + (size_t)(B * H * W * 3),
-                                 sizeof(float), &e)) < 0)
-        return node_fail_code(c, rc, "torch.OutOfMemoryError", "%s", e.msg);
-    float *full = xmalloc((size_t)(mb * H0 * W0) * sizeof *full);
-    for (int64_t b = 0; b < mb; b++)
-        sampling_mask_prepare(mk->data + b * mh * mw, 1, (int)mh, (int)mw, 1, 1, (int)H0, (int)W0,
-                              full + b * H0 * W0, &e);
-    float *m = xmalloc((size_t)(mb * H * W) * sizeof *m);
-    for (int64_t b = 0; b < mb; b++)
-        for (int64_t y = 0; y < H; y++)
-            for (int64_t x = 0; x < W; x++)
-                m[(b * H + y) * W + x] = round_even(full[(b * H0 + y + oy) * W0 + x + ox]);
-    xfree(full);
-    /* Grey out the masked pixels: (p - 0.5) * (1 - m) + 0.5. */
-    struct value *img = value_new_image(B, H, W, 3);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t y = 0; y < H; y++)
-            for (int64_t x = 0; x < W; x++) {
-                float keep = 1.0f - m[((b % mb) * H + y) * W + x];
-                for (int64_t k = 0; k < 3; k++) {
-                    float v = px->data[((b * H0 + y + oy) * W0 + x + ox) * C + k] - 0.5f;
-                    v = v * keep;
-                    img->data[((b * H + y) * W + x) * 3 + k] = v + 0.5f;
-                }
-            }
+    int rc = sd_inpaint_pixels_make(node_in_at(c, INPAINT_PIXELS), node_in_at(c, INPAINT_MASK),
+                                    &ip, &e);
+    if (rc < 0)
+        return node_fail_err(c, rc, &e);
+    int64_t mb = ip.mb, H = ip.h, W = ip.w;
+    float *m = ip.mask;
+    for (int64_t i = 0; i < mb * H * W; i++)
+        m[i] = round_even(m[i]);
     struct sd_latent *lat = NULL;
-    rc = sd_vae_encode_image(vae, c->env->mm, img, 0, 0, &lat, &e);
-    value_unref(img);
+    rc = sd_vae_encode_image(vae, c->env->mm, ip.grey, 0, 0, &lat, &e);
     if (rc < 0) {
-        xfree(m);
+        sd_inpaint_pixels_release(&ip);
         return node_fail_err(c, rc, &e);
     }
     /* Grow: conv2d with a g x g ones kernel, padding ceil((g - 1) / 2), cut to H x W. */
@@ -621,7 +589,7 @@ static int inpaint_run(struct node_ctx *c)
                 }
                 lat->noise_mask[(b * H + y) * W + x] = round_even(v);
             }
-    xfree(m);
+    sd_inpaint_pixels_release(&ip);
     node_set_output(c, 0, sd_latent_value(lat));
     return 0;
 }

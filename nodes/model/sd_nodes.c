@@ -39,6 +39,7 @@ static const struct node_class *const sd_classes[] = {
     &sd_controlnet_loader,
     &sd_diff_controlnet_loader,
     &sd_set_union_controlnet_type,
+    &sd_inpaint_model_conditioning,
     &sd_lora_loader_model_only,
 };
 
@@ -68,4 +69,7 @@ void nodes_sd_register(struct node_registry *r)
     node_registry_add(r, &sd_model_merge_sdxl);
     /* later comfy_extras: AYS, guiders, model patches */
     nodes_sd_extras_register(r);
+    /* comfy_extras.nodes_ip2p (init_builtin_extra_nodes has it between nodes_perpneg and
+     * nodes_align_your_steps: only the order in /object_info differs) */
+    node_registry_add(r, &sd_instruct_pix2pix_conditioning);
 }

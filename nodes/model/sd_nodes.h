@@ -64,6 +64,10 @@ extern const struct node_class sd_controlnet_apply_advanced;
 extern const struct node_class sd_controlnet_loader;
 extern const struct node_class sd_diff_controlnet_loader;
 extern const struct node_class sd_set_union_controlnet_type;
+/* The concat-conditioned UNets' nodes: conditioning/sd_concat_cond_nodes.c */
+#define SD_CONCAT_COND_N_CLASSES 2
+extern const struct node_class sd_inpaint_model_conditioning;
+extern const struct node_class sd_instruct_pix2pix_conditioning;
 /* comfy_extras.nodes_model_merging: sd_merge_nodes.c, sd_save_nodes.c */
 extern const struct node_class sd_model_merge_simple;
 extern const struct node_class sd_model_merge_blocks;

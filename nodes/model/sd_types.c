@@ -133,10 +133,20 @@ void sd_cond_free(struct sd_cond *c)
         xfree(c->entries[i].cond);
         xfree(c->entries[i].pooled);
         xfree(c->entries[i].mask);
+        xfree(c->entries[i].concat_latent);
+        xfree(c->entries[i].concat_mask);
         sd_control_unref(c->entries[i].control);
     }
     xfree(c->entries);
     xfree(c);
+}
+
+/* A heap copy of `bytes` bytes of floats. */
+static float *floats_dup(const float *src, size_t bytes)
+{
+    float *d = xmalloc(bytes);
+    memcpy(d, src, bytes);
+    return d;
 }
 
 static void entry_copy(struct sd_cond_entry *d, const struct sd_cond_entry *s)
@@ -155,6 +165,12 @@ static void entry_copy(struct sd_cond_entry *d, const struct sd_cond_entry *s)
         d->mask = xmalloc(m * sizeof *d->mask);
         memcpy(d->mask, s->mask, m * sizeof *d->mask);
     }
+    if (s->concat_latent)
+        d->concat_latent = floats_dup(s->concat_latent, (size_t)s->concat_b * 4 * s->concat_h *
+                                                         s->concat_w * sizeof *d->concat_latent);
+    if (s->concat_mask)
+        d->concat_mask = floats_dup(s->concat_mask, (size_t)s->concat_mask_b * s->concat_mask_h *
+                                                     s->concat_mask_w * sizeof *d->concat_mask);
     if (s->control) /* shared: controls are immutable */
         sd_control_ref(s->control);
 }

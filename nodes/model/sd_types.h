@@ -100,6 +100,16 @@ struct sd_cond_entry {
     int mask_b, mask_h, mask_w;
     float mask_strength;
     int set_area_to_bounds;
+    /* InpaintModelConditioning / InstructPixToPixConditioning (ComfyUI's keys
+     * "concat_latent_image" and "concat_mask"): the image's latent as VAEEncode gives it
+     * (unscaled) [concat_b, 4, concat_h, concat_w], and the mask [concat_mask_b,
+     * concat_mask_h, concat_mask_w] (pixels, 0..1) that an inpainting model's concat takes
+     * instead of the latent's noise mask. A concat-conditioned MODEL's sampler builds
+     * c_concat from them (sd_concat.h); other models ignore them, as ComfyUI's do. */
+    float *concat_latent; /* owned or NULL */
+    int concat_b, concat_h, concat_w;
+    float *concat_mask; /* owned or NULL */
+    int concat_mask_b, concat_mask_h, concat_mask_w;
 };
 
 struct sd_cond {
@@ -127,7 +137,8 @@ const struct sd_cond *sd_cond_of(const struct value *v); /* NULL if not one */
 struct sd_model_ops {
     /*
      * Epsilon for a batch. x_in: [batch, 4, h, w], already divided by
-     * sqrt(sigma^2 + 1); timesteps: [batch] integer-valued model timesteps;
+     * sqrt(sigma^2 + 1) (with sd_model.concat: [batch, 4 + concat channels, h, w]);
+     * timesteps: [batch] integer-valued model timesteps;
      * context: [batch, tokens, dim]. Writes eps_out [batch, 4, h, w]. Returns 0
      * or a negative ERR_* (ERR_DEVICE_OOM, ERR_INTERRUPTED...) with e filled.
      * Called on the executor thread.
@@ -184,6 +195,11 @@ struct sd_model {
     int adm_dim;                        /* y width per sample (SDXL 2816); 0 = none */
     int ctx_dim;                        /* conditioning width it takes; 0 = any (tests) */
     int max_batch;                  /* largest batch per apply_eps call; 0 = any */
+    /* enum model_concat: what the UNet takes after the latent's 4 input channels (an
+     * inpainting or instruct-pix2pix UNet; family.h). With one, x_in of every apply_eps*
+     * call is [batch, 4 + model_concat_channels(concat), h, w]: the model input, then the
+     * entry's c_concat (ComfyUI's _apply_model torch.cat); eps stays 4 channels. */
+    int concat;
     struct sampling_cfg_fn cfg_fn;  /* RescaleCFG's cfg function; zero = plain CFG */
 };
 

@@ -28,6 +28,7 @@
 #include "sampling_sag.h"
 #include "sampling_sched.h"
 #include "sd_backend.h"
+#include "sd_concat.h"
 #include "sd_control.h"
 #include "sd_model_patches.h"
 #include "sd_nodes.h"
@@ -69,6 +70,7 @@ struct job {
     int has_range;      /* ConditioningSetTimestepRange: runs while sig_end <= σ <= sig_start */
     float sig_start, sig_end;
     int active;         /* takes part in the current model evaluation */
+    float *concat;      /* owned or NULL: c_concat [batch, cc, h, w] (sd_concat.h) */
 };
 
 struct kctx {
@@ -80,6 +82,9 @@ struct kctx {
     const struct sd_sample_args *args; /* the guide: kind, cfg2, nested, neg_scale */
     int batch, h, w;
     size_t per;      /* floats per sample: 4·h·w */
+    int cc;          /* c_concat channels of a concat-conditioned model (family.h), else 0 */
+    const float *latent_in;  /* [batch · per] the latent x scale (ComfyUI's latent_image) */
+    const float *noise_mask; /* [batch · per] the prepared noise mask, or NULL */
     float *x_in;     /* [batch · per] the state divided by sqrt(σ² + 1) */
     float *x;        /* [batch · per] copy of the state being denoised */
     float *acc[SD_SIDES];   /* [batch · per] Σ x0·mult per side (SD_SIDE_*) */
@@ -263,6 +268,14 @@ static int job_setup(struct kctx *k, struct job *j)
         j->sig_start = (float)sd_control_percent_to_sigma(&k->model->ms, e->start_percent);
         j->sig_end = (float)sd_control_percent_to_sigma(&k->model->ms, e->end_percent);
     }
+    if (k->cc) { /* encode_model_conds: the entry's c_concat, at the whole latent's size */
+        if ((rc = xtry_malloc((size_t)k->batch * k->cc * h * w * sizeof *j->concat,
+                              (void **)&j->concat, &k->err)) < 0 ||
+            (rc = sd_concat_build(k->model->concat, e, k->latent_in, k->noise_mask,
+                                  k->model->latent->scale_factor, k->batch, h, w, j->concat,
+                                  &k->err)) < 0)
+            return rc;
+    }
     return 1;
 }
 
@@ -347,7 +360,8 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
     struct sampling_denoiser dn; /* the MODEL's sampling type (calculate_denoised) */
     sampling_denoiser_at(&m->ms, sigma, &dn);
     size_t ctx_per = (size_t)tokens * dim, rper = (size_t)4 * rh * rw;
-    float *xin = xmalloc((size_t)chunk * rper * sizeof *xin);
+    size_t xper = (size_t)(4 + k->cc) * rh * rw; /* the model input, then c_concat */
+    float *xin = xmalloc((size_t)chunk * xper * sizeof *xin);
     float *ctx = xmalloc((size_t)chunk * ctx_per * sizeof *ctx);
     float *eps = xmalloc((size_t)chunk * rper * sizeof *eps);
     float *ts = xmalloc((size_t)chunk * sizeof *ts);
@@ -360,8 +374,16 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
             const struct job *jb = &k->jobs[idx[g / k->batch]];
             for (int c = 0; c < 4; c++)
                 for (int y = 0; y < rh; y++)
-                    memcpy(xin + i * rper + ((size_t)c * rh + y) * rw,
+                    memcpy(xin + i * xper + ((size_t)c * rh + y) * rw,
                            k->x_in + smp * k->per + ((size_t)c * k->h + jb->y0 + y) * k->w + jb->x0,
+                           (size_t)rw * sizeof *xin);
+            /* CONDNoiseShape.process_cond: the area's slice of c_concat, joined along
+             * channels after the model input (_apply_model's torch.cat). */
+            for (int c = 0; c < k->cc; c++)
+                for (int y = 0; y < rh; y++)
+                    memcpy(xin + i * xper + ((size_t)(4 + c) * rh + y) * rw,
+                           jb->concat + ((size_t)smp * k->cc + c) * k->h * k->w +
+                               (size_t)(jb->y0 + y) * k->w + jb->x0,
                            (size_t)rw * sizeof *xin);
             memcpy(ctx + (size_t)i * ctx_per, entry_context(jb->entry, smp),
                    ctx_per * sizeof *ctx);
@@ -640,6 +662,12 @@ static void same_area_twin(struct kctx *k, int src, int side)
     size_t n = (size_t)c->mult_b * c->rh * c->rw;
     t->mult = xmalloc(n * sizeof *t->mult);
     memcpy(t->mult, c->mult, n * sizeof *t->mult);
+    t->concat = NULL; /* the model_conds of the entry it takes the text of */
+    if (k->jobs[best].concat) {
+        size_t m = (size_t)k->batch * k->cc * k->h * k->w;
+        t->concat = xmalloc(m * sizeof *t->concat);
+        memcpy(t->concat, k->jobs[best].concat, m * sizeof *t->concat);
+    }
     k->n_side[side]++;
 }
 
@@ -665,6 +693,7 @@ static void same_area_twins(struct kctx *k, const int *order, int n, unsigned sk
     for (int j = 0; j < k->n_jobs; j++) {
         if (skip & (1u << k->jobs[j].side)) {
             xfree(k->jobs[j].mult);
+            xfree(k->jobs[j].concat);
             continue;
         }
         k->jobs[w++] = k->jobs[j];
@@ -842,7 +871,7 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
     }
 
     struct err e = {0};
-    float *noise = NULL, *mask = NULL;
+    float *noise = NULL, *mask = NULL, *latent_in = NULL;
     int n_sigmas = a->n_sigmas;
     int n_neg = neg ? neg->n : 0, n_third = a->third ? a->third->n : 0;
     size_t per = (size_t)(4 * lat->h * lat->w), n = per * (size_t)lat->b;
@@ -867,6 +896,14 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
                                         (int)lat->mw, (int)lat->b, 4, (int)lat->h, (int)lat->w,
                                         mask, &e)) < 0)
             goto fail;
+    }
+    k.cc = model_concat_channels(model->concat);
+    k.noise_mask = mask;
+    if (model->concat == MODEL_CONCAT_INPAINT) { /* process_latent_in(latent_image) */
+        latent_in = xmalloc(n * sizeof *latent_in);
+        for (size_t i = 0; i < n; i++)
+            latent_in[i] = lat->samples[i] * model->latent->scale_factor;
+        k.latent_in = latent_in;
     }
     /* Each entry and its same-area twins: one per other side for every entry and twin
      * of the sides processed before (two sides: 3 per entry at most; three: 10). */
@@ -964,8 +1001,10 @@ fail:
     if (prepared && model->ops->finish)
         model->ops->finish(model->impl, c->env ? c->env->mm : NULL);
     sd_latent_free(out);
-    for (int j = 0; k.jobs && j < k.cap_jobs; j++)
+    for (int j = 0; k.jobs && j < k.cap_jobs; j++) {
         xfree(k.jobs[j].mult);
+        xfree(k.jobs[j].concat);
+    }
     xfree(k.jobs);
     xfree(k.x_in);
     xfree(k.x);
@@ -976,6 +1015,7 @@ fail:
     }
     xfree(mask);
     xfree(noise);
+    xfree(latent_in);
     sd_sag_capture_release(&k.sag);
     xfree(k.sag_degraded);
     xfree(k.sag_x0);
