@@ -3,7 +3,8 @@
 # VAE time, total, peak RSS, overhead over raw UNet evals and the ratio to
 # stable-diffusion.cpp's figures. One command: cmake --build <build> --target bench_txt2img_run
 #   (or <build>/bench_txt2img [--quick] [--tiny] [--ckpt PATH] [--threads N]).
-add_executable(bench_txt2img ${CMAKE_CURRENT_LIST_DIR}/txt2img/bench_txt2img.c)
+add_executable(bench_txt2img ${CMAKE_CURRENT_LIST_DIR}/txt2img/bench_txt2img.c
+               ${CMAKE_CURRENT_LIST_DIR}/txt2img/ab_bf16.c)
 target_link_libraries(bench_txt2img PRIVATE latentd_nodes latentd_ckptgen)
 set_target_properties(bench_txt2img PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
 add_custom_target(bench_txt2img_run COMMAND $<TARGET_FILE:bench_txt2img> --threads 2

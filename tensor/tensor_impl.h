@@ -185,6 +185,13 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
 extern size_t cpu_conv_cols_bytes; /* im2col chunk size, bytes */
 extern int cpu_conv_winograd;      /* 0 never Winograd (reference), 1 where it pays, 2 always */
 extern size_t cpu_wino_chunk_bytes; /* Winograd: V + M bytes per task */
+extern int cpu_wino_bf16;          /* 0: Winograd stays fp32 under bf16 precision */
+/* Free the calling thread's Winograd buffers (kept between calls); returns the bytes. */
+size_t cpu_wino_release(void);
+/* 1 when cpu_conv2d will take the Winograd path for this shape (the op then hands it an
+ * f32 image of the weight even under bf16: Winograd transforms and rounds it itself). */
+int cpu_conv2d_is_winograd(int64_t ci, int64_t co, int64_t kh, int64_t kw, int64_t ho,
+                           int64_t wo, const struct tensor_conv2d_opts *o);
 /* oneDNN's convolution primitive (conv_dnnl.c): 0, or -1 when unavailable, switched off
  * or failed (the caller falls back to im2col). Opt-in: cpu_conv_dnnl_on = 1, or -1 (the
  * default) and LATENTD_CONV=onednn in the environment; then cpu_conv2d uses it for

@@ -19,12 +19,16 @@
  * GEMM (same numbers, no speed-up). The CUDA backend ignores the scope (it computes in
  * the storage dtype).
  *
- * Weight cache: the bf16 copy of each weight is kept (keyed by the weight's address,
- * dtype, size and a sampled fingerprint) so a weight is converted once, not at every
- * step. The cache is bounded (LATENTD_BF16_CACHE_MB, default 2048 MiB; past the bound
- * weights are converted per call) and is not counted by the memory planner. Whoever
- * rewrites weight memory in place (a LoRA or merge patch baked into a device copy,
- * a model freed and its mapping reused) calls tensor_bf16_cache_invalidate first.
+ * Weights: by default each op rounds its weight to bf16 into a reused per-thread
+ * scratch (one pass from the f16 file weights, cheaper than the fp32 path's widening),
+ * so bf16 holds no second copy of the model. LATENTD_BF16_CACHE_MB > 0 keeps up to that
+ * many MiB of bf16 copies instead (keyed by the weight's address, dtype, size and a
+ * sampled fingerprint; not counted by the memory planner). Whoever rewrites weight
+ * memory in place (a LoRA or merge patch baked into a device copy, a model freed and
+ * its mapping reused) calls tensor_bf16_cache_invalidate first.
+ *
+ * Winograd convolutions (cpu/winograd.c) run bf16 too: transformed weights and inputs
+ * rounded, bf16 GEMMs, fp32 transforms.
  *
  * Threads: the precision scope is per thread (the executor's); the cache is shared
  * and locked (any thread).

@@ -293,5 +293,6 @@ void bench_ops_bf16(struct dev *d, int reps, const char *only)
     one_case(d, "linear_8192x320to1280", 0, 8192, 320, 1280, reps);
     one_case(d, "conv3x3_64x64x320", 1, 64, 320, 320, reps);
     one_case(d, "conv3x3_16x16x1280", 1, 16, 1280, 1280, reps);
+    one_case(d, "conv3x3_64x64x512", 1, 64, 512, 512, reps); /* the VAE decoder's */
 }
 

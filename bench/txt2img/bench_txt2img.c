@@ -32,6 +32,9 @@
  * (what latentd --bf16-unet --bf16-vae sets: mm_config.precision, read by the loader
  * node), interleaved fp32/bf16 per size; prints each child's wall and peak RSS and
  * the bf16/fp32 ratios. --no-cold skips them; --cold-only runs only them.
+ * --ab [--reps N]: instead of all that, an in-process fp32 / bf16 A/B of one UNet eval at
+ * batch 2 and one VAE decode per size, interleaved, medians of CPU seconds (ab_bf16.c);
+ * --ab-only unet|vae and --ab-prec fp32|bf16 narrow it to one case / precision (perf).
  * GEMM time per shape: LD_PRELOAD=<build>/libgemm_trace.so bench_txt2img ...
  * (bench/txt2img/gemm_trace.c; KSampler and VAE calls are labelled per size).
  * The full checkpoint is the one bench_sd15 uses (generated on first use in
@@ -199,6 +202,11 @@ static double sgemm_rate(struct dev *d)
     return best;
 }
 
+/* ab_bf16.c */
+int bench_txt2img_ab(const char *ckpt, int threads, int only, int reps);
+extern const char *bench_ab_only;
+extern int bench_ab_prec;
+
 /* bench/txt2img/gemm_trace.c when LD_PRELOADed: files GEMM calls under a label. */
 extern void gemm_trace_mark(const char *label) __attribute__((weak));
 
@@ -362,6 +370,7 @@ int main(int argc, char **argv)
                           argv[6]);
     const char *ckpt = NULL, *perf = NULL, *device = "cpu";
     int quick = 0, tiny = 0, threads = 2, only = 0, perf_vae = 0, cold = 1, cold_only = 0;
+    int ab = 0, reps = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ckpt") && i + 1 < argc)
             ckpt = argv[++i];
@@ -381,15 +390,31 @@ int main(int argc, char **argv)
             cold = 0;
         else if (!strcmp(argv[i], "--cold-only"))
             cold_only = 1;
+        else if (!strcmp(argv[i], "--ab"))
+            ab = 1;
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ab-only") && i + 1 < argc)
+            bench_ab_only = argv[++i];
+        else if (!strcmp(argv[i], "--ab-prec") && i + 1 < argc)
+            bench_ab_prec = !strcmp(argv[++i], "bf16");
         else if (!strcmp(argv[i], "--size") && i + 1 < argc &&
                  (!strcmp(argv[i + 1], "256") || !strcmp(argv[i + 1], "512")))
             only = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_txt2img [--ckpt PATH] [--quick] [--size 256|512] [--tiny] "
                             "[--threads N] [--device SPEC] [--perf-ctl CTL,ACK [--perf-vae]] "
-                            "[--no-cold | --cold-only]\n");
+                            "[--no-cold | --cold-only] [--ab [--reps N] [--ab-only unet|vae] "
+                            "[--ab-prec fp32|bf16]]\n");
             return 2;
         }
+    }
+    if (ab) { /* ab_bf16.c: in-process fp32 / bf16 A/B of a UNet step and a VAE decode */
+        char path_ab[512];
+        struct err e_ab = {0};
+        if (!(ckpt = ckpt_gen_bench_full(ckpt, path_ab, sizeof path_ab, &e_ab)))
+            PANIC("%s", e_ab.msg);
+        return bench_txt2img_ab(ckpt, threads, quick ? 256 : only, reps < 1 ? 1 : reps);
     }
     /* The node looks checkpoints up under <models>/checkpoints: link the file there. */
     char dir[] = "/tmp/bench_txt2img.XXXXXX", sub[320], link_path[400], path[512];

@@ -82,6 +82,9 @@ static inline void hout_done(struct tensor *t, struct hbuf *h)
  * second gets hin's temporary). Give it back with cpu_widen_done, not hfree.
  */
 const float *cpu_widen_in(const struct tensor *t, struct hbuf *h);
+/* The f32 image only, never bound to a bf16 copy whatever the precision (for a kernel
+ * that transforms the weight itself: winograd.c). Give it back with cpu_widen_done. */
+const float *cpu_widen_in_f32(const struct tensor *t, struct hbuf *h);
 /* The same for a weight the op hands only to cpu_sgemm: in bf16 it may return an address
  * that must not be read (widen.c). */
 const float *cpu_widen_in_gemm(const struct tensor *t, struct hbuf *h);

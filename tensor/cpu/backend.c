@@ -16,6 +16,8 @@ static void cpu_shutdown(void)
     cpu_conv_dnnl_release();
     cpu_widen_release();
     cpu_bf16_release();
+    cpu_bf16_tmp_release();
+    cpu_wino_release();
     cpu_bf16_cache_clear();
 }
 

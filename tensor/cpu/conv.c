@@ -25,6 +25,7 @@
 
 #include "alloc.h"
 #include "../tensor_impl.h"
+#include "../tensor_precision.h"
 
 /*
  * The im2col chunk. 2 MiB since issue 15 (was 8): forced-im2col GFLOP per CPU-second
@@ -60,6 +61,12 @@ static int wino_pays(int64_t ci, int64_t co, int64_t ho, int64_t wo)
     if (cpu_conv_winograd != 1)
         return cpu_conv_winograd == 2;
     return ci >= 32 && co >= 32 && ci * co <= 640 * 640 && ho * wo >= 32 * 32;
+}
+
+int cpu_conv2d_is_winograd(int64_t ci, int64_t co, int64_t kh, int64_t kw, int64_t ho,
+                           int64_t wo, const struct tensor_conv2d_opts *o)
+{
+    return kh == 3 && kw == 3 && o->stride == 1 && wino_pays(ci, co, ho, wo);
 }
 
 struct im2col_job {
@@ -210,10 +217,13 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
         }
         return;
     }
-    if (kh == 3 && kw == 3 && o->stride == 1 && wino_pays(ci, co, ho, wo) &&
+    if (cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o) &&
         cpu_conv2d_winograd(out, x, w, bias, n, ci, h, wd, co, o) == 0)
         return;
-    if (p >= cpu_conv_dnnl_min_px && strcmp(cpu_gemm_backend(), "onednn") == 0 &&
+    /* not under bf16: oneDNN's fp32 conv would read w itself, and a bf16 op's w may be
+     * an inaccessible stand-in for the weight's bf16 copy (widen.c) */
+    if (p >= cpu_conv_dnnl_min_px && tensor_precision_get() != TENSOR_PRECISION_BF16 &&
+        strcmp(cpu_gemm_backend(), "onednn") == 0 &&
         cpu_conv2d_dnnl(out, x, w, bias, n, ci, h, wd, co, kh, kw, o) == 0)
         return;
     int nt = tensor__pool_threads();

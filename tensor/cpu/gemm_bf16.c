@@ -92,6 +92,43 @@ void cpu_bf16_round(uint16_t *dst, const float *src, int64_t n)
         round_scalar(dst, src, n);
 }
 
+/*
+ * f16 -> bf16 in one pass: widen 16 halves (exact) and round them, in registers. This
+ * runs on every f16 weight of a bf16 op when copies are not kept (the default since the
+ * per-call mode: the whole UNet once per eval), so it must run at memory speed.
+ */
+__attribute__((target("avx512f,avx512bf16,avx512vl"))) static void f16_avx512(uint16_t *dst,
+                                                                             const uint16_t *src,
+                                                                             int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 lo = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m512 hi = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i + 16)));
+        _mm512_storeu_si512((void *)(dst + i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+    for (; i < n; i++) {
+        float f = tensor_f16_to_f32(src[i]);
+        round_scalar(dst + i, &f, 1);
+    }
+}
+
+void cpu_bf16_from_f16(uint16_t *dst, const uint16_t *src, int64_t n)
+{
+    if (have_avx512bf16 < 0)
+        have_avx512bf16 = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+    if (have_avx512bf16) {
+        f16_avx512(dst, src, n);
+        return;
+    }
+    float tmp[1024];
+    for (int64_t s = 0; s < n; s += 1024) {
+        int64_t c = n - s < 1024 ? n - s : 1024;
+        tensor_convert_host(tmp, TENSOR_F32, src + s, TENSOR_F16, (size_t)c);
+        round_scalar(dst + s, tmp, c);
+    }
+}
+
 void cpu_bf16_pack(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
 {
     for (int64_t r = 0; r < rows; r++)
@@ -228,6 +265,7 @@ struct prim {
 #define PRIM_MAX 1024 /* distinct shapes; past it, primitives are made per call */
 
 static dnnl_engine_t engine;
+static const struct prim *prim_find(const struct prim_key *k, struct prim *tmp);
 static struct prim prims[PRIM_MAX];
 static int nprims;
 static pthread_mutex_t prim_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -278,7 +316,25 @@ static int prim_make(const struct prim_key *k, struct prim *out, const char **im
     return ok ? 0 : -1;
 }
 
+/* The calling thread's last primitives: a Winograd task runs 16 GEMMs of one shape and
+ * a conv's chunks repeat one, so most lookups end here without the table's lock. */
+#define MRU_N 4
+static _Thread_local const struct prim *mru[MRU_N];
+
 static const struct prim *prim_get(const struct prim_key *k, struct prim *tmp)
+{
+    for (int i = 0; i < MRU_N; i++)
+        if (mru[i] && memcmp(&mru[i]->key, k, sizeof(*k)) == 0)
+            return mru[i];
+    const struct prim *hit = prim_find(k, tmp);
+    if (hit != tmp) {
+        memmove(&mru[1], &mru[0], (MRU_N - 1) * sizeof(mru[0]));
+        mru[0] = hit;
+    }
+    return hit;
+}
+
+static const struct prim *prim_find(const struct prim_key *k, struct prim *tmp)
 {
     pthread_mutex_lock(&prim_mu);
     for (int i = 0; i < nprims; i++)

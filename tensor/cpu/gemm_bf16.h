@@ -24,6 +24,8 @@
 
 /* f32 -> bf16, round to nearest even (NaN stays NaN), like tensor_f32_to_bf16. */
 void cpu_bf16_round(uint16_t *dst, const float *src, int64_t n);
+/* f16 -> bf16 (exact widening, then cpu_bf16_round's rounding). */
+void cpu_bf16_from_f16(uint16_t *dst, const uint16_t *src, int64_t n);
 /* A stored rows x cols f32 matrix (leading dim ld) -> compact bf16 (leading dim cols). */
 void cpu_bf16_pack(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld);
 
@@ -48,6 +50,10 @@ const uint16_t *cpu_bf16_shadow_of(const float *p);
 void cpu_bf16_bind(const struct tensor *t, const float *p32);
 /* Undo cpu_bf16_bind for p32 (no-op when unbound). */
 void cpu_bf16_unbind(const float *p32);
+
+/* Free the calling thread's per-op copy scratch (slots not in use); returns the bytes
+ * freed. tensor_cpu_scratch_release's and the backend shutdown's. */
+size_t cpu_bf16_tmp_release(void);
 
 /* Drop every cached copy not bound by an op in flight (backend shutdown). */
 void cpu_bf16_cache_clear(void);

@@ -1,10 +1,18 @@
 /*
- * gemm_bf16_cache.c — bf16 copies of weights, kept across ops, and the registry that
- * binds an op's f32 weight pointer to its copy for the op's duration (gemm_bf16.h).
+ * gemm_bf16_cache.c — bf16 copies of weights, made per op or kept across ops, and the
+ * registry that binds an op's f32 weight pointer to its copy for the op's duration
+ * (gemm_bf16.h).
  *
- * Why a cache: a UNet step touches every weight once, and rounding a weight to bf16
- * (from its f16/bf16/f32 file dtype) costs a pass over it: per call that is a
- * memory-bound pass over all 1.7 GB of an SD1.5 UNet per step. Kept, it is paid once.
+ * Per op by default (LATENTD_BF16_CACHE_MB=0): each op rounds its weight into the
+ * calling thread's reused scratch (cpu_bf16_from_f16: one pass at memory speed, f16 read
+ * and bf16 written), so bf16 holds no second copy of the model. The kept copies it
+ * replaced doubled the weights' memory (peak RSS 4308 vs 2439 MiB for a 256^2 SD1.5
+ * txt2img) and their first fill (1.7 GB of fresh pages) cost more CPU than four steps
+ * saved. The per-op pass is still cheaper than the fp32 path's own per-op widening
+ * (f16 -> f32 writes twice the bytes, and the GEMM reads them back).
+ *
+ * Kept (LATENTD_BF16_CACHE_MB > 0, up to that many MiB): a weight is rounded once and
+ * its copy reused, for machines with memory to spare.
  *
  * Keyed by the weight's address, dtype and element count, plus a fingerprint of 32
  * sampled elements re-checked on every hit: host weights are borrowed from the file
@@ -14,9 +22,9 @@
  * (tensor_bf16_cache_invalidate); the fingerprint is a second guard, not the
  * mechanism.
  *
- * Bounded: LATENTD_BF16_CACHE_MB (default 2048 MiB, enough for an SD1.5 UNet + VAE).
- * Past the bound a weight is rounded into a temporary for the op and dropped; the
- * cache is not counted by the planner (tensor_bf16_cache_bytes reports it).
+ * Bounded: LATENTD_BF16_CACHE_MB (default 0: nothing kept; 2048 holds an SD1.5 UNet +
+ * VAE). Past the bound a weight is rounded per op as above; the cache is not counted by
+ * the planner (tensor_bf16_cache_bytes reports it).
  *
  * Threads: one lock over entries and bindings (a leaf); an entry bound by an op is
  * reference-counted so that an invalidation from another thread frees it only after.
@@ -31,7 +39,7 @@
 #include "gemm_bf16.h"
 #include "../tensor_precision.h"
 
-#define CACHE_DEFAULT_MB 2048
+#define CACHE_DEFAULT_MB 0
 #define BIND_MAX 32          /* ops in flight x weights per op; past it: fp32 */
 #define FP_SAMPLES 32
 #define CONV_PIECE ((int64_t)1 << 15)
@@ -63,6 +71,7 @@ struct entry {
     uint16_t *data;          /* owned (xmalloc_aligned), n elements */
     int refs;                /* bindings using it */
     int cached;              /* 1: on the list and counted; 0: a temporary or invalidated */
+    int slot;                /* >= 0: data is the binding thread's scratch `slot` (a temporary) */
     struct entry *next;
 };
 
@@ -101,9 +110,78 @@ static uint64_t fingerprint(const char *p, size_t es, int64_t n)
     return h;
 }
 
+/*
+ * Per-op copies go into the binding thread's scratch (two slots: a matmul binds both
+ * operands), grown to the largest weight rounded and kept mapped, so a per-op copy
+ * costs no allocation and no page faults. A temporary is unbound on the thread that
+ * bound it (cpu_widen_done; never on the list, so no other thread frees it).
+ */
+#define TMP_SLOTS 2
+
+static _Thread_local struct tmp16 {
+    uint16_t *p;  /* owned */
+    size_t cap;   /* elements */
+    int busy;
+} tmp16[TMP_SLOTS];
+static pthread_key_t tmp_key;
+static pthread_once_t tmp_once = PTHREAD_ONCE_INIT;
+
+static void tmp_at_exit(void *v)
+{
+    struct tmp16 *t = v;
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        xfree_aligned(t[i].p);
+        t[i] = (struct tmp16){0};
+    }
+}
+
+static void tmp_key_init(void)
+{
+    if (pthread_key_create(&tmp_key, tmp_at_exit) != 0)
+        PANIC("pthread_key_create failed");
+}
+
+/* A free scratch slot of at least n elements (-1: none free; then the heap). */
+static int tmp_take(int64_t n)
+{
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        struct tmp16 *t = &tmp16[i];
+        if (t->busy)
+            continue;
+        if ((size_t)n > t->cap) {
+            if (!tmp16[0].p && !tmp16[1].p) {
+                pthread_once(&tmp_once, tmp_key_init);
+                pthread_setspecific(tmp_key, tmp16);
+            }
+            xfree_aligned(t->p);
+            t->p = copy_alloc((size_t)n * 2);
+            t->cap = (size_t)n;
+        }
+        t->busy = 1;
+        return i;
+    }
+    return -1;
+}
+
+size_t cpu_bf16_tmp_release(void)
+{
+    size_t n = 0;
+    for (int i = 0; i < TMP_SLOTS; i++)
+        if (!tmp16[i].busy && tmp16[i].p) {
+            n += tmp16[i].cap * 2;
+            xfree_aligned(tmp16[i].p);
+            tmp16[i].p = NULL;
+            tmp16[i].cap = 0;
+        }
+    return n;
+}
+
 static void entry_free(struct entry *e)
 {
-    xfree_aligned(e->data);
+    if (e->slot >= 0)
+        tmp16[e->slot].busy = 0;
+    else
+        xfree_aligned(e->data);
     xfree(e);
 }
 
@@ -129,24 +207,16 @@ static void conv_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     struct conv_job *j = ctx;
-    float tmp[4096];
-    size_t es = tensor_dtype_size(j->dt);
     for (int64_t i = b; i < e; i++) {
         int64_t lo = i * CONV_PIECE, hi = lo + CONV_PIECE < j->n ? lo + CONV_PIECE : j->n;
         if (j->dt == TENSOR_BF16) {
             memcpy(j->dst + lo, j->src + (size_t)lo * 2, (size_t)(hi - lo) * 2);
             continue;
         }
-        if (j->dt == TENSOR_F32) {
+        if (j->dt == TENSOR_F32)
             cpu_bf16_round(j->dst + lo, (const float *)j->src + lo, hi - lo);
-            continue;
-        }
-        /* f16: widen a slice (exact), then round (f16 -> bf16 can round: 10 vs 7 bits) */
-        for (int64_t s = lo; s < hi; s += 4096) {
-            int64_t c = hi - s < 4096 ? hi - s : 4096;
-            tensor_convert_host(tmp, TENSOR_F32, j->src + (size_t)s * es, j->dt, (size_t)c);
-            cpu_bf16_round(j->dst + s, tmp, c);
-        }
+        else /* f16 -> bf16 can round: 10 vs 7 mantissa bits */
+            cpu_bf16_from_f16(j->dst + lo, (const uint16_t *)j->src + lo, hi - lo);
     }
 }
 
@@ -179,18 +249,24 @@ void cpu_bf16_bind(const struct tensor *t, const float *p32)
     pthread_mutex_unlock(&mu);
     if (!hit) {
         hit = xcalloc(1, sizeof(*hit));
-        *hit = (struct entry){src, (size_t)n * es, t->dtype, n, fp, NULL, 1, 0, NULL};
-        hit->data = copy_alloc((size_t)n * 2);
+        *hit = (struct entry){src, (size_t)n * es, t->dtype, n, fp, NULL, 1, 0, -1, NULL};
+        pthread_mutex_lock(&mu);
+        int keep = held + (size_t)n * 2 <= cache_cap();
+        if (keep) /* counted now, so a concurrent miss sees the room taken */
+            held += (size_t)n * 2;
+        pthread_mutex_unlock(&mu);
+        if (!keep)
+            hit->slot = tmp_take(n);
+        hit->data = hit->slot >= 0 ? tmp16[hit->slot].p : copy_alloc((size_t)n * 2);
         struct conv_job j = {hit->data, src, t->dtype, n};
         tensor__pool_for((n + CONV_PIECE - 1) / CONV_PIECE, conv_task, &j);
-        pthread_mutex_lock(&mu);
-        if (held + (size_t)n * 2 <= cache_cap()) {
+        if (keep) {
+            pthread_mutex_lock(&mu);
             hit->cached = 1;
             hit->next = head;
             head = hit;
-            held += (size_t)n * 2;
+            pthread_mutex_unlock(&mu);
         }
-        pthread_mutex_unlock(&mu);
     }
     pthread_mutex_lock(&mu);
     for (int i = 0; i < BIND_MAX; i++)

@@ -4,6 +4,7 @@
  */
 #include "adapt.h"
 #include "cpu_backend.h"
+#include "../tensor_precision.h"
 
 /* A matrix operand for sgemm: pointer, leading dim, transposed flag, batch strides. */
 struct mat {
@@ -140,7 +141,15 @@ int tensor__cpu_conv2d(struct tensor *out, const struct tensor *x, const struct 
     int64_t ho = out->shape[2], wo = out->shape[3];
     double pt0 = tensor__prof_t0();
     struct hbuf hx, hw, hb, ho_;
-    const float *px = hin(x, &hx), *pw = cpu_widen_in(w, &hw), *pb = hin(bias, &hb);
+    const float *px = hin(x, &hx), *pw, *pb = hin(bias, &hb);
+    /* bf16: Winograd transforms the f32 weight and rounds U itself (so no bf16 copy of
+     * w); every other path reads w only through cpu_sgemm, which finds the copy */
+    if (tensor_precision_get() != TENSOR_PRECISION_BF16)
+        pw = cpu_widen_in(w, &hw);
+    else if (cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o)) /* fp32 if !cpu_wino_bf16 */
+        pw = cpu_wino_bf16 ? cpu_widen_in_f32(w, &hw) : cpu_widen_in(w, &hw);
+    else
+        pw = cpu_widen_in_gemm(w, &hw);
     float *po = hout(out, &ho_);
     cpu_conv2d(po, px, pw, pb, x->shape[0], ci, x->shape[2], x->shape[3], co, kh, kw, o);
     hfree(&hx);

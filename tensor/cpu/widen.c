@@ -109,6 +109,8 @@ static const float *widen(const struct tensor *t, struct hbuf *h)
     return h->p;
 }
 
+const float *cpu_widen_in_f32(const struct tensor *t, struct hbuf *h) { return widen(t, h); }
+
 const float *cpu_widen_in(const struct tensor *t, struct hbuf *h)
 {
     const float *p = widen(t, h);
@@ -169,7 +171,8 @@ size_t tensor_cpu_scratch_release(void)
 {
     size_t n = scratch.busy ? 0 : cpu_widen_scratch_bytes();
     cpu_widen_release();
-    return n;
+    /* and the bf16 per-op weight copies' scratch, and Winograd's buffers */
+    return n + cpu_bf16_tmp_release() + cpu_wino_release();
 }
 
 void cpu_widen_release(void)

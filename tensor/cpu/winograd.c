@@ -14,9 +14,9 @@
  * input channels and 5e-6 at 320; F(2,3) (points 0, +-1, entries 0, +-1, 1/2) stays at
  * 1.6e-6 at 1280, twice a direct fp32 conv's own error (test_tensor_winograd).
  *
- * Work: the weights are transformed once per call (U, 16/9 of the f32 weight, in a
- * buffer allocated per call: they are not cached, so a LoRA patch of the weight
- * needs no invalidation), split over the pool by output channel. Then pool tasks are
+ * Work: the weights are transformed once per call (U, 16/9 of the f32 weight, in the
+ * thread's reused buffer: they are not cached, so a LoRA patch of the weight needs no
+ * invalidation), split over the pool by output channel. Then pool tasks are
  * (image, block of tile rows), sized so that the block's V and M (16 x (ci + co) x T
  * floats) are about cpu_wino_chunk_bytes: a thread transforms its block's input into
  * its own V, runs the 16 single-threaded GEMMs into its own M and transforms M into
@@ -27,13 +27,25 @@
  * buffer, so the transforms never test bounds; output tiles past an odd edge write
  * only their pixels inside the image.
  *
+ * bf16 (the calling thread's precision is bf16, tensor_precision.h): U is rounded to
+ * bf16 as it is transformed (from the f32 image of the weight: the rounding comes after
+ * the transform, as a bf16 direct convolution rounds its weight and not G g G^T's
+ * inputs), each task rounds its V once after the input transform (in cache), and the
+ * 16 GEMMs are bf16 x bf16 -> f32 (gemm_bf16.h); the output transform stays f32. So U
+ * and the GEMMs' reads of it are half the bytes, and the GEMM runs at the bf16 rate.
+ * Before this, a bf16 model's Winograd convolutions ran fp32: the convolutions that
+ * dominate a VAE decode gained nothing from --bf16-vae. cpu_wino_bf16 = 0 restores
+ * that (comparisons).
+ *
  * Threads: executor only (it runs pool jobs); returns -1 without touching `out` when
  * the transformed weights cannot be allocated (the caller falls back to im2col).
  */
 #include <string.h>
 
 #include "alloc.h"
+#include "gemm_bf16.h"
 #include "../tensor_impl.h"
+#include "../tensor_precision.h"
 
 #define WG_XI 16        /* transformed tile elements (4 x 4) */
 #define WG_MIN_TILES 64 /* tiles per task, at least (when the image has them) */
@@ -42,9 +54,13 @@
  * against 2.1x at 4 MiB and 1.5-1.7x at 8 MiB: the block must stay in L2 + L3 share). */
 size_t cpu_wino_chunk_bytes = 2u << 20;
 
-/* U[xi][o][c] = (G g G^T)[xi] for g = w[o][c] (3x3), G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]. */
+int cpu_wino_bf16 = 1; /* 0: Winograd stays fp32 under bf16 precision (as before) */
+
+/* U[xi][o][c] = (G g G^T)[xi] for g = w[o][c] (3x3), G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1];
+ * into u (f32) or, when u16 is set, rounded to bf16 into u16. */
 struct wt_job {
     float *u;
+    uint16_t *u16;
     const float *w;
     int64_t co, ci;
 };
@@ -54,7 +70,8 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
     (void)tid;
     struct wt_job *j = ctx;
     int64_t plane = j->co * j->ci;
-    for (int64_t o = b; o < e; o++)
+    float *row = j->u16 ? xmalloc_aligned(64, (size_t)(WG_XI * j->ci) * sizeof(float)) : NULL;
+    for (int64_t o = b; o < e; o++) {
         for (int64_t c = 0; c < j->ci; c++) {
             const float *g = j->w + (o * j->ci + c) * 9;
             float t[4][3]; /* G g */
@@ -64,19 +81,27 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
                 t[2][k] = 0.5f * (g[k] - g[3 + k] + g[6 + k]);
                 t[3][k] = g[6 + k];
             }
-            float *u = j->u + o * j->ci + c;
+            /* f32: straight into U; bf16: into this output channel's rows, rounded below */
+            float *u = row ? row + c : j->u + o * j->ci + c;
+            int64_t ps = row ? j->ci : plane;
             for (int r = 0; r < 4; r++) { /* (G g) G^T */
-                u[(4 * r + 0) * plane] = t[r][0];
-                u[(4 * r + 1) * plane] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
-                u[(4 * r + 2) * plane] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
-                u[(4 * r + 3) * plane] = t[r][2];
+                u[(4 * r + 0) * ps] = t[r][0];
+                u[(4 * r + 1) * ps] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
+                u[(4 * r + 2) * ps] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
+                u[(4 * r + 3) * ps] = t[r][2];
             }
         }
+        if (row)
+            for (int xi = 0; xi < WG_XI; xi++)
+                cpu_bf16_round(j->u16 + xi * plane + o * j->ci, row + xi * j->ci, j->ci);
+    }
+    xfree_aligned(row);
 }
 
 struct wg_job {
     float *out;
     const float *x, *u, *bias;
+    const uint16_t *u16; /* set: the bf16 GEMMs (U rounded; V rounded per task) */
     int64_t ci, h, w, co, ho, wo;
     int pt, pl;
     int64_t tw, th;     /* tiles per row, tile rows */
@@ -86,8 +111,10 @@ struct wg_job {
 
 /* V[xi][c][t] for the tile rows r0 .. r0 + nr of one image: B^T d B, with
  * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], rows first, then columns. */
+/* With v16 set (bf16), each group of four V rows goes through tq (4 x tw floats, in L1)
+ * and is rounded into v16 instead: V is never written in f32. */
 static void input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t nr, float *v,
-                     int64_t T, float *patch, float *tr)
+                     int64_t T, float *patch, float *tr, uint16_t *v16, float *tq)
 {
     int64_t pw = 2 * j->tw + 2, prow = 2 * nr + 2, y0 = 2 * r0 - j->pt;
     /* columns of the patch that hold image pixels: xx = ix + pl for 0 <= ix < w */
@@ -117,8 +144,10 @@ static void input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t
             const float *tk[4] = {t0, t1, t2, t3};
             for (int k = 0; k < 4; k++) {
                 const float *s = tk[k];
-                float *v0 = v + ((4 * k + 0) * j->ci + c) * T + r * j->tw;
-                float *v1 = v0 + j->ci * T, *v2 = v1 + j->ci * T, *v3 = v2 + j->ci * T;
+                int64_t at = ((4 * k + 0) * j->ci + c) * T + r * j->tw; /* row of v0 */
+                float *v0 = v16 ? tq : v + at;
+                int64_t vs = v16 ? j->tw : j->ci * T;
+                float *v1 = v0 + vs, *v2 = v1 + vs, *v3 = v2 + vs;
                 for (int64_t tx = 0; tx < j->tw; tx++) {
                     float a = s[2 * tx], b = s[2 * tx + 1], cc = s[2 * tx + 2], d = s[2 * tx + 3];
                     v0[tx] = a - cc;
@@ -126,6 +155,9 @@ static void input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t
                     v2[tx] = cc - b;
                     v3[tx] = b - d;
                 }
+                if (v16)
+                    for (int q = 0; q < 4; q++)
+                        cpu_bf16_round(v16 + at + q * j->ci * T, tq + q * j->tw, j->tw);
             }
         }
     }
@@ -172,16 +204,54 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
     struct wg_job *j = ctx;
     int64_t tmax = j->rows * j->tw, pw = 2 * j->tw + 2;
     float *v = j->buf[tid], *m = v + WG_XI * j->ci * tmax, *patch = m + WG_XI * j->co * tmax;
-    float *tr = patch + (2 * j->rows + 2) * pw;
+    float *tr = patch + (2 * j->rows + 2) * pw, *tq = tr + 4 * pw;
+    uint16_t *v16 = j->u16 ? (uint16_t *)(tq + 4 * j->tw) : NULL; /* bf16 only: V rounded */
     for (int64_t t = b; t < e; t++) {
         int64_t img = t / j->nchk, r0 = t % j->nchk * j->rows;
         int64_t nr = j->th - r0 < j->rows ? j->th - r0 : j->rows, T = nr * j->tw;
-        input_tf(j, j->x + img * j->ci * j->h * j->w, r0, nr, v, T, patch, tr);
-        for (int xi = 0; xi < WG_XI; xi++)
-            cpu_sgemm(0, 0, j->co, T, j->ci, 1.0f, j->u + xi * j->co * j->ci, j->ci,
-                      v + xi * j->ci * T, T, 0.0f, m + xi * j->co * T, T, 1);
+        input_tf(j, j->x + img * j->ci * j->h * j->w, r0, nr, v, T, patch, tr, v16, tq);
+        if (j->u16) {
+            for (int xi = 0; xi < WG_XI; xi++)
+                cpu_gemm_bf16_1(0, 0, j->co, T, j->ci, 1.0f, j->u16 + xi * j->co * j->ci, j->ci,
+                                v16 + xi * j->ci * T, T, 0.0f, m + xi * j->co * T, T);
+        } else {
+            for (int xi = 0; xi < WG_XI; xi++)
+                cpu_sgemm(0, 0, j->co, T, j->ci, 1.0f, j->u + xi * j->co * j->ci, j->ci,
+                          v + xi * j->ci * T, T, 0.0f, m + xi * j->co * T, T, 1);
+        }
         output_tf(j, j->out + img * j->co * j->ho * j->wo, r0, nr, m, T);
     }
+}
+
+/*
+ * The calling (executor) thread's buffers: U, then one block per pool thread. Kept and
+ * grown, not allocated per call: fresh multi-MiB buffers on every convolution were
+ * page-faulted in again each time (perf of a 256^2 VAE decode: faults under wg_task at
+ * ~4 % of the samples). cpu_wino_release frees them (tensor_cpu_scratch_release).
+ */
+static _Thread_local struct {
+    char *p;    /* owned (xtry_malloc_aligned) */
+    size_t cap; /* bytes */
+} mem;
+
+size_t cpu_wino_release(void)
+{
+    size_t n = mem.cap;
+    xfree_aligned(mem.p);
+    mem.p = NULL;
+    mem.cap = 0;
+    return n;
+}
+
+static char *mem_get(size_t bytes)
+{
+    if (bytes > mem.cap) {
+        cpu_wino_release();
+        if (xtry_malloc_aligned(64, bytes, (void **)&mem.p, NULL) < 0)
+            return NULL;
+        mem.cap = bytes;
+    }
+    return mem.p;
 }
 
 int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float *bias, int64_t n,
@@ -193,7 +263,8 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
     if (o->stride != 1 || ho <= 0 || wo <= 0)
         return -1;
     int nt = tensor__pool_threads();
-    struct wg_job j = {out, x, NULL, bias, ci, h, wd, co, ho, wo, o->pad_top, o->pad_left,
+    int bf16 = cpu_wino_bf16 && tensor_precision_get() == TENSOR_PRECISION_BF16;
+    struct wg_job j = {out, x, NULL, bias, NULL, ci, h, wd, co, ho, wo, o->pad_top, o->pad_left,
                        (wo + 1) / 2, (ho + 1) / 2, 0, 0, NULL};
     /* tile rows per task: V + M near the chunk size, at least two tasks per thread */
     int64_t per_row = WG_XI * (ci + co) * j.tw * (int64_t)sizeof(float);
@@ -209,31 +280,30 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
     j.rows = rows < 1 ? 1 : rows;
     j.nchk = (j.th + j.rows - 1) / j.rows;
 
-    float *u = NULL;
-    if (xtry_malloc_aligned(64, (size_t)(WG_XI * co * ci) * sizeof(float), (void **)&u, NULL) < 0)
-        return -1;
+    /* U: f32, or bf16 (half the bytes); per thread: V (f32; unused in bf16), M, patch,
+     * row transforms, and in bf16 tq and V rounded */
+    size_t ub = ((size_t)(WG_XI * co * ci) * (bf16 ? 2 : sizeof(float)) + 63) / 64 * 64;
     size_t tmax = (size_t)(j.rows * j.tw), pw = (size_t)(2 * j.tw + 2);
     size_t per = (WG_XI * (size_t)(ci + co) * tmax + (2 * (size_t)j.rows + 2) * pw + 4 * pw) *
                  sizeof(float);
-    j.buf = xcalloc((size_t)nt, sizeof(float *));
+    if (bf16)
+        per += 4 * (size_t)j.tw * sizeof(float) + WG_XI * (size_t)ci * tmax * 2;
+    per = (per + 63) / 64 * 64;
+    char *base = mem_get(ub + (size_t)nt * per);
+    if (!base)
+        return -1;
+    float *u = (float *)base;
+    float *bufs[64], **heap = nt > 64 ? xmalloc((size_t)nt * sizeof(float *)) : NULL;
+    j.buf = heap ? heap : bufs;
     for (int i = 0; i < nt; i++)
-        if (xtry_malloc_aligned(64, per, (void **)&j.buf[i], NULL) < 0)
-            goto fail;
-    struct wt_job wj = {u, w, co, ci};
+        j.buf[i] = (float *)(base + ub + (size_t)i * per);
+    struct wt_job wj = {bf16 ? NULL : u, bf16 ? (uint16_t *)u : NULL, w, co, ci};
     tensor__pool_for(co, wt_task, &wj);
-    j.u = u;
+    j.u = bf16 ? NULL : u;
+    j.u16 = bf16 ? (uint16_t *)u : NULL;
     cpu_gemm_pool_enter();
     tensor__pool_for(n * j.nchk, wg_task, &j);
     cpu_gemm_pool_leave();
-    for (int i = 0; i < nt; i++)
-        xfree_aligned(j.buf[i]);
-    xfree(j.buf);
-    xfree_aligned(u);
+    xfree(heap);
     return 0;
-fail:
-    for (int i = 0; i < nt; i++)
-        xfree_aligned(j.buf[i]);
-    xfree(j.buf);
-    xfree_aligned(u);
-    return -1;
 }

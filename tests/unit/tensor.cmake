@@ -19,3 +19,7 @@ latentd_add_test(test_tensor_bf16 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tensor_
 add_test(NAME test_tensor_bf16_emulated COMMAND test_tensor_bf16)
 set_tests_properties(test_tensor_bf16_emulated PROPERTIES ENVIRONMENT LATENTD_BF16_PATH=emulated
                      TIMEOUT 60 LABELS unit SKIP_RETURN_CODE 77)
+# With kept bf16 copies (LATENTD_BF16_CACHE_MB > 0; the default rounds weights per op).
+add_test(NAME test_tensor_bf16_cached COMMAND test_tensor_bf16)
+set_tests_properties(test_tensor_bf16_cached PROPERTIES ENVIRONMENT LATENTD_BF16_CACHE_MB=64
+                     TIMEOUT 60 LABELS unit)

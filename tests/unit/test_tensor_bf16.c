@@ -14,12 +14,21 @@
  * Checked for linear (small: one GEMM; large: pool panels), matmul with an f16
  * operand, conv2d through each of its paths (1x1, batched small image, row chunks),
  * with f32/f16/bf16 weights. Also: round-to-nearest-even ties; fp32 stays the default
- * and bit-identical; the weight cache fills, and a weight rewritten in place (with or
- * without tensor_bf16_cache_invalidate) is not served stale; nothing leaks.
+ * and bit-identical; by default nothing is kept (weights are rounded per op into a
+ * scratch that tensor_cpu_scratch_release frees); with LATENTD_BF16_CACHE_MB set (the
+ * test_tensor_bf16_cached run) the weight cache fills, and a weight rewritten in place
+ * (with or without tensor_bf16_cache_invalidate) is not served stale; nothing leaks.
+ *
+ * bf16 Winograd (winograd.c: U and V rounded, bf16 GEMMs, f32 transforms) is checked
+ * against a float64 direct convolution of the unrounded inputs with a normwise bound:
+ * max |y - ref| <= 2^-5 max sum|x w| (8 u8; the bf16 GEMM's own bound (b) is ~2 u8 per
+ * output, and F(2x2, 3x3)'s transforms add terms of up to 4 inputs and 9 products per
+ * output), and within 4x of the bf16 im2col path's measured error on the same data.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -27,6 +36,7 @@
 #include "harness.h"
 #include "tensor.h"
 #include "tensor_precision.h"
+#include "tensor_impl.h" /* cpu_conv_winograd: the paths compared */
 
 static struct dev *d;
 
@@ -252,7 +262,50 @@ static void t_conv(enum tensor_dtype wdt, int64_t n, int64_t ci, int64_t h, int6
 }
 
 /* The cache: filled by a bf16 op, follows a weight rewritten in place. */
+static void t_cache_kept(void);
+
+/* The default: nothing kept, the weight rounded per op into a released scratch. */
 static void t_cache(void)
+{
+    const char *mb = getenv("LATENTD_BF16_CACHE_MB");
+    if (mb && atoi(mb) > 0) {
+        t_cache_kept();
+        return;
+    }
+    struct err e = {0};
+    int64_t rows = 8, n = 256, k = 512;
+    int64_t xs[2] = {rows, k}, ws[2] = {n, k}, ys[2] = {rows, n};
+    float *xv = xmalloc((size_t)(rows * k) * 4), *wv = xmalloc((size_t)(n * k) * 4);
+    float *yv = xmalloc((size_t)(rows * n) * 4);
+    struct tensor *x = mk(TENSOR_F32, 2, xs, xv, 1.0f), *w = mk(TENSOR_F16, 2, ws, wv, 0.5f);
+    struct tensor *y = mk(TENSOR_F32, 2, ys, NULL, 0);
+    struct gemm_ref g = {xv, wv, rows, n, k, k, 1, 1, k, NULL};
+    tensor_cpu_scratch_release();
+    enum tensor_precision old = tensor_precision_set(TENSOR_PRECISION_BF16);
+    EXPECT_OK(tensor_linear(y, x, w, NULL, &e));
+    ok(tensor_bf16_cache_bytes() == 0, "per op: no bf16 copy is kept (%zu bytes)",
+       tensor_bf16_cache_bytes());
+    /* rewritten in place: the next op rounds the new values */
+    for (int64_t i = 0; i < n * k; i++)
+        wv[i] = frand() * 0.5f;
+    tensor_write_f32(w, wv, n * k, &e);
+    tensor_read_f32(w, wv, n * k, &e);
+    EXPECT_OK(tensor_linear(y, x, w, NULL, &e));
+    tensor_precision_set(old);
+    tensor_read_f32(y, yv, rows * n, &e);
+    check_gemm("per op, weight rewritten in place", &g, yv, n, 1, NULL, NULL);
+    size_t held = tensor_cpu_scratch_release();
+    ok(held >= (size_t)(n * k) * 2, "the per-op scratch held the weight (%zu bytes), freed",
+       held);
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(y);
+    xfree(xv);
+    xfree(wv);
+    xfree(yv);
+}
+
+static void t_cache_kept(void)
 {
     struct err e = {0};
     int64_t rows = 8, n = 256, k = 512;
@@ -292,6 +345,88 @@ static void t_cache(void)
     xfree(xv);
     xfree(wv);
     xfree(yv);
+}
+
+/* Direct 3x3 stride-1 pad-1 convolution in float64 of the unrounded inputs: ref, and
+ * sum |x w| per output in mag. */
+static void conv_ref64(const float *xv, const float *wv, const float *bv, int64_t n, int64_t ci,
+                       int64_t h, int64_t wd, int64_t co, double *ref, double *mag)
+{
+    for (int64_t img = 0; img < n; img++)
+        for (int64_t o = 0; o < co; o++)
+            for (int64_t oy = 0; oy < h; oy++)
+                for (int64_t ox = 0; ox < wd; ox++) {
+                    double s = bv[o], sa = fabs(bv[o]);
+                    for (int64_t c = 0; c < ci; c++)
+                        for (int ky = 0; ky < 3; ky++)
+                            for (int kx = 0; kx < 3; kx++) {
+                                int64_t iy = oy - 1 + ky, ix = ox - 1 + kx;
+                                if (iy < 0 || iy >= h || ix < 0 || ix >= wd)
+                                    continue;
+                                double p = (double)xv[((img * ci + c) * h + iy) * wd + ix] *
+                                           wv[((o * ci + c) * 3 + ky) * 3 + kx];
+                                s += p;
+                                sa += fabs(p);
+                            }
+                    size_t at = (size_t)(((img * co + o) * h + oy) * wd + ox);
+                    ref[at] = s;
+                    mag[at] = sa;
+                }
+}
+
+/* bf16 Winograd against float64 (bound in the header) and against bf16 im2col. */
+static void t_winograd(void)
+{
+    struct err e = {0};
+    const int64_t n = 2, ci = 40, h = 33, wd = 35, co = 48; /* odd: ragged edge tiles */
+    struct tensor_conv2d_opts o = {1, 1, 1, 1, 1};
+    int64_t xs[4] = {n, ci, h, wd}, ws[4] = {co, ci, 3, 3}, bs[1] = {co}, ys[4] = {n, co, h, wd};
+    size_t ny = (size_t)(n * co * h * wd);
+    float *xv = xmalloc((size_t)(n * ci * h * wd) * 4), *wv = xmalloc((size_t)(co * ci * 9) * 4);
+    float *bv = xmalloc((size_t)co * 4), *yw = xmalloc(ny * 4), *yi = xmalloc(ny * 4);
+    float *yf = xmalloc(ny * 4);
+    double *ref = xmalloc(ny * 8), *mag = xmalloc(ny * 8);
+    struct tensor *x = mk(TENSOR_F32, 4, xs, xv, 1.0f), *w = mk(TENSOR_F16, 4, ws, wv, 0.3f);
+    struct tensor *b = mk(TENSOR_F32, 1, bs, bv, 0.1f), *y = mk(TENSOR_F32, 4, ys, NULL, 0);
+    int saved = cpu_conv_winograd;
+    cpu_conv_winograd = 2; /* Winograd: bf16, then fp32 */
+    enum tensor_precision old = tensor_precision_set(TENSOR_PRECISION_BF16);
+    EXPECT_OK(tensor_conv2d(y, x, w, b, &o, &e));
+    tensor_read_f32(y, yw, (int64_t)ny, &e);
+    cpu_conv_winograd = 0; /* im2col + bf16 GEMM */
+    EXPECT_OK(tensor_conv2d(y, x, w, b, &o, &e));
+    tensor_read_f32(y, yi, (int64_t)ny, &e);
+    tensor_precision_set(old);
+    cpu_conv_winograd = 2;
+    EXPECT_OK(tensor_conv2d(y, x, w, b, &o, &e));
+    tensor_read_f32(y, yf, (int64_t)ny, &e);
+    cpu_conv_winograd = saved;
+    conv_ref64(xv, wv, bv, n, ci, h, wd, co, ref, mag);
+    double ew = 0, ei = 0, ef = 0, mm = 0;
+    for (size_t i = 0; i < ny; i++) {
+        ew = fmax(ew, fabs(yw[i] - ref[i]));
+        ei = fmax(ei, fabs(yi[i] - ref[i]));
+        ef = fmax(ef, fabs(yf[i] - ref[i]));
+        mm = fmax(mm, mag[i]);
+    }
+    printf("# winograd %lldx%lldx%lldx%lld -> %lld: max err / max sum|xw|: bf16 winograd %.3g, "
+           "bf16 im2col %.3g, fp32 winograd %.3g\n", (long long)n, (long long)ci, (long long)h,
+           (long long)wd, (long long)co, ew / mm, ei / mm, ef / mm);
+    ok(ew <= 0x1p-5 * mm, "bf16 winograd: max|y - ref| / max sum|xw| = %.3g <= 2^-5", ew / mm);
+    ok(ew <= 4 * ei, "bf16 winograd error %.3g within 4x of bf16 im2col's %.3g", ew, ei);
+    ok(ew > 8 * ef, "bf16 winograd ran in bf16 (error %.3g, fp32 winograd %.3g)", ew, ef);
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(b);
+    tensor_free(y);
+    xfree(xv);
+    xfree(wv);
+    xfree(bv);
+    xfree(yw);
+    xfree(yi);
+    xfree(yf);
+    xfree(ref);
+    xfree(mag);
 }
 
 /* The default is fp32, and fp32 inside an explicit F32 scope is bit-identical. */
@@ -341,6 +476,7 @@ int main(void)
     t_conv(TENSOR_F16, 2, 32, 8, 8, 64, 3, 1, 1, "conv 3x3 8x8 (batched small images)");
     t_conv(TENSOR_F16, 1, 16, 40, 36, 24, 3, 1, 1, "conv 3x3 40x36 (row chunks)");
     t_conv(TENSOR_BF16, 2, 8, 33, 31, 16, 3, 2, 1, "conv 3x3 stride 2");
+    t_winograd();
     t_cache();
     dev_close(d);
     tensor_shutdown();

@@ -1,0 +1,256 @@
+/*
+ * ab_bf16 — bench_txt2img --ab: fp32 against bf16 (what --bf16-unet --bf16-vae set) on
+ * the two costs a txt2img pays per image, in one process, interleaved: a UNet eval at
+ * batch 2 (one CFG step) and a VAE decode, at 256^2 and 512^2.
+ *
+ * Why in one process and interleaved: the machine is shared (load changes by the
+ * minute), so each repetition runs both precisions back to back, alternating which goes
+ * first, and the ratio of medians is the figure. Time is CPU seconds of the whole
+ * process (CLOCK_PROCESS_CPUTIME_ID: every pool thread), which a loaded machine changes
+ * far less than the wall; the wall is printed beside it. The precision is switched on
+ * the loaded model (patcher_model_set_precision), so both runs use the very same
+ * weights, borrowed f16 from the checkpoint mapping. Repetition 0 is a warm-up (bf16
+ * primitives JIT-compiled, pages touched) and is not counted.
+ *
+ * RSS: printed after each case (VmRSS now and the process's peak); the per-precision
+ * peak of a whole run is the cold table's (bench_txt2img.c), one process each.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc.h"
+#include "checkpoint.h"
+#include "memmgr.h"
+#include "patcher.h"
+#include "tensor.h"
+#include "tensor_precision.h"
+#include "unet.h"
+#include "vae.h"
+
+int bench_txt2img_ab(const char *ckpt, int threads, int only, int reps);
+
+/* Profiling aids (bench_txt2img --ab-only unet|vae, --ab-prec fp32|bf16): run one case
+ * and one precision only, e.g. under perf record. */
+const char *bench_ab_only;
+int bench_ab_prec = -1;
+
+static double wall_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* VmRSS or VmHWM of this process, MiB (-1 when unreadable). */
+static double status_mib(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = -1;
+    size_t kl = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl))
+            kib = atof(line + kl);
+    if (f)
+        fclose(f);
+    return kib < 0 ? -1 : kib / 1024.0;
+}
+
+static double load1(void)
+{
+    double la = 0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &la) != 1)
+            la = 0;
+        fclose(f);
+    }
+    return la;
+}
+
+static struct tensor *filled(struct dev *d, int ndim, const int64_t *shape, double a)
+{
+    struct tensor *t = NULL;
+    struct err e = {0};
+    if (tensor_new(d, TENSOR_F32, ndim, shape, &t, &e) < 0)
+        PANIC("%s", e.msg);
+    int64_t n = tensor_numel(t);
+    float *v = xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)sin(a * (double)i + 0.3);
+    tensor_write_f32(t, v, n, &e);
+    xfree(v);
+    return t;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One case: the model's eval, run by `run`, `reps` times per precision after a warm-up. */
+struct ab_case {
+    const char *name;
+    struct patcher_model *model;
+    int (*run)(void *ctx);
+    void *ctx;
+};
+
+static void ab_run(const struct ab_case *c, int reps)
+{
+    double cpu[2][64], wall[2][64], la0 = load1();
+    if (reps > 64)
+        reps = 64;
+    for (int r = 0; r <= reps; r++)
+        for (int q = 0; q < 2; q++) {
+            int prec = (r + q) % 2; /* alternate which precision goes first */
+            if (bench_ab_prec >= 0 && prec != bench_ab_prec) {
+                cpu[prec][r > 0 ? r - 1 : 0] = wall[prec][r > 0 ? r - 1 : 0] = NAN;
+                continue;
+            }
+            patcher_model_set_precision(c->model, prec ? TENSOR_PRECISION_BF16
+                                                       : TENSOR_PRECISION_F32);
+            double c0 = cpu_s(), w0 = wall_s();
+            if (c->run(c->ctx) < 0)
+                PANIC("%s failed", c->name);
+            if (r > 0) {
+                cpu[prec][r - 1] = cpu_s() - c0;
+                wall[prec][r - 1] = wall_s() - w0;
+            }
+        }
+    patcher_model_set_precision(c->model, TENSOR_PRECISION_F32);
+    double c32 = median(cpu[0], reps), c16 = median(cpu[1], reps);
+    double w32 = median(wall[0], reps), w16 = median(wall[1], reps);
+    printf("%-14s %8.2f %8.2f %7.3f %8.2f %8.2f %7.3f %7.0f %7.0f %6.0f  %4.1f-%4.1f\n", c->name,
+           c32, c16, c16 / c32, w32, w16, w16 / w32, status_mib("VmRSS:"), status_mib("VmHWM:"),
+           (double)tensor_bf16_cache_bytes() / 1048576.0, la0, load1());
+    fflush(stdout);
+}
+
+struct unet_ctx {
+    struct patcher *p;
+    const struct unet_arch *a;
+    struct tensor *x, *ctx, *eps;
+};
+
+static int unet_run(void *v)
+{
+    struct unet_ctx *u = v;
+    float t[2] = {500, 500};
+    struct err e = {0};
+    int rc = unet_eval(u->p, u->a, u->x, t, u->ctx, NULL, u->eps, NULL, &e);
+    if (rc < 0)
+        fprintf(stderr, "unet: %s\n", e.msg);
+    return rc;
+}
+
+struct vae_ctx {
+    struct patcher *p;
+    const struct vae_arch *a;
+    struct tensor *z, *img;
+};
+
+static int vae_run(void *v)
+{
+    struct vae_ctx *c = v;
+    struct err e = {0};
+    int rc = vae_decode(c->p, c->a, c->z, c->img, NULL, &e);
+    if (rc < 0)
+        fprintf(stderr, "vae: %s\n", e.msg);
+    return rc;
+}
+
+static void load(struct mm *mm, struct patcher *p, size_t act)
+{
+    struct err e = {0};
+    struct mm_request req = {.n_models = 1, .models = {p}, .activation_bytes = act};
+    struct mm_report rep;
+    if (mm_load_models(mm, &req, &rep, &e) < 0)
+        PANIC("load: %s", e.msg);
+}
+
+int bench_txt2img_ab(const char *ckpt, int threads, int only, int reps)
+{
+    struct err e = {0};
+    static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
+    struct model_ckpt ck;
+    tensor_threads_set(threads);
+    if (model_ckpt_load(ckpt, MODEL_LOAD_UNET | MODEL_LOAD_VAE, f32, &ck, &e) < 0)
+        PANIC("%s", e.msg);
+    struct mm_config mc;
+    mm_config_init(&mc);
+    mc.device_spec = "cpu";
+    struct mm *mm = NULL;
+    if (mm_new(&mc, &mm, &e) < 0)
+        PANIC("%s", e.msg);
+    printf("# A/B fp32 vs bf16 (%s), %d threads, %d reps after a warm-up, medians; cpu = "
+           "process CPU seconds; LATENTD_BF16_CACHE_MB=%s\n",
+           tensor_bf16_path(), threads, reps,
+           getenv("LATENTD_BF16_CACHE_MB") ? getenv("LATENTD_BF16_CACHE_MB") : "(default)");
+    printf("%-14s %8s %8s %7s %8s %8s %7s %7s %7s %6s  %s\n", "case", "fp32_cpu", "bf16_cpu",
+           "cpu_r", "fp32_s", "bf16_s", "wall_r", "rss", "peak", "cache", "load");
+    static const int sizes[2] = {256, 512};
+    for (int si = 0; si < 2; si++) {
+        int px = sizes[si], lat = px / 8;
+        char name[32];
+        if (only && only != px)
+            continue;
+        if (!bench_ab_only || !strcmp(bench_ab_only, "unet")) {
+            const struct unet_arch *a = &ck.cfg.unet;
+            struct patcher *p = patcher_new(ck.model[MODEL_UNET]);
+            size_t io = (size_t)2 * (2 * 4 * lat * lat + (size_t)77 * a->ctx_dim) * 4;
+            load(mm, p, unet_plan_bytes(a, 2, lat, lat, 77) + io);
+            struct dev *d = patcher_device(p);
+            int64_t xs[4] = {2, 4, lat, lat}, cs[3] = {2, 77, a->ctx_dim};
+            struct unet_ctx u = {p, a, filled(d, 4, xs, 0.37), filled(d, 3, cs, 0.011), NULL};
+            if (tensor_new(d, TENSOR_F32, 4, xs, &u.eps, &e) < 0)
+                PANIC("%s", e.msg);
+            snprintf(name, sizeof name, "unet_b2_%d", px);
+            ab_run(&(struct ab_case){name, ck.model[MODEL_UNET], unet_run, &u}, reps);
+            tensor_free(u.x);
+            tensor_free(u.ctx);
+            tensor_free(u.eps);
+            mm_unload(mm, ck.model[MODEL_UNET]);
+            patcher_unref(p);
+        }
+        if (!bench_ab_only || !strcmp(bench_ab_only, "vae")) {
+            const struct vae_arch *a = &ck.cfg.vae;
+            struct patcher *p = patcher_new(ck.model[MODEL_VAE]);
+            load(mm, p, vae_plan_bytes(a, 1, lat, lat));
+            struct dev *d = patcher_device(p);
+            int64_t zs[4] = {1, 4, lat, lat}, is[4] = {1, 3, px, px};
+            struct vae_ctx v = {p, a, filled(d, 4, zs, 0.23), NULL};
+            if (tensor_new(d, TENSOR_F32, 4, is, &v.img, &e) < 0)
+                PANIC("%s", e.msg);
+            snprintf(name, sizeof name, "vae_dec_%d", px);
+            ab_run(&(struct ab_case){name, ck.model[MODEL_VAE], vae_run, &v}, reps);
+            tensor_free(v.z);
+            tensor_free(v.img);
+            mm_unload(mm, ck.model[MODEL_VAE]);
+            patcher_unref(p);
+        }
+    }
+    printf("# cpu_r, wall_r: bf16 / fp32 (below 1: bf16 faster); rss/peak MiB after the case; "
+           "cache: bf16 weight copies kept, MiB; load: 1-min load average before-after\n");
+    mm_unload_all(mm);
+    mm_free(mm);
+    model_ckpt_release(&ck);
+    return 0;
+}
