@@ -17,6 +17,15 @@
  * samples of a call are uncond) is the sampler's, handed to the model for each call as
  * a struct sd_call (ComfyUI's transformer_options), so a MODEL value stays immutable.
  *
+ * Where we differ from ComfyUI (edges): SAG's map is read from the untiled queries (ComfyUI's
+ * replace sees HyperTile's tiled ones; the two meet only with max_depth >= 3 and tiles
+ * smaller than the middle block); PerpNeg's empty prompt runs in the same model call as
+ * the positive and negative (ComfyUI: a call of its own), so with HyperTile and more than
+ * two candidates the draws are made once per step where ComfyUI makes two sets; with
+ * DisableNoise / add_noise off ComfyUI's generator holds whatever earlier work left, ours
+ * is seeded with the seed. A second HyperTile on one MODEL is refused (ComfyUI would tile
+ * tiled queries); a second SAG keeps one set of settings, the last.
+ *
  * Threads: executor thread.
  */
 #ifndef LATENTD_NODES_SD_MODEL_PATCHES_H
