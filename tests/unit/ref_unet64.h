@@ -3,7 +3,9 @@
  * blocks), the classic and Union ControlNets over its trunk, FreeU's output-block patch
  * and ControlNet / T2I-Adapter residual injection, for the ControlNet tests. Written
  * apart from models/: naive loops in double precision over the weights as stored in
- * the file (ref_file, names ref_prefix + the UNet-relative name). Batch 1.
+ * the file (ref_file, names ref_prefix + the UNet-relative name). Batch 1. The input x
+ * may have any channel count (conv_in reads x->c): an inpainting or instruct-pix2pix
+ * UNet's 9 or 8, the model input then its c_concat (test_sd_concat).
  *
  * State is global (set it before a call): one test thread.
  */

@@ -48,16 +48,26 @@ static struct node_env env;
 
 /* ---- helpers -------------------------------------------------------------------------- */
 
-static void gen(const char *name, const struct model_config *cfg)
+/* A tiny file of cfg (flags: CKPT_GEN_*) into models/<folder>/name. */
+static void gen_in(const char *folder, const char *name, const struct model_config *cfg,
+                   unsigned flags)
 {
     struct ckpt_gen_opts o;
     struct err e = {0};
     char path[256];
     ckpt_gen_opts_default(&o);
     o.cfg = *cfg;
-    snprintf(path, sizeof path, "%s/%s", ckdir, name);
+    o.flags = flags;
+    snprintf(path, sizeof path, "%s/%s", dir, folder);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/%s/%s", dir, folder, name);
     if (ckpt_gen_write(&o, path, &e) < 0)
         PANIC("gen '%s': %s", path, e.msg);
+}
+
+static void gen(const char *name, const struct model_config *cfg)
+{
+    gen_in("checkpoints", name, cfg, 0);
 }
 
 /* Run cls with inputs by name (references taken over); outputs in out[0..3]. */
@@ -817,6 +827,66 @@ static void test_nodes(void)
     value_unref(c8);
     value_unref(v8);
 
+    /* A ControlNet (4 input channels) on the inpainting model: it is given the latent's
+     * channels, not the concat (ComfyUI's x_noisy) */
+    sd15_config_tiny(&cfg);
+    gen_in("controlnet", "cn.safetensors", &cfg, CKPT_GEN_CONTROLNET);
+    {
+        const char *ln[] = {"control_net_name"};
+        struct value *lv[] = {value_new_string("cn.safetensors")}, *cn[4];
+        rc = run_node(&sd_controlnet_loader, ln, lv, 1, cn, msg, sizeof msg);
+        ok(rc == 0, "ControlNetLoader (%s)", rc ? msg : "ok");
+        struct value *im[4];
+        rc = run_node(&sd_inpaint_model_conditioning, n,
+                      (struct value *[]){value_ref(pos), value_ref(neg), value_ref(vae),
+                                         value_ref(img), value_ref(mask), value_new_bool(1)},
+                      6, im, msg, sizeof msg);
+        const char *an[] = {"positive", "negative", "control_net", "image", "strength",
+                            "start_percent", "end_percent"};
+        struct value *av[] = {value_ref(im[0]), value_ref(im[1]), value_ref(cn[0]),
+                              value_ref(img), value_new_float(1.0), value_new_float(0.0),
+                              value_new_float(1.0)};
+        struct value *ao[4];
+        rc = run_node(&sd_controlnet_apply_advanced, an, av, 7, ao, msg, sizeof msg);
+        struct value *sc = rc == 0 ? ksample(model, ao[0], ao[1], im[2], kmsg, sizeof kmsg) : NULL;
+        struct value *sn = ksample(model, im[0], im[1], im[2], kmsg, sizeof kmsg);
+        ok(sc && sn && latent_finite(sc) &&
+               !floats_equal(sd_latent_of(sc)->samples, sd_latent_of(sn)->samples, 16),
+           "a ControlNet on the 9-channel UNet runs and changes the result (%s)",
+           sc ? "ok" : rc ? msg : kmsg);
+        value_unref(sc);
+        value_unref(sn);
+        for (int i = 0; i < 4; i++) {
+            value_unref(cn[i]);
+            value_unref(im[i]);
+            value_unref(rc == 0 ? ao[i] : NULL);
+        }
+    }
+
+    /* SDXL inpainting (9 channels, the ADM input too) */
+    sdxl_config_tiny(&cfg);
+    cfg.unet.in_ch = 9;
+    gen("sdxl_inpaint.safetensors", &cfg);
+    {
+        struct value *mx, *cx, *vx;
+        load("sdxl_inpaint.safetensors", &mx, &cx, &vx);
+        struct value *px = text(cx, "a red door"), *nx = text(cx, "");
+        struct value *vv[] = {value_ref(px), value_ref(nx), value_ref(vx), value_ref(img),
+                              value_ref(mask), value_new_bool(1)};
+        rc = run_node(&sd_inpaint_model_conditioning, n, vv, 6, o, msg, sizeof msg);
+        struct value *sx2 = rc == 0 ? ksample(mx, o[0], o[1], o[2], kmsg, sizeof kmsg) : NULL;
+        ok(sd_model_of(mx)->concat == MODEL_CONCAT_INPAINT && sx2 && latent_finite(sx2),
+           "SDXL inpainting: InpaintModelConditioning + KSampler (%s)", sx2 ? "ok" : kmsg);
+        value_unref(sx2);
+        for (int i = 0; rc == 0 && i < 4; i++)
+            value_unref(o[i]);
+        value_unref(px);
+        value_unref(nx);
+        value_unref(mx);
+        value_unref(cx);
+        value_unref(vx);
+    }
+
     /* SD2 512-inpainting: loads, samples with its own CLIP's conditioning */
     struct value *m2, *c2, *v2;
     load("sd2_inpaint.safetensors", &m2, &c2, &v2);
@@ -846,13 +916,17 @@ static void test_nodes(void)
 
 static void rm_dir(void)
 {
-    const char *names[] = {"inpaint.safetensors", "ip2p.safetensors", "sd2_inpaint.safetensors"};
+    const char *names[] = {"checkpoints/inpaint.safetensors", "checkpoints/ip2p.safetensors",
+                           "checkpoints/sd2_inpaint.safetensors",
+                           "checkpoints/sdxl_inpaint.safetensors", "controlnet/cn.safetensors"};
     char p[256];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", ckdir, names[i]);
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         unlink(p);
     }
     rmdir(ckdir);
+    snprintf(p, sizeof p, "%s/controlnet", dir);
+    rmdir(p);
     rmdir(dir);
 }
 
