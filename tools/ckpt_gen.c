@@ -13,6 +13,7 @@
 #include "checkpoint.h"
 #include "checkpoint_save.h"
 #include "controlnet.h"
+#include "gligen.h"
 #include "t2i_adapter.h"
 #include "strhash.h"
 #include "family.h"
@@ -389,9 +390,40 @@ static void build_t2i(const struct ckpt_gen_opts *o, struct gen_list *l)
         add_special(l, o->extra_tensor, o->dtype, FILL_RANDOM, 0, 1, (const int64_t[]){4});
 }
 
+/* A GLIGEN file's tensor: values depend on "gligen." + its name. */
+static void on_gligen_key(void *user, const struct model_key *k)
+{
+    struct gen_list *l = user;
+    const struct ckpt_gen_opts *o = l->o;
+    if (o->drop_tensor && strcmp(o->drop_tensor, k->name) == 0)
+        return;
+    struct gen_entry *g = push(l);
+    snprintf(g->name, sizeof(g->name), "%s", k->name);
+    snprintf(g->seed_name, sizeof(g->seed_name), "gligen.%s", k->name);
+    g->dtype = o->dtype;
+    g->init = k->init;
+    g->fill = FILL_RANDOM;
+    g->ndim = k->ndim;
+    memcpy(g->shape, k->shape, sizeof(g->shape));
+}
+
+static void build_gligen(const struct ckpt_gen_opts *o, struct gen_list *l)
+{
+    struct gligen_arch a;
+    gligen_arch_for_unet(&o->cfg.unet, o->cfg.text[0].width,
+                         o->gligen_key_dim ? o->gligen_key_dim : 768, &a);
+    gligen_layout(&a, on_gligen_key, l);
+    if (o->extra_tensor)
+        add_special(l, o->extra_tensor, o->dtype, FILL_RANDOM, 0, 1, (const int64_t[]){4});
+}
+
 static void build_list(const struct ckpt_gen_opts *o, struct gen_list *l)
 {
     l->o = o;
+    if (o->gligen) {
+        build_gligen(o, l);
+        return;
+    }
     if (o->t2i) {
         build_t2i(o, l);
         return;

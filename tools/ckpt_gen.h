@@ -62,6 +62,10 @@ struct ckpt_gen_opts {
     int text_slot;             /* with text_file: cfg's first (0) or second (1) encoder */
     int t2i;                   /* enum ckpt_gen_t2i: a T2I-Adapter instead of a checkpoint */
     int t2i_hint_ch;           /* its hint channels (1 or 3; 0: 3) */
+    int gligen;                /* a GLIGEN model (models/gligen/gligen.h) for cfg's UNet
+                                * instead of a checkpoint: text embeddings cfg.text[0].width
+                                * wide (CLIP-L's pooled output), ComfyUI's file names */
+    int gligen_key_dim;        /* its object token width (0: 768, SD1.x's: 8 heads) */
 };
 
 /*

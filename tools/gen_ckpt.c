@@ -63,7 +63,10 @@ static void usage(FILE *fp)
           "  --cn-lora R         a Control-LoRA of rank R (the UNet's weights + low rank)\n"
           "  --t2i full|light|xl a T2I-Adapter (SD1.5 full or light, SDXL) of the UNet's\n"
           "                      width (--cn-prefix diffusers: diffusers names)\n"
-          "  --t2i-hint N        its hint channels (1 or 3, default 3)\n",
+          "  --t2i-hint N        its hint channels (1 or 3, default 3)\n"
+          "  --gligen            a GLIGEN model (position net + a fuser per transformer)\n"
+          "                      for the chosen UNet, ComfyUI's key layout\n"
+          "  --gligen-key-dim N  its object token width (default 768: 8 heads)\n",
           fp);
 }
 
@@ -197,6 +200,11 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--t2i-hint")) {
             NEED();
             o.t2i_hint_ch = atoi(next);
+        } else if (!strcmp(a, "--gligen")) {
+            o.gligen = 1;
+        } else if (!strcmp(a, "--gligen-key-dim")) {
+            NEED();
+            o.gligen_key_dim = atoi(next);
         } else if (!strcmp(a, "--cn-union")) {
             NEED();
             o.cn_union_types = atoi(next);

@@ -27,6 +27,7 @@ struct unet_ctx {
     const struct unet_hooks *hooks;     /* a ControlNet trunk's hooks, or NULL */
     int out_idx;                        /* output blocks entered so far */
     int in_idx;                         /* input blocks done so far */
+    int st_idx;                         /* SpatialTransformers done so far */
     int64_t orig_h, orig_w;             /* x's size: the patches' original_shape */
 };
 
@@ -211,6 +212,8 @@ static int transformer(struct unet_ctx *u, const char *p, int depth, int heads, 
         snprintf(q, sizeof(q), "%s.transformer_blocks.%d.attn1", p, d);
         site.block_index = d;
         NN_TRY(attn_block(u, q, heads, h, n, n, u->patches ? &site : NULL));
+        if (u->patches && u->patches->middle) /* BasicTransformerBlock's middle_patch */
+            NN_TRY(u->patches->middle(u->patches->user, u->st_idx, h, e));
         NN_W(lw, &u->w, "%s.transformer_blocks.%d.norm2.weight", p, d);
         NN_W(lb, &u->w, "%s.transformer_blocks.%d.norm2.bias", p, d);
         NN_TRY(tensor_layer_norm(n, h, lw, lb, 1e-5f, e));
@@ -236,6 +239,7 @@ static int transformer(struct unet_ctx *u, const char *p, int depth, int heads, 
     NN_TRY(nn__new(u->d, &back, e, 4, B, C, H, W));
     NN_TRY(nn__from_tokens(n, back, e));
     NN_TRY(tensor_add(x, x, back, e));
+    u->st_idx++; /* forward_timestep_embed: transformer_index += 1 */
 fail:
     tensor_free(g);
     tensor_free(tok);

@@ -109,6 +109,13 @@ struct unet_patches {
      */
     int (*attn1_scores)(void *user, const struct unet_attn1_site *s, const struct tensor *q,
                         const struct tensor *k, struct err *e);
+    /*
+     * middle (GLIGEN's middle_patch, models/gligen): called in every transformer block
+     * after the self-attention's residual, before norm2, on its tokens x [B, T, C] (in
+     * place); `st` counts the SpatialTransformers walked before this one (ComfyUI's
+     * transformer_index: the same for every block of one). NULL = not called.
+     */
+    int (*middle)(void *user, int st, struct tensor *x, struct err *e);
     void *user;
 };
 

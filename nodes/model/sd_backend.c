@@ -14,6 +14,7 @@
 #include "memmgr.h"
 #include "sd_control.h"
 #include "sd_model_patches.h"
+#include "sd_gligen.h"
 #include "text_encoder.h"
 #include "unet.h"
 #include "vae.h"
@@ -66,6 +67,7 @@ struct unet_impl {
     const struct sampling_discrete *ms; /* borrowed from the sd_model that owns this */
     struct unet_freeu freeu[SD_MODEL_MAX_FREEU]; /* output-block patches, in order */
     int n_freeu;
+    struct sd_gligen_run *gligen_run; /* the current call's GLIGEN objects, or NULL */
     struct sd_model_patches *patches; /* owned or NULL: attention patches */
     const struct sd_call *call;       /* borrowed: the sampler's options for this call */
 };
@@ -82,7 +84,6 @@ static int unet_attn1_scores(void *user, const struct unet_attn1_site *s, const 
     return sd_call_attn1_scores(((struct unet_impl *)user)->call, s, q, k, e);
 }
 
-
 /* The output_block_patch list: each FreeU in the order the nodes added them. */
 static int unet_output_patches(void *user, int i, struct tensor *h, struct tensor *hsp,
                                struct err *e)
@@ -92,6 +93,13 @@ static int unet_output_patches(void *user, int i, struct tensor *h, struct tenso
     for (int k = 0; k < u->n_freeu && rc == 0; k++)
         rc = unet_freeu_output_block(&u->freeu[k], i, h, hsp, e);
     return rc;
+}
+
+/* The middle_patch of the current call: GLIGEN's fuser of transformer st. */
+static int unet_middle_patch(void *user, int st, struct tensor *x, struct err *e)
+{
+    struct unet_impl *u = user;
+    return sd_gligen_run_middle(u->gligen_run, st, x, e);
 }
 
 /*
@@ -136,13 +144,16 @@ static int unet_eval_with(struct unet_impl *u, const struct tensor *x,
     for (const struct sd_control *k = control; k && rc == 0; k = k->prev)
         rc = vouch(sd_control_patcher(k), e);
     struct unet_patches up = {.output_block = unet_output_patches, .user = u};
+    if (u->gligen_run)
+        up.middle = unet_middle_patch;
     int attn1 = u->call && u->call->patches == u->patches && sd_call_has_attn1(u->call);
     if (attn1) {
         up.attn1_tiles = unet_attn1_tiles;
         up.attn1_scores = unet_attn1_scores;
     }
     if (rc == 0 && (rc = unet_eval_patched(u->p, &u->cfg.unet, x, ts, c, y,
-                                           control ? &uc : NULL, u->n_freeu || attn1 ? &up : NULL,
+                                           control ? &uc : NULL,
+                                           u->n_freeu || u->gligen_run || attn1 ? &up : NULL,
                                            eps, e)) == 0)
         rc = vouch(u->p, e);
 out:
@@ -153,9 +164,11 @@ out:
 static int unet_apply_control(void *impl, const float *x_in, int batch, int h, int w,
                               const float *ts, const float *ctx, int tokens, int dim,
                               const float *y_in, int adm_dim, const struct sd_control *control,
-                              float sigma, int per_batch, float *eps_out, struct err *e)
+                              const struct sd_gligen *gligen, float sigma, int per_batch,
+                              float *eps_out, struct err *e)
 {
     struct unet_impl *u = impl;
+    struct sd_gligen_run run = {0};
     struct dev *d = patcher_device(u->p);
     struct tensor *x = NULL, *c = NULL, *y = NULL, *eps = NULL, *xc = NULL;
     const struct tensor *xcn = NULL;
@@ -169,10 +182,18 @@ static int unet_apply_control(void *impl, const float *x_in, int batch, int h, i
         (rc = dev_tensor(d, 4, es, NULL, &eps, e)) < 0 ||
         (control && (rc = control_x(x, x_in, u->cfg.unet.out_ch, &xcn, &xc, e)) < 0))
         goto out;
-    if ((rc = unet_eval_with(u, x, xcn, ts, c, y, control, sigma, per_batch, eps, e)) < 0)
+    /* Gligen.set_position for this call's x: its size (an area's crop) and batch */
+    if (gligen && ((rc = sd_gligen_run_begin(gligen, batch, h, w, &run, e)) < 0 ||
+                   (rc = vouch(gligen->g->p, e)) < 0))
+        goto out;
+    u->gligen_run = gligen ? &run : NULL;
+    rc = unet_eval_with(u, x, xcn, ts, c, y, control, sigma, per_batch, eps, e);
+    u->gligen_run = NULL;
+    if (rc < 0 || (gligen && (rc = vouch(gligen->g->p, e)) < 0))
         goto out;
     rc = tensor_read_f32(eps, eps_out, tensor_numel(eps), e);
 out:
+    sd_gligen_run_release(&run);
     tensor_free(xc);
     tensor_free(x);
     tensor_free(c);
@@ -186,7 +207,7 @@ static int unet_apply_y(void *impl, const float *x_in, int batch, int h, int w, 
                         float *eps_out, struct err *e)
 {
     return unet_apply_control(impl, x_in, batch, h, w, ts, ctx, tokens, dim, y_in, adm_dim, NULL,
-                              0.0f, batch, eps_out, e);
+                              NULL, 0.0f, batch, eps_out, e);
 }
 
 static int unet_apply(void *impl, const float *x_in, int batch, int h, int w, const float *ts,
@@ -216,13 +237,45 @@ static int unet_prepare(void *impl, struct mm *mm, int max_batch, int h, int w, 
 }
 
 /*
+ * Add the GLIGEN models of the entries to req (ComfyUI's get_additional_models: the
+ * conds' "gligen" models load with the UNet), each checked against the UNet; *bytes
+ * gets the largest one's work in a call (position net, the widest fuser step).
+ */
+static int gligen_models(const struct unet_impl *u, struct mm_request *req, int max_batch,
+                         int h, int w, struct sd_gligen *const *gligens, int n, size_t *bytes,
+                         struct err *e)
+{
+    *bytes = 0;
+    for (int i = 0; i < n; i++) {
+        struct gligen *g = gligens[i]->g;
+        int rc, seen = 0;
+        if ((rc = gligen_fits(g, &u->cfg.unet, 0, e)) < 0)
+            return rc;
+        for (int j = 0; j < req->n_models; j++)
+            seen |= req->models[j] == g->p;
+        if (seen)
+            continue;
+        if (req->n_models == MM_MAX_MODELS)
+            return err_set(e, ERR_INVALID,
+                           "too many ControlNet and GLIGEN models in one sampling (at most %d)",
+                           MM_MAX_MODELS - 1);
+        req->models[req->n_models++] = g->p;
+        /* the first level's transformers have the most tokens x width */
+        size_t b = gligen_plan_bytes(g, max_batch, h * w, u->cfg.unet.model_ch * u->cfg.unet.mult[0]);
+        *bytes = b > *bytes ? b : *bytes;
+    }
+    return 0;
+}
+
+/*
  * Load the UNet and every ControlNet of the chains together (ComfyUI's get_models):
  * the plan holds the UNet's call, the residuals it is given and the largest
- * ControlNet's own peak (they run one after the other).
+ * ControlNet's own peak (they run one after the other), and the GLIGEN models' work.
  */
 static int unet_prepare_control(void *impl, struct mm *mm, int max_batch, int h, int w,
                                 int max_tokens, struct sd_control *const *controls,
-                                int n_controls, struct err *e)
+                                int n_controls, struct sd_gligen *const *gligens, int n_gligens,
+                                struct err *e)
 {
     struct unet_impl *u = impl;
     struct mm_request req = {.n_models = 1};
@@ -250,9 +303,11 @@ static int unet_prepare_control(void *impl, struct mm *mm, int max_batch, int h,
         }
     }
     /* two sets of residuals live while a chain merges; one while the UNet runs */
-    size_t res = 2 * controlnet_out_bytes(&u->cfg.unet, max_batch, h, w);
-    size_t unet = unet_call_bytes(u, max_batch, h, w, max_tokens);
-    req.activation_bytes = (unet > cn_peak ? unet : cn_peak) + res;
+    size_t res = n_controls ? 2 * controlnet_out_bytes(&u->cfg.unet, max_batch, h, w) : 0;
+    size_t unet = unet_call_bytes(u, max_batch, h, w, max_tokens), gl = 0;
+    if ((rc = gligen_models(u, &req, max_batch, h, w, gligens, n_gligens, &gl, e)) < 0)
+        return rc;
+    req.activation_bytes = (unet > cn_peak ? unet : cn_peak) + res + gl;
     return mm_load_models(mm, &req, &u->rep, e);
 }
 

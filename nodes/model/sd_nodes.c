@@ -39,6 +39,8 @@ static const struct node_class *const sd_classes[] = {
     &sd_controlnet_loader,
     &sd_diff_controlnet_loader,
     &sd_set_union_controlnet_type,
+    &sd_gligen_loader,
+    &sd_gligen_textbox_apply,
     &sd_inpaint_model_conditioning,
     &sd_lora_loader_model_only,
 };

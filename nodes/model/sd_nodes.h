@@ -64,6 +64,9 @@ extern const struct node_class sd_controlnet_apply_advanced;
 extern const struct node_class sd_controlnet_loader;
 extern const struct node_class sd_diff_controlnet_loader;
 extern const struct node_class sd_set_union_controlnet_type;
+/* GLIGEN: sd_gligen_nodes.c */
+extern const struct node_class sd_gligen_loader;
+extern const struct node_class sd_gligen_textbox_apply;
 /* The concat-conditioned UNets' nodes: conditioning/sd_concat_cond_nodes.c */
 #define SD_CONCAT_COND_N_CLASSES 2
 extern const struct node_class sd_inpaint_model_conditioning;

@@ -7,6 +7,7 @@
 
 #include "alloc.h"
 #include "sd_control.h"
+#include "sd_gligen.h"
 
 /* ---- LATENT ---- */
 
@@ -136,6 +137,7 @@ void sd_cond_free(struct sd_cond *c)
         xfree(c->entries[i].concat_latent);
         xfree(c->entries[i].concat_mask);
         sd_control_unref(c->entries[i].control);
+        sd_gligen_unref(c->entries[i].gligen);
     }
     xfree(c->entries);
     xfree(c);
@@ -173,6 +175,8 @@ static void entry_copy(struct sd_cond_entry *d, const struct sd_cond_entry *s)
                                                      s->concat_mask_w * sizeof *d->concat_mask);
     if (s->control) /* shared: controls are immutable */
         sd_control_ref(s->control);
+    if (s->gligen) /* shared: immutable too */
+        sd_gligen_ref(s->gligen);
 }
 
 void sd_cond_append(struct sd_cond *dst, const struct sd_cond *src)

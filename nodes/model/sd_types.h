@@ -38,6 +38,7 @@
 
 struct mm;         /* memory/memmgr.h */
 struct sd_control; /* sd_control.h */
+struct sd_gligen;  /* sd_gligen.h */
 
 /* ---- LATENT ---- */
 
@@ -85,6 +86,7 @@ struct sd_cond_entry {
     struct adm_sizes adm; /* pixels (sdxl.md §5.2) */
     int has_ascore;       /* CLIPTextEncodeSDXLRefiner set adm.aesthetic_score */
     struct sd_control *control; /* owned reference or NULL: ControlNets (sd_control.h) */
+    struct sd_gligen *gligen;   /* owned reference or NULL: GLIGEN boxes (sd_gligen.h) */
     /* ConditioningSetAreaPercentage: an area in fractions of the latent, resolved at
      * sampling time (ComfyUI's ("percentage", h, w, y, x)); used when has_area is 0. */
     int has_area_pct;
@@ -163,23 +165,26 @@ struct sd_model_ops {
                        const float *timesteps, const float *context, int tokens, int dim,
                        const float *y, int adm_dim, float *eps_out, struct err *e);
     /*
-     * Optional (NULL: the model takes no ControlNet, and a conditioning with one fails):
-     * apply_eps_y (y NULL without an ADM input) plus the residuals of the entries'
-     * control chain `control` at noise level sigma (sd_control_eval); per_batch is the
-     * latent batch (the hint's broadcast unit).
+     * Optional (NULL: the model takes no ControlNet nor GLIGEN, and a conditioning with
+     * one fails): apply_eps_y (y NULL without an ADM input) plus the residuals of the
+     * entries' control chain `control` (may be NULL) at noise level sigma
+     * (sd_control_eval) and the entries' GLIGEN boxes `gligen` (may be NULL: ComfyUI's
+     * middle_patch); per_batch is the latent batch (the hint's broadcast unit).
      */
     int (*apply_eps_control)(void *impl, const float *x_in, int batch, int h, int w,
                              const float *timesteps, const float *context, int tokens, int dim,
                              const float *y, int adm_dim, const struct sd_control *control,
-                             float sigma, int per_batch, float *eps_out, struct err *e);
+                             const struct sd_gligen *gligen, float sigma, int per_batch,
+                             float *eps_out, struct err *e);
     /*
      * Required with apply_eps_control: prepare() when the conditioning carries controls
-     * (the chains' heads, n_controls > 0): the ControlNets are checked against the model
-     * (family, widths) and loaded with it, their residuals in the plan.
+     * (the chains' heads, n_controls > 0) or GLIGEN boxes (n_gligens > 0): the ControlNets
+     * and GLIGEN models are checked against the model (family, widths) and loaded with
+     * it, their residuals and fuser work in the plan.
      */
     int (*prepare_control)(void *impl, struct mm *mm, int max_batch, int h, int w,
                            int max_tokens, struct sd_control *const *controls, int n_controls,
-                           struct err *e);
+                           struct sd_gligen *const *gligens, int n_gligens, struct err *e);
     /* Optional: sampling is over (after a successful prepare), e.g. mm_node_end. */
     void (*finish)(void *impl, struct mm *mm);
     /* Frees impl when the MODEL value goes (optional: NULL = nothing to free). */

@@ -30,6 +30,7 @@
 #include "sd_backend.h"
 #include "sd_concat.h"
 #include "sd_control.h"
+#include "sd_gligen.h"
 #include "sd_model_patches.h"
 #include "sd_nodes.h"
 #include "sd_progress.h"
@@ -60,6 +61,7 @@ static const char *const scheduler_options[] = {
 struct job {
     const struct sd_cond_entry *entry;
     const struct sd_control *control; /* the entry's, or a positive's (apply_to_uncond) */
+    const struct sd_gligen *gligen;   /* the entry's, or a positive's (gligen_to_side) */
     int side;           /* SD_SIDE_*: which prediction it adds to */
     int adm_negative;   /* encoded as a negative prompt (prompt_type; a twin's text source's) */
     int has_area;       /* an area of any kind: pixel, percentage or mask bounds */
@@ -397,10 +399,10 @@ static int run_group(struct kctx *k, const int *idx, int count, float sigma)
         struct sd_call call = {.patches = k->patches, .rng = &k->ht_rng};
         call_uncond(k, idx, s0, nb, &call);
         sd_model_set_call(m, k->patches ? &call : NULL);
-        if (j0->control)
+        if (j0->control || j0->gligen)
             rc = m->ops->apply_eps_control(m->impl, xin, nb, rh, rw, ts, ctx, tokens, dim, ybuf,
-                                           m->adm_dim, j0->control, sigma, k->batch, eps,
-                                           &k->err);
+                                           m->adm_dim, j0->control, j0->gligen, sigma, k->batch,
+                                           eps, &k->err);
         else if (ybuf)
             rc = m->ops->apply_eps_y(m->impl, xin, nb, rh, rw, ts, ctx, tokens, dim, ybuf,
                                      m->adm_dim, eps, &k->err);
@@ -508,7 +510,7 @@ static int eval_sides(struct kctx *k, const float *x, float sigma, size_t n, uns
             const struct job *b = &k->jobs[q];
             if (!done[q] && b->entry->tokens == a->entry->tokens &&
                 b->entry->dim == a->entry->dim && b->rh == a->rh && b->rw == a->rw &&
-                b->control == a->control) {
+                b->control == a->control && b->gligen == a->gligen) {
                 done[q] = 1;
                 idx[cnt++] = q;
             }
@@ -604,6 +606,7 @@ static int add_jobs(struct kctx *k, const struct sd_cond *cond, int side)
         memset(j, 0, sizeof *j);
         j->entry = &cond->entries[i];
         j->control = j->entry->control;
+        j->gligen = j->entry->gligen;
         j->side = side;
         j->adm_negative = side != SD_SIDE_POS; /* negative, middle, empty_negative_prompt */
         if (j->entry->batch < 1 || j->entry->tokens < 1)
@@ -728,6 +731,44 @@ static void controls_to_side(struct kctx *k, int side)
         if (k->jobs[j].side == SD_SIDE_POS && !k->jobs[j].has_area && c && c->apply_to_uncond)
             k->jobs[other[x++ % n_other]].control = c;
     }
+}
+
+/*
+ * The positive entries' GLIGEN boxes also go to the other sides (apply_empty_x_to_equal_area
+ * for "gligen", every positive without an area): unless an entry of the side without an
+ * area has boxes, the x-th such positive's go to that side's entry x modulo their count.
+ */
+static void gligen_to_side(struct kctx *k, int side)
+{
+    int n_other = 0, other[64], x = 0;
+    for (int j = 0; j < k->n_jobs; j++) {
+        if (k->jobs[j].side != side || k->jobs[j].has_area)
+            continue;
+        if (k->jobs[j].gligen)
+            return;
+        if (n_other < 64)
+            other[n_other++] = j;
+    }
+    for (int j = 0; j < k->n_jobs && n_other > 0; j++) {
+        const struct job *p = &k->jobs[j];
+        if (p->side == SD_SIDE_POS && !p->has_area && p->gligen)
+            k->jobs[other[x++ % n_other]].gligen = p->gligen;
+    }
+}
+
+/* Distinct GLIGEN entries of the jobs into out[] (at most max); returns the count. */
+static int job_gligens(const struct kctx *k, struct sd_gligen **out, int max)
+{
+    int n = 0;
+    for (int j = 0; j < k->n_jobs; j++) {
+        const struct sd_gligen *g = k->jobs[j].gligen;
+        int seen = 0;
+        for (int i = 0; g && i < n; i++)
+            seen |= out[i] == g;
+        if (g && !seen && n < max)
+            out[n++] = (struct sd_gligen *)g;
+    }
+    return n;
 }
 
 /* Distinct controls of the jobs into out[] (at most max); returns the count. */
@@ -919,8 +960,10 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
     if (mp && mp->sag_on) /* set_model_sampler_post_cfg_function(disable_cfg1_optimization) */
         skip &= ~(1u << SD_SIDE_NEG);
     same_area_twins(&k, order, n_order, skip);
-    for (int o = 1; o < n_order; o++)
+    for (int o = 1; o < n_order; o++) {
         controls_to_side(&k, order[o]);
+        gligen_to_side(&k, order[o]);
+    }
     k.x_in = xmalloc(n * sizeof *k.x_in);
     k.x = xmalloc(n * sizeof *k.x);
     if (denoisedp)
@@ -942,8 +985,12 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
 
     struct sd_control *ctl[16];
     int n_ctl = job_controls(&k, ctl, 16);
-    if (n_ctl > 0 && (!model->ops->prepare_control || !model->ops->apply_eps_control)) {
-        rc = err_set(&e, ERR_INVALID, "this MODEL cannot take a ControlNet");
+    struct sd_gligen *gl[16];
+    int n_gl = job_gligens(&k, gl, 16);
+    if ((n_ctl > 0 || n_gl > 0) &&
+        (!model->ops->prepare_control || !model->ops->apply_eps_control)) {
+        rc = err_set(&e, ERR_INVALID, "this MODEL cannot take a %s",
+                     n_ctl > 0 ? "ControlNet" : "GLIGEN model");
         goto fail;
     }
     if (model->ops->prepare && n_sigmas > 1) {
@@ -961,9 +1008,9 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
         int mb = biggest * k.batch;
         if (model->max_batch > 0 && mb > model->max_batch)
             mb = model->max_batch;
-        if (n_ctl > 0)
+        if (n_ctl > 0 || n_gl > 0)
             rc = model->ops->prepare_control(model->impl, c->env ? c->env->mm : NULL, mb, k.h,
-                                             k.w, max_tokens, ctl, n_ctl, &k.err);
+                                             k.w, max_tokens, ctl, n_ctl, gl, n_gl, &k.err);
         else
             rc = model->ops->prepare(model->impl, c->env ? c->env->mm : NULL, mb, k.h, k.w,
                                      max_tokens, &k.err);

@@ -8,6 +8,7 @@
 //     nodes: nodes_image_core.json (nodes.py), nodes_images.json, nodes_post_processing.json, nodes_compositing.json; the string, primitive and conditioning nodes;
 //   - the ControlNet nodes: nodes_controlnet.json (nodes.py; registered without a model) and
 //     SetUnionControlNetType (nodes_controlnet_union.json, comfy_extras/nodes_controlnet.py);
+//   - GLIGENLoader and GLIGENTextBoxApply: nodes_gligen.json (nodes.py);
 //   - the model merging and saving nodes: nodes_model_merging.json (registered without a model),
 //     ModelMergeSD1/SD2/SDXL: nodes_model_merging_model_specific.json;
 //   - RebatchLatents and RebatchImages (nodes_rebatch.json: output_is_list true);
@@ -40,6 +41,7 @@ const WANT = {
   "nodes_controlnet.json": ["ControlNetApply", "ControlNetApplyAdvanced", "ControlNetLoader",
     "DiffControlNetLoader"],
   "nodes_controlnet_union.json": ["SetUnionControlNetType"],
+  "nodes_gligen.json": ["GLIGENLoader", "GLIGENTextBoxApply"],
   "nodes_image_core.json": ["SaveImage", "PreviewImage", "LoadImageMask", "ImageScale", "ImageScaleBy",
     "ImageInvert", "ImageBatch", "ImagePadForOutpaint", "EmptyImage"],
   "nodes_images.json": ["ImageCrop", "RepeatImageBatch", "ImageFromBatch", "ImageAddNoise", "ImageStitch",
@@ -110,6 +112,7 @@ describe("latent and mask nodes", () => {
         if (c === "LoadImageMask") want[c].input.required.image[0] = ["x.png"]; // the input images
         if (c === "ControlNetLoader" || c === "DiffControlNetLoader")
           want[c].input.required.control_net_name[0] = []; // "$CONTROLNET": models/controlnet is empty
+        if (c === "GLIGENLoader") want[c].input.required.gligen_name[0] = []; // "$GLIGEN": likewise
         assert.deepEqual(info[c], want[c], c);
       }
     }
