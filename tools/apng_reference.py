@@ -7,7 +7,8 @@ at (3, 2) (so Pillow crops it), saved as ComfyUI's SaveAnimatedPNG saves (save_a
 duration 166, compress_level 4). The test decodes it with its own reader to check that
 reader against Pillow's writer, then holds latentd's file to the same layout.
 
-usage: /usr/bin/python3 tools/apng_reference.py tests/fixtures/image_nodes/apng_pil.png
+usage: /usr/bin/python3 tools/apng_reference.py tests/fixtures/image_nodes/apng_pil.png \
+         tests/fixtures/image_nodes/apng_ops.png
 """
 import sys
 
@@ -30,3 +31,30 @@ assert back.n_frames == 3
 for i in range(3):
     back.seek(i)
     assert np.array_equal(np.array(back.convert("RGB")), frames[i])
+
+
+def rgba_case(path):
+    """apng_ops.png + apng_ops.rgba: RGBA frames with dispose background/previous and blend
+    over, and the frames Pillow reads back (RGBA, w*h*4 bytes each, concatenated)."""
+    from PIL.PngImagePlugin import Blend, Disposal
+    y, x = np.mgrid[0:6, 0:7]
+    frames = []
+    for f in range(4):
+        a = np.stack([(30 * x + 20 * f) & 255, (40 * y + 60 * f) & 255, (x * y * 9 + f) & 255,
+                      np.where((x + y + f) % 3 == 0, 0, 90 + 40 * f)], -1).astype(np.uint8)
+        frames.append(Image.fromarray(a, "RGBA"))
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=100,
+                   disposal=[Disposal.OP_NONE, Disposal.OP_BACKGROUND, Disposal.OP_PREVIOUS, Disposal.OP_NONE],
+                   blend=[Blend.OP_SOURCE, Blend.OP_OVER, Blend.OP_OVER, Blend.OP_OVER])
+    back = Image.open(path)
+    out = bytearray()
+    for i in range(back.n_frames):
+        back.seek(i)
+        out += back.convert("RGBA").tobytes()
+    with open(path[:-4] + ".rgba", "wb") as fh:
+        fh.write(out)
+    return back.n_frames
+
+
+if len(sys.argv) > 2:
+    print(rgba_case(sys.argv[2]), "frames")

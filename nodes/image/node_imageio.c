@@ -11,6 +11,7 @@
 
 #include "afile.h"
 #include "alloc.h"
+#include "node_apng_read.h"
 #include "node_gif.h"
 
 void node_image_file_release(struct node_image_file *f)
@@ -382,6 +383,11 @@ int node_image_load(const char *path, struct node_image_file *out, struct err *e
     int orient = 1;
     switch (sniff(data, n)) {
     case SNIFF_PNG:
+        if (node__apng_is_animated(data, n)) {
+            /* every frame, as Pillow's ImageSequence gives them to LoadImage */
+            rc = node__apng_load(data, n, subject.ptr, out, e);
+            goto done;
+        }
         rc = decode_png(data, n, &rq, &px, &orient, e);
         break;
     case SNIFF_JPEG:

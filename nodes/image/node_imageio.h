@@ -39,10 +39,10 @@ void node_image_file_release(struct node_image_file *f);
 
 /*
  * Decode a PNG, JPEG or GIF file (sniffed by content, not by name) with its EXIF
- * orientation applied. GIF gives every frame (RGBA, composited as PIL does).
- * Returns 0, or ERR_IO / ERR_UNSUPPORTED / ERR_INVALID with a message. APNG is
- * decoded as its first frame (libpng has no frame API), and MPO's extra frames
- * are dropped as ComfyUI drops them. WebP and TIFF are not supported.
+ * orientation applied. GIF gives every frame (RGBA, composited as PIL does), and so
+ * does an animated PNG (node_apng_read.h; its frames get no EXIF orientation).
+ * Returns 0, or ERR_IO / ERR_UNSUPPORTED / ERR_INVALID with a message. MPO's extra
+ * frames are dropped as ComfyUI drops them. WebP and TIFF are not supported.
  */
 int node_image_load(const char *path, struct node_image_file *out, struct err *e);
 

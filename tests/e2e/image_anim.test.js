@@ -4,7 +4,8 @@
 //   - LoadImage x2 -> ImageBatch -> SaveAnimatedPNG (fps 4): `executed` carries the file and
 //     "animated": [true]; /view returns the file; it is an APNG of two frames, 1/4 s each,
 //     whose frames decode to the pixels ComfyUI computes (v/255, then 255x truncated) and
-//     whose "comf" chunk after the data holds the prompt;
+//     whose "comf" chunk after the data holds the prompt; LoadImageOutput reads both frames
+//     back (SaveImage saves them as two files);
 //   - SaveImage writes an output, LoadImageOutput reads it back by its " [output]" name
 //     (listed by /internal/files/output) and SaveImage saves the same pixels again; a name
 //     that is not there is a validation error and the server keeps serving;
@@ -146,6 +147,13 @@ describe("SaveAnimatedPNG, LoadImageOutput, ImageQuantize", () => {
     const comf = cs.find((c) => c.type === "comf").data, z = comf.indexOf(0);
     assert.equal(comf.toString("latin1", 0, z), "prompt");
     assert.equal(JSON.parse(comf.toString("latin1", z + 1))["4"].class_type, "SaveAnimatedPNG");
+    // Back through LoadImageOutput: both frames, as ComfyUI's LoadImage iterates an APNG.
+    await run({
+      1: { class_type: "LoadImageOutput", inputs: { image: "anim_00001_.png [output]" } },
+      2: { class_type: "SaveImage", inputs: { images: ["1", 0], filename_prefix: "frames" } },
+    }, "apng-2");
+    assert.ok(L.decodePng(await view("frames_00001_.png")).pixels.equals(expectedRGB(pixA)), "frame 0 back");
+    assert.ok(L.decodePng(await view("frames_00002_.png")).pixels.equals(expectedRGB(pixB)), "frame 1 back");
   });
 
   it("LoadImageOutput reads an output image by its [output] name", async () => {

@@ -9,6 +9,10 @@
  *     frame dropped with its duration added (166 + 166 ms -> 83/250 s), a single
  *     frame written as a plain PNG, "cannot write duration" past 65535/1 s... and the
  *     "comf" chunks after the image data;
+ *   - reading (node_image_load, behind LoadImage and LoadImageOutput): every frame, as
+ *     Pillow reads them, for an RGBA APNG Pillow wrote with dispose background/previous
+ *     and blend over (frames Pillow decoded, tests/fixtures/image_nodes/apng_ops.rgba),
+ *     the RGB one above, and the node's own file;
  *   - the node: the file in the output folder with the next counter, "animated" in the
  *     UI, the prompt as a comf chunk, RGBA kept, bad channel counts and an empty batch
  *     refused.
@@ -288,6 +292,40 @@ static void test_pil_and_ours(void)
     buf_release(&out);
 }
 
+/* ---- reading: node_image_load gives every frame, as Pillow's ImageSequence does ---- */
+
+static void test_load(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/apng_ops.png", fixture_dir);
+    struct node_image_file f;
+    struct err e = {0};
+    int rc = node_image_load(path, &f, &e);
+    size_t n;
+    uint8_t *want = read_fixture("apng_ops.rgba", &n);
+    int same = rc == 0 && want && f.n_frames == 4 && n == 4 * 7 * 6 * 4;
+    for (int i = 0; i < 4 && same; i++)
+        same = f.frames[i].w == 7 && f.frames[i].h == 6 && f.frames[i].c == 4 &&
+               !memcmp(f.frames[i].px, want + (size_t)i * 7 * 6 * 4, 7 * 6 * 4);
+    ok(same, "Pillow's RGBA APNG with dispose background/previous and blend over loads as "
+             "Pillow reads it: 4 frames (%s)", rc < 0 ? e.msg : "");
+    if (rc == 0)
+        node_image_file_release(&f);
+    xfree(want);
+
+    snprintf(path, sizeof path, "%s/apng_pil.png", fixture_dir);
+    rc = node_image_load(path, &f, &e);
+    uint8_t f0[6 * 5 * 3], f1[6 * 5 * 3];
+    make_frame(f0, 6, 5, 3, 0);
+    make_frame(f1, 6, 5, 3, 1);
+    same = rc == 0 && f.n_frames == 3 && f.frames[2].c == 3 && !memcmp(f.frames[0].px, f0, sizeof f0) &&
+           !memcmp(f.frames[1].px, f1, sizeof f1) && f.frames[2].px[(2 * 6 + 3) * 3] == 7 &&
+           !memcmp(f.frames[2].px, f1, 2 * 6 * 3);
+    ok(same, "an RGB APNG with a cropped frame loads as 3 RGB frames");
+    if (rc == 0)
+        node_image_file_release(&f);
+}
+
 /* ---- the node ---- */
 
 static char dir_out[256], last_msg[256];
@@ -353,6 +391,16 @@ static void test_node(void)
     ok(same, "three RGBA frames, 125 ms = 1/8 s each (int(1000 / 8))");
     ok(a.n_comf == 1 && !strcmp(a.comf[0], "prompt={\"1\": {\"inputs\": {}}}"),
        "the prompt is a comf chunk: %s", a.n_comf ? a.comf[0] : "(none)");
+    struct node_image_file back;
+    struct err le = {0};
+    int lrc = node_image_load(path, &back, &le);
+    same = lrc == 0 && back.n_frames == 3;
+    for (int f = 0; f < 3 && same; f++)
+        same = back.frames[f].c == 4 && !memcmp(back.frames[f].px, want[f], sizeof want[f]);
+    ok(same, "node_image_load (LoadImage, LoadImageOutput) reads the three frames back (%s)",
+       lrc < 0 ? le.msg : "");
+    if (lrc == 0)
+        node_image_file_release(&back);
     apng_free(&a);
     snprintf(path, sizeof path, "%s/anim/test_00002_.png", dir_out);
     with_workflow = 1;
@@ -396,6 +444,7 @@ int main(int argc, char **argv)
     if (argc > 1)
         fixture_dir = argv[1];
     test_pil_and_ours();
+    test_load();
     test_node();
     return harness_done();
 }
