@@ -65,7 +65,8 @@ static void append_chunk(struct buf *b, const char *type, const uint8_t *data, s
     put_be32(h, (uint32_t)n);
     memcpy(h + 4, type, 4);
     buf_add(b, h, 8);
-    buf_add(b, data, n);
+    if (n)
+        buf_add(b, data, n);
     uLong crc = crc32(0L, (const Bytef *)type, 4);
     if (n) /* crc32() of a NULL buffer is the initial value, not a no-op */
         crc = crc32(crc, data, (uInt)n);
