@@ -5,6 +5,13 @@
  * work: signature hashing, cache lookups and inserts, ordering, input resolution,
  * value allocation, and (in the "events" rows) building every event's JSON for a
  * sink that drops it. Times are medians of several runs, measured in this process.
+ *
+ * `bench_executor --count-cached [raw|native]` runs only the chain's all-cached
+ * case (after one untimed fresh run), with callgrind collection switched on around
+ * those runs alone: on a loaded machine instruction counts compare trees where
+ * times cannot. Run it as
+ *   valgrind --tool=callgrind --collect-atstart=no bench_executor --count-cached
+ * (without valgrind the toggles do nothing and it only prints the times).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +21,14 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#endif
+#endif
+#ifndef CALLGRIND_TOGGLE_COLLECT
+#define CALLGRIND_TOGGLE_COLLECT
+#endif
 
 #include "buf.h"
 #include "graph.h"
@@ -87,6 +102,14 @@ static double now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* This thread's CPU time (us): on a loaded machine it ignores time spent waiting. */
+static double cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
@@ -244,35 +267,55 @@ static void bench_graph(struct graph_ctx *g, const char *name, cJSON *p)
     cJSON_Delete(outs);
 }
 
-int main(void)
+/* The chain's all-cached runs alone, collected by callgrind (see the top). The
+ * same runs as bench_graph's come first (validation, fresh runs with and without
+ * events), so the heap is in the state the "all cached" row meets: the cached runs'
+ * speed depends on where malloc puts their objects. Times are wall clock and
+ * thread CPU time (the latter ignores time spent descheduled on a loaded machine). */
+static void count_cached(struct graph_ctx *g, int native)
 {
-    char tmpl[] = "/tmp/latentd-bench-XXXXXX";
-    char *base = mkdtemp(tmpl);
-    struct graph_config cfg = {.base_dir = base, .models_dir = base, .input_dir = base,
-                               .output_dir = base, .temp_dir = base, .cache_mode = GRAPH_CACHE_CLASSIC};
-    /* The workflow's checkpoint must be listed for the real CheckpointLoaderSimple
-     * (validation only lists the folder; the file is never read). */
-    char path[512];
-    snprintf(path, sizeof(path), "%s/checkpoints", base);
-    mkdir(path, 0755);
-    snprintf(path, sizeof(path), "%s/checkpoints/v1-5-pruned-emaonly-fp16.safetensors", base);
-    FILE *ck = fopen(path, "wb");
-    if (ck)
-        fclose(ck);
-    struct err e = {0};
-    struct graph_ctx *g = graph_new(&cfg, &e);
-    if (!g) {
-        fprintf(stderr, "graph_new: %s\n", e.msg);
-        return 1;
+    cJSON *p = make_chain(10000, 1), *outs = NULL;
+    time_validate(g, p, &outs);
+    time_exec(g, p, NULL, outs, 0, 1);
+    time_exec(g, p, NULL, outs, 1, 1);
+    time_exec(g, p, NULL, outs, 0, 1);
+    struct graph_validation v = {0};
+    if (native)
+        graph_validate(g, p, &v);
+    struct graph_events ev = {.send = drop_send};
+    struct graph_job job = {.prompt_id = "bench", .prompt = p, .native = native ? v.prompt : NULL,
+                            .outputs_to_execute = outs};
+    double t[REPS], c[REPS];
+    for (int r = 0; r < REPS; r++) {
+        struct graph_result res;
+        double t0 = now_us(), c0 = cpu_us();
+        CALLGRIND_TOGGLE_COLLECT;
+        graph_execute(g, &job, &ev, &res);
+        CALLGRIND_TOGGLE_COLLECT;
+        c[r] = cpu_us() - c0;
+        t[r] = now_us() - t0;
+        if (res.status != GRAPH_STATUS_SUCCESS) {
+            fprintf(stderr, "bench prompt failed\n");
+            exit(1);
+        }
+        graph_result_release(&res);
     }
-    struct node_registry *r = graph_registry(g);
-    node_registry_add(r, &badd);
-    node_registry_add(r, &bout);
-    const struct node_class *sd[] = {&s_ckpt, &s_clip, &s_latent, &s_ks, &s_vae};
-    for (size_t i = 0; i < sizeof(sd) / sizeof(sd[0]); i++)
-        if (!node_registry_find(r, sd[i]->name)) /* the real ones may exist by now */
-            node_registry_add(r, sd[i]);
+    qsort(t, REPS, sizeof(double), cmp_d);
+    qsort(c, REPS, sizeof(double), cmp_d);
+    int n = cJSON_GetArraySize(p);
+    printf("chain %d nodes, all cached (%s), %d runs collected: median %.3f us/node, "
+           "thread CPU time %.3f us/node\n",
+           n, native ? "native prompt" : "raw JSON", REPS, t[REPS / 2] / n, c[REPS / 2] / n);
+    if (native)
+        graph_validation_release(&v);
+    cJSON_Delete(outs);
+    cJSON_Delete(p);
+}
 
+/* Every row: the chain and the wide DAG, then the default workflow's validation. */
+static void bench_all(struct graph_ctx *g)
+{
+    struct node_registry *r = graph_registry(g);
     printf("bench_executor: trivial INT-add nodes, median of %d runs; goal <= 2 us/node for a fresh run\n", REPS);
     cJSON *chain = make_chain(10000, 1);
     bench_graph(g, "chain", chain);
@@ -306,6 +349,41 @@ int main(void)
         cJSON_Delete(p);
     }
     buf_release(&file);
+}
+
+int main(int argc, char **argv)
+{
+    char tmpl[] = "/tmp/latentd-bench-XXXXXX";
+    char *base = mkdtemp(tmpl);
+    struct graph_config cfg = {.base_dir = base, .models_dir = base, .input_dir = base,
+                               .output_dir = base, .temp_dir = base, .cache_mode = GRAPH_CACHE_CLASSIC};
+    /* The workflow's checkpoint must be listed for the real CheckpointLoaderSimple
+     * (validation only lists the folder; the file is never read). */
+    char path[512];
+    snprintf(path, sizeof(path), "%s/checkpoints", base);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/checkpoints/v1-5-pruned-emaonly-fp16.safetensors", base);
+    FILE *ck = fopen(path, "wb");
+    if (ck)
+        fclose(ck);
+    struct err e = {0};
+    struct graph_ctx *g = graph_new(&cfg, &e);
+    if (!g) {
+        fprintf(stderr, "graph_new: %s\n", e.msg);
+        return 1;
+    }
+    struct node_registry *r = graph_registry(g);
+    node_registry_add(r, &badd);
+    node_registry_add(r, &bout);
+    const struct node_class *sd[] = {&s_ckpt, &s_clip, &s_latent, &s_ks, &s_vae};
+    for (size_t i = 0; i < sizeof(sd) / sizeof(sd[0]); i++)
+        if (!node_registry_find(r, sd[i]->name)) /* the real ones may exist by now */
+            node_registry_add(r, sd[i]);
+
+    if (argc > 1 && strcmp(argv[1], "--count-cached") == 0)
+        count_cached(g, argc > 2 && strcmp(argv[2], "native") == 0);
+    else
+        bench_all(g);
     graph_free(g);
     unlink(path);
     snprintf(path, sizeof(path), "%s/checkpoints", base);
