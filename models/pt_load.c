@@ -199,10 +199,10 @@ static int collect(const struct pt_value *sd, const char *what, struct st_file *
     return rc;
 }
 
-/* ---- entry point ---------------------------------------------------------------------- */
+/* ---- entry points ---------------------------------------------------------------------- */
 
 static int run_pickle(const uint8_t *buf, const struct pt_zip *z, const char *what,
-                      struct st_file *f, struct err *e)
+                      struct pt_doc **doc, struct err *e)
 {
     const struct pt_zip_entry *pkl = pt_zip_find(z, "data.pkl", 8);
     if (!pkl)
@@ -213,25 +213,47 @@ static int run_pickle(const uint8_t *buf, const struct pt_zip *z, const char *wh
                        (unsigned long long)pkl->size, PT_PICKLE_MAX_BYTES);
     struct archive a = {.zip = z, .what = what};
     struct pt_storage_resolver res = {.find = find_storage, .user = &a};
-    struct pt_doc *doc = NULL;
-    const struct pt_value *sd = NULL;
-    int rc = pt_pickle_load(buf + pkl->offset, (size_t)pkl->size, &res, what, &doc, e);
-    if (rc == 0 && (rc = pick_state_dict(pt_doc_root(doc), what, &sd, e)) == 0)
-        rc = collect(sd, what, f, e);
-    pt_doc_free(doc);
+    return pt_pickle_load(buf + pkl->offset, (size_t)pkl->size, &res, what, doc, e);
+}
+
+int pt_load_doc(const uint8_t *buf, uint64_t size, const char *what, struct pt_doc **doc,
+                struct err *e)
+{
+    struct pt_zip z;
+    *doc = NULL;
+    int rc = pt_zip_open(buf, size, what, &z, e);
+    if (rc < 0)
+        return rc;
+    if ((rc = check_byteorder(buf, &z, what, e)) == 0)
+        rc = run_pickle(buf, &z, what, doc, e);
+    pt_zip_release(&z); /* storage offsets are buf's: the document does not need it */
+    return rc;
+}
+
+int pt_value_tensor(const struct pt_value *key, const struct pt_value *val, const char *what,
+                    struct st_tensor *out, struct err *e)
+{
+    struct item it = {0};
+    if (val->kind != PT_TENSOR)
+        return err_set(e, ERR_INVALID, "'%s': '%.*s' is a %s, not a tensor", what,
+                       key->kind == PT_STR ? (int)(key->u.str.len > 200 ? 200 : key->u.str.len)
+                                           : 1,
+                       key->kind == PT_STR ? key->u.str.ptr : "?", pt_kind_name(val));
+    int rc = to_st_tensor(key, val, what, &it, e);
+    if (rc == 0)
+        *out = it.t;
     return rc;
 }
 
 int pt_parse(const uint8_t *buf, uint64_t size, const char *what, struct st_file *f,
              struct err *e)
 {
-    struct pt_zip z;
-    int rc = pt_zip_open(buf, size, what, &z, e);
-    if (rc < 0)
-        return rc;
-    if ((rc = check_byteorder(buf, &z, what, e)) == 0)
-        rc = run_pickle(buf, &z, what, f, e);
-    pt_zip_release(&z);
+    struct pt_doc *doc = NULL;
+    const struct pt_value *sd = NULL;
+    int rc = pt_load_doc(buf, size, what, &doc, e);
+    if (rc == 0 && (rc = pick_state_dict(pt_doc_root(doc), what, &sd, e)) == 0)
+        rc = collect(sd, what, f, e);
+    pt_doc_free(doc);
     if (rc < 0)
         st_file_release_tables(f);
     return rc;

@@ -55,4 +55,23 @@ int pt_refuse_pickle(const char *what, struct err *e);
 int pt_parse(const uint8_t *buf, uint64_t size, const char *what, struct st_file *f,
              struct err *e);
 
+/*
+ * The whole pickle of the torch zip checkpoint buf[0, size), for files that are more than
+ * a flat state dict (a hypernetwork's per-width module lists): the restricted unpickler's
+ * document (pt_pickle.h) in *doc, freed with pt_doc_free; its strings and storage offsets
+ * refer to buf, which must outlive it. Errors as pt_parse's.
+ */
+struct pt_doc;
+struct pt_value;
+int pt_load_doc(const uint8_t *buf, uint64_t size, const char *what, struct pt_doc **doc,
+                struct err *e);
+
+/*
+ * The tensor `val` (stored under `key`) of such a document as an st_tensor whose offset
+ * is into buf (out->name owned: xfree). ERR_INVALID when val is no tensor, ERR_UNSUPPORTED
+ * for a dtype or view pt_parse refuses too.
+ */
+int pt_value_tensor(const struct pt_value *key, const struct pt_value *val, const char *what,
+                    struct st_tensor *out, struct err *e);
+
 #endif

@@ -1,6 +1,7 @@
 /*
  * pt_pickle — a restricted unpickler for the data.pkl of PyTorch checkpoints, with
- * the guarantees of torch.load(weights_only=True). Private to models/pt_*.c and tests.
+ * the guarantees of torch.load(weights_only=True). Private to models/pt_*.c, the loaders
+ * that walk a whole document (models/hypernetwork) and tests.
  *
  * Nothing is ever executed: this is a data interpreter, not Python. A GLOBAL only
  * names an entry of a fixed allow-list (pt_globals.c); any other name is refused on
