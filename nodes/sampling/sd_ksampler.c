@@ -500,7 +500,9 @@ static int eval_sides(struct kctx *k, const float *x, float sigma, size_t n, uns
         jb->active = jb->active && (sides & (1u << jb->side));
         done[j] = !jb->active;
     }
-    /* Group jobs by (tokens, dim, region size): one batched model call per group. */
+    /* Group jobs by (tokens, dim, region size): one batched model call per group. A job
+     * with GLIGEN boxes runs alone, as in ComfyUI (each gets its own patches dict, which
+     * can_concat_cond never joins): a batched call's sums may round differently. */
     for (int j = 0; j < k->n_jobs && rc == 0; j++) {
         if (done[j])
             continue;
@@ -508,9 +510,10 @@ static int eval_sides(struct kctx *k, const float *x, float sigma, size_t n, uns
         const struct job *a = &k->jobs[j];
         for (int q = j; q < k->n_jobs; q++) {
             const struct job *b = &k->jobs[q];
-            if (!done[q] && b->entry->tokens == a->entry->tokens &&
-                b->entry->dim == a->entry->dim && b->rh == a->rh && b->rw == a->rw &&
-                b->control == a->control && b->gligen == a->gligen) {
+            int joins = b->entry->tokens == a->entry->tokens && b->entry->dim == a->entry->dim &&
+                        b->rh == a->rh && b->rw == a->rw && b->control == a->control &&
+                        !b->gligen && !a->gligen;
+            if (!done[q] && (joins || q == j)) {
                 done[q] = 1;
                 idx[cnt++] = q;
             }

@@ -5,8 +5,9 @@
 //     (tests/fixtures/object_info/nodes_gligen.json), the loader listing models/gligen;
 //   - CLIPTextEncode -> GLIGENTextBoxApply -> KSampler -> SaveImage gives other pixels
 //     than the same prompt without the box; a second box chained, or the same box
-//     elsewhere, gives yet other pixels; the KSampler's memory plan loads the GLIGEN model
-//     with the UNet;
+//     elsewhere, gives yet other pixels; the negative without boxes takes the positive's
+//     (the same box on it changes nothing); the KSampler's memory plan loads the GLIGEN
+//     model with the UNet;
 //   - a checkpoint as gligen_name fails GLIGENLoader saying it is one; the SDXL-shaped
 //     GLIGEN model with the SD1.5 model fails KSampler naming the mismatch; server up.
 // Skips when gen_ckpt or the nodes are not built.
@@ -124,6 +125,12 @@ describe("GLIGEN end to end", () => {
     assert.ok(!one.equals(plain), "the box changed the image");
     const two = savedPixels(S, await runToEnd(S, boxed("two", { boxes: [{ x: 8, y: 16 }, { x: 32, y: 0, text: "a cat" }] })));
     assert.ok(!two.equals(one) && !two.equals(plain), "a second box changes it");
+    // the positive's boxes also steer a negative without any (apply_empty_x_to_equal_area):
+    // the same box put on the negative too gives the same pixels
+    const both = boxed("both");
+    both[30] = n("GLIGENTextBoxApply", { ...both[20].inputs, conditioning_to: ["7", 0] });
+    both[3].inputs.negative = ["30", 0];
+    assert.ok(savedPixels(S, await runToEnd(S, both)).equals(one), "the negative took the positive's box");
     const moved = savedPixels(S, await runToEnd(S, boxed("moved", { boxes: [{ x: 24, y: 32 }] })));
     assert.ok(!moved.equals(one) && !moved.equals(plain), "the box's place matters");
     // the sampler's plan loads the GLIGEN model beside the UNet
