@@ -154,7 +154,6 @@ int node__apng_load(const uint8_t *p, size_t n, const char *subject, struct node
         goto out;
     }
     canvas = xcalloc((size_t)W * H, 4);
-    before = xmalloc((size_t)W * H * 4);
     out->frames = xcalloc((size_t)nf, sizeof *out->frames);
     for (int i = 0; i < nf; i++) {
         struct aframe *a = &f[i];
@@ -169,7 +168,7 @@ int node__apng_load(const uint8_t *p, size_t n, const char *subject, struct node
             for (uint32_t y = q->y; y < q->y + q->h && op; y++) {
                 uint8_t *row = canvas + ((size_t)y * W + q->x) * 4;
                 if (op == 2) {
-                    memcpy(row, before + ((size_t)y * W + q->x) * 4, (size_t)q->w * 4);
+                    memcpy(row, before + (size_t)(y - q->y) * q->w * 4, (size_t)q->w * 4);
                 } else {
                     for (uint32_t x = 0; x < q->w; x++) {
                         memset(row + 4 * x, 0, 3);
@@ -178,7 +177,13 @@ int node__apng_load(const uint8_t *p, size_t n, const char *subject, struct node
                 }
             }
         }
-        memcpy(before, canvas, (size_t)W * H * 4);
+        if (a->dispose == 2 && i > 0) { /* this frame's region, restored by its dispose op */
+            if (!before)
+                before = xmalloc((size_t)W * H * 4);
+            for (uint32_t y = 0; y < a->h; y++)
+                memcpy(before + (size_t)y * a->w * 4, canvas + ((size_t)(y + a->y) * W + a->x) * 4,
+                       (size_t)a->w * 4);
+        }
         uint8_t hd[13];
         memcpy(hd, ihdr, 13);
         put_be32(hd, a->w);
