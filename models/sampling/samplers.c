@@ -1,43 +1,92 @@
 /*
  * samplers — the k-diffusion update rules ComfyUI's KSampler runs (sd15.md
- * §5.7), on flat float32 arrays.
+ * §5.7), on flat float32 arrays, and the names, checks and dispatch of every
+ * sampler (the other families live in samplers_*.c, behind samplers_impl.h).
  *
  * Each update is written in the operation order of ComfyUI's Python, one
  * float32 rounding per tensor op: scalars computed from the schedule are
  * 0-d float32 tensors there, and Python floats meet float32 tensors as
- * float32. Contraction into FMAs is switched off so that the order holds.
+ * float32. Contraction into FMAs is switched off (samplers_impl.h) so that
+ * the order holds.
  */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-
-#include "sampling.h"
+#include "samplers_impl.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "alloc.h"
 
-static const char *const sampler_names[SAMPLING_SAMPLER_COUNT] = {
-    "euler", "euler_ancestral", "euler_ancestral_cfg_pp", "heun", "dpm_2", "dpm_2_ancestral", "lms",
-    "dpmpp_2s_ancestral", "dpmpp_sde", "dpmpp_sde_gpu", "dpmpp_2m", "dpmpp_2m_sde",
-    "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu", "dpmpp_3m_sde",
-    "dpmpp_3m_sde_gpu", "ddpm", "lcm", "ddim",
+/* What the dispatch and the callers need to know of each sampler. */
+enum sampler_flags {
+    SAMPLER_NOISE = 1 << 0,    /* draws per-step noise (sampling_sampler_is_stochastic) */
+    SAMPLER_UNCOND = 1 << 1,   /* reads the uncond x0 (CFG++: sampling_sampler_needs_uncond) */
+    SAMPLER_BROWNIAN = 1 << 2, /* its noise is ComfyUI's Brownian tree (sampling_brownian.h) */
+    SAMPLER_DISCARD = 1 << 3,  /* KSampler drops the penultimate sigma */
 };
+
+static const struct {
+    const char *name; /* ComfyUI's */
+    unsigned flags;   /* enum sampler_flags */
+} samplers[SAMPLING_SAMPLER_COUNT] = {
+    [SAMPLING_SAMPLER_EULER] = {"euler", 0},
+    [SAMPLING_SAMPLER_EULER_CFG_PP] = {"euler_cfg_pp", SAMPLER_UNCOND},
+    [SAMPLING_SAMPLER_EULER_ANCESTRAL] = {"euler_ancestral", SAMPLER_NOISE},
+    [SAMPLING_SAMPLER_EULER_ANCESTRAL_CFG_PP] = {"euler_ancestral_cfg_pp",
+                                                 SAMPLER_NOISE | SAMPLER_UNCOND},
+    [SAMPLING_SAMPLER_HEUN] = {"heun", 0},
+    [SAMPLING_SAMPLER_HEUNPP2] = {"heunpp2", 0},
+    [SAMPLING_SAMPLER_DPM_2] = {"dpm_2", SAMPLER_DISCARD},
+    [SAMPLING_SAMPLER_DPM_2_ANCESTRAL] = {"dpm_2_ancestral", SAMPLER_NOISE | SAMPLER_DISCARD},
+    [SAMPLING_SAMPLER_LMS] = {"lms", 0},
+    [SAMPLING_SAMPLER_DPM_FAST] = {"dpm_fast", 0},
+    [SAMPLING_SAMPLER_DPM_ADAPTIVE] = {"dpm_adaptive", 0},
+    [SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL] = {"dpmpp_2s_ancestral", SAMPLER_NOISE},
+    [SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL_CFG_PP] = {"dpmpp_2s_ancestral_cfg_pp",
+                                                    SAMPLER_NOISE | SAMPLER_UNCOND},
+    [SAMPLING_SAMPLER_DPMPP_SDE] = {"dpmpp_sde", SAMPLER_NOISE | SAMPLER_BROWNIAN},
+    [SAMPLING_SAMPLER_DPMPP_SDE_GPU] = {"dpmpp_sde_gpu", SAMPLER_NOISE | SAMPLER_BROWNIAN},
+    [SAMPLING_SAMPLER_DPMPP_2M] = {"dpmpp_2m", 0},
+    [SAMPLING_SAMPLER_DPMPP_2M_CFG_PP] = {"dpmpp_2m_cfg_pp", SAMPLER_UNCOND},
+    [SAMPLING_SAMPLER_DPMPP_2M_SDE] = {"dpmpp_2m_sde", SAMPLER_NOISE | SAMPLER_BROWNIAN},
+    [SAMPLING_SAMPLER_DPMPP_2M_SDE_GPU] = {"dpmpp_2m_sde_gpu", SAMPLER_NOISE | SAMPLER_BROWNIAN},
+    [SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN] = {"dpmpp_2m_sde_heun", SAMPLER_NOISE | SAMPLER_BROWNIAN},
+    [SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN_GPU] = {"dpmpp_2m_sde_heun_gpu",
+                                                SAMPLER_NOISE | SAMPLER_BROWNIAN},
+    [SAMPLING_SAMPLER_DPMPP_3M_SDE] = {"dpmpp_3m_sde", SAMPLER_NOISE | SAMPLER_BROWNIAN},
+    [SAMPLING_SAMPLER_DPMPP_3M_SDE_GPU] = {"dpmpp_3m_sde_gpu", SAMPLER_NOISE | SAMPLER_BROWNIAN},
+    [SAMPLING_SAMPLER_DDPM] = {"ddpm", SAMPLER_NOISE},
+    [SAMPLING_SAMPLER_LCM] = {"lcm", SAMPLER_NOISE},
+    [SAMPLING_SAMPLER_IPNDM] = {"ipndm", 0},
+    [SAMPLING_SAMPLER_IPNDM_V] = {"ipndm_v", 0},
+    [SAMPLING_SAMPLER_DEIS] = {"deis", 0},
+    [SAMPLING_SAMPLER_RES_MULTISTEP] = {"res_multistep", 0},
+    [SAMPLING_SAMPLER_RES_MULTISTEP_CFG_PP] = {"res_multistep_cfg_pp", SAMPLER_UNCOND},
+    [SAMPLING_SAMPLER_RES_MULTISTEP_ANCESTRAL] = {"res_multistep_ancestral", SAMPLER_NOISE},
+    [SAMPLING_SAMPLER_RES_MULTISTEP_ANCESTRAL_CFG_PP] = {"res_multistep_ancestral_cfg_pp",
+                                                         SAMPLER_NOISE | SAMPLER_UNCOND},
+    [SAMPLING_SAMPLER_GRADIENT_ESTIMATION] = {"gradient_estimation", 0},
+    [SAMPLING_SAMPLER_GRADIENT_ESTIMATION_CFG_PP] = {"gradient_estimation_cfg_pp", SAMPLER_UNCOND},
+    [SAMPLING_SAMPLER_DDIM] = {"ddim", 0},
+    [SAMPLING_SAMPLER_UNI_PC] = {"uni_pc", SAMPLER_DISCARD},
+    [SAMPLING_SAMPLER_UNI_PC_BH2] = {"uni_pc_bh2", SAMPLER_DISCARD},
+};
+
+static unsigned sampler_flags(enum sampling_sampler s)
+{
+    return (int)s >= 0 && s < SAMPLING_SAMPLER_COUNT ? samplers[s].flags : 0;
+}
 
 const char *sampling_sampler_name(enum sampling_sampler s)
 {
     if ((int)s < 0 || s >= SAMPLING_SAMPLER_COUNT)
         return NULL;
-    return sampler_names[s];
+    return samplers[s].name;
 }
 
 int sampling_sampler_from_name(const char *name, enum sampling_sampler *out)
 {
     for (int i = 0; name && i < SAMPLING_SAMPLER_COUNT; i++) {
-        if (strcmp(name, sampler_names[i]) == 0) {
+        if (strcmp(name, samplers[i].name) == 0) {
             *out = (enum sampling_sampler)i;
             return 0;
         }
@@ -47,48 +96,22 @@ int sampling_sampler_from_name(const char *name, enum sampling_sampler *out)
 
 int sampling_sampler_discards_penultimate(enum sampling_sampler s)
 {
-    return s == SAMPLING_SAMPLER_DPM_2 || s == SAMPLING_SAMPLER_DPM_2_ANCESTRAL;
+    return (sampler_flags(s) & SAMPLER_DISCARD) != 0;
 }
 
 int sampling_sampler_needs_uncond(enum sampling_sampler s)
 {
-    return s == SAMPLING_SAMPLER_EULER_ANCESTRAL_CFG_PP;
+    return (sampler_flags(s) & SAMPLER_UNCOND) != 0;
 }
 
 int sampling_sampler_is_stochastic(enum sampling_sampler s)
 {
-    switch (s) {
-    case SAMPLING_SAMPLER_EULER_ANCESTRAL:
-    case SAMPLING_SAMPLER_EULER_ANCESTRAL_CFG_PP:
-    case SAMPLING_SAMPLER_DPM_2_ANCESTRAL:
-    case SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL:
-    case SAMPLING_SAMPLER_DPMPP_SDE:
-    case SAMPLING_SAMPLER_DPMPP_SDE_GPU:
-    case SAMPLING_SAMPLER_DPMPP_2M_SDE:
-    case SAMPLING_SAMPLER_DPMPP_2M_SDE_GPU:
-    case SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN:
-    case SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN_GPU:
-    case SAMPLING_SAMPLER_DPMPP_3M_SDE:
-    case SAMPLING_SAMPLER_DPMPP_3M_SDE_GPU:
-    case SAMPLING_SAMPLER_DDPM:
-    case SAMPLING_SAMPLER_LCM:
-        return 1;
-    default:
-        return 0;
-    }
+    return (sampler_flags(s) & SAMPLER_NOISE) != 0;
 }
 
 /* ---- the run context: model call with the inpaint wrapper, scratch ---- */
 
-struct ctx {
-    const struct sampling_run *run;
-    struct sampling_options o; /* run->opts or the defaults */
-    size_t n;
-    float *xin;  /* model input when inpainting */
-    float *nz;   /* per-step noise */
-};
-
-static int model(struct ctx *c, const float *x, float sigma, float *den)
+int sampling__model(struct sampling__ctx *c, const float *x, float sigma, float *den)
 {
     const struct sampling_inpaint *ip = c->run->inpaint;
     size_t n = c->n;
@@ -115,7 +138,7 @@ static int model(struct ctx *c, const float *x, float sigma, float *den)
     return 0;
 }
 
-static int report(struct ctx *c, int i, const float *den, const float *x)
+int sampling__report(struct sampling__ctx *c, int i, const float *den, const float *x)
 {
     const struct sampling_run *r = c->run;
     if (r->step && r->step(r->step_user, i, r->n_sigmas - 1, den, x, c->n) != 0)
@@ -123,37 +146,31 @@ static int report(struct ctx *c, int i, const float *den, const float *x)
     return 0;
 }
 
-static const float *noise(struct ctx *c, float sigma, float sigma_next)
+const float *sampling__noise(struct sampling__ctx *c, float sigma, float sigma_next)
 {
     sampling_noise_draw(c->run->noise, sigma, sigma_next, c->nz, c->n);
     return c->nz;
 }
 
-/* The samplers whose per-step noise is ComfyUI's Brownian tree (sampling_brownian.h). */
-static int sampler_uses_brownian(enum sampling_sampler s)
+int sampling__scratch(const struct sampling__ctx *c, int count, float **out)
 {
-    switch (s) {
-    case SAMPLING_SAMPLER_DPMPP_SDE:
-    case SAMPLING_SAMPLER_DPMPP_SDE_GPU:
-    case SAMPLING_SAMPLER_DPMPP_2M_SDE:
-    case SAMPLING_SAMPLER_DPMPP_2M_SDE_GPU:
-    case SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN:
-    case SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN_GPU:
-    case SAMPLING_SAMPLER_DPMPP_3M_SDE:
-    case SAMPLING_SAMPLER_DPMPP_3M_SDE_GPU: return 1;
-    default: return 0;
-    }
+    void *p = NULL;
+    int rc = alloc_host_check_n((size_t)count, c->n * sizeof(float), NULL);
+    if (rc < 0 || (rc = xtry_malloc((size_t)count * c->n * sizeof(float), &p, NULL)) < 0)
+        return rc;
+    *out = p;
+    return 0;
 }
 
 /* to_d: d = (x − den) / σ. */
-static void to_d(const float *x, const float *den, float sigma, float *d, size_t n)
+void sampling__to_d(const float *x, const float *den, float sigma, float *d, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         d[i] = (x[i] - den[i]) / sigma;
 }
 
 /* get_ancestral_step(σ, σn, eta); eta = 0 steps to σn without noise. */
-static void ancestral_step(float s, float sn, double eta, float *down, float *up)
+void sampling__ancestral_step(float s, float sn, double eta, float *down, float *up)
 {
     if (eta == 0.0) {
         *down = sn;
@@ -180,20 +197,20 @@ static float lerp_half(float a, float b)
 #define STEP_BEGIN(i)                                                                       \
     float s = sig[i], sn = sig[(i) + 1];                                                    \
     (void)sn;                                                                               \
-    if ((rc = model(c, x, s, den)) < 0)                                                     \
+    if ((rc = sampling__model(c, x, s, den)) < 0)                                                     \
         return rc;
 
 /* ---- samplers ---- */
 
-static int run_euler(struct ctx *c, float *x, float *den, float *d)
+static int run_euler(struct sampling__ctx *c, float *x, float *den, float *d)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
-        to_d(x, den, s, d, n);
-        if ((rc = report(c, i, den, x)) < 0)
+        sampling__to_d(x, den, s, d, n);
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         float dt = sn - s;
         for (size_t k = 0; k < n; k++)
@@ -202,7 +219,7 @@ static int run_euler(struct ctx *c, float *x, float *den, float *d)
     return 0;
 }
 
-static int run_euler_ancestral(struct ctx *c, float *x, float *den, float *d)
+static int run_euler_ancestral(struct sampling__ctx *c, float *x, float *den, float *d)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
@@ -210,16 +227,16 @@ static int run_euler_ancestral(struct ctx *c, float *x, float *den, float *d)
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
         float sd, su;
-        ancestral_step(s, sn, c->o.eta, &sd, &su);
-        if ((rc = report(c, i, den, x)) < 0)
+        sampling__ancestral_step(s, sn, c->o.eta, &sd, &su);
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sd == 0.0f) {
             memcpy(x, den, n * sizeof *x);
             continue;
         }
-        to_d(x, den, s, d, n);
+        sampling__to_d(x, den, s, d, n);
         float dt = sd - s;
-        const float *z = noise(c, s, sn);
+        const float *z = sampling__noise(c, s, sn);
         for (size_t k = 0; k < n; k++) {
             float a = x[k] + d[k] * dt;
             float b = z[k] * (float)c->o.s_noise;
@@ -235,7 +252,7 @@ static int run_euler_ancestral(struct ctx *c, float *x, float *den, float *d)
  * alpha = σ·exp(λ(σ)) with λ = −ln σ (eps models) is 1 up to float32 rounding, computed
  * as torch does so the bits follow.
  */
-static int run_euler_ancestral_cfg_pp(struct ctx *c, float *x, float *den, float *d)
+static int run_euler_ancestral_cfg_pp(struct sampling__ctx *c, float *x, float *den, float *d)
 {
     const float *sig = c->run->sigmas;
     const float *unc = c->run->uncond_x0;
@@ -243,7 +260,7 @@ static int run_euler_ancestral_cfg_pp(struct ctx *c, float *x, float *den, float
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
-        if ((rc = report(c, i, den, x)) < 0)
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
             memcpy(x, den, n * sizeof *x);
@@ -255,14 +272,14 @@ static int run_euler_ancestral_cfg_pp(struct ctx *c, float *x, float *den, float
             d[k] = (x[k] - u) / s;
         }
         float sd, su;
-        ancestral_step(s / alpha_s, sn / alpha_t, c->o.eta, &sd, &su);
+        sampling__ancestral_step(s / alpha_s, sn / alpha_t, c->o.eta, &sd, &su);
         sd = alpha_t * sd;
         for (size_t k = 0; k < n; k++) {
             float a = alpha_t * den[k];
             x[k] = a + sd * d[k];
         }
-        if (c->o.eta > 0.0) {
-            const float *z = noise(c, s, sn);
+        if (c->o.eta > 0.0 && c->o.s_noise > 0.0) { /* k-diffusion's condition */
+            const float *z = sampling__noise(c, s, sn);
             for (size_t k = 0; k < n; k++) {
                 float v = alpha_t * z[k];
                 v = v * (float)c->o.s_noise;
@@ -273,15 +290,15 @@ static int run_euler_ancestral_cfg_pp(struct ctx *c, float *x, float *den, float
     return 0;
 }
 
-static int run_heun(struct ctx *c, float *x, float *den, float *d, float *x2, float *d2)
+static int run_heun(struct sampling__ctx *c, float *x, float *den, float *d, float *x2, float *d2)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
-        to_d(x, den, s, d, n);
-        if ((rc = report(c, i, den, x)) < 0)
+        sampling__to_d(x, den, s, d, n);
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         float dt = sn - s;
         if (sn == 0.0f) {
@@ -291,9 +308,9 @@ static int run_heun(struct ctx *c, float *x, float *den, float *d, float *x2, fl
         }
         for (size_t k = 0; k < n; k++)
             x2[k] = x[k] + d[k] * dt;
-        if ((rc = model(c, x2, sn, den)) < 0)
+        if ((rc = sampling__model(c, x2, sn, den)) < 0)
             return rc;
-        to_d(x2, den, sn, d2, n);
+        sampling__to_d(x2, den, sn, d2, n);
         for (size_t k = 0; k < n; k++) {
             float dp = (d[k] + d2[k]) / 2.0f;
             x[k] = x[k] + dp * dt;
@@ -303,7 +320,7 @@ static int run_heun(struct ctx *c, float *x, float *den, float *d, float *x2, fl
 }
 
 /* dpm_2 (ancestral = 0) and dpm_2_ancestral (ancestral = 1). */
-static int run_dpm_2(struct ctx *c, float *x, float *den, float *d, float *x2, float *d2,
+static int run_dpm_2(struct sampling__ctx *c, float *x, float *den, float *d, float *x2, float *d2,
                      int ancestral)
 {
     const float *sig = c->run->sigmas;
@@ -313,10 +330,10 @@ static int run_dpm_2(struct ctx *c, float *x, float *den, float *d, float *x2, f
         STEP_BEGIN(i);
         float target = sn, su = 0.0f;
         if (ancestral)
-            ancestral_step(s, sn, c->o.eta, &target, &su);
-        if ((rc = report(c, i, den, x)) < 0)
+            sampling__ancestral_step(s, sn, c->o.eta, &target, &su);
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
-        to_d(x, den, s, d, n);
+        sampling__to_d(x, den, s, d, n);
         if (target == 0.0f) {
             float dt = target - s;
             for (size_t k = 0; k < n; k++)
@@ -327,13 +344,13 @@ static int run_dpm_2(struct ctx *c, float *x, float *den, float *d, float *x2, f
         float dt1 = sm - s, dt2 = target - s;
         for (size_t k = 0; k < n; k++)
             x2[k] = x[k] + d[k] * dt1;
-        if ((rc = model(c, x2, sm, den)) < 0)
+        if ((rc = sampling__model(c, x2, sm, den)) < 0)
             return rc;
-        to_d(x2, den, sm, d2, n);
+        sampling__to_d(x2, den, sm, d2, n);
         for (size_t k = 0; k < n; k++)
             x[k] = x[k] + d2[k] * dt2;
         if (ancestral) {
-            const float *z = noise(c, s, sn);
+            const float *z = sampling__noise(c, s, sn);
             for (size_t k = 0; k < n; k++) {
                 float b = z[k] * (float)c->o.s_noise;
                 x[k] = x[k] + b * su;
@@ -407,7 +424,7 @@ static double lms_coeff(int order, const float *t, int i, int j)
 }
 
 /* lms with ds[0..order) as the history ring (ds[have - 1] the newest), coeff[order] scratch. */
-static int run_lms(struct ctx *c, float *x, float *den, float **ds, float *coeff)
+static int run_lms(struct sampling__ctx *c, float *x, float *den, float **ds, float *coeff)
 {
     const float *sig = c->run->sigmas;
     const int order = c->o.lms_order;
@@ -422,9 +439,9 @@ static int run_lms(struct ctx *c, float *x, float *den, float **ds, float *coeff
             ds[order - 1] = oldest;
             have = order - 1;
         }
-        to_d(x, den, s, ds[have], n);
+        sampling__to_d(x, den, s, ds[have], n);
         have++;
-        if ((rc = report(c, i, den, x)) < 0)
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
             memcpy(x, den, n * sizeof *x);
@@ -444,7 +461,7 @@ static int run_lms(struct ctx *c, float *x, float *den, float **ds, float *coeff
     return 0;
 }
 
-static int run_dpmpp_2s_ancestral(struct ctx *c, float *x, float *den, float *d, float *x2)
+static int run_dpmpp_2s_ancestral(struct sampling__ctx *c, float *x, float *den, float *d, float *x2)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
@@ -452,11 +469,11 @@ static int run_dpmpp_2s_ancestral(struct ctx *c, float *x, float *den, float *d,
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
         float sd, su;
-        ancestral_step(s, sn, c->o.eta, &sd, &su);
-        if ((rc = report(c, i, den, x)) < 0)
+        sampling__ancestral_step(s, sn, c->o.eta, &sd, &su);
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sd == 0.0f) {
-            to_d(x, den, s, d, n);
+            sampling__to_d(x, den, s, d, n);
             float dt = sd - s;
             for (size_t k = 0; k < n; k++)
                 x[k] = x[k] + d[k] * dt;
@@ -468,14 +485,14 @@ static int run_dpmpp_2s_ancestral(struct ctx *c, float *x, float *den, float *d,
             float a1 = sig_s / sig_t, b1 = expm1f((-h) * 0.5f);
             for (size_t k = 0; k < n; k++)
                 x2[k] = a1 * x[k] - b1 * den[k];
-            if ((rc = model(c, x2, sig_s, den)) < 0)
+            if ((rc = sampling__model(c, x2, sig_s, den)) < 0)
                 return rc;
             float a2 = sig_tn / sig_t, b2 = expm1f(-h);
             for (size_t k = 0; k < n; k++)
                 x[k] = a2 * x[k] - b2 * den[k];
         }
         if (sn > 0.0f) {
-            const float *z = noise(c, s, sn);
+            const float *z = sampling__noise(c, s, sn);
             for (size_t k = 0; k < n; k++) {
                 float b = z[k] * (float)c->o.s_noise;
                 x[k] = x[k] + b * su;
@@ -486,7 +503,7 @@ static int run_dpmpp_2s_ancestral(struct ctx *c, float *x, float *den, float *d,
 }
 
 /* dpmpp_sde (eps model: λ = −ln σ); noise only with eta > 0 and s_noise > 0, as ComfyUI. */
-static int run_dpmpp_sde(struct ctx *c, float *x, float *den, float *x2, float *den2)
+static int run_dpmpp_sde(struct sampling__ctx *c, float *x, float *den, float *x2, float *den2)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
@@ -498,7 +515,7 @@ static int run_dpmpp_sde(struct ctx *c, float *x, float *den, float *x2, float *
     const int noisy = c->o.eta > 0.0 && c->o.s_noise > 0.0;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
-        if ((rc = report(c, i, den, x)) < 0)
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
             memcpy(x, den, n * sizeof *x);
@@ -514,25 +531,25 @@ static int run_dpmpp_sde(struct ctx *c, float *x, float *den, float *x2, float *
 
         /* Step 1. */
         float sd, su;
-        ancestral_step(expf(-ls), expf(-ls1), c->o.eta, &sd, &su);
+        sampling__ancestral_step(expf(-ls), expf(-ls1), c->o.eta, &sd, &su);
         float h_ = -logf(sd) - ls;
         float a = (alpha_s1 / alpha_s) * expf(-h_);
         float b = alpha_s1 * expm1f(-h_);
         for (size_t k = 0; k < n; k++)
             x2[k] = a * x[k] - b * den[k];
         if (noisy) {
-            const float *z = noise(c, s, s1);
+            const float *z = sampling__noise(c, s, s1);
             for (size_t k = 0; k < n; k++) {
                 float v = alpha_s1 * z[k];
                 v = v * sno;
                 x2[k] = x2[k] + v * su;
             }
         }
-        if ((rc = model(c, x2, s1, den2)) < 0)
+        if ((rc = sampling__model(c, x2, s1, den2)) < 0)
             return rc;
 
         /* Step 2. */
-        ancestral_step(expf(-ls), expf(-lt), c->o.eta, &sd, &su);
+        sampling__ancestral_step(expf(-ls), expf(-lt), c->o.eta, &sd, &su);
         h_ = -logf(sd) - ls;
         a = (alpha_t / alpha_s) * expf(-h_);
         b = alpha_t * expm1f(-h_);
@@ -542,7 +559,7 @@ static int run_dpmpp_sde(struct ctx *c, float *x, float *den, float *x2, float *
             x[k] = a * x[k] - b * dd;
         }
         if (noisy) {
-            const float *z = noise(c, s, sn);
+            const float *z = sampling__noise(c, s, sn);
             for (size_t k = 0; k < n; k++) {
                 float v = alpha_t * z[k];
                 v = v * sno;
@@ -554,7 +571,7 @@ static int run_dpmpp_sde(struct ctx *c, float *x, float *den, float *x2, float *
 }
 
 /* dpmpp_2m_sde, solver "midpoint" (heun = 0) or "heun" (heun = 1). */
-static int run_dpmpp_2m_sde(struct ctx *c, float *x, float *den, float *old, int heun)
+static int run_dpmpp_2m_sde(struct sampling__ctx *c, float *x, float *den, float *old, int heun)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
@@ -565,7 +582,7 @@ static int run_dpmpp_2m_sde(struct ctx *c, float *x, float *den, float *old, int
     float h = 0.0f, h_last = 0.0f;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
-        if ((rc = report(c, i, den, x)) < 0)
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
             memcpy(x, den, n * sizeof *x);
@@ -596,7 +613,7 @@ static int run_dpmpp_2m_sde(struct ctx *c, float *x, float *den, float *old, int
             }
             if (noisy) {
                 float sq = sqrtf(-expm1f(((-2.0f) * h) * eta));
-                const float *z = noise(c, s, sn);
+                const float *z = sampling__noise(c, s, sn);
                 for (size_t k = 0; k < n; k++) {
                     float v = z[k] * sn;
                     v = v * sq;
@@ -617,7 +634,7 @@ static int run_dpmpp_2m_sde(struct ctx *c, float *x, float *den, float *old, int
  * spell it out): the 2M SDE step with a third-order correction from the last
  * two predictions once both exist. d1, d2 hold the previous two x0.
  */
-static int run_dpmpp_3m_sde(struct ctx *c, float *x, float *den, float *d1s, float *d2s)
+static int run_dpmpp_3m_sde(struct sampling__ctx *c, float *x, float *den, float *d1s, float *d2s)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
@@ -627,7 +644,7 @@ static int run_dpmpp_3m_sde(struct ctx *c, float *x, float *den, float *d1s, flo
     float h = 0.0f, h1 = 0.0f, h2 = 0.0f;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
-        if ((rc = report(c, i, den, x)) < 0)
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
             memcpy(x, den, n * sizeof *x);
@@ -667,7 +684,7 @@ static int run_dpmpp_3m_sde(struct ctx *c, float *x, float *den, float *d1s, flo
             }
             if (noisy) {
                 float sq = sqrtf(-expm1f(((-2.0f) * h) * eta));
-                const float *z = noise(c, s, sn);
+                const float *z = sampling__noise(c, s, sn);
                 for (size_t k = 0; k < n; k++) {
                     float v = z[k] * sn;
                     v = v * sq;
@@ -691,21 +708,21 @@ static int run_dpmpp_3m_sde(struct ctx *c, float *x, float *den, float *d1s, flo
  * ddpm (ComfyUI's generic_step_sampler + DDPMSampler_step): ancestral steps
  * of the discrete VP process on x / sqrt(1 + σ²), with ᾱ = 1 / (σ² + 1).
  */
-static int run_ddpm(struct ctx *c, float *x, float *den)
+static int run_ddpm(struct sampling__ctx *c, float *x, float *den)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
-        if ((rc = report(c, i, den, x)) < 0)
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         float in_scale = sqrtf(1.0f + s * s);
         float ac = 1.0f / (s * s + 1.0f), acp = 1.0f / (sn * sn + 1.0f);
         float alpha = ac / acp;
         float k1 = sqrtf(1.0f / alpha), oma = 1.0f - alpha, sq = sqrtf(1.0f - ac);
         float kn = sqrtf(oma * (1.0f - acp) / (1.0f - ac));
-        const float *z = sn > 0.0f ? noise(c, s, sn) : NULL;
+        const float *z = sn > 0.0f ? sampling__noise(c, s, sn) : NULL;
         float out_scale = sqrtf(1.0f + sn * sn);
         for (size_t k = 0; k < n; k++) {
             float eps = (x[k] - den[k]) / s;
@@ -721,14 +738,14 @@ static int run_ddpm(struct ctx *c, float *x, float *den)
     return 0;
 }
 
-static int run_dpmpp_2m(struct ctx *c, float *x, float *den, float *old)
+static int run_dpmpp_2m(struct sampling__ctx *c, float *x, float *den, float *old)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
     int rc, have_old = 0;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
-        if ((rc = report(c, i, den, x)) < 0)
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
             /* (σn/σ)·x − expm1(−∞)·den is exactly den; avoid log(0). */
@@ -758,19 +775,19 @@ static int run_dpmpp_2m(struct ctx *c, float *x, float *den, float *old)
     return 0;
 }
 
-static int run_lcm(struct ctx *c, float *x, float *den)
+static int run_lcm(struct sampling__ctx *c, float *x, float *den)
 {
     const float *sig = c->run->sigmas;
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
         STEP_BEGIN(i);
-        if ((rc = report(c, i, den, x)) < 0)
+        if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         memcpy(x, den, n * sizeof *x);
         if (sn > 0.0f) {
             /* noise_scaling(σn, noise, x): noise·σn + x. */
-            const float *z = noise(c, s, sn);
+            const float *z = sampling__noise(c, s, sn);
             for (size_t k = 0; k < n; k++) {
                 float v = z[k] * sn;
                 x[k] = v + x[k];
@@ -814,7 +831,7 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
     if (run->n_sigmas <= 1)
         return 0;
 
-    struct ctx c = {.run = run, .o = o, .n = n};
+    struct sampling__ctx c = {.run = run, .o = o, .n = n};
     /* den, d, x2, d2/den2/old, lms history (4), inpaint input, noise */
     float *buf = xmalloc(n * 10 * sizeof *buf);
     float *den = buf, *d = buf + n, *x2 = buf + 2 * n, *d2 = buf + 3 * n;
@@ -833,13 +850,21 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
     }
     int rc;
     /* ComfyUI's SDE samplers build their BrownianTreeNoiseSampler before the first step. */
-    int brownian = run->noise && sampler_uses_brownian(run->sampler);
+    int brownian = run->noise && (sampler_flags(run->sampler) & SAMPLER_BROWNIAN);
     if (brownian && (rc = sampling_noise_brownian_begin(run->noise, run->sigmas, run->n_sigmas, n,
                                                         e)) < 0)
         goto done;
     switch (run->sampler) {
     case SAMPLING_SAMPLER_EULER:
     case SAMPLING_SAMPLER_DDIM: rc = run_euler(&c, x, den, d); break;
+    case SAMPLING_SAMPLER_EULER_CFG_PP: {
+        /* sample_euler_cfg_pp: the ancestral CFG++ step with eta = 0, s_noise = 0. */
+        struct sampling__ctx c0 = c;
+        c0.o.eta = 0.0;
+        c0.o.s_noise = 0.0;
+        rc = run_euler_ancestral_cfg_pp(&c0, x, den, d);
+        break;
+    }
     case SAMPLING_SAMPLER_EULER_ANCESTRAL: rc = run_euler_ancestral(&c, x, den, d); break;
     case SAMPLING_SAMPLER_EULER_ANCESTRAL_CFG_PP:
         rc = run_euler_ancestral_cfg_pp(&c, x, den, d);
@@ -860,6 +885,22 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
     case SAMPLING_SAMPLER_DPMPP_3M_SDE_GPU: rc = run_dpmpp_3m_sde(&c, x, den, d, x2); break;
     case SAMPLING_SAMPLER_DDPM: rc = run_ddpm(&c, x, den); break;
     case SAMPLING_SAMPLER_LCM: rc = run_lcm(&c, x, den); break;
+    case SAMPLING_SAMPLER_HEUNPP2: rc = sampling__run_heunpp2(&c, x); break;
+    case SAMPLING_SAMPLER_DPM_FAST: rc = sampling__run_dpm(&c, x, 0); break;
+    case SAMPLING_SAMPLER_DPM_ADAPTIVE: rc = sampling__run_dpm(&c, x, 1); break;
+    case SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL_CFG_PP:
+    case SAMPLING_SAMPLER_DPMPP_2M_CFG_PP: rc = sampling__run_cfgpp(&c, x, run->sampler); break;
+    case SAMPLING_SAMPLER_IPNDM:
+    case SAMPLING_SAMPLER_IPNDM_V:
+    case SAMPLING_SAMPLER_DEIS: rc = sampling__run_multistep(&c, x, run->sampler); break;
+    case SAMPLING_SAMPLER_RES_MULTISTEP:
+    case SAMPLING_SAMPLER_RES_MULTISTEP_CFG_PP:
+    case SAMPLING_SAMPLER_RES_MULTISTEP_ANCESTRAL:
+    case SAMPLING_SAMPLER_RES_MULTISTEP_ANCESTRAL_CFG_PP:
+    case SAMPLING_SAMPLER_GRADIENT_ESTIMATION:
+    case SAMPLING_SAMPLER_GRADIENT_ESTIMATION_CFG_PP: rc = sampling__run_res(&c, x, run->sampler); break;
+    case SAMPLING_SAMPLER_UNI_PC: rc = sampling__run_unipc(&c, x, 0); break;
+    case SAMPLING_SAMPLER_UNI_PC_BH2: rc = sampling__run_unipc(&c, x, 1); break;
     default: rc = ERR_INVALID; break;
     }
     if (brownian)

@@ -36,24 +36,30 @@
 #include "sampling_sched.h"
 
 /*
- * Implemented samplers, in ComfyUI's KSAMPLER_NAMES order (comfy-api.md
- * §7.2) with the ones we lack left out. The *_gpu names differ from their
+ * Implemented samplers, in the order of ComfyUI's SAMPLER_NAMES (KSAMPLER_NAMES,
+ * then ddim, uni_pc, uni_pc_bh2; comfy-api.md §7.2) with the ones we lack left out. The *_gpu names differ from their
  * CPU twins in ComfyUI only in where the Brownian tree lives (torch's CUDA
  * generator); ours is always the CPU tree (sampling_brownian.h), so they are
  * identical to them.
  */
 enum sampling_sampler {
     SAMPLING_SAMPLER_EULER = 0,
+    SAMPLING_SAMPLER_EULER_CFG_PP, /* euler_ancestral_cfg_pp with eta = s_noise = 0 */
     SAMPLING_SAMPLER_EULER_ANCESTRAL,
     SAMPLING_SAMPLER_EULER_ANCESTRAL_CFG_PP, /* CFG++: needs the uncond x0 (sampling_run) */
     SAMPLING_SAMPLER_HEUN,
+    SAMPLING_SAMPLER_HEUNPP2,
     SAMPLING_SAMPLER_DPM_2,
     SAMPLING_SAMPLER_DPM_2_ANCESTRAL,
     SAMPLING_SAMPLER_LMS,
+    SAMPLING_SAMPLER_DPM_FAST,     /* reports once per solver step, not per sigma */
+    SAMPLING_SAMPLER_DPM_ADAPTIVE, /* its own step count: reports every attempt */
     SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL,
+    SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL_CFG_PP,
     SAMPLING_SAMPLER_DPMPP_SDE,
     SAMPLING_SAMPLER_DPMPP_SDE_GPU,
     SAMPLING_SAMPLER_DPMPP_2M,
+    SAMPLING_SAMPLER_DPMPP_2M_CFG_PP,
     SAMPLING_SAMPLER_DPMPP_2M_SDE,
     SAMPLING_SAMPLER_DPMPP_2M_SDE_GPU,
     SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN,
@@ -62,7 +68,18 @@ enum sampling_sampler {
     SAMPLING_SAMPLER_DPMPP_3M_SDE_GPU,
     SAMPLING_SAMPLER_DDPM,
     SAMPLING_SAMPLER_LCM,
+    SAMPLING_SAMPLER_IPNDM,
+    SAMPLING_SAMPLER_IPNDM_V,
+    SAMPLING_SAMPLER_DEIS,
+    SAMPLING_SAMPLER_RES_MULTISTEP,
+    SAMPLING_SAMPLER_RES_MULTISTEP_CFG_PP,
+    SAMPLING_SAMPLER_RES_MULTISTEP_ANCESTRAL,
+    SAMPLING_SAMPLER_RES_MULTISTEP_ANCESTRAL_CFG_PP,
+    SAMPLING_SAMPLER_GRADIENT_ESTIMATION,
+    SAMPLING_SAMPLER_GRADIENT_ESTIMATION_CFG_PP,
     SAMPLING_SAMPLER_DDIM, /* ComfyUI runs euler, with fresh noise for the inpaint blend */
+    SAMPLING_SAMPLER_UNI_PC, /* UniPC (bh1), multistep order min(3, steps - 1) */
+    SAMPLING_SAMPLER_UNI_PC_BH2,
     SAMPLING_SAMPLER_COUNT
 };
 

@@ -46,10 +46,13 @@
 
 /* Exactly the implemented subset, in ComfyUI's order (tests compare with models/sampling). */
 static const char *const sampler_options[] = {
-    "euler", "euler_ancestral", "euler_ancestral_cfg_pp", "heun", "dpm_2", "dpm_2_ancestral", "lms",
-    "dpmpp_2s_ancestral", "dpmpp_sde", "dpmpp_sde_gpu", "dpmpp_2m", "dpmpp_2m_sde",
-    "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu", "dpmpp_3m_sde",
-    "dpmpp_3m_sde_gpu", "ddpm", "lcm", "ddim", NULL};
+    "euler", "euler_cfg_pp", "euler_ancestral", "euler_ancestral_cfg_pp", "heun", "heunpp2",
+    "dpm_2", "dpm_2_ancestral", "lms", "dpm_fast", "dpm_adaptive", "dpmpp_2s_ancestral",
+    "dpmpp_2s_ancestral_cfg_pp", "dpmpp_sde", "dpmpp_sde_gpu", "dpmpp_2m", "dpmpp_2m_cfg_pp",
+    "dpmpp_2m_sde", "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu",
+    "dpmpp_3m_sde", "dpmpp_3m_sde_gpu", "ddpm", "lcm", "ipndm", "ipndm_v", "deis", "res_multistep",
+    "res_multistep_cfg_pp", "res_multistep_ancestral", "res_multistep_ancestral_cfg_pp",
+    "gradient_estimation", "gradient_estimation_cfg_pp", "ddim", "uni_pc", "uni_pc_bh2", NULL};
 static const char *const scheduler_options[] = {
     "simple", "sgm_uniform", "karras", "exponential", "ddim_uniform", "beta", "normal",
     "linear_quadratic", "kl_optimal", NULL};
@@ -594,9 +597,11 @@ static int on_step(void *user, int step, int total, const float *x0, const float
     if (k->preview)
         sampling_preview_make(x0, k->h, k->w, k->node->env->preview_size, &k->model->latent->rgb,
                               &rgb, &pw, &ph, NULL);
-    int rc = node_progress(k->node, step + 1, total, rgb, pw, ph);
+    /* ComfyUI's ProgressBar clamps to the total: dpm_adaptive takes its own step count. */
+    int value = step + 1 < total ? step + 1 : total;
+    int rc = node_progress(k->node, value, total, rgb, pw, ph);
     xfree(rgb);
-    sd_progress_update(&k->bar, step + 1);
+    sd_progress_update(&k->bar, value);
     return rc < 0 || node_interrupted(k->node);
 }
 

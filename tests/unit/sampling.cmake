@@ -6,6 +6,7 @@ file(GLOB sampling_test_lib_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/mode
 latentd_add_test(test_sampling
                  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sampling.c
                          ${CMAKE_CURRENT_LIST_DIR}/test_sampling_ref.c
+                         ${CMAKE_CURRENT_LIST_DIR}/test_sampling_ref_ext.c
                          ${sampling_test_lib_sources}
                  LIBS latentd_util m LABELS unit TIMEOUT 120)
 target_include_directories(test_sampling PRIVATE ${PROJECT_SOURCE_DIR}/models/sampling)

@@ -449,20 +449,52 @@ static int an_step(void *user, int step, int total, const float *x0, const float
     return a->interrupt_at >= 0 && step >= a->interrupt_at;
 }
 
+/*
+ * Step reports a run of n_sigmas sigmas makes: one per sigma step, but dpm_fast
+ * reports its floor(nfe/3) + 1 solver steps and dpm_adaptive every attempt it makes.
+ */
+static int reports_ok(enum sampling_sampler s, int n_sigmas, int seen)
+{
+    if (s == SAMPLING_SAMPLER_DPM_ADAPTIVE)
+        return seen >= 1;
+    if (s == SAMPLING_SAMPLER_DPM_FAST)
+        return seen == (n_sigmas - 1) / 3 + 1;
+    return seen == n_sigmas - 1;
+}
+
 static void test_sampler_names(void)
 {
-    static const char *const want[] = {
-        "euler", "euler_ancestral", "euler_ancestral_cfg_pp", "heun", "dpm_2", "dpm_2_ancestral", "lms",
-        "dpmpp_2s_ancestral", "dpmpp_sde", "dpmpp_sde_gpu", "dpmpp_2m", "dpmpp_2m_sde",
-        "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu", "dpmpp_3m_sde",
-        "dpmpp_3m_sde_gpu", "ddpm", "lcm", "ddim"};
-    int good = SAMPLING_SAMPLER_COUNT == 20;
-    for (int i = 0; good && i < SAMPLING_SAMPLER_COUNT; i++) {
+    /* comfy/samplers.py's SAMPLER_NAMES: KSAMPLER_NAMES + ["ddim", "uni_pc", "uni_pc_bh2"]. */
+    static const char *const comfy[] = {
+        "euler", "euler_cfg_pp", "euler_ancestral", "euler_ancestral_cfg_pp", "heun", "heunpp2",
+        "dpm_2", "dpm_2_ancestral", "lms", "dpm_fast", "dpm_adaptive", "dpmpp_2s_ancestral",
+        "dpmpp_2s_ancestral_cfg_pp", "dpmpp_sde", "dpmpp_sde_gpu", "dpmpp_2m", "dpmpp_2m_cfg_pp",
+        "dpmpp_2m_sde", "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu",
+        "dpmpp_3m_sde", "dpmpp_3m_sde_gpu", "ddpm", "lcm", "ipndm", "ipndm_v", "deis",
+        "res_multistep", "res_multistep_cfg_pp", "res_multistep_ancestral",
+        "res_multistep_ancestral_cfg_pp", "gradient_estimation", "gradient_estimation_cfg_pp",
+        "er_sde", "seeds_2", "seeds_3", "sa_solver", "sa_solver_pece", "ddim", "uni_pc",
+        "uni_pc_bh2"};
+    const int n_comfy = (int)(sizeof comfy / sizeof comfy[0]);
+    /* Ours: ComfyUI's list with the unimplemented names left out, in its order. */
+    int good = 1, j = 0, missing = 0;
+    char miss[512] = "";
+    for (int i = 0; i < n_comfy; i++) {
         enum sampling_sampler s;
-        good = !strcmp(sampling_sampler_name((enum sampling_sampler)i), want[i]) &&
-               sampling_sampler_from_name(want[i], &s) == 0 && (int)s == i;
+        if (sampling_sampler_from_name(comfy[i], &s) < 0) {
+            missing++;
+            if (strlen(miss) + strlen(comfy[i]) + 2 < sizeof miss) {
+                strcat(miss, " ");
+                strcat(miss, comfy[i]);
+            }
+            continue;
+        }
+        good &= (int)s == j && !strcmp(sampling_sampler_name(s), comfy[i]);
+        j++;
     }
-    ok(good, "sampler names in ComfyUI order (subset of KSAMPLER_NAMES)");
+    good &= j == SAMPLING_SAMPLER_COUNT;
+    ok(good, "sampler names: SAMPLER_NAMES in its order, %d of %d (without:%s)", j, n_comfy,
+       missing ? miss : " none");
     static const char *const sched[] = {"simple", "sgm_uniform", "karras", "exponential",
                                         "ddim_uniform", "beta", "normal", "linear_quadratic",
                                         "kl_optimal"};
@@ -471,7 +503,7 @@ static void test_sampler_names(void)
         good = !strcmp(sampling_scheduler_name((enum sampling_scheduler)i), sched[i]);
     ok(good, "scheduler names in ComfyUI order (all 9)");
     enum sampling_sampler s;
-    ok(sampling_sampler_from_name("uni_pc", &s) == ERR_NOT_FOUND, "unimplemented sampler: not found");
+    ok(sampling_sampler_from_name("uni_pc_bh3", &s) == ERR_NOT_FOUND, "unknown sampler: not found");
     EXPECT_EQ(sampling_cfg_is_one(1.0), 1);
     EXPECT_EQ(sampling_cfg_is_one(1.0 + 1e-12), 1);
     EXPECT_EQ(sampling_cfg_is_one(1.01), 0);
@@ -529,8 +561,20 @@ static void test_trajectories(void)
                  * alternating coefficients: float32 cancellation, not a wrong rule.
                  */
                 double tol = smp == SAMPLING_SAMPLER_LMS ? 3e-4 : 2e-5;
+                /*
+                 * uni_pc's h = λ_t − λ_s of float32 λs (~3 in size) loses bits on
+                 * linear_quadratic's near-equal first sigmas, as in ComfyUI.
+                 */
+                if (smp == SAMPLING_SAMPLER_UNI_PC || smp == SAMPLING_SAMPLER_UNI_PC_BH2)
+                    tol = 5e-5;
+                /*
+                 * dpm_adaptive's step sizes follow its float32 error estimate: ComfyUI's
+                 * own float32 run differs from its float64 run by 2e-4 on these inputs.
+                 */
+                if (smp == SAMPLING_SAMPLER_DPM_ADAPTIVE)
+                    tol = 1e-3;
                 int good = rc == 0 && isfinite(rel) && rel < tol && !a.bad_report &&
-                           a.steps_seen == ns - 1 && nsrc.draws == nref.draws;
+                           reports_ok(smp, ns, a.steps_seen) && nsrc.draws == nref.draws;
                 if (!good) {
                     failed++;
                     printf("# mismatch %s/%s cfg %.1f: rc %d rel %.3g steps %d/%d draws %ld/%ld\n",
@@ -691,13 +735,33 @@ static void test_convergence(void)
                                    .denoise = an_denoise, .uncond_x0 = an_uncond, .denoise_user = &a, .noise = &nsrc};
         int rc = sampling_run_sampler(&run, x, n, &e);
         if (!sampling_sampler_is_stochastic(smp)) {
+            /*
+             * dpm_fast and dpm_adaptive stop at the last positive sigma: the exact
+             * solution there is x_T·sqrt(c² + σ²)/sqrt(c² + σ0²).
+             */
+            double end = 0.0;
+            if (smp == SAMPLING_SAMPLER_DPM_FAST || smp == SAMPLING_SAMPLER_DPM_ADAPTIVE)
+                end = sig[ns - 2];
+            double want = sqrt(c * c + end * end);
             double maxd = 0, maxt = 0;
             for (size_t k = 0; k < n; k++) {
-                maxd = fmax(maxd, fabs(x[k] - x0[k] * c));
-                maxt = fmax(maxt, fabs(x0[k] * c));
+                maxd = fmax(maxd, fabs(x[k] - x0[k] * want));
+                maxt = fmax(maxt, fabs(x0[k] * want));
             }
-            /* First-order euler is the loosest; the 2nd/4th order ones are far closer. */
-            double tol = (smp == SAMPLING_SAMPLER_EULER || smp == SAMPLING_SAMPLER_DDIM) ? 0.04 : 0.003;
+            /*
+             * First-order euler is the loosest; the 2nd/4th order ones are far closer.
+             * heunpp2 weighs its extra slopes by σ/(3·σ0), so at low σ it is nearly
+             * euler; gradient_estimation's correction is euler's order too; dpm_adaptive's
+             * error control is loose (rtol 0.05).
+             */
+            double tol = 0.003;
+            if (smp == SAMPLING_SAMPLER_EULER || smp == SAMPLING_SAMPLER_DDIM ||
+                smp == SAMPLING_SAMPLER_EULER_CFG_PP || smp == SAMPLING_SAMPLER_HEUNPP2 ||
+                smp == SAMPLING_SAMPLER_GRADIENT_ESTIMATION ||
+                smp == SAMPLING_SAMPLER_GRADIENT_ESTIMATION_CFG_PP)
+                tol = 0.04;
+            if (smp == SAMPLING_SAMPLER_DPM_ADAPTIVE)
+                tol = 0.05;
             ok(rc == 0 && maxd / maxt < tol,
                "%s, 60 karras steps: reaches the exact ODE solution (rel err %.2g)",
                sampling_sampler_name(smp), maxd / maxt);
@@ -722,7 +786,14 @@ static void test_convergence(void)
             for (size_t k = 0; k < n; k++)
                 s2 += (double)x[k] * x[k];
             double sd = sqrt(s2 / n);
-            ok(rc == 0 && fabs(sd - c) < 0.06, "%s: samples end with the data std %.2f (got %.3f)",
+            /*
+             * dpmpp_2s_ancestral_cfg_pp re-aims its second update with the midpoint
+             * call's uncond x0 (ComfyUI's temp[0] is overwritten by that call) next to
+             * the first call's guided one: not a consistent scheme, and ComfyUI's own
+             * code ends at the same low std (0.57 here); the references check its rule.
+             */
+            double tol = smp == SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL_CFG_PP ? 0.15 : 0.06;
+            ok(rc == 0 && fabs(sd - c) < tol, "%s: samples end with the data std %.2f (got %.3f)",
                sampling_sampler_name(smp), c, sd);
         }
         xfree(sig);
@@ -828,8 +899,16 @@ static void test_pipeline(void)
             else
                 changed = fmax(changed, fabs(o1[k] - lat[k]));
         }
-        /* Rounding only: the unscaled outputs are ~10, float32 ulp there is 1e-6. */
-        ok(rc == 0 && kept <= 5e-5 && changed > 0.1,
+        /*
+         * Rounding only: the unscaled outputs are ~10, float32 ulp there is 1e-6. uni_pc
+         * ends at σ = 0.001 instead of 0 (ComfyUI's timesteps): its kept area holds
+         * 0.001·noise / 0.18215 more (~0.02 here).
+         */
+        double tol = smp == SAMPLING_SAMPLER_UNI_PC || smp == SAMPLING_SAMPLER_UNI_PC_BH2 ? 0.04 : 5e-5;
+        /* dpm_fast and dpm_adaptive stop at the last positive σ (0.029): ~0.16·noise here. */
+        if (smp == SAMPLING_SAMPLER_DPM_FAST || smp == SAMPLING_SAMPLER_DPM_ADAPTIVE)
+            tol = 0.6;
+        ok(rc == 0 && kept <= tol && changed > 0.1,
            "%s inpaint: unmasked latents kept (max diff %.2g), masked resampled (%.2g)",
            sampling_sampler_name(smp), kept, changed);
     }

@@ -36,6 +36,11 @@ void ref_set_uncond(ref_denoise_fn U)
     ref_uncond = U;
 }
 
+void ref_eval_uncond(void *user, const double *x, double sigma, double *out, size_t n)
+{
+    ref_uncond(user, x, sigma, out, n);
+}
+
 static const double *draw_at(struct ref *r, float s, float t)
 {
     sampling_noise_draw(r->ns, s, t, r->zf, r->n);
@@ -73,7 +78,7 @@ static void anc(double s, double sn, double eta, double *down, double *up)
 }
 
 /* ∫_{a}^{b} Π_{m≠j} (τ − t_m)/(t_j − t_m) dτ, by exact polynomial expansion. */
-static double lms_c(const double *hist_s, int order, int j, double a, double b)
+double ref_lagrange_integral(const double *hist_s, int order, int j, double a, double b)
 {
     /* coefficients of the product polynomial, degree < order */
     double p[REF_MAX_ORDER] = {1};
@@ -107,6 +112,8 @@ void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, in
                      ref_denoise_fn D, void *user, struct sampling_noise *noise,
                      const struct ref_opts *o)
 {
+    if (ref_sample_ext(name, x, n, sig, ns_count, D, user, noise, o))
+        return;
     struct ref r = {D, user, n, noise, malloc(n * sizeof(float)), malloc(n * sizeof(double))};
     double *d0 = malloc(n * sizeof *d0), *x2 = malloc(n * sizeof *x2);
     double *d2 = malloc(n * sizeof *d2), *prev = malloc(n * sizeof *prev);
@@ -145,7 +152,7 @@ void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, in
                 double sd, su;
                 anc(s, sn, eta, &sd, &su);
                 ref_uncond(r.user, x, s, d2, n);
-                const double *z = eta > 0 ? draw(&r) : NULL;
+                const double *z = eta > 0 && sno > 0 ? draw(&r) : NULL;
                 for (size_t k = 0; k < n; k++)
                     x[k] = d0[k] + sd * (x[k] - d2[k]) / s + (z ? z[k] * sno * su : 0);
             }
@@ -202,7 +209,7 @@ void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, in
                 for (int j = 0; j < order; j++)
                     sh[j] = sig[i - j];
                 for (int j = 0; j < order; j++) {
-                    double cj = lms_c(sh, order, j, s, sn);
+                    double cj = ref_lagrange_integral(sh, order, j, s, sn);
                     for (size_t k = 0; k < n; k++)
                         x[k] += cj * hist[nh - 1 - j][k];
                 }

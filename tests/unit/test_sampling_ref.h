@@ -24,7 +24,24 @@ void ref_sample_opts(const char *name, double *x, size_t n, const float *sig, in
                      ref_denoise_fn D, void *user, struct sampling_noise *noise,
                      const struct ref_opts *o);
 
+/*
+ * The samplers added after §5.7 (test_sampling_ref_ext.c): run `name` as
+ * ref_sample_opts does and return 1, or 0 when it is not one of them.
+ */
+int ref_sample_ext(const char *name, double *x, size_t n, const float *sig, int ns_count,
+                   ref_denoise_fn D, void *user, struct sampling_noise *noise,
+                   const struct ref_opts *o);
+
+/*
+ * ∫_a^b of the Lagrange basis polynomial j over the nodes hist_s[0..order), by
+ * exact polynomial expansion (lms; the variable-step Adams–Bashforth weights).
+ */
+double ref_lagrange_integral(const double *hist_s, int order, int j, double a, double b);
+
 /* The uncond prediction U(x, σ) the CFG++ samplers read (with the same `user` as D). */
 void ref_set_uncond(ref_denoise_fn U);
+
+/* Evaluate the uncond prediction set with ref_set_uncond. */
+void ref_eval_uncond(void *user, const double *x, double sigma, double *out, size_t n);
 
 #endif
