@@ -160,6 +160,17 @@ static double max_rel_at(const struct tensor *t, size_t off, const double *ref, 
     return num / den;
 }
 
+/* max |v[i] - ref[i]| / max |ref| over n values. */
+static double max_rel_host(const float *v, const double *ref, size_t n)
+{
+    double num = 0, den = 1e-12;
+    for (size_t i = 0; i < n; i++) {
+        num = fmax(num, fabs(v[i] - ref[i]));
+        den = fmax(den, fabs(ref[i]));
+    }
+    return num / den;
+}
+
 static void gen(const char *path, const struct model_config *cfg, int gligen, const char *drop,
                 const char *extra, unsigned flags)
 {
@@ -283,9 +294,25 @@ static int fuse_middle(void *user, int st, struct tensor *x, struct err *e)
     return gligen_fuse(f->g, st, f->objs, x, e);
 }
 
-static void test_unet(struct mm *mm, const char *ck, const char *gp)
+enum { H = 5, WD = 8, T = 8 };
+
+/* The test's UNet input: x, the context and the boxes' pooled embeddings. */
+static void unet_inputs(float *xs, float *cs, float *pf, double *pd)
 {
-    enum { H = 5, WD = 8, T = 8 };
+    for (int i = 0; i < 4 * H * WD; i++)
+        xs[i] = (float)(0.8 * sin(0.31 * i + 0.4));
+    for (int i = 0; i < T * 64; i++)
+        cs[i] = (float)(0.8 * sin(0.13 * i + 0.9));
+    make_pooled(pf, pd);
+}
+
+/*
+ * The tiny UNet's eps (host, 4 H WD) at t 610 with the GLIGEN model's fusers as its middle
+ * patch, both loaded on mm together; *rep gets the plan, *calls the middle patch's calls.
+ */
+static void eval_unet(struct mm *mm, const char *ck, const char *gp, float *eps_out,
+                      struct mm_report *rep, int *calls)
+{
     struct model_config cfg;
     struct err e = {0};
     sd15_config_tiny(&cfg);
@@ -302,16 +329,11 @@ static void test_unet(struct mm *mm, const char *ck, const char *gp)
         .n_models = 2, .models = {unet, g->p},
         .activation_bytes = unet_plan_bytes(&cfg.unet, 1, H, WD, T) +
                             gligen_plan_bytes(g, 1, H * WD, cfg.unet.model_ch)};
-    struct mm_report rep;
-    EXPECT_OK(mm_load_models(mm, &req, &rep, &e));
+    EXPECT_OK(mm_load_models(mm, &req, rep, &e));
     struct dev *d = patcher_device(unet);
     float xs[4 * H * WD], cs[T * 64], pf[NBOX * IN_DIM];
     double pd[NBOX * IN_DIM];
-    for (int i = 0; i < 4 * H * WD; i++)
-        xs[i] = (float)(0.8 * sin(0.31 * i + 0.4));
-    for (int i = 0; i < T * 64; i++)
-        cs[i] = (float)(0.8 * sin(0.13 * i + 0.9));
-    make_pooled(pf, pd);
+    unet_inputs(xs, cs, pf, pd);
     struct gligen_box b[NBOX];
     for (int i = 0; i < NBOX; i++)
         b[i] = (struct gligen_box){.pooled = pf + i * IN_DIM, .h = boxes[i][0], .w = boxes[i][1],
@@ -325,8 +347,35 @@ static void test_unet(struct mm *mm, const char *ck, const char *gp)
     struct unet_patches up = {.middle = fuse_middle, .user = &fc};
     float ts = 610.0f;
     EXPECT_OK(unet_eval_patched(unet, &cfg.unet, x, &ts, ctx, NULL, NULL, &up, eps, &e));
-    ok(fc.calls == 16, "the middle patch ran in each of the 16 transformer blocks (%d)",
-       fc.calls);
+    EXPECT_OK(tensor_read_f32(eps, eps_out, 4 * H * WD, &e));
+    *calls = fc.calls;
+    tensor_free(x);
+    tensor_free(ctx);
+    tensor_free(eps);
+    tensor_free(fc.objs);
+    mm_node_end(mm, rep);
+    mm_unload(mm, patcher_model_of(g->p));
+    mm_unload(mm, m.model[MODEL_UNET]);
+    patcher_unref(unet);
+    model_ckpt_release(&m);
+    gligen_unref(g);
+}
+
+static float cpu_eps[4 * H * WD]; /* test_unet's, for test_streamed */
+
+static void test_unet(struct mm *mm, const char *ck, const char *gp)
+{
+    struct model_config cfg;
+    struct err e = {0};
+    struct mm_report rep;
+    int calls = 0;
+    float xs[4 * H * WD], cs[T * 64], pf[NBOX * IN_DIM];
+    double pd[NBOX * IN_DIM];
+    sd15_config_tiny(&cfg);
+    unet_inputs(xs, cs, pf, pd);
+    eval_unet(mm, ck, gp, cpu_eps, &rep, &calls);
+    ok(calls == 16, "the middle patch ran in each of the 16 transformer blocks (%d)", calls);
+    float ts = 610.0f;
 
     struct st_file *gf = NULL, *uf = NULL;
     EXPECT_OK(st_open(gp, &gf, &e));
@@ -352,7 +401,7 @@ static void test_unet(struct mm *mm, const char *ck, const char *gp)
     struct act re = ref_unet(&cfg.unet, &rx, ts, NULL);
     ref_middle_patch = NULL;
     struct act r0 = ref_unet(&cfg.unet, &rx, ts, NULL);
-    double err = max_rel_at(eps, 0, re.v, 4 * H * WD), moved = max_rel_at(eps, 0, r0.v, 4 * H * WD);
+    double err = max_rel_host(cpu_eps, re.v, 4 * H * WD), moved = max_rel_host(cpu_eps, r0.v, 4 * H * WD);
     ok(gl_calls == 16, "the reference ran 16 fusers (%d)", gl_calls);
     ok(err < 2e-4, "UNet eps with GLIGEN's fusers equals the float64 reference (%.2e)", err);
     ok(moved > 1e-2, "GLIGEN changes the UNet's output (%.2e)", moved);
@@ -362,16 +411,31 @@ static void test_unet(struct mm *mm, const char *ck, const char *gp)
     xfree(ro);
     st_close(gf);
     st_close(uf);
-    tensor_free(x);
-    tensor_free(ctx);
-    tensor_free(eps);
-    tensor_free(fc.objs);
-    mm_node_end(mm, &rep);
-    mm_unload(mm, patcher_model_of(g->p));
-    mm_unload(mm, m.model[MODEL_UNET]);
-    patcher_unref(unet);
-    model_ckpt_release(&m);
-    gligen_unref(g);
+}
+
+/* Both models streamed through a device too small for either: the same eps bit for bit. */
+static void test_streamed(const char *ck, const char *gp)
+{
+    struct mm_config mc;
+    struct mm *mm = NULL;
+    struct err e = {0};
+    struct mm_report rep;
+    float got[4 * H * WD];
+    int calls = 0;
+    mm_config_init(&mc);
+    mc.device_spec = "sim:12M";
+    EXPECT_OK(mm_new(&mc, &mm, &e));
+    if (!mm)
+        return;
+    eval_unet(mm, ck, gp, got, &rep, &calls);
+    size_t gs = 0;
+    for (int i = 0; i < rep.n_models; i++)
+        if (!strcmp(rep.models[i].name, "gligen"))
+            gs = rep.models[i].bytes_streamed;
+    ok(calls == 16 && gs > 0 && rep.bytes_streamed > gs,
+       "on a 12 MiB device the UNet and GLIGEN stream (%zu of them GLIGEN's)", rep.bytes_streamed);
+    ok(memcmp(got, cpu_eps, sizeof got) == 0, "streamed: the same eps as resident");
+    mm_free(mm);
 }
 
 static void expect_refused(const char *path, int code, const char *needle, const char *what)
@@ -437,6 +501,7 @@ int main(void)
     test_detect(gp);
     test_posnet(mm, gp);
     test_unet(mm, ck, gp);
+    test_streamed(ck, gp);
     test_bad(ck);
     mm_free(mm);
     unlink(ck);
