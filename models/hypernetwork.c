@@ -6,6 +6,7 @@
 #include "hypernetwork.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@ struct hn_pair {
 };
 
 struct hypernetwork {
+    atomic_int refs;
     enum hn_act act;
     struct hn_pair *pairs; /* owned, by dim ascending */
     int n;
@@ -44,6 +46,9 @@ struct hypernetwork {
 
 static const char *const act_names[] = {"linear", "relu",    "leakyrelu", "elu", "swish",
                                         "tanh",   "sigmoid", "softsign",  "mish"};
+
+/* build(): a file ComfyUI patches nothing with (the reason in e). */
+#define HN_NOTHING 1
 
 static int str_is(const struct pt_value *v, const char *s)
 {
@@ -207,13 +212,15 @@ static int build(const struct ctx *c, const struct pt_value *root, struct hypern
         for (int i = 0; i < (int)(sizeof act_names / sizeof act_names[0]); i++)
             if (str_is(af, act_names[i]))
                 found = i;
-        if (found < 0)
-            return err_set(c->e, ERR_UNSUPPORTED,
-                           "'%s': unsupported hypernetwork activation_func '%.*s' (ComfyUI "
-                           "takes linear, relu, leakyrelu, elu, swish, tanh, sigmoid, "
-                           "softsign, mish)",
-                           c->what, af->kind == PT_STR ? (int)af->u.str.len : 1,
-                           af->kind == PT_STR ? af->u.str.ptr : "?");
+        if (found < 0) {
+            err_set(c->e, 0,
+                    "'%s': unsupported hypernetwork activation_func '%.*s' (ComfyUI takes "
+                    "linear, relu, leakyrelu, elu, swish, tanh, sigmoid, softsign, mish, and "
+                    "patches nothing with another)",
+                    c->what, af->kind == PT_STR ? (int)af->u.str.len : 1,
+                    af->kind == PT_STR ? af->u.str.ptr : "?");
+            return HN_NOTHING;
+        }
         h->act = (enum hn_act)found;
     }
     int ln = opt_bool(root, "is_layer_norm"), act_out = opt_bool(root, "activate_output");
@@ -259,13 +266,18 @@ int hypernetwork_load(const char *path, struct hypernetwork **out, struct err *e
     }
     const uint8_t *bytes = (const uint8_t *)b.ptr;
     int rc;
-    if (pt_sniff(bytes, b.len) != PT_FORMAT_ZIP) {
-        rc = pt_sniff(bytes, b.len) == PT_FORMAT_PICKLE
-                 ? pt_refuse_pickle(path, e)
-                 : err_set(e, ERR_UNSUPPORTED,
-                           "'%s' is not a torch .pt hypernetwork (a .safetensors file holds no "
-                           "width-keyed modules: ComfyUI finds nothing to patch in one)",
-                           path);
+    enum pt_format fmt = pt_sniff(bytes, b.len);
+    if (fmt != PT_FORMAT_ZIP) {
+        /* A safetensors file: an 8-byte header length, then the JSON header. */
+        if (b.len > 9 && bytes[8] == '{')
+            err_set(e, 0, "'%s' is a .safetensors file: it holds no width-keyed modules, so "
+                    "ComfyUI patches nothing with it", path);
+        rc = b.len > 9 && bytes[8] == '{' ? 0
+             : fmt == PT_FORMAT_PICKLE    ? pt_refuse_pickle(path, e)
+                                          : err_set(e, ERR_INVALID,
+                                                    "'%s' is not a hypernetwork (neither a torch "
+                                                    ".pt zip nor a .safetensors file)",
+                                                    path);
         buf_release(&b);
         return rc;
     }
@@ -273,21 +285,28 @@ int hypernetwork_load(const char *path, struct hypernetwork **out, struct err *e
     struct st_file f = {.path = (char *)path, .data = bytes, .data_size = b.len};
     struct ctx c = {.f = &f, .what = path, .e = e};
     struct hypernetwork *h = xcalloc(1, sizeof *h);
+    atomic_init(&h->refs, 1);
     rc = pt_load_doc(bytes, b.len, path, &doc, e);
     if (rc == 0)
         rc = build(&c, pt_doc_root(doc), h);
     pt_doc_free(doc);
     buf_release(&b); /* every weight was converted into owned floats */
-    if (rc < 0)
-        hypernetwork_free(h);
+    if (rc < 0 || h->n == 0)
+        hypernetwork_free(h); /* h->n 0: an unknown activation, said in e */
     else
         *out = h;
-    return rc;
+    return rc == HN_NOTHING ? 0 : rc;
+}
+
+struct hypernetwork *hypernetwork_ref(struct hypernetwork *h)
+{
+    atomic_fetch_add(&h->refs, 1);
+    return h;
 }
 
 void hypernetwork_free(struct hypernetwork *h)
 {
-    if (!h)
+    if (!h || atomic_fetch_sub(&h->refs, 1) != 1)
         return;
     for (int i = 0; i < h->n; i++)
         for (int w = 0; w < 2; w++)

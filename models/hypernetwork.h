@@ -15,8 +15,9 @@
  *     k' = k + m0(k) * strength,   v' = v + m1(v) * strength
  * (q unchanged); other widths pass through.
  *
- * A .safetensors file is refused: load_torch_file gives it as a flat dict with no int
- * keys, so ComfyUI finds no module in it and patches nothing.
+ * A .safetensors file gives nothing: load_torch_file reads it as a flat dict with no int
+ * keys, so ComfyUI finds no module in it and patches nothing; likewise an activation it
+ * does not know (it logs "Unsupported Hypernetwork format" and patches nothing).
  *
  * Weights are host float32 (converted from the file's f32/f16/bf16); the patch runs on
  * host rows in float32 with LayerNorm statistics in double.
@@ -42,17 +43,21 @@ enum hn_act {
     HN_ACT_MISH,
 };
 
-struct hypernetwork; /* opaque */
+struct hypernetwork; /* opaque, refcounted (MODEL clones share one) */
 
 /*
- * Load the hypernetwork file `path`. Returns 0 and *out (free with hypernetwork_free), or
- * ERR_UNSUPPORTED for an activation ComfyUI does not know (it logs "Unsupported
- * Hypernetwork format") or a safetensors file, ERR_INVALID for a malformed file (a module
- * that is not two state dicts, a Linear without its bias, shapes that do not chain, a
- * LayerNorm missing), the unpickler's errors for what it refuses; message in e.
+ * Load the hypernetwork file `path`. Returns 0 and *out (free with hypernetwork_free); 0
+ * and *out NULL with the reason in e->msg (e->code 0) for a file ComfyUI patches nothing
+ * with (above); ERR_INVALID for a malformed file (no width-keyed modules, a module that is
+ * not two state dicts, a Linear without its bias, shapes that do not chain, a LayerNorm
+ * missing, not a .pt or .safetensors at all), the unpickler's errors for what it refuses
+ * (ERR_UNSUPPORTED for a legacy pickle); message in e.
  */
 int hypernetwork_load(const char *path, struct hypernetwork **out, struct err *e);
-void hypernetwork_free(struct hypernetwork *h); /* NULL-safe */
+/* Another reference (returns h); hypernetwork_free drops one and frees with the last
+ * (NULL-safe). Any thread. */
+struct hypernetwork *hypernetwork_ref(struct hypernetwork *h);
+void hypernetwork_free(struct hypernetwork *h);
 
 /* The context widths it patches (ascending), n of them; borrowed. */
 const int *hypernetwork_dims(const struct hypernetwork *h, int *n);

@@ -126,5 +126,20 @@ def main(out_dir):
                 print(carr(f"hn_out_{ci}_{dim}_{which}", y), end="")
 
 
+def unet_file(out_dir):
+    """tiny_sd15.pt: modules for the tiny SD1.5 UNet's attention widths (32, 64, 96; the
+    tiny CLIP's 64 is the context), for the MODEL-level tests (no reference needed)."""
+    gen = torch.Generator().manual_seed(15)
+    sd = {"activation_func": "relu", "is_layer_norm": True, "use_dropout": False,
+          "activate_output": False, "last_layer_dropout": False, "layer_structure": [1, 1]}
+    for dim in (32, 64, 96):
+        sd[dim] = [module_sd(gen, dim, [1, 1], True) for _ in range(2)]
+    torch.save(sd, os.path.join(out_dir, "tiny_sd15.pt"))
+    sd = {k: v for k, v in sd.items() if not isinstance(k, int)}
+    sd[24] = [module_sd(gen, 24, [1, 1], True) for _ in range(2)]  # no such width there
+    torch.save(sd, os.path.join(out_dir, "other_width.pt"))
+
+
 if __name__ == "__main__":
     main(sys.argv[1])
+    unet_file(sys.argv[1])

@@ -128,8 +128,9 @@ static int attn_block(struct unet_ctx *u, const char *p, int heads, struct tenso
                       const struct unet_attn1_site *site)
 {
     struct err *e = u->e;
-    const struct tensor *wq, *wk, *wv, *wo, *bo;
-    struct tensor *q = NULL, *k = NULL, *v = NULL, *a = NULL, *o = NULL;
+    const struct tensor *wq, *wk, *wv, *wo, *bo, *ksrc = src, *vsrc = src;
+    struct tensor *q = NULL, *k = NULL, *v = NULL, *a = NULL, *o = NULL, *kin = NULL,
+                  *vin = NULL;
     int rc;
     int64_t B = n->shape[0], T = n->shape[1], C = n->shape[2], S = src->shape[1];
     NN_W(wq, &u->w, "%s.to_q.weight", p);
@@ -137,18 +138,29 @@ static int attn_block(struct unet_ctx *u, const char *p, int heads, struct tenso
     NN_W(wv, &u->w, "%s.to_v.weight", p);
     NN_W(wo, &u->w, "%s.to_out.0.weight", p);
     NN_W(bo, &u->w, "%s.to_out.0.bias", p);
+    if (u->patches && u->patches->attn_kv) { /* the patch changes copies, not n or ctx */
+        NN_TRY(nn__new(u->d, &kin, e, 3, B, S, src->shape[2]));
+        NN_TRY(nn__new(u->d, &vin, e, 3, B, S, src->shape[2]));
+        NN_TRY(tensor_copy(kin, src, e));
+        NN_TRY(tensor_copy(vin, src, e));
+        NN_TRY(u->patches->attn_kv(u->patches->user, src == n, kin, vin, e));
+        ksrc = kin;
+        vsrc = vin;
+    }
     NN_TRY(nn__new(u->d, &q, e, 3, B, T, C));
     NN_TRY(nn__new(u->d, &k, e, 3, B, S, C));
     NN_TRY(nn__new(u->d, &v, e, 3, B, S, C));
     NN_TRY(tensor_linear(q, n, wq, NULL, e));
-    NN_TRY(tensor_linear(k, src, wk, NULL, e));
-    NN_TRY(tensor_linear(v, src, wv, NULL, e));
+    NN_TRY(tensor_linear(k, ksrc, wk, NULL, e));
+    NN_TRY(tensor_linear(v, vsrc, wv, NULL, e));
     NN_TRY(nn__new(u->d, &a, e, 3, B, T, C));
     NN_TRY(attn_core(u, site, a, q, k, v, heads));
     NN_TRY(nn__new(u->d, &o, e, 3, B, T, C));
     NN_TRY(tensor_linear(o, a, wo, bo, e));
     NN_TRY(tensor_add(h, h, o, e));
 fail:
+    tensor_free(kin);
+    tensor_free(vin);
     tensor_free(q);
     tensor_free(k);
     tensor_free(v);

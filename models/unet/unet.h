@@ -116,6 +116,15 @@ struct unet_patches {
      * transformer_index: the same for every block of one). NULL = not called.
      */
     int (*middle)(void *user, int st, struct tensor *x, struct err *e);
+    /*
+     * attn_kv (an attn1_patch / attn2_patch that changes what keys and values are
+     * projected from: HypernetworkLoader's): called in every attention before its key and
+     * value projections with k_in and v_in [B, S, W], two copies of their input on the
+     * device (the normed tokens for a self-attention, self_attn 1; the context for a
+     * cross-attention), which it may change in place. NULL = not called.
+     */
+    int (*attn_kv)(void *user, int self_attn, struct tensor *k_in, struct tensor *v_in,
+                   struct err *e);
     void *user;
 };
 

@@ -1,15 +1,20 @@
 /*
  * sd_attn_patch_nodes — comfy_extras model patches that work inside the attention and
- * the sampling step (sd_model_patches.h): HyperTile (nodes_hypertile.py),
- * SelfAttentionGuidance (nodes_sag.py) and the old PerpNeg model patch (nodes_perpneg.py;
- * PerpNegGuider is sd_guider_nodes.c's).
+ * the sampling step (sd_model_patches.h): HypernetworkLoader (nodes_hypernetwork.py),
+ * HyperTile (nodes_hypertile.py), SelfAttentionGuidance (nodes_sag.py) and the old PerpNeg
+ * model patch (nodes_perpneg.py; PerpNegGuider is sd_guider_nodes.c's).
  *
  * Each clones the MODEL (sd_model_clone) and sets its patch on the clone, as ComfyUI's
  * m = model.clone() does, so they stack with LoRA (the clone keeps the UNet patcher's
  * weight patches) and with each other.
  */
+#include "buf.h"
+#include "hypernetwork.h"
+#include "log.h"
+#include "node_files.h"
 #include "node_registry.h"
 #include "sd_backend.h"
+#include "sd_nodes.h"
 #include "sd_extra_nodes.h"
 #include "sd_model_patches.h"
 #include "sd_types.h"
@@ -31,6 +36,73 @@ static struct sd_model *clone_input(struct node_ctx *c, struct sd_model_patches 
     }
     return m2;
 }
+
+/* ---- HypernetworkLoader ---- */
+
+enum { HN_MODEL, HN_NAME, HN_STRENGTH, HN_N };
+static const struct node_input_def hypernetwork_inputs[] = {
+    {.name = "model", .type = "MODEL"},
+    {.name = "hypernetwork_name", .type = NODE_COMBO, .options_folder = "hypernetworks"},
+    {.name = "strength", .type = "FLOAT", .def = NODE_F(1.0), .min = NODE_F(-10.0),
+     .max = NODE_F(10.0), .step = NODE_F(0.01)},
+    NODE_INPUTS_END};
+
+static int hypernetwork_is_changed(struct node_ctx *c, struct buf *out)
+{
+    return sd__model_file_is_changed_at(c, "hypernetworks", HN_NAME, out);
+}
+
+/*
+ * set_model_attn1_patch + set_model_attn2_patch of one hypernetwork_patch (appended after
+ * the MODEL's earlier ones). Like ComfyUI, a file whose activation it does not know, or
+ * a .safetensors file (no width-keyed modules), patches nothing and says so in the log;
+ * a malformed .pt is a node error.
+ */
+static int hypernetwork_run(struct node_ctx *c)
+{
+    const char *name = node_in_str_at(c, HN_NAME);
+    struct buf path;
+    buf_init(&path);
+    if (node_files_find_model(c->env, "hypernetworks", name, &path) < 0) {
+        buf_release(&path);
+        return node_fail_code(c, ERR_NOT_FOUND, "FileNotFoundError",
+                              "Model in folder 'hypernetworks' with filename '%s' not found.",
+                              name);
+    }
+    struct hypernetwork *h = NULL;
+    struct err e = {0};
+    int rc = hypernetwork_load(path.ptr, &h, &e);
+    buf_release(&path);
+    if (rc < 0)
+        return node_fail_code(c, rc, "RuntimeError", "ERROR: could not load hypernetwork '%s': %s",
+                              name, e.msg);
+    if (!h)
+        log_error("hypernetwork '%s' not applied: %s", name, e.msg);
+    struct sd_model_patches *mp;
+    struct sd_model *m = clone_input(c, &mp);
+    if (!m) {
+        hypernetwork_free(h);
+        return ERR_INVALID;
+    }
+    if (h && mp->n_hn == SD_MODEL_MAX_HYPERNETWORKS) {
+        hypernetwork_free(h);
+        sd_model_free(m);
+        return node_fail(c, "RuntimeError", "HypernetworkLoader: this MODEL already has %d "
+                         "hypernetworks", SD_MODEL_MAX_HYPERNETWORKS);
+    }
+    if (h) {
+        mp->hn[mp->n_hn] = h; /* the clone's patches own it */
+        mp->hn_strength[mp->n_hn++] = (float)node_in_float_at(c, HN_STRENGTH);
+    }
+    node_set_output(c, 0, sd_model_value(m));
+    return 0;
+}
+
+const struct node_class sd_hypernetwork_loader = {
+    .name = "HypernetworkLoader", .category = "loaders",
+    .python_module = "comfy_extras.nodes_hypernetwork", .inputs = hypernetwork_inputs,
+    .n_inputs = HN_N, .outputs = model_output, .run = hypernetwork_run,
+    .is_changed = hypernetwork_is_changed};
 
 /* ---- HyperTile ---- */
 

@@ -11,6 +11,7 @@
 #include "alloc.h"
 #include "buf.h"
 #include "clip_tokenizer.h"
+#include "hypernetwork.h"
 #include "memmgr.h"
 #include "sd_control.h"
 #include "sd_model_patches.h"
@@ -95,6 +96,44 @@ static int unet_output_patches(void *user, int i, struct tensor *h, struct tenso
     return rc;
 }
 
+/*
+ * The hypernetworks' attn1 / attn2 patch (ComfyUI's hypernetwork_patch, in the order the
+ * nodes added them): k_in += m0(k_in) * strength, v_in += m1(v_in) * strength for the
+ * hypernetworks with modules of this width, on host copies of the rows (the modules are
+ * a few small Linears per token).
+ */
+static int unet_attn_kv(void *user, int self_attn, struct tensor *k_in, struct tensor *v_in,
+                        struct err *e)
+{
+    (void)self_attn; /* the same patch on both, keyed by width */
+    const struct sd_model_patches *mp = ((struct unet_impl *)user)->patches;
+    int64_t rows = k_in->shape[0] * k_in->shape[1], width = k_in->shape[2], n = rows * width;
+    int any = 0;
+    for (int i = 0; i < mp->n_hn; i++) {
+        int nd = 0;
+        const int *dims = hypernetwork_dims(mp->hn[i], &nd);
+        for (int j = 0; j < nd; j++)
+            any |= dims[j] == width;
+    }
+    if (!any)
+        return 0;
+    float *buf;
+    int rc = xtry_malloc((size_t)n * 2 * sizeof(float), (void **)&buf, e);
+    if (rc < 0)
+        return rc;
+    float *kb = buf, *vb = buf + n;
+    if ((rc = tensor_read_f32(k_in, kb, n, e)) == 0 && (rc = tensor_read_f32(v_in, vb, n, e)) == 0) {
+        for (int i = 0; i < mp->n_hn; i++) {
+            hypernetwork_apply(mp->hn[i], (int)width, 0, mp->hn_strength[i], kb, rows, kb);
+            hypernetwork_apply(mp->hn[i], (int)width, 1, mp->hn_strength[i], vb, rows, vb);
+        }
+        if ((rc = tensor_write_f32(k_in, kb, n, e)) == 0)
+            rc = tensor_write_f32(v_in, vb, n, e);
+    }
+    xfree(buf);
+    return rc;
+}
+
 /* The middle_patch of the current call: GLIGEN's fuser of transformer st. */
 static int unet_middle_patch(void *user, int st, struct tensor *x, struct err *e)
 {
@@ -151,9 +190,13 @@ static int unet_eval_with(struct unet_impl *u, const struct tensor *x,
         up.attn1_tiles = unet_attn1_tiles;
         up.attn1_scores = unet_attn1_scores;
     }
+    int kv = u->patches && u->patches->n_hn > 0; /* a MODEL patch: every call */
+    if (kv)
+        up.attn_kv = unet_attn_kv;
     if (rc == 0 && (rc = unet_eval_patched(u->p, &u->cfg.unet, x, ts, c, y,
                                            control ? &uc : NULL,
-                                           u->n_freeu || u->gligen_run || attn1 ? &up : NULL,
+                                           u->n_freeu || u->gligen_run || attn1 || kv ? &up
+                                                                                      : NULL,
                                            eps, e)) == 0)
         rc = vouch(u->p, e);
 out:

@@ -5,6 +5,7 @@
 
 /* init_builtin_extra_nodes' module order, each module's classes in its own order. */
 static const struct node_class *const extra_classes[] = {
+    &sd_hypernetwork_loader,        /* nodes_hypernetwork */
     &sd_freeu, &sd_freeu_v2,        /* nodes_freelunch */
     &sd_dual_cfg_guider,            /* nodes_custom_sampler */
     &sd_hypertile,                  /* nodes_hypertile */

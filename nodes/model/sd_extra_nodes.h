@@ -3,8 +3,8 @@
  * core: AlignYourStepsScheduler (sd_ays_nodes.c), the DualCFGGuider and
  * PerpNegGuider guiders (sd_guider_nodes.c) and the model patches RescaleCFG,
  * ModelSamplingDiscrete, ModelSamplingContinuousEDM/V,
- * FreeU and FreeU_V2 (sd_model_patch_nodes.c), HyperTile, SelfAttentionGuidance and
- * PerpNeg (sd_attn_patch_nodes.c).
+ * FreeU and FreeU_V2 (sd_model_patch_nodes.c), HypernetworkLoader, HyperTile,
+ * SelfAttentionGuidance and PerpNeg (sd_attn_patch_nodes.c).
  *
  * nodes_sd_extras_register() adds the implemented classes in the order ComfyUI
  * loads their modules (init_builtin_extra_nodes); nodes_sd_register() calls it.
@@ -17,7 +17,7 @@
 #include "node_registry.h"
 
 /* Number of classes nodes_sd_extras_register adds. */
-#define SD_EXTRA_N_CLASSES 12
+#define SD_EXTRA_N_CLASSES 13
 
 void nodes_sd_extras_register(struct node_registry *r);
 
@@ -31,6 +31,7 @@ extern const struct node_class sd_perp_neg_guider;
 extern const struct node_class sd_freeu;
 extern const struct node_class sd_freeu_v2;
 extern const struct node_class sd_hypertile;
+extern const struct node_class sd_hypernetwork_loader;
 extern const struct node_class sd_self_attention_guidance;
 extern const struct node_class sd_perp_neg;
 

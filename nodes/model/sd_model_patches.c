@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "hypernetwork.h"
 #include "sampling_noise.h"
 #include "unet_attn1.h"
 
@@ -18,6 +19,8 @@ struct sd_model_patches *sd_model_patches_clone(const struct sd_model_patches *p
     *c = *p;
     if (c->perp_neg_empty)
         value_ref(c->perp_neg_empty);
+    for (int i = 0; i < c->n_hn; i++)
+        hypernetwork_ref(c->hn[i]);
     return c;
 }
 
@@ -26,6 +29,8 @@ void sd_model_patches_free(struct sd_model_patches *p)
     if (!p)
         return;
     value_unref(p->perp_neg_empty);
+    for (int i = 0; i < p->n_hn; i++)
+        hypernetwork_free(p->hn[i]);
     xfree(p);
 }
 

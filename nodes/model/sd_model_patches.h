@@ -10,6 +10,8 @@
  *                          again (sampling_sag.h); disables the cfg-1 optimisation
  *   PerpNeg                a sampler_cfg_function that also runs an empty conditioning
  *                          (sampling_perp_neg), replacing any earlier cfg function
+ *   HypernetworkLoader     attn1 and attn2 patches on the key and value inputs
+ *                          (models/hypernetwork.h), every call (unet.h attn_kv)
  *
  * The settings (struct sd_model_patches) belong to the MODEL (sd_backend.h owns them
  * beside FreeU's: a clone copies them, LoRA and merge nodes keep them). What changes
@@ -40,7 +42,16 @@
 #include "unet.h"
 #include "unet_hypertile.h"
 
+struct hypernetwork; /* models/hypernetwork.h */
+
+#define SD_MODEL_MAX_HYPERNETWORKS 8
+
 struct sd_model_patches {
+    /* HypernetworkLoader: attn1 and attn2 key/value input patches, applied in the order
+     * added (ComfyUI appends to both lists); owned references. */
+    struct hypernetwork *hn[SD_MODEL_MAX_HYPERNETWORKS];
+    float hn_strength[SD_MODEL_MAX_HYPERNETWORKS];
+    int n_hn;
     int hypertile_on;
     struct unet_hypertile hypertile;
     int sag_on;

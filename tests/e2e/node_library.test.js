@@ -11,6 +11,7 @@
 //   - GLIGENLoader and GLIGENTextBoxApply: nodes_gligen.json (nodes.py);
 //   - the model merging and saving nodes: nodes_model_merging.json (registered without a model),
 //     ModelMergeSD1/SD2/SDXL: nodes_model_merging_model_specific.json;
+//   - HypernetworkLoader: nodes_hypernetwork.json (registered without a model);
 //   - RebatchLatents and RebatchImages (nodes_rebatch.json: output_is_list true);
 //   - AlignYourStepsScheduler, FreeU/FreeU_V2, RescaleCFG, PerpNeg, PerpNegGuider,
 //     SelfAttentionGuidance and HyperTile (nodes_align_your_steps, nodes_sag, nodes_hypertile,
@@ -38,6 +39,7 @@ const WANT = {
   "nodes_model_merging.json": ["ModelMergeSimple", "ModelMergeBlocks", "ModelMergeSubtract", "ModelMergeAdd",
     "CheckpointSave", "CLIPMergeSimple", "CLIPMergeSubtract", "CLIPMergeAdd", "CLIPSave", "VAESave", "ModelSave"],
   "nodes_model_merging_model_specific.json": ["ModelMergeSD1", "ModelMergeSD2", "ModelMergeSDXL"],
+  "nodes_hypernetwork.json": ["HypernetworkLoader"],
   "nodes_controlnet.json": ["ControlNetApply", "ControlNetApplyAdvanced", "ControlNetLoader",
     "DiffControlNetLoader"],
   "nodes_controlnet_union.json": ["SetUnionControlNetType"],
@@ -113,6 +115,7 @@ describe("latent and mask nodes", () => {
         if (c === "ControlNetLoader" || c === "DiffControlNetLoader")
           want[c].input.required.control_net_name[0] = []; // "$CONTROLNET": models/controlnet is empty
         if (c === "GLIGENLoader") want[c].input.required.gligen_name[0] = []; // "$GLIGEN": likewise
+        if (c === "HypernetworkLoader") want[c].input.required.hypernetwork_name[0] = []; // likewise
         assert.deepEqual(info[c], want[c], c);
       }
     }

@@ -5,8 +5,8 @@
  * transcription of ComfyUI's load_hypernetwork_patch). Four files cover relu with
  * LayerNorm and dropout, mish with activate_output, hardswish ("swish") with a 1.5x
  * hidden width, and linear with LayerNorm; both widths (8, 12), key and value modules.
- * Also: a width with no module passes through, a safetensors file and a missing file are
- * refused with messages.
+ * Also: a width with no module passes through; a file that is no hypernetwork and a
+ * missing file are refused with messages (a .safetensors one is test_sd_hypernetwork's).
  *
  * usage: test_models_hypernetwork FIXTURE_DIR
  */
@@ -90,7 +90,7 @@ int main(int argc, char **argv)
     ok(hypernetwork_load(path, &h, &e) < 0 && !h && strstr(e.msg, "cannot read"), "%s", e.msg);
     snprintf(path, sizeof path, "%s/../object_info/nodes_mask.json", argv[1]);
     e = (struct err){0};
-    ok(hypernetwork_load(path, &h, &e) == ERR_UNSUPPORTED && strstr(e.msg, "not a torch .pt"),
+    ok(hypernetwork_load(path, &h, &e) == ERR_INVALID && !h && strstr(e.msg, "not a hypernetwork"),
        "not a .pt: %s", e.msg);
     ok(alloc_live_count() == live0, "no allocation left live (%ld)", alloc_live_count() - live0);
     return harness_done();
