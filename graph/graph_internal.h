@@ -23,6 +23,11 @@
 
 /* ---- the parsed prompt ------------------------------------------------------------- */
 
+/* Streaming hash used for signatures (graph_cache.c). */
+struct ghash {
+    uint64_t a, b;
+};
+
 /* One declared input of one node, as the prompt gives it. */
 struct gin {
     cJSON *json;   /* borrowed from the prompt; NULL when the input is absent */
@@ -42,6 +47,13 @@ struct gnode {
     struct gin *in;                 /* [n_in], declared order; points into gprompt.ins */
     uint16_t *key_order;            /* [n_keys]: declared indices in JSON key order */
     int n_keys;
+    /* What of the node's signature the prompt alone decides (class, id where the class
+     * sees it, each present input's constant or that it is a link), hashed once by
+     * gprompt_hash_inputs, so a run only adds IS_CHANGED and its sources' signatures
+     * and never reads the JSON again. sig_open: an input links to no node (the node
+     * gets no signature). */
+    struct ghash sig_base;
+    uint8_t sig_open;
 };
 
 struct gprompt {
@@ -63,9 +75,13 @@ struct gprompt {
  */
 int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *prompt);
 void gprompt_release(struct gprompt *p);
-/* Type every constant input of every known node (gin.konst) from its JSON. Call once
- * the JSON is final (after validation's coercion); any thread. */
+/* Type every constant input of every known node (gin.konst) from its JSON, and hash
+ * the inputs (gprompt_hash_inputs). Call once the JSON is final (after validation's
+ * coercion); any thread. */
 void gprompt_type_constants(struct gprompt *p);
+/* gnode.sig_base and sig_open of every known node, from the JSON as it is now
+ * (graph_sig.c). Any thread. */
+void gprompt_hash_inputs(struct gprompt *p);
 
 /* graph.h's opaque native prompt: the parsed prompt with typed constants, and the
  * JSON it borrows (kept for the PROMPT hidden input). */
@@ -145,10 +161,7 @@ void gcache_remove(struct gcache *c, struct gsig sig);
 /* Call fn on every entry; entries for which it returns non-zero are removed. */
 void gcache_filter(struct gcache *c, int (*drop)(struct gcache_entry *e, void *u), void *u);
 
-/* Streaming hash used for signatures. */
-struct ghash {
-    uint64_t a, b;
-};
+/* The signature hash (struct ghash is defined with the prompt, above). */
 void ghash_init(struct ghash *h);
 void ghash_u64(struct ghash *h, uint64_t x);
 void ghash_bytes(struct ghash *h, const void *p, size_t n);

@@ -144,6 +144,7 @@ void gprompt_type_constants(struct gprompt *p)
                             : NULL;
         }
     }
+    gprompt_hash_inputs(p);
 }
 
 struct graph_prompt *graph__prompt_parse_untyped(struct graph_ctx *g, cJSON *prompt)
@@ -154,6 +155,7 @@ struct graph_prompt *graph__prompt_parse_untyped(struct graph_ctx *g, cJSON *pro
         return NULL;
     }
     np->json = prompt;
+    gprompt_hash_inputs(&np->p); /* the JSON is final: nothing coerces a raw prompt */
     return np;
 }
 

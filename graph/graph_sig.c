@@ -107,70 +107,86 @@ static int node_fingerprint(struct run *r, int n, struct buf *out)
     return rc;
 }
 
-static void sort_inputs(const struct gnode *gn, int *idx)
+/* Whether the class sees the node id, which then joins the key (§6.5). */
+static int class_sees_id(const struct node_class *cls, int n_in)
 {
-    for (int k = 0; k < gn->n_in; k++) {
-        int j = k;
-        while (j > 0 && strcmp(gn->cls->inputs[idx[j - 1]].name, gn->cls->inputs[k].name) > 0) {
-            idx[j] = idx[j - 1];
-            j--;
+    if (cls->flags & NODE_CLASS_NOT_IDEMPOTENT)
+        return 1;
+    for (int k = 0; k < n_in; k++)
+        if (cls->inputs[k].group == NODE_INPUT_HIDDEN && !strcmp(cls->inputs[k].type, "UNIQUE_ID"))
+            return 1;
+    return 0;
+}
+
+#define SIG_LINK 8 /* an input's mark in sig_base: a link (its source joins at run time) */
+
+/*
+ * The signature's prompt-only part. Inputs go in declared order, each as its index
+ * and then its constant or SIG_LINK: the class fixes which name an index is, so
+ * two nodes' keys are equal exactly when ComfyUI's (inputs sorted by name) are.
+ * Hashing this once per prompt, not per run, keeps a cached run off the prompt's
+ * JSON (scattered objects: the all-cached chain spent most of its signature time
+ * waiting on them).
+ */
+void gprompt_hash_inputs(struct gprompt *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        struct gnode *gn = &p->nodes[i];
+        if (!gn->cls)
+            continue;
+        ghash_init(&gn->sig_base);
+        ghash_str(&gn->sig_base, gn->cls->name);
+        if (class_sees_id(gn->cls, gn->n_in))
+            ghash_str(&gn->sig_base, gn->id);
+        gn->sig_open = 0;
+        for (int k = 0; k < gn->n_in; k++) {
+            const struct gin *in = &gn->in[k];
+            if (!in->json || gn->cls->inputs[k].group == NODE_INPUT_HIDDEN)
+                continue;
+            ghash_u64(&gn->sig_base, (uint64_t)k);
+            if (!gjson_is_link(in->json))
+                hash_json(&gn->sig_base, in->json);
+            else if (in->src >= 0)
+                ghash_u64(&gn->sig_base, SIG_LINK);
+            else
+                gn->sig_open = 1;
         }
-        idx[j] = k;
     }
 }
 
-/* Compute node n's signature once its sources have theirs. */
+/* Compute node n's signature once its sources have theirs: the prompt-only part,
+ * IS_CHANGED's fingerprint, then each link's source signature and slot. */
 static void sig_one(struct run *r, int n)
 {
     const struct gnode *gn = &r->p->nodes[n];
     struct xnode *x = &r->x[n];
-    struct ghash h;
-    ghash_init(&h);
-    ghash_str(&h, gn->cls->name);
+    x->has_sig = 0;
+    if (gn->sig_open)
+        return;
+    struct ghash h = gn->sig_base;
     if (gn->cls->is_changed) {
         struct buf fp;
         buf_init(&fp);
         if (node_fingerprint(r, n, &fp) < 0) {
             buf_release(&fp);
-            x->has_sig = 0; /* ComfyUI's NaN: never equal, always re-run */
-            return;
+            return; /* ComfyUI's NaN: never equal, always re-run */
         }
         ghash_str(&h, fp.ptr);
         buf_release(&fp);
     }
-    /* The node id joins the key only for classes that see it (§6.5). */
-    int sees_id = (gn->cls->flags & NODE_CLASS_NOT_IDEMPOTENT) != 0;
-    for (int k = 0; k < gn->n_in && !sees_id; k++)
-        sees_id = gn->cls->inputs[k].group == NODE_INPUT_HIDDEN && !strcmp(gn->cls->inputs[k].type, "UNIQUE_ID");
-    if (sees_id)
-        ghash_str(&h, gn->id);
-    int idx_small[16];
-    int *idx = gn->n_in <= 16 ? idx_small : xmalloc((size_t)gn->n_in * sizeof(int));
-    sort_inputs(gn, idx);
-    int ok = 1;
-    for (int j = 0; j < gn->n_in && ok; j++) {
-        int k = idx[j];
+    for (int k = 0; k < gn->n_in; k++) {
         const struct gin *in = &gn->in[k];
-        if (!in->json || gn->cls->inputs[k].group == NODE_INPUT_HIDDEN)
+        if (in->src < 0)
             continue;
-        ghash_str(&h, gn->cls->inputs[k].name);
-        if (gjson_is_link(in->json)) {
-            if (in->src < 0 || !r->x[in->src].has_sig) {
-                ok = 0;
-                break;
-            }
-            ghash_u64(&h, r->x[in->src].sig.a);
-            ghash_u64(&h, r->x[in->src].sig.b);
-            ghash_u64(&h, (uint64_t)in->slot);
-        } else {
-            hash_json(&h, in->json);
-        }
+        if (!r->x[in->src].has_sig)
+            return;
+        ghash_u64(&h, (uint64_t)k);
+        ghash_u64(&h, r->x[in->src].sig.a);
+        ghash_u64(&h, r->x[in->src].sig.b);
+        ghash_u64(&h, (uint64_t)in->slot);
     }
-    if (idx != idx_small)
-        xfree(idx);
-    x->has_sig = (uint8_t)ok;
-    if (ok)
-        x->sig = ghash_final(&h);
+    x->has_sig = 1;
+    x->sig = ghash_final(&h);
 }
 
 /* Signatures for every node (iterative post-order; nodes in cycles get none). */

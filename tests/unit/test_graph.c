@@ -1088,6 +1088,116 @@ static void test_device_stats(const struct tdirs *d)
     ok(graph_new(&cfg, &e) == NULL && e.msg[0], "bad device spec is a clear error: %s", e.msg);
 }
 
+/* Signature test classes: TUid sees its node id (a hidden UNIQUE_ID input), TChg
+ * fingerprints outside state (chg_state) through IS_CHANGED, or fails to (< 0). */
+static char chg_state[32] = "a";
+static int tchg_is_changed(struct node_ctx *c, struct buf *out)
+{
+    (void)c;
+    if (!strcmp(chg_state, "fail"))
+        return -1;
+    buf_adds(out, chg_state);
+    return 0;
+}
+static const struct node_input_def tuid_in[] = {{.name = "x", .type = "INT", .def = NODE_I(0)},
+                                                {.name = "unique_id", .type = "UNIQUE_ID",
+                                                 .group = NODE_INPUT_HIDDEN},
+                                                NODE_INPUTS_END};
+static const struct node_class tuid = {.name = "TUid", .category = "test", .inputs = tuid_in,
+                                       .outputs = int_out, .run = tcount_run};
+static const struct node_class tchg = {.name = "TChg", .category = "test", .inputs = tcount_in,
+                                       .outputs = int_out, .run = tcount_run,
+                                       .is_changed = tchg_is_changed};
+
+/* Run JSON text (' for ") with a fresh log; `raw`: as a test or fuzzer would, without
+ * validation's native prompt (the executor parses the JSON itself). */
+static void sig_run(struct graph_ctx *g, struct sink *s, const char *text, int raw)
+{
+    char *t = jq(text);
+    log_reset();
+    sink_clear(s);
+    if (!raw) {
+        trun(g, s, "sig", t, NULL, NULL);
+    } else {
+        cJSON *prompt = graph_json_parse(t, strlen(t)), *outs = cJSON_CreateArray();
+        for (cJSON *n = prompt->child; n; n = n->next)
+            if (!strcmp(cJSON_GetObjectItem(n, "class_type")->valuestring, "TOut"))
+                cJSON_AddItemToArray(outs, cJSON_CreateString(n->string));
+        struct graph_job job = {.prompt_id = "sig", .prompt = prompt, .outputs_to_execute = outs};
+        struct graph_result r;
+        graph_execute(g, &job, NULL, &r);
+        graph_result_release(&r);
+        cJSON_Delete(outs);
+        cJSON_Delete(prompt);
+    }
+    free(t);
+}
+
+/* The cache key (§6.5): class, constants, which inputs are linked to what (and which
+ * optional inputs are absent), IS_CHANGED, and the node id only for classes that see
+ * it; not the ids, nor the order of keys in the JSON. Raw and validated prompts of
+ * the same graph share keys. */
+static void test_signatures(const struct tdirs *d)
+{
+    struct graph_ctx *g = tgraph_new(d, GRAPH_CACHE_LRU, 100);
+    register_test_nodes(g);
+    const struct node_class *more[] = {&tuid, &tchg};
+    node_registry_add_all(graph_registry(g), more, 2);
+    G = g;
+    struct sink s = {0};
+    sig_run(g, &s, "{'1': {'class_type': 'TCount', 'inputs': {'x': 1}}, '2': {'class_type': 'TCount', "
+                   "'inputs': {'x': 2, 'a': ['1', 0]}}, '9': {'class_type': 'TOut', 'inputs': {'v': ['2', 0]}}}", 0);
+    EXPECT_STR(run_log, "1,2,9");
+    /* Renumbered, inputs in another key order: every node is a cache hit. */
+    sig_run(g, &s, "{'5': {'class_type': 'TCount', 'inputs': {'x': 1}}, '6': {'class_type': 'TCount', "
+                   "'inputs': {'a': ['5', 0], 'x': 2}}, '7': {'class_type': 'TOut', 'inputs': {'v': ['6', 0]}}}", 0);
+    EXPECT_STR(run_log, "");
+    /* The same graph given raw: the executor's own parse hashes to the same keys. */
+    sig_run(g, &s, "{'1': {'class_type': 'TCount', 'inputs': {'x': 1}}, '2': {'class_type': 'TCount', "
+                   "'inputs': {'x': 2, 'a': ['1', 0]}}, '9': {'class_type': 'TOut', 'inputs': {'v': ['2', 0]}}}", 1);
+    EXPECT_STR(run_log, "");
+    /* The optional input absent: a different key for 2 (and so for 9). */
+    sig_run(g, &s, "{'1': {'class_type': 'TCount', 'inputs': {'x': 1}}, '2': {'class_type': 'TCount', "
+                   "'inputs': {'x': 2}}, '9': {'class_type': 'TOut', 'inputs': {'v': ['2', 0]}}}", 0);
+    EXPECT_STR(run_log, "2,9");
+    /* Linked to another source with the same constant as before: 3 is new, so is 2. */
+    sig_run(g, &s, "{'1': {'class_type': 'TCount', 'inputs': {'x': 1}}, '3': {'class_type': 'TCount', "
+                   "'inputs': {'x': 1, 'a': ['1', 0]}}, '2': {'class_type': 'TCount', 'inputs': {'x': 2, "
+                   "'a': ['3', 0]}}, '9': {'class_type': 'TOut', 'inputs': {'v': ['2', 0]}}}", 0);
+    EXPECT_STR(run_log, "3,2,9");
+    /* Back to the first graph: its keys are still in the (LRU) cache. */
+    sig_run(g, &s, "{'1': {'class_type': 'TCount', 'inputs': {'x': 1}}, '2': {'class_type': 'TCount', "
+                   "'inputs': {'x': 2, 'a': ['1', 0]}}, '9': {'class_type': 'TOut', 'inputs': {'v': ['2', 0]}}}", 0);
+    EXPECT_STR(run_log, "");
+    /* A class that sees its id: renumbering it re-runs it and what it feeds. */
+    sig_run(g, &s, "{'1': {'class_type': 'TUid', 'inputs': {'x': 4}}, '9': {'class_type': 'TOut', "
+                   "'inputs': {'v': ['1', 0]}}}", 0);
+    EXPECT_STR(run_log, "1,9");
+    sig_run(g, &s, "{'1': {'class_type': 'TUid', 'inputs': {'x': 4}}, '8': {'class_type': 'TOut', "
+                   "'inputs': {'v': ['1', 0]}}}", 0);
+    EXPECT_STR(run_log, "");
+    sig_run(g, &s, "{'4': {'class_type': 'TUid', 'inputs': {'x': 4}}, '9': {'class_type': 'TOut', "
+                   "'inputs': {'v': ['4', 0]}}}", 0);
+    EXPECT_STR(run_log, "4,9");
+    /* IS_CHANGED: the same fingerprint hits, a new one re-runs, a failed one always. */
+    const char *chg = "{'1': {'class_type': 'TChg', 'inputs': {'x': 3}}, '9': {'class_type': 'TOut', "
+                      "'inputs': {'v': ['1', 0]}}}";
+    sig_run(g, &s, chg, 0);
+    EXPECT_STR(run_log, "1,9");
+    sig_run(g, &s, chg, 1);
+    EXPECT_STR(run_log, "");
+    snprintf(chg_state, sizeof(chg_state), "b");
+    sig_run(g, &s, chg, 0);
+    EXPECT_STR(run_log, "1,9");
+    snprintf(chg_state, sizeof(chg_state), "fail");
+    sig_run(g, &s, chg, 0);
+    EXPECT_STR(run_log, "1,9");
+    sig_run(g, &s, chg, 0);
+    EXPECT_STR(run_log, "1,9");
+    sink_clear(&s);
+    graph_free(g);
+}
+
 static void test_cache_modes(const struct tdirs *d)
 {
     struct sink s = {0};
@@ -1280,6 +1390,7 @@ int main(int argc, char **argv)
     graph_free(g);
     test_events_and_cache(&d);
     test_cache_modes(&d);
+    test_signatures(&d);
     test_device_stats(&d);
     test_random_prompts(&d);
     EXPECT_EQ(alloc_live_count(), live0);
