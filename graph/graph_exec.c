@@ -150,7 +150,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     d = graph__base_data(&r);
     cJSON *nodes = cJSON_CreateArray();
     for (int i = 0; i < n; i++)
-        if (graph__cached(&r, i))
+        if (r.x[i].cached_at_start) /* the lookups policy_start made; nothing ran since */
             cJSON_AddItemToArray(nodes, cJSON_CreateString(r.p->nodes[i].id));
     cJSON *dd = cJSON_CreateObject();
     cJSON_AddItemToObject(dd, "nodes", nodes);

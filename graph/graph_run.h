@@ -19,6 +19,7 @@ struct xnode {
     uint8_t has_sig;
     uint8_t sig_state; /* 0 not computed, 1 computing, 2 done */
     uint8_t pending, done, rank, pstate;
+    uint8_t cached_at_start; /* had a cache entry after the policy ran (execution_cached) */
     int32_t order;      /* pending insertion index */
     int32_t block;      /* pending sources not yet done */
     int32_t dep_off, n_dep; /* dependents in run.deps */
@@ -78,6 +79,7 @@ int graph__hook_image(void *user, double value, double max, const uint8_t *px, i
 /* graph_sig.c: signatures and the cache policy. */
 void graph__compute_sigs(struct run *r);
 struct gcache_entry *graph__cached(struct run *r, int n); /* node n's cache entry or NULL */
+/* Apply the cache mode before a run and set xnode.cached_at_start. */
 void graph__policy_start(struct run *r);
 void graph__policy_end(struct run *r);
 /* A validated constant as a value of the input's type; NULL for socket types. */

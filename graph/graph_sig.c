@@ -251,6 +251,7 @@ void graph__policy_start(struct run *r)
         if (e) {
             e->used_now = g->gen;
             e->gen = g->gen;
+            r->x[i].cached_at_start = 1; /* kept by the filter below: used_now is this gen */
         }
     }
     if (g->cfg.cache_mode == GRAPH_CACHE_CLASSIC)
