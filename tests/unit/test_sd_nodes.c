@@ -880,8 +880,9 @@ static void test_register(void)
            node_registry_find(r, "LatentBatch") == &sd_latent_batch &&
            node_registry_find(r, "CLIPTextEncodeSDXL") == &sd_clip_text_encode_sdxl &&
            node_registry_find(r, "CLIPTextEncodeSDXLRefiner") == &sd_clip_text_encode_sdxl_refiner &&
-           /* nodes.py 30, nodes_model_merging 11, nodes_clip_sdxl 2, nodes_controlnet 1 */
-           node_registry_count(r) == 30 + 11 + 2 + 1 + SD_CUSTOM_N_CLASSES +
+           /* nodes.py 30 + GLIGENLoader and GLIGENTextBoxApply, nodes_model_merging 11,
+            * nodes_clip_sdxl 2, nodes_controlnet 1, nodes_model_merging_model_specific 3 */
+           node_registry_count(r) == 30 + 2 + 11 + 2 + 1 + 3 + SD_CUSTOM_N_CLASSES +
                                           SD_LATENT_OPS_N_CLASSES + SD_EXTRA_N_CLASSES +
                                           SD_CONCAT_COND_N_CLASSES,
        "nodes_sd_register adds the twenty classes, the custom-sampling and latent-op families "
