@@ -16,7 +16,8 @@
  *     mask resized and cropped as ComfyUI (float64 reference), the grey image's and the
  *     original's latents equal VAEEncode's of images built here, noise_mask on/off, every
  *     entry keeps its other keys; bad inputs are node errors; KSampler runs the tiny 9- and
- *     8-channel SD1.5 and 9-channel SD2 UNets with them (finite, and the concat matters).
+ *     8-channel SD1.5, 9-channel SD2 and 9- and 8-channel SDXL UNets with them (finite, and
+ *     the concat matters), and a ControlNet on the 9-channel SD1.5.
  */
 #include <math.h>
 #include <stdio.h>
@@ -887,6 +888,30 @@ static void test_nodes(void)
         value_unref(vx);
     }
 
+    /* SDXL instruct-pix2pix (8 channels; a diffusers ip2p: the image latent unscaled) */
+    sdxl_config_tiny(&cfg);
+    cfg.unet.in_ch = 8;
+    gen("sdxl_ip2p.safetensors", &cfg);
+    {
+        struct value *mx, *cx, *vx;
+        load("sdxl_ip2p.safetensors", &mx, &cx, &vx);
+        struct value *px = text(cx, "make it red"), *nx = text(cx, "");
+        struct value *vv[] = {value_ref(px), value_ref(nx), value_ref(vx), value_ref(img)};
+        rc = run_node(&sd_instruct_pix2pix_conditioning, n8, vv, 4, o, msg, sizeof msg);
+        struct value *sx2 = rc == 0 ? ksample(mx, o[0], o[1], o[2], kmsg, sizeof kmsg) : NULL;
+        ok(sd_model_of(mx)->concat == MODEL_CONCAT_IP2P && sx2 && latent_finite(sx2),
+           "SDXL instruct-pix2pix: InstructPixToPixConditioning + KSampler (%s)",
+           sx2 ? "ok" : rc ? msg : kmsg);
+        value_unref(sx2);
+        for (int i = 0; rc == 0 && i < 4; i++)
+            value_unref(o[i]);
+        value_unref(px);
+        value_unref(nx);
+        value_unref(mx);
+        value_unref(cx);
+        value_unref(vx);
+    }
+
     /* SD2 512-inpainting: loads, samples with its own CLIP's conditioning */
     struct value *m2, *c2, *v2;
     load("sd2_inpaint.safetensors", &m2, &c2, &v2);
@@ -918,7 +943,8 @@ static void rm_dir(void)
 {
     const char *names[] = {"checkpoints/inpaint.safetensors", "checkpoints/ip2p.safetensors",
                            "checkpoints/sd2_inpaint.safetensors",
-                           "checkpoints/sdxl_inpaint.safetensors", "controlnet/cn.safetensors"};
+                           "checkpoints/sdxl_inpaint.safetensors",
+                           "checkpoints/sdxl_ip2p.safetensors", "controlnet/cn.safetensors"};
     char p[256];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
