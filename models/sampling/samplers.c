@@ -66,6 +66,9 @@ static const struct {
                                                          SAMPLER_NOISE | SAMPLER_UNCOND},
     [SAMPLING_SAMPLER_GRADIENT_ESTIMATION] = {"gradient_estimation", 0},
     [SAMPLING_SAMPLER_GRADIENT_ESTIMATION_CFG_PP] = {"gradient_estimation_cfg_pp", SAMPLER_UNCOND},
+    [SAMPLING_SAMPLER_ER_SDE] = {"er_sde", SAMPLER_NOISE},
+    [SAMPLING_SAMPLER_SEEDS_2] = {"seeds_2", SAMPLER_NOISE},
+    [SAMPLING_SAMPLER_SEEDS_3] = {"seeds_3", SAMPLER_NOISE},
     [SAMPLING_SAMPLER_DDIM] = {"ddim", 0},
     [SAMPLING_SAMPLER_UNI_PC] = {"uni_pc", SAMPLER_DISCARD},
     [SAMPLING_SAMPLER_UNI_PC_BH2] = {"uni_pc_bh2", SAMPLER_DISCARD},
@@ -355,107 +358,6 @@ static int run_dpm_2(struct sampling__ctx *c, float *x, float *den, float *d, fl
                 float b = z[k] * (float)c->o.s_noise;
                 x[k] = x[k] + b * su;
             }
-        }
-    }
-    return 0;
-}
-
-/*
- * Nodes and weights of m-point Gauss–Legendre on [-1, 1] (m <= LMS_MAX_GAUSS), by
- * Newton's method on P_m from the usual cosine guesses.
- */
-#define LMS_MAX_GAUSS 64
-
-static void gauss_legendre(int m, double *x, double *w)
-{
-    for (int i = 0; i < m; i++) {
-        double z = cos(M_PI * (i + 0.75) / (m + 0.5)), dp = 1.0;
-        for (int it = 0; it < 100; it++) {
-            double p0 = 1.0, p1 = z;
-            for (int k = 2; k <= m; k++) {
-                double p2 = ((2.0 * k - 1.0) * z * p1 - (k - 1.0) * p0) / k;
-                p0 = p1;
-                p1 = p2;
-            }
-            dp = m * (z * p1 - p0) / (z * z - 1.0);
-            double dz = p1 / dp;
-            z -= dz;
-            if (fabs(dz) < 1e-15)
-                break;
-        }
-        x[i] = z;
-        w[i] = 2.0 / ((1.0 - z * z) * dp * dp);
-    }
-}
-
-/*
- * ∫_{t[i]}^{t[i+1]} Π_{k≠j} (τ − t[i−k]) / (t[i−j] − t[i−k]) dτ: a polynomial
- * of degree order − 1, integrated exactly by Gauss–Legendre in double
- * (ComfyUI uses SciPy's quad, exact here to ~1e-12): the fixed 3-point rule up to
- * order 6, ceil(order / 2) points above. As in NumPy, the denominators are
- * float32 differences of the float32 sigmas.
- */
-static double lms_coeff(int order, const float *t, int i, int j)
-{
-    static const double g3x[3] = {-0.7745966692414834, 0.0, 0.7745966692414834};
-    static const double g3w[3] = {5.0 / 9.0, 8.0 / 9.0, 5.0 / 9.0};
-    double gxb[LMS_MAX_GAUSS], gwb[LMS_MAX_GAUSS];
-    const double *gx = g3x, *gw = g3w;
-    int m = 3;
-    if (order > 6) {
-        m = (order + 1) / 2;
-        gauss_legendre(m, gxb, gwb);
-        gx = gxb;
-        gw = gwb;
-    }
-    double a = t[i], b = t[i + 1];
-    double mid = 0.5 * (a + b), half = 0.5 * (b - a), sum = 0.0;
-    for (int q = 0; q < m; q++) {
-        double tau = mid + half * gx[q], prod = 1.0;
-        for (int k = 0; k < order; k++) {
-            if (k == j)
-                continue;
-            float den = t[i - j] - t[i - k];
-            prod *= (tau - (double)t[i - k]) / (double)den;
-        }
-        sum += gw[q] * prod;
-    }
-    return sum * half;
-}
-
-/* lms with ds[0..order) as the history ring (ds[have - 1] the newest), coeff[order] scratch. */
-static int run_lms(struct sampling__ctx *c, float *x, float *den, float **ds, float *coeff)
-{
-    const float *sig = c->run->sigmas;
-    const int order = c->o.lms_order;
-    size_t n = c->n;
-    int rc, have = 0;
-    for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
-        /* ds.append(d); if len(ds) > order: ds.pop(0) */
-        if (have == order) {
-            float *oldest = ds[0];
-            memmove(ds, ds + 1, (size_t)(order - 1) * sizeof *ds);
-            ds[order - 1] = oldest;
-            have = order - 1;
-        }
-        sampling__to_d(x, den, s, ds[have], n);
-        have++;
-        if ((rc = sampling__report(c, i, den, x)) < 0)
-            return rc;
-        if (sn == 0.0f) {
-            memcpy(x, den, n * sizeof *x);
-            continue;
-        }
-        int cur = i + 1 < order ? i + 1 : order;
-        for (int j = 0; j < cur; j++)
-            coeff[j] = (float)lms_coeff(cur, sig, i, j);
-        for (size_t k = 0; k < n; k++) {
-            /* sum(coeff_j · d_j, newest first), then x + sum. */
-            float acc = coeff[0] * ds[have - 1][k];
-            for (int j = 1; j < cur; j++)
-                acc = acc + coeff[j] * ds[have - 1 - j][k];
-            x[k] = x[k] + acc;
         }
     }
     return 0;
@@ -824,7 +726,7 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
     if (run->opts)
         o = *run->opts;
     if (!(o.eta >= 0.0 && o.eta <= 1e6) || !(o.s_noise >= 0.0 && o.s_noise <= 1e6) ||
-        !(o.r > 0.0 && o.r <= 1e6) || o.lms_order < 1 || o.lms_order > 2 * LMS_MAX_GAUSS)
+        !(o.r > 0.0 && o.r <= 1e6) || o.lms_order < 1 || o.lms_order > SAMPLING__LMS_MAX_ORDER)
         return err_set(e, ERR_INVALID,
                        "invalid options for sampler '%s' (eta %g, s_noise %g, r %g, order %d)", name,
                        o.eta, o.s_noise, o.r, o.lms_order);
@@ -832,23 +734,14 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
         return 0;
 
     struct sampling__ctx c = {.run = run, .o = o, .n = n};
-    /* den, d, x2, d2/den2/old, lms history (4), inpaint input, noise */
-    float *buf = xmalloc(n * 10 * sizeof *buf);
+    /* den, d, x2, d2/den2/old, inpaint input, noise (families in other files add their own) */
+    float *buf = NULL;
+    int rc = sampling__scratch(&c, 6, &buf);
+    if (rc < 0)
+        return err_set(e, rc, "cannot allocate the state of sampler '%s'", name);
     float *den = buf, *d = buf + n, *x2 = buf + 2 * n, *d2 = buf + 3 * n;
-    float *ds[4] = {buf + 4 * n, buf + 5 * n, buf + 6 * n, buf + 7 * n};
-    c.xin = buf + 8 * n;
-    c.nz = buf + 9 * n;
-    /* lms keeps `order` derivatives: the four above, or a history of its own. */
-    float **lms_ds = NULL, *lms_hist = NULL, *lms_coeffs = NULL;
-    if (run->sampler == SAMPLING_SAMPLER_LMS) {
-        lms_ds = xmalloc((size_t)o.lms_order * sizeof *lms_ds);
-        lms_coeffs = xmalloc((size_t)o.lms_order * sizeof *lms_coeffs);
-        if (o.lms_order > 4)
-            lms_hist = xmalloc((size_t)o.lms_order * n * sizeof *lms_hist);
-        for (int j = 0; j < o.lms_order; j++)
-            lms_ds[j] = lms_hist ? lms_hist + (size_t)j * n : ds[j];
-    }
-    int rc;
+    c.xin = buf + 4 * n;
+    c.nz = buf + 5 * n;
     /* ComfyUI's SDE samplers build their BrownianTreeNoiseSampler before the first step. */
     int brownian = run->noise && (sampler_flags(run->sampler) & SAMPLER_BROWNIAN);
     if (brownian && (rc = sampling_noise_brownian_begin(run->noise, run->sigmas, run->n_sigmas, n,
@@ -872,7 +765,7 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
     case SAMPLING_SAMPLER_HEUN: rc = run_heun(&c, x, den, d, x2, d2); break;
     case SAMPLING_SAMPLER_DPM_2: rc = run_dpm_2(&c, x, den, d, x2, d2, 0); break;
     case SAMPLING_SAMPLER_DPM_2_ANCESTRAL: rc = run_dpm_2(&c, x, den, d, x2, d2, 1); break;
-    case SAMPLING_SAMPLER_LMS: rc = run_lms(&c, x, den, lms_ds, lms_coeffs); break;
+    case SAMPLING_SAMPLER_LMS: rc = sampling__run_lms(&c, x); break;
     case SAMPLING_SAMPLER_DPMPP_2S_ANCESTRAL: rc = run_dpmpp_2s_ancestral(&c, x, den, d, x2); break;
     case SAMPLING_SAMPLER_DPMPP_SDE:
     case SAMPLING_SAMPLER_DPMPP_SDE_GPU: rc = run_dpmpp_sde(&c, x, den, x2, d2); break;
@@ -899,6 +792,9 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
     case SAMPLING_SAMPLER_RES_MULTISTEP_ANCESTRAL_CFG_PP:
     case SAMPLING_SAMPLER_GRADIENT_ESTIMATION:
     case SAMPLING_SAMPLER_GRADIENT_ESTIMATION_CFG_PP: rc = sampling__run_res(&c, x, run->sampler); break;
+    case SAMPLING_SAMPLER_ER_SDE:
+    case SAMPLING_SAMPLER_SEEDS_2:
+    case SAMPLING_SAMPLER_SEEDS_3: rc = sampling__run_seeds(&c, x, run->sampler); break;
     case SAMPLING_SAMPLER_UNI_PC: rc = sampling__run_unipc(&c, x, 0); break;
     case SAMPLING_SAMPLER_UNI_PC_BH2: rc = sampling__run_unipc(&c, x, 1); break;
     default: rc = ERR_INVALID; break;
@@ -906,9 +802,6 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
     if (brownian)
         sampling_noise_brownian_end(run->noise);
 done:
-    xfree(lms_ds);
-    xfree(lms_hist);
-    xfree(lms_coeffs);
     xfree(buf);
     if (rc == ERR_INTERRUPTED)
         return err_set(e, ERR_INTERRUPTED, "sampling interrupted");

@@ -60,7 +60,13 @@ void sampling__to_d(const float *x, const float *den, float sigma, float *d, siz
 /* k-diffusion's get_ancestral_step(σ, σn, eta) in float32; eta = 0 steps to σn without noise. */
 void sampling__ancestral_step(float s, float sn, double eta, float *down, float *up);
 
+/* The largest lms order the options may ask for. */
+#define SAMPLING__LMS_MAX_ORDER 128
+
 /* ---- the families outside samplers.c (each returns 0 or a negative ERR_*) ---- */
+
+/* lms with c->o.lms_order derivatives (samplers_lms.c). */
+int sampling__run_lms(struct sampling__ctx *c, float *x);
 
 /* uni_pc (bh2 = 0: variant bh1) and uni_pc_bh2 (samplers_unipc.c). */
 int sampling__run_unipc(struct sampling__ctx *c, float *x, int bh2);
@@ -79,5 +85,8 @@ int sampling__run_multistep(struct sampling__ctx *c, float *x, enum sampling_sam
 
 /* res_multistep (4 variants) and gradient_estimation (2) (samplers_res.c). */
 int sampling__run_res(struct sampling__ctx *c, float *x, enum sampling_sampler s);
+
+/* er_sde, seeds_2 and seeds_3 (samplers_seeds.c). */
+int sampling__run_seeds(struct sampling__ctx *c, float *x, enum sampling_sampler s);
 
 #endif

@@ -40,9 +40,10 @@
 /*
  * Latent-sized host buffers one sampling run holds at its peak: noise, mask, x_in,
  * x, acc[3] and the output here, scaled, x and inpaint noise in the pipeline, and up
- * to 10 in the sampler's own state (models/sampling/samplers.c), rounded up.
+ * to 15 in the sampler's own state (models/sampling/samplers*.c: 6 shared, 9 more for
+ * uni_pc and dpm_*), rounded up.
  */
-#define KS_HOST_COPIES 22
+#define KS_HOST_COPIES 27
 
 /* Exactly the implemented subset, in ComfyUI's order (tests compare with models/sampling). */
 static const char *const sampler_options[] = {
@@ -52,7 +53,8 @@ static const char *const sampler_options[] = {
     "dpmpp_2m_sde", "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu",
     "dpmpp_3m_sde", "dpmpp_3m_sde_gpu", "ddpm", "lcm", "ipndm", "ipndm_v", "deis", "res_multistep",
     "res_multistep_cfg_pp", "res_multistep_ancestral", "res_multistep_ancestral_cfg_pp",
-    "gradient_estimation", "gradient_estimation_cfg_pp", "ddim", "uni_pc", "uni_pc_bh2", NULL};
+    "gradient_estimation", "gradient_estimation_cfg_pp", "er_sde", "seeds_2", "seeds_3", "ddim",
+    "uni_pc", "uni_pc_bh2", NULL};
 static const char *const scheduler_options[] = {
     "simple", "sgm_uniform", "karras", "exponential", "ddim_uniform", "beta", "normal",
     "linear_quadratic", "kl_optimal", NULL};
