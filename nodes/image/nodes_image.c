@@ -48,15 +48,7 @@ static void input_images(const struct node_env *env, struct node_strlist *out)
 
 static int validate_image_name(const struct node_env *env, const char *value, struct buf *reason)
 {
-    struct buf path;
-    buf_init(&path);
-    int rc = node_files_resolve_input(env, value, &path);
-    buf_release(&path);
-    if (rc < 0) {
-        buf_printf(reason, "Invalid image file: %s", value);
-        return rc;
-    }
-    return 0;
+    return node_files_validate_input(env, value, "image", reason);
 }
 
 enum { LOAD_IMAGE, LOAD_N };

@@ -16,11 +16,9 @@
  * existing file of the input folder (annotated names included).
  */
 #include <errno.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "alloc.h"
 #include "buf.h"
@@ -115,52 +113,15 @@ const struct node_class sd_save_latent = {
 
 /* ---- LoadLatent ---- */
 
-static int has_latent_ext(const char *n)
-{
-    size_t len = strlen(n);
-    return len >= 7 && strcmp(n + len - 7, ".latent") == 0;
-}
-
 static void input_latents(const struct node_env *env, struct node_strlist *out)
 {
-    if (!env->input_dir)
-        return;
-    DIR *d = opendir(env->input_dir);
-    if (!d)
-        return;
-    struct node_strlist tmp;
-    node_strlist_init(&tmp);
-    struct buf p;
-    buf_init(&p);
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (!has_latent_ext(de->d_name))
-            continue;
-        buf_reset(&p);
-        buf_printf(&p, "%s/%s", env->input_dir, de->d_name);
-        struct stat st;
-        if (stat(p.ptr, &st) == 0 && S_ISREG(st.st_mode))
-            node_strlist_add(&tmp, de->d_name);
-    }
-    closedir(d);
-    buf_release(&p);
-    node_strlist_sort(&tmp);
-    for (size_t i = 0; i < tmp.n; i++)
-        node_strlist_add(out, tmp.items[i]);
-    node_strlist_release(&tmp);
+    static const char *const exts[] = {".latent", NULL};
+    node_files_list_input(env, exts, 0, out);
 }
 
 static int validate_latent_name(const struct node_env *env, const char *value, struct buf *reason)
 {
-    struct buf path;
-    buf_init(&path);
-    int rc = node_files_resolve_input(env, value, &path);
-    buf_release(&path);
-    if (rc < 0) {
-        buf_printf(reason, "Invalid latent file: %s", value);
-        return rc;
-    }
-    return 0;
+    return node_files_validate_input(env, value, "latent", reason);
 }
 
 enum { LOAD_LATENT, LOAD_N };

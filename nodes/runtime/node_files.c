@@ -142,7 +142,8 @@ int node_files_find_model(const struct node_env *env, const char *folder, const 
     return ERR_NOT_FOUND;
 }
 
-void node_files_list_input_images(const struct node_env *env, struct node_strlist *out)
+void node_files_list_input(const struct node_env *env, const char *const *exts, int nocase,
+                           struct node_strlist *out)
 {
     if (!env->input_dir)
         return;
@@ -155,11 +156,11 @@ void node_files_list_input_images(const struct node_env *env, struct node_strlis
     buf_init(&p);
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+        if (!has_ext(de->d_name, exts, nocase))
             continue;
         buf_reset(&p);
         buf_printf(&p, "%s/%s", env->input_dir, de->d_name);
-        if (is_regular(p.ptr) && has_ext(de->d_name, image_exts, 1))
+        if (is_regular(p.ptr))
             node_strlist_add(&tmp, de->d_name);
     }
     closedir(d);
@@ -168,6 +169,23 @@ void node_files_list_input_images(const struct node_env *env, struct node_strlis
     for (size_t i = 0; i < tmp.n; i++)
         node_strlist_add(out, tmp.items[i]);
     node_strlist_release(&tmp);
+}
+
+void node_files_list_input_images(const struct node_env *env, struct node_strlist *out)
+{
+    node_files_list_input(env, image_exts, 1, out);
+}
+
+int node_files_validate_input(const struct node_env *env, const char *value, const char *kind,
+                              struct buf *reason)
+{
+    struct buf path;
+    buf_init(&path);
+    int rc = node_files_resolve_input(env, value, &path);
+    buf_release(&path);
+    if (rc < 0)
+        buf_printf(reason, "Invalid %s file: %s", kind, value);
+    return rc < 0 ? rc : 0;
 }
 
 int node_files_resolve_input(const struct node_env *env, const char *name, struct buf *path)

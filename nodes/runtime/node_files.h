@@ -34,9 +34,19 @@ void node_files_list_models(const struct node_env *env, const char *folder,
 int node_files_find_model(const struct node_env *env, const char *folder, const char *name,
                           struct buf *path);
 
-/* Regular files directly in the input folder whose extension is an image type,
- * sorted (LoadImage's combo). */
+/* Append the regular files directly in the input folder whose names end in one of
+ * `exts` (NULL-terminated; `nocase`: compared ignoring case), sorted byte-wise: the
+ * combos of the nodes that load from the input folder. */
+void node_files_list_input(const struct node_env *env, const char *const *exts, int nocase,
+                           struct node_strlist *out);
+/* Image files of the input folder (LoadImage's combo): node_files_list_input with
+ * the image extensions PIL opens, in any case. */
 void node_files_list_input_images(const struct node_env *env, struct node_strlist *out);
+/* A combo validator's check for a file of the input folder: 0 when `value` resolves
+ * (node_files_resolve_input), else that error with "Invalid <kind> file: <value>"
+ * appended to `reason`, as ComfyUI's VALIDATE_INPUTS words it. */
+int node_files_validate_input(const struct node_env *env, const char *value, const char *kind,
+                              struct buf *reason);
 
 /*
  * Resolve an annotated name as ComfyUI's folder_paths.get_annotated_filepath does:

@@ -124,7 +124,10 @@ int main(void)
     ok(rc < 0 && !strcmp(c.exc_type, "FileNotFoundError"), "a missing file is FileNotFoundError");
     node_ctx_release(&c);
 
-    /* Listing: the .latent files, sorted. */
+    /* Listing: the regular .latent files (the extension's case as written), sorted. */
+    char mk[1024];
+    snprintf(mk, sizeof mk, "mkdir %s/dir.latent && touch %s/x.LATENT %s/y.png", dir, dir, dir);
+    ASSERT(system(mk) == 0);
     struct node_strlist opts;
     node_strlist_init(&opts);
     sd_load_latent.inputs[0].options_fn(&env, &opts);
@@ -132,6 +135,15 @@ int main(void)
            !strcmp(opts.items[3], "old.latent"),
        "the input listing is the sorted .latent files (%zu)", opts.n);
     node_strlist_release(&opts);
+    /* The combo's validator: any existing input file, else ComfyUI's message. */
+    struct buf why;
+    buf_init(&why);
+    ok(sd_load_latent.inputs[0].validate(&env, "old.latent", &why) == 0 && why.len == 0,
+       "an existing .latent validates");
+    ok(sd_load_latent.inputs[0].validate(&env, "missing.latent", &why) < 0 &&
+           !strcmp(why.ptr, "Invalid latent file: missing.latent"),
+       "a missing one: %s", why.ptr ? why.ptr : "(none)");
+    buf_release(&why);
 
     value_unref(lv);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
