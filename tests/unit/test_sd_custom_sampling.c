@@ -390,6 +390,23 @@ static void test_equivalence(const struct setup *s, struct value *empty, struct 
     check_equiv(s, empty, "euler_ancestral", "karras", 7.0, 1.0, "euler_ancestral/karras");
     check_equiv(s, empty, "dpmpp_2m", "simple", 1.0, 1.0, "dpmpp_2m cfg 1");
     check_equiv(s, img_lat, "euler", "normal", 7.0, 0.6, "img2img denoise 0.6");
+    /* Issue 14's samplers: CFG++ (the uncond x0 through the guider), ancestral noise, stages. */
+    check_equiv(s, empty, "dpmpp_2m_cfg_pp", "karras", 7.0, 1.0, "dpmpp_2m_cfg_pp");
+    check_equiv(s, empty, "res_multistep_ancestral", "normal", 7.0, 1.0, "res_multistep_ancestral");
+    check_equiv(s, empty, "seeds_3", "karras", 7.0, 1.0, "seeds_3");
+    check_equiv(s, empty, "deis", "simple", 7.0, 1.0, "deis");
+
+    /* KSamplerSelect takes every name of the list; a name ComfyUI has and we lack is refused. */
+    int all = 1;
+    for (int i = 0; i < SAMPLING_SAMPLER_COUNT; i++) {
+        struct value *v = select_sampler(sampling_sampler_name((enum sampling_sampler)i));
+        all &= v != NULL;
+        value_unref(v);
+    }
+    struct value *missing = select_sampler("sa_solver");
+    ok(all && !missing, "KSamplerSelect accepts all %d samplers, refuses sa_solver",
+       SAMPLING_SAMPLER_COUNT);
+    value_unref(missing);
 
     /* An inpaint mask on the latent: honoured the same way by both. */
     const struct sd_latent *il = sd_latent_of(img_lat);
