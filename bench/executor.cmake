@@ -3,6 +3,8 @@
 # cached, with and without event building, and the time to validate the default
 # workflow (with stand-in SD node declarations registered by the benchmark only).
 # One command: build/bench/bench_executor (or the target bench_executor_run).
+# Instruction counts of the chain's all-cached runs alone (for A/B on a loaded machine):
+#   valgrind --tool=callgrind --collect-atstart=no build/bench/bench_executor --count-cached [native]
 add_executable(bench_executor ${CMAKE_CURRENT_LIST_DIR}/executor/bench_executor.c)
 target_link_libraries(bench_executor PRIVATE latentd_graph)
 target_compile_definitions(bench_executor PRIVATE LATENTD_FIXTURES_DIR="${PROJECT_SOURCE_DIR}/tests/fixtures")
