@@ -200,7 +200,7 @@ static float lerp_half(float a, float b)
 #define STEP_BEGIN(i)                                                                       \
     float s = sig[i], sn = sig[(i) + 1];                                                    \
     (void)sn;                                                                               \
-    if ((rc = sampling__model(c, x, s, den)) < 0)                                                     \
+    if ((rc = sampling__model(c, x, s, den)) < 0)                                           \
         return rc;
 
 /* ---- samplers ---- */

@@ -37,10 +37,14 @@
 
 /*
  * Implemented samplers, in the order of ComfyUI's SAMPLER_NAMES (KSAMPLER_NAMES,
- * then ddim, uni_pc, uni_pc_bh2; comfy-api.md §7.2) with the ones we lack left out. The *_gpu names differ from their
- * CPU twins in ComfyUI only in where the Brownian tree lives (torch's CUDA
- * generator); ours is always the CPU tree (sampling_brownian.h), so they are
- * identical to them.
+ * then ddim, uni_pc, uni_pc_bh2; comfy-api.md §7.2) with the ones we lack left
+ * out: sa_solver and sa_solver_pece (their noise interval comes from the model's
+ * percent_to_sigma, which a sampler run does not carry yet). The *_gpu names
+ * differ from their CPU twins in ComfyUI only in where the Brownian tree lives
+ * (torch's CUDA generator); ours is always the CPU tree (sampling_brownian.h), so
+ * they are identical to them. The samplers after sd15.md §5.7 (uni_pc, the CFG++,
+ * multistep and SEEDS families, ...) assume eps or v models: λ = −ln σ, not the
+ * logit ComfyUI uses for flow models.
  */
 enum sampling_sampler {
     SAMPLING_SAMPLER_EULER = 0,

@@ -118,6 +118,21 @@ describe("custom sampling end to end", () => {
     assert.ok(checked >= CORE.length, `${checked} classes compared`);
   });
 
+  it("issue 14's samplers: KSampler runs uni_pc and seeds_3; dpmpp_2m_cfg_pp is the same in both graphs", async (t) => {
+    if (skip) { t.skip(skip); return; }
+    const samplers = info.KSampler.input.required.sampler_name[0];
+    for (const name of ["uni_pc", "uni_pc_bh2", "euler_cfg_pp", "dpm_adaptive", "deis", "er_sde", "seeds_3"])
+      assert.ok(samplers.includes(name), `KSampler lists ${name}`);
+    assert.deepEqual(info.KSamplerSelect.input.required.sampler_name[0], samplers);
+    const u = savedPixels(S, await runToEnd(S, ksampler("unipc", { sampler: "uni_pc" })));
+    const s3 = savedPixels(S, await runToEnd(S, ksampler("seeds3", { sampler: "seeds_3" })));
+    assert.equal(u.length, 64 * 64 * 3);
+    assert.ok(!u.equals(s3), "different samplers, different images");
+    const k = savedPixels(S, await runToEnd(S, ksampler("kcfgpp", { sampler: "dpmpp_2m_cfg_pp" })));
+    const a = savedPixels(S, await runToEnd(S, advanced("acfgpp", { sampler: "dpmpp_2m_cfg_pp" })));
+    assert.ok(a.equals(k), "dpmpp_2m_cfg_pp: SamplerCustomAdvanced == KSampler");
+  });
+
   it("SamplerCustomAdvanced and SamplerCustom save exactly KSampler's pixels", async (t) => {
     if (skip) { t.skip(skip); return; }
     const k = savedPixels(S, await runToEnd(S, ksampler("ks")));
