@@ -359,8 +359,8 @@ static void cold_table(const char *models_dir, int threads, int quick, int only)
         fflush(stdout);
     }
     printf("# wall_r, cpu_r, rss_r: bf16 / fp32 (cold wall, CPU seconds, peak RSS); cpu_r is the\n"
-           "# figure to trust on a loaded machine; the bf16 weight cache counts in its RSS\n"
-           "# (bounded by LATENTD_BF16_CACHE_MB, default 2048)\n");
+           "# figure to trust on a loaded machine; bf16 rounds weights per op (no second copy)\n"
+           "# unless LATENTD_BF16_CACHE_MB > 0 keeps copies, which then count in its RSS\n");
 }
 
 int main(int argc, char **argv)

@@ -115,6 +115,7 @@ struct gemm_job {
     int by_cols;
     int64_t step;
     const uint16_t *a16, *b16; /* both set: the bf16 GEMM on these instead of a, b */
+    const float *ra, *rb;      /* bf16: this f32 operand is rounded per panel instead */
 };
 
 /* One panel: f32, or bf16 on the same element offsets (a16/b16 share a/b's layout). */
@@ -144,6 +145,53 @@ static void gemm_task(void *ctx, int64_t beg, int64_t end, int tid)
     }
 }
 
+#define PANEL16_MAX ((int64_t)1 << 20)
+
+/*
+ * A bf16 panel whose unbound operand is split with it (B's columns of a column panel,
+ * A's rows of a row panel) rounds just its slice into the pool thread's scratch. Rounding
+ * all of it up front took a buffer as large as the operand: a VAE decoder's 1x1
+ * shortcut at 512^2 has a 256 x 262144 activation, 128 MiB of bf16 per call.
+ */
+static void gemm16_task(void *ctx, int64_t beg, int64_t end, int tid)
+{
+    (void)tid;
+    struct gemm_job *j = ctx;
+    for (int64_t p = beg; p < end; p++) {
+        int64_t lo = p * j->step, len = (j->by_cols ? j->n : j->m) - lo;
+        len = len < j->step ? len : j->step;
+        if (len <= 0)
+            continue;
+        const uint16_t *a = j->a16, *b = j->b16;
+        int64_t lda = j->lda, ldb = j->ldb;
+        if (j->by_cols) {
+            if (j->rb) {
+                int64_t rows = j->tb ? len : j->k, cols = j->tb ? j->k : len;
+                uint16_t *d = cpu_bf16_scratch(1, (size_t)(rows * cols));
+                cpu_bf16_pack(d, j->tb ? j->rb + lo * j->ldb : j->rb + lo, rows, cols, j->ldb);
+                b = d;
+                ldb = cols;
+            } else {
+                b += j->tb ? lo * j->ldb : lo;
+            }
+            cpu_gemm_bf16_1(j->ta, j->tb, j->m, len, j->k, j->alpha, a, lda, b, ldb, j->beta,
+                            j->c + lo, j->ldc);
+        } else {
+            if (j->ra) {
+                int64_t rows = j->ta ? j->k : len, cols = j->ta ? len : j->k;
+                uint16_t *d = cpu_bf16_scratch(0, (size_t)(rows * cols));
+                cpu_bf16_pack(d, j->ta ? j->ra + lo : j->ra + lo * j->lda, rows, cols, j->lda);
+                a = d;
+                lda = cols;
+            } else {
+                a += j->ta ? lo : lo * j->lda;
+            }
+            cpu_gemm_bf16_1(j->ta, j->tb, len, j->n, j->k, j->alpha, a, lda, b, ldb, j->beta,
+                            j->c + lo * j->ldc, j->ldc);
+        }
+    }
+}
+
 /* Run j as panels over the pool (the caller is the executor). */
 static void gemm_split(struct gemm_job *j, int nt)
 {
@@ -151,9 +199,15 @@ static void gemm_split(struct gemm_job *j, int nt)
     /* panels of 16-multiple width keep the kernels' vector tails out of the split */
     /* two panels per thread so a descheduled thread's work can be taken over */
     j->step = ((len + 2 * nt - 1) / (2 * nt) + 15) / 16 * 16;
+    /* a per-panel bf16 slice at most ~PANEL16_MAX elements (the thread keeps it as its
+     * scratch), but at least 256 wide */
+    if ((j->ra || j->rb) && j->step * j->k > PANEL16_MAX) {
+        int64_t s = (PANEL16_MAX / j->k + 15) / 16 * 16;
+        j->step = s < 256 ? 256 : s;
+    }
     int64_t parts = (len + j->step - 1) / j->step;
     cpu_gemm_pool_enter();
-    tensor__pool_for(parts, gemm_task, j);
+    tensor__pool_for(parts, j->ra || j->rb ? gemm16_task : gemm_task, j);
     cpu_gemm_pool_leave();
 }
 
@@ -187,8 +241,18 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
     int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
     int nt = tensor__pool_threads();
     int whole = threads == 1 || nt == 1 || (double)m * (double)n * (double)k < 4e6;
+    int by_cols = n >= m || n >= 64 * nt; /* gemm_split's panels, when not whole */
     uint16_t *own[2] = {NULL, NULL};
     const float *src[2] = {a16 ? NULL : a, b16 ? NULL : b};
+    const float *per_panel[2] = {NULL, NULL}; /* rounded by gemm16_task, slice by slice */
+    if (!whole && src[1] && by_cols) {
+        per_panel[1] = src[1];
+        src[1] = NULL;
+    }
+    if (!whole && src[0] && !by_cols) {
+        per_panel[0] = src[0];
+        src[0] = NULL;
+    }
     int64_t rows[2] = {ar, br}, cols[2] = {ac, bc}, ld[2] = {lda, ldb};
     for (int i = 0; i < 2; i++) {
         if (!src[i])
@@ -225,7 +289,7 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
         return;
     }
     struct gemm_job j = {ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, NULL, NULL, c,
-                         n >= m || n >= 64 * nt, 0, a16, b16};
+                         by_cols, 0, a16, b16, per_panel[0], per_panel[1]};
     gemm_split(&j, nt);
     xfree_aligned(own[0]);
     xfree_aligned(own[1]);
@@ -265,6 +329,6 @@ void cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float 
         return;
     }
     struct gemm_job j = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c,
-                         n >= m || n >= 64 * nt, 0, NULL, NULL};
+                         n >= m || n >= 64 * nt, 0, NULL, NULL, NULL, NULL};
     gemm_split(&j, nt);
 }

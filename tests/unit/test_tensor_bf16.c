@@ -11,7 +11,8 @@
  *   (b) against the exact dot of the unrounded inputs: |y - sum x w| <=
  *       ((1 + u8)^2 - 1 + gamma(K) (1 + u8)^2) sum |x w| ~= 2^-7 sum |x w|: the relative
  *       error of a K-length dot with bf16 inputs, whatever K.
- * Checked for linear (small: one GEMM; large: pool panels), matmul with an f16
+ * Checked for linear (small: one GEMM; large: pool panels, the activation rounded per
+ * panel or up front), matmul with an f16
  * operand, conv2d through each of its paths (1x1, batched small image, row chunks),
  * with f32/f16/bf16 weights. Also: round-to-nearest-even ties; fp32 stays the default
  * and bit-identical; by default nothing is kept (weights are rounded per op into a
@@ -471,8 +472,10 @@ int main(void)
     t_linear(TENSOR_F16, 200, 320, 640, "linear f16 weight, pool panels");
     t_linear(TENSOR_BF16, 130, 300, 1000, "linear bf16 weight, K = 1000");
     t_linear(TENSOR_F32, 2, 4096, 64, "linear f32 weight, wide n");
+    t_linear(TENSOR_F16, 4096, 64, 64, "linear f16, row panels rounding x per panel");
     t_matmul();
     t_conv(TENSOR_F32, 2, 64, 9, 9, 40, 1, 1, 0, "conv 1x1 (direct GEMM)");
+    t_conv(TENSOR_F16, 1, 64, 96, 96, 40, 1, 1, 0, "conv 1x1 96^2 (x rounded per panel)");
     t_conv(TENSOR_F16, 2, 32, 8, 8, 64, 3, 1, 1, "conv 3x3 8x8 (batched small images)");
     t_conv(TENSOR_F16, 1, 16, 40, 36, 24, 3, 1, 1, "conv 3x3 40x36 (row chunks)");
     t_conv(TENSOR_BF16, 2, 8, 33, 31, 16, 3, 2, 1, "conv 3x3 stride 2");
