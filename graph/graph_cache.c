@@ -79,7 +79,6 @@ static void entry_free(struct gcache_entry *e)
 {
     for (int i = 0; i < e->n_out; i++)
         value_unref(e->out[i]);
-    xfree(e->out);
     cJSON_Delete(e->ui);
     xfree(e);
 }
@@ -161,10 +160,13 @@ struct gcache_entry *gcache_put(struct gcache *c, struct gsig sig, int n_out, st
     gcache_remove(c, sig);
     if (2 * (c->count + c->tombs + 1) > c->nslots)
         rehash(c, c->nslots ? (2 * c->count + 2 > c->nslots ? 2 * c->nslots : c->nslots) : 64);
-    struct gcache_entry *e = xcalloc(1, sizeof(*e));
+    struct gcache_entry *e = xcalloc(1, sizeof(*e) + (size_t)n_out * sizeof(e->_outv[0]));
     e->sig = sig;
     e->n_out = n_out;
-    e->out = out;
+    e->out = e->_outv;
+    if (n_out)
+        memcpy(e->out, out, (size_t)n_out * sizeof(*out));
+    xfree(out);
     e->ui = ui;
     size_t s = slot_of(sig, c->nslots);
     while (c->e[s] && c->e[s] != TOMB)

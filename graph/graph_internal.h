@@ -143,6 +143,8 @@ struct gcache_entry {
     cJSON *ui;          /* owned; the node's UI output, NULL when none */
     uint64_t gen;       /* prompt generation that last used it (LRU) */
     uint64_t used_now;  /* generation of the last prompt that had this key (classic) */
+    struct value *_outv[]; /* out's storage: one allocation per entry keeps a lookup's
+                              entry and its outputs together */
 };
 
 struct gcache {
@@ -154,7 +156,8 @@ void gcache_init(struct gcache *c);
 void gcache_release(struct gcache *c);
 void gcache_clear(struct gcache *c);
 struct gcache_entry *gcache_get(struct gcache *c, struct gsig sig);
-/* Insert (or replace) an entry for sig; takes ownership of `out` refs and `ui`. */
+/* Insert (or replace) an entry for sig; takes ownership of `out`'s refs (and frees
+ * the array itself) and of `ui`. */
 struct gcache_entry *gcache_put(struct gcache *c, struct gsig sig, int n_out,
                                 struct value **out, cJSON *ui);
 void gcache_remove(struct gcache *c, struct gsig sig);
