@@ -106,6 +106,8 @@ int sampling_sample_latent(const struct sampling_request *req, const float *late
         .inpaint = req->noise_mask ? &ip : NULL,
         .opts = req->opts,
         .uncond_x0 = req->uncond_x0,
+        .tau_sigma_start = req->tau_sigma_start,
+        .tau_sigma_end = req->tau_sigma_end,
     };
     if ((rc = sampling_run_sampler(&run, x, n, e)) < 0)
         goto out;

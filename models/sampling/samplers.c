@@ -22,6 +22,7 @@ enum sampler_flags {
     SAMPLER_UNCOND = 1 << 1,   /* reads the uncond x0 (CFG++: sampling_sampler_needs_uncond) */
     SAMPLER_BROWNIAN = 1 << 2, /* its noise is ComfyUI's Brownian tree (sampling_brownian.h) */
     SAMPLER_DISCARD = 1 << 3,  /* KSampler drops the penultimate sigma */
+    SAMPLER_TAU = 1 << 4,      /* reads the run's tau interval (sampling_sampler_needs_tau) */
 };
 
 static const struct {
@@ -69,6 +70,8 @@ static const struct {
     [SAMPLING_SAMPLER_ER_SDE] = {"er_sde", SAMPLER_NOISE},
     [SAMPLING_SAMPLER_SEEDS_2] = {"seeds_2", SAMPLER_NOISE},
     [SAMPLING_SAMPLER_SEEDS_3] = {"seeds_3", SAMPLER_NOISE},
+    [SAMPLING_SAMPLER_SA_SOLVER] = {"sa_solver", SAMPLER_NOISE | SAMPLER_TAU},
+    [SAMPLING_SAMPLER_SA_SOLVER_PECE] = {"sa_solver_pece", SAMPLER_NOISE | SAMPLER_TAU},
     [SAMPLING_SAMPLER_DDIM] = {"ddim", 0},
     [SAMPLING_SAMPLER_UNI_PC] = {"uni_pc", SAMPLER_DISCARD},
     [SAMPLING_SAMPLER_UNI_PC_BH2] = {"uni_pc_bh2", SAMPLER_DISCARD},
@@ -110,6 +113,17 @@ int sampling_sampler_needs_uncond(enum sampling_sampler s)
 int sampling_sampler_is_stochastic(enum sampling_sampler s)
 {
     return (sampler_flags(s) & SAMPLER_NOISE) != 0;
+}
+
+int sampling_sampler_needs_tau(enum sampling_sampler s)
+{
+    return (sampler_flags(s) & SAMPLER_TAU) != 0;
+}
+
+void sampling_sa_tau_interval(const struct sampling_discrete *ms, double *start, double *end)
+{
+    *start = sampling_percent_to_sigma(ms, 0.2);
+    *end = sampling_percent_to_sigma(ms, 0.8);
 }
 
 /* ---- the run context: model call with the inpaint wrapper, scratch ---- */
@@ -711,6 +725,12 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
         return err_set(e, ERR_INVALID, "sampler '%s' needs a noise source", name);
     if (sampling_sampler_needs_uncond(run->sampler) && !run->uncond_x0)
         return err_set(e, ERR_INVALID, "sampler '%s' needs the uncond prediction", name);
+    if (sampling_sampler_needs_tau(run->sampler) &&
+        !(run->tau_sigma_start > 0.0 && isfinite(run->tau_sigma_start) &&
+          run->tau_sigma_end >= 0.0 && isfinite(run->tau_sigma_end)))
+        return err_set(e, ERR_INVALID,
+                       "sampler '%s' needs the model's noise interval (start %g, end %g)", name,
+                       run->tau_sigma_start, run->tau_sigma_end);
     if (run->inpaint && (!run->inpaint->mask || !run->inpaint->latent || !run->inpaint->noise))
         return err_set(e, ERR_INVALID, "incomplete inpaint mask for sampler '%s'", name);
     for (int i = 0; i < run->n_sigmas; i++) {
@@ -795,6 +815,8 @@ int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, str
     case SAMPLING_SAMPLER_ER_SDE:
     case SAMPLING_SAMPLER_SEEDS_2:
     case SAMPLING_SAMPLER_SEEDS_3: rc = sampling__run_seeds(&c, x, run->sampler); break;
+    case SAMPLING_SAMPLER_SA_SOLVER: rc = sampling__run_sa(&c, x, 0); break;
+    case SAMPLING_SAMPLER_SA_SOLVER_PECE: rc = sampling__run_sa(&c, x, 1); break;
     case SAMPLING_SAMPLER_UNI_PC: rc = sampling__run_unipc(&c, x, 0); break;
     case SAMPLING_SAMPLER_UNI_PC_BH2: rc = sampling__run_unipc(&c, x, 1); break;
     default: rc = ERR_INVALID; break;

@@ -89,4 +89,7 @@ int sampling__run_res(struct sampling__ctx *c, float *x, enum sampling_sampler s
 /* er_sde, seeds_2 and seeds_3 (samplers_seeds.c). */
 int sampling__run_seeds(struct sampling__ctx *c, float *x, enum sampling_sampler s);
 
+/* sa_solver (pece = 0) and sa_solver_pece (samplers_sa.c). */
+int sampling__run_sa(struct sampling__ctx *c, float *x, int pece);
+
 #endif

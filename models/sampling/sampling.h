@@ -36,10 +36,10 @@
 #include "sampling_sched.h"
 
 /*
- * Implemented samplers, in the order of ComfyUI's SAMPLER_NAMES (KSAMPLER_NAMES,
- * then ddim, uni_pc, uni_pc_bh2; comfy-api.md §7.2) with the ones we lack left
- * out: sa_solver and sa_solver_pece (their noise interval comes from the model's
- * percent_to_sigma, which a sampler run does not carry yet). The *_gpu names
+ * Every sampler, in the order of ComfyUI's SAMPLER_NAMES (KSAMPLER_NAMES,
+ * then ddim, uni_pc, uni_pc_bh2; comfy-api.md §7.2). sa_solver and
+ * sa_solver_pece take their noise interval from the model's percent_to_sigma,
+ * which the caller puts in the run (tau_sigma_start/end). The *_gpu names
  * differ from their CPU twins in ComfyUI only in where the Brownian tree lives
  * (torch's CUDA generator); ours is always the CPU tree (sampling_brownian.h), so
  * they are identical to them. The samplers after sd15.md §5.7 (uni_pc, the CFG++,
@@ -84,6 +84,8 @@ enum sampling_sampler {
     SAMPLING_SAMPLER_ER_SDE,
     SAMPLING_SAMPLER_SEEDS_2,
     SAMPLING_SAMPLER_SEEDS_3,
+    SAMPLING_SAMPLER_SA_SOLVER,      /* needs the run's tau interval */
+    SAMPLING_SAMPLER_SA_SOLVER_PECE, /* sa_solver re-evaluating each corrected state */
     SAMPLING_SAMPLER_DDIM, /* ComfyUI runs euler, with fresh noise for the inpaint blend */
     SAMPLING_SAMPLER_UNI_PC, /* UniPC (bh1), multistep order min(3, steps - 1) */
     SAMPLING_SAMPLER_UNI_PC_BH2,
@@ -165,6 +167,11 @@ struct sampling_run {
      * disable_cfg1_optimization). Required by the samplers that need it
      * (sampling_sampler_needs_uncond), read by no other. */
     const float *uncond_x0;
+    /* sa_solver's noise interval: τ = eta where tau_sigma_end ≤ σ ≤ tau_sigma_start,
+     * 0 elsewhere. ComfyUI's KSampler takes them from the MODEL's sampling:
+     * percent_to_sigma(0.2) and percent_to_sigma(0.8). Required by the samplers of
+     * sampling_sampler_needs_tau (start > 0, end ≥ 0, finite), read by no other. */
+    double tau_sigma_start, tau_sigma_end;
 };
 
 /*
@@ -180,13 +187,26 @@ int sampling_sampler_is_stochastic(enum sampling_sampler s);
 int sampling_sampler_needs_uncond(enum sampling_sampler s);
 
 /*
+ * Whether sampler `s` reads the run's tau interval (sa_solver, sa_solver_pece):
+ * the caller must then set tau_sigma_start/end from the model (sampling_sa_tau_interval).
+ */
+int sampling_sampler_needs_tau(enum sampling_sampler s);
+
+/*
+ * The tau interval ComfyUI's sample_sa_solver uses by default: percent_to_sigma
+ * of 0.2 (start, the larger σ) and 0.8 (end) of the model's sampling `ms`.
+ */
+void sampling_sa_tau_interval(const struct sampling_discrete *ms, double *start, double *end);
+
+/*
  * Run the sampler in place on x[0..n) (the already noised, scaled latent)
  * over run->sigmas with run->opts (KSampler's defaults when NULL). On
  * success x holds the result (scaled latent). Allocates scratch of a few
  * times n floats for the run. Returns 0, ERR_INVALID (bad arguments),
  * ERR_INTERRUPTED (the step callback asked to stop; x is then partial), or
  * the denoiser's error. Options out of range (lms_order < 1, eta, s_noise or r
- * negative or not finite, r = 0 for dpmpp_sde) are ERR_INVALID.
+ * negative or not finite, r = 0 for dpmpp_sde) and a missing tau interval
+ * (sampling_sampler_needs_tau) are ERR_INVALID.
  */
 int sampling_run_sampler(const struct sampling_run *run, float *x, size_t n, struct err *e);
 
@@ -208,6 +228,7 @@ struct sampling_request {
     void *step_user;
     const struct sampling_options *opts; /* optional (NULL: KSampler's defaults) */
     const float *uncond_x0;         /* as sampling_run's: the CFG++ samplers need it */
+    double tau_sigma_start, tau_sigma_end; /* as sampling_run's: sa_solver needs them */
 };
 
 /*

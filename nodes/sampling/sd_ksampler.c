@@ -45,7 +45,7 @@
  */
 #define KS_HOST_COPIES 27
 
-/* Exactly the implemented subset, in ComfyUI's order (tests compare with models/sampling). */
+/* ComfyUI's SAMPLER_NAMES in its order (tests compare with models/sampling). */
 static const char *const sampler_options[] = {
     "euler", "euler_cfg_pp", "euler_ancestral", "euler_ancestral_cfg_pp", "heun", "heunpp2",
     "dpm_2", "dpm_2_ancestral", "lms", "dpm_fast", "dpm_adaptive", "dpmpp_2s_ancestral",
@@ -53,8 +53,8 @@ static const char *const sampler_options[] = {
     "dpmpp_2m_sde", "dpmpp_2m_sde_gpu", "dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun_gpu",
     "dpmpp_3m_sde", "dpmpp_3m_sde_gpu", "ddpm", "lcm", "ipndm", "ipndm_v", "deis", "res_multistep",
     "res_multistep_cfg_pp", "res_multistep_ancestral", "res_multistep_ancestral_cfg_pp",
-    "gradient_estimation", "gradient_estimation_cfg_pp", "er_sde", "seeds_2", "seeds_3", "ddim",
-    "uni_pc", "uni_pc_bh2", NULL};
+    "gradient_estimation", "gradient_estimation_cfg_pp", "er_sde", "seeds_2", "seeds_3",
+    "sa_solver", "sa_solver_pece", "ddim", "uni_pc", "uni_pc_bh2", NULL};
 static const char *const scheduler_options[] = {
     "simple", "sgm_uniform", "karras", "exponential", "ddim_uniform", "beta", "normal",
     "linear_quadratic", "kl_optimal", NULL};
@@ -1042,6 +1042,8 @@ int sd__sample(struct node_ctx *c, const struct sd_sample_args *a, struct sd_lat
         /* The negative side's x0, which denoise() leaves in acc: post_cfg_function's
          * uncond_denoised. */
         .uncond_x0 = k.acc[SD_SIDE_NEG]};
+    /* sample_sa_solver's default tau interval, from the MODEL's sampling. */
+    sampling_sa_tau_interval(&model->ms, &req.tau_sigma_start, &req.tau_sigma_end);
     sd_progress_begin(&k.bar, n_sigmas > 0 ? n_sigmas - 1 : 0);
     rc = sampling_sample_latent(&req, lat->samples, out->samples, n, &e);
     sd_progress_end(&k.bar);

@@ -26,6 +26,8 @@ static const struct sampling_latent_rgb rgb_sd15 = {.factors = {{0.3512f, 0.2297
 #include "test_sampling_ref.h"
 
 static struct sampling_discrete ms;
+/* sa_solver's noise interval for this ms (percent_to_sigma of 0.2 and 0.8), set in main. */
+static double tau_start, tau_end;
 
 /* The float nearest a decimal printed with enough digits is the exact float. */
 static int same_float(float a, const char *dec)
@@ -546,7 +548,8 @@ static void test_trajectories(void)
                 sampling_noise_init(&nref, 99, SAMPLING_RANDN_V2);
                 struct sampling_run run = {.sampler = smp, .sigmas = sig, .n_sigmas = ns,
                                            .denoise = an_denoise, .uncond_x0 = an_uncond, .denoise_user = &a,
-                                           .step = an_step, .step_user = &a, .noise = &nsrc};
+                                           .step = an_step, .step_user = &a, .noise = &nsrc,
+                                   .tau_sigma_start = tau_start, .tau_sigma_end = tau_end};
                 int rc = sampling_run_sampler(&run, x, n, &e);
                 ref_sample(sampling_sampler_name(smp), xr, n, sig, ns, an_ref, &a, &nref);
                 double maxref = 0, maxd = 0;
@@ -622,6 +625,10 @@ static void test_options(void)
         {SAMPLING_SAMPLER_DPMPP_2M_SDE_HEUN, {.eta = 2.0, .s_noise = 0.5, .r = 0.5, .lms_order = 4}},
         {SAMPLING_SAMPLER_DPMPP_3M_SDE, {.eta = 0.0, .s_noise = 1.0, .r = 0.5, .lms_order = 4}},
         {SAMPLING_SAMPLER_DPMPP_3M_SDE, {.eta = 0.8, .s_noise = 1.2, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_SA_SOLVER, {.eta = 0.0, .s_noise = 1.0, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_SA_SOLVER, {.eta = 0.6, .s_noise = 1.3, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_SA_SOLVER_PECE, {.eta = 1.5, .s_noise = 0.7, .r = 0.5, .lms_order = 4}},
+        {SAMPLING_SAMPLER_SA_SOLVER_PECE, {.eta = 1.0, .s_noise = 0.0, .r = 0.5, .lms_order = 4}},
         {SAMPLING_SAMPLER_LMS, {.eta = 1.0, .s_noise = 1.0, .r = 0.5, .lms_order = 1}},
         {SAMPLING_SAMPLER_LMS, {.eta = 1.0, .s_noise = 1.0, .r = 0.5, .lms_order = 2}},
         {SAMPLING_SAMPLER_LMS, {.eta = 1.0, .s_noise = 1.0, .r = 0.5, .lms_order = 6}},
@@ -653,7 +660,8 @@ static void test_options(void)
         sampling_noise_init(&nsrc, 77, SAMPLING_RANDN_V2);
         sampling_noise_init(&nref, 77, SAMPLING_RANDN_V2);
         struct sampling_run run = {.sampler = smp, .sigmas = sig, .n_sigmas = ns, .denoise = an_denoise, .uncond_x0 = an_uncond,
-                                   .denoise_user = &a, .noise = &nsrc, .opts = o};
+                                   .denoise_user = &a, .noise = &nsrc, .opts = o,
+                                   .tau_sigma_start = tau_start, .tau_sigma_end = tau_end};
         int rc = sampling_run_sampler(&run, x, n, &e);
         struct ref_opts ro = {.eta = o->eta, .s_noise = o->s_noise, .r = o->r, .order = o->lms_order};
         ref_sample_opts(sampling_sampler_name(smp), xr, n, sig, ns, an_ref, &a, &nref, &ro);
@@ -684,7 +692,8 @@ static void test_options(void)
             sampling_noise_init(&nsrc, 5, SAMPLING_RANDN_V2);
             struct sampling_run run = {.sampler = (enum sampling_sampler)si, .sigmas = sig, .n_sigmas = ns,
                                        .denoise = an_denoise, .uncond_x0 = an_uncond, .denoise_user = &a, .noise = &nsrc,
-                                       .opts = pass ? &def : NULL};
+                                       .opts = pass ? &def : NULL,
+                                   .tau_sigma_start = tau_start, .tau_sigma_end = tau_end};
             same &= sampling_run_sampler(&run, dst, n, &e) == 0;
         }
         same &= !memcmp(x, xd, n * sizeof *x);
@@ -732,7 +741,8 @@ static void test_convergence(void)
         struct sampling_noise nsrc;
         sampling_noise_init(&nsrc, 17, SAMPLING_RANDN_V2);
         struct sampling_run run = {.sampler = smp, .sigmas = sig, .n_sigmas = ns,
-                                   .denoise = an_denoise, .uncond_x0 = an_uncond, .denoise_user = &a, .noise = &nsrc};
+                                   .denoise = an_denoise, .uncond_x0 = an_uncond, .denoise_user = &a, .noise = &nsrc,
+                                   .tau_sigma_start = tau_start, .tau_sigma_end = tau_end};
         int rc = sampling_run_sampler(&run, x, n, &e);
         if (!sampling_sampler_is_stochastic(smp)) {
             /*
@@ -821,7 +831,8 @@ static int run_pipeline(enum sampling_sampler smp, uint64_t seed, double denoise
                                    .noise = noise, .seed = seed,
                                    .variant = SAMPLING_RANDN_V2, .noise_mask = mask,
                                    .sigma_max = ms.sigma_max, .denoise = an_denoise, .uncond_x0 = an_uncond,
-                                   .denoise_user = a, .step = an_step, .step_user = a};
+                                   .denoise_user = a, .step = an_step, .step_user = a,
+                                   .tau_sigma_start = tau_start, .tau_sigma_end = tau_end};
     rc = sampling_sample_latent(&req, latent, out, n, &e);
     xfree(sig);
 out:
@@ -1011,11 +1022,82 @@ static void test_preview(void)
     xfree(img);
 }
 
+/*
+ * sa_solver's interval and model calls: noise is drawn once per predictor step
+ * whose σn lies in [end, start]; no interval is an error, an empty one is the
+ * eta 0 ODE bit for bit; PECE calls the model twice per step but the first.
+ */
+static void test_sa_solver(void)
+{
+    const size_t n = 64;
+    struct err e = {0};
+    float *x0 = xmalloc(n * sizeof *x0), *x = xmalloc(n * sizeof *x), *xd = xmalloc(n * sizeof *xd);
+    struct sampling_rng rg;
+    sampling_rng_seed(&rg, 99);
+    sampling_rng_randn(&rg, x0, n, SAMPLING_RANDN_V2);
+    float *sig;
+    int ns;
+    EXPECT_OK(sampling_sigmas_for_ksampler(&ms, SAMPLING_SCHEDULER_NORMAL, 0, 20, 1.0, -1, -1, 0,
+                                           &sig, &ns, &e));
+    ok(tau_start > 5.0 && tau_start < 5.2 && tau_end > 0.55 && tau_end < 0.6,
+       "sa_solver interval of SD1.5's sampling: sigma %.4f .. %.4f", tau_end, tau_start);
+    long want = 0;
+    for (int i = 0; i + 1 < ns; i++)
+        want += sig[i + 1] > 0.0f && sig[i + 1] <= tau_start && sig[i + 1] >= tau_end;
+    for (int pece = 0; pece < 2; pece++) {
+        struct analytic a = {.cc = 0.6, .cu = 1.0, .off = 0.05, .cfg = 3.5, .interrupt_at = -1};
+        struct sampling_noise nsrc;
+        sampling_noise_init(&nsrc, 3, SAMPLING_RANDN_V2);
+        memcpy(x, x0, n * sizeof *x);
+        struct sampling_run run = {.sampler = pece ? SAMPLING_SAMPLER_SA_SOLVER_PECE
+                                                   : SAMPLING_SAMPLER_SA_SOLVER,
+                                   .sigmas = sig, .n_sigmas = ns, .denoise = an_denoise,
+                                   .denoise_user = &a, .step = an_step, .step_user = &a,
+                                   .noise = &nsrc, .tau_sigma_start = tau_start,
+                                   .tau_sigma_end = tau_end};
+        int rc = sampling_run_sampler(&run, x, n, &e);
+        int calls = pece ? 1 + 2 * (ns - 2) : ns - 1;
+        ok(rc == 0 && nsrc.draws == want && a.calls == calls && a.steps_seen == ns - 1,
+           "%s, 20 normal steps: %ld noise draws (want %ld), %d model calls (want %d)",
+           sampling_sampler_name(run.sampler), nsrc.draws, want, a.calls, calls);
+        /* An interval no σ falls in: the ODE (eta 0) to the bit. */
+        struct sampling_options ode = SAMPLING_OPTIONS_DEFAULT;
+        ode.eta = 0.0;
+        memcpy(x, x0, n * sizeof *x);
+        memcpy(xd, x0, n * sizeof *xd);
+        sampling_noise_init(&nsrc, 3, SAMPLING_RANDN_V2);
+        run.tau_sigma_start = 1e-9;
+        run.tau_sigma_end = 0.0;
+        run.step = NULL;
+        int rc1 = sampling_run_sampler(&run, x, n, &e);
+        long d1 = nsrc.draws;
+        run.tau_sigma_start = tau_start;
+        run.tau_sigma_end = tau_end;
+        run.opts = &ode;
+        int rc2 = sampling_run_sampler(&run, xd, n, &e);
+        ok(rc1 == 0 && rc2 == 0 && d1 == 0 && nsrc.draws == 0 && !memcmp(x, xd, n * sizeof *x),
+           "%s: an empty interval is the eta 0 ODE bit for bit, no draws",
+           sampling_sampler_name(run.sampler));
+        run.opts = NULL;
+        run.tau_sigma_start = 0.0;
+        ok(sampling_run_sampler(&run, x, n, &e) == ERR_INVALID,
+           "%s without the model's interval is refused: %s", sampling_sampler_name(run.sampler),
+           e.msg);
+        e = (struct err){0};
+    }
+    xfree(sig);
+    xfree(x0);
+    xfree(x);
+    xfree(xd);
+}
+
 int main(void)
 {
     long live = alloc_live_count();
     sampling_discrete_init(&ms, 0.00085, 0.012);
     ref_set_uncond(an_ref_uncond);
+    sampling_sa_tau_interval(&ms, &tau_start, &tau_end);
+    ref_set_sa_interval(tau_start, tau_end);
     test_mt();
     test_randn_vectors();
     test_randn_paths();
@@ -1026,6 +1108,7 @@ int main(void)
     test_sampler_names();
     test_trajectories();
     test_options();
+    test_sa_solver();
     test_convergence();
     test_pipeline();
     test_mask_prepare();

@@ -38,6 +38,12 @@ int ref_sample_ext(const char *name, double *x, size_t n, const float *sig, int 
  */
 double ref_lagrange_integral(const double *hist_s, int order, int j, double a, double b);
 
+/*
+ * sa_solver's noise interval [end, start] in σ (the model's percent_to_sigma of
+ * 0.2 and 0.8): the reference has no model, so the test sets it once.
+ */
+void ref_set_sa_interval(double start, double end);
+
 /* The uncond prediction U(x, σ) the CFG++ samplers read (with the same `user` as D). */
 void ref_set_uncond(ref_denoise_fn U);
 

@@ -395,17 +395,20 @@ static void test_equivalence(const struct setup *s, struct value *empty, struct 
     check_equiv(s, empty, "res_multistep_ancestral", "normal", 7.0, 1.0, "res_multistep_ancestral");
     check_equiv(s, empty, "seeds_3", "karras", 7.0, 1.0, "seeds_3");
     check_equiv(s, empty, "deis", "simple", 7.0, 1.0, "deis");
+    /* sa_solver's noise interval comes from the MODEL in both graphs. */
+    check_equiv(s, empty, "sa_solver", "normal", 7.0, 1.0, "sa_solver");
+    check_equiv(s, empty, "sa_solver_pece", "karras", 7.0, 1.0, "sa_solver_pece");
 
-    /* KSamplerSelect takes every name of the list; a name ComfyUI has and we lack is refused. */
+    /* KSamplerSelect takes every name of ComfyUI's list (all implemented); others are refused. */
     int all = 1;
     for (int i = 0; i < SAMPLING_SAMPLER_COUNT; i++) {
         struct value *v = select_sampler(sampling_sampler_name((enum sampling_sampler)i));
         all &= v != NULL;
         value_unref(v);
     }
-    struct value *missing = select_sampler("sa_solver");
-    ok(all && !missing, "KSamplerSelect accepts all %d samplers, refuses sa_solver",
-       SAMPLING_SAMPLER_COUNT);
+    struct value *missing = select_sampler("sa_solver_bh2");
+    ok(all && !missing && SAMPLING_SAMPLER_COUNT == 42,
+       "KSamplerSelect accepts all %d samplers, refuses sa_solver_bh2", SAMPLING_SAMPLER_COUNT);
     value_unref(missing);
 
     /* An inpaint mask on the latent: honoured the same way by both. */

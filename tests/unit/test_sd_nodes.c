@@ -366,7 +366,10 @@ static int run_direct(const struct ks *k, const struct sd_latent *lat, float *ou
                                    .seed = k->seed, .variant = SAMPLING_RANDN_V2,
                                    .noise_mask = mask, .sigma_max = ms.sigma_max,
                                    .denoise = direct_denoise, .denoise_user = &d,
-                                   .uncond_x0 = d.uncond};
+                                   .uncond_x0 = d.uncond,
+                                   /* sample_sa_solver's default: percent 0.2 .. 0.8 */
+                                   .tau_sigma_start = sampling_percent_to_sigma(&ms, 0.2),
+                                   .tau_sigma_end = sampling_percent_to_sigma(&ms, 0.8)};
     int rc = sampling_sample_latent(&req, lat->samples, out, n, &e);
     xfree(d.uncond);
     xfree(sig);
