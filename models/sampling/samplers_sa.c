@@ -45,8 +45,10 @@ static double sa_tau(const struct sampling__ctx *c, float sigma)
  * compute_stochastic_adams_b_coeffs (general branch) for the k nodes lam[0..k)
  * from λs to λt: b_j = σt·e^{λt} · l_j with l solving Σ_j λ_j^p l_j = e_p, e_p the
  * (1+τ²)-scaled ∫ e^{(1+τ²)(x−λt)} x^p dx by parts. Written to b[0..k) (float32).
+ * Returns 0, or ERR_INVALID for repeated nodes (a schedule with two equal sigmas:
+ * the system is singular, and torch.linalg.solve raises there too).
  */
-static void sa_b_coeffs(float sigma_t, const float *lam, int k, float ls, float lt, double tau,
+static int sa_b_coeffs(float sigma_t, const float *lam, int k, float ls, float lt, double tau,
                         float *b)
 {
     const double tm = 1.0 + tau * tau;
@@ -74,6 +76,8 @@ static void sa_b_coeffs(float sigma_t, const float *lam, int k, float ls, float 
         for (int r = col + 1; r < k; r++)
             if (fabs(a[r][col]) > fabs(a[piv][col]))
                 piv = r;
+        if (a[piv][col] == 0.0)
+            return ERR_INVALID;
         if (piv != col) {
             for (int q = 0; q <= k; q++) {
                 double tmp = a[col][q];
@@ -97,6 +101,7 @@ static void sa_b_coeffs(float sigma_t, const float *lam, int k, float ls, float 
     float alpha = sigma_t * expf(lt);
     for (int j = 0; j < k; j++)
         b[j] = alpha * (float)l[j];
+    return 0;
 }
 
 /* out = Σ_j hist[j]·b[j] over the k newest evaluations (oldest first), in float32. */
@@ -166,7 +171,8 @@ int sampling__run_sa(struct sampling__ctx *c, float *x, int pece)
             memcpy(x, xp, n * sizeof *x);
         } else {
             float b[SA_MAX_ORDER];
-            sa_b_coeffs(s, lam + i - kc + 1, kc, lam[i - 1], lam[i], tau, b);
+            if ((rc = sa_b_coeffs(s, lam + i - kc + 1, kc, lam[i - 1], lam[i], tau, b)) < 0)
+                goto out;
             sa_combine(hist, have, kc, b, res, n);
             float ratio = s / sig[i - 1];
             float damp = expf((float)(-(tau * tau)) * h);
@@ -186,7 +192,8 @@ int sampling__run_sa(struct sampling__ctx *c, float *x, int pece)
         }
         tau = sa_tau(c, sn);
         float b[SA_MAX_ORDER];
-        sa_b_coeffs(sn, lam + i - kp + 1, kp, lam[i], lam[i + 1], tau, b);
+        if ((rc = sa_b_coeffs(sn, lam + i - kp + 1, kp, lam[i], lam[i + 1], tau, b)) < 0)
+            goto out;
         sa_combine(hist, have, kp, b, res, n);
         h = lam[i + 1] - lam[i];
         float ratio = sn / s;

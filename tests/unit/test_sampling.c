@@ -1084,6 +1084,14 @@ static void test_sa_solver(void)
            "%s without the model's interval is refused: %s", sampling_sampler_name(run.sampler),
            e.msg);
         e = (struct err){0};
+        /* Two equal sigmas make the interpolation nodes repeat: an error, not NaNs. */
+        float dup[5] = {sig[0], sig[3], sig[3], sig[6], 0.0f};
+        run.sigmas = dup;
+        run.n_sigmas = 5;
+        run.tau_sigma_start = tau_start;
+        ok(sampling_run_sampler(&run, x, n, &e) == ERR_INVALID,
+           "%s with a repeated sigma: ERR_INVALID (%s)", sampling_sampler_name(run.sampler), e.msg);
+        e = (struct err){0};
     }
     xfree(sig);
     xfree(x0);
