@@ -3,6 +3,8 @@
 # VAE time, total, peak RSS, overhead over raw UNet evals and the ratio to
 # stable-diffusion.cpp's figures. One command: cmake --build <build> --target bench_txt2img_run
 #   (or <build>/bench_txt2img [--quick] [--tiny] [--ckpt PATH] [--threads N]).
+# fp32 vs bf16 per CPU-second, in one process, interleaved (UNet step, VAE decode):
+#   <build>/bench_txt2img --ab [--size 256|512] [--reps N]   (bench/txt2img/ab_bf16.c)
 add_executable(bench_txt2img ${CMAKE_CURRENT_LIST_DIR}/txt2img/bench_txt2img.c
                ${CMAKE_CURRENT_LIST_DIR}/txt2img/ab_bf16.c)
 target_link_libraries(bench_txt2img PRIVATE latentd_nodes latentd_ckptgen)
