@@ -93,6 +93,9 @@ void cpu_widen_done(struct hbuf *h);
  * op holds it). tensor_cpu_scratch_release (tensor.h) is the public door. */
 size_t cpu_widen_scratch_bytes(void);
 void cpu_widen_release(void);
+/* Arm the calling thread's exit to free all its CPU scratch (widen.c, the bf16
+ * temporaries, Winograd's buffers): call when a thread first allocates one. */
+void cpu_scratch_free_at_exit(void);
 
 static inline int64_t cpu_rows_of(const struct tensor *t)
 {

@@ -36,6 +36,7 @@
 #include <sys/mman.h>
 
 #include "alloc.h"
+#include "adapt.h"
 #include "gemm_bf16.h"
 #include "../tensor_precision.h"
 
@@ -123,24 +124,6 @@ static _Thread_local struct tmp16 {
     size_t cap;   /* elements */
     int busy;
 } tmp16[TMP_SLOTS];
-static pthread_key_t tmp_key;
-static pthread_once_t tmp_once = PTHREAD_ONCE_INIT;
-
-static void tmp_at_exit(void *v)
-{
-    struct tmp16 *t = v;
-    for (int i = 0; i < TMP_SLOTS; i++) {
-        xfree_aligned(t[i].p);
-        t[i] = (struct tmp16){0};
-    }
-}
-
-static void tmp_key_init(void)
-{
-    if (pthread_key_create(&tmp_key, tmp_at_exit) != 0)
-        PANIC("pthread_key_create failed");
-}
-
 /* A free scratch slot of at least n elements (-1: none free; then the heap). */
 static int tmp_take(int64_t n)
 {
@@ -149,10 +132,7 @@ static int tmp_take(int64_t n)
         if (t->busy)
             continue;
         if ((size_t)n > t->cap) {
-            if (!tmp16[0].p && !tmp16[1].p) {
-                pthread_once(&tmp_once, tmp_key_init);
-                pthread_setspecific(tmp_key, tmp16);
-            }
+            cpu_scratch_free_at_exit();
             xfree_aligned(t->p);
             t->p = copy_alloc((size_t)n * 2);
             t->cap = (size_t)n;

@@ -47,23 +47,32 @@ struct widen_scratch {
 
 static _Thread_local struct widen_scratch scratch;
 
-/* A thread that widened something frees its scratch when it exits (an executor
- * thread ends with the server, and tests count what is left allocated). */
+/*
+ * A thread that took any of the CPU scratch buffers (this file's, the bf16
+ * temporaries of gemm_bf16_cache.c, Winograd's) frees them when it exits: an executor
+ * thread ends with the server, and tests (and LeakSanitizer) count what is left.
+ * One key for all three, so no buffer owner can forget its own.
+ */
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 
 static void scratch_at_exit(void *p)
 {
-    struct widen_scratch *s = p;
-    xfree_aligned(s->p);
-    s->p = NULL;
-    s->cap = 0;
+    (void)p;
+    tensor_cpu_scratch_release();
 }
 
 static void exit_key_init(void)
 {
     if (pthread_key_create(&exit_key, scratch_at_exit) != 0)
         PANIC("pthread_key_create failed");
+}
+
+void cpu_scratch_free_at_exit(void)
+{
+    pthread_once(&exit_once, exit_key_init);
+    if (!pthread_getspecific(exit_key))
+        pthread_setspecific(exit_key, &exit_key); /* any non-NULL value arms it */
 }
 
 struct widen_job {
@@ -93,10 +102,7 @@ static const float *widen(const struct tensor *t, struct hbuf *h)
         scratch.busy)
         return hin(t, h);
     if ((size_t)n > scratch.cap) {
-        if (!scratch.p) {
-            pthread_once(&exit_once, exit_key_init);
-            pthread_setspecific(exit_key, &scratch);
-        }
+        cpu_scratch_free_at_exit();
         xfree_aligned(scratch.p);
         scratch.p = xmalloc_aligned(64, (size_t)n * sizeof(float) + 64);
         scratch.cap = (size_t)n;

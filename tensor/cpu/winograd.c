@@ -46,6 +46,7 @@
 #include "gemm_bf16.h"
 #include "../tensor_impl.h"
 #include "../tensor_precision.h"
+#include "adapt.h"
 
 #define WG_XI 16        /* transformed tile elements (4 x 4) */
 #define WG_MIN_TILES 64 /* tiles per task, at least (when the image has them) */
@@ -227,7 +228,8 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
  * The calling (executor) thread's buffers: U, then one block per pool thread. Kept and
  * grown, not allocated per call: fresh multi-MiB buffers on every convolution were
  * page-faulted in again each time (perf of a 256^2 VAE decode: faults under wg_task at
- * ~4 % of the samples). cpu_wino_release frees them (tensor_cpu_scratch_release).
+ * ~4 % of the samples). cpu_wino_release frees them (tensor_cpu_scratch_release, and
+ * the thread's exit: cpu_scratch_free_at_exit).
  */
 static _Thread_local struct {
     char *p;    /* owned (xtry_malloc_aligned) */
@@ -246,6 +248,7 @@ size_t cpu_wino_release(void)
 static char *mem_get(size_t bytes)
 {
     if (bytes > mem.cap) {
+        cpu_scratch_free_at_exit();
         cpu_wino_release();
         if (xtry_malloc_aligned(64, bytes, (void **)&mem.p, NULL) < 0)
             return NULL;
