@@ -15,14 +15,13 @@
  *   LATENTD_BENCH_1024=1 adds the UNet at 1024^2 and LATENTD_BENCH_VAE1024=1 the VAE
  *   decode at 1024^2 (each minutes on 2 threads).
  * Goal (issue 13): UNet >= 0.5 of the sgemm; streaming ratio <= 1.05.
- * Measured 2026-12-01, 2 threads, shared and loaded 2-core machine (load average 8-10),
- * --rounds 2: CLIP-L 0.13 s (0.66 of a 158 GFLOP/s sgemm), bigG 1.01 s (0.53), UNet b2
- * 512^2 24.5 s (137.6 GFLOP/s, 0.79 of 173); peak RSS 6988 MiB before the streaming part
- * (the f16 file is 6617 MiB), 16297 MiB after it (the sim device's f32 copy of the UNet
- * is host memory). Streaming at 25 %: 1.74 (three single evals 1.72-1.84; 8689 MiB
- * streamed per eval through a 1-slot ring with prefetch 0, planner predicted 1.05):
- * above the goal. The resident sim evals (11-12 s) beat the cpu device's (24.5 s): f32
- * copies against f16 file weights converted at use.
+ * Measured 2026-12-02, 2 threads, AMD EPYC, quiet machine (load < 1), --rounds 1 with both
+ * 1024 cases: CLIP-L 0.08 s (0.49 of a 335 GFLOP/s sgemm), bigG 0.55 s (0.52), UNet b2 512^2
+ * 12.63 s (0.79), UNet b2 1024^2 45.80 s (0.92), VAE decode 1024^2 54.26 s (0.62); peak RSS
+ * 6628 MiB before the streaming part (the f16 file is 6617 MiB), 15502 MiB after it (the sim
+ * device's f32 copy of the UNet and the stream pack are host memory). Streaming at 25 %:
+ * 1.035 (7743 MiB streamed per eval, ring 3 x 132 MiB, prefetch 2). On a loaded machine
+ * (load 14-23) the same ratio read 1.2-1.5: the copy thread needs a core of its own.
  */
 #include <stdio.h>
 #include <stdlib.h>
