@@ -211,12 +211,6 @@ static float lerp_half(float a, float b)
     return b - diff * 0.5f;
 }
 
-#define STEP_BEGIN(i)                                                                       \
-    float s = sig[i], sn = sig[(i) + 1];                                                    \
-    (void)sn;                                                                               \
-    if ((rc = sampling__model(c, x, s, den)) < 0)                                           \
-        return rc;
-
 /* ---- samplers ---- */
 
 static int run_euler(struct sampling__ctx *c, float *x, float *den, float *d)
@@ -225,7 +219,7 @@ static int run_euler(struct sampling__ctx *c, float *x, float *den, float *d)
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         sampling__to_d(x, den, s, d, n);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
@@ -242,7 +236,7 @@ static int run_euler_ancestral(struct sampling__ctx *c, float *x, float *den, fl
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         float sd, su;
         sampling__ancestral_step(s, sn, c->o.eta, &sd, &su);
         if ((rc = sampling__report(c, i, den, x)) < 0)
@@ -276,7 +270,7 @@ static int run_euler_ancestral_cfg_pp(struct sampling__ctx *c, float *x, float *
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
@@ -313,7 +307,7 @@ static int run_heun(struct sampling__ctx *c, float *x, float *den, float *d, flo
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         sampling__to_d(x, den, s, d, n);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
@@ -344,7 +338,7 @@ static int run_dpm_2(struct sampling__ctx *c, float *x, float *den, float *d, fl
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         float target = sn, su = 0.0f;
         if (ancestral)
             sampling__ancestral_step(s, sn, c->o.eta, &target, &su);
@@ -383,7 +377,7 @@ static int run_dpmpp_2s_ancestral(struct sampling__ctx *c, float *x, float *den,
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         float sd, su;
         sampling__ancestral_step(s, sn, c->o.eta, &sd, &su);
         if ((rc = sampling__report(c, i, den, x)) < 0)
@@ -430,7 +424,7 @@ static int run_dpmpp_sde(struct sampling__ctx *c, float *x, float *den, float *x
     const float sno = (float)c->o.s_noise;
     const int noisy = c->o.eta > 0.0 && c->o.s_noise > 0.0;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
@@ -497,7 +491,7 @@ static int run_dpmpp_2m_sde(struct sampling__ctx *c, float *x, float *den, float
     const int noisy = c->o.eta > 0.0 && c->o.s_noise > 0.0;
     float h = 0.0f, h_last = 0.0f;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
@@ -559,7 +553,7 @@ static int run_dpmpp_3m_sde(struct sampling__ctx *c, float *x, float *den, float
     const int noisy = c->o.eta > 0.0 && c->o.s_noise > 0.0;
     float h = 0.0f, h1 = 0.0f, h2 = 0.0f;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
@@ -630,7 +624,7 @@ static int run_ddpm(struct sampling__ctx *c, float *x, float *den)
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         float in_scale = sqrtf(1.0f + s * s);
@@ -660,7 +654,7 @@ static int run_dpmpp_2m(struct sampling__ctx *c, float *x, float *den, float *ol
     size_t n = c->n;
     int rc, have_old = 0;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
@@ -697,7 +691,7 @@ static int run_lcm(struct sampling__ctx *c, float *x, float *den)
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        STEP_BEGIN(i);
+        SAMPLING__STEP_BEGIN(i);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         memcpy(x, den, n * sizeof *x);

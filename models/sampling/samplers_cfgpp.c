@@ -26,9 +26,7 @@ static int run_2s_ancestral(struct sampling__ctx *c, float *x, float *den, float
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        float s = sig[i], sn = sig[i + 1];
-        if ((rc = sampling__model(c, x, s, den)) < 0)
-            return rc;
+        SAMPLING__STEP_BEGIN(i);
         float sd, su;
         sampling__ancestral_step(s, sn, c->o.eta, &sd, &su);
         if ((rc = sampling__report(c, i, den, x)) < 0)
@@ -74,9 +72,7 @@ static int run_2m(struct sampling__ctx *c, float *x, float *den, float *old)
     size_t n = c->n;
     int rc, have_old = 0;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        float s = sig[i], sn = sig[i + 1];
-        if ((rc = sampling__model(c, x, s, den)) < 0)
-            return rc;
+        SAMPLING__STEP_BEGIN(i);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {

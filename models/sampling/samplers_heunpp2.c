@@ -19,9 +19,7 @@ static int run(struct sampling__ctx *c, float *x, float *den, float *d, float *x
     size_t n = c->n;
     int rc;
     for (int i = 0; i < ns - 1; i++) {
-        float s = sig[i], sn = sig[i + 1];
-        if ((rc = sampling__model(c, x, s, den)) < 0)
-            return rc;
+        SAMPLING__STEP_BEGIN(i);
         sampling__to_d(x, den, s, d, n);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;

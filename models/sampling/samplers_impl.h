@@ -60,6 +60,17 @@ void sampling__to_d(const float *x, const float *den, float sigma, float *d, siz
 /* k-diffusion's get_ancestral_step(σ, σn, eta) in float32; eta = 0 steps to σn without noise. */
 void sampling__ancestral_step(float s, float sn, double eta, float *down, float *up);
 
+/*
+ * A step's opening, as every family writes it: s = σ_i and sn = σ_{i+1} of the run's
+ * schedule, then the model at (x, s) into den, returning its error. Expects `sig`
+ * (the schedule), `c`, `x`, `den` and `int rc` in scope.
+ */
+#define SAMPLING__STEP_BEGIN(i)                                                             \
+    float s = sig[i], sn = sig[(i) + 1];                                                    \
+    (void)sn;                                                                               \
+    if ((rc = sampling__model(c, x, s, den)) < 0)                                           \
+        return rc;
+
 /* The largest lms order the options may ask for. */
 #define SAMPLING__LMS_MAX_ORDER 128
 

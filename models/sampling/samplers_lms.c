@@ -81,9 +81,7 @@ static int run_lms(struct sampling__ctx *c, float *x, float *den, float **ds, fl
     size_t n = c->n;
     int rc, have = 0;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        float s = sig[i], sn = sig[i + 1];
-        if ((rc = sampling__model(c, x, s, den)) < 0)
-            return rc;
+        SAMPLING__STEP_BEGIN(i);
         /* ds.append(d); if len(ds) > order: ds.pop(0) */
         if (have == order) {
             float *oldest = ds[0];

@@ -181,9 +181,7 @@ static int run(struct sampling__ctx *c, float *x, enum ms_kind kind, float *den,
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        float s = sig[i], sn = sig[i + 1];
-        if ((rc = sampling__model(c, x, s, den)) < 0)
-            return rc;
+        SAMPLING__STEP_BEGIN(i);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         sampling__to_d(x, den, s, d, n); /* d_cur = (x_cur − denoised) / t_cur */

@@ -40,9 +40,7 @@ static int run_res(struct sampling__ctx *c, float *x, float *den, float *old, do
     int rc, have_old = 0;
     float old_sd = 0.0f;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        float s = sig[i], sn = sig[i + 1];
-        if ((rc = sampling__model(c, x, s, den)) < 0)
-            return rc;
+        SAMPLING__STEP_BEGIN(i);
         float sd, su;
         sampling__ancestral_step(s, sn, eta, &sd, &su);
         if ((rc = sampling__report(c, i, den, x)) < 0)
@@ -103,9 +101,7 @@ static int run_ge(struct sampling__ctx *c, float *x, float *den, float *d, float
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        float s = sig[i], sn = sig[i + 1];
-        if ((rc = sampling__model(c, x, s, den)) < 0)
-            return rc;
+        SAMPLING__STEP_BEGIN(i);
         sampling__to_d(x, cfg_pp ? unc : den, s, d, n);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;

@@ -45,9 +45,7 @@ static int run_er_sde(struct sampling__ctx *c, float *x, float *den, float *old,
     for (int i = 0; i < ns; i++) /* er_lambdas = exp(−(−log σ)) */
         lam[i] = expf(-(-logf(sig[i])));
     for (int i = 0; i < ns - 1; i++) {
-        float s = sig[i], sn = sig[i + 1];
-        if ((rc = sampling__model(c, x, s, den)) < 0)
-            return rc;
+        SAMPLING__STEP_BEGIN(i);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         int stage = i + 1 < 3 ? i + 1 : 3;
@@ -137,9 +135,7 @@ static int run_seeds(struct sampling__ctx *c, float *x, int three, float *den, f
     size_t n = c->n;
     int rc;
     for (int i = 0; i < c->run->n_sigmas - 1; i++) {
-        float s = sig[i], sn = sig[i + 1];
-        if ((rc = sampling__model(c, x, s, den)) < 0)
-            return rc;
+        SAMPLING__STEP_BEGIN(i);
         if ((rc = sampling__report(c, i, den, x)) < 0)
             return rc;
         if (sn == 0.0f) {
