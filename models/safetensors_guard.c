@@ -85,7 +85,10 @@ static void install(void)
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO;
+    /* SA_ONSTACK: the faulting thread may be running a kernel whose rsp points into the
+     * heap (oneDNN's JIT sgemm); its frame must go to the thread's alternate stack, which
+     * tensor/cpu gives every thread before calling such code (util/altstack.h). */
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     installed = sigaction(SIGBUS, &sa, &prev_action) == 0;
 }

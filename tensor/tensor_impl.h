@@ -200,6 +200,9 @@ int cpu_conv2d_dnnl(float *out, const float *x, const float *w, const float *bia
                     int64_t ci, int64_t h, int64_t wd, int64_t co, int64_t kh, int64_t kw,
                     const struct tensor_conv2d_opts *o);
 void cpu_conv_dnnl_release(void);
+/* Give the calling thread and the OpenMP team it would start with `threads` threads an
+ * alternate signal stack each (omp_altstack.c, util/altstack.h). */
+void cpu_omp_altstacks(int threads);
 extern int64_t cpu_conv_dnnl_min_px;
 extern int cpu_conv_dnnl_on;
 extern int cpu_attn_bq;            /* attention query rows per tile */

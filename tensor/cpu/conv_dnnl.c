@@ -124,6 +124,9 @@ int cpu_conv2d_dnnl(float *out, const float *x, const float *w, const float *bia
     if (ok) {
         int saved = omp_get_max_threads();
         omp_set_num_threads(tensor__pool_threads());
+        /* The reorder reads the weights, maybe from a model file's mapping, in OpenMP's
+         * threads: each needs its alternate signal stack (util/altstack.h). */
+        cpu_omp_altstacks(tensor__pool_threads());
         ok = reorder(mx, bx) && reorder(mw, bw);
         if (ok) {
             dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, bx}, {DNNL_ARG_WEIGHTS, bw},

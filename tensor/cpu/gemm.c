@@ -27,6 +27,7 @@
 #endif
 
 #include "alloc.h"
+#include "altstack.h"
 #include "gemm_bf16.h"
 #include "../tensor_impl.h"
 
@@ -77,6 +78,7 @@ static void sgemm1(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, fl
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                    int64_t ldc, int threads)
 {
+    altstack_ensure(); /* oneDNN's sgemm may run with rsp on the heap (util/altstack.h) */
 #ifdef LATENTD_HAVE_DNNL
     if (use_dnnl) {
         int saved = 0;

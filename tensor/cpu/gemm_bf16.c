@@ -28,6 +28,7 @@
 #include <immintrin.h>
 
 #include "alloc.h"
+#include "altstack.h"
 #include "log.h"
 #include "gemm_bf16.h"
 #include "../tensor_precision.h"
@@ -378,6 +379,7 @@ static void gemm_dnnl(const struct prim_key *k, const uint16_t *a, const uint16_
         PANIC("dnnl_memory_create failed");
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
                                {DNNL_ARG_SCRATCHPAD, mp}};
+    altstack_ensure(); /* a signal inside oneDNN must not land on its rsp (util/altstack.h) */
     int saved = omp_get_max_threads();
     omp_set_num_threads(1);
     dnnl_status_t st = dnnl_primitive_execute(p->p, tls.stream, mp ? 4 : 3, args);
