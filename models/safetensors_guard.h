@@ -19,6 +19,11 @@
  * ASAN_OPTIONS handle_sigbus=1 ASan lets us install ours and we chain to it; with
  * handle_sigbus=2 (exclusive) ASan keeps SIGBUS and a shrunk file still kills.
  *
+ * The handler is installed with SA_ONSTACK: the faulting thread may be inside a kernel
+ * that uses a heap buffer as its stack (oneDNN's sgemm), and the frame pushed below rsp
+ * there corrupted the heap. Threads that call such code get an alternate stack first
+ * (util/altstack.h).
+ *
  * Threads: add/remove from any thread (lock-free slots); the handler runs in the
  * faulting thread and only reads the slots, calls mmap and sets a flag.
  */
