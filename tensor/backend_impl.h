@@ -91,6 +91,11 @@ struct tensor__backend {
                         const struct tensor *bias, struct err *e);
     int (*conv2d)(struct tensor *out, const struct tensor *x, const struct tensor *w,
                   const struct tensor *bias, const struct tensor_conv2d_opts *o, struct err *e);
+    /* Optional: NULL runs upsample then conv2d through a temporary
+     * (tensor__conv2d_up2_unfused). */
+    int (*conv2d_up2)(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                      const struct tensor *bias, const struct tensor_conv2d_opts *o,
+                      struct err *e);
     int (*group_norm)(struct tensor *out, const struct tensor *x, int groups,
                       const struct tensor *gamma, const struct tensor *beta, float eps,
                       int fuse_silu, struct err *e);
@@ -144,6 +149,12 @@ static inline int tensor__backend_check(const struct tensor__backend *b, int has
     return tensor__backend_unsupported(b, op, dt, e);
 }
 
+/* tensor_conv2d_up2 as its two ops, the upsampled x in a temporary on out's device
+ * (arguments checked): the fallback of backends without a fused conv2d_up2, and of the
+ * CPU's for shapes it does not fuse (ops_linalg.c). */
+int tensor__conv2d_up2_unfused(struct tensor *out, const struct tensor *x,
+                               const struct tensor *w, const struct tensor *bias,
+                               const struct tensor_conv2d_opts *o, struct err *e);
 /* tensor_linear then tensor_geglu through a device temporary, in row chunks: the
  * fallback for backends without a fused linear_geglu (ops_linalg.c). */
 int tensor__linear_geglu_chunked(struct tensor *out, const struct tensor *x,

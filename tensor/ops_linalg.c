@@ -130,35 +130,77 @@ void tensor_conv2d_out_hw(const struct tensor_conv2d_opts *o, int64_t h, int64_t
     *out_w = ww < 0 ? 0 : ww / s + 1;
 }
 
-int tensor_conv2d(struct tensor *out, const struct tensor *x, const struct tensor *w,
-                  const struct tensor *bias, const struct tensor_conv2d_opts *o, struct err *e)
+/* The shape checks of conv2d and conv2d_up2: x's H x W times `up` is what the conv sees. */
+static int conv2d_check(const char *op, struct tensor *out, const struct tensor *x,
+                        const struct tensor *w, const struct tensor *bias,
+                        const struct tensor_conv2d_opts *o, int64_t up,
+                        const struct tensor__backend **be, struct err *e)
 {
     char b1[96], b2[96], b3[96];
-    const struct tensor__backend *be;
     int rc;
-    if ((rc = check_devs("conv2d", e, &be, 3, 4, out, x, w, bias)) < 0)
+    if ((rc = check_devs(op, e, be, 3, 4, out, x, w, bias)) < 0)
         return rc;
     if (!o)
-        return err_set(e, ERR_INVALID, "conv2d: no options");
+        return err_set(e, ERR_INVALID, "%s: no options", op);
     if (o->stride < 1 || o->stride > 8 || o->pad_top < 0 || o->pad_bottom < 0 ||
         o->pad_left < 0 || o->pad_right < 0)
-        return err_set(e, ERR_INVALID, "conv2d: stride %d or negative padding", o->stride);
+        return err_set(e, ERR_INVALID, "%s: stride %d or negative padding", op, o->stride);
     if (x->ndim != 4 || out->ndim != 4 || (w->ndim != 4 && w->ndim != 2))
         goto bad;
     int64_t co = w->shape[0], ci = w->shape[1];
     int64_t kh = w->ndim == 4 ? w->shape[2] : 1, kw = w->ndim == 4 ? w->shape[3] : 1;
     int64_t ho, wo;
-    tensor_conv2d_out_hw(o, x->shape[2], x->shape[3], kh, kw, &ho, &wo);
+    tensor_conv2d_out_hw(o, up * x->shape[2], up * x->shape[3], kh, kw, &ho, &wo);
     if (x->shape[1] != ci || out->shape[0] != x->shape[0] || out->shape[1] != co ||
         out->shape[2] != ho || out->shape[3] != wo || ho < 1 || wo < 1 ||
         (bias && tensor_numel(bias) != co))
         goto bad;
+    return 0;
+bad:
+    return err_set(e, ERR_INVALID, "%s: x %s, weight %s into %s", op, shp(x, b1), shp(w, b2),
+                   shp(out, b3));
+}
+
+int tensor_conv2d(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                  const struct tensor *bias, const struct tensor_conv2d_opts *o, struct err *e)
+{
+    const struct tensor__backend *be;
+    int rc;
+    if ((rc = conv2d_check("conv2d", out, x, w, bias, o, 1, &be, e)) < 0)
+        return rc;
     if ((rc = tensor__backend_check(be, !!be->conv2d, TENSOR__OP_CONV2D, out->dtype, e)) < 0)
         return rc;
     return be->conv2d(out, x, w, bias, o, e);
-bad:
-    return err_set(e, ERR_INVALID, "conv2d: x %s, weight %s into %s", shp(x, b1), shp(w, b2),
-                   shp(out, b3));
+}
+
+int tensor_conv2d_up2(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                      const struct tensor *bias, const struct tensor_conv2d_opts *o,
+                      struct err *e)
+{
+    const struct tensor__backend *be;
+    int rc;
+    if ((rc = conv2d_check("conv2d_up2", out, x, w, bias, o, 2, &be, e)) < 0)
+        return rc;
+    if (!be->conv2d_up2)
+        return tensor__conv2d_up2_unfused(out, x, w, bias, o, e);
+    if ((rc = tensor__backend_check(be, 1, TENSOR__OP_CONV2D, out->dtype, e)) < 0)
+        return rc;
+    return be->conv2d_up2(out, x, w, bias, o, e);
+}
+
+int tensor__conv2d_up2_unfused(struct tensor *out, const struct tensor *x,
+                               const struct tensor *w, const struct tensor *bias,
+                               const struct tensor_conv2d_opts *o, struct err *e)
+{
+    struct tensor *u = NULL;
+    int64_t us[4] = {x->shape[0], x->shape[1], 2 * x->shape[2], 2 * x->shape[3]};
+    int rc;
+    if ((rc = tensor_new(out->_storage->dev, x->dtype, 4, us, &u, e)) < 0)
+        return rc;
+    if ((rc = tensor_upsample_nearest(u, x, e)) >= 0)
+        rc = tensor_conv2d(out, u, w, bias, o, e);
+    tensor_free(u);
+    return rc;
 }
 
 /* ---- attention ---------------------------------------------------------------------------- */

@@ -220,6 +220,19 @@ int tensor_conv2d(struct tensor *out, const struct tensor *x, const struct tenso
                   const struct tensor *bias, const struct tensor_conv2d_opts *o,
                   struct err *e);
 
+/*
+ * tensor_conv2d of x upsampled 2x nearest (tensor_upsample_nearest to [N, Ci, 2H, 2W]):
+ * the "Upsample" block of SD's VAE decoder and UNet (interpolate, then a 3x3 pad-1
+ * conv). out [N, Co, Ho, Wo] is tensor_conv2d_out_hw of 2H x 2W. The result equals the
+ * two ops within float rounding; a backend may fuse them (the CPU does for 3x3 stride-1
+ * pad-1 convs that take the Winograd path: four 2x2 convolutions of x, one per output
+ * pixel phase, never holding the upsampled tensor), others run the two ops through a
+ * temporary on out's device. out must not alias x.
+ */
+int tensor_conv2d_up2(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                      const struct tensor *bias, const struct tensor_conv2d_opts *o,
+                      struct err *e);
+
 /* ---- normalisation and activations ---------------------------------------------------- */
 
 /*

@@ -181,6 +181,12 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
                         int64_t ci, int64_t h, int64_t wd, int64_t co,
                         const struct tensor_conv2d_opts *o);
 
+/* out [n, co, 2h, 2wd] = conv(upsample_nearest_2x(x [n, ci, h, wd]), w [co, ci, 3, 3]) +
+ * bias, stride 1, pad 1, without the upsampled x: F(2x2, 3x3) per output phase on x
+ * (wino_up2.c), fp32. 0, or -1 (out untouched) when its buffers cannot be allocated. */
+int cpu_conv2d_up2_winograd(float *out, const float *x, const float *w, const float *bias,
+                            int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co);
+
 /* Tuning knobs (tests and the benchmark set them; defaults are for SD1.5 shapes). */
 extern size_t cpu_conv_cols_bytes; /* im2col chunk size, bytes */
 extern int cpu_conv_winograd;      /* 0 never Winograd (reference), 1 where it pays, 2 always */

@@ -183,13 +183,13 @@ int vae_decode(struct patcher *vae, const struct vae_arch *cfg, const struct ten
             const struct tensor *uw, *ub;
             NN_W(uw, &v.w, "decoder.up.%d.upsample.conv.weight", l);
             NN_W(ub, &v.w, "decoder.up.%d.upsample.conv.bias", l);
-            NN_TRY(nn__new(v.d, &nh, e, 4, B, h->shape[1], 2 * h->shape[2], 2 * h->shape[3]));
-            NN_TRY(tensor_upsample_nearest(nh, h, e));
+            /* one op: the CPU never builds the upsampled tensor (wino_up2.c) */
+            struct tensor_conv2d_opts o = {.stride = 1, .pad_top = 1, .pad_bottom = 1,
+                                           .pad_left = 1, .pad_right = 1};
+            NN_TRY(nn__new(v.d, &nh, e, 4, B, uw->shape[0], 2 * h->shape[2], 2 * h->shape[3]));
+            NN_TRY(tensor_conv2d_up2(nh, h, uw, ub, &o, e));
             tensor_free(h);
-            h = NULL;
-            NN_TRY(tensor_new_like(nh, TENSOR_F32, &h, e));
-            NN_TRY(nn__conv3(h, nh, uw, ub, e));
-            tensor_free(nh);
+            h = nh;
             nh = NULL;
         }
         snprintf(p, sizeof(p), "decoder.up.%d", l);
@@ -281,7 +281,8 @@ fail:
  * The activation peak of vae_decode / encode, by walking the levels as the code
  * allocates (floats): a ResnetBlock holds its input, GN(input), conv1 out, then
  * GN(h), conv2 out and the shortcut: max(2 in + out, in + 3 out); an upsample holds
- * its input, the resized tensor and the conv output; the mid attention ~7 C per
+ * its input, the resized tensor and the conv output (tensor_conv2d_up2 makes no
+ * resized tensor on the CPU, but other backends do); the mid attention ~7 C per
  * pixel. Encode is bounded by the same walk at the same resolutions.
  */
 size_t vae_plan_bytes(const struct vae_arch *c, int b, int h, int w)

@@ -32,6 +32,9 @@ int tensor__cpu_linear_geglu(struct tensor *out, const struct tensor *x, const s
 int tensor__cpu_conv2d(struct tensor *out, const struct tensor *x, const struct tensor *w,
                        const struct tensor *bias, const struct tensor_conv2d_opts *o,
                        struct err *e);
+int tensor__cpu_conv2d_up2(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                           const struct tensor *bias, const struct tensor_conv2d_opts *o,
+                           struct err *e);
 /* op_attn.c */
 int tensor__cpu_attention(struct tensor *out, const struct tensor *q, const struct tensor *k,
                           const struct tensor *v, int heads, float scale, unsigned flags,

@@ -161,3 +161,36 @@ int tensor__cpu_conv2d(struct tensor *out, const struct tensor *x, const struct 
                          (double)(ho * wo));
     return 0;
 }
+
+/* Fused only where tensor__cpu_conv2d would take Winograd on the upsampled image (the
+ * shapes it pays for; cpu_conv_winograd = 0 keeps the reference path), 3x3 pad 1, fp32:
+ * the kernel has no bf16 form, and bf16 runs the two ops (its Winograd rounds U). */
+int tensor__cpu_conv2d_up2(struct tensor *out, const struct tensor *x, const struct tensor *w,
+                           const struct tensor *bias, const struct tensor_conv2d_opts *o,
+                           struct err *e)
+{
+    int64_t co = w->shape[0], ci = w->shape[1];
+    int64_t kh = w->ndim == 4 ? w->shape[2] : 1, kw = w->ndim == 4 ? w->shape[3] : 1;
+    int64_t ho = out->shape[2], wo = out->shape[3];
+    int pad1 = o->pad_top == 1 && o->pad_bottom == 1 && o->pad_left == 1 && o->pad_right == 1;
+    if (!pad1 || tensor_precision_get() == TENSOR_PRECISION_BF16 ||
+        !cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o))
+        return tensor__conv2d_up2_unfused(out, x, w, bias, o, e);
+    double pt0 = tensor__prof_t0();
+    struct hbuf hx, hw, hb, ho_;
+    const float *px = hin(x, &hx), *pw = cpu_widen_in(w, &hw), *pb = hin(bias, &hb);
+    float *po = hout(out, &ho_);
+    int rc = cpu_conv2d_up2_winograd(po, px, pw, pb, x->shape[0], ci, x->shape[2], x->shape[3],
+                                     co);
+    hfree(&hx);
+    cpu_widen_done(&hw);
+    hfree(&hb);
+    hout_done(out, &ho_);
+    if (rc < 0)
+        return tensor__conv2d_up2_unfused(out, x, w, bias, o, e);
+    /* the direct form's FLOPs on the upsampled image, comparable with conv2d's */
+    tensor__prof_end(TENSOR__PROF_CONV3, pt0,
+                     2.0 * (double)x->shape[0] * (double)co * (double)ci * 9.0 *
+                         (double)(ho * wo));
+    return 0;
+}

@@ -47,8 +47,8 @@
 #include "../tensor_impl.h"
 #include "../tensor_precision.h"
 #include "adapt.h"
+#include "winograd_impl.h"
 
-#define WG_XI 16        /* transformed tile elements (4 x 4) */
 #define WG_MIN_TILES 64 /* tiles per task, at least (when the image has them) */
 
 /* V + M per task. 2 MiB measured best at 2x320x64^2 (2.6-2.9x im2col per CPU-second,
@@ -71,7 +71,10 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
     (void)tid;
     struct wt_job *j = ctx;
     int64_t plane = j->co * j->ci;
-    float *row = j->u16 ? xmalloc_aligned(64, (size_t)(WG_XI * j->ci) * sizeof(float)) : NULL;
+    /* one output channel's 16 rows of U first, then each row to its plane: writing U in
+     * place scattered every (o, c)'s 16 values 1 MiB apart at 512 channels (perf of a
+     * 256^2 VAE decode: this task at ~5 % of the samples) */
+    float *row = xmalloc_aligned(64, (size_t)(WG_XI * j->ci) * sizeof(float));
     for (int64_t o = b; o < e; o++) {
         for (int64_t c = 0; c < j->ci; c++) {
             const float *g = j->w + (o * j->ci + c) * 9;
@@ -82,39 +85,30 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
                 t[2][k] = 0.5f * (g[k] - g[3 + k] + g[6 + k]);
                 t[3][k] = g[6 + k];
             }
-            /* f32: straight into U; bf16: into this output channel's rows, rounded below */
-            float *u = row ? row + c : j->u + o * j->ci + c;
-            int64_t ps = row ? j->ci : plane;
+            float *u = row + c;
             for (int r = 0; r < 4; r++) { /* (G g) G^T */
-                u[(4 * r + 0) * ps] = t[r][0];
-                u[(4 * r + 1) * ps] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
-                u[(4 * r + 2) * ps] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
-                u[(4 * r + 3) * ps] = t[r][2];
+                u[(4 * r + 0) * j->ci] = t[r][0];
+                u[(4 * r + 1) * j->ci] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
+                u[(4 * r + 2) * j->ci] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
+                u[(4 * r + 3) * j->ci] = t[r][2];
             }
         }
-        if (row)
-            for (int xi = 0; xi < WG_XI; xi++)
+        for (int xi = 0; xi < WG_XI; xi++) {
+            if (j->u16)
                 cpu_bf16_round(j->u16 + xi * plane + o * j->ci, row + xi * j->ci, j->ci);
+            else
+                memcpy(j->u + xi * plane + o * j->ci, row + xi * j->ci,
+                       (size_t)j->ci * sizeof(float));
+        }
     }
     xfree_aligned(row);
 }
-
-struct wg_job {
-    float *out;
-    const float *x, *u, *bias;
-    const uint16_t *u16; /* set: the bf16 GEMMs (U rounded; V rounded per task) */
-    int64_t ci, h, w, co, ho, wo;
-    int pt, pl;
-    int64_t tw, th;     /* tiles per row, tile rows */
-    int64_t rows, nchk; /* tile rows per task, tasks per image */
-    float **buf;        /* per thread: V, M, patch, row transforms */
-};
 
 /* V[xi][c][t] for the tile rows r0 .. r0 + nr of one image: B^T d B, with
  * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], rows first, then columns. */
 /* With v16 set (bf16), each group of four V rows goes through tq (4 x tw floats, in L1)
  * and is rounded into v16 instead: V is never written in f32. */
-static void input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t nr, float *v,
+void wino__input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t nr, float *v,
                      int64_t T, float *patch, float *tr, uint16_t *v16, float *tq)
 {
     int64_t pw = 2 * j->tw + 2, prow = 2 * nr + 2, y0 = 2 * r0 - j->pt;
@@ -164,36 +158,33 @@ static void input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t
     }
 }
 
-/* out tiles of rows r0 .. r0 + nr from M: A^T m A + bias, A^T = [1 1 1 0; 0 1 -1 -1]. */
-static void output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
-                      const float *m, int64_t T)
+void wino__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
+                     const float *const mq[WG_XI], const int64_t mcs[WG_XI], int a, int b)
 {
-    int64_t pairs = j->wo / 2, odd = j->wo & 1;
+    int64_t pairs = j->wo / 2, odd = j->wo & 1, up = j->up;
+    int64_t ow = up * j->wo, oh = up * j->ho; /* out's width and height */
     for (int64_t o = 0; o < j->co; o++) {
         float bv = j->bias ? j->bias[o] : 0.0f;
-        const float *mo = m + o * T;
-        int64_t xs = j->co * T; /* stride between xi planes */
         for (int64_t r = 0; r < nr; r++) {
-            int64_t oy = 2 * (r0 + r);
-            float *y0 = out + (o * j->ho + oy) * j->wo;
-            float *y1 = oy + 1 < j->ho ? y0 + j->wo : NULL;
-            const float *mt = mo + r * j->tw;
+            int64_t oy = 2 * (r0 + r), rt = r * j->tw;
+            float *y0 = out + (o * oh + up * oy + a) * ow + b;
+            float *y1 = oy + 1 < j->ho ? y0 + up * ow : NULL;
             for (int64_t tx = 0; tx < pairs + odd; tx++) {
                 float mm[16];
                 for (int q = 0; q < 16; q++)
-                    mm[q] = mt[q * xs + tx];
+                    mm[q] = mq[q][o * mcs[q] + rt + tx];
                 float s0[4], s1[4];
                 for (int c = 0; c < 4; c++) {
                     s0[c] = mm[c] + mm[4 + c] + mm[8 + c];
                     s1[c] = mm[4 + c] - mm[8 + c] - mm[12 + c];
                 }
-                y0[2 * tx] = s0[0] + s0[1] + s0[2] + bv;
+                y0[up * 2 * tx] = s0[0] + s0[1] + s0[2] + bv;
                 if (tx < pairs)
-                    y0[2 * tx + 1] = s0[1] - s0[2] - s0[3] + bv;
+                    y0[up * (2 * tx + 1)] = s0[1] - s0[2] - s0[3] + bv;
                 if (y1) {
-                    y1[2 * tx] = s1[0] + s1[1] + s1[2] + bv;
+                    y1[up * 2 * tx] = s1[0] + s1[1] + s1[2] + bv;
                     if (tx < pairs)
-                        y1[2 * tx + 1] = s1[1] - s1[2] - s1[3] + bv;
+                        y1[up * (2 * tx + 1)] = s1[1] - s1[2] - s1[3] + bv;
                 }
             }
         }
@@ -210,7 +201,7 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
     for (int64_t t = b; t < e; t++) {
         int64_t img = t / j->nchk, r0 = t % j->nchk * j->rows;
         int64_t nr = j->th - r0 < j->rows ? j->th - r0 : j->rows, T = nr * j->tw;
-        input_tf(j, j->x + img * j->ci * j->h * j->w, r0, nr, v, T, patch, tr, v16, tq);
+        wino__input_tf(j, j->x + img * j->ci * j->h * j->w, r0, nr, v, T, patch, tr, v16, tq);
         if (j->u16) {
             for (int xi = 0; xi < WG_XI; xi++)
                 cpu_gemm_bf16_1(0, 0, j->co, T, j->ci, 1.0f, j->u16 + xi * j->co * j->ci, j->ci,
@@ -220,7 +211,13 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
                 cpu_sgemm(0, 0, j->co, T, j->ci, 1.0f, j->u + xi * j->co * j->ci, j->ci,
                           v + xi * j->ci * T, T, 0.0f, m + xi * j->co * T, T, 1);
         }
-        output_tf(j, j->out + img * j->co * j->ho * j->wo, r0, nr, m, T);
+        const float *mq[WG_XI];
+        int64_t mcs[WG_XI];
+        for (int xi = 0; xi < WG_XI; xi++) {
+            mq[xi] = m + xi * j->co * T;
+            mcs[xi] = T;
+        }
+        wino__output_tf(j, j->out + img * j->co * j->ho * j->wo, r0, nr, mq, mcs, 0, 0);
     }
 }
 
@@ -245,7 +242,34 @@ size_t cpu_wino_release(void)
     return n;
 }
 
-static char *mem_get(size_t bytes)
+void wino__plan_rows(struct wg_job *j, int64_t n, int64_t per_row)
+{
+    int nt = tensor__pool_threads();
+    /* tile rows per task: V + M near the chunk size, at least two tasks per thread */
+    int64_t rows = (int64_t)cpu_wino_chunk_bytes / per_row;
+    /* but at least WG_MIN_TILES tiles per task: every task's GEMMs read (and re-pack) all
+     * of U, 16 tiles at 640 channels (one tile row at 32^2) ran at 0.65x im2col */
+    if (rows * j->tw < WG_MIN_TILES)
+        rows = (WG_MIN_TILES + j->tw - 1) / j->tw;
+    rows = rows < 1 ? 1 : rows > j->th ? j->th : rows;
+    int64_t want = (2 * nt + n - 1) / n; /* tasks per image */
+    if ((j->th + rows - 1) / rows < want)
+        rows = (j->th + want - 1) / want;
+    j->rows = rows < 1 ? 1 : rows;
+    j->nchk = (j->th + j->rows - 1) / j->rows;
+}
+
+float **wino__set_bufs(struct wg_job *j, char *at, size_t per, float **stack, int nstack)
+{
+    int nt = tensor__pool_threads();
+    float **heap = nt > nstack ? xmalloc((size_t)nt * sizeof(float *)) : NULL;
+    j->buf = heap ? heap : stack;
+    for (int i = 0; i < nt; i++)
+        j->buf[i] = (float *)(at + (size_t)i * per);
+    return heap;
+}
+
+char *wino__mem_get(size_t bytes)
 {
     if (bytes > mem.cap) {
         cpu_scratch_free_at_exit();
@@ -268,20 +292,8 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
     int nt = tensor__pool_threads();
     int bf16 = cpu_wino_bf16 && tensor_precision_get() == TENSOR_PRECISION_BF16;
     struct wg_job j = {out, x, NULL, bias, NULL, ci, h, wd, co, ho, wo, o->pad_top, o->pad_left,
-                       (wo + 1) / 2, (ho + 1) / 2, 0, 0, NULL};
-    /* tile rows per task: V + M near the chunk size, at least two tasks per thread */
-    int64_t per_row = WG_XI * (ci + co) * j.tw * (int64_t)sizeof(float);
-    int64_t rows = (int64_t)cpu_wino_chunk_bytes / per_row;
-    /* but at least WG_MIN_TILES tiles per task: every task's GEMMs read (and re-pack) all
-     * of U, 16 tiles at 640 channels (one tile row at 32^2) ran at 0.65x im2col */
-    if (rows * j.tw < WG_MIN_TILES)
-        rows = (WG_MIN_TILES + j.tw - 1) / j.tw;
-    rows = rows < 1 ? 1 : rows > j.th ? j.th : rows;
-    int64_t want = (2 * nt + n - 1) / n; /* tasks per image */
-    if ((j.th + rows - 1) / rows < want)
-        rows = (j.th + want - 1) / want;
-    j.rows = rows < 1 ? 1 : rows;
-    j.nchk = (j.th + j.rows - 1) / j.rows;
+                       1, (wo + 1) / 2, (ho + 1) / 2, 0, 0, NULL};
+    wino__plan_rows(&j, n, WG_XI * (ci + co) * j.tw * (int64_t)sizeof(float));
 
     /* U: f32, or bf16 (half the bytes); per thread: V (f32; unused in bf16), M, patch,
      * row transforms, and in bf16 tq and V rounded */
@@ -292,14 +304,11 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
     if (bf16)
         per += 4 * (size_t)j.tw * sizeof(float) + WG_XI * (size_t)ci * tmax * 2;
     per = (per + 63) / 64 * 64;
-    char *base = mem_get(ub + (size_t)nt * per);
+    char *base = wino__mem_get(ub + (size_t)nt * per);
     if (!base)
         return -1;
     float *u = (float *)base;
-    float *bufs[64], **heap = nt > 64 ? xmalloc((size_t)nt * sizeof(float *)) : NULL;
-    j.buf = heap ? heap : bufs;
-    for (int i = 0; i < nt; i++)
-        j.buf[i] = (float *)(base + ub + (size_t)i * per);
+    float *bufs[64], **heap = wino__set_bufs(&j, base + ub, per, bufs, 64);
     struct wt_job wj = {bf16 ? NULL : u, bf16 ? (uint16_t *)u : NULL, w, co, ci};
     tensor__pool_for(co, wt_task, &wj);
     j.u = bf16 ? NULL : u;

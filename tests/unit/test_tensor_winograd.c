@@ -6,8 +6,16 @@
  * at the right and bottom edges), padding 1, 0 and asymmetric, 4 to 1280 channels,
  * batch 2, with and without bias, f16 weights (widened before the transform), small
  * per-task chunks (several tile-row blocks per image), and the rule that picks it.
+ *
+ * tensor_conv2d_up2 (a nearest-2x upsample, then the conv; wino_up2.c fuses them into
+ * one F(2,3) Winograd per output phase on the low-resolution input) against the same
+ * float64 direct convolution of the upsampled input and against the unfused reference
+ * (upsample, then im2col + GEMM), with the same bound, on odd sizes, 1x1 images, 512
+ * channels, small chunks and f16 weights; shapes it does not fuse (pad 0) and bad
+ * shapes go through or fail like tensor_conv2d.
  */
 #include <math.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "device.h"
@@ -146,6 +154,91 @@ static void check_case(const struct wcase *c)
     tensor_free(o);
 }
 
+/* x [n, c, h, w] upsampled 2x nearest, in float. */
+static float *up2_ref(const float *x, int64_t n, int64_t c, int64_t h, int64_t w)
+{
+    float *u = xmalloc((size_t)(n * c * 4 * h * w) * sizeof(float));
+    for (int64_t p = 0; p < n * c; p++)
+        for (int64_t y = 0; y < 2 * h; y++)
+            for (int64_t xx = 0; xx < 2 * w; xx++)
+                u[(p * 2 * h + y) * 2 * w + xx] = x[(p * h + y / 2) * w + xx / 2];
+    return u;
+}
+
+static float *run_up2(int mode, struct tensor *o, const struct tensor *x, const struct tensor *w,
+                      const struct tensor *b, const struct tensor_conv2d_opts *op)
+{
+    struct err e = {0};
+    int saved = cpu_conv_winograd;
+    cpu_conv_winograd = mode;
+    tensor_fill(o, NAN, NULL);
+    int rc = tensor_conv2d_up2(o, x, w, b, op, &e);
+    cpu_conv_winograd = saved;
+    ok(rc == 0, "conv2d_up2 runs (%s): %s", mode ? "fused" : "reference", e.msg);
+    float *r = xmalloc((size_t)tensor_numel(o) * sizeof(float));
+    tensor_read_f32(o, r, tensor_numel(o), NULL);
+    return r;
+}
+
+static void check_up2(const struct wcase *c)
+{
+    struct tensor_conv2d_opts op = {1, c->pt, c->pb, c->pl, c->pr};
+    int64_t ho, wo, h2 = 2 * c->h, w2 = 2 * c->w;
+    tensor_conv2d_out_hw(&op, h2, w2, 3, 3, &ho, &wo);
+    float *vx, *vw, *vb = NULL;
+    float ws = 1.0f / sqrtf(9.0f * (float)c->ci);
+    struct tensor *x = mk(TENSOR_F32, 4, (int64_t[]){c->n, c->ci, c->h, c->w}, 1.0f, &vx);
+    struct tensor *w = mk(c->wdt, 4, (int64_t[]){c->co, c->ci, 3, 3}, ws, &vw);
+    struct tensor *b = c->bias ? mk(TENSOR_F32, 1, (int64_t[]){c->co}, 0.5f, &vb) : NULL;
+    struct tensor *o;
+    tensor_new(D, TENSOR_F32, 4, (int64_t[]){c->n, c->co, ho, wo}, &o, NULL);
+    size_t saved = cpu_wino_chunk_bytes;
+    if (c->chunk)
+        cpu_wino_chunk_bytes = c->chunk;
+    float *fu = run_up2(2, o, x, w, b, &op);
+    cpu_wino_chunk_bytes = saved;
+    float *rf = run_up2(0, o, x, w, b, &op);
+    int64_t n = tensor_numel(o);
+    double *ref = xmalloc((size_t)n * sizeof(double));
+    float *ux = up2_ref(vx, c->n, c->ci, c->h, c->w);
+    conv_ref(ref, ux, vw, vb, c->n, c->ci, h2, w2, c->co, c->pt, c->pl, ho, wo);
+    double e1 = rel_err(fu, ref, n), e2 = rel_err(rf, ref, n);
+    ok(e1 <= TOL, "up2 %s: fused vs float64 direct %.3g", c->what, e1);
+    ok(e2 <= TOL, "up2 %s: reference vs float64 direct %.3g", c->what, e2);
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = rf[i];
+    double e3 = rel_err(fu, ref, n);
+    ok(e3 <= TOL, "up2 %s: fused vs reference %.3g", c->what, e3);
+    xfree(ux);
+    xfree(ref);
+    xfree(fu);
+    xfree(rf);
+    xfree(vx);
+    xfree(vw);
+    xfree(vb);
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(b);
+    tensor_free(o);
+}
+
+/* A wrong output size is refused with conv2d's message, named conv2d_up2. */
+static void check_up2_bad(void)
+{
+    struct tensor *x, *w, *o;
+    struct err e = {0};
+    struct tensor_conv2d_opts op = {1, 1, 1, 1, 1};
+    tensor_new(D, TENSOR_F32, 4, (int64_t[]){1, 8, 4, 4}, &x, NULL);
+    tensor_new(D, TENSOR_F32, 4, (int64_t[]){8, 8, 3, 3}, &w, NULL);
+    tensor_new(D, TENSOR_F32, 4, (int64_t[]){1, 8, 4, 4}, &o, NULL); /* should be 8x8 */
+    int rc = tensor_conv2d_up2(o, x, w, NULL, &op, &e);
+    ok(rc == ERR_INVALID && strstr(e.msg, "conv2d_up2: x [1,8,4,4]"), "bad up2 shape: %s",
+       e.msg);
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(o);
+}
+
 int main(void)
 {
     struct err e = {0};
@@ -170,6 +263,20 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         check_case(&cases[i]);
+    static const struct wcase up2[] = {
+        /* what, n, ci, h, w, co, pt, pb, pl, pr, bias, wdt, chunk (x's h, w: out is 2x) */
+        {"32 -> 40, 9x11 (ragged tiles), pad 1", 2, 32, 9, 11, 40, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+        {"512 -> 48, 7x6, pad 1, f16 weights", 1, 512, 7, 6, 48, 1, 1, 1, 1, 1, TENSOR_F16, 0},
+        {"64 -> 64, 21x17, pad 1, no bias, 2 tile rows per task", 2, 64, 21, 17, 64, 1, 1, 1, 1,
+         0, TENSOR_F32, (16 * 64 + 36 * 64) * 9 * 4 * 2},
+        {"256 -> 32, 16x16, pad 1", 1, 256, 16, 16, 32, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+        {"8 -> 8, 1x1 image, pad 1", 2, 8, 1, 1, 8, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+        {"32 -> 24, 6x5, pad 0 (not fused: the unfused path)", 1, 32, 6, 5, 24, 0, 0, 0, 0, 1,
+         TENSOR_F32, 0},
+    };
+    for (size_t i = 0; i < sizeof(up2) / sizeof(up2[0]); i++)
+        check_up2(&up2[i]);
+    check_up2_bad();
     dev_close(D);
     tensor_shutdown();
     return harness_done();

@@ -1,0 +1,62 @@
+/*
+ * winograd_impl — what winograd.c (3x3 convolution by F(2x2, 3x3)) shares with
+ * wino_up2.c (the same transforms for a nearest-2x upsample followed by a 3x3 conv);
+ * private to tensor/cpu/.
+ *
+ * A job covers one call: tiles of 2x2 output pixels of the tile grid (ho x wo, tw x th
+ * tiles) are computed from 4x4 input patches of x (ci x h x w, padded pt/pl at the top
+ * and left). Pool tasks are (image, block of `rows` tile rows); each has its own block
+ * of buf (V, M, the padded patch and row transforms) so its data stays in its caches.
+ *
+ * Threads: executor only (the pool's tasks run the per-block functions).
+ */
+#ifndef LATENTD_TENSOR_CPU_WINOGRAD_IMPL_H
+#define LATENTD_TENSOR_CPU_WINOGRAD_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WG_XI 16 /* transformed tile elements (4 x 4) */
+
+struct wg_job {
+    float *out;
+    const float *x, *u, *bias;
+    const uint16_t *u16; /* set: the bf16 GEMMs (U rounded; V rounded per task) */
+    int64_t ci, h, w, co, ho, wo; /* wo x ho: the tile grid's pixels (before `up`) */
+    int pt, pl;
+    int64_t up;         /* 1; 2: pixel (y, x) of the grid is out's (2y + a, 2x + b) */
+    int64_t tw, th;     /* tiles per row, tile rows */
+    int64_t rows, nchk; /* tile rows per task, tasks per image */
+    float **buf;        /* per thread: V, M, patch, row transforms */
+};
+
+/*
+ * V[xi][c][t] (plane xi at v + xi * ci * T) for the tile rows r0 .. r0 + nr of one image
+ * x: B^T d B. patch ((2 nr + 2) x (2 tw + 2) floats) and tr (4 x (2 tw + 2)) are scratch.
+ * With v16 set (bf16) V is rounded into v16 instead, through tq (4 x tw floats).
+ */
+void wino__input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t nr, float *v,
+                    int64_t T, float *patch, float *tr, uint16_t *v16, float *tq);
+
+/*
+ * Output tiles of rows r0 .. r0 + nr into one image's out: A^T m A + bias, where m's
+ * element xi for channel o and tile t is mq[xi][o * mcs[xi] + t] (mcs 0: a plane of
+ * zeros, for points a phase of wino_up2.c does not use). Pixel (y, x) of the tile grid
+ * goes to out's (up * y + a, up * x + b); out is (up * ho) x (up * wo) per channel.
+ */
+void wino__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
+                     const float *const mq[WG_XI], const int64_t mcs[WG_XI], int a, int b);
+
+/* j->rows and j->nchk for n images, per_row bytes of V + M per tile row: blocks near
+ * cpu_wino_chunk_bytes, at least WG_MIN_TILES tiles, at least two tasks per thread. */
+void wino__plan_rows(struct wg_job *j, int64_t n, int64_t per_row);
+
+/* j->buf: one block of `per` bytes per pool thread from `at`; in stack when nstack
+ * pointers hold them, else on the heap (returned: the caller xfrees it; NULL if none). */
+float **wino__set_bufs(struct wg_job *j, char *at, size_t per, float **stack, int nstack);
+
+/* The calling thread's kept Winograd buffer, grown to `bytes` (contents undefined), or
+ * NULL when that cannot be allocated. Freed by cpu_wino_release. */
+char *wino__mem_get(size_t bytes);
+
+#endif
