@@ -8,6 +8,7 @@
  * weakref + finalizer, without the "potential memory leak" hunt (§3.2).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -96,6 +97,9 @@ int mm_new(const struct mm_config *cfg, struct mm **out, struct err *e)
     }
     struct mm *mm = xcalloc(1, sizeof(*mm));
     mm->cfg = *cfg;
+    const char *wp = getenv("LATENTD_WEIGHT_PAGES");
+    if (wp && !strcmp(wp, "keep"))
+        mm->cfg.keep_weight_pages = 1;
     const char *spec = cfg->device_spec && *cfg->device_spec ? cfg->device_spec : "auto";
     int rc = dev_open(spec, cfg->vram_budget, &mm->dev, e);
     if (rc < 0) {
@@ -234,6 +238,8 @@ void mm__unload_model(struct patcher_model *m)
         mm__layer_evict(m, &m->layers[i]);
     ASSERT(m->resident_bytes == 0);
     struct mm *mm = m->mm;
+    if (m->pages_live && !mm->cfg.keep_weight_pages)
+        patcher_model_drop_pages(m); /* nothing of this manager reads them now */
     mm__forget(mm, m);
     mm__publish(mm);
     m->mm = NULL;

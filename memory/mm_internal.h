@@ -38,6 +38,8 @@ struct pm_weight {
     size_t off;            /* offset inside the layer's packed layout */
     const void *host;      /* clean host copy: borrowed (src) or == owned */
     void *owned;           /* owned converted copy, or NULL */
+    int file_pages;        /* host is borrowed from a read-only file mapping: its pages
+                            * may be dropped from this process (mm_pages.c) */
 };
 
 struct pm_layer {
@@ -77,6 +79,8 @@ struct patcher_model {
     struct pm_keep *keeps; /* owned array */
     int nkeeps;
     int convert;           /* 1: every weight converted to its dt at add (no narrow host) */
+    int file_backed;       /* borrowed weights added now lie in a file mapping */
+    int pages_live;        /* file pages may be mapped now (read since the last drop) */
     int32_t *index;        /* owned: open-addressing key -> (layer << 16 | weight) + 1 */
     size_t index_cap;      /* slots (power of two), 0 while not built */
 
@@ -157,6 +161,11 @@ int pm__upload_layer(struct dev *d, const struct pm_layer *L, void *dst);
 int pm__copy_weight(struct dev *d, const struct pm_weight *w, void *dst);
 /* The same into host memory (the stream pack, a host device's buffer). */
 void pm__weight_to_host(const struct pm_weight *w, void *dst);
+
+/* Weight pages (mm_pages.c). keep[layer] != 0 keeps that layer's pages (NULL: drop
+ * all); returns the bytes of the weights whose pages were dropped. */
+size_t pm__drop_pages(struct patcher_model *m, const unsigned char *keep);
+void mm__drop_idle_pages(struct mm *mm, const struct mm_request *req);
 
 /* Manager hooks (mm.c). */
 void mm__forget(struct mm *mm, struct patcher_model *m);

@@ -396,6 +396,7 @@ static int apply_grow(struct mm *mm, struct model_plan *mp, struct mm_report *re
     int rc;
     m->dev = mp->d;
     m->zero_copy = dev_kind(mp->d) == DEV_KIND_CPU;
+    m->pages_live = 1; /* uploads and the stream pack read the host copy below */
     mm__track(mm, m);
     for (int i = 0; i < m->nlayers; i++) {
         struct pm_layer *L = &m->layers[i];
@@ -643,6 +644,7 @@ int mm_load_models(struct mm *mm, const struct mm_request *req, struct mm_report
     }
     plans_release(mp, n);
     mm__publish(mm);
+    mm__drop_idle_pages(mm, req);
     /*
      * The cpu device's block cache and weight scratch hold what this node can reuse
      * (device.h, tensor.h), not what the model or an earlier node needed. Why 3/4 of

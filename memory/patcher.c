@@ -142,6 +142,7 @@ int patcher_model_add_weight(struct patcher_model *m, int layer, const char *key
     w->host_bytes = numel * tensor_dtype_size(w->host_dt);
     if (w->host_dt == src_dt) {
         w->host = src; /* borrowed: the file mapping, kept alive by patcher_model_keep */
+        w->file_pages = m->file_backed;
     } else {
         w->owned = xmalloc(w->host_bytes);
         tensor_convert_host(w->owned, dt, src, src_dt, numel);
@@ -199,6 +200,7 @@ size_t patcher_model_bytes(const struct patcher_model *m)
 }
 
 void patcher_model_set_convert(struct patcher_model *m, int on) { m->convert = !!on; }
+void patcher_model_set_file_backed(struct patcher_model *m, int on) { m->file_backed = !!on; }
 
 size_t patcher_model_host_bytes(const struct patcher_model *m, size_t *owned)
 {

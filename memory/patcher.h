@@ -107,6 +107,23 @@ int patcher_model_add_weight(struct patcher_model *m, int layer, const char *key
  * issue 15, for comparisons in tests and benchmarks. Default 0. */
 void patcher_model_set_convert(struct patcher_model *m, int on);
 
+/*
+ * With on = 1, the borrowed host copies of weights added afterwards lie in a read-only
+ * file mapping (util/pages.h's invariant: PROT_READ, never written), as the checkpoint
+ * loaders' are. The planner then unmaps their pages from this process while no node
+ * runs the model (mm_load_models: models a node does not name; after an upload to a
+ * device that keeps its own copy), so the process's RSS holds the weights in use, not
+ * every model loaded: the pages stay in the page cache and the next read maps them
+ * again (minor faults, no I/O). Never for heap memory: dropping anonymous pages
+ * zeroes them. Default 0. Executor thread, before the weights are added.
+ */
+void patcher_model_set_file_backed(struct patcher_model *m, int on);
+
+/* Unmap the pages of m's file-backed host copies from this process now (see
+ * patcher_model_set_file_backed; no-op for other weights). Returns the bytes of the
+ * weights concerned. No layer of m may be held. Executor thread. */
+size_t patcher_model_drop_pages(struct patcher_model *m);
+
 /* Call release(user) when the model is freed (e.g. munmap of the file that the
  * borrowed weights point into). Any number of keeps; run in reverse order. */
 void patcher_model_keep(struct patcher_model *m, void (*release)(void *user), void *user);

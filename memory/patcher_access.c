@@ -330,6 +330,7 @@ static int acquire(struct patcher *p, int layer, struct tensor *const **w, struc
         }
     }
     L->holds = 1;
+    m->pages_live = 1; /* zero copy reads the host copy in the ops; an upload read it */
     L->t_acquired = clock_mono_sec() * 1e3;
     if (layer == 0)
         m->passes++;

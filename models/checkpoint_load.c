@@ -120,6 +120,9 @@ int model_ckpt_load(const char *path, unsigned flags, const enum tensor_dtype dt
             (c < MODEL_CLIP || ck->cfg.text[c - MODEL_CLIP].width > 0)) {
             ck->model[c] = patcher_model_new(model_component_name((enum model_component)c), roles[c]);
             patcher_model_set_convert(ck->model[c], !!(flags & MODEL_LOAD_CONVERT));
+            /* Borrowed weights point into f's read-only mapping: the planner may unmap
+             * their pages while the model is idle (patcher.h). */
+            patcher_model_set_file_backed(ck->model[c], 1);
         }
     if ((rc = add_weights(path, f, &items, dt, ck, borrowed, e)) < 0)
         goto fail;

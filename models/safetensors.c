@@ -443,6 +443,30 @@ const void *st_tensor_data(const struct st_file *f, const struct st_tensor *t)
     return f->data + t->offset;
 }
 
+int st_tensor_read(const struct st_file *f, const struct st_tensor *t, uint64_t off, void *buf,
+                   size_t n, struct err *e)
+{
+    ASSERT(off <= t->nbytes && n <= t->nbytes - off);
+    const uint8_t *src = st_tensor_data(f, t) + off;
+    if (f->_fd < 0 || !f->_map) {
+        memcpy(buf, src, n);
+        return 0;
+    }
+    /* The mapping starts at file offset 0 (safetensors and zip archives alike). */
+    off_t pos = (off_t)(src - (const uint8_t *)f->_map);
+    size_t done = 0;
+    while (done < n) {
+        ssize_t got = pread(f->_fd, (char *)buf + done, n - done, pos + (off_t)done);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return err_set(e, ERR_IO, "'%s': cannot read tensor '%s': %s", f->path, t->name,
+                           got < 0 ? strerror(errno) : "the file is shorter than when opened");
+        done += (size_t)got;
+    }
+    return 0;
+}
+
 const float *st_tensor_f32_view(const struct st_file *f, const struct st_tensor *t)
 {
     const void *p = st_tensor_data(f, t);

@@ -195,6 +195,8 @@ static int build_model(const struct st_file *f, const struct ckpt__items *items,
         patcher_model_new(name, base || !strcmp(name, "controlnet") ? PATCHER_ROLE_UNET
                                                                    : PATCHER_ROLE_OTHER);
     struct controlnet__owned *o = base ? controlnet__owned_new(m) : NULL;
+    /* Borrowed weights lie in f's mapping, except a diff ControlNet's (heap sums). */
+    patcher_model_set_file_backed(m, !o);
     char last[48] = "";
     int layer = -1, rc = 0;
     for (size_t i = 0; i < items->n && rc == 0; i++) {

@@ -68,6 +68,7 @@ int ups_load(const char *path, struct ups_arch *a, struct patcher_model **model,
     struct load l = {.f = f, .e = e, .layer = -1};
     l.m = patcher_model_new(a->kind == UPS_SRVGG ? "upscale (SRVGGNetCompact)" : "upscale (ESRGAN)",
                             PATCHER_ROLE_OTHER);
+    patcher_model_set_file_backed(l.m, 1); /* borrowed weights lie in f's mapping */
     ups_weights(a, add_one, &l);
     /* Detection and conversion read the file: it must still be the one opened. */
     if ((rc = l.rc) < 0 || (rc = st_check(f, e)) < 0) {
