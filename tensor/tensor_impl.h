@@ -192,6 +192,7 @@ extern size_t cpu_conv_cols_bytes; /* im2col chunk size, bytes */
 extern int cpu_conv_winograd;      /* 0 never Winograd (reference), 1 where it pays, 2 always */
 extern size_t cpu_wino_chunk_bytes; /* Winograd: V + M bytes per task */
 extern int cpu_wino_bf16;          /* 0: Winograd stays fp32 under bf16 precision */
+extern int cpu_wino_avx512; /* Winograd transforms: -1 AVX-512 when the CPU has it, 0 scalar */
 /* Free the calling thread's Winograd buffers (kept between calls); returns the bytes. */
 size_t cpu_wino_release(void);
 /* 1 when cpu_conv2d will take the Winograd path for this shape (the op then hands it an

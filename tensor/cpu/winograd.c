@@ -115,6 +115,7 @@ void wino__input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t 
     /* columns of the patch that hold image pixels: xx = ix + pl for 0 <= ix < w */
     int64_t xa = j->pl, xb = j->pl + j->w < pw ? j->pl + j->w : pw;
     float *t0 = tr, *t1 = tr + pw, *t2 = tr + 2 * pw, *t3 = tr + 3 * pw;
+    int vec = wino__avx512();
     for (int64_t c = 0; c < j->ci; c++) {
         const float *xc = x + c * j->h * j->w;
         for (int64_t yy = 0; yy < prow; yy++) {
@@ -130,7 +131,8 @@ void wino__input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t 
         }
         for (int64_t r = 0; r < nr; r++) {
             const float *p0 = patch + 2 * r * pw, *p1 = p0 + pw, *p2 = p1 + pw, *p3 = p2 + pw;
-            for (int64_t i = 0; i < pw; i++) {
+            int64_t i0 = vec ? wino__in_rows_avx512(p0, p1, p2, p3, t0, t1, t2, t3, pw) : 0;
+            for (int64_t i = i0; i < pw; i++) {
                 t0[i] = p0[i] - p2[i];
                 t1[i] = p1[i] + p2[i];
                 t2[i] = p2[i] - p1[i];
@@ -143,7 +145,8 @@ void wino__input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t 
                 float *v0 = v16 ? tq : v + at;
                 int64_t vs = v16 ? j->tw : j->ci * T;
                 float *v1 = v0 + vs, *v2 = v1 + vs, *v3 = v2 + vs;
-                for (int64_t tx = 0; tx < j->tw; tx++) {
+                int64_t tx0 = vec ? wino__in_cols_avx512(s, v0, v1, v2, v3, j->tw) : 0;
+                for (int64_t tx = tx0; tx < j->tw; tx++) {
                     float a = s[2 * tx], b = s[2 * tx + 1], cc = s[2 * tx + 2], d = s[2 * tx + 3];
                     v0[tx] = a - cc;
                     v1[tx] = b + cc;
@@ -163,16 +166,21 @@ void wino__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
 {
     int64_t pairs = j->wo / 2, odd = j->wo & 1, up = j->up;
     int64_t ow = up * j->wo, oh = up * j->ho; /* out's width and height */
+    int vec = wino__avx512();
     for (int64_t o = 0; o < j->co; o++) {
         float bv = j->bias ? j->bias[o] : 0.0f;
         for (int64_t r = 0; r < nr; r++) {
             int64_t oy = 2 * (r0 + r), rt = r * j->tw;
             float *y0 = out + (o * oh + up * oy + a) * ow + b;
             float *y1 = oy + 1 < j->ho ? y0 + up * ow : NULL;
-            for (int64_t tx = 0; tx < pairs + odd; tx++) {
+            const float *pq[WG_XI];
+            for (int q = 0; q < WG_XI; q++)
+                pq[q] = mq[q] + o * mcs[q] + rt;
+            int64_t tx0 = vec ? wino__out_row_avx512(pq, bv, y0, y1, pairs, up) : 0;
+            for (int64_t tx = tx0; tx < pairs + odd; tx++) {
                 float mm[16];
                 for (int q = 0; q < 16; q++)
-                    mm[q] = mq[q][o * mcs[q] + rt + tx];
+                    mm[q] = pq[q][tx];
                 float s0[4], s1[4];
                 for (int c = 0; c < 4; c++) {
                     s0[c] = mm[c] + mm[4 + c] + mm[8 + c];

@@ -47,6 +47,26 @@ void wino__input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t 
 void wino__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
                      const float *const mq[WG_XI], const int64_t mcs[WG_XI], int a, int b);
 
+/*
+ * wino_avx512.c: the transforms' row loops 16 tiles at a time, same operations in the
+ * same order as the scalar loops (so the same bits). Each returns how many it did (a
+ * multiple of 16); the caller finishes the row in scalar code. Call them only when
+ * wino__avx512() is 1 (the CPU has AVX-512F and cpu_wino_avx512, tensor_impl.h, allows
+ * it).
+ *   in_rows: t0 = p0 - p2, t1 = p1 + p2, t2 = p2 - p1, t3 = p1 - p3 over n values;
+ *   in_cols: v0..v3[tx] from s[2 tx .. 2 tx + 3] (B^T on the row), tx < tw;
+ *   out_row: the tiles tx < pairs of one tile row of one channel, point q of tile tx at
+ *   pq[q][tx]: pixels 2 tx and 2 tx + 1 (times up) of rows y0 and y1 (NULL: none).
+ */
+int wino__avx512(void);
+int64_t wino__in_rows_avx512(const float *p0, const float *p1, const float *p2,
+                             const float *p3, float *t0, float *t1, float *t2, float *t3,
+                             int64_t n);
+int64_t wino__in_cols_avx512(const float *s, float *v0, float *v1, float *v2, float *v3,
+                             int64_t tw);
+int64_t wino__out_row_avx512(const float *const pq[WG_XI], float bv, float *y0, float *y1,
+                             int64_t pairs, int64_t up);
+
 /* j->rows and j->nchk for n images, per_row bytes of V + M per tile row: blocks near
  * cpu_wino_chunk_bytes, at least WG_MIN_TILES tiles, at least two tasks per thread. */
 void wino__plan_rows(struct wg_job *j, int64_t n, int64_t per_row);

@@ -445,6 +445,10 @@ static void test_conv(void)
     size_t saved = cpu_conv_cols_bytes;
     cpu_conv_cols_bytes = 3 * 9 * 7 * 4 * 2; /* two output rows per chunk, ragged last */
     conv_case(TENSOR_F32, 2, 3, 11, 7, 5, 3, p1, 0, "conv 3x3 in row chunks");
+    /* a 1x1 conv over images large enough for column chunks per pool task (conv.c's
+     * pw_task): 256 columns each (the minimum), ragged last, both images */
+    cpu_conv_cols_bytes = 16;
+    conv_case(TENSOR_F32, 2, 6, 27, 25, 5, 1, none, 0, "conv 1x1 in column chunks");
     cpu_conv_cols_bytes = saved;
     /* oneDNN's convolution primitive, switched on (with a oneDNN build; else these run im2col),
      * forced for small shapes, then the default choice at 20x20 = 400 px per image */

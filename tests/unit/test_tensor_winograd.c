@@ -222,6 +222,43 @@ static void check_up2(const struct wcase *c)
     tensor_free(o);
 }
 
+/* The AVX-512 transforms (wino_avx512.c) give the scalar loops' bits: one plain and one
+ * fused-upsample conv with rows of 16-tile vectors and a scalar tail (skipped without
+ * AVX-512F: both runs would be scalar). */
+static void check_avx512_same(void)
+{
+    struct tensor_conv2d_opts op = {1, 1, 1, 1, 1};
+    float *vx, *vw, *vb;
+    struct tensor *x = mk(TENSOR_F32, 4, (int64_t[]){2, 40, 37, 41}, 1.0f, &vx);
+    struct tensor *w = mk(TENSOR_F32, 4, (int64_t[]){48, 40, 3, 3}, 0.05f, &vw);
+    struct tensor *b = mk(TENSOR_F32, 1, (int64_t[]){48}, 0.5f, &vb);
+    struct tensor *o1, *o2;
+    tensor_new(D, TENSOR_F32, 4, (int64_t[]){2, 48, 37, 41}, &o1, NULL);
+    tensor_new(D, TENSOR_F32, 4, (int64_t[]){2, 48, 74, 82}, &o2, NULL);
+    int saved = cpu_wino_avx512;
+    float *r[2][2];
+    for (int k = 0; k < 2; k++) {
+        cpu_wino_avx512 = k ? saved : 0;
+        r[k][0] = run(2, o1, x, w, b, &op);
+        r[k][1] = run_up2(2, o2, x, w, b, &op);
+    }
+    cpu_wino_avx512 = saved;
+    ok(memcmp(r[0][0], r[1][0], (size_t)tensor_numel(o1) * sizeof(float)) == 0,
+       "winograd: vector transforms (%s) == scalar, bit for bit", saved ? "on" : "off here");
+    ok(memcmp(r[0][1], r[1][1], (size_t)tensor_numel(o2) * sizeof(float)) == 0,
+       "up2: vector transforms (%s) == scalar, bit for bit", saved ? "on" : "off here");
+    for (int k = 0; k < 4; k++)
+        xfree(r[k / 2][k % 2]);
+    xfree(vx);
+    xfree(vw);
+    xfree(vb);
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(b);
+    tensor_free(o1);
+    tensor_free(o2);
+}
+
 /* A wrong output size is refused with conv2d's message, named conv2d_up2. */
 static void check_up2_bad(void)
 {
@@ -264,6 +301,8 @@ int main(void)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         check_case(&cases[i]);
     static const struct wcase up2[] = {
+        {"64 -> 64, 34x37 (16-tile vectors and a tail), pad 1", 1, 64, 34, 37, 64, 1, 1, 1, 1,
+         1, TENSOR_F32, 0},
         /* what, n, ci, h, w, co, pt, pb, pl, pr, bias, wdt, chunk (x's h, w: out is 2x) */
         {"32 -> 40, 9x11 (ragged tiles), pad 1", 2, 32, 9, 11, 40, 1, 1, 1, 1, 1, TENSOR_F32, 0},
         {"512 -> 48, 7x6, pad 1, f16 weights", 1, 512, 7, 6, 48, 1, 1, 1, 1, 1, TENSOR_F16, 0},
@@ -277,6 +316,7 @@ int main(void)
     for (size_t i = 0; i < sizeof(up2) / sizeof(up2[0]); i++)
         check_up2(&up2[i]);
     check_up2_bad();
+    check_avx512_same();
     dev_close(D);
     tensor_shutdown();
     return harness_done();
