@@ -55,6 +55,7 @@ void graph_free(struct graph_ctx *g)
         return;
     gcache_release(&g->cache);
     graph__instances_free(g);
+    graph__run_arrays_free(g);
     node_registry_free(g->reg);
     mm_free(g->mm); /* after the cache: cached MODEL values may hold loaded models */
     xfree(g);

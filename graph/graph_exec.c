@@ -105,6 +105,39 @@ static void build_history(struct run *r)
     }
 }
 
+/*
+ * The run's per-node arrays (xnode, start and execution order), from the ones
+ * the context keeps, grown when a prompt is larger. Allocated and freed per run,
+ * a large prompt's arrays (a 10k-node chain's xnodes are 1 MB) were given back to
+ * the kernel by malloc's trim and faulted in again by the next prompt: tens of
+ * microseconds a page in this VM, more than the run's own work.
+ */
+static void run_arrays(struct graph_ctx *g, struct run *r, int n)
+{
+    size_t want = (size_t)(n ? n : 1);
+    if (g->run_cap < want) {
+        graph__run_arrays_free(g);
+        g->run_x = xmalloc(want * sizeof(*g->run_x));
+        g->run_started = xmalloc(want * sizeof(*g->run_started));
+        g->run_executed = xmalloc(want * sizeof(*g->run_executed));
+        g->run_cap = want;
+    }
+    memset(g->run_x, 0, want * sizeof(*g->run_x));
+    r->x = g->run_x;
+    r->started = g->run_started;
+    r->executed = g->run_executed;
+}
+
+void graph__run_arrays_free(struct graph_ctx *g)
+{
+    xfree(g->run_x);
+    xfree(g->run_started);
+    xfree(g->run_executed);
+    g->run_x = NULL;
+    g->run_started = g->run_executed = NULL;
+    g->run_cap = 0;
+}
+
 int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct graph_events *ev,
                   struct graph_result *out)
 {
@@ -137,9 +170,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     }
     r.p = &np->p;
     int n = r.p->n;
-    r.x = xcalloc((size_t)(n ? n : 1), sizeof(*r.x));
-    r.started = xmalloc((size_t)(n ? n : 1) * sizeof(*r.started));
-    r.executed = xmalloc((size_t)(n ? n : 1) * sizeof(*r.executed));
+    run_arrays(g, &r, n);
     for (int i = 0; i < n; i++)
         if (!r.p->nodes[i].cls)
             r.x[i].sig_state = 2; /* unknown class: no signature (validation prevents it) */
@@ -200,10 +231,7 @@ int graph_execute(struct graph_ctx *g, const struct graph_job *job, const struct
     xfree(r.pnginfo_vals);
     xfree(r.pnginfo);
     xfree(r.prompt_json);
-    xfree(r.deps);
-    xfree(r.started);
-    xfree(r.x);
-    xfree(r.executed);
+    xfree(r.deps); /* r.x, r.started and r.executed stay with g for the next run */
     graph_prompt_free(r.parsed);
     return 0;
 }

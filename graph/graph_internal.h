@@ -28,15 +28,43 @@ struct ghash {
     uint64_t a, b;
 };
 
+/*
+ * A constant typed for its declared input, held in place: no value is allocated
+ * until a node binds it (gconst_value), so a validated prompt costs no heap object
+ * per constant (a 10k-node prompt's 10k values were most of the memory a prompt
+ * took and gave back, paid again in page faults by the next one). GCONST_NONE: no
+ * scalar form; the executor makes the value from the JSON (graph__const_value),
+ * which gives none for a constant on a socket input.
+ */
+enum gconst_kind {
+    GCONST_NONE = 0,
+    GCONST_INT,    /* i, big (above INT64_MAX) */
+    GCONST_FLOAT,  /* f */
+    GCONST_BOOL,   /* i: 0 or 1 */
+    GCONST_STRING, /* s: borrowed from the prompt's JSON */
+};
+
+struct gconst {
+    union {
+        int64_t i;
+        double f;
+        const char *s;
+    };
+    uint8_t kind; /* enum gconst_kind */
+    uint8_t big;
+};
+
 /* One declared input of one node, as the prompt gives it. */
 struct gin {
     cJSON *json;   /* borrowed from the prompt; NULL when the input is absent */
     int32_t src;   /* index of the source node for a link, else -1 */
     int32_t slot;  /* output slot of the link */
-    /* Owned reference: the constant as a value of its declared type, made once by
-     * gprompt_type_constants after validation coerced the JSON. NULL for a link, an
-     * absent input, or a constant on a socket input (the executor reports that). */
-    struct value *konst;
+    /* The constant typed once from the coerced JSON (by validation's check of the
+     * constant, or by gprompt_type_constants). GCONST_NONE for a link, an absent
+     * input, a constant without a scalar form, and in a validated prompt for the
+     * nodes validation did not reach (none of them can run; the executor types one
+     * from its JSON if an IS_CHANGED needs it, as for a raw prompt). */
+    struct gconst konst;
 };
 
 struct gnode {
@@ -57,11 +85,11 @@ struct gnode {
 };
 
 struct gprompt {
-    struct gnode *nodes;   /* owned, prompt key order */
+    struct gnode *nodes;   /* owned, prompt key order; one block with the three below */
     int n;
-    struct gin *ins;       /* owned, all nodes' inputs */
-    uint16_t *keys;        /* owned */
-    int32_t *slots;        /* owned, id -> index hash table */
+    struct gin *ins;       /* all nodes' inputs (in nodes' block) */
+    uint16_t *keys;        /* (in nodes' block) */
+    int32_t *slots;        /* id -> index hash table (in nodes' block) */
     size_t nslots;
 };
 
@@ -79,6 +107,16 @@ void gprompt_release(struct gprompt *p);
  * the inputs (gprompt_hash_inputs). Call once the JSON is final (after validation's
  * coercion); any thread. */
 void gprompt_type_constants(struct gprompt *p);
+/* A validated constant's scalar form for its input: 1 with *c set, 0 when it has
+ * none (socket types; a STRING or COMBO given a non-string, which
+ * graph__const_value makes from the JSON). c->s borrows from v. Any thread. */
+int graph__const_type(const struct node_input_def *in, const cJSON *v, struct gconst *c);
+/* A validated constant as a value of the input's type (new reference); NULL for
+ * socket types. Any thread. */
+struct value *graph__const_value(const struct node_input_def *in, const cJSON *v);
+/* Input gi's constant as a value (new reference): from gi->konst when typed, else
+ * graph__const_value of its JSON. NULL for socket types. Any thread. */
+struct value *gin_const_value(const struct gin *gi, const struct node_input_def *in);
 /* gnode.sig_base and sig_open of every known node, from the JSON as it is now
  * (graph_sig.c). Any thread. */
 void gprompt_hash_inputs(struct gprompt *p);
@@ -175,6 +213,7 @@ struct gsig ghash_final(const struct ghash *h);
 
 struct ginstance; /* per (node id, class) state, graph_exec.c */
 struct mm;
+struct xnode;     /* graph_run.h */
 
 struct graph_ctx {
     struct graph_config cfg;      /* strings borrowed */
@@ -186,9 +225,16 @@ struct graph_ctx {
     struct ginstance *inst;       /* executor thread */
     int n_inst, cap_inst;
     struct mm *mm;                /* owned: memory manager + compute device */
+    /* Executor thread: the per-node arrays of a run, kept for the next one (see
+     * graph_exec.c's run_arrays). Owned; [run_cap] each. */
+    struct xnode *run_x;
+    int32_t *run_started, *run_executed;
+    size_t run_cap;
 };
 
 void graph__instances_free(struct graph_ctx *g);
+/* Free the run arrays graph_execute keeps (graph_free). */
+void graph__run_arrays_free(struct graph_ctx *g);
 
 struct mm_report; /* memory/memmgr.h */
 /* The memory manager's reports of one node as history meta's "memory" array (new

@@ -165,9 +165,10 @@ static void announce(struct run *r, int n)
 
 /*
  * Bind: node n's inputs by declared index, from links (this run's outputs or the
- * cache) and from the constants validation typed (gin.konst; a raw prompt's are
- * typed here). Returns the first input that cannot be bound, with why, or NULL when
- * all could: validation rules that out, but an unvalidated prompt may get here.
+ * cache) and from the constants validation typed (gin.konst; a raw prompt's, and
+ * any without a scalar form, are made from their JSON here). Returns the first
+ * input that cannot be bound, with why, or NULL when all could: validation rules
+ * that out, but an unvalidated prompt may get here.
  */
 static const struct node_input_def *bind_inputs(struct run *r, const struct gnode *gn,
                                                 struct value **in, const char **why)
@@ -190,7 +191,7 @@ static const struct node_input_def *bind_inputs(struct run *r, const struct gnod
             if (!in[k])
                 fail = "is linked to a missing output";
         } else {
-            in[k] = gi->konst ? value_ref(gi->konst) : graph__const_value(d, gi->json);
+            in[k] = gin_const_value(gi, d);
             if (!in[k])
                 fail = "needs a link, not a constant";
         }

@@ -6,6 +6,7 @@
  * parsed and typed once; the executor never reads an input's JSON.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -33,13 +34,7 @@ int gprompt_find(const struct gprompt *p, const char *id)
 
 void gprompt_release(struct gprompt *p)
 {
-    for (int i = 0; i < p->n; i++)
-        for (int k = 0; k < p->nodes[i].n_in && p->nodes[i].cls; k++)
-            value_unref(p->nodes[i].in[k].konst);
-    xfree(p->nodes);
-    xfree(p->ins);
-    xfree(p->keys);
-    xfree(p->slots);
+    xfree(p->nodes); /* the block of all four arrays */
     memset(p, 0, sizeof(*p));
 }
 
@@ -52,18 +47,46 @@ int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *pro
     for (cJSON *it = prompt->child; it; it = it->next)
         n++;
     p->n = n;
-    p->nodes = xcalloc(n ? n : 1, sizeof(*p->nodes));
     p->nslots = 16;
     while (p->nslots < 2 * (size_t)n)
         p->nslots *= 2;
-    p->slots = xmalloc(p->nslots * sizeof(*p->slots));
-    memset(p->slots, 0xff, p->nslots * sizeof(*p->slots));
 
-    /* First pass: ids, classes, sizes. Duplicate keys (possible in JSON text) keep
-     * the first occurrence in the id table, as a dict would keep the last value;
-     * cJSON's lookup also returns the first, so we are consistent with it. */
+    /* First pass: classes, to size the inputs. */
+    const struct node_class **cls = xmalloc((size_t)(n ? n : 1) * sizeof(*cls));
     size_t total_in = 0;
     int i = 0;
+    for (cJSON *it = prompt->child; it; it = it->next, i++) {
+        cJSON *ct = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "class_type") : NULL;
+        cls[i] = cJSON_IsString(ct) ? node_registry_find(reg, ct->valuestring) : NULL;
+        if (cls[i])
+            total_in += (size_t)node_class_n_inputs(cls[i]);
+    }
+
+    /*
+     * One block: nodes, id table, inputs, key orders. A large prompt's arrays are
+     * each above malloc's mmap threshold; freed one by one they raised it only to
+     * the largest, so the heap top a prompt left behind was trimmed and faulted in
+     * again by the next one (a 10k-node chain's validation took 450 page faults,
+     * most of its time). One block raises the threshold to what a prompt frees, and
+     * the next prompt of that size reuses the pages. Each part's size keeps the next
+     * 8-byte aligned (the id table has a power of two >= 16 of slots).
+     */
+    size_t nodes_bytes = (size_t)(n ? n : 1) * sizeof(*p->nodes);
+    size_t slots_bytes = p->nslots * sizeof(*p->slots);
+    size_t ins_bytes = (total_in ? total_in : 1) * sizeof(*p->ins);
+    size_t keys_bytes = (total_in ? total_in : 1) * sizeof(*p->keys);
+    char *block = xmalloc(nodes_bytes + slots_bytes + ins_bytes + keys_bytes);
+    p->nodes = (struct gnode *)block;
+    p->slots = (int32_t *)(block + nodes_bytes);
+    p->ins = (struct gin *)(block + nodes_bytes + slots_bytes);
+    p->keys = (uint16_t *)(block + nodes_bytes + slots_bytes + ins_bytes);
+    memset(p->nodes, 0, nodes_bytes);
+    memset(p->slots, 0xff, slots_bytes);
+
+    /* Second pass: ids and sizes. Duplicate keys (possible in JSON text) keep the
+     * first occurrence in the id table, as a dict would keep the last value;
+     * cJSON's lookup also returns the first, so we are consistent with it. */
+    i = 0;
     for (cJSON *it = prompt->child; it; it = it->next, i++) {
         struct gnode *g = &p->nodes[i];
         g->id = it->string ? it->string : "";
@@ -77,18 +100,15 @@ int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *pro
             }
         if (!dup)
             p->slots[s] = i;
-        cJSON *ct = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "class_type") : NULL;
-        g->cls = cJSON_IsString(ct) ? node_registry_find(reg, ct->valuestring) : NULL;
+        g->cls = cls[i];
         if (g->cls) {
             g->n_in = node_class_n_inputs(g->cls);
             g->n_out = node_class_n_outputs(g->cls);
-            total_in += (size_t)g->n_in;
         }
     }
-    p->ins = xmalloc((total_in ? total_in : 1) * sizeof(*p->ins));
-    p->keys = xmalloc((total_in ? total_in : 1) * sizeof(*p->keys));
+    xfree(cls);
 
-    /* Second pass: inputs and links. */
+    /* Third pass: inputs and links. */
     size_t off = 0;
     for (i = 0; i < n; i++) {
         struct gnode *g = &p->nodes[i];
@@ -101,7 +121,7 @@ int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *pro
             g->in[k].json = NULL;
             g->in[k].src = -1;
             g->in[k].slot = -1;
-            g->in[k].konst = NULL;
+            g->in[k].konst = (struct gconst){0};
         }
         cJSON *inputs = cJSON_GetObjectItemCaseSensitive(g->json, "inputs");
         if (!cJSON_IsObject(inputs))
@@ -132,16 +152,111 @@ int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *pro
     return 0;
 }
 
+int graph__const_type(const struct node_input_def *in, const cJSON *v, struct gconst *c)
+{
+    const char *t = in->type;
+    int64_t i;
+    int big;
+    double d;
+    *c = (struct gconst){0};
+    if (!strcmp(t, "INT")) {
+        c->kind = GCONST_INT;
+        if (cJSON_IsBool(v)) {
+            c->i = cJSON_IsTrue(v);
+        } else if (gjson_get_int(v, &i, &big, &d)) {
+            c->i = i;
+            c->big = (uint8_t)big;
+        } else {
+            c->i = (int64_t)d;
+        }
+        return 1;
+    }
+    if (!strcmp(t, "FLOAT")) {
+        c->kind = GCONST_FLOAT;
+        if (cJSON_IsString(v))
+            c->f = strtod(v->valuestring, NULL);
+        else
+            c->f = cJSON_IsBool(v) ? cJSON_IsTrue(v) : gjson_number(v);
+        return 1;
+    }
+    if (!strcmp(t, "BOOLEAN")) {
+        c->kind = GCONST_BOOL;
+        c->i = cJSON_IsTrue(v) || (gjson_is_number(v) && gjson_number(v) != 0);
+        return 1;
+    }
+    if (!strcmp(t, "*")) {
+        /* A wildcard socket takes a constant as it is, as ComfyUI passes it. */
+        if (cJSON_IsString(v)) {
+            c->kind = GCONST_STRING;
+            c->s = v->valuestring;
+        } else if (cJSON_IsBool(v)) {
+            c->kind = GCONST_BOOL;
+            c->i = cJSON_IsTrue(v);
+        } else if (gjson_is_number(v) && gjson_get_int(v, &i, &big, &d)) {
+            c->kind = GCONST_INT;
+            c->i = i;
+            c->big = (uint8_t)big;
+        } else if (gjson_is_number(v)) {
+            c->kind = GCONST_FLOAT;
+            c->f = d;
+        }
+        return c->kind != GCONST_NONE;
+    }
+    if ((!strcmp(t, "STRING") || !strcmp(t, NODE_COMBO)) && cJSON_IsString(v)) {
+        c->kind = GCONST_STRING;
+        c->s = v->valuestring;
+        return 1;
+    }
+    return 0;
+}
+
+static struct value *gconst_value(const struct gconst *c)
+{
+    switch (c->kind) {
+    case GCONST_INT:
+        return c->big ? value_new_u64((uint64_t)c->i) : value_new_int(c->i);
+    case GCONST_FLOAT:
+        return value_new_float(c->f);
+    case GCONST_BOOL:
+        return value_new_bool((int)c->i);
+    case GCONST_STRING:
+        return value_new_string(c->s);
+    default:
+        return NULL;
+    }
+}
+
+struct value *graph__const_value(const struct node_input_def *in, const cJSON *v)
+{
+    struct gconst c;
+    if (graph__const_type(in, v, &c))
+        return gconst_value(&c);
+    if (strcmp(in->type, "STRING") != 0 && strcmp(in->type, NODE_COMBO) != 0)
+        return NULL; /* a constant on a socket input: the caller reports it */
+    struct buf b; /* str() of a non-string */
+    buf_init(&b);
+    gjson_py(v, 1, &b);
+    struct value *r = value_new_string(b.ptr);
+    buf_release(&b);
+    return r;
+}
+
+struct value *gin_const_value(const struct gin *gi, const struct node_input_def *in)
+{
+    if (gi->konst.kind != GCONST_NONE)
+        return gconst_value(&gi->konst);
+    return graph__const_value(in, gi->json);
+}
+
 void gprompt_type_constants(struct gprompt *p)
 {
     for (int i = 0; i < p->n; i++) {
         struct gnode *g = &p->nodes[i];
         for (int k = 0; g->cls && k < g->n_in; k++) {
             struct gin *in = &g->in[k];
-            value_unref(in->konst);
-            in->konst = in->json && !gjson_is_link(in->json)
-                            ? graph__const_value(&g->cls->inputs[k], in->json)
-                            : NULL;
+            const struct node_input_def *d = &g->cls->inputs[k];
+            if (!in->json || gjson_is_link(in->json) || !graph__const_type(d, in->json, &in->konst))
+                in->konst = (struct gconst){0};
         }
     }
     gprompt_hash_inputs(p);

@@ -82,8 +82,6 @@ struct gcache_entry *graph__cached(struct run *r, int n); /* node n's cache entr
 /* Apply the cache mode before a run and set xnode.cached_at_start. */
 void graph__policy_start(struct run *r);
 void graph__policy_end(struct run *r);
-/* A validated constant as a value of the input's type; NULL for socket types. */
-struct value *graph__const_value(const struct node_input_def *in, const cJSON *v);
 
 /* graph_node.c: one node's turn (cache, bind, run, publish or failure). Returns 1
  * when the prompt must stop. */

@@ -8,56 +8,6 @@
 #include "alloc.h"
 #include "graph_run.h"
 
-/* ---- running one node ---------------------------------------------------------------- */
-
-/* A validated constant as a value of the input's declared type. */
-struct value *graph__const_value(const struct node_input_def *in, const cJSON *v)
-{
-    const char *t = in->type;
-    if (!strcmp(t, "INT")) {
-        int64_t i;
-        int big;
-        double d;
-        if (cJSON_IsBool(v))
-            return value_new_int(cJSON_IsTrue(v));
-        if (gjson_get_int(v, &i, &big, &d))
-            return big ? value_new_u64((uint64_t)i) : value_new_int(i);
-        return value_new_int((int64_t)d);
-    }
-    if (!strcmp(t, "FLOAT")) {
-        if (cJSON_IsString(v))
-            return value_new_float(strtod(v->valuestring, NULL));
-        return value_new_float(cJSON_IsBool(v) ? cJSON_IsTrue(v) : gjson_number(v));
-    }
-    if (!strcmp(t, "BOOLEAN"))
-        return value_new_bool(cJSON_IsTrue(v) || (gjson_is_number(v) && gjson_number(v) != 0));
-    if (!strcmp(t, "*")) {
-        /* A wildcard socket takes a constant as it is, as ComfyUI passes it. */
-        int64_t i;
-        int big;
-        double d;
-        if (cJSON_IsString(v))
-            return value_new_string(v->valuestring);
-        if (cJSON_IsBool(v))
-            return value_new_bool(cJSON_IsTrue(v));
-        if (gjson_is_number(v))
-            return gjson_get_int(v, &i, &big, &d) ? (big ? value_new_u64((uint64_t)i) : value_new_int(i))
-                                                   : value_new_float(d);
-        return NULL;
-    }
-    if (!strcmp(t, "STRING") || !strcmp(t, NODE_COMBO)) {
-        if (cJSON_IsString(v))
-            return value_new_string(v->valuestring);
-        struct buf b;
-        buf_init(&b);
-        gjson_py(v, 1, &b);
-        struct value *r = value_new_string(b.ptr);
-        buf_release(&b);
-        return r;
-    }
-    return NULL; /* a constant on a socket input: the caller reports it */
-}
-
 /* ---- signatures ---------------------------------------------------------------------- */
 
 static void hash_json(struct ghash *h, const cJSON *v)
@@ -92,10 +42,8 @@ static int node_fingerprint(struct run *r, int n, struct buf *out)
     const struct gnode *gn = &r->p->nodes[n];
     struct value **in = xcalloc((size_t)(gn->n_in ? gn->n_in : 1), sizeof(*in));
     for (int k = 0; k < gn->n_in; k++)
-        if (gn->in[k].konst)
-            in[k] = value_ref(gn->in[k].konst);
-        else if (gn->in[k].json && !gjson_is_link(gn->in[k].json)) /* untyped raw prompt */
-            in[k] = graph__const_value(&gn->cls->inputs[k], gn->in[k].json);
+        if (gn->in[k].json && !gjson_is_link(gn->in[k].json))
+            in[k] = gin_const_value(&gn->in[k], &gn->cls->inputs[k]);
     struct node_ctx c;
     node_ctx_init(&c, gn->cls, gn->id, &r->g->env, in, NULL);
     c.prompt_id = r->job->prompt_id;

@@ -348,6 +348,7 @@ static void check_const(struct vstate *vs, int n, int k)
     const struct node_input_def *in = &gn->cls->inputs[k];
     cJSON *inputs = cJSON_GetObjectItemCaseSensitive(gn->json, "inputs");
     cJSON *v = gn->in[k].json;
+    struct gconst typed = {0};
 
     if (cJSON_IsObject(v)) {
         cJSON *w = cJSON_GetObjectItemCaseSensitive(v, "__value__");
@@ -363,6 +364,8 @@ static void check_const(struct vstate *vs, int n, int k)
     buf_init(&b);
     const char *t = in->type;
     int custom = in->validate != NULL;
+    /* Range messages are formatted only when they are needed: printf for every
+     * valid number was a third of a chain's validation. */
     if (!strcmp(t, "INT")) {
         int64_t i;
         int big, overflow;
@@ -371,19 +374,22 @@ static void check_const(struct vstate *vs, int n, int k)
         if (!overflow && !(cJSON_IsNumber(v) && fabs(v->valuedouble) <= 9007199254740992.0 &&
                            v->valuedouble == (double)i))
             replace_value(inputs, &gn->in[k].json, gjson_int(i, big));
-        if (overflow)
-            gco_to_str(v, &a);
-        else
-            fmt_int(&a, i, big);
-        if (!custom && in->min.set && cmp_int(i, big, overflow, &in->min) < 0) {
-            fmt_int(&b, in->min.i, in->min.big);
-            range_error(vs, n, in, 1, a.ptr, b.ptr, cJSON_Duplicate(gn->in[k].json, 1));
-        } else if (!custom && in->max.set && cmp_int(i, big, overflow, &in->max) > 0) {
-            fmt_int(&b, in->max.i, in->max.big);
-            range_error(vs, n, in, 0, a.ptr, b.ptr, cJSON_Duplicate(gn->in[k].json, 1));
+        int below = !custom && in->min.set && cmp_int(i, big, overflow, &in->min) < 0;
+        int above = !below && !custom && in->max.set && cmp_int(i, big, overflow, &in->max) > 0;
+        if (below || above) {
+            if (overflow)
+                gco_to_str(v, &a); /* not replaced: v is still the prompt's item */
+            else
+                fmt_int(&a, i, big);
+            const struct node_num *bound = below ? &in->min : &in->max;
+            fmt_int(&b, bound->i, bound->big);
+            range_error(vs, n, in, below, a.ptr, b.ptr, cJSON_Duplicate(gn->in[k].json, 1));
         } else if (overflow) {
             buf_adds(&exc, "Python int too large to convert to C long");
             goto bad_type;
+        } else {
+            /* What graph__const_type would read back from the coerced item. */
+            typed = (struct gconst){.i = i, .kind = GCONST_INT, .big = (uint8_t)big};
         }
         goto done;
     }
@@ -394,27 +400,27 @@ static void check_const(struct vstate *vs, int n, int k)
         /* Non-finite values stay as sent: JSON has no literal for them. */
         if (isfinite(d))
             replace_value(inputs, &gn->in[k].json, gjson_pyfloat(d));
-        pynum_format_float(d, &a);
-        if (!custom && in->min.set && d < in->min.f) {
-            pynum_format_float(in->min.f, &b);
-            range_error(vs, n, in, 1, a.ptr, b.ptr, cJSON_Duplicate(gn->in[k].json, 1));
-        } else if (!custom && in->max.set && d > in->max.f) {
-            pynum_format_float(in->max.f, &b);
-            range_error(vs, n, in, 0, a.ptr, b.ptr, cJSON_Duplicate(gn->in[k].json, 1));
+        int below = !custom && in->min.set && d < in->min.f;
+        int above = !below && !custom && in->max.set && d > in->max.f;
+        if (below || above) {
+            pynum_format_float(d, &a);
+            pynum_format_float(below ? in->min.f : in->max.f, &b);
+            range_error(vs, n, in, below, a.ptr, b.ptr, cJSON_Duplicate(gn->in[k].json, 1));
+            goto done;
         }
-        goto done;
+        goto typed_done;
     }
     if (!strcmp(t, "STRING")) {
         if (!cJSON_IsString(v)) {
             gco_to_str(v, &a);
             replace_value(inputs, &gn->in[k].json, cJSON_CreateString(a.ptr));
         }
-        goto done;
+        goto typed_done;
     }
     if (!strcmp(t, "BOOLEAN")) {
         if (!cJSON_IsBool(v))
             replace_value(inputs, &gn->in[k].json, cJSON_CreateBool(gco_truthy(v)));
-        goto done;
+        goto typed_done;
     }
     if (!strcmp(t, NODE_COMBO) && !custom) {
         const struct node_strlist *l = options_of(vs, in);
@@ -442,11 +448,12 @@ static void check_const(struct vstate *vs, int n, int k)
             }
             cJSON_AddItemToObject(x, "received_value", cJSON_Duplicate(v, 1));
             add_err(vs, n, mkerr("value_not_in_list", "Value not in list", a.ptr, x));
+            goto done;
         }
     }
     /* Socket types given a constant pass validation, as in ComfyUI; the executor
-     * reports them when the node runs. */
-    goto done;
+     * reports them when the node runs (graph__const_value gives them no value). */
+    goto typed_done;
 
 bad_type:
     buf_reset(&a);
@@ -460,7 +467,12 @@ bad_type:
         cJSON_AddStringToObject(x, "exception_message", exc.ptr);
         add_err(vs, n, mkerr("invalid_input_type", a.ptr, b.ptr, x));
     }
+    goto done;
+typed_done:
+    graph__const_type(in, gn->in[k].json, &typed); /* from the item as coerced */
 done:
+    /* The native prompt's constant (a node is checked once; errors leave it untyped). */
+    gn->in[k].konst = typed;
     buf_release(&exc);
     buf_release(&a);
     buf_release(&b);
@@ -706,11 +718,14 @@ int graph_validate_targets(struct graph_ctx *g, cJSON *prompt, const cJSON *targ
     xfree(outs);
     buf_release(&d);
     if (out->ok) {
-        /* The JSON is final now: type the constants once and hand the whole over. */
+        /* The JSON is final now: hash what of the signatures it decides and hand the
+         * whole over. check_const typed the constants of every node validation reached,
+         * which includes every node this prompt can run; the executor types any other
+         * from the same JSON if it ever needs one (an IS_CHANGED it calls). */
         out->prompt = xcalloc(1, sizeof(*out->prompt));
         out->prompt->p = p;
         out->prompt->json = prompt;
-        gprompt_type_constants(&out->prompt->p);
+        gprompt_hash_inputs(&out->prompt->p);
     } else {
         gprompt_release(&p);
     }

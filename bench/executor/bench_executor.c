@@ -12,10 +12,14 @@
  * times cannot. Run it as
  *   valgrind --tool=callgrind --collect-atstart=no bench_executor --count-cached
  * (without valgrind the toggles do nothing and it only prints the times).
+ * `--count-validate` collects the chain's validations alone, and
+ * `--count-server fresh|cached` its prompts on the server's path (validate, run the
+ * native prompt, free both), fresh or fully cached, the same way.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -111,6 +115,15 @@ static double cpu_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* Minor page faults of this thread so far: fresh heap pages cost a fault and a
+ * zeroed page each, time that instruction counts do not show. */
+static long minor_faults(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    return ru.ru_minflt;
 }
 
 static void add_link(cJSON *inputs, const char *name, const char *src)
@@ -242,6 +255,50 @@ static double time_validate(struct graph_ctx *g, cJSON *p, cJSON **outs)
     return t[REPS / 2];
 }
 
+/* One prompt as the server handles it: validation (which builds the native prompt),
+ * the executor's run of that prompt, then freeing both. Events are off, as in the
+ * other rows. */
+static void server_once(struct graph_ctx *g, cJSON *p, int collect)
+{
+    struct graph_validation v;
+    struct graph_result res;
+    if (collect)
+        CALLGRIND_TOGGLE_COLLECT;
+    graph_validate(g, p, &v);
+    struct graph_job job = {.prompt_id = "bench", .prompt = p, .native = v.prompt,
+                            .outputs_to_execute = v.outputs};
+    int ok = v.ok && graph_execute(g, &job, NULL, &res) == 0;
+    if (ok) {
+        ok = res.status == GRAPH_STATUS_SUCCESS;
+        graph_result_release(&res);
+    }
+    graph_validation_release(&v);
+    if (collect)
+        CALLGRIND_TOGGLE_COLLECT;
+    if (!ok) {
+        fprintf(stderr, "bench prompt failed\n");
+        exit(1);
+    }
+}
+
+/* Median time (us) of server_once; `fresh`: clear the cache before each (untimed),
+ * else one untimed run first so that every timed one is fully cached. */
+static double time_server(struct graph_ctx *g, cJSON *p, int fresh)
+{
+    double t[REPS];
+    if (!fresh)
+        server_once(g, p, 0);
+    for (int r = 0; r < REPS; r++) {
+        if (fresh)
+            graph_free_memory(g, 0, 1);
+        double t0 = now_us();
+        server_once(g, p, 0);
+        t[r] = now_us() - t0;
+    }
+    qsort(t, REPS, sizeof(double), cmp_d);
+    return t[REPS / 2];
+}
+
 static void bench_graph(struct graph_ctx *g, const char *name, cJSON *p)
 {
     int n = cJSON_GetArraySize(p);
@@ -264,6 +321,10 @@ static void bench_graph(struct graph_ctx *g, const char *name, cJSON *p)
     printf("%-6s %6d nodes | from validation's native prompt: run fresh %6.2f us/node, "
            "all cached %6.2f us/node\n",
            name, n, native / n, native_cached / n);
+    double server = time_server(g, p, 1), server_cached = time_server(g, p, 0);
+    printf("%-6s %6d nodes | server path (validate + run + free): fresh %6.2f us/node, "
+           "all cached %6.2f us/node\n",
+           name, n, server / n, server_cached / n);
     cJSON_Delete(outs);
 }
 
@@ -309,6 +370,46 @@ static void count_cached(struct graph_ctx *g, int native)
     if (native)
         graph_validation_release(&v);
     cJSON_Delete(outs);
+    cJSON_Delete(p);
+}
+
+/* The chain's validations alone (--count-validate), or its prompts on the server's
+ * path (--count-server fresh|cached: validate + run + free), collected by callgrind
+ * like count_cached's runs; `what`: 0 validate, 1 server fresh, 2 server cached. */
+static void count_server(struct graph_ctx *g, int what)
+{
+    cJSON *p = make_chain(10000, 1);
+    server_once(g, p, 0); /* untimed: the cache is full for "cached" */
+    double t[REPS], c[REPS];
+    long faults = 0;
+    for (int r = 0; r < REPS; r++) {
+        if (what == 1)
+            graph_free_memory(g, 0, 1);
+        long f0 = minor_faults();
+        double t0 = now_us(), c0 = cpu_us();
+        if (what == 0) {
+            struct graph_validation v;
+            CALLGRIND_TOGGLE_COLLECT;
+            graph_validate(g, p, &v);
+            CALLGRIND_TOGGLE_COLLECT;
+            c[r] = cpu_us() - c0;
+            t[r] = now_us() - t0;
+            graph_validation_release(&v);
+        } else {
+            server_once(g, p, 1);
+            c[r] = cpu_us() - c0;
+            t[r] = now_us() - t0;
+        }
+        faults += minor_faults() - f0;
+    }
+    qsort(t, REPS, sizeof(double), cmp_d);
+    qsort(c, REPS, sizeof(double), cmp_d);
+    int n = cJSON_GetArraySize(p);
+    static const char *const names[] = {"validate", "server path, fresh",
+                                        "server path, all cached"};
+    printf("chain %d nodes, %s, %d runs collected: median %.3f us/node, "
+           "thread CPU time %.3f us/node, %.1f page faults per run\n",
+           n, names[what], REPS, t[REPS / 2] / n, c[REPS / 2] / n, (double)faults / REPS);
     cJSON_Delete(p);
 }
 
@@ -382,6 +483,10 @@ int main(int argc, char **argv)
 
     if (argc > 1 && strcmp(argv[1], "--count-cached") == 0)
         count_cached(g, argc > 2 && strcmp(argv[2], "native") == 0);
+    else if (argc > 1 && strcmp(argv[1], "--count-validate") == 0)
+        count_server(g, 0);
+    else if (argc > 1 && strcmp(argv[1], "--count-server") == 0)
+        count_server(g, argc > 2 && strcmp(argv[2], "cached") == 0 ? 2 : 1);
     else
         bench_all(g);
     graph_free(g);
