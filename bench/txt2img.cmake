@@ -3,10 +3,15 @@
 # VAE time, total, peak RSS, overhead over raw UNet evals and the ratio to
 # stable-diffusion.cpp's figures. One command: cmake --build <build> --target bench_txt2img_run
 #   (or <build>/bench_txt2img [--quick] [--tiny] [--ckpt PATH] [--threads N]).
+# Cold runs against stable-diffusion.cpp in the same run (issue 15; bench/txt2img/cold_table.c):
+# fresh processes exec -> PNG, latentd fp32 / bf16 / sd.cpp interleaved, medians, ratios and goals:
+#   <build>/bench_txt2img --cold-only --threads 2 --reps 3 --sdcpp /tmp/sdcpp/build/bin/sd-cli
+#   (or LATENTD_SDCPP=<sd-cli>; sd.cpp's default CPU build; ~30 min: its 512^2 run is ~330 s)
 # fp32 vs bf16 per CPU-second, in one process, interleaved (UNet step, VAE decode):
 #   <build>/bench_txt2img --ab [--size 256|512] [--reps N]   (bench/txt2img/ab_bf16.c)
 add_executable(bench_txt2img ${CMAKE_CURRENT_LIST_DIR}/txt2img/bench_txt2img.c
-               ${CMAKE_CURRENT_LIST_DIR}/txt2img/ab_bf16.c)
+               ${CMAKE_CURRENT_LIST_DIR}/txt2img/ab_bf16.c
+               ${CMAKE_CURRENT_LIST_DIR}/txt2img/cold_table.c)
 target_link_libraries(bench_txt2img PRIVATE latentd_nodes latentd_ckptgen)
 set_target_properties(bench_txt2img PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
 add_custom_target(bench_txt2img_run COMMAND $<TARGET_FILE:bench_txt2img> --threads 2

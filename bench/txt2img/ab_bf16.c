@@ -30,7 +30,7 @@
 #include "unet.h"
 #include "vae.h"
 
-int bench_txt2img_ab(const char *ckpt, int threads, int only, int reps);
+#include "bench_txt2img.h"
 
 /* Profiling aids (bench_txt2img --ab-only unet|vae, --ab-prec fp32|bf16): run one case
  * and one precision only, e.g. under perf record. */
@@ -51,33 +51,6 @@ static double cpu_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* VmRSS or VmHWM of this process, MiB (-1 when unreadable). */
-static double status_mib(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kib = -1;
-    size_t kl = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, key, kl))
-            kib = atof(line + kl);
-    if (f)
-        fclose(f);
-    return kib < 0 ? -1 : kib / 1024.0;
-}
-
-static double load1(void)
-{
-    double la = 0;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &la) != 1)
-            la = 0;
-        fclose(f);
-    }
-    return la;
-}
-
 static struct tensor *filled(struct dev *d, int ndim, const int64_t *shape, double a)
 {
     struct tensor *t = NULL;
@@ -93,18 +66,6 @@ static struct tensor *filled(struct dev *d, int ndim, const int64_t *shape, doub
     return t;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* One case: the model's eval, run by `run`, `reps` times per precision after a warm-up. */
 struct ab_case {
     const char *name;
@@ -115,7 +76,7 @@ struct ab_case {
 
 static void ab_run(const struct ab_case *c, int reps)
 {
-    double cpu[2][64], wall[2][64], la0 = load1();
+    double cpu[2][64], wall[2][64], la0 = bench_t2i_load1();
     if (reps > 64)
         reps = 64;
     for (int r = 0; r <= reps; r++)
@@ -125,8 +86,8 @@ static void ab_run(const struct ab_case *c, int reps)
                 cpu[prec][r > 0 ? r - 1 : 0] = wall[prec][r > 0 ? r - 1 : 0] = NAN;
                 continue;
             }
-            patcher_model_set_precision(c->model, prec ? TENSOR_PRECISION_BF16
-                                                       : TENSOR_PRECISION_F32);
+            patcher_model_set_precision(c->model,
+                                        prec ? TENSOR_PRECISION_BF16 : TENSOR_PRECISION_F32);
             double c0 = cpu_s(), w0 = wall_s();
             if (c->run(c->ctx) < 0)
                 PANIC("%s failed", c->name);
@@ -136,11 +97,12 @@ static void ab_run(const struct ab_case *c, int reps)
             }
         }
     patcher_model_set_precision(c->model, TENSOR_PRECISION_F32);
-    double c32 = median(cpu[0], reps), c16 = median(cpu[1], reps);
-    double w32 = median(wall[0], reps), w16 = median(wall[1], reps);
+    double c32 = bench_t2i_median(cpu[0], reps), c16 = bench_t2i_median(cpu[1], reps);
+    double w32 = bench_t2i_median(wall[0], reps), w16 = bench_t2i_median(wall[1], reps);
     printf("%-14s %8.2f %8.2f %7.3f %8.2f %8.2f %7.3f %7.0f %7.0f %6.0f  %4.1f-%4.1f\n", c->name,
-           c32, c16, c16 / c32, w32, w16, w16 / w32, status_mib("VmRSS:"), status_mib("VmHWM:"),
-           (double)tensor_bf16_cache_bytes() / 1048576.0, la0, load1());
+           c32, c16, c16 / c32, w32, w16, w16 / w32, bench_t2i_status_mib("VmRSS:"),
+           bench_t2i_status_mib("VmHWM:"), (double)tensor_bf16_cache_bytes() / 1048576.0, la0,
+           bench_t2i_load1());
     fflush(stdout);
 }
 

@@ -13,11 +13,13 @@
  *   - peak: step GFLOP/s / the fp32 peak of this machine class (2 Sapphire
  *     Rapids cores, AVX-512 2 FMA ports: ~439 GFLOP/s on 2 threads, scaled by
  *     --threads); the goal is >= 0.5;
- *   - against stable-diffusion.cpp measured on this machine, 2 threads:
+ *   - against stable-diffusion.cpp measured on this machine earlier, 2 threads
+ *     (hard-coded; the cold table below measures sd.cpp in the same run instead):
  *     5.2 s per CFG step and 12.4 s decode at 256^2; 31 s and 53 s at 512^2.
  *     The goal for the step is <= 1/3 of sd.cpp's time (= 0.5 of peak).
  *
  * usage: bench_txt2img [--ckpt PATH] [--quick] [--size N] [--tiny] [--threads N]
+ *                      [--no-cold | --cold-only] [--sdcpp PATH] [--reps N] [--ab ...]
  *   --quick  only 256^2;  --size N  only N^2 (256 or 512);
  *   --tiny  the tiny test checkpoint (a fast self-check);
  *   --device SPEC  memory/device.h spec (default cpu; cuda:0 on a GPU machine,
@@ -27,13 +29,20 @@
  *              mkfifo c a; perf record -g -D -1 --control=fifo:c,a -- \
  *                bench_txt2img --size 256 --perf-ctl c,a
  *            (--perf-vae: around VAEDecode instead);
- * Cold runs (issue 15): after the table, each size runs again in a fresh child process
- * (this binary with --cold-child), from exec to the PNG written, for fp32 and for bf16
- * (what latentd --bf16-unet --bf16-vae sets: mm_config.precision, read by the loader
- * node), interleaved fp32/bf16 per size; prints each child's wall and peak RSS and
- * the bf16/fp32 ratios. --no-cold skips them; --cold-only runs only them.
- * --ab [--reps N]: instead of all that, an in-process fp32 / bf16 A/B of one UNet eval at
- * batch 2 and one VAE decode per size, interleaved, medians of CPU seconds (ab_bf16.c);
+ * Cold runs (issue 15; cold_table.c): after the table, each size runs again in a fresh
+ * child process (this binary with --cold-child), from exec to the PNG written, for fp32
+ * and for bf16 (what latentd --bf16-unet --bf16-vae sets: mm_config.precision, read by
+ * the loader node), and with --sdcpp PATH (or LATENTD_SDCPP=PATH) stable-diffusion.cpp's
+ * CLI (sd / sd-cli of its default CPU build) on the same checkpoint, size, steps,
+ * sampler, CFG, seed, prompts and threads, interleaved fp32, bf16, sd.cpp, fp32, ...
+ * --reps N times per size (default 1); prints each child's wall, CPU seconds and peak
+ * RSS (wait4), the medians, the bf16/fp32 ratios and latentd/sd.cpp's with issue 15's
+ * goals (fp32 cold wall <= 0.2 of sd.cpp's at 256^2, <= 0.12 at 512^2; peak RSS <=
+ * sd.cpp's). --no-cold skips them; --cold-only runs only them. sd.cpp takes ~55 s per
+ * 256^2 and ~330 s per 512^2 run on 2 threads: --cold-only --reps 3 is ~25 minutes.
+ * --ab [--reps N (default 3)]: instead of all that, an in-process fp32 / bf16 A/B of one
+ * UNet eval at batch 2 and one VAE decode per size, interleaved, medians of CPU seconds
+ * (ab_bf16.c);
  * --ab-only unet|vae and --ab-prec fp32|bf16 narrow it to one case / precision (perf).
  * GEMM time per shape: LD_PRELOAD=<build>/libgemm_trace.so bench_txt2img ...
  * (bench/txt2img/gemm_trace.c; KSampler and VAE calls are labelled per size).
@@ -41,7 +50,6 @@
  * $LATENTD_BENCH_DIR or the current directory, fp16, ~2 GiB).
  */
 #include <limits.h>
-#include <sys/wait.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +76,8 @@
 #include "tensor.h"
 #include "tensor_precision.h"
 #include "node_imageio.h"
+
+#include "bench_txt2img.h"
 
 static double now_s(void)
 {
@@ -202,11 +212,6 @@ static double sgemm_rate(struct dev *d)
     return best;
 }
 
-/* ab_bf16.c */
-int bench_txt2img_ab(const char *ckpt, int threads, int only, int reps);
-extern const char *bench_ab_only;
-extern int bench_ab_prec;
-
 /* bench/txt2img/gemm_trace.c when LD_PRELOADed: files GEMM calls under a label. */
 extern void gemm_trace_mark(const char *label) __attribute__((weak));
 
@@ -252,18 +257,18 @@ static int cold_child(const char *models_dir, int px, int bf16, int threads, con
     const char *cn[] = {"ckpt_name"};
     struct value *cv[] = {value_new_string("model.safetensors")}, *mcv[4];
     run_node(&sd_checkpoint_loader_simple, cn, cv, 1, mcv, NULL);
-    struct value *pos = encode(mcv[1], "beautiful scenery nature glass bottle landscape, , purple "
-                                       "galaxy bottle,");
-    struct value *neg = encode(mcv[1], "text, watermark");
+    struct value *pos = encode(mcv[1], BENCH_T2I_POSITIVE);
+    struct value *neg = encode(mcv[1], BENCH_T2I_NEGATIVE);
     const char *en[] = {"width", "height", "batch_size"};
     struct value *ev[] = {value_new_int(px), value_new_int(px), value_new_int(1)}, *eo[4];
     run_node(&sd_empty_latent_image, en, ev, 3, eo, NULL);
     const char *kn[] = {"model", "seed", "steps", "cfg", "sampler_name", "scheduler",
                         "positive", "negative", "latent_image", "denoise"};
-    struct value *kv[] = {value_ref(mcv[0]), value_new_int(156680208700286), value_new_int(4),
-                          value_new_float(8.0), value_new_string("euler"),
-                          value_new_string("normal"), value_ref(pos), value_ref(neg), eo[0],
-                          value_new_float(1.0)};
+    struct value *kv[] = {value_ref(mcv[0]), value_new_int(BENCH_T2I_SEED),
+                          value_new_int(BENCH_T2I_STEPS), value_new_float(BENCH_T2I_CFG),
+                          value_new_string(BENCH_T2I_SAMPLER),
+                          value_new_string(BENCH_T2I_SCHEDULER), value_ref(pos), value_ref(neg),
+                          eo[0], value_new_float(1.0)};
     struct value *ko[4];
     struct steps st = {.n = 0}; /* the progress hook writes here */
     run_node(&sd_ksampler, kn, kv, 10, ko, &st);
@@ -294,75 +299,6 @@ static int cold_child(const char *models_dir, int px, int bf16, int threads, con
     return 0;
 }
 
-/* One cold child: wall seconds (fork to exit), its CPU seconds (user + system: on a
- * loaded machine the wall is mostly waiting for a core) and its peak RSS (MiB). */
-static void cold_run(const char *self, const char *models_dir, int px, int bf16, int threads,
-                     double *wall, double *cpu, double *rss)
-{
-    char spx[16], sth[16], png[512];
-    snprintf(spx, sizeof spx, "%d", px);
-    snprintf(sth, sizeof sth, "%d", threads);
-    snprintf(png, sizeof png, "%s/cold_%d_%s.png", models_dir, px, bf16 ? "bf16" : "fp32");
-    fflush(stdout);
-    double t0 = now_s();
-    pid_t pid = fork();
-    if (pid < 0)
-        PANIC("fork");
-    if (pid == 0) {
-        execl(self, self, "--cold-child", spx, bf16 ? "bf16" : "fp32", models_dir, sth, png,
-              (char *)NULL);
-        _exit(127);
-    }
-    int status = 0;
-    struct rusage ru;
-    if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        PANIC("cold child %d %s failed (status %d)", px, bf16 ? "bf16" : "fp32", status);
-    *wall = now_s() - t0;
-    *rss = (double)ru.ru_maxrss / 1024.0;
-    *cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-           1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-    struct stat st;
-    if (stat(png, &st) != 0 || st.st_size == 0)
-        PANIC("cold child wrote no PNG '%s'", png);
-    unlink(png);
-}
-
-static void cold_table(const char *models_dir, int threads, int quick, int only)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        PANIC("readlink /proc/self/exe");
-    self[n] = 0;
-    double la[3] = {0};
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf %lf %lf", &la[0], &la[1], &la[2]) != 3)
-            la[0] = 0;
-        fclose(f);
-    }
-    printf("# cold runs: exec -> PNG in a fresh process, %d threads, bf16 = --bf16-unet "
-           "--bf16-vae (%s); load average %.2f %.2f %.2f\n",
-           threads, tensor_bf16_path(), la[0], la[1], la[2]);
-    printf("%-5s %9s %9s %9s %9s %9s %9s %8s %8s %8s\n", "size", "fp32_s", "bf16_s", "fp32_cpu",
-           "bf16_cpu", "fp32_mib", "bf16_mib", "wall_r", "cpu_r", "rss_r");
-    static const int sizes[2] = {256, 512};
-    for (int si = 0; si < (quick ? 1 : 2); si++) {
-        int px = sizes[si];
-        if (only && px != only)
-            continue;
-        double w32, c32, r32, w16, c16, r16;
-        cold_run(self, models_dir, px, 0, threads, &w32, &c32, &r32);
-        cold_run(self, models_dir, px, 1, threads, &w16, &c16, &r16);
-        printf("%-5d %9.2f %9.2f %9.2f %9.2f %9.0f %9.0f %8.2f %8.2f %8.2f\n", px, w32, w16, c32,
-               c16, r32, r16, w16 / w32, c16 / c32, r16 / r32);
-        fflush(stdout);
-    }
-    printf("# wall_r, cpu_r, rss_r: bf16 / fp32 (cold wall, CPU seconds, peak RSS); cpu_r is the\n"
-           "# figure to trust on a loaded machine; bf16 rounds weights per op (no second copy)\n"
-           "# unless LATENTD_BF16_CACHE_MB > 0 keeps copies, which then count in its RSS\n");
-}
-
 int main(int argc, char **argv)
 {
     if (argc == 7 && !strcmp(argv[1], "--cold-child"))
@@ -370,7 +306,8 @@ int main(int argc, char **argv)
                           argv[6]);
     const char *ckpt = NULL, *perf = NULL, *device = "cpu";
     int quick = 0, tiny = 0, threads = 2, only = 0, perf_vae = 0, cold = 1, cold_only = 0;
-    int ab = 0, reps = 3;
+    int ab = 0, reps = 0; /* 0: the mode's default (--ab 3, cold table 1) */
+    const char *sdcpp = getenv("LATENTD_SDCPP");
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ckpt") && i + 1 < argc)
             ckpt = argv[++i];
@@ -394,6 +331,8 @@ int main(int argc, char **argv)
             ab = 1;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sdcpp") && i + 1 < argc)
+            sdcpp = argv[++i];
         else if (!strcmp(argv[i], "--ab-only") && i + 1 < argc)
             bench_ab_only = argv[++i];
         else if (!strcmp(argv[i], "--ab-prec") && i + 1 < argc)
@@ -404,20 +343,35 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench_txt2img [--ckpt PATH] [--quick] [--size 256|512] [--tiny] "
                             "[--threads N] [--device SPEC] [--perf-ctl CTL,ACK [--perf-vae]] "
-                            "[--no-cold | --cold-only] [--ab [--reps N] [--ab-only unet|vae] "
-                            "[--ab-prec fp32|bf16]]\n");
+                            "[--no-cold | --cold-only] [--sdcpp PATH] [--reps N] "
+                            "[--ab [--ab-only unet|vae] [--ab-prec fp32|bf16]]\n");
             return 2;
         }
+    }
+    if (sdcpp && *sdcpp && access(sdcpp, X_OK) != 0) { /* before minutes of other runs */
+        fprintf(stderr, "bench_txt2img: --sdcpp / LATENTD_SDCPP '%s': not an executable file\n",
+                sdcpp);
+        return 2;
     }
     if (ab) { /* ab_bf16.c: in-process fp32 / bf16 A/B of a UNet step and a VAE decode */
         char path_ab[512];
         struct err e_ab = {0};
         if (!(ckpt = ckpt_gen_bench_full(ckpt, path_ab, sizeof path_ab, &e_ab)))
             PANIC("%s", e_ab.msg);
-        return bench_txt2img_ab(ckpt, threads, quick ? 256 : only, reps < 1 ? 1 : reps);
+        return bench_txt2img_ab(ckpt, threads, quick ? 256 : only, reps < 1 ? 3 : reps);
     }
     /* The node looks checkpoints up under <models>/checkpoints: link the file there. */
     char dir[] = "/tmp/bench_txt2img.XXXXXX", sub[320], link_path[400], path[512];
+    char self[PATH_MAX];
+    ssize_t self_n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (self_n <= 0)
+        PANIC("readlink /proc/self/exe");
+    self[self_n] = 0;
+    if (sdcpp && !*sdcpp)
+        sdcpp = NULL; /* LATENTD_SDCPP= (empty) means none */
+    struct bench_t2i_cold_opts co = {.self = self, .models_dir = dir, .sdcpp = sdcpp,
+                                     .threads = threads, .quick = quick, .only = only,
+                                     .reps = reps < 1 ? 1 : reps};
     if (!mkdtemp(dir))
         PANIC("mkdtemp");
     snprintf(sub, sizeof sub, "%s/checkpoints", dir);
@@ -437,7 +391,7 @@ int main(int argc, char **argv)
             PANIC("cannot link '%s'", ckpt);
     }
     if (cold_only) {
-        cold_table(dir, threads, quick, only);
+        bench_t2i_cold_table(&co);
         unlink(link_path);
         rmdir(sub);
         rmdir(dir);
@@ -461,9 +415,8 @@ int main(int argc, char **argv)
     printf("# CheckpointLoaderSimple %.1f s, %d threads, device %s%s\n", now_s() - t0, threads,
            dev_name(mm_device(mm)), tiny ? ", tiny checkpoint" : "");
     t0 = now_s();
-    struct value *pos = encode(mcv[1], "beautiful scenery nature glass bottle landscape, , purple "
-                                       "galaxy bottle,");
-    struct value *neg = encode(mcv[1], "text, watermark");
+    struct value *pos = encode(mcv[1], BENCH_T2I_POSITIVE);
+    struct value *neg = encode(mcv[1], BENCH_T2I_NEGATIVE);
     printf("# CLIPTextEncode x2 %.2f s\n", now_s() - t0);
     struct model_config cfg;
     struct patcher *unet = sd_model_unet_patcher(sd_model_of(mcv[0]), &cfg);
@@ -495,9 +448,10 @@ int main(int argc, char **argv)
         run_node(&sd_empty_latent_image, en, ev, 3, eo, NULL);
         const char *kn[] = {"model", "seed", "steps", "cfg", "sampler_name", "scheduler",
                             "positive", "negative", "latent_image", "denoise"};
-        struct value *kv[] = {value_ref(mcv[0]), value_new_int(156680208700286), value_new_int(4),
-                              value_new_float(8.0), value_new_string("euler"),
-                              value_new_string("normal"), value_ref(pos), value_ref(neg),
+        struct value *kv[] = {value_ref(mcv[0]), value_new_int(BENCH_T2I_SEED),
+                              value_new_int(BENCH_T2I_STEPS), value_new_float(BENCH_T2I_CFG),
+                              value_new_string(BENCH_T2I_SAMPLER),
+                              value_new_string(BENCH_T2I_SCHEDULER), value_ref(pos), value_ref(neg),
                               eo[0], value_new_float(1.0)};
         struct value *ko[4];
         struct steps st = {.n = 0};
@@ -553,7 +507,7 @@ int main(int argc, char **argv)
     mm_free(mm);
     tensor_shutdown();
     if (cold && !strcmp(device, "cpu"))
-        cold_table(dir, threads, quick, only);
+        bench_t2i_cold_table(&co);
     unlink(link_path);
     rmdir(sub);
     rmdir(dir);
