@@ -96,6 +96,11 @@ struct tensor__backend {
     int (*conv2d_up2)(struct tensor *out, const struct tensor *x, const struct tensor *w,
                       const struct tensor *bias, const struct tensor_conv2d_opts *o,
                       struct err *e);
+    /* Optional: NULL runs group_norm then conv2d through a temporary
+     * (tensor__conv2d_gn_unfused). */
+    int (*conv2d_gn)(struct tensor *out, const struct tensor *x, const struct tensor_gn_opts *gn,
+                     const struct tensor *w, const struct tensor *bias,
+                     const struct tensor_conv2d_opts *o, struct err *e);
     int (*group_norm)(struct tensor *out, const struct tensor *x, int groups,
                       const struct tensor *gamma, const struct tensor *beta, float eps,
                       int fuse_silu, struct err *e);
@@ -155,6 +160,12 @@ static inline int tensor__backend_check(const struct tensor__backend *b, int has
 int tensor__conv2d_up2_unfused(struct tensor *out, const struct tensor *x,
                                const struct tensor *w, const struct tensor *bias,
                                const struct tensor_conv2d_opts *o, struct err *e);
+/* tensor_conv2d_gn as its two ops (arguments checked), the normalised x in a temporary
+ * on out's device (ops_linalg.c). */
+int tensor__conv2d_gn_unfused(struct tensor *out, const struct tensor *x,
+                              const struct tensor_gn_opts *gn, const struct tensor *w,
+                              const struct tensor *bias, const struct tensor_conv2d_opts *o,
+                              struct err *e);
 /* tensor_linear then tensor_geglu through a device temporary, in row chunks: the
  * fallback for backends without a fused linear_geglu (ops_linalg.c). */
 int tensor__linear_geglu_chunked(struct tensor *out, const struct tensor *x,

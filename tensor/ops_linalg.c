@@ -203,6 +203,46 @@ int tensor__conv2d_up2_unfused(struct tensor *out, const struct tensor *x,
     return rc;
 }
 
+int tensor_conv2d_gn(struct tensor *out, const struct tensor *x, const struct tensor_gn_opts *gn,
+                     const struct tensor *w, const struct tensor *bias,
+                     const struct tensor_conv2d_opts *o, struct err *e)
+{
+    char b1[96];
+    const struct tensor__backend *be;
+    int rc;
+    if ((rc = conv2d_check("conv2d_gn", out, x, w, bias, o, 1, &be, e)) < 0)
+        return rc;
+    if (!gn)
+        return err_set(e, ERR_INVALID, "conv2d_gn: no group norm options");
+    if ((rc = check_devs("conv2d_gn", e, &be, 2, 4, out, x, gn->gamma, gn->beta)) < 0)
+        return rc;
+    int64_t c = x->shape[1];
+    if (gn->groups < 1 || c % gn->groups || (gn->gamma && tensor_numel(gn->gamma) != c) ||
+        (gn->beta && tensor_numel(gn->beta) != c) || !(gn->eps >= 0))
+        return err_set(e, ERR_INVALID, "conv2d_gn: %d groups over %s", gn->groups, shp(x, b1));
+    if (!be->conv2d_gn)
+        return tensor__conv2d_gn_unfused(out, x, gn, w, bias, o, e);
+    if ((rc = tensor__backend_check(be, 1, TENSOR__OP_CONV2D, out->dtype, e)) < 0)
+        return rc;
+    return be->conv2d_gn(out, x, gn, w, bias, o, e);
+}
+
+int tensor__conv2d_gn_unfused(struct tensor *out, const struct tensor *x,
+                              const struct tensor_gn_opts *gn, const struct tensor *w,
+                              const struct tensor *bias, const struct tensor_conv2d_opts *o,
+                              struct err *e)
+{
+    struct tensor *g = NULL;
+    int rc;
+    if ((rc = tensor_new(out->_storage->dev, x->dtype, x->ndim, x->shape, &g, e)) < 0)
+        return rc;
+    if ((rc = tensor_group_norm(g, x, gn->groups, gn->gamma, gn->beta, gn->eps, gn->silu, e)) >=
+        0)
+        rc = tensor_conv2d(out, g, w, bias, o, e);
+    tensor_free(g);
+    return rc;
+}
+
 /* ---- attention ---------------------------------------------------------------------------- */
 
 int tensor_attention(struct tensor *out, const struct tensor *q, const struct tensor *k,

@@ -233,6 +233,26 @@ int tensor_conv2d_up2(struct tensor *out, const struct tensor *x, const struct t
                       const struct tensor *bias, const struct tensor_conv2d_opts *o,
                       struct err *e);
 
+/* The GroupNorm (+ SiLU) in front of a conv (tensor_conv2d_gn): tensor_group_norm's
+ * arguments. */
+struct tensor_gn_opts {
+    int groups;
+    const struct tensor *gamma, *beta; /* [Ci] or NULL */
+    float eps;
+    int silu;
+};
+
+/*
+ * tensor_conv2d of tensor_group_norm(x) (SD's "norm, SiLU, conv" in every ResnetBlock).
+ * The result equals the two ops; the CPU fuses them for convs that take the Winograd
+ * path (the norm's per-channel affine applied as the conv reads x, so the normalised
+ * tensor is never written: bit for bit the same values), other cases and backends run
+ * the two ops through a temporary on out's device. out must not alias x.
+ */
+int tensor_conv2d_gn(struct tensor *out, const struct tensor *x, const struct tensor_gn_opts *gn,
+                     const struct tensor *w, const struct tensor *bias,
+                     const struct tensor_conv2d_opts *o, struct err *e);
+
 /* ---- normalisation and activations ---------------------------------------------------- */
 
 /*

@@ -121,6 +121,10 @@ void cpu_gemm_pool_leave(void);
 /* x [n, c, hw] -> y; gamma/beta [c] or NULL. y may equal x. */
 void cpu_group_norm(float *y, const float *x, int64_t n, int64_t c, int64_t hw, int groups,
                     const float *gamma, const float *beta, float eps, int silu);
+/* The same GroupNorm as per-channel affines: y[i, c] = x[i, c] * a[i * c + c] + b[...]
+ * (before the SiLU), bit for bit what cpu_group_norm applies. a, b: [n, c]. */
+void cpu_group_norm_coefs(float *a, float *b, const float *x, int64_t n, int64_t c, int64_t hw,
+                          int groups, const float *gamma, const float *beta, float eps);
 /* rows x [rows, c] normalised over c. y may equal x. */
 void cpu_layer_norm(float *y, const float *x, int64_t rows, int64_t c, const float *gamma,
                     const float *beta, float eps);
@@ -180,6 +184,14 @@ int cpu_attention_avx512_usable(void);
 int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float *bias, int64_t n,
                         int64_t ci, int64_t h, int64_t wd, int64_t co,
                         const struct tensor_conv2d_opts *o);
+
+/* cpu_conv2d_winograd of silu?(x * na[i, c] + nb[i, c]) (na, nb: [n, ci], per image and
+ * channel; cpu_group_norm_coefs), applied as the input is read: GroupNorm (+SiLU) then
+ * the conv, without the normalised tensor. Same return. */
+int cpu_conv2d_winograd_gn(float *out, const float *x, const float *w, const float *bias,
+                           int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co,
+                           const struct tensor_conv2d_opts *o, const float *na, const float *nb,
+                           int silu);
 
 /* out [n, co, 2h, 2wd] = conv(upsample_nearest_2x(x [n, ci, h, wd]), w [co, ci, 3, 3]) +
  * bias, stride 1, pad 1, without the upsampled x: F(2x2, 3x3) per output phase on x

@@ -34,14 +34,17 @@ static int resnet(struct vae_ctx *v, const char *p, const struct tensor *x, stru
     NN_W(c2w, &v->w, "%s.conv2.weight", p);
     NN_W(c2b, &v->w, "%s.conv2.bias", p);
     int64_t Co = c1w->shape[0];
-    NN_TRY(nn__new(v->d, &h, e, 4, B, Ci, H, W));
-    NN_TRY(tensor_group_norm(h, x, 32, n1w, n1b, 1e-6f, 1, e));
-    NN_TRY(nn__new(v->d, &h2, e, 4, B, Co, H, W));
-    NN_TRY(nn__conv3(h2, h, c1w, c1b, e));
-    tensor_free(h);
+    /* norm, SiLU and conv as one op each time: on the CPU the normalised tensor is never
+     * made (tensor_conv2d_gn) */
+    struct tensor_conv2d_opts o3 = {.stride = 1, .pad_top = 1, .pad_bottom = 1, .pad_left = 1,
+                                    .pad_right = 1};
+    struct tensor_gn_opts g1 = {32, n1w, n1b, 1e-6f, 1}, g2 = {32, n2w, n2b, 1e-6f, 1};
     NN_TRY(nn__new(v->d, &h, e, 4, B, Co, H, W));
-    NN_TRY(tensor_group_norm(h, h2, 32, n2w, n2b, 1e-6f, 1, e));
-    NN_TRY(nn__conv3(h2, h, c2w, c2b, e));
+    NN_TRY(tensor_conv2d_gn(h, x, &g1, c1w, c1b, &o3, e));
+    NN_TRY(nn__new(v->d, &h2, e, 4, B, Co, H, W));
+    NN_TRY(tensor_conv2d_gn(h2, h, &g2, c2w, c2b, &o3, e));
+    tensor_free(h);
+    h = NULL;
     if (Ci != Co) {
         const struct tensor *sw, *sb;
         NN_W(sw, &v->w, "%s.nin_shortcut.weight", p);

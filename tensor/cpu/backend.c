@@ -31,6 +31,7 @@ const struct tensor__backend tensor__cpu_backend = {
     .linear_geglu = tensor__cpu_linear_geglu,
     .conv2d = tensor__cpu_conv2d,
     .conv2d_up2 = tensor__cpu_conv2d_up2,
+    .conv2d_gn = tensor__cpu_conv2d_gn,
     .group_norm = tensor__cpu_group_norm,
     .layer_norm = tensor__cpu_layer_norm,
     .unary = tensor__cpu_unary,

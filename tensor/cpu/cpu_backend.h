@@ -35,6 +35,10 @@ int tensor__cpu_conv2d(struct tensor *out, const struct tensor *x, const struct 
 int tensor__cpu_conv2d_up2(struct tensor *out, const struct tensor *x, const struct tensor *w,
                            const struct tensor *bias, const struct tensor_conv2d_opts *o,
                            struct err *e);
+int tensor__cpu_conv2d_gn(struct tensor *out, const struct tensor *x,
+                          const struct tensor_gn_opts *gn, const struct tensor *w,
+                          const struct tensor *bias, const struct tensor_conv2d_opts *o,
+                          struct err *e);
 /* op_attn.c */
 int tensor__cpu_attention(struct tensor *out, const struct tensor *q, const struct tensor *k,
                           const struct tensor *v, int heads, float scale, unsigned flags,

@@ -18,31 +18,45 @@ struct gn_job {
     const float *gamma, *beta;
     float eps;
     int silu;
+    float *ca, *cb; /* set: cpu_group_norm_coefs (no y) */
 };
 
+/* Mean and 1 / sqrt(var + eps) of cnt floats (f32 data, double sums about x[0]). */
+static void gn_stats(const float *x, int64_t cnt, float eps, float *mean, float *rstd)
+{
+    double s, q;
+    float shift = x[0];
+    cpu_vec_moments(x, cnt, shift, &s, &q);
+    double m = s / (double)cnt;
+    double var = q / (double)cnt - m * m;
+    if (var < 0)
+        var = 0;
+    *rstd = (float)(1.0 / sqrt(var + (double)eps));
+    *mean = (float)(m + shift);
+}
+
+/* Tasks are (image, group): the group's statistics, then per channel y = x * a + b
+ * (with a, b the channel's affine), or only a and b into the job's arrays (coefs). */
 static void gn_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     struct gn_job *j = ctx;
     int64_t cg = j->c / j->groups; /* channels per group */
-    int64_t cnt = cg * j->hw;
     for (int64_t ng = b; ng < e; ng++) {
         int64_t n = ng / j->groups, g = ng % j->groups;
         const float *x = j->x + (n * j->c + g * cg) * j->hw;
-        float *y = j->y + (n * j->c + g * cg) * j->hw;
-        double s, q;
-        float shift = x[0];
-        cpu_vec_moments(x, cnt, shift, &s, &q);
-        double mean = s / (double)cnt;
-        double var = q / (double)cnt - mean * mean;
-        if (var < 0)
-            var = 0;
-        float rstd = (float)(1.0 / sqrt(var + (double)j->eps));
-        float m = (float)(mean + shift);
+        float m, rstd;
+        gn_stats(x, cg * j->hw, j->eps, &m, &rstd);
         for (int64_t ci = 0; ci < cg; ci++) {
             int64_t c = g * cg + ci;
             float ga = j->gamma ? j->gamma[c] : 1.0f, be = j->beta ? j->beta[c] : 0.0f;
             float a = rstd * ga;
-            cpu_vec_affine(y + ci * j->hw, x + ci * j->hw, j->hw, a, be - m * a, j->silu);
+            if (j->ca) {
+                j->ca[n * j->c + c] = a;
+                j->cb[n * j->c + c] = be - m * a;
+            } else {
+                cpu_vec_affine(j->y + (n * j->c + c) * j->hw, x + ci * j->hw, j->hw, a,
+                               be - m * a, j->silu);
+            }
         }
     }
 }
@@ -50,7 +64,14 @@ static void gn_task(void *ctx, int64_t b, int64_t e, int tid)
 void cpu_group_norm(float *y, const float *x, int64_t n, int64_t c, int64_t hw, int groups,
                     const float *gamma, const float *beta, float eps, int silu)
 {
-    struct gn_job j = {y, x, c, hw, groups, gamma, beta, eps, silu};
+    struct gn_job j = {y, x, c, hw, groups, gamma, beta, eps, silu, NULL, NULL};
+    tensor__pool_for(n * groups, gn_task, &j);
+}
+
+void cpu_group_norm_coefs(float *a, float *b, const float *x, int64_t n, int64_t c, int64_t hw,
+                          int groups, const float *gamma, const float *beta, float eps)
+{
+    struct gn_job j = {NULL, x, c, hw, groups, gamma, beta, eps, 0, a, b};
     tensor__pool_for(n * groups, gn_task, &j);
 }
 

@@ -194,3 +194,42 @@ int tensor__cpu_conv2d_up2(struct tensor *out, const struct tensor *x, const str
                          (double)(ho * wo));
     return 0;
 }
+
+/* Fused where tensor__cpu_conv2d takes Winograd (3x3 stride 1, shapes that pay), fp32:
+ * the per-(image, channel) affine of cpu_group_norm_coefs is applied as the Winograd
+ * input transform copies x, so the normalised tensor (128 MiB at the 512^2 decoder's
+ * last level) is never written, read back or page-faulted in. */
+int tensor__cpu_conv2d_gn(struct tensor *out, const struct tensor *x,
+                          const struct tensor_gn_opts *gn, const struct tensor *w,
+                          const struct tensor *bias, const struct tensor_conv2d_opts *o,
+                          struct err *e)
+{
+    int64_t n = x->shape[0], co = w->shape[0], ci = w->shape[1];
+    int64_t kh = w->ndim == 4 ? w->shape[2] : 1, kw = w->ndim == 4 ? w->shape[3] : 1;
+    int64_t ho = out->shape[2], wo = out->shape[3], hw = x->shape[2] * x->shape[3];
+    if (tensor_precision_get() == TENSOR_PRECISION_BF16 ||
+        !cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o))
+        return tensor__conv2d_gn_unfused(out, x, gn, w, bias, o, e);
+    double pt0 = tensor__prof_t0();
+    struct hbuf hx, hg, hbe, hw_, hb, ho_;
+    const float *px = hin(x, &hx), *pg = hin(gn->gamma, &hg), *pbe = hin(gn->beta, &hbe);
+    float *ab = xmalloc((size_t)(2 * n * ci) * sizeof(float));
+    cpu_group_norm_coefs(ab, ab + n * ci, px, n, ci, hw, gn->groups, pg, pbe, gn->eps);
+    const float *pw = cpu_widen_in(w, &hw_), *pb = hin(bias, &hb);
+    float *po = hout(out, &ho_);
+    int rc = cpu_conv2d_winograd_gn(po, px, pw, pb, n, ci, x->shape[2], x->shape[3], co, o, ab,
+                                    ab + n * ci, gn->silu);
+    xfree(ab);
+    hfree(&hx);
+    hfree(&hg);
+    hfree(&hbe);
+    cpu_widen_done(&hw_);
+    hfree(&hb);
+    hout_done(out, &ho_);
+    if (rc < 0)
+        return tensor__conv2d_gn_unfused(out, x, gn, w, bias, o, e);
+    tensor__prof_end(TENSOR__PROF_CONV3, pt0,
+                     2.0 * (double)n * (double)co * (double)ci * (double)(kh * kw) *
+                         (double)(ho * wo));
+    return 0;
+}

@@ -144,7 +144,7 @@ static void up2_task(void *ctx, int64_t b, int64_t e, int tid)
     for (int64_t t = b; t < e; t++) {
         int64_t img = t / j->nchk, r0 = t % j->nchk * j->rows;
         int64_t nr = j->th - r0 < j->rows ? j->th - r0 : j->rows, T = nr * j->tw;
-        wino__input_tf(j, j->x + img * ci * j->h * j->w, r0, nr, v, T, patch, tr, NULL, NULL);
+        wino__input_tf(j, img, r0, nr, v, T, patch, tr, NULL, NULL);
         for (int xi = 0; xi < WG_XI; xi++)
             cpu_sgemm(0, 0, l->np[xi] * co, T, ci, 1.0f, j->u + l->off[xi] * co * ci, ci,
                       v + xi * ci * T, T, 0.0f, m + l->off[xi] * co * T, T, 1);
@@ -170,7 +170,7 @@ int cpu_conv2d_up2_winograd(float *out, const float *x, const float *w, const fl
     int nt = tensor__pool_threads();
     /* the tile grid is x's own h x wd pixels, padded 1: each phase is a pad-1 conv of x */
     struct up2_job uj = {{out, x, NULL, bias, NULL, ci, h, wd, co, h, wd, 1, 1, 2, (wd + 1) / 2,
-                          (h + 1) / 2, 0, 0, NULL},
+                          (h + 1) / 2, 0, 0, NULL, NULL, NULL, 0},
                          &l};
     struct wg_job *j = &uj.j;
     wino__plan_rows(j, n, (WG_XI * ci + l.blocks * co) * j->tw * (int64_t)sizeof(float));

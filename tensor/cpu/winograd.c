@@ -37,6 +37,10 @@
  * dominate a VAE decode gained nothing from --bf16-vae. cpu_wino_bf16 = 0 restores
  * that (comparisons).
  *
+ * Shared (winograd_impl.h): wino_up2.c runs these transforms on a nearest-2x upsample's
+ * low-resolution input, one output phase at a time; wino_avx512.c does the transforms'
+ * row loops 16 tiles at a time with the same bits.
+ *
  * Threads: executor only (it runs pool jobs); returns -1 without touching `out` when
  * the transformed weights cannot be allocated (the caller falls back to im2col).
  */
@@ -108,9 +112,10 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
  * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], rows first, then columns. */
 /* With v16 set (bf16), each group of four V rows goes through tq (4 x tw floats, in L1)
  * and is rounded into v16 instead: V is never written in f32. */
-void wino__input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t nr, float *v,
-                     int64_t T, float *patch, float *tr, uint16_t *v16, float *tq)
+void wino__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, float *v,
+                    int64_t T, float *patch, float *tr, uint16_t *v16, float *tq)
 {
+    const float *x = j->x + img * j->ci * j->h * j->w;
     int64_t pw = 2 * j->tw + 2, prow = 2 * nr + 2, y0 = 2 * r0 - j->pt;
     /* columns of the patch that hold image pixels: xx = ix + pl for 0 <= ix < w */
     int64_t xa = j->pl, xb = j->pl + j->w < pw ? j->pl + j->w : pw;
@@ -126,7 +131,11 @@ void wino__input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t 
                 continue;
             }
             memset(pr, 0, (size_t)xa * sizeof(float));
-            memcpy(pr + xa, xc + iy * j->w, (size_t)(xb - xa) * sizeof(float));
+            if (j->na) /* GroupNorm's affine (+ SiLU) on the way in; the padding stays 0 */
+                cpu_vec_affine(pr + xa, xc + iy * j->w, xb - xa, j->na[img * j->ci + c],
+                               j->nb[img * j->ci + c], j->nsilu);
+            else
+                memcpy(pr + xa, xc + iy * j->w, (size_t)(xb - xa) * sizeof(float));
             memset(pr + xb, 0, (size_t)(pw - xb) * sizeof(float));
         }
         for (int64_t r = 0; r < nr; r++) {
@@ -209,7 +218,7 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
     for (int64_t t = b; t < e; t++) {
         int64_t img = t / j->nchk, r0 = t % j->nchk * j->rows;
         int64_t nr = j->th - r0 < j->rows ? j->th - r0 : j->rows, T = nr * j->tw;
-        wino__input_tf(j, j->x + img * j->ci * j->h * j->w, r0, nr, v, T, patch, tr, v16, tq);
+        wino__input_tf(j, img, r0, nr, v, T, patch, tr, v16, tq);
         if (j->u16) {
             for (int xi = 0; xi < WG_XI; xi++)
                 cpu_gemm_bf16_1(0, 0, j->co, T, j->ci, 1.0f, j->u16 + xi * j->co * j->ci, j->ci,
@@ -293,6 +302,14 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
                         int64_t ci, int64_t h, int64_t wd, int64_t co,
                         const struct tensor_conv2d_opts *o)
 {
+    return cpu_conv2d_winograd_gn(out, x, w, bias, n, ci, h, wd, co, o, NULL, NULL, 0);
+}
+
+int cpu_conv2d_winograd_gn(float *out, const float *x, const float *w, const float *bias,
+                           int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co,
+                           const struct tensor_conv2d_opts *o, const float *na, const float *nb,
+                           int silu)
+{
     int64_t ho, wo;
     tensor_conv2d_out_hw(o, h, wd, 3, 3, &ho, &wo);
     if (o->stride != 1 || ho <= 0 || wo <= 0)
@@ -300,7 +317,7 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
     int nt = tensor__pool_threads();
     int bf16 = cpu_wino_bf16 && tensor_precision_get() == TENSOR_PRECISION_BF16;
     struct wg_job j = {out, x, NULL, bias, NULL, ci, h, wd, co, ho, wo, o->pad_top, o->pad_left,
-                       1, (wo + 1) / 2, (ho + 1) / 2, 0, 0, NULL};
+                       1, (wo + 1) / 2, (ho + 1) / 2, 0, 0, NULL, na, nb, silu};
     wino__plan_rows(&j, n, WG_XI * (ci + co) * j.tw * (int64_t)sizeof(float));
 
     /* U: f32, or bf16 (half the bytes); per thread: V (f32; unused in bf16), M, patch,

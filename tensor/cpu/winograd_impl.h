@@ -28,14 +28,16 @@ struct wg_job {
     int64_t tw, th;     /* tiles per row, tile rows */
     int64_t rows, nchk; /* tile rows per task, tasks per image */
     float **buf;        /* per thread: V, M, patch, row transforms */
+    const float *na, *nb; /* set: x is read as silu?(x * na + nb), [n, ci] (GroupNorm) */
+    int nsilu;
 };
 
 /*
- * V[xi][c][t] (plane xi at v + xi * ci * T) for the tile rows r0 .. r0 + nr of one image
- * x: B^T d B. patch ((2 nr + 2) x (2 tw + 2) floats) and tr (4 x (2 tw + 2)) are scratch.
+ * V[xi][c][t] (plane xi at v + xi * ci * T) for the tile rows r0 .. r0 + nr of image img
+ * of x: B^T d B (d read through j->na, nb when set). patch ((2 nr + 2) x (2 tw + 2) floats) and tr (4 x (2 tw + 2)) are scratch.
  * With v16 set (bf16) V is rounded into v16 instead, through tq (4 x tw floats).
  */
-void wino__input_tf(const struct wg_job *j, const float *x, int64_t r0, int64_t nr, float *v,
+void wino__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, float *v,
                     int64_t T, float *patch, float *tr, uint16_t *v16, float *tq);
 
 /*

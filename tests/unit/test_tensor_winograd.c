@@ -13,6 +13,10 @@
  * (upsample, then im2col + GEMM), with the same bound, on odd sizes, 1x1 images, 512
  * channels, small chunks and f16 weights; shapes it does not fuse (pad 0) and bad
  * shapes go through or fail like tensor_conv2d.
+ *
+ * tensor_conv2d_gn (GroupNorm + SiLU applied as the Winograd input transform reads x)
+ * against a float64 GroupNorm + direct conv, the unfused reference, and bit for bit
+ * against group_norm then the Winograd conv where rows are whole vectors.
  */
 #include <math.h>
 #include <string.h>
@@ -259,6 +263,93 @@ static void check_avx512_same(void)
     tensor_free(o2);
 }
 
+/* GroupNorm (+ SiLU) in float64 of x [n, c, hw] into float. */
+static float *gn_ref(const float *x, int64_t n, int64_t c, int64_t hw, int groups,
+                     const float *g, const float *b, double eps, int silu)
+{
+    float *y = xmalloc((size_t)(n * c * hw) * sizeof(float));
+    int64_t cg = c / groups;
+    for (int64_t i = 0; i < n * groups; i++) {
+        const float *xg = x + i * cg * hw;
+        double s = 0, q = 0;
+        for (int64_t k = 0; k < cg * hw; k++)
+            s += xg[k];
+        double m = s / (double)(cg * hw);
+        for (int64_t k = 0; k < cg * hw; k++)
+            q += (xg[k] - m) * (xg[k] - m);
+        double r = 1.0 / sqrt(q / (double)(cg * hw) + eps);
+        for (int64_t k = 0; k < cg * hw; k++) {
+            int64_t ch = i % groups * cg + k / hw;
+            double v = (xg[k] - m) * r * g[ch] + b[ch];
+            y[i * cg * hw + k] = (float)(silu ? v / (1.0 + exp(-v)) : v);
+        }
+    }
+    return y;
+}
+
+/* tensor_conv2d_gn fused (Winograd forced) against the float64 GroupNorm + direct conv,
+ * against the unfused reference (group_norm, then im2col), and, where rows are whole
+ * vectors (w % 16 == 0), bit for bit against group_norm then the same Winograd conv. */
+static void check_gn(const char *what, int64_t n, int64_t ci, int64_t h, int64_t w, int64_t co,
+                     int silu, int bits)
+{
+    struct tensor_conv2d_opts op = {1, 1, 1, 1, 1};
+    float *vx, *vw, *vb, *vg, *vbe;
+    struct tensor *x = mk(TENSOR_F32, 4, (int64_t[]){n, ci, h, w}, 2.0f, &vx);
+    struct tensor *wt = mk(TENSOR_F16, 4, (int64_t[]){co, ci, 3, 3},
+                           1.0f / sqrtf(9.0f * (float)ci), &vw);
+    struct tensor *b = mk(TENSOR_F32, 1, (int64_t[]){co}, 0.5f, &vb);
+    struct tensor *g = mk(TENSOR_F32, 1, (int64_t[]){ci}, 1.0f, &vg);
+    struct tensor *be = mk(TENSOR_F32, 1, (int64_t[]){ci}, 0.5f, &vbe);
+    struct tensor_gn_opts gn = {8, g, be, 1e-6f, silu};
+    struct tensor *o, *gx;
+    tensor_new(D, TENSOR_F32, 4, (int64_t[]){n, co, h, w}, &o, NULL);
+    tensor_new(D, TENSOR_F32, 4, (int64_t[]){n, ci, h, w}, &gx, NULL);
+    float *r[3];
+    for (int k = 0; k < 3; k++) {
+        struct err e = {0};
+        int saved = cpu_conv_winograd, rc;
+        cpu_conv_winograd = k == 1 ? 0 : 2;
+        tensor_fill(o, NAN, NULL);
+        if (k < 2) {
+            rc = tensor_conv2d_gn(o, x, &gn, wt, b, &op, &e);
+        } else {
+            rc = tensor_group_norm(gx, x, gn.groups, g, be, gn.eps, silu, &e);
+            rc = rc < 0 ? rc : tensor_conv2d(o, gx, wt, b, &op, &e);
+        }
+        cpu_conv_winograd = saved;
+        ok(rc == 0, "%s: run %d: %s", what, k, e.msg);
+        r[k] = xmalloc((size_t)tensor_numel(o) * sizeof(float));
+        tensor_read_f32(o, r[k], tensor_numel(o), NULL);
+    }
+    int64_t no = tensor_numel(o);
+    float *gr = gn_ref(vx, n, ci, h * w, gn.groups, vg, vbe, 1e-6, silu);
+    double *ref = xmalloc((size_t)no * sizeof(double));
+    conv_ref(ref, gr, vw, vb, n, ci, h, w, co, 1, 1, h, w);
+    double e1 = rel_err(r[0], ref, no), e2 = rel_err(r[1], ref, no);
+    ok(e1 <= TOL, "%s: fused vs float64 %.3g", what, e1);
+    ok(e2 <= TOL, "%s: unfused reference vs float64 %.3g", what, e2);
+    if (bits)
+        ok(memcmp(r[0], r[2], (size_t)no * sizeof(float)) == 0,
+           "%s: fused == group_norm + winograd, bit for bit", what);
+    for (int k = 0; k < 3; k++)
+        xfree(r[k]);
+    xfree(gr);
+    xfree(ref);
+    xfree(vx);
+    xfree(vw);
+    xfree(vb);
+    xfree(vg);
+    xfree(vbe);
+    tensor_free(x);
+    tensor_free(wt);
+    tensor_free(b);
+    tensor_free(g);
+    tensor_free(be);
+    tensor_free(o);
+    tensor_free(gx);
+}
+
 /* A wrong output size is refused with conv2d's message, named conv2d_up2. */
 static void check_up2_bad(void)
 {
@@ -317,6 +408,9 @@ int main(void)
         check_up2(&up2[i]);
     check_up2_bad();
     check_avx512_same();
+    check_gn("gn+silu 64 -> 48, 2x 32x32", 2, 64, 32, 32, 48, 1, 1);
+    check_gn("gn 128 -> 64, 19x23 (ragged)", 1, 128, 19, 23, 64, 0, 0);
+    check_gn("gn+silu 32 -> 32, 17x33", 1, 32, 17, 33, 32, 1, 0);
     dev_close(D);
     tensor_shutdown();
     return harness_done();
