@@ -39,7 +39,8 @@
  * RSS (wait4), the medians, the bf16/fp32 ratios and latentd/sd.cpp's with issue 15's
  * goals (fp32 cold wall <= 0.2 of sd.cpp's at 256^2, <= 0.12 at 512^2; peak RSS <=
  * sd.cpp's). --no-cold skips them; --cold-only runs only them. sd.cpp takes ~55 s per
- * 256^2 and ~330 s per 512^2 run on 2 threads: --cold-only --reps 3 is ~25 minutes.
+ * 256^2 and ~330 s per 512^2 run on 2 quiet threads: --cold-only --reps 3 is ~30 minutes
+ * (far more on a loaded machine: 305 s for one 256^2 run at load 9).
  * --ab [--reps N (default 3)]: instead of all that, an in-process fp32 / bf16 A/B of one
  * UNet eval at batch 2 and one VAE decode per size, interleaved, medians of CPU seconds
  * (ab_bf16.c);

@@ -10,7 +10,9 @@
  * about the same machine, so the ratios of medians are the figures to compare, and each
  * run is printed with the load average at its end. CPU seconds (user + system of the
  * child, all threads) are printed too: on a loaded machine the wall is mostly waiting
- * for a core, and the CPU time moves far less.
+ * for a core, and the CPU time moves far less. Load hurts the two programs unequally:
+ * sd.cpp's wall grew ~5x at load 9 (305 s against ~55 s quiet at 256^2) and latentd's
+ * ~2x, so wall ratios from a loaded run flatter latentd; read the CPU ratios there.
  *
  * What a child's figures are: wall from fork to its exit (exec, load, sample, decode,
  * PNG written, teardown), CPU and peak RSS from wait4's rusage. fork + exec rather than
@@ -157,6 +159,25 @@ static void child_run(char *const argv[], const char *log, const char *png, int 
     unlink(png);
 }
 
+/* sd.cpp's own word on what it ran ("sampling using Euler method"), from its first log:
+ * printed with the table, so that a flag it ignored or renamed shows. */
+static char sdcpp_said[160];
+
+static void sdcpp_note(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    char line[512];
+    while (!sdcpp_said[0] && f && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "sampling using ");
+        if (p) {
+            snprintf(sdcpp_said, sizeof sdcpp_said, "%s", p);
+            sdcpp_said[strcspn(sdcpp_said, "\r\n")] = 0;
+        }
+    }
+    if (f)
+        fclose(f);
+}
+
 /* One run of `kind` at px^2 into *f; prints a line with its figures and the load. */
 static void run_one(const struct bench_t2i_cold_opts *o, int kind, int px, int rep,
                     struct run_fig *f)
@@ -211,6 +232,7 @@ static void run_one(const struct bench_t2i_cold_opts *o, int kind, int px, int r
                         png,
                         NULL};
         child_run(argv, log, png, px, "stable-diffusion.cpp", f);
+        sdcpp_note(log);
         unlink(log); /* kept only when the run failed, for its message */
     }
     printf("# %d^2 rep %d/%d %-6s wall %8.2f s  cpu %8.2f s  peak %6.0f MiB  load %.2f\n", px,
@@ -254,6 +276,8 @@ static void print_sdcpp_table(const struct bench_t2i_cold_opts *o, const struct 
            "discrete), cfg %g, seed, prompts, %d threads\n",
            o->sdcpp, BENCH_T2I_STEPS, BENCH_T2I_SAMPLER, BENCH_T2I_SCHEDULER, BENCH_T2I_CFG,
            o->threads);
+    printf("# sd.cpp's log says: %s\n",
+           sdcpp_said[0] ? sdcpp_said : "(no \"sampling using\" line)");
     printf("%-5s %9s %9s %9s %8s %-12s %8s %8s %8s %8s %-12s %8s\n", "size", "sdc_s", "sdc_cpu",
            "sdc_mib", "w32/sdc", "goal", "w16/sdc", "c32/sdc", "c16/sdc", "r32/sdc", "goal",
            "r16/sdc");
