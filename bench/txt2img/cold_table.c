@@ -11,8 +11,9 @@
  * run is printed with the load average at its end. CPU seconds (user + system of the
  * child, all threads) are printed too: on a loaded machine the wall is mostly waiting
  * for a core, and the CPU time moves far less. Load hurts the two programs unequally:
- * sd.cpp's wall grew ~5x at load 9 (305 s against ~55 s quiet at 256^2) and latentd's
- * ~2x, so wall ratios from a loaded run flatter latentd; read the CPU ratios there.
+ * sd.cpp's wall grew ~5.5x at load 9 (305 s against 55 s quiet at 256^2, issue 15) and
+ * latentd's fp32 ~2.6x (41.7 s against 16.1 s), so wall ratios from a loaded run flatter
+ * latentd; read the CPU ratios there.
  *
  * What a child's figures are: wall from fork to its exit (exec, load, sample, decode,
  * PNG written, teardown), CPU and peak RSS from wait4's rusage. fork + exec rather than
@@ -28,6 +29,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +53,8 @@ struct run_fig {
     double wall; /* s, fork to exit */
     double cpu;  /* s, user + system */
     double rss;  /* MiB, peak */
+    double step; /* s, sd.cpp only (its log): sampling time / steps, a CFG step; else NAN */
+    double vae;  /* s, sd.cpp only (its log): VAE decode; else NAN */
 };
 
 static double now_s(void)
@@ -163,19 +167,38 @@ static void child_run(char *const argv[], const char *log, const char *png, int 
  * printed with the table, so that a flag it ignored or renamed shows. */
 static char sdcpp_said[160];
 
-static void sdcpp_note(const char *log)
+/* The seconds after `key` in sd.cpp's log text ("... completed, taking 48.83s"); NAN when
+ * the line is not there. */
+static double sdcpp_taking(const char *text, const char *key)
 {
-    FILE *f = fopen(log, "r");
-    char line[512];
-    while (!sdcpp_said[0] && f && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "sampling using ");
-        if (p) {
+    const char *p = strstr(text, key);
+    return p ? atof(p + strlen(key)) : NAN;
+}
+
+/* Read what sd.cpp's log says about its run into f (step, vae) and sdcpp_said. The whole
+ * log is read at once: its progress bars are long lines of carriage returns, which a
+ * line-sized buffer could cut in the middle of a key. */
+static void sdcpp_note(const char *log, struct run_fig *f)
+{
+    f->step = f->vae = NAN;
+    FILE *fp = fopen(log, "r");
+    if (!fp)
+        return;
+    size_t cap = (size_t)4 << 20, n;
+    char *text = malloc(cap + 1);
+    if (text) {
+        n = fread(text, 1, cap, fp);
+        text[n] = 0;
+        f->step = sdcpp_taking(text, "sampling completed, taking ") / BENCH_T2I_STEPS;
+        f->vae = sdcpp_taking(text, "decode_first_stage completed, taking ");
+        const char *p = strstr(text, "sampling using ");
+        if (p && !sdcpp_said[0]) {
             snprintf(sdcpp_said, sizeof sdcpp_said, "%s", p);
             sdcpp_said[strcspn(sdcpp_said, "\r\n")] = 0;
         }
+        free(text);
     }
-    if (f)
-        fclose(f);
+    fclose(fp);
 }
 
 /* One run of `kind` at px^2 into *f; prints a line with its figures and the load. */
@@ -187,6 +210,7 @@ static void run_one(const struct bench_t2i_cold_opts *o, int kind, int px, int r
     snprintf(sth, sizeof sth, "%d", o->threads);
     snprintf(png, sizeof png, "%s/cold_%d_%s.png", o->models_dir, px,
              kind == RUN_SDCPP ? "sdcpp" : run_name[kind]);
+    f->step = f->vae = NAN;
     if (kind != RUN_SDCPP) {
         char *argv[] = {(char *)o->self,
                         "--cold-child",
@@ -232,7 +256,7 @@ static void run_one(const struct bench_t2i_cold_opts *o, int kind, int px, int r
                         png,
                         NULL};
         child_run(argv, log, png, px, "stable-diffusion.cpp", f);
-        sdcpp_note(log);
+        sdcpp_note(log, f);
         unlink(log); /* kept only when the run failed, for its message */
     }
     printf("# %d^2 rep %d/%d %-6s wall %8.2f s  cpu %8.2f s  peak %6.0f MiB  load %.2f\n", px,
@@ -259,6 +283,12 @@ static void median_row(struct run_fig runs[][REPS_MAX], int nkinds, int reps, st
         for (int r = 0; r < reps; r++)
             v[r] = runs[k][r].rss;
         row->m[k].rss = bench_t2i_median(v, reps);
+        for (int r = 0; r < reps; r++)
+            v[r] = runs[k][r].step;
+        row->m[k].step = bench_t2i_median(v, reps);
+        for (int r = 0; r < reps; r++)
+            v[r] = runs[k][r].vae;
+        row->m[k].vae = bench_t2i_median(v, reps);
     }
 }
 
@@ -278,9 +308,9 @@ static void print_sdcpp_table(const struct bench_t2i_cold_opts *o, const struct 
            o->threads);
     printf("# sd.cpp's log says: %s\n",
            sdcpp_said[0] ? sdcpp_said : "(no \"sampling using\" line)");
-    printf("%-5s %9s %9s %9s %8s %-12s %8s %8s %8s %8s %-12s %8s\n", "size", "sdc_s", "sdc_cpu",
-           "sdc_mib", "w32/sdc", "goal", "w16/sdc", "c32/sdc", "c16/sdc", "r32/sdc", "goal",
-           "r16/sdc");
+    printf("%-5s %9s %9s %9s %8s %8s %8s %-12s %8s %8s %8s %8s %-12s %8s\n", "size", "sdc_s",
+           "sdc_cpu", "sdc_mib", "sdc_step", "sdc_vae", "w32/sdc", "goal", "w16/sdc", "c32/sdc",
+           "c16/sdc", "r32/sdc", "goal", "r16/sdc");
     for (int i = 0; i < nrows; i++) {
         const struct run_fig *a = &rows[i].m[RUN_FP32], *b = &rows[i].m[RUN_BF16],
                              *s = &rows[i].m[RUN_SDCPP];
@@ -288,8 +318,9 @@ static void print_sdcpp_table(const struct bench_t2i_cold_opts *o, const struct 
         /* Issue 15: fp32 cold wall <= 0.2 of sd.cpp's at 256^2, <= 0.12 at 512^2; peak RSS
          * <= sd.cpp's at both sizes. */
         double wall_goal = rows[i].px == 256 ? 0.20 : 0.12;
-        printf("%-5d %9.2f %9.2f %9.0f %8.3f %-12s %8.3f %8.3f %8.3f %8.3f %-12s %8.3f\n",
-               rows[i].px, s->wall, s->cpu, s->rss, a->wall / s->wall,
+        printf("%-5d %9.2f %9.2f %9.0f %8.2f %8.2f %8.3f %-12s %8.3f %8.3f %8.3f %8.3f %-12s "
+               "%8.3f\n",
+               rows[i].px, s->wall, s->cpu, s->rss, s->step, s->vae, a->wall / s->wall,
                goal_cell(g1, sizeof g1, a->wall / s->wall, wall_goal), b->wall / s->wall,
                a->cpu / s->cpu, b->cpu / s->cpu, a->rss / s->rss,
                goal_cell(g2, sizeof g2, a->rss / s->rss, 1.0), b->rss / s->rss);
@@ -297,7 +328,11 @@ static void print_sdcpp_table(const struct bench_t2i_cold_opts *o, const struct 
     printf("# w32/sdc, w16/sdc: latentd fp32 / bf16 cold wall over sd.cpp's (medians); c*: the\n"
            "# same for CPU seconds (the figure to trust on a loaded machine); r*: peak RSS.\n"
            "# Goals (issue 15, 2 threads): fp32 wall <= 0.2 at 256^2 and <= 0.12 at 512^2, peak\n"
-           "# RSS <= sd.cpp's; on an AMX machine bf16 wall at 512^2 <= 0.05 (w16/sdc).\n");
+           "# RSS <= sd.cpp's; on an AMX machine bf16 wall at 512^2 <= 0.05 (w16/sdc).\n"
+           "# sdc_step, sdc_vae: from sd.cpp's log, its sampling time / %d (a CFG step) and its\n"
+           "# VAE decode, to set beside step_s and vae_s of the in-process table (nan: not in\n"
+           "# its log).\n",
+           BENCH_T2I_STEPS);
 }
 
 void bench_t2i_cold_table(const struct bench_t2i_cold_opts *o)
