@@ -138,7 +138,8 @@ static void up2_task(void *ctx, int64_t b, int64_t e, int tid)
     const struct wg_job *j = &uj->j;
     const struct up2_layout *l = uj->l;
     int64_t tmax = j->rows * j->tw, pw = 2 * j->tw + 2, co = j->co, ci = j->ci;
-    float *v = j->buf[tid], *m = v + WG_XI * ci * tmax, *patch = m + l->blocks * co * tmax;
+    float *v = j->buf[tid], *m = v + WG_XI * ci * tmax;
+    float *patch = m + l->blocks * co * tmax + WG_XI * WG_MPAD;
     float *tr = patch + (2 * j->rows + 2) * pw, *zero = tr + 4 * pw;
     memset(zero, 0, (size_t)tmax * sizeof(float));
     for (int64_t t = b; t < e; t++) {
@@ -147,14 +148,15 @@ static void up2_task(void *ctx, int64_t b, int64_t e, int tid)
         wino__input_tf(j, img, r0, nr, v, T, patch, tr, NULL, NULL);
         for (int xi = 0; xi < WG_XI; xi++)
             cpu_sgemm(0, 0, l->np[xi] * co, T, ci, 1.0f, j->u + l->off[xi] * co * ci, ci,
-                      v + xi * ci * T, T, 0.0f, m + l->off[xi] * co * T, T, 1);
+                      v + xi * ci * T, T, 0.0f, m + l->off[xi] * co * T + xi * WG_MPAD, T, 1);
         float *oi = j->out + img * co * 4 * j->ho * j->wo;
         for (int ph = 0; ph < UP2_PH; ph++) {
             const float *mq[WG_XI];
             int64_t mcs[WG_XI];
             for (int xi = 0; xi < WG_XI; xi++) {
                 int s = l->slot[xi][ph];
-                mq[xi] = s < 0 ? zero : m + (l->off[xi] + s) * co * T;
+                /* xi's blocks are one GEMM's rows; WG_MPAD apart per point */
+                mq[xi] = s < 0 ? zero : m + (l->off[xi] + s) * co * T + xi * WG_MPAD;
                 mcs[xi] = s < 0 ? 0 : T;
             }
             wino__output_tf(j, oi, r0, nr, mq, mcs, ph >> 1, ph & 1);
@@ -177,7 +179,7 @@ int cpu_conv2d_up2_winograd(float *out, const float *x, const float *w, const fl
     /* U; per thread: V, M, patch, row transforms, a plane of zeros */
     size_t ub = ((size_t)(l.blocks * co * ci) * sizeof(float) + 63) / 64 * 64;
     size_t tmax = (size_t)(j->rows * j->tw), pw = (size_t)(2 * j->tw + 2);
-    size_t per = ((WG_XI * (size_t)ci + (size_t)l.blocks * (size_t)co) * tmax +
+    size_t per = ((WG_XI * (size_t)ci + (size_t)l.blocks * (size_t)co) * tmax + WG_XI * WG_MPAD +
                   (2 * (size_t)j->rows + 2) * pw + 4 * pw + tmax) *
                  sizeof(float);
     per = (per + 63) / 64 * 64;

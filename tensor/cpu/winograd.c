@@ -212,7 +212,8 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     struct wg_job *j = ctx;
     int64_t tmax = j->rows * j->tw, pw = 2 * j->tw + 2;
-    float *v = j->buf[tid], *m = v + WG_XI * j->ci * tmax, *patch = m + WG_XI * j->co * tmax;
+    float *v = j->buf[tid], *m = v + WG_XI * j->ci * tmax;
+    float *patch = m + WG_XI * (j->co * tmax + WG_MPAD);
     float *tr = patch + (2 * j->rows + 2) * pw, *tq = tr + 4 * pw;
     uint16_t *v16 = j->u16 ? (uint16_t *)(tq + 4 * j->tw) : NULL; /* bf16 only: V rounded */
     for (int64_t t = b; t < e; t++) {
@@ -222,16 +223,18 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
         if (j->u16) {
             for (int xi = 0; xi < WG_XI; xi++)
                 cpu_gemm_bf16_1(0, 0, j->co, T, j->ci, 1.0f, j->u16 + xi * j->co * j->ci, j->ci,
-                                v16 + xi * j->ci * T, T, 0.0f, m + xi * j->co * T, T);
+                                v16 + xi * j->ci * T, T, 0.0f, m + xi * (j->co * T + WG_MPAD),
+                                T);
         } else {
             for (int xi = 0; xi < WG_XI; xi++)
                 cpu_sgemm(0, 0, j->co, T, j->ci, 1.0f, j->u + xi * j->co * j->ci, j->ci,
-                          v + xi * j->ci * T, T, 0.0f, m + xi * j->co * T, T, 1);
+                          v + xi * j->ci * T, T, 0.0f, m + xi * (j->co * T + WG_MPAD), T,
+                          1);
         }
         const float *mq[WG_XI];
         int64_t mcs[WG_XI];
         for (int xi = 0; xi < WG_XI; xi++) {
-            mq[xi] = m + xi * j->co * T;
+            mq[xi] = m + xi * (j->co * T + WG_MPAD);
             mcs[xi] = T;
         }
         wino__output_tf(j, j->out + img * j->co * j->ho * j->wo, r0, nr, mq, mcs, 0, 0);
@@ -324,7 +327,8 @@ int cpu_conv2d_winograd_gn(float *out, const float *x, const float *w, const flo
      * row transforms, and in bf16 tq and V rounded */
     size_t ub = ((size_t)(WG_XI * co * ci) * (bf16 ? 2 : sizeof(float)) + 63) / 64 * 64;
     size_t tmax = (size_t)(j.rows * j.tw), pw = (size_t)(2 * j.tw + 2);
-    size_t per = (WG_XI * (size_t)(ci + co) * tmax + (2 * (size_t)j.rows + 2) * pw + 4 * pw) *
+    size_t per = (WG_XI * ((size_t)(ci + co) * tmax + WG_MPAD) + (2 * (size_t)j.rows + 2) * pw +
+                  4 * pw) *
                  sizeof(float);
     if (bf16)
         per += 4 * (size_t)j.tw * sizeof(float) + WG_XI * (size_t)ci * tmax * 2;

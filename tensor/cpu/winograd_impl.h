@@ -17,6 +17,15 @@
 #include <stdint.h>
 
 #define WG_XI 16 /* transformed tile elements (4 x 4) */
+/*
+ * Floats between consecutive planes of M beyond their co x T values. Without it the
+ * output transform's 16 streams (one per point) were co * T * 4 bytes apart, 128 KiB at
+ * 512 channels and 64 tiles: all in one set of the 8-way L1 and L2, so every load
+ * missed (perf: the output transform's row loop 20 % of a decode's samples, the JIT
+ * GEMMs 36 %). 64 bytes more per plane (per point in wino_up2.c, whose stacked blocks
+ * of a point are one GEMM's rows) puts each stream in its own set.
+ */
+#define WG_MPAD 16
 
 struct wg_job {
     float *out;
