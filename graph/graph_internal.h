@@ -70,6 +70,8 @@ struct gin {
 struct gnode {
     const char *id;                 /* borrowed (the prompt's key) */
     cJSON *json;                    /* borrowed: the node object */
+    cJSON *inputs;                  /* borrowed: its "inputs" member (any type), NULL when
+                                       absent; set for known classes only */
     const struct node_class *cls;   /* NULL when missing/unknown (validation reports it) */
     int n_in, n_out;
     struct gin *in;                 /* [n_in], declared order; points into gprompt.ins */

@@ -123,7 +123,7 @@ int gprompt_parse(struct gprompt *p, const struct node_registry *reg, cJSON *pro
             g->in[k].slot = -1;
             g->in[k].konst = (struct gconst){0};
         }
-        cJSON *inputs = cJSON_GetObjectItemCaseSensitive(g->json, "inputs");
+        cJSON *inputs = g->inputs = cJSON_GetObjectItemCaseSensitive(g->json, "inputs");
         if (!cJSON_IsObject(inputs))
             continue;
         for (cJSON *v = inputs->child; v; v = v->next) {

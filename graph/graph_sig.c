@@ -78,13 +78,26 @@ static int class_sees_id(const struct node_class *cls, int n_in)
  */
 void gprompt_hash_inputs(struct gprompt *p)
 {
+    /* What depends on the class alone (its name hashed, whether it sees the id),
+     * for the few classes a prompt repeats: a quarter of this function's work. */
+    struct {
+        const struct node_class *cls;
+        struct ghash h;
+        int sees_id;
+    } memo[16] = {{0}};
     for (int i = 0; i < p->n; i++) {
         struct gnode *gn = &p->nodes[i];
         if (!gn->cls)
             continue;
-        ghash_init(&gn->sig_base);
-        ghash_str(&gn->sig_base, gn->cls->name);
-        if (class_sees_id(gn->cls, gn->n_in))
+        size_t m = ((uintptr_t)gn->cls >> 4) % 16;
+        if (memo[m].cls != gn->cls) {
+            memo[m].cls = gn->cls;
+            ghash_init(&memo[m].h);
+            ghash_str(&memo[m].h, gn->cls->name);
+            memo[m].sees_id = class_sees_id(gn->cls, gn->n_in);
+        }
+        gn->sig_base = memo[m].h;
+        if (memo[m].sees_id)
             ghash_str(&gn->sig_base, gn->id);
         gn->sig_open = 0;
         for (int k = 0; k < gn->n_in; k++) {

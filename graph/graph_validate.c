@@ -346,7 +346,7 @@ static void check_const(struct vstate *vs, int n, int k)
 {
     struct gnode *gn = &vs->p->nodes[n];
     const struct node_input_def *in = &gn->cls->inputs[k];
-    cJSON *inputs = cJSON_GetObjectItemCaseSensitive(gn->json, "inputs");
+    cJSON *inputs = gn->inputs;
     cJSON *v = gn->in[k].json;
     struct gconst typed = {0};
 
@@ -513,7 +513,7 @@ static void check_custom(struct vstate *vs, int n)
 static int bad_inputs_member(struct vstate *vs)
 {
     const struct gnode *gn = &vs->p->nodes[vs->st[vs->sp - 1].node];
-    cJSON *inputs = cJSON_GetObjectItemCaseSensitive(gn->json, "inputs");
+    cJSON *inputs = gn->inputs;
     if (!inputs) {
         raise_top(vs, "KeyError", "'inputs'");
         return 1;
