@@ -18,9 +18,11 @@
  * Only weights the loader declared file-backed are touched (patcher_model_set_file_backed,
  * util/pages.h's invariant). The pages stay in the page cache: using the model again maps
  * them back with minor faults and no I/O. That is the price of the rule: a second prompt
- * maps the CLIP and UNet pages again (see the cost measured in bench_txt2img's cold
- * table notes and the report of issue 15). LATENTD_WEIGHT_PAGES=keep (or
- * mm_config.keep_weight_pages) turns the rule off, for A/B runs.
+ * maps the CLIP and UNet pages again, measured for the UNet's 1.6 GiB at 0.09 s when the
+ * file came into the page cache by being read (large folios) and 1.3-1.9 s on this
+ * project's VM when it is there from being written (4 KiB pages; README, "Memory on the
+ * CPU"). LATENTD_WEIGHT_PAGES=keep (or mm_config.keep_weight_pages) turns the rule off,
+ * for A/B runs.
  *
  * Threads: executor only (as the planner).
  */
