@@ -72,7 +72,8 @@ struct mm_config {
                                * k in 2..max from the budget; -1 default (4), 0 = sync */
     int disable_pinned_memory;
     /* 1: never unmap the file pages of idle models' weights (mm_pages.c); for A/B runs.
-     * LATENTD_WEIGHT_PAGES=keep in the environment sets it too. Default 0. */
+     * LATENTD_WEIGHT_PAGES=keep in the environment and vram_state HIGH_VRAM (--highvram,
+     * --gpu-only: keep models loaded) set it too. Default 0. */
     int keep_weight_pages;
     /* GEMM precision per enum patcher_role (UNET, TEXT_ENCODER, VAE), from --bf16-unet,
      * --bf16-text-enc, --bf16-vae after ComfyUI's precedence (server/srv_config.c);

@@ -98,7 +98,9 @@ int mm_new(const struct mm_config *cfg, struct mm **out, struct err *e)
     struct mm *mm = xcalloc(1, sizeof(*mm));
     mm->cfg = *cfg;
     const char *wp = getenv("LATENTD_WEIGHT_PAGES");
-    if (wp && !strcmp(wp, "keep"))
+    /* --highvram / --gpu-only: ComfyUI keeps models loaded after use; on the cpu device
+     * that is their mapped pages (a later prompt pays no re-mapping, mm_pages.c). */
+    if ((wp && !strcmp(wp, "keep")) || cfg->vram_state == MM_VRAM_HIGH_VRAM)
         mm->cfg.keep_weight_pages = 1;
     const char *spec = cfg->device_spec && *cfg->device_spec ? cfg->device_spec : "auto";
     int rc = dev_open(spec, cfg->vram_budget, &mm->dev, e);

@@ -21,8 +21,10 @@
  * maps the CLIP and UNet pages again, measured for the UNet's 1.6 GiB at 0.09 s when the
  * file came into the page cache by being read (large folios) and 1.3-1.9 s on this
  * project's VM when it is there from being written (4 KiB pages; README, "Memory on the
- * CPU"). LATENTD_WEIGHT_PAGES=keep (or mm_config.keep_weight_pages) turns the rule off,
- * for A/B runs.
+ * CPU"). --highvram / --gpu-only (keep models loaded, as in ComfyUI) turn the rule off, as
+ * do LATENTD_WEIGHT_PAGES=keep and mm_config.keep_weight_pages for A/B runs. Prefaulting
+ * with MADV_POPULATE_READ was measured and does not help: the cost on this VM is the first
+ * touch of each re-mapped page, not the fault.
  *
  * Threads: executor only (as the planner).
  */

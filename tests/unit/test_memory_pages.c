@@ -183,9 +183,12 @@ static int clip_run(struct mm *mm, struct patcher *p, const struct model_ckpt *c
 }
 
 /* CLIP, UNet, VAE in turn on the cpu device, as a txt2img prompt runs them, twice. */
-static void test_cpu(const char *path, int keep, float *eps_out)
+/* how: 0 the default, 1 mm_config.keep_weight_pages, 2 --highvram (keeps them too). */
+static void test_cpu(const char *path, int how, float *eps_out)
 {
-    const char *mode = keep ? "keep_weight_pages" : "default";
+    static const char *const modes[3] = {"default", "keep_weight_pages", "highvram"};
+    const char *mode = modes[how];
+    int keep = how != 0;
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
     struct model_ckpt ck;
     struct err e = {0};
@@ -205,7 +208,9 @@ static void test_cpu(const char *path, int keep, float *eps_out)
     struct mm_config mc;
     mm_config_init(&mc);
     mc.device_spec = "cpu";
-    mc.keep_weight_pages = keep;
+    mc.keep_weight_pages = how == 1;
+    if (how == 2)
+        mc.vram_state = MM_VRAM_HIGH_VRAM; /* no GPU here: the cpu device all the same */
     struct mm *mm = NULL;
     if (mm_new(&mc, &mm, &e) < 0) {
         ok(0, "mm_new: %s", e.msg);
@@ -329,10 +334,11 @@ int main(int argc, char **argv)
     ckpt_gen_opts_default(&o);
     o.dtype = ST_DTYPE_F16;
     EXPECT_OK(ckpt_gen_write(&o, path, &e));
-    float eps_drop[EPS_N], eps_keep[EPS_N];
+    float eps_drop[EPS_N], eps_keep[EPS_N], eps_hv[EPS_N];
     test_cpu(path, 0, eps_drop);
     test_cpu(path, 1, eps_keep);
-    ok(!memcmp(eps_drop, eps_keep, sizeof(eps_drop)),
+    test_cpu(path, 2, eps_hv);
+    ok(!memcmp(eps_drop, eps_keep, sizeof(eps_drop)) && !memcmp(eps_drop, eps_hv, sizeof(eps_drop)),
        "the UNet eps is the same with and without unmapping");
     test_converted(path, eps_drop);
     test_sim(path, eps_drop);
