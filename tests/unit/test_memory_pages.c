@@ -32,6 +32,7 @@
 #include "harness.h"
 #include "memmgr.h"
 #include "pages.h"
+#include "ref_fixture.h"
 #include "text_encoder.h"
 #include "unet.h"
 
@@ -112,26 +113,6 @@ static int load(struct mm *mm, struct patcher *p, struct err *e)
     return mm_load_models(mm, &req, NULL, e);
 }
 
-static void wave(float *v, long n, double a, double b)
-{
-    for (long i = 0; i < n; i++)
-        v[i] = (float)(a * __builtin_sin(0.37 * (double)i + b));
-}
-
-static struct tensor *new_wave(struct dev *d, int ndim, const int64_t *shape, double a, double b)
-{
-    struct tensor *t = NULL;
-    struct err e = {0};
-    if (tensor_new(d, TENSOR_F32, ndim, shape, &t, &e) < 0)
-        PANIC("tensor_new: %s", e.msg);
-    int64_t n = tensor_numel(t);
-    float *v = xmalloc((size_t)n * sizeof(float));
-    wave(v, n, a, b);
-    tensor_write_f32(t, v, n, &e);
-    xfree(v);
-    return t;
-}
-
 #define EPS_N (2 * 4 * 8 * 8)
 
 /* Load the UNet alone and run one batch-2 eval into out. */
@@ -145,7 +126,7 @@ static int unet_run(struct mm *mm, struct patcher *p, const struct model_config 
     }
     struct dev *d = patcher_device(p);
     int64_t xs[4] = {2, 4, 8, 8}, cs[3] = {2, 77, cfg->unet.ctx_dim};
-    struct tensor *x = new_wave(d, 4, xs, 0.37, 0.1), *ctx = new_wave(d, 3, cs, 0.011, 0.5);
+    struct tensor *x = ref_new_wave(d, 4, xs, 0.37, 0.1), *ctx = ref_new_wave(d, 3, cs, 0.011, 0.5);
     struct tensor *eps = NULL;
     float ts[2] = {500, 20};
     if ((rc = tensor_new(d, TENSOR_F32, 4, xs, &eps, &e)) == 0 &&
