@@ -132,12 +132,19 @@ static void gemm_panel(const struct gemm_job *j, int64_t oa, int64_t ob, int64_t
                j->c + oc, j->ldc, 1);
 }
 
+/* Panel p of a split job: its first row or column in *lo, its length (<= 0: none). */
+static int64_t panel_span(const struct gemm_job *j, int64_t p, int64_t *lo)
+{
+    *lo = p * j->step;
+    int64_t len = (j->by_cols ? j->n : j->m) - *lo;
+    return len < j->step ? len : j->step;
+}
+
 static void gemm_task(void *ctx, int64_t beg, int64_t end, int tid)
 {
     struct gemm_job *j = ctx;
     for (int64_t p = beg; p < end; p++) {
-        int64_t lo = p * j->step, len = (j->by_cols ? j->n : j->m) - lo;
-        len = len < j->step ? len : j->step;
+        int64_t lo, len = panel_span(j, p, &lo);
         if (len <= 0)
             continue;
         if (j->by_cols)
@@ -160,8 +167,7 @@ static void gemm16_task(void *ctx, int64_t beg, int64_t end, int tid)
     (void)tid;
     struct gemm_job *j = ctx;
     for (int64_t p = beg; p < end; p++) {
-        int64_t lo = p * j->step, len = (j->by_cols ? j->n : j->m) - lo;
-        len = len < j->step ? len : j->step;
+        int64_t lo, len = panel_span(j, p, &lo);
         if (len <= 0)
             continue;
         const uint16_t *a = j->a16, *b = j->b16;
