@@ -53,16 +53,6 @@ static double sys_now(long *faults)
 }
 static double cpu_at_t0[8]; /* CPU clock at each open tensor__prof_t0 (im2col nests in conv) */
 static int depth;
-static double cpu_now(void);
-
-/* CPU seconds of the whole process: on a shared machine the wall time of an op grows
- * with other processes' load, the CPU time our threads spend much less. */
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 double tensor__prof_now(void)
 {
@@ -72,7 +62,7 @@ double tensor__prof_now(void)
 double tensor__prof_start(void)
 {
     if (depth < 8)
-        cpu_at_t0[depth] = cpu_now();
+        cpu_at_t0[depth] = clock_process_cpu_sec();
     depth++;
     return tensor__prof_now();
 }
@@ -89,7 +79,7 @@ void tensor__prof_add(int cls, double t0, double flops)
     acc[cls].t += tensor__prof_now() - t0;
     depth--;
     if (depth >= 0 && depth < 8)
-        acc[cls].cpu += cpu_now() - cpu_at_t0[depth];
+        acc[cls].cpu += clock_process_cpu_sec() - cpu_at_t0[depth];
     acc[cls].flops += flops;
     acc[cls].calls++;
 }
@@ -106,7 +96,7 @@ void tensor_profile_reset(void)
     memset(acc, 0, sizeof(acc));
     depth = 0;
     t_begin = tensor__prof_now();
-    cpu_begin = cpu_now();
+    cpu_begin = clock_process_cpu_sec();
     sys_begin = sys_now(&faults_begin);
 }
 
@@ -114,10 +104,13 @@ void tensor_profile_print(const char *label)
 {
     if (!tensor_profile_enabled())
         return;
-    double wall = tensor__prof_now() - t_begin, cpu = cpu_now() - cpu_begin, claimed = 0, fl = 0;
+    double wall = tensor__prof_now() - t_begin, cpu = clock_process_cpu_sec() - cpu_begin,
+           claimed = 0, fl = 0;
     long faults;
     double sys = sys_now(&faults) - sys_begin;
-    fprintf(stderr, "# profile %s: %.3f s wall, %.3f s CPU (%.3f s in the kernel, %ld page faults), %d threads\n",
+    fprintf(stderr,
+            "# profile %s: %.3f s wall, %.3f s CPU (%.3f s in the kernel, %ld page faults), %d "
+            "threads\n",
             label, wall, cpu, sys, faults - faults_begin, tensor__pool_threads());
     for (int c = 0; c < TENSOR__PROF_N; c++) {
         if (!acc[c].calls)
@@ -135,6 +128,6 @@ void tensor_profile_print(const char *label)
     }
     fprintf(stderr, "#   %-26s       %8.3f s %5.1f %%\n", "other (unclaimed)", wall - claimed,
             100.0 * (wall - claimed) / wall);
-    fprintf(stderr, "#   %-26s       %8.3f s        %7.1f GFLOP/s, %.1f GFLOP per CPU s\n",
-            "total", wall, fl / wall / 1e9, fl / cpu / 1e9);
+    fprintf(stderr, "#   %-26s       %8.3f s        %7.1f GFLOP/s, %.1f GFLOP per CPU s\n", "total",
+            wall, fl / wall / 1e9, fl / cpu / 1e9);
 }

@@ -10,11 +10,26 @@ int64_t clock_mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-double clock_mono_sec(void)
+static double clock_sec(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double clock_process_cpu_sec(void)
+{
+    return clock_sec(CLOCK_PROCESS_CPUTIME_ID);
+}
+
+double clock_thread_cpu_sec(void)
+{
+    return clock_sec(CLOCK_THREAD_CPUTIME_ID);
+}
+
+double clock_mono_sec(void)
+{
+    return clock_sec(CLOCK_MONOTONIC);
 }
 
 int64_t clock_wall_ms(void)

@@ -17,6 +17,13 @@ int64_t clock_mono_ms(void);
 /* Monotonic time in seconds with nanosecond resolution: measured durations. */
 double clock_mono_sec(void);
 
+/* CPU time in seconds (user + system) of the whole process, all threads: what an op
+ * costs on a shared machine, where its wall time grows with other processes' load. */
+double clock_process_cpu_sec(void);
+
+/* CPU time in seconds of the calling thread. */
+double clock_thread_cpu_sec(void);
+
 /* Wall-clock time in milliseconds since the Unix epoch: timestamps clients see. */
 int64_t clock_wall_ms(void);
 

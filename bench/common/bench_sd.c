@@ -5,6 +5,7 @@
  * checkpoint without holding two of them on the device at once.
  */
 #include "bench_sd.h"
+#include "clock.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,14 +18,7 @@
 #include "unet.h"
 #include "vae.h"
 
-double bench_sd_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static struct tensor *filled(struct dev *d, int ndim, const int64_t *shape, double a)
+struct tensor *bench_sd_filled(struct dev *d, int ndim, const int64_t *shape, double a)
 {
     struct tensor *t = NULL;
     struct err e = {0};
@@ -44,15 +38,15 @@ double bench_sd_sgemm_rate(struct dev *d)
 {
     const int64_t n = 1024;
     int64_t s[2] = {n, n};
-    struct tensor *a = filled(d, 2, s, 0.1), *b = filled(d, 2, s, 0.2), *c = NULL;
+    struct tensor *a = bench_sd_filled(d, 2, s, 0.1), *b = bench_sd_filled(d, 2, s, 0.2), *c = NULL;
     struct err e = {0};
     tensor_new(d, TENSOR_F32, 2, s, &c, &e);
     tensor_linear(c, a, b, NULL, &e); /* warm */
     double best = 0;
     for (int r = 0; r < 3; r++) {
-        double t0 = bench_sd_now_s();
+        double t0 = clock_mono_sec();
         tensor_linear(c, a, b, NULL, &e);
-        double dt = bench_sd_now_s() - t0;
+        double dt = clock_mono_sec() - t0;
         best = fmax(best, 2.0 * n * n * n / dt / 1e9);
     }
     tensor_free(a);
@@ -116,11 +110,11 @@ double bench_sd_text(struct mm *mm, struct model_ckpt *ck, enum model_component 
         float *cond = NULL, *pooled = NULL;
         if (r == 1)
             sg0 = bench_sd_sgemm_rate(d);
-        double s = bench_sd_now_s();
+        double s = clock_mono_sec();
         if (text_encode(p, ta, model_prefix(c, comp), &tk, opts, &cond, &pooled, NULL, &e) < 0)
             fprintf(stderr, "bench: %s: %s\n", name, e.msg);
         if (r > 0)
-            best = fmin(best, bench_sd_now_s() - s);
+            best = fmin(best, clock_mono_sec() - s);
         xfree(cond);
         xfree(pooled);
     }
@@ -147,16 +141,17 @@ double bench_sd_unet(struct mm *mm, struct model_ckpt *ck, int lat, int reps, co
     }
     struct dev *d = patcher_device(p);
     int64_t xs[4] = {2, 4, lat, lat}, cs[3] = {2, 77, a->ctx_dim}, ys[2] = {2, a->adm_in};
-    struct tensor *x = filled(d, 4, xs, 0.37), *ctx = filled(d, 3, cs, 0.011), *eps = NULL;
-    struct tensor *y = a->adm_in ? filled(d, 2, ys, 0.017) : NULL;
+    struct tensor *x = bench_sd_filled(d, 4, xs, 0.37), *ctx = bench_sd_filled(d, 3, cs, 0.011),
+                  *eps = NULL;
+    struct tensor *y = a->adm_in ? bench_sd_filled(d, 2, ys, 0.017) : NULL;
     tensor_new(d, TENSOR_F32, 4, xs, &eps, &e);
     float t[2] = {500, 500};
     double sg0 = bench_sd_sgemm_rate(d), best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double s = bench_sd_now_s();
+        double s = clock_mono_sec();
         if (unet_eval(p, a, x, t, ctx, y, eps, NULL, &e) < 0)
             fprintf(stderr, "bench: %s: %s\n", name, e.msg);
-        best = fmin(best, bench_sd_now_s() - s);
+        best = fmin(best, clock_mono_sec() - s);
     }
     bench_sd_report(name, best, unet_flops(a, 2, lat, lat, 77), sg0, bench_sd_sgemm_rate(d));
     tensor_free(x);
@@ -179,14 +174,14 @@ double bench_sd_vae(struct mm *mm, struct model_ckpt *ck, int lat, int reps, con
     }
     struct dev *d = patcher_device(p);
     int64_t zs[4] = {1, 4, lat, lat}, is[4] = {1, 3, 8 * lat, 8 * lat};
-    struct tensor *z = filled(d, 4, zs, 0.23), *img = NULL;
+    struct tensor *z = bench_sd_filled(d, 4, zs, 0.23), *img = NULL;
     tensor_new(d, TENSOR_F32, 4, is, &img, &e);
     double sg0 = bench_sd_sgemm_rate(d), best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double s = bench_sd_now_s();
+        double s = clock_mono_sec();
         if (vae_decode(p, a, z, img, NULL, &e) < 0)
             fprintf(stderr, "bench: %s: %s\n", name, e.msg);
-        best = fmin(best, bench_sd_now_s() - s);
+        best = fmin(best, clock_mono_sec() - s);
     }
     bench_sd_report(name, best, vae_decode_flops(a, 1, lat, lat), sg0, bench_sd_sgemm_rate(d));
     tensor_free(z);

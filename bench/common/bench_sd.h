@@ -16,7 +16,9 @@
 #include "memmgr.h"
 #include "text_encoder.h"
 
-double bench_sd_now_s(void);
+/* A new f32 tensor on d filled with sin(a * i + 0.3): deterministic inputs whose cost
+ * does not depend on their values. */
+struct tensor *bench_sd_filled(struct dev *d, int ndim, const int64_t *shape, double a);
 
 /* fp32 sgemm GFLOP/s on d (best of 3, after a warm-up). */
 double bench_sd_sgemm_rate(struct dev *d);

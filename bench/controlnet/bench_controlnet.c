@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bench_sd.h"
+#include "clock.h"
 #include "checkpoint.h"
 #include "ckpt_gen.h"
 #include "controlnet.h"
@@ -112,11 +113,11 @@ int main(int argc, char **argv)
     float t[2] = {500, 500};
     double plain[64], with[64];
     for (int r = 0; r < rounds; r++) {
-        double s = bench_sd_now_s();
+        double s = clock_mono_sec();
         if (unet_eval(up, a, x, t, ctx, NULL, eps, NULL, &e) < 0)
             fprintf(stderr, "bench_controlnet: %s\n", e.msg);
-        plain[r] = bench_sd_now_s() - s;
-        s = bench_sd_now_s();
+        plain[r] = clock_mono_sec() - s;
+        s = clock_mono_sec();
         struct controlnet_out o;
         struct unet_control uc;
         if (controlnet_eval(cn, x, t, ctx, NULL, hint, 1.0f, &o, &e) < 0)
@@ -125,7 +126,7 @@ int main(int argc, char **argv)
         if (unet_eval_control(up, a, x, t, ctx, NULL, &uc, eps, &e) < 0)
             fprintf(stderr, "bench_controlnet: %s\n", e.msg);
         controlnet_out_release(&o);
-        with[r] = bench_sd_now_s() - s;
+        with[r] = clock_mono_sec() - s;
         printf("# round %d: unet %.2f s, controlnet + unet %.2f s\n", r + 1, plain[r], with[r]);
     }
     qsort(plain, (size_t)rounds, sizeof(double), cmp_d);

@@ -35,6 +35,7 @@
 #endif
 
 #include "buf.h"
+#include "clock.h"
 #include "graph.h"
 #include "node_registry.h"
 
@@ -104,17 +105,13 @@ static const struct node_class s_vae = {.name = "VAEDecode", .inputs = vae_in, .
 
 static double now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+    return clock_mono_sec() * 1e6;
 }
 
 /* This thread's CPU time (us): on a loaded machine it ignores time spent waiting. */
 static double cpu_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+    return clock_thread_cpu_sec() * 1e6;
 }
 
 /* Minor page faults of this thread so far: fresh heap pages cost a fault and a

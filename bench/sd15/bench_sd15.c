@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "bench_sd.h"
+#include "clock.h"
 #include "ckpt_gen.h"
 
 int main(int argc, char **argv)
@@ -53,12 +54,12 @@ int main(int argc, char **argv)
     tensor_threads_set(threads);
     struct model_ckpt ck;
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
-    double t0 = bench_sd_now_s();
+    double t0 = clock_mono_sec();
     if (model_ckpt_load(ckpt, MODEL_LOAD_ALL, f32, &ck, &e) < 0) {
         fprintf(stderr, "bench_sd15: %s\n", e.msg);
         return 1;
     }
-    printf("# loaded '%s' as f32 in %.1f s (%s), %d threads\n", ckpt, bench_sd_now_s() - t0,
+    printf("# loaded '%s' as f32 in %.1f s (%s), %d threads\n", ckpt, clock_mono_sec() - t0,
            ck.canonical ? "SD1.5" : "not canonical", threads);
     struct mm_config mc;
     mm_config_init(&mc);

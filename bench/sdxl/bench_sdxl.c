@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 
 #include "bench_sd.h"
+#include "clock.h"
 #include "bench_streaming_sd15.h"
 #include "ckpt_gen.h"
 #include "family.h"
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
     tensor_threads_set(threads);
     struct model_ckpt ck;
     static const enum tensor_dtype f32[3] = {TENSOR_F32, TENSOR_F32, TENSOR_F32};
-    double t0 = bench_sd_now_s();
+    double t0 = clock_mono_sec();
     if (model_ckpt_load(ckpt, MODEL_LOAD_ALL, f32, &ck, &e) < 0) {
         fprintf(stderr, "bench_sdxl: %s\n", e.msg);
         return 1;
@@ -79,7 +80,7 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("# loaded '%s' as f32 compute in %.1f s (%s), %d threads, peak RSS %.0f MiB\n", ckpt,
-           bench_sd_now_s() - t0, ck.canonical ? "SDXL base" : "not canonical", threads,
+           clock_mono_sec() - t0, ck.canonical ? "SDXL base" : "not canonical", threads,
            bench_sd_peak_rss_mib());
     struct mm_config mc;
     mm_config_init(&mc);

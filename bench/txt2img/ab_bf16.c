@@ -22,6 +22,8 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "bench_sd.h"
+#include "clock.h"
 #include "checkpoint.h"
 #include "memmgr.h"
 #include "patcher.h"
@@ -36,35 +38,6 @@
  * and one precision only, e.g. under perf record. */
 const char *bench_ab_only;
 int bench_ab_prec = -1;
-
-static double wall_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double cpu_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static struct tensor *filled(struct dev *d, int ndim, const int64_t *shape, double a)
-{
-    struct tensor *t = NULL;
-    struct err e = {0};
-    if (tensor_new(d, TENSOR_F32, ndim, shape, &t, &e) < 0)
-        PANIC("%s", e.msg);
-    int64_t n = tensor_numel(t);
-    float *v = xmalloc((size_t)n * 4);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = (float)sin(a * (double)i + 0.3);
-    tensor_write_f32(t, v, n, &e);
-    xfree(v);
-    return t;
-}
 
 /* One case: the model's eval, run by `run`, `reps` times per precision after a warm-up. */
 struct ab_case {
@@ -88,12 +61,12 @@ static void ab_run(const struct ab_case *c, int reps)
             }
             patcher_model_set_precision(c->model,
                                         prec ? TENSOR_PRECISION_BF16 : TENSOR_PRECISION_F32);
-            double c0 = cpu_s(), w0 = wall_s();
+            double c0 = clock_process_cpu_sec(), w0 = clock_mono_sec();
             if (c->run(c->ctx) < 0)
                 PANIC("%s failed", c->name);
             if (r > 0) {
-                cpu[prec][r - 1] = cpu_s() - c0;
-                wall[prec][r - 1] = wall_s() - w0;
+                cpu[prec][r - 1] = clock_process_cpu_sec() - c0;
+                wall[prec][r - 1] = clock_mono_sec() - w0;
             }
         }
     patcher_model_set_precision(c->model, TENSOR_PRECISION_F32);
@@ -181,7 +154,8 @@ int bench_txt2img_ab(const char *ckpt, int threads, int only, int reps)
             load(mm, p, unet_plan_bytes(a, 2, lat, lat, 77) + io);
             struct dev *d = patcher_device(p);
             int64_t xs[4] = {2, 4, lat, lat}, cs[3] = {2, 77, a->ctx_dim};
-            struct unet_ctx u = {p, a, filled(d, 4, xs, 0.37), filled(d, 3, cs, 0.011), NULL};
+            struct unet_ctx u = {p, a, bench_sd_filled(d, 4, xs, 0.37),
+                                 bench_sd_filled(d, 3, cs, 0.011), NULL};
             if (tensor_new(d, TENSOR_F32, 4, xs, &u.eps, &e) < 0)
                 PANIC("%s", e.msg);
             snprintf(name, sizeof name, "unet_b2_%d", px);
@@ -198,7 +172,7 @@ int bench_txt2img_ab(const char *ckpt, int threads, int only, int reps)
             load(mm, p, vae_plan_bytes(a, 1, lat, lat));
             struct dev *d = patcher_device(p);
             int64_t zs[4] = {1, 4, lat, lat}, is[4] = {1, 3, px, px};
-            struct vae_ctx v = {p, a, filled(d, 4, zs, 0.23), NULL};
+            struct vae_ctx v = {p, a, bench_sd_filled(d, 4, zs, 0.23), NULL};
             if (tensor_new(d, TENSOR_F32, 4, is, &v.img, &e) < 0)
                 PANIC("%s", e.msg);
             snprintf(name, sizeof name, "vae_dec_%d", px);

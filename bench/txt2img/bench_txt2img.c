@@ -79,13 +79,7 @@
 #include "node_imageio.h"
 
 #include "bench_txt2img.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "clock.h"
 
 static double peak_rss_mib(void)
 {
@@ -95,15 +89,6 @@ static double peak_rss_mib(void)
 }
 
 static struct node_env env;
-
-/* Process CPU time (user + system, all threads), seconds. */
-static double cpu_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-           1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
 
 /* Progress hook: wall and CPU timestamps of the sampler's steps. */
 struct steps {
@@ -120,8 +105,8 @@ static int on_progress(void *user, double value, double max, const uint8_t *rgb,
     (void)w;
     (void)h;
     if (s->n < 64) {
-        s->c[s->n] = cpu_s();
-        s->t[s->n++] = now_s();
+        s->c[s->n] = clock_process_cpu_sec();
+        s->t[s->n++] = clock_mono_sec();
     }
     return 0;
 }
@@ -172,11 +157,11 @@ static double raw_unet_pair(const struct sd_model *m, const struct sd_cond *c, i
     float t = 999.0f;
     if (m->ops->prepare(m->impl, env.mm, 1, h, w, ce->tokens, &e) < 0)
         PANIC("prepare: %s", e.msg);
-    double t0 = now_s();
+    double t0 = clock_mono_sec();
     for (int k = 0; k < 2; k++)
         if (m->ops->apply_eps(m->impl, x, 1, h, w, &t, ce->cond, ce->tokens, ce->dim, eps, &e) < 0)
             PANIC("unet: %s", e.msg);
-    double dt = now_s() - t0;
+    double dt = clock_mono_sec() - t0;
     m->ops->finish(m->impl, env.mm);
     xfree(x);
     xfree(eps);
@@ -200,11 +185,11 @@ static double sgemm_rate(struct dev *d)
     xfree(v);
     double best = 0;
     for (int r = 0; r < 4; r++) {
-        double t0 = now_s();
+        double t0 = clock_mono_sec();
         if (tensor_linear(t[2], t[0], t[1], NULL, &e) < 0)
             PANIC("sgemm: %s", e.msg);
         dev_stream_sync(dev_compute_stream(d)); /* asynchronous on a GPU */
-        double dt = now_s() - t0;
+        double dt = clock_mono_sec() - t0;
         if (r > 0) /* the first warms the thread pool and caches */
             best = fmax(best, 2.0 * (double)(n * n * n) / dt / 1e9);
     }
@@ -409,16 +394,16 @@ int main(int argc, char **argv)
     env.mm = mm;
     env.preview_size = 512;
 
-    double t0 = now_s();
+    double t0 = clock_mono_sec();
     const char *cn[] = {"ckpt_name"};
     struct value *cv[] = {value_new_string("model.safetensors")}, *mcv[4];
     run_node(&sd_checkpoint_loader_simple, cn, cv, 1, mcv, NULL);
-    printf("# CheckpointLoaderSimple %.1f s, %d threads, device %s%s\n", now_s() - t0, threads,
-           dev_name(mm_device(mm)), tiny ? ", tiny checkpoint" : "");
-    t0 = now_s();
+    printf("# CheckpointLoaderSimple %.1f s, %d threads, device %s%s\n", clock_mono_sec() - t0,
+           threads, dev_name(mm_device(mm)), tiny ? ", tiny checkpoint" : "");
+    t0 = clock_mono_sec();
     struct value *pos = encode(mcv[1], BENCH_T2I_POSITIVE);
     struct value *neg = encode(mcv[1], BENCH_T2I_NEGATIVE);
-    printf("# CLIPTextEncode x2 %.2f s\n", now_s() - t0);
+    printf("# CLIPTextEncode x2 %.2f s\n", clock_mono_sec() - t0);
     struct model_config cfg;
     struct patcher *unet = sd_model_unet_patcher(sd_model_of(mcv[0]), &cfg);
     if (!unet)
@@ -443,7 +428,7 @@ int main(int argc, char **argv)
         if (gemm_trace_mark)
             gemm_trace_mark(px == 256 ? "raw256" : "raw512");
         double raw = raw_unet_pair(sd_model_of(mcv[0]), sd_cond_of(pos), lh, lh);
-        double start = now_s();
+        double start = clock_mono_sec();
         const char *en[] = {"width", "height", "batch_size"};
         struct value *ev[] = {value_new_int(px), value_new_int(px), value_new_int(1)}, *eo[4];
         run_node(&sd_empty_latent_image, en, ev, 3, eo, NULL);
@@ -456,7 +441,7 @@ int main(int argc, char **argv)
                               eo[0], value_new_float(1.0)};
         struct value *ko[4];
         struct steps st = {.n = 0};
-        double ks0 = now_s();
+        double ks0 = clock_mono_sec();
         perf_ctl(perf_vae ? NULL : perf, "enable\n");
         if (gemm_trace_mark)
             gemm_trace_mark(px == 256 ? "ksamp256" : "ksamp512");
@@ -464,18 +449,18 @@ int main(int argc, char **argv)
         if (gemm_trace_mark)
             gemm_trace_mark(px == 256 ? "vae256" : "vae512");
         perf_ctl(perf_vae ? NULL : perf, "disable\n");
-        double ks = now_s() - ks0;
+        double ks = clock_mono_sec() - ks0;
         /* Steps 2..4 (the first also loads the model): mean gap between progress events. */
         double step = st.n >= 2 ? (st.t[st.n - 1] - st.t[0]) / (st.n - 1) : ks / 4;
         double step_cpu = st.n >= 2 ? (st.c[st.n - 1] - st.c[0]) / (st.n - 1) : 0;
         const char *dn[] = {"samples", "vae"};
         struct value *dv[] = {ko[0], value_ref(mcv[2])}, *dout[4];
         perf_ctl(perf_vae ? perf : NULL, "enable\n");
-        double v0 = now_s(), vc0 = cpu_s();
+        double v0 = clock_mono_sec(), vc0 = clock_process_cpu_sec();
         run_node(&sd_vae_decode, dn, dv, 2, dout, NULL);
-        double vae_cpu = cpu_s() - vc0;
+        double vae_cpu = clock_process_cpu_sec() - vc0;
         perf_ctl(perf_vae ? perf : NULL, "disable\n");
-        double vae = now_s() - v0, total = now_s() - start;
+        double vae = clock_mono_sec() - v0, total = clock_mono_sec() - start;
         double sgf = unet_flops(&cfg.unet, 2, lh, lh, 77) / step / 1e9;
         double vgf = vae_decode_flops(&cfg.vae, 1, lh, lh) / vae / 1e9;
         double rss = peak_rss_mib();

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "bench_txt2img.h"
+#include "clock.h"
 #include "tensor_precision.h"
 
 enum { RUN_FP32, RUN_BF16, RUN_SDCPP, RUN_KINDS };
@@ -56,13 +57,6 @@ struct run_fig {
     double step; /* s, sd.cpp only (its log): sampling time / steps, a CFG step; else NAN */
     double vae;  /* s, sd.cpp only (its log): VAE decode; else NAN */
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Print the tail of `log` (its last 2-4 KiB, when given) to stderr, then a message; exit 1. */
 static void __attribute__((noreturn, format(printf, 2, 3)))
@@ -123,7 +117,7 @@ static void child_run(char *const argv[], const char *log, const char *png, int 
     unlink(png); /* a PNG left by an earlier run must not count for this one */
     fflush(stdout);
     fflush(stderr);
-    double t0 = now_s();
+    double t0 = clock_mono_sec();
     pid_t pid = fork(); /* not vfork / posix_spawn: see the top of the file (ru_maxrss) */
     if (pid < 0)
         fail(NULL, "fork: %s", strerror(errno));
@@ -145,7 +139,7 @@ static void child_run(char *const argv[], const char *log, const char *png, int 
     pid_t r;
     while ((r = wait4(pid, &status, 0, &ru)) < 0 && errno == EINTR)
         ;
-    f->wall = now_s() - t0;
+    f->wall = clock_mono_sec() - t0;
     if (r != pid)
         fail(log, "wait for %s at %d^2: %s", what, px, strerror(errno));
     if (WIFSIGNALED(status))
