@@ -321,14 +321,20 @@ int dev__hostq_event_query(struct dev_event *ev)
 
 #define HOST_MEM_HDR 256 /* keeps the user pointer 256-byte aligned */
 
+/* Blocks from this size up are their own mappings (xtry_map: huge pages from 2 MiB). */
+#define HOST_MEM_MAP ((size_t)1 << 20)
+
 int dev__host_mem_alloc(size_t bytes, void **out)
 {
     /* Activation sizes follow the request: fallible, and checked against the host
      * memory available now (alloc.h says why malloc alone is not enough). */
     void *v = NULL;
     *out = NULL;
-    if (bytes > SIZE_MAX - HOST_MEM_HDR ||
-        xtry_malloc_aligned(HOST_MEM_HDR, HOST_MEM_HDR + bytes, &v, NULL) < 0)
+    if (bytes > SIZE_MAX - HOST_MEM_HDR)
+        return ERR_DEVICE_OOM;
+    size_t n = HOST_MEM_HDR + bytes;
+    if ((n >= HOST_MEM_MAP ? xtry_map(n, &v, NULL)
+                           : xtry_malloc_aligned(HOST_MEM_HDR, n, &v, NULL)) < 0)
         return ERR_DEVICE_OOM;
     unsigned char *p = v;
     memcpy(p, &bytes, sizeof(bytes));
@@ -341,7 +347,10 @@ size_t dev__host_mem_free(void *ptr)
     unsigned char *p = (unsigned char *)ptr - HOST_MEM_HDR;
     size_t bytes;
     memcpy(&bytes, p, sizeof(bytes));
-    xfree_aligned(p);
+    if (HOST_MEM_HDR + bytes >= HOST_MEM_MAP)
+        xunmap(p, HOST_MEM_HDR + bytes);
+    else
+        xfree_aligned(p);
     return bytes;
 }
 

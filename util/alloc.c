@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -222,6 +223,51 @@ int xtry_malloc_aligned(size_t align, size_t n, void **out, struct err *e)
     }
     atomic_fetch_add(&live, 1);
     return 0;
+}
+
+/* What xtry_map maps for n bytes: whole huge pages from ALLOC_HUGE up, else whole pages. */
+static size_t map_len(size_t n)
+{
+    size_t a = n >= ALLOC_HUGE ? ALLOC_HUGE : (size_t)sysconf(_SC_PAGESIZE);
+    return (n + a - 1) & ~(a - 1);
+}
+
+int xtry_map(size_t n, void **out, struct err *e)
+{
+    int rc;
+    *out = NULL;
+    if (n > SIZE_MAX / 2)
+        return oom(n, SIZE_MAX, e);
+    if ((rc = alloc_host_check(n, e)) < 0)
+        return rc;
+    size_t len = map_len(n ? n : 1), slack = n >= ALLOC_HUGE ? ALLOC_HUGE : 0;
+    unsigned char *m = mmap(NULL, len + slack, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return oom(n, SIZE_MAX, e);
+    unsigned char *p = m;
+    if (slack) { /* keep the aligned len bytes, unmap the ends */
+        p = (unsigned char *)(((uintptr_t)m + ALLOC_HUGE - 1) & ~(uintptr_t)(ALLOC_HUGE - 1));
+        if (p > m)
+            munmap(m, (size_t)(p - m));
+        if (p + len < m + len + slack)
+            munmap(p + len, (size_t)(m + len + slack - (p + len)));
+#ifdef MADV_HUGEPAGE
+        madvise(p, len, MADV_HUGEPAGE); /* advice only: failure leaves small pages */
+#endif
+    }
+    *out = p;
+    atomic_fetch_add(&live, 1);
+    return 0;
+}
+
+void xunmap(void *p, size_t n)
+{
+    if (!p)
+        return;
+    if (munmap(p, map_len(n ? n : 1)) != 0)
+        PANIC("munmap(%p, %zu) failed", p, n);
+    atomic_fetch_sub(&live, 1);
 }
 
 long alloc_live_count(void)

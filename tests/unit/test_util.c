@@ -177,6 +177,69 @@ static void test_alloc_try(void)
     EXPECT_EQ(alloc_live_count(), live);
 }
 
+/* "THPeligible: 1" in /proc/self/smaps for the mapping that holds p: 1, 0, or -1 unknown. */
+static int thp_eligible(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512], perms[8];
+    int in = 0, r = -1, v;
+    unsigned long lo, hi;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3) /* a mapping's first line */
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (in && sscanf(line, "THPeligible: %d", &v) == 1) {
+            r = v;
+            break;
+        }
+    }
+    fclose(f);
+    return r;
+}
+
+/* The kernel's THP mode is "always" or "madvise" (a bracketed choice in the file). */
+static int thp_on(void)
+{
+    char buf[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, "[always]") || strstr(buf, "[madvise]");
+}
+
+/* xtry_map: page-aligned blocks, huge-page-aligned and THP-advised from ALLOC_HUGE. */
+static void test_alloc_map(void)
+{
+    long live = alloc_live_count();
+    long psz = sysconf(_SC_PAGESIZE);
+    unsigned char *p = NULL, *h = NULL;
+    EXPECT_EQ(xtry_map(ALLOC_HUGE / 2 + 100, (void **)&p, NULL), 0);
+    ok(p && ((uintptr_t)p & (uintptr_t)(psz - 1)) == 0, "small mapping page-aligned");
+    ok(p[0] == 0 && p[ALLOC_HUGE / 2 + 99] == 0, "mapped memory starts zeroed");
+    p[ALLOC_HUGE / 2 + 99] = 7;
+    EXPECT_EQ(alloc_live_count(), live + 1);
+    size_t hn = 3 * ALLOC_HUGE + 12345;
+    EXPECT_EQ(xtry_map(hn, (void **)&h, NULL), 0);
+    ok(h && ((uintptr_t)h & (ALLOC_HUGE - 1)) == 0, "large mapping aligned to a huge page");
+    memset(h, 1, hn);
+    if (thp_on())
+        ok(thp_eligible(h) == 1, "large mapping advised for huge pages (THPeligible %d)",
+           thp_eligible(h));
+    xunmap(h, hn);
+    xunmap(p, ALLOC_HUGE / 2 + 100);
+    xunmap(NULL, 5);
+    EXPECT_EQ(alloc_live_count(), live);
+    struct err e = {0};
+    void *q = (void *)1;
+    EXPECT_EQ(xtry_map((size_t)1 << 62, &q, &e), ERR_DEVICE_OOM);
+    ok(q == NULL && strstr(e.msg, "Allocation on device cpu"), "huge map refused: %s", e.msg);
+    EXPECT_EQ(alloc_live_count(), live);
+}
+
 /* Under RLIMIT_AS a size that would pass MemAvailable is refused before malloc. */
 static void test_alloc_rlimit(void)
 {
@@ -261,6 +324,7 @@ int main(void)
     test_afile();
     test_alloc_try();
     test_alloc_rlimit();
+    test_alloc_map();
     test_bytesize();
     test_pynum();
     test_clock_uuid();
