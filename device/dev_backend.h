@@ -104,7 +104,9 @@ void dev__hostq_set_copy_delay(struct dev__hostq *q, unsigned delay_us);
 /*
  * The cpu device's cache of freed blocks of DEV_BLKCACHE_MIN bytes or more, keyed
  * by exact size (dev_blkcache.c). take returns a cached block of exactly `bytes`
- * or NULL; put keeps a dev__host_mem block (1) or declines (0: caller frees it).
+ * or NULL; put keeps a dev__host_mem block (1) or declines (0: caller frees it);
+ * `room` (bytes under the device's peak once this block is freed) lets the cache
+ * hold more than its limit (dev_blkcache.c says why).
  * Thread-safe (own mutex).
  */
 #define DEV_BLKCACHE_MIN ((size_t)1 << 20)
@@ -113,10 +115,11 @@ size_t dev__blkcache_default_limit(void);
 struct dev__blkcache *dev__blkcache_new(size_t limit);
 void dev__blkcache_free(struct dev__blkcache *c); /* frees cached blocks; NULL ok */
 void *dev__blkcache_take(struct dev__blkcache *c, size_t bytes);
-int dev__blkcache_put(struct dev__blkcache *c, void *ptr, size_t bytes);
+int dev__blkcache_put(struct dev__blkcache *c, void *ptr, size_t bytes, size_t room);
 void dev__blkcache_set_limit(struct dev__blkcache *c, size_t limit);
 void dev__blkcache_fit(struct dev__blkcache *c, size_t bytes); /* min(bytes, open cap) */
 void dev__blkcache_trim(struct dev__blkcache *c);
+void dev__blkcache_settle(struct dev__blkcache *c); /* evict down to the limit */
 size_t dev__blkcache_bytes(struct dev__blkcache *c);
 
 /* Host memory with the accounted size kept in a header in front (cpu and sim). */

@@ -9,7 +9,16 @@
  * of that size, with its pages already mapped.
  *
  * Blocks are dev__host_mem blocks (size in their header). The cache holds at most
- * `limit` bytes and BLKCACHE_SLOTS blocks; when over, the oldest go first.
+ * BLKCACHE_SLOTS blocks and `limit` bytes, or, when more, the `room` the caller passes
+ * with a freed block: the gap between the device's peak of live bytes since the node
+ * began (the planner resets it) and what stays live after this free. Memory in that
+ * gap was resident at the node's peak anyway, so holding it does not raise the peak
+ * RSS of the node, and a node that repeats itself (a sampler's steps) finds every
+ * block again. Why not the planner's limit alone: it is 3/4 of the node's estimated
+ * activations, and the estimate runs low (SD1.5 UNet at 512^2, batch 2: 102 MiB
+ * planned, while the feed-forward's 80 MiB blocks alone did not fit), so each step
+ * faulted ~300 MB of blocks in again (73k faults, ~0.4 s of a 6 s step here).
+ * When over, the oldest go first.
  * Reused memory is not zeroed (dev_alloc never promised zeroed memory).
  *
  * Threads: a tensor may be freed on whichever thread drops its last reference,
@@ -100,15 +109,17 @@ void *dev__blkcache_take(struct dev__blkcache *c, size_t bytes)
     return p;
 }
 
-int dev__blkcache_put(struct dev__blkcache *c, void *ptr, size_t bytes)
+int dev__blkcache_put(struct dev__blkcache *c, void *ptr, size_t bytes, size_t room)
 {
     if (bytes < DEV_BLKCACHE_MIN)
         return 0;
     void *evict[BLKCACHE_SLOTS];
     int ne = 0, kept = 0;
     pthread_mutex_lock(&c->mu);
-    if (bytes <= c->limit) {
-        while (c->n > 0 && (c->n == BLKCACHE_SLOTS || c->held > c->limit - bytes))
+    /* limit 0 is "caching off"; otherwise the node's room under its peak may hold more */
+    size_t lim = c->limit && room > c->limit ? room : c->limit;
+    if (bytes <= lim) {
+        while (c->n > 0 && (c->n == BLKCACHE_SLOTS || c->held > lim - bytes))
             evict[ne++] = take_slot(c, oldest(c));
         c->blk[c->n++] = (struct blk){ .ptr = ptr, .bytes = bytes, .seq = ++c->seq };
         c->held += bytes;
@@ -147,6 +158,14 @@ void dev__blkcache_fit(struct dev__blkcache *c, size_t bytes)
     size_t cap = c->cap;
     pthread_mutex_unlock(&c->mu);
     dev__blkcache_set_limit(c, bytes < cap ? bytes : cap);
+}
+
+void dev__blkcache_settle(struct dev__blkcache *c)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t lim = c->limit;
+    pthread_mutex_unlock(&c->mu);
+    dev__blkcache_set_limit(c, lim);
 }
 
 void dev__blkcache_trim(struct dev__blkcache *c)

@@ -44,7 +44,10 @@ static int cpu_alloc_mem(struct dev *d, size_t bytes, void **out)
 static size_t cpu_free_mem(struct dev *d, void *ptr)
 {
     size_t bytes = dev__host_mem_size(ptr);
-    if (d->cache && dev__blkcache_put(d->cache, ptr, bytes))
+    /* used still counts this block (dev_free subtracts after): room = peak - (used - bytes) */
+    size_t used = atomic_load(&d->used), peak = atomic_load(&d->peak);
+    size_t room = peak + bytes > used ? peak + bytes - used : 0;
+    if (d->cache && dev__blkcache_put(d->cache, ptr, bytes, room))
         return bytes;
     return dev__host_mem_free(ptr);
 }

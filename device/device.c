@@ -208,6 +208,14 @@ void dev_fit_cache(struct dev *d, size_t bytes)
         dev__blkcache_fit(d->cache, bytes);
 }
 
+void dev_settle_cache(struct dev *d)
+{
+    if (!d || !d->cache)
+        return;
+    dev_peak_reset(d);
+    dev__blkcache_settle(d->cache);
+}
+
 void dev_peak_reset(struct dev *d)
 {
     atomic_store(&d->peak, atomic_load(&d->used));

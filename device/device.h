@@ -86,7 +86,10 @@ long dev_alloc_count(const struct dev *d);    /* live allocations (leak checks) 
  * that size, so repeated activations do not fault their pages in again. Cached
  * blocks are not "used" (not in dev_bytes_used / peak / dev_alloc_count) and their
  * contents are not zeroed. Capped at min(2 GiB, RAM/8) by default, oldest evicted
- * first; env LATENTD_CPU_BLKCACHE_MB sets the cap at open (0 = off).
+ * first; env LATENTD_CPU_BLKCACHE_MB sets the cap at open (0 = off). Beyond its
+ * limit the cache may hold what lies between the peak (dev_bytes_peak) and the live
+ * bytes, so a node that repeats its allocations finds them all again without the
+ * process holding more than the node's peak (dev_blkcache.c).
  * dev_trim frees every cached block (the memory manager calls it when it unloads
  * everything); dev_set_cache_limit changes the cap (evicting down to it).
  * Any thread (own mutex).
@@ -99,6 +102,10 @@ void dev_set_cache_limit(struct dev *d, size_t bytes);
  * activation and workspace bytes, so cached blocks track what the node can reuse, not
  * the model or an earlier node. No-op without a cache (NULL, sim, cuda). Any thread. */
 void dev_fit_cache(struct dev *d, size_t bytes);
+/* The end of a run (a prompt): evict the blocks held above the limit under the peak
+ * and restart the peak from the live bytes, so an idle process keeps no more than the
+ * limit. No-op without a cache. Any thread. */
+void dev_settle_cache(struct dev *d);
 
 /* Fault injection for tests (SQLite's test_control in spirit): after `skip` more
  * successful allocations, the next `count` dev_alloc calls fail with ERR_DEVICE_OOM

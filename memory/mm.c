@@ -266,6 +266,9 @@ void mm_unload_all(struct mm *mm)
 
 void mm_prompt_end(struct mm *mm)
 {
+    /* Between prompts the cpu device's cache keeps only its limit (device.h). */
+    dev_settle_cache(mm->dev);
+    dev_settle_cache(mm->cpu);
     if (mm->cfg.disable_smart_memory && mm->nloaded) {
         log_info("unloading %d model(s) (--disable-smart-memory)", mm->nloaded);
         mm_unload_all(mm);
