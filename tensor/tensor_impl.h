@@ -178,7 +178,8 @@ void cpu_attention_avx512(float *out, int64_t o_rs, const float *q, int64_t q_rs
                           int64_t tk, int heads, int64_t d, int64_t dv, float scale, int causal);
 int cpu_attention_avx512_usable(void);
 
-/* The same convolution for kh = kw = 3, stride 1, by Winograd F(2x2, 3x3) (winograd.c):
+/* The same convolution for kh = kw = 3, stride 1, by Winograd F(2x2, 3x3) or F(4x4, 3x3)
+ * (winograd.c, cpu_wino_tile):
  * 0, or -1 (out untouched) when it cannot allocate its transformed weights or the
  * shape is not one it handles. cpu_conv2d calls it where it pays. */
 int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float *bias, int64_t n,
@@ -205,6 +206,12 @@ extern int cpu_conv_winograd;      /* 0 never Winograd (reference), 1 where it p
 extern size_t cpu_wino_chunk_bytes; /* Winograd: V + M bytes per task */
 extern int cpu_wino_bf16;          /* 0: Winograd stays fp32 under bf16 precision */
 extern int cpu_wino_avx512; /* Winograd transforms: -1 AVX-512 when the CPU has it, 0 scalar */
+/* fp32 Winograd's tile (winograd.c): F(4,3) where it keeps the error bound (<= 512 input
+ * channels) and pays, else F(2,3). cpu_wino_f43: -1 (default) 1 unless LATENTD_WINO=f23
+ * is set; 0 F(2,3) only; 1 F(4,3) where it pays; 2 wherever the bound allows (tests).
+ * cpu_wino_tile returns the output tile size cpu_conv2d_winograd will use: 2 or 4. */
+extern int cpu_wino_f43;
+int cpu_wino_tile(int64_t ci, int64_t co, int64_t ho, int64_t wo);
 /* Free the calling thread's Winograd buffers (kept between calls); returns the bytes. */
 size_t cpu_wino_release(void);
 /* 1 when cpu_conv2d will take the Winograd path for this shape (the op then hands it an

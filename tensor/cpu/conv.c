@@ -18,8 +18,9 @@
  *   read once per batch instead of once per image, and one pool-split GEMM
  *   writes [co, n*P], scattered into the images with the bias.
  *
- * A 3x3 stride-1 conv goes to winograd.c's F(2x2, 3x3) instead where that measured
- * faster (wino_pays below); im2col + GEMM stays the reference (cpu_conv_winograd = 0).
+ * A 3x3 stride-1 conv goes to winograd.c instead where that measured faster (wino_pays
+ * below; winograd.c's cpu_wino_tile then picks F(2x2, 3x3) or F(4x4, 3x3)); im2col +
+ * GEMM stays the reference (cpu_conv_winograd = 0).
  */
 #include <string.h>
 

@@ -172,7 +172,7 @@ int cpu_conv2d_up2_winograd(float *out, const float *x, const float *w, const fl
     int nt = tensor__pool_threads();
     /* the tile grid is x's own h x wd pixels, padded 1: each phase is a pad-1 conv of x */
     struct up2_job uj = {{out, x, NULL, bias, NULL, ci, h, wd, co, h, wd, 1, 1, 2, (wd + 1) / 2,
-                          (h + 1) / 2, 0, 0, NULL, NULL, NULL, 0},
+                          (h + 1) / 2, 0, 0, NULL, NULL, NULL, 0, 2},
                          &l};
     struct wg_job *j = &uj.j;
     wino__plan_rows(j, n, (WG_XI * ci + l.blocks * co) * j->tw * (int64_t)sizeof(float));

@@ -1,5 +1,5 @@
 /*
- * winograd.c — 3x3 stride-1 convolution by Winograd's F(2x2, 3x3), fp32.
+ * winograd.c — 3x3 stride-1 convolution by Winograd's F(2x2, 3x3) or F(4x4, 3x3).
  *
  * Each 2x2 block of output pixels (a tile) comes from a 4x4 input patch d:
  *   Y = A^T [ (G g G^T) .* (B^T d B) ] A
@@ -8,11 +8,14 @@
  *   M[xi] [co, T] = U[xi] [co, ci] x V[xi] [ci, T],   xi = 0..15, T tiles,
  * 2.25x fewer flops than im2col + GEMM, done by the same sgemm.
  *
- * Why F(2,3) and not F(4,3) (4x fewer flops): the bound is 1e-5 relative against a
- * direct convolution (pixels must stay within 1/255 of ComfyUI's). Measured in float32
- * with random data, F(4,3)'s transforms (points 0, +-1, +-2) reach 1.5e-5 at 1280
- * input channels and 5e-6 at 320; F(2,3) (points 0, +-1, entries 0, +-1, 1/2) stays at
- * 1.6e-6 at 1280, twice a direct fp32 conv's own error (test_tensor_winograd).
+ * F(4x4, 3x3) (wino43.c: 36 points per 16 output pixels, 4x fewer products than
+ * direct) where its error keeps the bound: 1e-5 relative against a direct convolution
+ * (pixels must stay within 1/255 of ComfyUI's). With the textbook points 0, +-1, +-2 it
+ * measured 1.5e-5 at 1280 input channels and 5e-6 at 320; with wino43.c's points
+ * (0, -1, 1, 1/2, -2) it stays <= 6.3e-6 up to 512 channels (its table), so
+ * cpu_wino_tile takes it there, fp32 only, and F(2,3) (points 0, +-1, entries 0, +-1,
+ * 1/2: 1.6e-6 at 1280, twice a direct fp32 conv's own error) everywhere else. The
+ * job, tasks, buffers and GEMMs below are the same for both tile sizes (j->m).
  *
  * Work: the weights are transformed once per call (U, 16/9 of the f32 weight, in the
  * thread's reused buffer: they are not cached, so a LoRA patch of the weight needs no
@@ -44,6 +47,7 @@
  * Threads: executor only (it runs pool jobs); returns -1 without touching `out` when
  * the transformed weights cannot be allocated (the caller falls back to im2col).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -62,12 +66,14 @@ size_t cpu_wino_chunk_bytes = 2u << 20;
 int cpu_wino_bf16 = 1; /* 0: Winograd stays fp32 under bf16 precision (as before) */
 
 /* U[xi][o][c] = (G g G^T)[xi] for g = w[o][c] (3x3), G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1];
- * into u (f32) or, when u16 is set, rounded to bf16 into u16. */
+ * into u (f32) or, when u16 is set, rounded to bf16 into u16. m = 4: F(4,3)'s 36 points
+ * (wino43__tf_weight), f32 only. */
 struct wt_job {
     float *u;
     uint16_t *u16;
     const float *w;
     int64_t co, ci;
+    int m;
 };
 
 static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
@@ -75,13 +81,20 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
     (void)tid;
     struct wt_job *j = ctx;
     int64_t plane = j->co * j->ci;
+    int nxi = j->m == 4 ? W43_XI : WG_XI;
     /* one output channel's 16 rows of U first, then each row to its plane: writing U in
      * place scattered every (o, c)'s 16 values 1 MiB apart at 512 channels (perf of a
      * 256^2 VAE decode: this task at ~5 % of the samples) */
-    float *row = xmalloc_aligned(64, (size_t)(WG_XI * j->ci) * sizeof(float));
+    float *row = xmalloc_aligned(64, (size_t)(nxi * j->ci) * sizeof(float));
+    int vec = j->m == 4 && wino__avx512();
     for (int64_t o = b; o < e; o++) {
-        for (int64_t c = 0; c < j->ci; c++) {
+        int64_t c0 = vec ? wino43__tf_weights_avx512(j->w + o * j->ci * 9, row, j->ci, j->ci) : 0;
+        for (int64_t c = c0; c < j->ci; c++) {
             const float *g = j->w + (o * j->ci + c) * 9;
+            if (j->m == 4) {
+                wino43__tf_weight(g, row + c, j->ci);
+                continue;
+            }
             float t[4][3]; /* G g */
             for (int k = 0; k < 3; k++) {
                 t[0][k] = g[k];
@@ -97,7 +110,7 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
                 u[(4 * r + 3) * j->ci] = t[r][2];
             }
         }
-        for (int xi = 0; xi < WG_XI; xi++) {
+        for (int xi = 0; xi < nxi; xi++) {
             if (j->u16)
                 cpu_bf16_round(j->u16 + xi * plane + o * j->ci, row + xi * j->ci, j->ci);
             else
@@ -108,6 +121,29 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
     xfree_aligned(row);
 }
 
+void wino__patch_fill(const struct wg_job *j, int64_t img, int64_t c, int64_t y0, int64_t prow,
+                      int64_t pw, float *patch)
+{
+    const float *xc = j->x + (img * j->ci + c) * j->h * j->w;
+    /* columns of the patch that hold image pixels: xx = ix + pl for 0 <= ix < w */
+    int64_t xa = j->pl, xb = j->pl + j->w < pw ? j->pl + j->w : pw;
+    for (int64_t yy = 0; yy < prow; yy++) {
+        float *pr = patch + yy * pw;
+        int64_t iy = y0 + yy;
+        if (iy < 0 || iy >= j->h || xb <= xa) {
+            memset(pr, 0, (size_t)pw * sizeof(float));
+            continue;
+        }
+        memset(pr, 0, (size_t)xa * sizeof(float));
+        if (j->na) /* GroupNorm's affine (+ SiLU) on the way in; the padding stays 0 */
+            cpu_vec_affine(pr + xa, xc + iy * j->w, xb - xa, j->na[img * j->ci + c],
+                           j->nb[img * j->ci + c], j->nsilu);
+        else
+            memcpy(pr + xa, xc + iy * j->w, (size_t)(xb - xa) * sizeof(float));
+        memset(pr + xb, 0, (size_t)(pw - xb) * sizeof(float));
+    }
+}
+
 /* V[xi][c][t] for the tile rows r0 .. r0 + nr of one image: B^T d B, with
  * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], rows first, then columns. */
 /* With v16 set (bf16), each group of four V rows goes through tq (4 x tw floats, in L1)
@@ -115,29 +151,11 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
 void wino__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, float *v,
                     int64_t T, float *patch, float *tr, uint16_t *v16, float *tq)
 {
-    const float *x = j->x + img * j->ci * j->h * j->w;
     int64_t pw = 2 * j->tw + 2, prow = 2 * nr + 2, y0 = 2 * r0 - j->pt;
-    /* columns of the patch that hold image pixels: xx = ix + pl for 0 <= ix < w */
-    int64_t xa = j->pl, xb = j->pl + j->w < pw ? j->pl + j->w : pw;
     float *t0 = tr, *t1 = tr + pw, *t2 = tr + 2 * pw, *t3 = tr + 3 * pw;
     int vec = wino__avx512();
     for (int64_t c = 0; c < j->ci; c++) {
-        const float *xc = x + c * j->h * j->w;
-        for (int64_t yy = 0; yy < prow; yy++) {
-            float *pr = patch + yy * pw;
-            int64_t iy = y0 + yy;
-            if (iy < 0 || iy >= j->h || xb <= xa) {
-                memset(pr, 0, (size_t)pw * sizeof(float));
-                continue;
-            }
-            memset(pr, 0, (size_t)xa * sizeof(float));
-            if (j->na) /* GroupNorm's affine (+ SiLU) on the way in; the padding stays 0 */
-                cpu_vec_affine(pr + xa, xc + iy * j->w, xb - xa, j->na[img * j->ci + c],
-                               j->nb[img * j->ci + c], j->nsilu);
-            else
-                memcpy(pr + xa, xc + iy * j->w, (size_t)(xb - xa) * sizeof(float));
-            memset(pr + xb, 0, (size_t)(pw - xb) * sizeof(float));
-        }
+        wino__patch_fill(j, img, c, y0, prow, pw, patch);
         for (int64_t r = 0; r < nr; r++) {
             const float *p0 = patch + 2 * r * pw, *p1 = p0 + pw, *p2 = p1 + pw, *p3 = p2 + pw;
             int64_t i0 = vec ? wino__in_rows_avx512(p0, p1, p2, p3, t0, t1, t2, t3, pw) : 0;
@@ -208,28 +226,60 @@ void wino__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
     }
 }
 
+/* Per-thread block of a task of j: V (f32; unused in bf16), M (planes WG_MPAD floats
+ * apart), the padded patch, the row transforms, and in bf16 tq and V rounded: its bytes
+ * (rounded up to 64) and, with at set, where each starts. */
+struct wg_bufs {
+    float *v, *m, *patch, *tr, *tq;
+    uint16_t *v16;
+};
+
+static size_t wg_layout(const struct wg_job *j, int bf16, char *at, struct wg_bufs *b)
+{
+    int64_t nxi = j->m == 4 ? W43_XI : WG_XI, tmax = j->rows * j->tw, pw = j->m * j->tw + 2;
+    int64_t f = 0; /* floats so far */
+    int64_t v = f, m = (f += nxi * j->ci * tmax), patch = (f += nxi * (j->co * tmax + WG_MPAD));
+    int64_t tr = (f += (j->m * j->rows + 2) * pw), tq = (f += (j->m + 2) * pw);
+    size_t bytes = (size_t)f * sizeof(float);
+    if (bf16)
+        bytes += (size_t)(4 * j->tw) * sizeof(float) + (size_t)(nxi * j->ci * tmax) * 2;
+    if (at) {
+        float *p = (float *)at;
+        *b = (struct wg_bufs){p + v, p + m, p + patch, p + tr, p + tq,
+                              bf16 ? (uint16_t *)(p + tq + 4 * j->tw) : NULL};
+    }
+    return (bytes + 63) / 64 * 64;
+}
+
 static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     struct wg_job *j = ctx;
-    int64_t tmax = j->rows * j->tw, pw = 2 * j->tw + 2;
-    float *v = j->buf[tid], *m = v + WG_XI * j->ci * tmax;
-    float *patch = m + WG_XI * (j->co * tmax + WG_MPAD);
-    float *tr = patch + (2 * j->rows + 2) * pw, *tq = tr + 4 * pw;
-    uint16_t *v16 = j->u16 ? (uint16_t *)(tq + 4 * j->tw) : NULL; /* bf16 only: V rounded */
+    struct wg_bufs bf = {0};
+    wg_layout(j, j->u16 != NULL, (char *)j->buf[tid], &bf);
+    float *v = bf.v, *m = bf.m;
+    int nxi = j->m == 4 ? W43_XI : WG_XI;
     for (int64_t t = b; t < e; t++) {
         int64_t img = t / j->nchk, r0 = t % j->nchk * j->rows;
         int64_t nr = j->th - r0 < j->rows ? j->th - r0 : j->rows, T = nr * j->tw;
-        wino__input_tf(j, img, r0, nr, v, T, patch, tr, v16, tq);
+        float *out = j->out + img * j->co * j->ho * j->wo;
+        if (j->m == 4)
+            wino43__input_tf(j, img, r0, nr, v, T, bf.patch, bf.tr);
+        else
+            wino__input_tf(j, img, r0, nr, v, T, bf.patch, bf.tr, bf.v16, bf.tq);
         if (j->u16) {
-            for (int xi = 0; xi < WG_XI; xi++)
+            for (int xi = 0; xi < nxi; xi++)
                 cpu_gemm_bf16_1(0, 0, j->co, T, j->ci, 1.0f, j->u16 + xi * j->co * j->ci, j->ci,
-                                v16 + xi * j->ci * T, T, 0.0f, m + xi * (j->co * T + WG_MPAD),
-                                T);
+                                bf.v16 + xi * j->ci * T, T, 0.0f,
+                                m + xi * (j->co * T + WG_MPAD), T);
         } else {
-            for (int xi = 0; xi < WG_XI; xi++)
+            for (int xi = 0; xi < nxi; xi++)
                 cpu_sgemm(0, 0, j->co, T, j->ci, 1.0f, j->u + xi * j->co * j->ci, j->ci,
                           v + xi * j->ci * T, T, 0.0f, m + xi * (j->co * T + WG_MPAD), T,
                           1);
+        }
+        if (j->m == 4) {
+            wino43__output_tf(j, out, r0, nr, m, j->co * T + WG_MPAD);
+            continue;
         }
         const float *mq[WG_XI];
         int64_t mcs[WG_XI];
@@ -237,7 +287,7 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
             mq[xi] = m + xi * (j->co * T + WG_MPAD);
             mcs[xi] = T;
         }
-        wino__output_tf(j, j->out + img * j->co * j->ho * j->wo, r0, nr, mq, mcs, 0, 0);
+        wino__output_tf(j, out, r0, nr, mq, mcs, 0, 0);
     }
 }
 
@@ -301,6 +351,34 @@ char *wino__mem_get(size_t bytes)
     return mem.p;
 }
 
+/*
+ * F(4,3) only up to this many input channels: its error against a float64 direct conv
+ * grows with them (wino43.c's table: 6.3e-6 at 512, 9.9e-6 at 640, over the 1e-5 bound
+ * at 1280), F(2,3)'s stays under 2e-6.
+ */
+#define W43_MAX_CI 512
+
+int cpu_wino_f43 = -1;
+
+int cpu_wino_tile(int64_t ci, int64_t co, int64_t ho, int64_t wo)
+{
+    if (cpu_wino_f43 < 0) { /* once, on the executor thread */
+        const char *e = getenv("LATENTD_WINO");
+        cpu_wino_f43 = e && strcmp(e, "f23") == 0 ? 0 : 1;
+    }
+    if (cpu_wino_f43 == 0 || ci > W43_MAX_CI)
+        return 2;
+    if (cpu_wino_f43 == 2)
+        return 4;
+    /* F(4,3) / F(2,3), CPU-seconds per conv, 2 threads, f16 weights, interleaved (load
+     * 4.3): 1x512x64^2 1.46x, 1x512x128^2 1.38x, 1x256x256^2 1.43x, 1x128x512^2 1.60x,
+     * 2x320x64^2 1.38x, 2x128x64^2 1.26x; but 2x320x32^2 0.91x and 1x512x32^2 0.73x:
+     * 64 tiles per image are one or two tasks per thread, each re-reading all of U
+     * (36/9 of the weight) for 16 to 32 tiles */
+    (void)co;
+    return ho * wo >= 64 * 64 ? 4 : 2;
+}
+
 int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float *bias, int64_t n,
                         int64_t ci, int64_t h, int64_t wd, int64_t co,
                         const struct tensor_conv2d_opts *o)
@@ -319,26 +397,20 @@ int cpu_conv2d_winograd_gn(float *out, const float *x, const float *w, const flo
         return -1;
     int nt = tensor__pool_threads();
     int bf16 = cpu_wino_bf16 && tensor_precision_get() == TENSOR_PRECISION_BF16;
+    int m = bf16 ? 2 : cpu_wino_tile(ci, co, ho, wo), nxi = m == 4 ? W43_XI : WG_XI;
     struct wg_job j = {out, x, NULL, bias, NULL, ci, h, wd, co, ho, wo, o->pad_top, o->pad_left,
-                       1, (wo + 1) / 2, (ho + 1) / 2, 0, 0, NULL, na, nb, silu};
-    wino__plan_rows(&j, n, WG_XI * (ci + co) * j.tw * (int64_t)sizeof(float));
+                       1, (wo + m - 1) / m, (ho + m - 1) / m, 0, 0, NULL, na, nb, silu, m};
+    wino__plan_rows(&j, n, nxi * (ci + co) * j.tw * (int64_t)sizeof(float));
 
-    /* U: f32, or bf16 (half the bytes); per thread: V (f32; unused in bf16), M, patch,
-     * row transforms, and in bf16 tq and V rounded */
-    size_t ub = ((size_t)(WG_XI * co * ci) * (bf16 ? 2 : sizeof(float)) + 63) / 64 * 64;
-    size_t tmax = (size_t)(j.rows * j.tw), pw = (size_t)(2 * j.tw + 2);
-    size_t per = (WG_XI * ((size_t)(ci + co) * tmax + WG_MPAD) + (2 * (size_t)j.rows + 2) * pw +
-                  4 * pw) *
-                 sizeof(float);
-    if (bf16)
-        per += 4 * (size_t)j.tw * sizeof(float) + WG_XI * (size_t)ci * tmax * 2;
-    per = (per + 63) / 64 * 64;
+    /* U: f32, or bf16 (half the bytes); per thread: wg_layout's block */
+    size_t ub = ((size_t)(nxi * co * ci) * (bf16 ? 2 : sizeof(float)) + 63) / 64 * 64;
+    size_t per = wg_layout(&j, bf16, NULL, NULL);
     char *base = wino__mem_get(ub + (size_t)nt * per);
     if (!base)
         return -1;
     float *u = (float *)base;
     float *bufs[64], **heap = wino__set_bufs(&j, base + ub, per, bufs, 64);
-    struct wt_job wj = {bf16 ? NULL : u, bf16 ? (uint16_t *)u : NULL, w, co, ci};
+    struct wt_job wj = {bf16 ? NULL : u, bf16 ? (uint16_t *)u : NULL, w, co, ci, m};
     tensor__pool_for(co, wt_task, &wj);
     j.u = bf16 ? NULL : u;
     j.u16 = bf16 ? (uint16_t *)u : NULL;

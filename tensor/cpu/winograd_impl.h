@@ -3,10 +3,12 @@
  * wino_up2.c (the same transforms for a nearest-2x upsample followed by a 3x3 conv);
  * private to tensor/cpu/.
  *
- * A job covers one call: tiles of 2x2 output pixels of the tile grid (ho x wo, tw x th
- * tiles) are computed from 4x4 input patches of x (ci x h x w, padded pt/pl at the top
- * and left). Pool tasks are (image, block of `rows` tile rows); each has its own block
- * of buf (V, M, the padded patch and row transforms) so its data stays in its caches.
+ * A job covers one call: tiles of m x m output pixels of the tile grid (ho x wo, tw x th
+ * tiles) are computed from (m + 2) x (m + 2) input patches of x (ci x h x w, padded
+ * pt/pl at the top and left): m = 2 is F(2x2, 3x3) (winograd.c's transforms, 16
+ * points), m = 4 is F(4x4, 3x3) (wino43.c's, 36 points, fp32 and up = 1 only). Pool
+ * tasks are (image, block of `rows` tile rows); each has its own block of buf (V, M,
+ * the padded patch and row transforms) so its data stays in its caches.
  *
  * Threads: executor only (the pool's tasks run the per-block functions).
  */
@@ -16,7 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WG_XI 16 /* transformed tile elements (4 x 4) */
+#define WG_XI 16 /* transformed tile elements of F(2,3) (4 x 4) */
+#define W43_XI 36 /* of F(4,3) (6 x 6) */
 /*
  * Floats between consecutive planes of M beyond their co x T values. Without it the
  * output transform's 16 streams (one per point) were co * T * 4 bytes apart, 128 KiB at
@@ -39,7 +42,16 @@ struct wg_job {
     float **buf;        /* per thread: V, M, patch, row transforms */
     const float *na, *nb; /* set: x is read as silu?(x * na + nb), [n, ci] (GroupNorm) */
     int nsilu;
+    int m; /* output tile size: 2 (F(2,3)) or 4 (F(4,3)) */
 };
+
+/*
+ * Rows y0 .. y0 + prow of channel c of image img into patch (prow x pw floats, column
+ * xx holding x's column xx - pl): zeros outside the image, x read through j->na, nb
+ * (GroupNorm's affine, + SiLU) when set. Both tile sizes' input transforms start here.
+ */
+void wino__patch_fill(const struct wg_job *j, int64_t img, int64_t c, int64_t y0, int64_t prow,
+                      int64_t pw, float *patch);
 
 /*
  * V[xi][c][t] (plane xi at v + xi * ci * T) for the tile rows r0 .. r0 + nr of image img
@@ -77,6 +89,36 @@ int64_t wino__in_cols_avx512(const float *s, float *v0, float *v1, float *v2, fl
                              int64_t tw);
 int64_t wino__out_row_avx512(const float *const pq[WG_XI], float bv, float *y0, float *y1,
                              int64_t pairs, int64_t up);
+
+/*
+ * wino43.c: F(4x4, 3x3) with points 0, -1, 1, 1/2, -2 and infinity (why those: the top
+ * of wino43.c). Every multiplier of the input and output transforms is a power of two,
+ * so a compiler's FMA contraction cannot change their bits.
+ *   tf_weight: U's 36 values for one 3x3 kernel g, (G g G^T)[xi] to u[xi * stride];
+ *   input_tf: as wino__input_tf, 36 planes, patch (4 nr + 2) x (4 tw + 2), tr 6 rows
+ *   of it; output_tf: as wino__output_tf with up = 1, plane xi of M at m + xi * ms.
+ */
+void wino43__tf_weight(const float g[9], float *u, int64_t stride);
+void wino43__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, float *v,
+                      int64_t T, float *patch, float *tr);
+void wino43__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
+                       const float *m, int64_t ms);
+
+/*
+ * wino43_avx512.c: F(4,3)'s row loops 16 tiles at a time, the scalar loops' operations
+ * in their order (same bits); each returns how many it did. Only when wino__avx512().
+ *   in_rows: t[q][i] = (B^T (p[0..5][i]))[q], i < n;
+ *   in_cols: v[q][tx] = (B^T s[4 tx .. 4 tx + 5])[q], tx < tw (s holds 4 tw + 2);
+ *   out_row: the full tiles tx < full of one tile row of one channel, point xi of tile
+ *   tx at pq[xi][tx]: pixels 4 tx .. 4 tx + 3 of the rows y[0..3] (NULL: none);
+ *   tf_weights: wino43__tf_weight of the kernels i < n at g + 9 i, into u + i (8 at a
+ *   time, in double as there).
+ */
+int64_t wino43__in_rows_avx512(const float *const p[6], float *const t[6], int64_t n);
+int64_t wino43__in_cols_avx512(const float *s, float *const v[6], int64_t tw);
+int64_t wino43__out_row_avx512(const float *const pq[W43_XI], float bv, float *const y[4],
+                               int64_t full);
+int64_t wino43__tf_weights_avx512(const float *g, float *u, int64_t stride, int64_t n);
 
 /* j->rows and j->nchk for n images, per_row bytes of V + M per tile row: blocks near
  * cpu_wino_chunk_bytes, at least WG_MIN_TILES tiles, at least two tasks per thread. */

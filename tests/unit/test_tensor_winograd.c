@@ -131,23 +131,36 @@ static void check_case(const struct wcase *c)
     struct tensor *o;
     tensor_new(D, TENSOR_F32, 4, (int64_t[]){c->n, c->co, ho, wo}, &o, NULL);
     size_t saved = cpu_wino_chunk_bytes;
-    if (c->chunk)
-        cpu_wino_chunk_bytes = c->chunk;
-    float *wg = run(2, o, x, w, b, &op);
-    cpu_wino_chunk_bytes = saved;
     float *ic = run(0, o, x, w, b, &op);
     int64_t n = tensor_numel(o);
-    double *ref = xmalloc((size_t)n * sizeof(double));
+    double *ref = xmalloc((size_t)n * sizeof(double)), *icd = xmalloc((size_t)n * sizeof(double));
     conv_ref(ref, vx, vw, vb, c->n, c->ci, c->h, c->w, c->co, c->pt, c->pl, ho, wo);
-    double e1 = rel_err(wg, ref, n), e2 = rel_err(ic, ref, n);
-    ok(e1 <= TOL, "%s: winograd vs float64 direct %.3g", c->what, e1);
+    double e2 = rel_err(ic, ref, n);
     ok(e2 <= TOL, "%s: im2col vs float64 direct %.3g", c->what, e2);
     for (int64_t i = 0; i < n; i++)
-        ref[i] = ic[i];
-    double e3 = rel_err(wg, ref, n);
-    ok(e3 <= TOL, "%s: winograd vs im2col %.3g", c->what, e3);
+        icd[i] = ic[i];
+    /* both tiles: F(2,3) everywhere, F(4,3) where its bound allows (cpu_wino_tile) */
+    for (int f43 = 0; f43 <= 2; f43 += 2) {
+        int saved43 = cpu_wino_f43;
+        cpu_wino_f43 = f43;
+        int tile = cpu_wino_tile(c->ci, c->co, ho, wo);
+        if (c->chunk)
+            cpu_wino_chunk_bytes = c->chunk;
+        float *wg = run(2, o, x, w, b, &op);
+        cpu_wino_chunk_bytes = saved;
+        cpu_wino_f43 = saved43;
+        if (f43 && tile == 2) { /* above the channels F(4,3) keeps the bound for */
+            ok(c->ci > 512, "%s: F(4,3) refused only above 512 input channels", c->what);
+            xfree(wg);
+            continue;
+        }
+        double e1 = rel_err(wg, ref, n), e3 = rel_err(wg, icd, n);
+        ok(e1 <= TOL, "%s: F(%d,3) vs float64 direct %.3g", c->what, tile, e1);
+        ok(e3 <= TOL, "%s: F(%d,3) vs im2col %.3g", c->what, tile, e3);
+        xfree(wg);
+    }
+    xfree(icd);
     xfree(ref);
-    xfree(wg);
     xfree(ic);
     xfree(vx);
     xfree(vw);
@@ -248,7 +261,8 @@ static void check_avx512_same(void)
     }
     cpu_wino_avx512 = saved;
     ok(memcmp(r[0][0], r[1][0], (size_t)tensor_numel(o1) * sizeof(float)) == 0,
-       "winograd: vector transforms (%s) == scalar, bit for bit", saved ? "on" : "off here");
+       "winograd F(%d,3): vector transforms (%s) == scalar, bit for bit",
+       cpu_wino_tile(40, 48, 37, 41), saved ? "on" : "off here");
     ok(memcmp(r[0][1], r[1][1], (size_t)tensor_numel(o2) * sizeof(float)) == 0,
        "up2: vector transforms (%s) == scalar, bit for bit", saved ? "on" : "off here");
     for (int k = 0; k < 4; k++)
@@ -350,6 +364,26 @@ static void check_gn(const char *what, int64_t n, int64_t ci, int64_t h, int64_t
     tensor_free(gx);
 }
 
+/* cpu_wino_tile: F(4,3) only up to 512 input channels, never when switched off; images
+ * of 64x64 pixels and more by default (cpu_wino_f43 = 1). */
+static void check_tile_rule(void)
+{
+    int saved = cpu_wino_f43;
+    cpu_wino_f43 = 1;
+    ok(cpu_wino_tile(512, 512, 64, 64) == 4 && cpu_wino_tile(128, 128, 512, 512) == 4 &&
+           cpu_wino_tile(320, 320, 64, 64) == 4,
+       "F(4,3) by default at the VAE's and the UNet's first level's shapes");
+    ok(cpu_wino_tile(640, 640, 64, 64) == 2 && cpu_wino_tile(1280, 1280, 64, 64) == 2,
+       "F(2,3) above 512 input channels");
+    ok(cpu_wino_tile(320, 320, 32, 32) == 2, "F(2,3) below 64x64 pixels by default");
+    cpu_wino_f43 = 0;
+    ok(cpu_wino_tile(512, 512, 64, 64) == 2, "cpu_wino_f43 = 0: F(2,3) only");
+    cpu_wino_f43 = 2;
+    ok(cpu_wino_tile(512, 512, 4, 4) == 4 && cpu_wino_tile(513, 8, 64, 64) == 2,
+       "cpu_wino_f43 = 2: F(4,3) wherever the bound allows");
+    cpu_wino_f43 = saved;
+}
+
 /* A wrong output size is refused with conv2d's message, named conv2d_up2. */
 static void check_up2_bad(void)
 {
@@ -388,6 +422,16 @@ int main(void)
         {"32 -> 24, 13x14, pad top/left 2, bottom/right 0", 1, 32, 13, 14, 24, 2, 0, 2, 0, 1,
          TENSOR_F32, 0},
         {"8 -> 8, 1x1 image, pad 1", 2, 8, 1, 1, 8, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+        /* the channel counts F(4,3) is enabled for (<= 512), images not a multiple of 4 */
+        {"128 -> 128, 2x 30x29, pad 1", 2, 128, 30, 29, 128, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+        {"256 -> 64, 23x18, pad 1, no bias, f16 weights", 1, 256, 23, 18, 64, 1, 1, 1, 1, 0,
+         TENSOR_F16, 0},
+        {"512 -> 64, 2x 26x22, pad 1", 2, 512, 26, 22, 64, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+        {"512 -> 512, 10x7, pad 1, f16 weights", 1, 512, 10, 7, 512, 1, 1, 1, 1, 1, TENSOR_F16,
+         0},
+        {"64 -> 64, 2x 70x45, pad 1, several tile-row blocks", 2, 64, 70, 45, 64, 1, 1, 1, 1, 1,
+         TENSOR_F32, 1 << 20},
+        {"48 -> 32, 7x6, pad 0 (valid)", 1, 48, 7, 6, 32, 0, 0, 0, 0, 1, TENSOR_F32, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         check_case(&cases[i]);
@@ -407,10 +451,18 @@ int main(void)
     for (size_t i = 0; i < sizeof(up2) / sizeof(up2[0]); i++)
         check_up2(&up2[i]);
     check_up2_bad();
-    check_avx512_same();
-    check_gn("gn+silu 64 -> 48, 2x 32x32", 2, 64, 32, 32, 48, 1, 1);
-    check_gn("gn 128 -> 64, 19x23 (ragged)", 1, 128, 19, 23, 64, 0, 0);
-    check_gn("gn+silu 32 -> 32, 17x33", 1, 32, 17, 33, 32, 1, 0);
+    int saved43 = cpu_wino_f43;
+    for (int f43 = 0; f43 <= 2; f43 += 2) { /* F(2,3), then F(4,3) (all <= 512 channels) */
+        cpu_wino_f43 = f43;
+        printf("# tile: F(%d,3)\n", f43 ? 4 : 2);
+        check_avx512_same();
+        check_gn("gn+silu 64 -> 48, 2x 32x32", 2, 64, 32, 32, 48, 1, 1);
+        check_gn("gn 128 -> 64, 19x23 (ragged)", 1, 128, 19, 23, 64, 0, 0);
+        check_gn("gn+silu 32 -> 32, 17x33", 1, 32, 17, 33, 32, 1, 0);
+        check_gn("gn+silu 320 -> 64, 2x 21x27 (ragged)", 2, 320, 21, 27, 64, 1, 0);
+    }
+    cpu_wino_f43 = saved43;
+    check_tile_rule();
     dev_close(D);
     tensor_shutdown();
     return harness_done();
