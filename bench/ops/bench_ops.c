@@ -18,7 +18,8 @@
  * attention, not the AVX-512 kernel), --conv-ref (im2col + GEMM for every conv),
  * --conv-wino (Winograd for every 3x3 stride-1 conv), --wchunk BYTES (Winograd's
  * per-task V + M), --threads N,
- * --cols BYTES (im2col chunk), --only SUBSTR, --gpu (also the CUDA cases: f16 GEMM,
+ * --cols BYTES (im2col chunk), --only SUBSTR, --linear (only bench_ops_linear.c's table:
+ * the SD1.5 UNet's Linear shapes against sgemm), --gpu (also the CUDA cases: f16 GEMM,
  * conv and attention as a fraction of cuBLAS's f16 GEMM rate, and pinned vs pageable
  * host-to-device GB/s; "none" without a GPU).
  *
@@ -37,7 +38,8 @@
 #include "tensor.h"
 #include "tensor_impl.h"
 
-void bench_ops_bf16(struct dev *d, int reps, const char *only); /* bench_ops_bf16.c */
+void bench_ops_bf16(struct dev *d, int reps, const char *only);   /* bench_ops_bf16.c */
+void bench_ops_linear(struct dev *d, int reps, const char *only); /* bench_ops_linear.c */
 
 static struct dev *D;
 static struct dev *G; /* CUDA device when present */
@@ -385,7 +387,7 @@ static void gpu_section(void)
 int main(int argc, char **argv)
 {
     struct err e = {0};
-    int do_gpu = 0;
+    int do_gpu = 0, do_linear = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -411,9 +413,11 @@ int main(int argc, char **argv)
             only = argv[++i];
         else if (!strcmp(argv[i], "--gpu"))
             do_gpu = 1;
+        else if (!strcmp(argv[i], "--linear"))
+            do_linear = 1;
         else {
             fprintf(stderr, "usage: bench_ops [--reps N] [--bq N] [--bk N] [--fbk N] [--attn-ref] "
-                            "[--conv-ref] [--conv-wino] [--wchunk B] [--threads N] [--cols B] [--only S] [--gpu]\n");
+                            "[--conv-ref] [--conv-wino] [--wchunk B] [--threads N] [--cols B] [--only S] [--gpu] [--linear]\n");
             return 2;
         }
     }
@@ -433,6 +437,12 @@ int main(int argc, char **argv)
            cpu_attn_bq, cpu_attn_bk, cpu_fattn_bk, cpu_conv_cols_bytes,
            cpu_conv_winograd == 0 ? "off" : cpu_conv_winograd == 2 ? "always" : "where it pays",
            cpu_wino_chunk_bytes);
+    if (do_linear) { /* only the UNet's Linear shapes, each against sgemm (--only filters) */
+        bench_ops_linear(D, reps, only);
+        dev_close(D);
+        tensor_shutdown();
+        return 0;
+    }
 
     ref_a = xmalloc_aligned(64, REF_N * REF_N * 4);
     ref_b = xmalloc_aligned(64, REF_N * REF_N * 4);

@@ -88,6 +88,16 @@ const float *cpu_widen_in_f32(const struct tensor *t, struct hbuf *h);
 /* The same for a weight the op hands only to cpu_sgemm: in bf16 it may return an address
  * that must not be read (widen.c). */
 const float *cpu_widen_in_gemm(const struct tensor *t, struct hbuf *h);
+/* A 2-D contiguous weight W [n, k] of any dtype as W^T [k, n] f32, rows cpu_wt_ld(n)
+ * floats apart (linear.c, fp32 only: never bound to a bf16 copy). Give it back with
+ * cpu_widen_done. */
+const float *cpu_widen_in_t(const struct tensor *t, struct hbuf *h);
+/* W^T's leading dimension for n columns (gemm_wt.c says why it is not always n). */
+int64_t cpu_wt_ld(int64_t n);
+/* Rows [q0, q1) of wt [k, n] = w^T (leading dimension ld), w [n, k] of dtype dt, widened
+ * (gemm_wt.c; any thread, a pool task body). */
+void cpu_wt_rows(float *wt, int64_t ld, const void *w, enum tensor_dtype dt, int64_t n,
+                 int64_t k, int64_t q0, int64_t q1);
 void cpu_widen_done(struct hbuf *h);
 /* The calling thread's scratch: its size in bytes, and freeing it (a no-op while an
  * op holds it). tensor_cpu_scratch_release (tensor.h) is the public door. */

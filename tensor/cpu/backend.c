@@ -7,9 +7,10 @@
 #include "adapt.h"
 #include "cpu_backend.h"
 #include "gemm_bf16.h"
+#include "linear.h"
 
-/* The pool's threads, oneDNN's primitives, the calling thread's weight scratch and the
- * bf16 weight copies; all restart on the next op. */
+/* The pool's threads, oneDNN's primitives, the calling thread's weight and tile scratch
+ * and the bf16 weight copies; all restart on the next op. */
 static void cpu_shutdown(void)
 {
     tensor__pool_shutdown();
@@ -18,6 +19,7 @@ static void cpu_shutdown(void)
     cpu_bf16_release();
     cpu_bf16_tmp_release();
     cpu_wino_release();
+    cpu_linear_release();
     cpu_bf16_cache_clear();
 }
 

@@ -1,9 +1,11 @@
 /*
  * op_linalg.c — the CPU backend's matmul, linear and conv2d: adapters to the GEMM
- * (gemm.c), the fused linear+geglu (linear.c) and im2col/oneDNN conv (conv.c).
+ * (gemm.c), the Linear and fused linear+geglu kernels (linear.c) and im2col/oneDNN conv
+ * (conv.c).
  */
 #include "adapt.h"
 #include "cpu_backend.h"
+#include "linear.h"
 #include "../tensor_precision.h"
 
 /* A matrix operand for sgemm: pointer, leading dim, transposed flag, batch strides. */
@@ -91,21 +93,34 @@ int tensor__cpu_matmul(struct tensor *out, const struct tensor *a, const struct 
     return 0;
 }
 
+/* Linear's fast path (linear.h): fp32 precision (bf16 finds its weight copy through
+ * cpu_widen_in_gemm and cpu_sgemm), a 2-D contiguous weight, not switched off. */
+static int linear_fast(const struct tensor *w)
+{
+    return cpu_linear_fast && tensor_precision_get() != TENSOR_PRECISION_BF16 && w->ndim == 2 &&
+           tensor_is_contiguous(w);
+}
+
 int tensor__cpu_linear(struct tensor *out, const struct tensor *x, const struct tensor *w,
                        const struct tensor *bias, struct err *e)
 {
     int64_t k = x->shape[x->ndim - 1];
     double pt0 = tensor__prof_t0();
     int64_t rows = cpu_rows_of(x), n = w->shape[0];
-    struct hbuf hx, hw, hb, ho;
-    const float *px = hin(x, &hx), *pw = cpu_widen_in_gemm(w, &hw), *pb = hin(bias, &hb);
+    struct hbuf hx, hw = {0}, hb, ho;
+    const float *px = hin(x, &hx), *pb = hin(bias, &hb);
     float *po = hout(out, &ho);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < n; j++)
-            po[r * n + j] = pb ? pb[j] : 0.0f;
-    cpu_sgemm(0, 1, rows, n, k, 1.0f, px, k, pw, k, 1.0f, po, n, 0);
+    if (linear_fast(w)) {
+        cpu_linear(po, px, w, pb, rows, k, n);
+    } else { /* the reference (and bf16: cpu_sgemm finds the bound copy) */
+        const float *pw = cpu_widen_in_gemm(w, &hw);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < n; j++)
+                po[r * n + j] = pb ? pb[j] : 0.0f;
+        cpu_sgemm(0, 1, rows, n, k, 1.0f, px, k, pw, k, 1.0f, po, n, 0);
+        cpu_widen_done(&hw);
+    }
     hfree(&hx);
-    cpu_widen_done(&hw);
     hfree(&hb);
     hout_done(out, &ho);
     tensor__prof_end(TENSOR__PROF_LINEAR, pt0, 2.0 * (double)rows * (double)n * (double)k);
@@ -120,12 +135,16 @@ int tensor__cpu_linear_geglu(struct tensor *out, const struct tensor *x, const s
     int64_t k = x->shape[x->ndim - 1];
     double pt0 = tensor__prof_t0();
     int64_t rows = cpu_rows_of(x), h = w->shape[0] / 2;
-    struct hbuf hx, hw, hb, ho;
-    const float *px = hin(x, &hx), *pw = cpu_widen_in_gemm(w, &hw), *pb = hin(bias, &hb);
+    struct hbuf hx, hw = {0}, hb, ho;
+    const float *px = hin(x, &hx), *pb = hin(bias, &hb);
     float *po = hout(out, &ho);
-    cpu_linear_geglu(po, px, pw, pb, rows, k, h);
+    if (linear_fast(w)) {
+        cpu_linear_geglu_w(po, px, w, pb, rows, k, h);
+    } else {
+        cpu_linear_geglu(po, px, cpu_widen_in_gemm(w, &hw), pb, rows, k, h);
+        cpu_widen_done(&hw);
+    }
     hfree(&hx);
-    cpu_widen_done(&hw);
     hfree(&hb);
     hout_done(out, &ho);
     tensor__prof_end(TENSOR__PROF_LINEAR, pt0, 4.0 * (double)rows * (double)h * (double)k);

@@ -25,6 +25,9 @@
  * weights are not widened at every step only to be rounded again; a stray read would
  * fault, never read garbage.
  *
+ * cpu_widen_in_t hands out the transpose W^T instead (gemm_wt.c; linear.c's no-trans
+ * GEMMs), for f32 weights too, in the same scratch.
+ *
  * Threads: one scratch per calling thread (thread-local, freed when the thread exits);
  * ops run on the executor thread, tests may run ops on several threads at once. Not
  * for pool tasks.
@@ -34,6 +37,7 @@
 
 #include "adapt.h"
 #include "gemm_bf16.h"
+#include "linear.h"
 #include "../tensor_precision.h"
 
 #define WIDEN_MIN_ELEMS ((int64_t)1 << 16) /* below: adapt.h's malloc is cheap enough */
@@ -117,6 +121,51 @@ static const float *widen(const struct tensor *t, struct hbuf *h)
 
 const float *cpu_widen_in_f32(const struct tensor *t, struct hbuf *h) { return widen(t, h); }
 
+/*
+ * A 2-D weight W [n, k] as W^T [k, n] f32 (gemm_wt.c), for linear.c's no-trans GEMMs:
+ * any dtype (an f32 weight is transposed too, so an f16 weight and its f32 widening take
+ * the same GEMMs and give the same bits), into the same kept scratch, split over the
+ * pool by blocks of 32 rows of W^T.
+ */
+struct wt_job {
+    float *dst;
+    const void *src;
+    enum tensor_dtype dt;
+    int64_t n, k, ld;
+};
+
+static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    struct wt_job *j = ctx;
+    cpu_wt_rows(j->dst, j->ld, j->src, j->dt, j->n, j->k, b * 32, e * 32 < j->k ? e * 32 : j->k);
+}
+
+const float *cpu_widen_in_t(const struct tensor *t, struct hbuf *h)
+{
+    int64_t n = t->shape[0], k = t->shape[1], ld = cpu_wt_ld(n);
+    size_t elems = (size_t)(ld * k);
+    float *dst;
+    if (scratch.busy) { /* a second operand: a buffer for this call */
+        dst = xmalloc_aligned(64, elems * sizeof(float) + 64);
+        h->owned = 1;
+    } else {
+        if (elems > scratch.cap) {
+            cpu_scratch_free_at_exit();
+            xfree_aligned(scratch.p);
+            scratch.p = xmalloc_aligned(64, elems * sizeof(float) + 64);
+            scratch.cap = elems;
+        }
+        dst = scratch.p;
+        scratch.busy = 1;
+        h->owned = HBUF_SCRATCH;
+    }
+    struct wt_job j = {dst, tensor__ptr(t), t->dtype, n, k, ld};
+    tensor__pool_for((k + 31) / 32, wt_task, &j);
+    h->p = dst;
+    return dst;
+}
+
 const float *cpu_widen_in(const struct tensor *t, struct hbuf *h)
 {
     const float *p = widen(t, h);
@@ -177,8 +226,8 @@ size_t tensor_cpu_scratch_release(void)
 {
     size_t n = scratch.busy ? 0 : cpu_widen_scratch_bytes();
     cpu_widen_release();
-    /* and the bf16 per-op weight copies' scratch, and Winograd's buffers */
-    return n + cpu_bf16_tmp_release() + cpu_wino_release();
+    /* and the bf16 per-op weight copies' scratch, Winograd's buffers, linear.c's tiles */
+    return n + cpu_bf16_tmp_release() + cpu_wino_release() + cpu_linear_release();
 }
 
 void cpu_widen_release(void)

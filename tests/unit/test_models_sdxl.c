@@ -419,6 +419,7 @@ int main(int argc, char **argv)
     test_tiny(argv[2], ST_DTYPE_F32);
     test_tiny(argv[2], ST_DTYPE_F16);
     test_tiny_refiner();
+    tensor_cpu_scratch_release(); /* the executor's kept op scratch (tensor.h) */
     EXPECT_EQ(alloc_live_count(), live0);
     return harness_done();
 }
