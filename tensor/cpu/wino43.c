@@ -73,7 +73,7 @@ static inline void g6(double a, double b, double c, double r[6])
     r[5] = c;
 }
 
-void wino43__tf_weight(const float g[9], float *u, int64_t stride)
+static void tf_weight(const float g[9], float *u, int64_t stride)
 {
     double t[3][6]; /* G g, column k of g to t[k] */
     for (int k = 0; k < 3; k++)
@@ -84,6 +84,13 @@ void wino43__tf_weight(const float g[9], float *u, int64_t stride)
         for (int b = 0; b < 6; b++)
             u[(6 * a + b) * stride] = (float)r[b];
     }
+}
+
+void wino43__tf_weights(const float *g, float *u, int64_t stride, int64_t n)
+{
+    int64_t i0 = wino__avx512() ? wino43__tf_weights_avx512(g, u, stride, n) : 0;
+    for (int64_t i = i0; i < n; i++)
+        tf_weight(g + 9 * i, u + i, stride);
 }
 
 void wino43__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, float *v,
@@ -120,21 +127,22 @@ void wino43__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t n
 }
 
 void wino43__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
-                       const float *m, int64_t ms)
+                       const float *const mq[W43_XI], const int64_t mcs[W43_XI], int a, int b)
 {
-    int64_t full = j->wo / 4, T = nr * j->tw;
+    int64_t full = j->wo / 4, up = j->up;
+    int64_t ow = up * j->wo, oh = up * j->ho; /* out's width and height */
     int vec = wino__avx512();
     for (int64_t o = 0; o < j->co; o++) {
         float bv = j->bias ? j->bias[o] : 0.0f;
         for (int64_t r = 0; r < nr; r++) {
-            int64_t oy = 4 * (r0 + r);
+            int64_t oy = 4 * (r0 + r), rt = r * j->tw;
             float *y[4];
             for (int i = 0; i < 4; i++)
-                y[i] = oy + i < j->ho ? out + (o * j->ho + oy + i) * j->wo : NULL;
+                y[i] = oy + i < j->ho ? out + (o * oh + up * (oy + i) + a) * ow + b : NULL;
             const float *pq[W43_XI];
             for (int q = 0; q < W43_XI; q++)
-                pq[q] = m + q * ms + o * T + r * j->tw;
-            int64_t tx0 = vec ? wino43__out_row_avx512(pq, bv, y, full) : 0;
+                pq[q] = mq[q] + o * mcs[q] + rt;
+            int64_t tx0 = vec ? wino43__out_row_avx512(pq, bv, y, full, up) : 0;
             for (int64_t tx = tx0; tx < j->tw; tx++) {
                 float mm[W43_XI], s[4][6], px[4];
                 for (int q = 0; q < W43_XI; q++)
@@ -151,7 +159,7 @@ void wino43__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t n
                         continue;
                     at6(s[i], 1, px);
                     for (int64_t k = 0; k < nx; k++)
-                        y[i][4 * tx + k] = px[k] + bv;
+                        y[i][up * (4 * tx + k)] = px[k] + bv;
                 }
             }
         }

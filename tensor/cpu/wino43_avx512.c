@@ -100,8 +100,10 @@ int64_t wino43__in_cols_avx512(const float *s, float *const v[6], int64_t tw)
     return tx;
 }
 
-/* y[0 .. 63] = e[0][0], e[1][0], e[2][0], e[3][0], e[0][1], ... (4-way interleave) */
-static inline void store_quads(float *y, const __m512 e[4])
+/* y[0 .. 63] = e[0][0], e[1][0], e[2][0], e[3][0], e[0][1], ... (4-way interleave; up
+ * 1), or those 64 values at every other float of y[0 .. 127], the others untouched (up
+ * 2: another phase's pixels, as wino_avx512.c's store_pairs) */
+static inline void store_quads(float *y, const __m512 e[4], int64_t up)
 {
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7,
                                          23);
@@ -110,14 +112,23 @@ static inline void store_quads(float *y, const __m512 e[4])
     /* (e0, e2) and (e1, e3) pairs, then the pairs of pairs */
     __m512 a0 = _mm512_permutex2var_ps(e[0], lo, e[2]), a1 = _mm512_permutex2var_ps(e[0], hi, e[2]);
     __m512 b0 = _mm512_permutex2var_ps(e[1], lo, e[3]), b1 = _mm512_permutex2var_ps(e[1], hi, e[3]);
-    _mm512_storeu_ps(y, _mm512_permutex2var_ps(a0, lo, b0));
-    _mm512_storeu_ps(y + 16, _mm512_permutex2var_ps(a0, hi, b0));
-    _mm512_storeu_ps(y + 32, _mm512_permutex2var_ps(a1, lo, b1));
-    _mm512_storeu_ps(y + 48, _mm512_permutex2var_ps(a1, hi, b1));
+    __m512 v[4] = {_mm512_permutex2var_ps(a0, lo, b0), _mm512_permutex2var_ps(a0, hi, b0),
+                   _mm512_permutex2var_ps(a1, lo, b1), _mm512_permutex2var_ps(a1, hi, b1)};
+    if (up == 1) {
+        for (int k = 0; k < 4; k++)
+            _mm512_storeu_ps(y + 16 * k, v[k]);
+        return;
+    }
+    const __mmask16 even = 0x5555;
+    for (int k = 0; k < 4; k++) {
+        __m512 h = _mm512_shuffle_f32x4(v[k], v[k], _MM_SHUFFLE(3, 2, 3, 2));
+        _mm512_mask_storeu_ps(y + 32 * k, even, _mm512_maskz_expand_ps(even, v[k]));
+        _mm512_mask_storeu_ps(y + 32 * k + 16, even, _mm512_maskz_expand_ps(even, h));
+    }
 }
 
 int64_t wino43__out_row_avx512(const float *const pq[W43_XI], float bv, float *const y[4],
-                               int64_t full)
+                               int64_t full, int64_t up)
 {
     const __m512 bb = _mm512_set1_ps(bv);
     int64_t tx = 0;
@@ -138,7 +149,7 @@ int64_t wino43__out_row_avx512(const float *const pq[W43_XI], float bv, float *c
             at6_v(s[i], px);
             for (int k = 0; k < 4; k++)
                 px[k] = ADD(px[k], bb);
-            store_quads(y[i] + 4 * tx, px);
+            store_quads(y[i] + up * 4 * tx, px, up);
         }
     }
     return tx;

@@ -1,6 +1,7 @@
 /*
  * wino_up2.c — a nearest-2x upsample followed by a 3x3 stride-1 pad-1 convolution, as
- * Winograd F(2x2, 3x3) on the low-resolution input (tensor_conv2d_up2's CPU kernel).
+ * Winograd F(2x2, 3x3) or F(4x4, 3x3) on the low-resolution input (tensor_conv2d_up2's CPU
+ * kernel).
  *
  * Output pixel (2i + a, 2j + b) of conv(up(x)) reads up(x)'s rows 2i + a - 1 .. 2i + a
  * + 1, which are x's rows i - 1, i, i (a = 0) or i, i, i + 1 (a = 1), and the same for
@@ -14,6 +15,12 @@
  * Winograd on the upsampled image and 144 for im2col; the input transform covers a
  * quarter of the pixels; and the upsampled tensor (N x Ci x 2H x 2W floats, 256 MiB at
  * the 512^2 VAE decoder's last upsample) is never written or page-faulted in.
+ *
+ * F(4,3) (wino43.c; where cpu_wino_tile takes it for x's channels and size): its G
+ * likewise gives (g0, g1, 0) a zero at infinity (point 5) and (0, g1, g2) a zero at
+ * point 0, so a phase uses 5 x 5 of the 36 points: per 4x4 tile of x (64 output
+ * pixels) 100 GEMM products, against 144 for F(2,3) here. Its weight transform takes
+ * each phase's folded kernels through wino43's (double, then rounded).
  *
  * Layout: for each point xi, the U planes of the phases that use it are stacked,
  * [np(xi) * co][ci], so a point is one GEMM [np * co, ci] x V[xi] [ci, T] into M rows
@@ -37,27 +44,35 @@
 #define UP2_PH 4 /* output phases (a, b): ph = 2a + b */
 
 struct up2_layout {
-    int np[WG_XI];            /* phases that use point xi */
-    int slot[WG_XI][UP2_PH];  /* a phase's block in xi's stack, -1: unused */
-    int64_t off[WG_XI];       /* blocks (of co rows) stacked before xi's */
-    int64_t blocks;           /* all of them: 36 */
+    int m, n, nxi;                /* tile size (2, 4), points per axis, points */
+    int np[W43_XI];               /* phases that use point xi */
+    int slot[W43_XI][UP2_PH];     /* a phase's block in xi's stack, -1: unused */
+    int64_t off[W43_XI];          /* blocks (of co rows) stacked before xi's */
+    int64_t blocks;               /* all of them: 36 (F(2,3)), 100 (F(4,3)) */
 };
 
-/* Points of one axis that phase a uses: 0..2 (a = 0) or 1..3 (a = 1). */
-static int up2_uses(int a, int p)
+/* Points of one axis (of n) that phase a uses: all but the last (a = 0: the folded
+ * taps (g0, g1, 0) give 0 at infinity) or all but the first (a = 1: (0, g1, g2) give
+ * 0 at 0). */
+static int up2_uses(int n, int a, int p)
 {
-    return a == 0 ? p <= 2 : p >= 1;
+    return a == 0 ? p <= n - 2 : p >= 1;
 }
 
-static void up2_layout_init(struct up2_layout *l)
+static void up2_layout_init(struct up2_layout *l, int m)
 {
     int64_t acc = 0;
-    for (int xi = 0; xi < WG_XI; xi++) {
+    l->m = m;
+    l->n = m + 2;
+    l->nxi = l->n * l->n;
+    for (int xi = 0; xi < l->nxi; xi++) {
         l->np[xi] = 0;
         l->off[xi] = acc;
         for (int ph = 0; ph < UP2_PH; ph++)
-            l->slot[xi][ph] =
-                up2_uses(ph >> 1, xi / 4) && up2_uses(ph & 1, xi % 4) ? l->np[xi]++ : -1;
+            l->slot[xi][ph] = up2_uses(l->n, ph >> 1, xi / l->n) &&
+                                      up2_uses(l->n, ph & 1, xi % l->n)
+                                  ? l->np[xi]++
+                                  : -1;
         acc += l->np[xi];
     }
     l->blocks = acc;
@@ -87,43 +102,88 @@ struct up2_wt_job {
     const struct up2_layout *l;
 };
 
-/* U for output channels b .. e: each channel's 36 rows in a row buffer, then copied. */
+/* Kernel g as phase ph sees it on x: columns folded (phase b), then rows (phase a). */
+static void up2_fold_kernel(int ph, const float *g, float kf[9])
+{
+    float k[3][3], col[3], fc[3];
+    for (int r = 0; r < 3; r++)
+        up2_fold(ph & 1, g + 3 * r, k[r]);
+    for (int x = 0; x < 3; x++) {
+        for (int r = 0; r < 3; r++)
+            col[r] = k[r][x];
+        up2_fold(ph >> 1, col, fc);
+        for (int r = 0; r < 3; r++)
+            kf[3 * r + x] = fc[r];
+    }
+}
+
+/* F(2,3): output channel o's 36 rows of U into row. */
+static void up2_wt23(const struct up2_wt_job *j, int64_t o, float *row)
+{
+    const struct up2_layout *l = j->l;
+    for (int64_t c = 0; c < j->ci; c++) {
+        const float *g = j->w + (o * j->ci + c) * 9;
+        for (int ph = 0; ph < UP2_PH; ph++) {
+            float kf[9], t[4][3], fc[3], gc[4];
+            up2_fold_kernel(ph, g, kf);
+            for (int x = 0; x < 3; x++) { /* G k */
+                for (int r = 0; r < 3; r++)
+                    fc[r] = kf[3 * r + x];
+                up2_g(fc, gc);
+                for (int r = 0; r < 4; r++)
+                    t[r][x] = gc[r];
+            }
+            for (int r = 0; r < 4; r++) { /* (G k) G^T */
+                float u[4];
+                up2_g(t[r], u);
+                for (int p = 0; p < 4; p++) {
+                    int xi = 4 * r + p, s = l->slot[xi][ph];
+                    if (s >= 0)
+                        row[(l->off[xi] + s) * j->ci + c] = u[p];
+                }
+            }
+        }
+    }
+}
+
+/* F(4,3): each phase's folded kernels of output channel o (kf, ci x 9) through wino43's
+ * weight transform (36 planes of ci into tmp), the phase's 25 planes into row. */
+static void up2_wt43(const struct up2_wt_job *j, int64_t o, float *row, float *kf, float *tmp)
+{
+    const struct up2_layout *l = j->l;
+    for (int ph = 0; ph < UP2_PH; ph++) {
+        for (int64_t c = 0; c < j->ci; c++)
+            up2_fold_kernel(ph, j->w + (o * j->ci + c) * 9, kf + c * 9);
+        wino43__tf_weights(kf, tmp, j->ci, j->ci);
+        for (int xi = 0; xi < l->nxi; xi++) {
+            int sl = l->slot[xi][ph];
+            if (sl >= 0)
+                memcpy(row + (l->off[xi] + sl) * j->ci, tmp + xi * j->ci,
+                       (size_t)j->ci * sizeof(float));
+        }
+    }
+}
+
+/* U for output channels b .. e: each channel's rows (36 or 100) in a row buffer, then
+ * copied to their planes. */
 static void up2_wt_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     const struct up2_wt_job *j = ctx;
     const struct up2_layout *l = j->l;
     float *row = xmalloc_aligned(64, (size_t)(l->blocks * j->ci) * sizeof(float));
+    /* F(4,3): folded kernels (9 per channel) and the 36 transformed planes */
+    float *kf = l->m == 4 ? xmalloc_aligned(64, (size_t)(45 * j->ci) * sizeof(float)) : NULL;
     for (int64_t o = b; o < e; o++) {
-        for (int64_t c = 0; c < j->ci; c++) {
-            const float *g = j->w + (o * j->ci + c) * 9;
-            for (int ph = 0; ph < UP2_PH; ph++) {
-                float k[3][3], t[4][3], col[3], fc[3], gc[4];
-                for (int r = 0; r < 3; r++) /* columns folded (phase b) */
-                    up2_fold(ph & 1, g + 3 * r, k[r]);
-                for (int x = 0; x < 3; x++) { /* rows folded (phase a), then G */
-                    for (int r = 0; r < 3; r++)
-                        col[r] = k[r][x];
-                    up2_fold(ph >> 1, col, fc);
-                    up2_g(fc, gc);
-                    for (int r = 0; r < 4; r++)
-                        t[r][x] = gc[r];
-                }
-                for (int r = 0; r < 4; r++) { /* (G k) G^T */
-                    float u[4];
-                    up2_g(t[r], u);
-                    for (int p = 0; p < 4; p++) {
-                        int xi = 4 * r + p, s = l->slot[xi][ph];
-                        if (s >= 0)
-                            row[(l->off[xi] + s) * j->ci + c] = u[p];
-                    }
-                }
-            }
-        }
+        if (kf)
+            up2_wt43(j, o, row, kf, kf + 9 * j->ci);
+        else
+            up2_wt23(j, o, row);
         for (int64_t blk = 0; blk < l->blocks; blk++)
             memcpy(j->u + (blk * j->co + o) * j->ci, row + blk * j->ci,
                    (size_t)j->ci * sizeof(float));
     }
+    xfree_aligned(kf);
     xfree_aligned(row);
 }
 
@@ -137,29 +197,36 @@ static void up2_task(void *ctx, int64_t b, int64_t e, int tid)
     const struct up2_job *uj = ctx;
     const struct wg_job *j = &uj->j;
     const struct up2_layout *l = uj->l;
-    int64_t tmax = j->rows * j->tw, pw = 2 * j->tw + 2, co = j->co, ci = j->ci;
-    float *v = j->buf[tid], *m = v + WG_XI * ci * tmax;
-    float *patch = m + l->blocks * co * tmax + WG_XI * WG_MPAD;
-    float *tr = patch + (2 * j->rows + 2) * pw, *zero = tr + 4 * pw;
+    int m4 = l->m == 4;
+    int64_t tmax = j->rows * j->tw, pw = l->m * j->tw + 2, co = j->co, ci = j->ci;
+    float *v = j->buf[tid], *m = v + l->nxi * ci * tmax;
+    float *patch = m + l->blocks * co * tmax + l->nxi * WG_MPAD;
+    float *tr = patch + (l->m * j->rows + 2) * pw, *zero = tr + l->n * pw;
     memset(zero, 0, (size_t)tmax * sizeof(float));
     for (int64_t t = b; t < e; t++) {
         int64_t img = t / j->nchk, r0 = t % j->nchk * j->rows;
         int64_t nr = j->th - r0 < j->rows ? j->th - r0 : j->rows, T = nr * j->tw;
-        wino__input_tf(j, img, r0, nr, v, T, patch, tr, NULL, NULL);
-        for (int xi = 0; xi < WG_XI; xi++)
+        if (m4)
+            wino43__input_tf(j, img, r0, nr, v, T, patch, tr);
+        else
+            wino__input_tf(j, img, r0, nr, v, T, patch, tr, NULL, NULL);
+        for (int xi = 0; xi < l->nxi; xi++)
             cpu_sgemm(0, 0, l->np[xi] * co, T, ci, 1.0f, j->u + l->off[xi] * co * ci, ci,
                       v + xi * ci * T, T, 0.0f, m + l->off[xi] * co * T + xi * WG_MPAD, T, 1);
         float *oi = j->out + img * co * 4 * j->ho * j->wo;
         for (int ph = 0; ph < UP2_PH; ph++) {
-            const float *mq[WG_XI];
-            int64_t mcs[WG_XI];
-            for (int xi = 0; xi < WG_XI; xi++) {
+            const float *mq[W43_XI];
+            int64_t mcs[W43_XI];
+            for (int xi = 0; xi < l->nxi; xi++) {
                 int s = l->slot[xi][ph];
                 /* xi's blocks are one GEMM's rows; WG_MPAD apart per point */
                 mq[xi] = s < 0 ? zero : m + (l->off[xi] + s) * co * T + xi * WG_MPAD;
                 mcs[xi] = s < 0 ? 0 : T;
             }
-            wino__output_tf(j, oi, r0, nr, mq, mcs, ph >> 1, ph & 1);
+            if (m4)
+                wino43__output_tf(j, oi, r0, nr, mq, mcs, ph >> 1, ph & 1);
+            else
+                wino__output_tf(j, oi, r0, nr, mq, mcs, ph >> 1, ph & 1);
         }
     }
 }
@@ -168,19 +235,20 @@ int cpu_conv2d_up2_winograd(float *out, const float *x, const float *w, const fl
                             int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co)
 {
     struct up2_layout l;
-    up2_layout_init(&l);
-    int nt = tensor__pool_threads();
+    up2_layout_init(&l, cpu_wino_tile(ci, co, h, wd));
+    int nt = tensor__pool_threads(), m = l.m;
     /* the tile grid is x's own h x wd pixels, padded 1: each phase is a pad-1 conv of x */
-    struct up2_job uj = {{out, x, NULL, bias, NULL, ci, h, wd, co, h, wd, 1, 1, 2, (wd + 1) / 2,
-                          (h + 1) / 2, 0, 0, NULL, NULL, NULL, 0, 2},
+    struct up2_job uj = {{out, x, NULL, bias, NULL, ci, h, wd, co, h, wd, 1, 1, 2, (wd + m - 1) / m,
+                          (h + m - 1) / m, 0, 0, NULL, NULL, NULL, 0, m},
                          &l};
     struct wg_job *j = &uj.j;
-    wino__plan_rows(j, n, (WG_XI * ci + l.blocks * co) * j->tw * (int64_t)sizeof(float));
+    wino__plan_rows(j, n, (l.nxi * ci + l.blocks * co) * j->tw * (int64_t)sizeof(float));
     /* U; per thread: V, M, patch, row transforms, a plane of zeros */
     size_t ub = ((size_t)(l.blocks * co * ci) * sizeof(float) + 63) / 64 * 64;
-    size_t tmax = (size_t)(j->rows * j->tw), pw = (size_t)(2 * j->tw + 2);
-    size_t per = ((WG_XI * (size_t)ci + (size_t)l.blocks * (size_t)co) * tmax + WG_XI * WG_MPAD +
-                  (2 * (size_t)j->rows + 2) * pw + 4 * pw + tmax) *
+    size_t tmax = (size_t)(j->rows * j->tw), pw = (size_t)(m * j->tw + 2);
+    size_t per = (((size_t)l.nxi * (size_t)ci + (size_t)l.blocks * (size_t)co) * tmax +
+                  (size_t)l.nxi * WG_MPAD + ((size_t)m * (size_t)j->rows + 2) * pw +
+                  (size_t)l.n * pw + tmax) *
                  sizeof(float);
     per = (per + 63) / 64 * 64;
     char *base = wino__mem_get(ub + (size_t)nt * per);

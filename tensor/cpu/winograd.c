@@ -67,7 +67,7 @@ int cpu_wino_bf16 = 1; /* 0: Winograd stays fp32 under bf16 precision (as before
 
 /* U[xi][o][c] = (G g G^T)[xi] for g = w[o][c] (3x3), G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1];
  * into u (f32) or, when u16 is set, rounded to bf16 into u16. m = 4: F(4,3)'s 36 points
- * (wino43__tf_weight), f32 only. */
+ * (wino43__tf_weights), f32 only. */
 struct wt_job {
     float *u;
     uint16_t *u16;
@@ -75,6 +75,28 @@ struct wt_job {
     int64_t co, ci;
     int m;
 };
+
+/* F(2,3)'s 16 values for the kernels c < n at g + 9 c, into u[xi * n + c] */
+static void tf_weights23(const float *g9, float *u, int64_t n)
+{
+    for (int64_t c = 0; c < n; c++) {
+        const float *g = g9 + c * 9;
+        float t[4][3]; /* G g */
+        for (int k = 0; k < 3; k++) {
+            t[0][k] = g[k];
+            t[1][k] = 0.5f * (g[k] + g[3 + k] + g[6 + k]);
+            t[2][k] = 0.5f * (g[k] - g[3 + k] + g[6 + k]);
+            t[3][k] = g[6 + k];
+        }
+        float *uc = u + c;
+        for (int r = 0; r < 4; r++) { /* (G g) G^T */
+            uc[(4 * r + 0) * n] = t[r][0];
+            uc[(4 * r + 1) * n] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
+            uc[(4 * r + 2) * n] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
+            uc[(4 * r + 3) * n] = t[r][2];
+        }
+    }
+}
 
 static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
 {
@@ -86,30 +108,11 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
      * place scattered every (o, c)'s 16 values 1 MiB apart at 512 channels (perf of a
      * 256^2 VAE decode: this task at ~5 % of the samples) */
     float *row = xmalloc_aligned(64, (size_t)(nxi * j->ci) * sizeof(float));
-    int vec = j->m == 4 && wino__avx512();
     for (int64_t o = b; o < e; o++) {
-        int64_t c0 = vec ? wino43__tf_weights_avx512(j->w + o * j->ci * 9, row, j->ci, j->ci) : 0;
-        for (int64_t c = c0; c < j->ci; c++) {
-            const float *g = j->w + (o * j->ci + c) * 9;
-            if (j->m == 4) {
-                wino43__tf_weight(g, row + c, j->ci);
-                continue;
-            }
-            float t[4][3]; /* G g */
-            for (int k = 0; k < 3; k++) {
-                t[0][k] = g[k];
-                t[1][k] = 0.5f * (g[k] + g[3 + k] + g[6 + k]);
-                t[2][k] = 0.5f * (g[k] - g[3 + k] + g[6 + k]);
-                t[3][k] = g[6 + k];
-            }
-            float *u = row + c;
-            for (int r = 0; r < 4; r++) { /* (G g) G^T */
-                u[(4 * r + 0) * j->ci] = t[r][0];
-                u[(4 * r + 1) * j->ci] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
-                u[(4 * r + 2) * j->ci] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
-                u[(4 * r + 3) * j->ci] = t[r][2];
-            }
-        }
+        if (j->m == 4)
+            wino43__tf_weights(j->w + o * j->ci * 9, row, j->ci, j->ci);
+        else
+            tf_weights23(j->w + o * j->ci * 9, row, j->ci);
         for (int xi = 0; xi < nxi; xi++) {
             if (j->u16)
                 cpu_bf16_round(j->u16 + xi * plane + o * j->ci, row + xi * j->ci, j->ci);
@@ -277,17 +280,16 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
                           v + xi * j->ci * T, T, 0.0f, m + xi * (j->co * T + WG_MPAD), T,
                           1);
         }
-        if (j->m == 4) {
-            wino43__output_tf(j, out, r0, nr, m, j->co * T + WG_MPAD);
-            continue;
-        }
-        const float *mq[WG_XI];
-        int64_t mcs[WG_XI];
-        for (int xi = 0; xi < WG_XI; xi++) {
+        const float *mq[W43_XI];
+        int64_t mcs[W43_XI];
+        for (int xi = 0; xi < nxi; xi++) {
             mq[xi] = m + xi * (j->co * T + WG_MPAD);
             mcs[xi] = T;
         }
-        wino__output_tf(j, out, r0, nr, mq, mcs, 0, 0);
+        if (j->m == 4)
+            wino43__output_tf(j, out, r0, nr, mq, mcs, 0, 0);
+        else
+            wino__output_tf(j, out, r0, nr, mq, mcs, 0, 0);
     }
 }
 

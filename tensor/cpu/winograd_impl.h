@@ -6,7 +6,7 @@
  * A job covers one call: tiles of m x m output pixels of the tile grid (ho x wo, tw x th
  * tiles) are computed from (m + 2) x (m + 2) input patches of x (ci x h x w, padded
  * pt/pl at the top and left): m = 2 is F(2x2, 3x3) (winograd.c's transforms, 16
- * points), m = 4 is F(4x4, 3x3) (wino43.c's, 36 points, fp32 and up = 1 only). Pool
+ * points), m = 4 is F(4x4, 3x3) (wino43.c's, 36 points, fp32 only). Pool
  * tasks are (image, block of `rows` tile rows); each has its own block of buf (V, M,
  * the padded patch and row transforms) so its data stays in its caches.
  *
@@ -94,15 +94,16 @@ int64_t wino__out_row_avx512(const float *const pq[WG_XI], float bv, float *y0, 
  * wino43.c: F(4x4, 3x3) with points 0, -1, 1, 1/2, -2 and infinity (why those: the top
  * of wino43.c). Every multiplier of the input and output transforms is a power of two,
  * so a compiler's FMA contraction cannot change their bits.
- *   tf_weight: U's 36 values for one 3x3 kernel g, (G g G^T)[xi] to u[xi * stride];
+ *   tf_weights: U's 36 values for the 3x3 kernels i < n at g + 9 i, (G g G^T)[xi] to
+ *   u[xi * stride + i];
  *   input_tf: as wino__input_tf, 36 planes, patch (4 nr + 2) x (4 tw + 2), tr 6 rows
- *   of it; output_tf: as wino__output_tf with up = 1, plane xi of M at m + xi * ms.
+ *   of it; output_tf: as wino__output_tf, 36 points.
  */
-void wino43__tf_weight(const float g[9], float *u, int64_t stride);
+void wino43__tf_weights(const float *g, float *u, int64_t stride, int64_t n);
 void wino43__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, float *v,
                       int64_t T, float *patch, float *tr);
 void wino43__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
-                       const float *m, int64_t ms);
+                       const float *const mq[W43_XI], const int64_t mcs[W43_XI], int a, int b);
 
 /*
  * wino43_avx512.c: F(4,3)'s row loops 16 tiles at a time, the scalar loops' operations
@@ -110,14 +111,14 @@ void wino43__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t n
  *   in_rows: t[q][i] = (B^T (p[0..5][i]))[q], i < n;
  *   in_cols: v[q][tx] = (B^T s[4 tx .. 4 tx + 5])[q], tx < tw (s holds 4 tw + 2);
  *   out_row: the full tiles tx < full of one tile row of one channel, point xi of tile
- *   tx at pq[xi][tx]: pixels 4 tx .. 4 tx + 3 of the rows y[0..3] (NULL: none);
- *   tf_weights: wino43__tf_weight of the kernels i < n at g + 9 i, into u + i (8 at a
- *   time, in double as there).
+ *   tx at pq[xi][tx]: pixels 4 tx .. 4 tx + 3 (times up) of the rows y[0..3] (NULL:
+ *   none);
+ *   tf_weights: wino43__tf_weights, 8 kernels at a time (in double as there).
  */
 int64_t wino43__in_rows_avx512(const float *const p[6], float *const t[6], int64_t n);
 int64_t wino43__in_cols_avx512(const float *s, float *const v[6], int64_t tw);
 int64_t wino43__out_row_avx512(const float *const pq[W43_XI], float bv, float *const y[4],
-                               int64_t full);
+                               int64_t full, int64_t up);
 int64_t wino43__tf_weights_avx512(const float *g, float *u, int64_t stride, int64_t n);
 
 /* j->rows and j->nchk for n images, per_row bytes of V + M per tile row: blocks near

@@ -1,14 +1,17 @@
 /*
- * test_tensor_winograd — 3x3 stride-1 convolution by Winograd F(2x2, 3x3)
- * (tensor/cpu/winograd.c), forced on (cpu_conv_winograd = 2), against a direct
+ * test_tensor_winograd — 3x3 stride-1 convolution by Winograd F(2x2, 3x3) and F(4x4, 3x3)
+ * (tensor/cpu/winograd.c, wino43.c), forced on (cpu_conv_winograd = 2), against a direct
  * convolution in float64 written here and against the im2col + GEMM reference path
  * (cpu_conv_winograd = 0): max |err| / max |ref| <= 1e-5, on odd sizes (ragged tiles
  * at the right and bottom edges), padding 1, 0 and asymmetric, 4 to 1280 channels,
  * batch 2, with and without bias, f16 weights (widened before the transform), small
  * per-task chunks (several tile-row blocks per image), and the rule that picks it.
  *
+ * Every Winograd case runs with both tiles: F(2,3) and F(4,3) (wino43.c), the latter
+ * where cpu_wino_tile allows it (<= 512 input channels).
+ *
  * tensor_conv2d_up2 (a nearest-2x upsample, then the conv; wino_up2.c fuses them into
- * one F(2,3) Winograd per output phase on the low-resolution input) against the same
+ * one F(2,3) or F(4,3) Winograd per output phase on the low-resolution input) against the same
  * float64 direct convolution of the upsampled input and against the unfused reference
  * (upsample, then im2col + GEMM), with the same bound, on odd sizes, 1x1 images, 512
  * channels, small chunks and f16 weights; shapes it does not fuse (pad 0) and bad
@@ -210,25 +213,32 @@ static void check_up2(const struct wcase *c)
     struct tensor *o;
     tensor_new(D, TENSOR_F32, 4, (int64_t[]){c->n, c->co, ho, wo}, &o, NULL);
     size_t saved = cpu_wino_chunk_bytes;
-    if (c->chunk)
-        cpu_wino_chunk_bytes = c->chunk;
-    float *fu = run_up2(2, o, x, w, b, &op);
-    cpu_wino_chunk_bytes = saved;
     float *rf = run_up2(0, o, x, w, b, &op);
     int64_t n = tensor_numel(o);
-    double *ref = xmalloc((size_t)n * sizeof(double));
+    double *ref = xmalloc((size_t)n * sizeof(double)), *rfd = xmalloc((size_t)n * sizeof(double));
     float *ux = up2_ref(vx, c->n, c->ci, c->h, c->w);
     conv_ref(ref, ux, vw, vb, c->n, c->ci, h2, w2, c->co, c->pt, c->pl, ho, wo);
-    double e1 = rel_err(fu, ref, n), e2 = rel_err(rf, ref, n);
-    ok(e1 <= TOL, "up2 %s: fused vs float64 direct %.3g", c->what, e1);
+    double e2 = rel_err(rf, ref, n);
     ok(e2 <= TOL, "up2 %s: reference vs float64 direct %.3g", c->what, e2);
     for (int64_t i = 0; i < n; i++)
-        ref[i] = rf[i];
-    double e3 = rel_err(fu, ref, n);
-    ok(e3 <= TOL, "up2 %s: fused vs reference %.3g", c->what, e3);
+        rfd[i] = rf[i];
+    for (int f43 = 0; f43 <= 2; f43 += 2) { /* F(2,3), then F(4,3) where the bound allows */
+        int saved43 = cpu_wino_f43;
+        cpu_wino_f43 = f43;
+        int tile = cpu_wino_tile(c->ci, c->co, c->h, c->w);
+        if (c->chunk)
+            cpu_wino_chunk_bytes = c->chunk;
+        float *fu = run_up2(2, o, x, w, b, &op);
+        cpu_wino_chunk_bytes = saved;
+        cpu_wino_f43 = saved43;
+        double e1 = rel_err(fu, ref, n), e3 = rel_err(fu, rfd, n);
+        ok(e1 <= TOL, "up2 %s: fused F(%d,3) vs float64 direct %.3g", c->what, tile, e1);
+        ok(e3 <= TOL, "up2 %s: fused F(%d,3) vs reference %.3g", c->what, tile, e3);
+        xfree(fu);
+    }
+    xfree(rfd);
     xfree(ux);
     xfree(ref);
-    xfree(fu);
     xfree(rf);
     xfree(vx);
     xfree(vw);
@@ -264,7 +274,8 @@ static void check_avx512_same(void)
        "winograd F(%d,3): vector transforms (%s) == scalar, bit for bit",
        cpu_wino_tile(40, 48, 37, 41), saved ? "on" : "off here");
     ok(memcmp(r[0][1], r[1][1], (size_t)tensor_numel(o2) * sizeof(float)) == 0,
-       "up2: vector transforms (%s) == scalar, bit for bit", saved ? "on" : "off here");
+       "up2 F(%d,3): vector transforms (%s) == scalar, bit for bit",
+       cpu_wino_tile(40, 48, 37, 41), saved ? "on" : "off here");
     for (int k = 0; k < 4; k++)
         xfree(r[k / 2][k % 2]);
     xfree(vx);
@@ -445,6 +456,9 @@ int main(void)
          0, TENSOR_F32, (16 * 64 + 36 * 64) * 9 * 4 * 2},
         {"256 -> 32, 16x16, pad 1", 1, 256, 16, 16, 32, 1, 1, 1, 1, 1, TENSOR_F32, 0},
         {"8 -> 8, 1x1 image, pad 1", 2, 8, 1, 1, 8, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+        {"512 -> 64, 2x 17x13, pad 1", 2, 512, 17, 13, 64, 1, 1, 1, 1, 1, TENSOR_F32, 0},
+        {"256 -> 48, 21x19, pad 1, f16 weights, several tile-row blocks", 1, 256, 21, 19, 48, 1,
+         1, 1, 1, 1, TENSOR_F16, 1 << 20},
         {"32 -> 24, 6x5, pad 0 (not fused: the unfused path)", 1, 32, 6, 5, 24, 0, 0, 0, 0, 1,
          TENSOR_F32, 0},
     };
