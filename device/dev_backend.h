@@ -120,11 +120,22 @@ void dev__blkcache_set_limit(struct dev__blkcache *c, size_t limit);
 void dev__blkcache_fit(struct dev__blkcache *c, size_t bytes); /* min(bytes, open cap) */
 void dev__blkcache_trim(struct dev__blkcache *c);
 void dev__blkcache_settle(struct dev__blkcache *c); /* evict down to the limit */
+/* A new block of `bytes` whose pages are cached blocks' (moved, not copied), when no
+ * cached block has that size; NULL when the cache has none to give (dev_blkcache.c). */
+void *dev__blkcache_assemble(struct dev__blkcache *c, size_t bytes);
 size_t dev__blkcache_bytes(struct dev__blkcache *c);
 
 /* Host memory with the accounted size kept in a header in front (cpu and sim). */
+#define DEV_HOST_MEM_HDR 256 /* keeps the user pointer 256-byte aligned */
 int dev__host_mem_alloc(size_t bytes, void **out);
 size_t dev__host_mem_free(void *ptr);
 size_t dev__host_mem_size(const void *ptr); /* the accounted size, without freeing */
+/* Blocks of 1 MiB and more are whole xtry_map mappings (util/alloc.h), header first:
+ * span is the mapping's length for a block of `bytes` (0: a malloc'd block), base the
+ * mapping's start for a user pointer, and adopt writes the header of a `bytes` block
+ * into a mapping of that span at base and returns its user pointer. */
+size_t dev__host_mem_span(size_t bytes);
+void *dev__host_mem_base(void *ptr);
+void *dev__host_mem_adopt(void *base, size_t bytes);
 
 #endif

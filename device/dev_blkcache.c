@@ -131,6 +131,68 @@ int dev__blkcache_put(struct dev__blkcache *c, void *ptr, size_t bytes, size_t r
     return kept;
 }
 
+/*
+ * Why assemble: sizes change between nodes and inside one (the VAE's blocks at 512^2
+ * run from 2 to 256 MiB), so exact sizes alone left the cold 512^2 decode faulting in
+ * ~1.2 GiB of fresh pages while the UNet's freed blocks sat unused, and a fresh page
+ * costs its zeroing and a fault (on the VMs here, where freed memory goes back to the
+ * host, far more than the write that follows). A miss takes cached blocks, newest
+ * first, and moves their pages under the new block (mremap): page tables move, no
+ * byte is copied or faulted. Only blocks of whole huge pages take part (spans of
+ * ALLOC_HUGE multiples) so every move keeps huge pages whole and a split donor's rest
+ * is again a block of whole huge pages, which goes back to the cache. What the donors
+ * do not cover is the new mapping's own fresh pages. A failed move frees that donor.
+ */
+void *dev__blkcache_assemble(struct dev__blkcache *c, size_t bytes)
+{
+    size_t span = dev__host_mem_span(bytes);
+    if (bytes < DEV_BLKCACHE_MIN || span < ALLOC_HUGE || span % ALLOC_HUGE)
+        return NULL;
+    void *got[BLKCACHE_SLOTS];
+    int ng = 0;
+    size_t have = 0;
+    pthread_mutex_lock(&c->mu);
+    while (have < span) {
+        int best = -1;
+        for (int i = 0; i < c->n; i++)
+            if (dev__host_mem_span(c->blk[i].bytes) >= ALLOC_HUGE &&
+                (best < 0 || c->blk[i].seq > c->blk[best].seq))
+                best = i;
+        if (best < 0)
+            break;
+        have += dev__host_mem_span(c->blk[best].bytes);
+        got[ng++] = take_slot(c, best);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!ng)
+        return NULL;
+    void *p = NULL;
+    if (dev__host_mem_alloc(bytes, &p) < 0) {
+        for (int i = 0; i < ng; i++)
+            dev__host_mem_free(got[i]);
+        return NULL;
+    }
+    unsigned char *dst = dev__host_mem_base(p);
+    size_t off = 0;
+    for (int i = 0; i < ng; i++) {
+        size_t dbytes = dev__host_mem_size(got[i]), dspan = dev__host_mem_span(dbytes);
+        size_t part = span - off < dspan ? span - off : dspan;
+        unsigned char *src = dev__host_mem_base(got[i]);
+        if (xmap_move(dst + off, src, part, part == dspan) < 0) {
+            dev__host_mem_free(got[i]);
+            continue;
+        }
+        off += part;
+        if (part < dspan) { /* the rest: a block of whole huge pages of its own */
+            size_t rb = dspan - part - DEV_HOST_MEM_HDR;
+            void *rest = dev__host_mem_adopt(src + part, rb);
+            if (!dev__blkcache_put(c, rest, rb, 0))
+                dev__host_mem_free(rest);
+        }
+    }
+    return dev__host_mem_adopt(dst, bytes);
+}
+
 void dev__blkcache_set_limit(struct dev__blkcache *c, size_t limit)
 {
     void *evict[BLKCACHE_SLOTS];

@@ -22,13 +22,16 @@ static void cpu_close(struct dev *d)
 }
 
 /*
- * cpu only: large blocks come from and go back to the block cache (dev_blkcache.c).
+ * cpu only: large blocks come from and go back to the block cache (dev_blkcache.c):
+ * a cached block of the same size, else one assembled from cached blocks' pages.
  * Cached blocks are resident memory the host counts as taken, so when a new block
  * does not fit, the cache is emptied and the allocation tried once more.
  */
 static int cpu_alloc_mem(struct dev *d, size_t bytes, void **out)
 {
     void *p = d->cache ? dev__blkcache_take(d->cache, bytes) : NULL;
+    if (!p && d->cache)
+        p = dev__blkcache_assemble(d->cache, bytes);
     if (p) {
         *out = p;
         return 0;

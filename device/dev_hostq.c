@@ -319,8 +319,6 @@ int dev__hostq_event_query(struct dev_event *ev)
 
 /* ---- host memory with a size header --------------------------------------------------- */
 
-#define HOST_MEM_HDR 256 /* keeps the user pointer 256-byte aligned */
-
 /* Blocks from this size up are their own mappings (xtry_map: huge pages from 2 MiB). */
 #define HOST_MEM_MAP ((size_t)1 << 20)
 
@@ -330,33 +328,49 @@ int dev__host_mem_alloc(size_t bytes, void **out)
      * memory available now (alloc.h says why malloc alone is not enough). */
     void *v = NULL;
     *out = NULL;
-    if (bytes > SIZE_MAX - HOST_MEM_HDR)
+    if (bytes > SIZE_MAX - DEV_HOST_MEM_HDR)
         return ERR_DEVICE_OOM;
-    size_t n = HOST_MEM_HDR + bytes;
+    size_t n = DEV_HOST_MEM_HDR + bytes;
     if ((n >= HOST_MEM_MAP ? xtry_map(n, &v, NULL)
-                           : xtry_malloc_aligned(HOST_MEM_HDR, n, &v, NULL)) < 0)
+                           : xtry_malloc_aligned(DEV_HOST_MEM_HDR, n, &v, NULL)) < 0)
         return ERR_DEVICE_OOM;
     unsigned char *p = v;
     memcpy(p, &bytes, sizeof(bytes));
-    *out = p + HOST_MEM_HDR;
+    *out = p + DEV_HOST_MEM_HDR;
     return 0;
 }
 
 size_t dev__host_mem_free(void *ptr)
 {
-    unsigned char *p = (unsigned char *)ptr - HOST_MEM_HDR;
+    unsigned char *p = (unsigned char *)ptr - DEV_HOST_MEM_HDR;
     size_t bytes;
     memcpy(&bytes, p, sizeof(bytes));
-    if (HOST_MEM_HDR + bytes >= HOST_MEM_MAP)
-        xunmap(p, HOST_MEM_HDR + bytes);
+    if (DEV_HOST_MEM_HDR + bytes >= HOST_MEM_MAP)
+        xunmap(p, DEV_HOST_MEM_HDR + bytes);
     else
         xfree_aligned(p);
     return bytes;
 }
 
+size_t dev__host_mem_span(size_t bytes)
+{
+    return DEV_HOST_MEM_HDR + bytes >= HOST_MEM_MAP ? xmap_len(DEV_HOST_MEM_HDR + bytes) : 0;
+}
+
+void *dev__host_mem_base(void *ptr)
+{
+    return (unsigned char *)ptr - DEV_HOST_MEM_HDR;
+}
+
+void *dev__host_mem_adopt(void *base, size_t bytes)
+{
+    memcpy(base, &bytes, sizeof(bytes));
+    return (unsigned char *)base + DEV_HOST_MEM_HDR;
+}
+
 size_t dev__host_mem_size(const void *ptr)
 {
     size_t bytes;
-    memcpy(&bytes, (const unsigned char *)ptr - HOST_MEM_HDR, sizeof(bytes));
+    memcpy(&bytes, (const unsigned char *)ptr - DEV_HOST_MEM_HDR, sizeof(bytes));
     return bytes;
 }

@@ -226,7 +226,7 @@ int xtry_malloc_aligned(size_t align, size_t n, void **out, struct err *e)
 }
 
 /* What xtry_map maps for n bytes: whole huge pages from ALLOC_HUGE up, else whole pages. */
-static size_t map_len(size_t n)
+size_t xmap_len(size_t n)
 {
     size_t a = n >= ALLOC_HUGE ? ALLOC_HUGE : (size_t)sysconf(_SC_PAGESIZE);
     return (n + a - 1) & ~(a - 1);
@@ -240,7 +240,7 @@ int xtry_map(size_t n, void **out, struct err *e)
         return oom(n, SIZE_MAX, e);
     if ((rc = alloc_host_check(n, e)) < 0)
         return rc;
-    size_t len = map_len(n ? n : 1), slack = n >= ALLOC_HUGE ? ALLOC_HUGE : 0;
+    size_t len = xmap_len(n ? n : 1), slack = n >= ALLOC_HUGE ? ALLOC_HUGE : 0;
     unsigned char *m = mmap(NULL, len + slack, PROT_READ | PROT_WRITE,
                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
@@ -265,9 +265,18 @@ void xunmap(void *p, size_t n)
 {
     if (!p)
         return;
-    if (munmap(p, map_len(n ? n : 1)) != 0)
+    if (munmap(p, xmap_len(n ? n : 1)) != 0)
         PANIC("munmap(%p, %zu) failed", p, n);
     atomic_fetch_sub(&live, 1);
+}
+
+int xmap_move(void *dst, void *src, size_t len, int whole)
+{
+    if (mremap(src, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED)
+        return -1;
+    if (whole)
+        atomic_fetch_sub(&live, 1);
+    return 0;
 }
 
 long alloc_live_count(void)

@@ -81,6 +81,14 @@ int xtry_malloc_aligned(size_t align, size_t n, void **out, struct err *e);
 #define ALLOC_HUGE ((size_t)2 << 20)
 int xtry_map(size_t n, void **out, struct err *e);
 void xunmap(void *p, size_t n);
+size_t xmap_len(size_t n); /* bytes xtry_map(n) maps (what xunmap(p, n) unmaps) */
+/*
+ * Move the pages of [src, src + len) of an xtry_map block over [dst, dst + len) of
+ * another (mremap: page tables move, no copy, no fault; what dst had there is
+ * unmapped). len and both addresses page-aligned. `whole`: this is all that is left
+ * of src's block, which stops counting as live. 0, or -1 with nothing moved.
+ */
+int xmap_move(void *dst, void *src, size_t len, int whole);
 
 /* Format bytes for a message as ComfyUI/torch do: "256.00 GiB", "12.50 MiB". */
 const char *alloc_fmt_bytes(char out[32], size_t bytes);

@@ -13,6 +13,7 @@
 #include "alloc.h"
 #include "device.h"
 #include "harness.h"
+#include "pages.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -38,17 +39,17 @@ static void test_reuse(void)
     EXPECT_EQ(dev_bytes_cached(d), 2 * MIB);
     EXPECT_EQ(dev_bytes_used(d), 0);
     EXPECT_EQ(dev_alloc_count(d), 0);
-    /* another size does not take it */
-    EXPECT_OK(dev_alloc(d, 3 * MIB, &c));
-    ok(c != a, "3 MiB alloc does not get the cached 2 MiB block");
+    /* another size under a huge page does not take it (test_assemble: larger ones do) */
+    EXPECT_OK(dev_alloc(d, 3 * MIB / 2, &c));
+    ok(c != a, "1.5 MiB alloc does not get the cached 2 MiB block");
     EXPECT_EQ(dev_bytes_cached(d), 2 * MIB);
     /* the same size does, with its pages (contents are not cleared) */
     EXPECT_OK(dev_alloc(d, 2 * MIB, &b));
     ok(b == a, "2 MiB alloc reuses the cached block");
     ok(((unsigned char *)b)[12345] == 0x5a, "reused block is the same memory");
     EXPECT_EQ(dev_bytes_cached(d), 0);
-    EXPECT_EQ(dev_bytes_used(d), 5 * MIB);
-    EXPECT_EQ(dev_bytes_peak(d), 5 * MIB);
+    EXPECT_EQ(dev_bytes_used(d), 7 * MIB / 2);
+    EXPECT_EQ(dev_bytes_peak(d), 7 * MIB / 2);
     EXPECT_EQ(dev_alloc_count(d), 2);
     /* small blocks are never cached */
     EXPECT_OK(dev_alloc(d, 4096, &s));
@@ -57,8 +58,8 @@ static void test_reuse(void)
     dev_free(d, b);
     dev_free(d, c);
     EXPECT_EQ(dev_bytes_used(d), 0);
-    EXPECT_EQ(dev_bytes_cached(d), 5 * MIB);
-    EXPECT_EQ(dev_bytes_peak(d), 5 * MIB + 4096); /* cached blocks never counted */
+    EXPECT_EQ(dev_bytes_cached(d), 7 * MIB / 2);
+    EXPECT_EQ(dev_bytes_peak(d), 7 * MIB / 2 + 4096); /* cached blocks never counted */
     dev_close(d); /* frees the cached blocks: checked by alloc_live_count in main */
 }
 
@@ -110,6 +111,53 @@ static void test_cap(void)
     dev_free(d, q);
     EXPECT_EQ(dev_bytes_cached(d), 0); /* limit 0: caching off, whatever the room */
     dev_close(d);
+}
+
+/* A miss takes the pages of cached blocks of other sizes (moved, not copied): the new
+ * block's first pages are the old block's, resident before the new block is touched;
+ * a donor larger than needed is split and its rest stays cached; the live count holds. */
+static void test_assemble(void)
+{
+    long live0 = alloc_live_count();
+    struct dev *d = open_cpu(64 * MIB);
+    long live1 = alloc_live_count();
+    unsigned char *a = NULL, *b = NULL, *c = NULL, *r = NULL;
+    EXPECT_OK(dev_alloc(d, 4 * MIB, (void **)&a));
+    memset(a, 0x77, 4 * MIB);
+    dev_free(d, a);
+    EXPECT_EQ(dev_bytes_cached(d), 4 * MIB);
+    /* 6 MiB: no cached block of that size; the 4 MiB block's pages make its start */
+    EXPECT_OK(dev_alloc(d, 6 * MIB, (void **)&b));
+    EXPECT_EQ(dev_bytes_cached(d), 0);
+    size_t res = pages_mapped_bytes(b, 3 * MIB);
+    ok(res == (size_t)-1 || res >= 3 * MIB, "the donor's pages are mapped under the new block "
+       "before it is touched (%zu of %zu bytes)", res, 3 * MIB);
+    ok(b[MIB] == 0x77 && b[3 * MIB] == 0x77, "the new block holds the donor's pages");
+    memset(b, 1, 6 * MIB); /* the rest is fresh, writable memory */
+    EXPECT_EQ(alloc_live_count(), live1 + 1);
+    dev_free(d, b);
+    /* a 3 MiB block takes 4 MiB of the cached 6 (+ header) block; the rest stays cached
+     * as a block of its own, which a request of its exact size gets */
+    EXPECT_OK(dev_alloc(d, 3 * MIB, (void **)&c));
+    ok(c[100] == 1, "split donor's pages");
+    size_t rest = dev_bytes_cached(d);
+    ok(rest > 0 && rest < 4 * MIB, "the donor's rest is cached (%zu bytes)", rest);
+    EXPECT_EQ(alloc_live_count(), live1 + 2);
+    EXPECT_OK(dev_alloc(d, rest, (void **)&r));
+    EXPECT_EQ(dev_bytes_cached(d), 0);
+    ok(r[0] == 1, "the rest is the donor's memory");
+    dev_free(d, r);
+    dev_free(d, c);
+    /* blocks under a huge page never take part: a 1.5 MiB block is not a donor */
+    dev_trim(d);
+    EXPECT_OK(dev_alloc(d, 3 * MIB / 2, (void **)&a));
+    dev_free(d, a);
+    EXPECT_OK(dev_alloc(d, 4 * MIB, (void **)&b));
+    EXPECT_EQ(dev_bytes_cached(d), 3 * MIB / 2);
+    dev_free(d, b);
+    EXPECT_EQ(dev_bytes_used(d), 0);
+    dev_close(d);
+    EXPECT_EQ(alloc_live_count(), live0);
 }
 
 static void test_trim(void)
@@ -224,6 +272,7 @@ int main(void)
     test_reuse();
     EXPECT_EQ(alloc_live_count(), live0);
     test_cap();
+    test_assemble();
     test_trim();
     test_sim_never_caches();
     test_env_off();
