@@ -16,7 +16,7 @@
  * quarter of the pixels; and the upsampled tensor (N x Ci x 2H x 2W floats, 256 MiB at
  * the 512^2 VAE decoder's last upsample) is never written or page-faulted in.
  *
- * F(4,3) (wino43.c; where cpu_wino_tile takes it for x's channels and size): its G
+ * F(4,3) (wino43.c; where up2_tile takes it for x's channels and size): its G
  * likewise gives (g0, g1, 0) a zero at infinity (point 5) and (0, g1, g2) a zero at
  * point 0, so a phase uses 5 x 5 of the 36 points: per 4x4 tile of x (64 output
  * pixels) 100 GEMM products, against 144 for F(2,3) here. Its weight transform takes
@@ -231,11 +231,27 @@ static void up2_task(void *ctx, int64_t b, int64_t e, int tid)
     }
 }
 
+/*
+ * F(4,3) where cpu_wino_tile takes it, but only while its U (100 blocks of co x ci
+ * floats) is no larger than a plain F(4,3) conv's at 512 channels (36 x 512 x 512): the
+ * thread keeps its Winograd buffer at its largest, and at 512 -> 512 channels U alone
+ * is 105 MB (the 512^2 VAE decode's peak RSS 836 -> 921 MiB, bench_txt2img --ab vae),
+ * for ~1 % of the decode's CPU time (those two upsample convs ran 1.17x and 1.30x
+ * faster). cpu_wino_f43 = 2 (tests) takes it wherever the bound allows.
+ */
+static int up2_tile(int64_t ci, int64_t co, int64_t h, int64_t wd)
+{
+    int m = cpu_wino_tile(ci, co, h, wd);
+    if (m == 4 && cpu_wino_f43 != 2 && 100 * ci * co > 36 * 512 * 512)
+        return 2;
+    return m;
+}
+
 int cpu_conv2d_up2_winograd(float *out, const float *x, const float *w, const float *bias,
                             int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co)
 {
     struct up2_layout l;
-    up2_layout_init(&l, cpu_wino_tile(ci, co, h, wd));
+    up2_layout_init(&l, up2_tile(ci, co, h, wd));
     int nt = tensor__pool_threads(), m = l.m;
     /* the tile grid is x's own h x wd pixels, padded 1: each phase is a pad-1 conv of x */
     struct up2_job uj = {{out, x, NULL, bias, NULL, ci, h, wd, co, h, wd, 1, 1, 2, (wd + m - 1) / m,
