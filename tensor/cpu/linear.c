@@ -22,8 +22,8 @@
  * cpu_linear_geglu (tensor_impl.h) is the same on an f32 W, trans-B GEMMs (bf16 precision:
  * cpu_sgemm finds the weight's bound bf16 copy; and the reference path).
  *
- * The scratch (tiles, slices) is the calling thread's, kept between calls: 2 x 2.6 MB
- * allocated per call were fresh pages to fault in at every feed-forward.
+ * The scratch (tiles, slices) is the calling thread's, kept between calls (the GEGLU's
+ * 2 x 2.6-5.2 MB were allocated per call before), except for small models' few floats.
  */
 #include "alloc.h"
 #include "adapt.h"
@@ -45,8 +45,14 @@ static _Thread_local struct {
     size_t cap; /* floats */
 } tiles;
 
+/* Scratch of `floats` for one call: the kept buffer, or below TILES_MIN a malloc of its
+ * own (small models keep nothing between ops; tiles_put frees it). */
+#define TILES_MIN ((size_t)1 << 16)
+
 static float *tiles_get(size_t floats)
 {
+    if (floats < TILES_MIN)
+        return xmalloc_aligned(64, floats * sizeof(float) + 64);
     if (floats > tiles.cap) {
         cpu_scratch_free_at_exit();
         xfree_aligned(tiles.p);
@@ -54,6 +60,12 @@ static float *tiles_get(size_t floats)
         tiles.cap = floats;
     }
     return tiles.p;
+}
+
+static void tiles_put(float *p)
+{
+    if (p != tiles.p)
+        xfree_aligned(p);
 }
 
 size_t cpu_linear_release(void)
@@ -183,6 +195,8 @@ void cpu_linear(float *y, const float *x, const struct tensor *w, const float *b
     cpu_gemm_pool_leave();
     if (j.by_rows)
         cpu_widen_done(&hw);
+    else
+        tiles_put(j.scr);
 }
 
 /* ---- Linear + GEGLU -------------------------------------------------------------------- */
@@ -257,6 +271,7 @@ static void lg_run(struct lg_job *j)
     cpu_gemm_pool_enter();
     tensor__pool_for(n_rt * j->n_ct, lg_task, j);
     cpu_gemm_pool_leave();
+    tiles_put(j->scr);
 }
 
 void cpu_linear_geglu_w(float *y, const float *x, const struct tensor *w, const float *bias,
@@ -295,6 +310,7 @@ void cpu_linear_geglu(float *y, const float *x, const float *w, const float *bia
         cpu_gemm_pool_enter();
         tensor__pool_for(j.n_ct, lg_task, &j);
         cpu_gemm_pool_leave();
+        tiles_put(j.scr);
         return;
     }
     lg_run(&j);

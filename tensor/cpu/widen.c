@@ -146,7 +146,7 @@ const float *cpu_widen_in_t(const struct tensor *t, struct hbuf *h)
     int64_t n = t->shape[0], k = t->shape[1], ld = cpu_wt_ld(n);
     size_t elems = (size_t)(ld * k);
     float *dst;
-    if (scratch.busy) { /* a second operand: a buffer for this call */
+    if (scratch.busy || (int64_t)elems < WIDEN_MIN_ELEMS) { /* a buffer for this call */
         dst = xmalloc_aligned(64, elems * sizeof(float) + 64);
         h->owned = 1;
     } else {
