@@ -16,99 +16,12 @@
 #include "device.h"
 #include "harness.h"
 #include "tensor.h"
+#include "tensor_check.h"
 #include "tensor_impl.h"
 #include "cpu/adapt.h"
 #include "cpu/linear.h"
 
 static struct dev *d;
-
-static uint32_t rng = 777;
-static float frand(void)
-{
-    rng = rng * 1664525u + 1013904223u;
-    return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
-/* A tensor of dt with random values; *f32 gets the values dt holds, widened (exact). */
-static struct tensor *rand_tensor(enum tensor_dtype dt, int ndim, const int64_t *shape,
-                                  float scale, float **f32)
-{
-    struct err e = {0};
-    struct tensor *t = NULL;
-    if (tensor_new(d, dt, ndim, shape, &t, &e) < 0)
-        PANIC("tensor_new: %s", e.msg);
-    int64_t n = tensor_numel(t);
-    float *v = xmalloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        v[i] = frand() * scale;
-    tensor_write_f32(t, v, n, &e);
-    tensor_read_f32(t, v, n, &e);
-    *f32 = v;
-    return t;
-}
-
-static struct tensor *f32_tensor(int ndim, const int64_t *shape, const float *v)
-{
-    struct err e = {0};
-    struct tensor *t = NULL;
-    if (tensor_new(d, TENSOR_F32, ndim, shape, &t, &e) < 0)
-        PANIC("tensor_new: %s", e.msg);
-    tensor_write_f32(t, v, tensor_numel(t), &e);
-    return t;
-}
-
-static struct tensor *out_tensor(int64_t rows, int64_t cols)
-{
-    struct err e = {0};
-    struct tensor *t = NULL;
-    if (tensor_new(d, TENSOR_F32, 2, (int64_t[]){rows, cols}, &t, &e) < 0)
-        PANIC("tensor_new: %s", e.msg);
-    return t;
-}
-
-static int same_bits(const struct tensor *a, const struct tensor *b)
-{
-    int64_t n = tensor_numel(a);
-    float *x = xmalloc((size_t)n * 4), *y = xmalloc((size_t)n * 4);
-    struct err e = {0};
-    tensor_read_f32(a, x, n, &e);
-    tensor_read_f32(b, y, n, &e);
-    int same = memcmp(x, y, (size_t)n * 4) == 0;
-    xfree(x);
-    xfree(y);
-    return same;
-}
-
-/* Largest |t - ref| relative to max |ref|. */
-static double rel_err(const struct tensor *t, const double *ref)
-{
-    int64_t n = tensor_numel(t);
-    float *x = xmalloc((size_t)n * 4);
-    struct err e = {0};
-    tensor_read_f32(t, x, n, &e);
-    double m = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        m = fmax(m, fabs((double)x[i] - ref[i]));
-        r = fmax(r, fabs(ref[i]));
-    }
-    xfree(x);
-    return m / (r > 0 ? r : 1);
-}
-
-/* y = x w^T + b over [rows, n], float64. */
-static double *ref_linear(const float *x, const float *w, const float *b, int64_t rows,
-                          int64_t k, int64_t n)
-{
-    double *y = xmalloc((size_t)(rows * n) * sizeof(double));
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < n; j++) {
-            double s = b ? b[j] : 0;
-            for (int64_t i = 0; i < k; i++)
-                s += (double)x[r * k + i] * w[j * k + i];
-            y[r * n + j] = s;
-        }
-    return y;
-}
 
 /* cpu_wt_rows against an element-by-element transpose: every dtype, sizes on and off
  * the 16 x 16 blocks, row ranges that start and end mid-matrix, padded ld. */
@@ -121,7 +34,7 @@ static void test_wt(void)
         for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
             int64_t n = sizes[si][0], k = sizes[si][1], ld = cpu_wt_ld(n);
             float *v;
-            struct tensor *w = rand_tensor(dts[di], 2, (int64_t[]){n, k}, 1.0f, &v);
+            struct tensor *w = tcheck_rand(d, dts[di], 2, (int64_t[]){n, k}, 1.0f, &v);
             float *wt = xmalloc((size_t)(ld * k) * sizeof(float));
             for (int64_t i = 0; i < ld * k; i++)
                 wt[i] = -7.0f; /* the padding must stay untouched */
@@ -151,27 +64,30 @@ static void linear_case(int64_t rows, int64_t k, int64_t n, int with_bias, const
 {
     struct err e = {0};
     float *xv, *wv, *bv = NULL, *w2v;
-    struct tensor *x = rand_tensor(TENSOR_F32, 2, (int64_t[]){rows, k}, 1.0f, &xv);
-    struct tensor *w16 = rand_tensor(TENSOR_F16, 2, (int64_t[]){n, k}, 0.1f, &wv);
-    struct tensor *w32 = f32_tensor(2, (int64_t[]){n, k}, wv);
-    struct tensor *wb = rand_tensor(TENSOR_BF16, 2, (int64_t[]){n, k}, 0.1f, &w2v);
-    struct tensor *wb32 = f32_tensor(2, (int64_t[]){n, k}, w2v);
-    struct tensor *b = with_bias ? rand_tensor(TENSOR_F32, 1, (int64_t[]){n}, 0.5f, &bv) : NULL;
-    struct tensor *y16 = out_tensor(rows, n), *y32 = out_tensor(rows, n);
-    struct tensor *yb = out_tensor(rows, n), *yb32 = out_tensor(rows, n);
+    struct tensor *x = tcheck_rand(d, TENSOR_F32, 2, (int64_t[]){rows, k}, 1.0f, &xv);
+    struct tensor *w16 = tcheck_rand(d, TENSOR_F16, 2, (int64_t[]){n, k}, 0.1f, &wv);
+    struct tensor *w32 = tcheck_f32(d, 2, (int64_t[]){n, k}, wv);
+    struct tensor *wb = tcheck_rand(d, TENSOR_BF16, 2, (int64_t[]){n, k}, 0.1f, &w2v);
+    struct tensor *wb32 = tcheck_f32(d, 2, (int64_t[]){n, k}, w2v);
+    struct tensor *b = with_bias ? tcheck_rand(d, TENSOR_F32, 1, (int64_t[]){n}, 0.5f, &bv) : NULL;
+    struct tensor *y16 = tcheck_f32(d, 2, (int64_t[]){rows, n}, NULL),
+                  *y32 = tcheck_f32(d, 2, (int64_t[]){rows, n}, NULL);
+    struct tensor *yb = tcheck_f32(d, 2, (int64_t[]){rows, n}, NULL),
+                  *yb32 = tcheck_f32(d, 2, (int64_t[]){rows, n}, NULL);
     EXPECT_OK(tensor_linear(y16, x, w16, b, &e));
     EXPECT_OK(tensor_linear(y32, x, w32, b, &e));
     EXPECT_OK(tensor_linear(yb, x, wb, b, &e));
     EXPECT_OK(tensor_linear(yb32, x, wb32, b, &e));
-    ok(same_bits(y16, y32), "linear %s: f16 weight bit-identical to its f32 widening", what);
-    ok(same_bits(yb, yb32), "linear %s: bf16 weight bit-identical to its f32 widening", what);
-    double *ref = ref_linear(xv, wv, bv, rows, k, n);
-    double re = rel_err(y16, ref);
+    ok(tcheck_same_bits(y16, y32), "linear %s: f16 weight bit-identical to its f32 widening", what);
+    ok(tcheck_same_bits(yb, yb32), "linear %s: bf16 weight bit-identical to its f32 widening",
+       what);
+    double *ref = tcheck_ref_linear(xv, wv, bv, rows, k, n);
+    double re = tcheck_rel_err(y16, ref);
     ok(re < 1e-5, "linear %s: within 1e-5 of float64 (%.2e)", what, re);
     cpu_linear_fast = 0;
     EXPECT_OK(tensor_linear(y32, x, w16, b, &e));
     cpu_linear_fast = 1;
-    re = rel_err(y32, ref);
+    re = tcheck_rel_err(y32, ref);
     ok(re < 1e-5, "linear %s, reference path: within 1e-5 of float64 (%.2e)", what, re);
     xfree(ref);
     xfree(xv);
@@ -195,28 +111,29 @@ static void geglu_case(int64_t rows, int64_t k, int64_t h, int with_bias, const 
 {
     struct err e = {0};
     float *xv, *wv, *bv = NULL;
-    struct tensor *x = rand_tensor(TENSOR_F32, 2, (int64_t[]){rows, k}, 1.0f, &xv);
-    struct tensor *w16 = rand_tensor(TENSOR_F16, 2, (int64_t[]){2 * h, k}, 0.1f, &wv);
-    struct tensor *w32 = f32_tensor(2, (int64_t[]){2 * h, k}, wv);
+    struct tensor *x = tcheck_rand(d, TENSOR_F32, 2, (int64_t[]){rows, k}, 1.0f, &xv);
+    struct tensor *w16 = tcheck_rand(d, TENSOR_F16, 2, (int64_t[]){2 * h, k}, 0.1f, &wv);
+    struct tensor *w32 = tcheck_f32(d, 2, (int64_t[]){2 * h, k}, wv);
     struct tensor *b =
-        with_bias ? rand_tensor(TENSOR_F32, 1, (int64_t[]){2 * h}, 0.5f, &bv) : NULL;
-    struct tensor *y16 = out_tensor(rows, h), *y32 = out_tensor(rows, h);
+        with_bias ? tcheck_rand(d, TENSOR_F32, 1, (int64_t[]){2 * h}, 0.5f, &bv) : NULL;
+    struct tensor *y16 = tcheck_f32(d, 2, (int64_t[]){rows, h}, NULL),
+                  *y32 = tcheck_f32(d, 2, (int64_t[]){rows, h}, NULL);
     EXPECT_OK(tensor_linear_geglu(y16, x, w16, b, &e));
     EXPECT_OK(tensor_linear_geglu(y32, x, w32, b, &e));
-    ok(same_bits(y16, y32), "geglu %s: f16 weight bit-identical to its f32 widening", what);
-    double *ag = ref_linear(xv, wv, bv, rows, k, 2 * h);
+    ok(tcheck_same_bits(y16, y32), "geglu %s: f16 weight bit-identical to its f32 widening", what);
+    double *ag = tcheck_ref_linear(xv, wv, bv, rows, k, 2 * h);
     double *ref = xmalloc((size_t)(rows * h) * sizeof(double));
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < h; j++) {
             double a = ag[r * 2 * h + j], g = ag[r * 2 * h + h + j];
             ref[r * h + j] = a * 0.5 * g * (1 + erf(g / sqrt(2.0)));
         }
-    double re = rel_err(y16, ref);
+    double re = tcheck_rel_err(y16, ref);
     ok(re < 1e-5, "geglu %s: within 1e-5 of float64 (%.2e)", what, re);
     cpu_linear_fast = 0;
     EXPECT_OK(tensor_linear_geglu(y32, x, w16, b, &e));
     cpu_linear_fast = 1;
-    re = rel_err(y32, ref);
+    re = tcheck_rel_err(y32, ref);
     ok(re < 1e-5, "geglu %s, reference path: within 1e-5 of float64 (%.2e)", what, re);
     xfree(ag);
     xfree(ref);
@@ -235,6 +152,7 @@ int main(void)
 {
     long live0 = alloc_live_count();
     struct err e = {0};
+    tcheck_seed(777);
     tensor_threads_set(2);
     if (dev_open("cpu", 0, &d, &e) < 0) {
         ok(0, "dev_open: %s", e.msg);

@@ -15,96 +15,9 @@
 #include "device.h"
 #include "harness.h"
 #include "tensor.h"
+#include "tensor_check.h"
 
 static struct dev *d;
-
-static uint32_t rng = 12345;
-static float frand(void)
-{
-    rng = rng * 1664525u + 1013904223u;
-    return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
-/* A tensor of dt with random values; *f32 gets the same values widened (exact). */
-static struct tensor *rand_tensor(enum tensor_dtype dt, int ndim, const int64_t *shape,
-                                  float scale, float **f32)
-{
-    struct err e = {0};
-    struct tensor *t = NULL;
-    if (tensor_new(d, dt, ndim, shape, &t, &e) < 0)
-        PANIC("tensor_new: %s", e.msg);
-    int64_t n = tensor_numel(t);
-    float *v = xmalloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        v[i] = frand() * scale;
-    tensor_write_f32(t, v, n, &e);          /* rounds to dt */
-    tensor_read_f32(t, v, n, &e);           /* the values dt holds, as f32 */
-    *f32 = v;
-    return t;
-}
-
-static struct tensor *f32_tensor(int ndim, const int64_t *shape, const float *v)
-{
-    struct err e = {0};
-    struct tensor *t = NULL;
-    if (tensor_new(d, TENSOR_F32, ndim, shape, &t, &e) < 0)
-        PANIC("tensor_new: %s", e.msg);
-    tensor_write_f32(t, v, tensor_numel(t), &e);
-    return t;
-}
-
-static struct tensor *out_tensor(int ndim, const int64_t *shape)
-{
-    struct err e = {0};
-    struct tensor *t = NULL;
-    if (tensor_new(d, TENSOR_F32, ndim, shape, &t, &e) < 0)
-        PANIC("tensor_new: %s", e.msg);
-    return t;
-}
-
-/* Equal bits, and the largest error against `ref` relative to max |ref|. */
-static int same_bits(const struct tensor *a, const struct tensor *b)
-{
-    int64_t n = tensor_numel(a);
-    float *x = xmalloc((size_t)n * 4), *y = xmalloc((size_t)n * 4);
-    struct err e = {0};
-    tensor_read_f32(a, x, n, &e);
-    tensor_read_f32(b, y, n, &e);
-    int same = memcmp(x, y, (size_t)n * 4) == 0;
-    xfree(x);
-    xfree(y);
-    return same;
-}
-
-static double rel_err(const struct tensor *t, const double *ref)
-{
-    int64_t n = tensor_numel(t);
-    float *x = xmalloc((size_t)n * 4);
-    struct err e = {0};
-    tensor_read_f32(t, x, n, &e);
-    double m = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) {
-        m = fmax(m, fabs((double)x[i] - ref[i]));
-        r = fmax(r, fabs(ref[i]));
-    }
-    xfree(x);
-    return m / (r > 0 ? r : 1);
-}
-
-/* y = x w^T + b, float64. */
-static double *ref_linear(const float *x, const float *w, const float *b, int64_t rows,
-                          int64_t k, int64_t n)
-{
-    double *y = xmalloc((size_t)(rows * n) * sizeof(double));
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < n; j++) {
-            double s = b ? b[j] : 0;
-            for (int64_t i = 0; i < k; i++)
-                s += (double)x[r * k + i] * w[j * k + i];
-            y[r * n + j] = s;
-        }
-    return y;
-}
 
 static void test_linear(enum tensor_dtype dt)
 {
@@ -112,18 +25,18 @@ static void test_linear(enum tensor_dtype dt)
     int64_t rows = 37, k = 320, n = 640; /* w: 204800 elements */
     int64_t xs[2] = {rows, k}, ws[2] = {n, k}, bs[1] = {n}, ys[2] = {rows, n};
     float *xv, *wv, *bv;
-    struct tensor *x = rand_tensor(TENSOR_F32, 2, xs, 1.0f, &xv);
-    struct tensor *w = rand_tensor(dt, 2, ws, 0.05f, &wv);
-    struct tensor *b = rand_tensor(dt, 1, bs, 0.1f, &bv);
-    struct tensor *w32 = f32_tensor(2, ws, wv), *b32 = f32_tensor(1, bs, bv);
-    struct tensor *y = out_tensor(2, ys), *y32 = out_tensor(2, ys);
+    struct tensor *x = tcheck_rand(d, TENSOR_F32, 2, xs, 1.0f, &xv);
+    struct tensor *w = tcheck_rand(d, dt, 2, ws, 0.05f, &wv);
+    struct tensor *b = tcheck_rand(d, dt, 1, bs, 0.1f, &bv);
+    struct tensor *w32 = tcheck_f32(d, 2, ws, wv), *b32 = tcheck_f32(d, 1, bs, bv);
+    struct tensor *y = tcheck_f32(d, 2, ys, NULL), *y32 = tcheck_f32(d, 2, ys, NULL);
     struct err e = {0};
     tensor_cpu_scratch_release(); /* what earlier cases left */
     EXPECT_OK(tensor_linear(y, x, w, b, &e));
     EXPECT_OK(tensor_linear(y32, x, w32, b32, &e));
-    ok(same_bits(y, y32), "linear, %s weight: bit-identical to the f32-widened weight", dn);
-    double *ref = ref_linear(xv, wv, bv, rows, k, n);
-    double re = rel_err(y, ref);
+    ok(tcheck_same_bits(y, y32), "linear, %s weight: bit-identical to the f32-widened weight", dn);
+    double *ref = tcheck_ref_linear(xv, wv, bv, rows, k, n);
+    double re = tcheck_rel_err(y, ref);
     ok(re < 1e-5, "linear, %s weight: within 1e-5 of float64 (%.2e)", dn, re);
     /* The scratch holds what the largest weight needed so far (w, 640 x 320; the bias
      * was too small to need any): on few rows linear.c widens W slice by slice, at most
@@ -137,20 +50,21 @@ static void test_linear(enum tensor_dtype dt)
     /* GEGLU: w [2h, k], y [rows, h] = a * gelu(g). */
     int64_t gs[2] = {2 * n, k}, gb[1] = {2 * n}, go[2] = {rows, n};
     float *gwv, *gbv;
-    struct tensor *gw = rand_tensor(dt, 2, gs, 0.05f, &gwv), *gbias = rand_tensor(dt, 1, gb, 0.1f, &gbv);
-    struct tensor *gw32 = f32_tensor(2, gs, gwv), *gb32 = f32_tensor(1, gb, gbv);
-    struct tensor *g = out_tensor(2, go), *g32 = out_tensor(2, go);
+    struct tensor *gw = tcheck_rand(d, dt, 2, gs, 0.05f, &gwv),
+                  *gbias = tcheck_rand(d, dt, 1, gb, 0.1f, &gbv);
+    struct tensor *gw32 = tcheck_f32(d, 2, gs, gwv), *gb32 = tcheck_f32(d, 1, gb, gbv);
+    struct tensor *g = tcheck_f32(d, 2, go, NULL), *g32 = tcheck_f32(d, 2, go, NULL);
     EXPECT_OK(tensor_linear_geglu(g, x, gw, gbias, &e));
     EXPECT_OK(tensor_linear_geglu(g32, x, gw32, gb32, &e));
-    ok(same_bits(g, g32), "linear+geglu, %s weight: bit-identical", dn);
-    double *ag = ref_linear(xv, gwv, gbv, rows, k, 2 * n);
+    ok(tcheck_same_bits(g, g32), "linear+geglu, %s weight: bit-identical", dn);
+    double *ag = tcheck_ref_linear(xv, gwv, gbv, rows, k, 2 * n);
     double *gref = xmalloc((size_t)(rows * n) * sizeof(double));
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < n; j++) {
             double a = ag[r * 2 * n + j], gt = ag[r * 2 * n + n + j];
             gref[r * n + j] = a * 0.5 * gt * (1 + erf(gt / sqrt(2.0)));
         }
-    re = rel_err(g, gref);
+    re = tcheck_rel_err(g, gref);
     ok(re < 1e-5, "linear+geglu, %s weight: within 1e-5 of float64 (%.2e)", dn, re);
     xfree(ag);
     xfree(gref);
@@ -159,15 +73,16 @@ static void test_linear(enum tensor_dtype dt)
      * adapt.h's temporary; the result must not mix them up. */
     float *av;
     int64_t as[2] = {rows, k};
-    struct tensor *a = rand_tensor(dt, 2, as, 1.0f, &av), *a32 = f32_tensor(2, as, av);
+    struct tensor *a = tcheck_rand(d, dt, 2, as, 1.0f, &av), *a32 = tcheck_f32(d, 2, as, av);
     int64_t bigs[2] = {k, n * 2}; /* b: k x 1280 = 409600 elements */
     float *bbv;
-    struct tensor *bb = rand_tensor(dt, 2, bigs, 0.05f, &bbv), *bb32 = f32_tensor(2, bigs, bbv);
+    struct tensor *bb = tcheck_rand(d, dt, 2, bigs, 0.05f, &bbv),
+                  *bb32 = tcheck_f32(d, 2, bigs, bbv);
     int64_t ms[2] = {rows, 2 * n};
-    struct tensor *m = out_tensor(2, ms), *m32 = out_tensor(2, ms);
+    struct tensor *m = tcheck_f32(d, 2, ms, NULL), *m32 = tcheck_f32(d, 2, ms, NULL);
     EXPECT_OK(tensor_matmul(m, a, bb, 0, 0, 1.0f, &e));
     EXPECT_OK(tensor_matmul(m32, a32, bb32, 0, 0, 1.0f, &e));
-    ok(same_bits(m, m32), "matmul, both operands %s: bit-identical", dn);
+    ok(tcheck_same_bits(m, m32), "matmul, both operands %s: bit-identical", dn);
     tensor_free(m);
     tensor_free(m32);
     tensor_free(bb);
@@ -227,19 +142,20 @@ static void test_conv(enum tensor_dtype dt, int64_t h, int stride)
     int64_t ho = (h + 2 - 3) / stride + 1;
     int64_t xs[4] = {n, ci, h, h}, ws[4] = {co, ci, 3, 3}, bs[1] = {co}, ys[4] = {n, co, ho, ho};
     float *xv, *wv, *bv;
-    struct tensor *x = rand_tensor(TENSOR_F32, 4, xs, 1.0f, &xv);
-    struct tensor *w = rand_tensor(dt, 4, ws, 0.05f, &wv), *b = rand_tensor(dt, 1, bs, 0.1f, &bv);
-    struct tensor *w32 = f32_tensor(4, ws, wv), *b32 = f32_tensor(1, bs, bv);
-    struct tensor *y = out_tensor(4, ys), *y32 = out_tensor(4, ys);
+    struct tensor *x = tcheck_rand(d, TENSOR_F32, 4, xs, 1.0f, &xv);
+    struct tensor *w = tcheck_rand(d, dt, 4, ws, 0.05f, &wv),
+                  *b = tcheck_rand(d, dt, 1, bs, 0.1f, &bv);
+    struct tensor *w32 = tcheck_f32(d, 4, ws, wv), *b32 = tcheck_f32(d, 1, bs, bv);
+    struct tensor *y = tcheck_f32(d, 4, ys, NULL), *y32 = tcheck_f32(d, 4, ys, NULL);
     struct tensor_conv2d_opts o = {.stride = stride, .pad_top = 1, .pad_bottom = 1,
                                    .pad_left = 1, .pad_right = 1};
     struct err e = {0};
     EXPECT_OK(tensor_conv2d(y, x, w, b, &o, &e));
     EXPECT_OK(tensor_conv2d(y32, x, w32, b32, &o, &e));
-    ok(same_bits(y, y32), "conv 3x3 %lldx%lld stride %d, %s weight: bit-identical",
+    ok(tcheck_same_bits(y, y32), "conv 3x3 %lldx%lld stride %d, %s weight: bit-identical",
        (long long)h, (long long)h, stride, dn);
     double *ref = ref_conv(xv, wv, bv, n, ci, h, h, co, stride, ho, ho);
-    double re = rel_err(y, ref);
+    double re = tcheck_rel_err(y, ref);
     ok(re < 1e-5, "conv, %s weight: within 1e-5 of float64 (%.2e)", dn, re);
     xfree(ref);
     tensor_free(y);
