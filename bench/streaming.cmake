@@ -6,7 +6,8 @@
 add_executable(bench_streaming ${CMAKE_CURRENT_LIST_DIR}/streaming/bench_streaming.c
                ${CMAKE_CURRENT_LIST_DIR}/streaming/bench_streaming_sd15.c
                ${CMAKE_CURRENT_LIST_DIR}/streaming/bench_streaming_layers.c)
-target_include_directories(bench_streaming PRIVATE ${PROJECT_SOURCE_DIR}/tests/unit)
+target_include_directories(bench_streaming PRIVATE ${PROJECT_SOURCE_DIR}/tests/unit
+                           ${CMAKE_CURRENT_LIST_DIR}/common)
 target_link_libraries(bench_streaming PRIVATE latentd_memory latentd_models)
 add_custom_target(bench_streaming_run COMMAND $<TARGET_FILE:bench_streaming>
                   DEPENDS bench_streaming USES_TERMINAL)

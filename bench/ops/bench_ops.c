@@ -34,6 +34,8 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "bench_stats.h"
+#include "clock.h"
 #include "device.h"
 #include "tensor.h"
 #include "tensor_impl.h"
@@ -46,27 +48,6 @@ static struct dev *G; /* CUDA device when present */
 static int reps = 3;
 static const char *only;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* CPU seconds of the whole process: a rate per CPU-second survives a loaded machine
- * better than a wall-clock rate (a descheduled thread costs wall time, not CPU time). */
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmpd(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static struct tensor *rnd(int nd, const int64_t *sh)
 {
@@ -111,22 +92,17 @@ static double ref_cpu_rate; /* the last ref_rate(1) per CPU-second */
 
 static double ref_rate(int ours)
 {
-    double t0 = now(), c0 = cpu_now();
+    double t0 = clock_mono_sec(), c0 = clock_process_cpu_sec();
     if (ours)
         cpu_sgemm(0, 0, REF_N, REF_N, REF_N, 1.0f, ref_a, REF_N, ref_b, REF_N, 0.0f, ref_c, REF_N, 0);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, REF_N, REF_N, REF_N, 1.0f, ref_a,
                     REF_N, ref_b, REF_N, 0.0f, ref_c, REF_N);
     if (ours)
-        ref_cpu_rate = 2.0 * REF_N * REF_N * REF_N / (cpu_now() - c0) / 1e9;
-    return 2.0 * REF_N * REF_N * REF_N / (now() - t0) / 1e9;
+        ref_cpu_rate = 2.0 * REF_N * REF_N * REF_N / (clock_process_cpu_sec() - c0) / 1e9;
+    return 2.0 * REF_N * REF_N * REF_N / (clock_mono_sec() - t0) / 1e9;
 }
 
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmpd);
-    return v[n / 2];
-}
 
 static double bench(const char *name, double flops, run_fn fn, void *ctx, const struct tensor *out)
 {
@@ -135,25 +111,25 @@ static double bench(const char *name, double flops, run_fn fn, void *ctx, const 
     double t[16], ob[16], ours[16], ct[16], ocpu[16];
     fn(ctx); /* warm-up: page faults, pool start, JIT */
     for (int r = 0; r < reps; r++) {
-        double t0 = now(), c0 = cpu_now();
+        double t0 = clock_mono_sec(), c0 = clock_process_cpu_sec();
         fn(ctx);
-        t[r] = now() - t0;
-        ct[r] = cpu_now() - c0;
+        t[r] = clock_mono_sec() - t0;
+        ct[r] = clock_process_cpu_sec() - c0;
         ours[r] = ref_rate(1);
         ocpu[r] = ref_cpu_rate;
         ob[r] = ref_rate(0);
     }
-    double med = median(t, reps);
-    double gf = flops / med / 1e9, cgf = flops / median(ct, reps) / 1e9;
+    double med = bench_median(t, reps);
+    double gf = flops / med / 1e9, cgf = flops / bench_median(ct, reps) / 1e9;
     printf("case %-34s %8.1f GFLOP/s %9.2f ms %8.1f GF/cpu-s  sum %.6e\n", name, gf, med * 1e3,
            cgf, out ? checksum(out) : 0.0);
     fflush(stdout);
     snprintf(res[nres].name, sizeof(res[nres].name), "%s", name);
     res[nres].gflops = gf;
-    res[nres].ob = median(ob, reps);
+    res[nres].ob = bench_median(ob, reps);
     res[nres].cpu_gf = cgf;
-    res[nres].ours_cpu = median(ocpu, reps);
-    res[nres++].ours = median(ours, reps);
+    res[nres].ours_cpu = bench_median(ocpu, reps);
+    res[nres++].ours = bench_median(ours, reps);
     return gf;
 }
 
@@ -370,10 +346,10 @@ static void gpu_section(void)
     if (dev_alloc(G, bytes, &dmem) == 0 && dev_host_alloc(G, bytes, &pinned, &is_pinned) == 0) {
         memset(pinned, 1, bytes);
         for (int w = 0; w < 2; w++) {
-            double t0 = now();
+            double t0 = clock_mono_sec();
             for (int r = 0; r < 3; r++)
                 dev_copy(G, DEV_COPY_H2D, dmem, w ? pinned : pageable, bytes);
-            double gbs = 3.0 * (double)bytes / (now() - t0) / 1e9;
+            double gbs = 3.0 * (double)bytes / (clock_mono_sec() - t0) / 1e9;
             printf("case %-34s %8.1f GB/s\n", w ? "gpu_h2d_pinned" : "gpu_h2d_pageable", gbs);
         }
         printf("# pinned allocation really pinned: %s\n", is_pinned ? "yes" : "no");

@@ -22,6 +22,8 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "bench_stats.h"
+#include "clock.h"
 #include "device.h"
 #include "tensor.h"
 #include "tensor_precision.h"
@@ -30,12 +32,6 @@
 
 void bench_ops_bf16(struct dev *d, int reps, const char *only);
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 #define PEAK_ITERS 36000000L /* per thread: ~10 ms at these peaks */
 
@@ -82,12 +78,6 @@ __attribute__((target("avx512f"))) static double fma_loop(void)
     return s;
 }
 
-static double cpu_s(clockid_t c)
-{
-    struct timespec t;
-    clock_gettime(c, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 struct peak_arg {
     int bf16;
@@ -98,9 +88,9 @@ struct peak_arg {
 static void *peak_thread(void *p)
 {
     struct peak_arg *a = p;
-    double c0 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
+    double c0 = clock_thread_cpu_sec();
     a->sink = a->bf16 ? bf16_loop() : fma_loop();
-    a->cpu = cpu_s(CLOCK_THREAD_CPUTIME_ID) - c0;
+    a->cpu = clock_thread_cpu_sec() - c0;
     return NULL;
 }
 
@@ -116,7 +106,7 @@ static double peak(int bf16, int nt, int reps, double *wall)
     for (int r = 0; r < reps; r++) {
         pthread_t th[64];
         struct peak_arg args[64];
-        double t0 = now_s();
+        double t0 = clock_mono_sec();
         for (int i = 0; i < nt; i++) {
             args[i].bf16 = bf16;
             pthread_create(&th[i], NULL, peak_thread, &args[i]);
@@ -126,7 +116,7 @@ static double peak(int bf16, int nt, int reps, double *wall)
             pthread_join(th[i], NULL);
             cpu += args[i].cpu;
         }
-        double gw = (double)nt * flops / (now_s() - t0) / 1e9, gc = (double)nt * flops / cpu / 1e9;
+        double gw = (double)nt * flops / (clock_mono_sec() - t0) / 1e9, gc = (double)nt * flops / cpu / 1e9;
         best_wall = gw > best_wall ? gw : best_wall;
         best = gc > best ? gc : best;
     }
@@ -163,17 +153,6 @@ static void run_op(const struct op *op)
         PANIC("bench_ops_bf16: %s", e.msg);
 }
 
-static double med(double *t, int n)
-{
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++)
-            if (t[j] < t[i]) {
-                double x = t[i];
-                t[i] = t[j];
-                t[j] = x;
-            }
-    return t[n / 2];
-}
 
 /* Median wall seconds of reps runs at precision p (after one warm-up run); *cpu the
  * median process CPU seconds. */
@@ -183,14 +162,14 @@ static double time_op(const struct op *op, enum tensor_precision p, int reps, do
     run_op(op);
     double t[16], c[16];
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s(), c0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+        double t0 = clock_mono_sec(), c0 = clock_process_cpu_sec();
         run_op(op);
-        t[r] = now_s() - t0;
-        c[r] = cpu_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        t[r] = clock_mono_sec() - t0;
+        c[r] = clock_process_cpu_sec() - c0;
     }
     tensor_precision_set(old);
-    *cpu = med(c, reps);
-    return med(t, reps);
+    *cpu = bench_median(c, reps);
+    return bench_median(t, reps);
 }
 
 /* The pool's threads' peaks together (wall GFLOP/s), the best seen so far in this run: a

@@ -20,6 +20,8 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "bench_stats.h"
+#include "clock.h"
 #include "device.h"
 #include "tensor.h"
 #include "tensor_impl.h"
@@ -64,32 +66,6 @@ static const struct lin_shape shapes[] = {
     {"temb_2x1280x1280", 2, 1280, 1280, 0, 1, 24},
 };
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* CPU seconds of the whole process (the pool's workers sleep when idle, never spin). */
-static double cpu_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmpd(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double med(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmpd);
-    return v[n / 2];
-}
 
 static void fill(float *p, int64_t n, uint64_t s)
 {
@@ -211,11 +187,11 @@ void bench_ops_linear(struct dev *d, int reps, const char *only)
             inner = 200;
         for (int r = 0; r < reps; r++) {
             for (int v = 0; v < V_N; v++) {
-                double t0 = now_s(), c0 = cpu_s();
+                double t0 = clock_mono_sec(), c0 = clock_process_cpu_sec();
                 for (int q = 0; q < inner; q++)
                     run(&c, v);
-                t[v][r] = (now_s() - t0) / inner;
-                ct[v][r] = (cpu_s() - c0) / inner;
+                t[v][r] = (clock_mono_sec() - t0) / inner;
+                ct[v][r] = (clock_process_cpu_sec() - c0) / inner;
             }
             for (int v = 0; v < V_N; v++)
                 ratio[v][r] = ct[V_NT][r] / ct[v][r];
@@ -226,9 +202,9 @@ void bench_ops_linear(struct dev *d, int reps, const char *only)
             for (int r = 1; r < reps; r++)
                 best = t[v][r] < best ? t[v][r] : best;
             gf[v] = flops / best / 1e9;
-            ms[v] = med(t[v], reps) * 1e3;
-            cms[v] = med(ct[v], reps) * 1e3;
-            fr[v] = med(ratio[v], reps);
+            ms[v] = bench_median(t[v], reps) * 1e3;
+            cms[v] = bench_median(ct[v], reps) * 1e3;
+            fr[v] = bench_median(ratio[v], reps);
             tot[v] += ms[v] * s->calls;
             ctot[v] += cms[v] * s->calls;
         }
