@@ -69,7 +69,7 @@ int xtry_malloc_aligned(size_t align, size_t n, void **out, struct err *e);
 
 /*
  * Large request-sized blocks as their own anonymous mappings (activations: the cpu
- * device's blocks of 1 MiB and more). 0 and *out set (page-aligned; free with
+ * device's blocks of 2 MiB and more). 0 and *out set (page-aligned; free with
  * xunmap(p, n), the same n), or ERR_DEVICE_OOM with e filled. Never aborts.
  * Blocks of ALLOC_HUGE bytes or more are aligned to it and advised as transparent huge
  * pages (madvise(MADV_HUGEPAGE); a no-op where THP is off or "never"), as PyTorch's CPU
