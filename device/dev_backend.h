@@ -131,9 +131,9 @@ int dev__host_mem_alloc(size_t bytes, void **out);
 size_t dev__host_mem_free(void *ptr);
 size_t dev__host_mem_size(const void *ptr); /* the accounted size, without freeing */
 /* Blocks of ALLOC_HUGE (2 MiB) and more are whole xtry_map mappings (util/alloc.h),
- * header first: span is the mapping's length for a block of `bytes` (0: a malloc'd block), base the
- * mapping's start for a user pointer, and adopt writes the header of a `bytes` block
- * into a mapping of that span at base and returns its user pointer. */
+ * header first: span is the mapping's length for a block of `bytes` (0: a malloc'd
+ * block), base the mapping's start for a user pointer, and adopt writes the header of
+ * a `bytes` block into a mapping of that span at base and returns its user pointer. */
 size_t dev__host_mem_span(size_t bytes);
 void *dev__host_mem_base(void *ptr);
 void *dev__host_mem_adopt(void *base, size_t bytes);
