@@ -293,7 +293,13 @@ test("model affinity: a prompt goes to the worker that holds its checkpoint", { 
       for (let i = 0; i < 2; i++)
         servers.push(await L.startLatentd({ setup, args: ["--database-url", url, "--affinity-wait", "120"] }));
       const [A, B] = servers;
-      const workers = (await L.request(A, "GET", "/system_stats")).json().workers;
+      // B registers itself after it starts listening: wait until A's view lists both.
+      let workers = [];
+      for (let i = 0; i < 100; i++) {
+        workers = (await L.request(A, "GET", "/system_stats")).json().workers;
+        if (servers.every((s) => workers.some((x) => x.pid === s.proc.pid))) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
       const idOf = (s) => {
         const w = workers.find((x) => x.pid === s.proc.pid);
         assert.ok(w, `worker of pid ${s.proc.pid} listed: ${JSON.stringify(workers)}`);

@@ -31,6 +31,13 @@ async function fresh(page) {
   return h.graphJson(page);
 }
 
+// The graph is back at `s` and the undo that put it there has finished: while the tracker
+// applies a snapshot it is paused and records nothing, so an edit made before the apply
+// returns (the graph already equal to `s`) would be lost from the history.
+async function undone(page, s) {
+  await page.waitForFunction((st) => window.app.tracker.paused === 0 && window.app.tracker.snapshot() === st, s);
+}
+
 async function selectNode(page, id) {
   const p = await h.titlePos(page, id);
   await page.mouse.click(p.x, p.y);
@@ -79,7 +86,7 @@ test("a move by mouse and a widget edit are one step each", async () => {
   assert.strictEqual(await h.graphJson(page), s1, "first undo: only the widget edit");
   assert.deepStrictEqual(await page.evaluate(() => Array.from(window.app.graph.getNodeById(3).pos)), moved);
   await page.keyboard.press("Control+z");
-  await page.waitForFunction((s) => window.app.tracker.snapshot() === s, s0);
+  await undone(page, s0);
 });
 
 test("connecting by drag, paste and Ctrl+Shift+V paste are undone", async () => {
@@ -90,7 +97,7 @@ test("connecting by drag, paste and Ctrl+Shift+V paste are undone", async () => 
   const origin = await page.evaluate(() => { const n = window.app.graph.getNodeById(3); return window.app.graph.links[n.inputs[0].link].origin_id; });
   assert.strictEqual(origin, 1);
   await page.keyboard.press("Control+z");
-  await page.waitForFunction((s) => window.app.tracker.snapshot() === s, s0);
+  await undone(page, s0);
 
   // Copy ImageInvert, paste plain (no links) and with links kept.
   await selectNode(page, 2);
@@ -109,7 +116,7 @@ test("connecting by drag, paste and Ctrl+Shift+V paste are undone", async () => 
   await page.keyboard.press("Control+z");
   await page.waitForFunction(() => window.app.graph._nodes.length === 4);
   await page.keyboard.press("Control+z");
-  await page.waitForFunction((s) => window.app.tracker.snapshot() === s, s0);
+  await undone(page, s0);
 });
 
 test("Ctrl+A, Alt+C collapses, Ctrl+G groups; both undone", async () => {
@@ -130,7 +137,7 @@ test("Ctrl+A, Alt+C collapses, Ctrl+G groups; both undone", async () => {
   await page.waitForFunction(() => window.app.graph._groups.length === 0);
   await page.keyboard.press("Control+z"); // un-collapse
   await page.keyboard.press("Control+z"); // collapse
-  await page.waitForFunction((s) => window.app.tracker.snapshot() === s, s0);
+  await undone(page, s0);
 });
 
 // Right-click a node's title and follow menu entries.
@@ -175,7 +182,7 @@ test("node colour, title and collapse from the node menu; link render modes", as
   assert.strictEqual(await page.evaluate(() => localStorage.getItem("latentd.linkMode")), "spline");
   await page.focus("#graph-canvas");
   for (let i = 0; i < 3; i++) await page.keyboard.press("Control+z");
-  await page.waitForFunction((s) => window.app.tracker.snapshot() === s, s0);
+  await undone(page, s0);
 });
 
 test("Ctrl+Enter queues, Ctrl+Shift+Enter queues at the front", async () => {
