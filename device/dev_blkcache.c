@@ -138,15 +138,16 @@ int dev__blkcache_put(struct dev__blkcache *c, void *ptr, size_t bytes, size_t r
  * costs its zeroing and a fault (on the VMs here, where freed memory goes back to the
  * host, far more than the write that follows). A miss takes cached blocks, newest
  * first, and moves their pages under the new block (mremap): page tables move, no
- * byte is copied or faulted. Only blocks of whole huge pages take part (spans of
- * ALLOC_HUGE multiples) so every move keeps huge pages whole and a split donor's rest
- * is again a block of whole huge pages, which goes back to the cache. What the donors
+ * byte is copied or faulted. Only mapped blocks take part, and those are whole huge
+ * pages (dev_hostq.c maps from ALLOC_HUGE up, xmap_len rounds to it), so every move
+ * keeps huge pages whole and a split donor's rest is again a block of whole huge pages,
+ * which goes back to the cache. What the donors
  * do not cover is the new mapping's own fresh pages. A failed move frees that donor.
  */
 void *dev__blkcache_assemble(struct dev__blkcache *c, size_t bytes)
 {
-    size_t span = dev__host_mem_span(bytes);
-    if (bytes < DEV_BLKCACHE_MIN || span < ALLOC_HUGE || span % ALLOC_HUGE)
+    size_t span = dev__host_mem_span(bytes); /* 0: a malloc'd block */
+    if (!span)
         return NULL;
     void *got[BLKCACHE_SLOTS];
     int ng = 0;
@@ -155,7 +156,7 @@ void *dev__blkcache_assemble(struct dev__blkcache *c, size_t bytes)
     while (have < span) {
         int best = -1;
         for (int i = 0; i < c->n; i++)
-            if (dev__host_mem_span(c->blk[i].bytes) >= ALLOC_HUGE &&
+            if (dev__host_mem_span(c->blk[i].bytes) &&
                 (best < 0 || c->blk[i].seq > c->blk[best].seq))
                 best = i;
         if (best < 0)

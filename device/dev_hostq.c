@@ -351,7 +351,7 @@ size_t dev__host_mem_free(void *ptr)
     unsigned char *p = (unsigned char *)ptr - DEV_HOST_MEM_HDR;
     size_t bytes;
     memcpy(&bytes, p, sizeof(bytes));
-    if (DEV_HOST_MEM_HDR + bytes >= HOST_MEM_MAP)
+    if (dev__host_mem_span(bytes))
         xunmap(p, DEV_HOST_MEM_HDR + bytes);
     else
         xfree_aligned(p);
