@@ -106,6 +106,16 @@ void cpu_widen_release(void);
 /* Arm the calling thread's exit to free all its CPU scratch (widen.c, the bf16
  * temporaries, Winograd's buffers): call when a thread first allocates one. */
 void cpu_scratch_free_at_exit(void);
+/* A thread's kept float buffer (widen.c's weight scratch, linear.c's tiles; widen.c):
+ * cpu_scratch_grow makes it hold at least `floats` (64-byte aligned, 64 bytes of slack
+ * after them), dropping the old contents when it grows and arming the thread-exit free;
+ * cpu_scratch_drop frees it and returns the bytes it held. */
+struct cpu_scratch {
+    float *p;
+    size_t cap; /* floats */
+};
+float *cpu_scratch_grow(struct cpu_scratch *s, size_t floats);
+size_t cpu_scratch_drop(struct cpu_scratch *s);
 
 static inline int64_t cpu_rows_of(const struct tensor *t)
 {

@@ -40,10 +40,7 @@ int cpu_linear_fast = 1;
 
 /* ---- the calling thread's tile scratch ------------------------------------------------- */
 
-static _Thread_local struct {
-    float *p;
-    size_t cap; /* floats */
-} tiles;
+static _Thread_local struct cpu_scratch tiles;
 
 /* Scratch of `floats` for one call: the kept buffer, or below TILES_MIN a malloc of its
  * own (small models keep nothing between ops; tiles_put frees it). */
@@ -53,13 +50,7 @@ static float *tiles_get(size_t floats)
 {
     if (floats < TILES_MIN)
         return xmalloc_aligned(64, floats * sizeof(float) + 64);
-    if (floats > tiles.cap) {
-        cpu_scratch_free_at_exit();
-        xfree_aligned(tiles.p);
-        tiles.p = xmalloc_aligned(64, floats * sizeof(float) + 64);
-        tiles.cap = floats;
-    }
-    return tiles.p;
+    return cpu_scratch_grow(&tiles, floats);
 }
 
 static void tiles_put(float *p)
@@ -70,11 +61,7 @@ static void tiles_put(float *p)
 
 size_t cpu_linear_release(void)
 {
-    size_t n = tiles.cap * sizeof(float);
-    xfree_aligned(tiles.p);
-    tiles.p = NULL;
-    tiles.cap = 0;
-    return n;
+    return cpu_scratch_drop(&tiles);
 }
 
 /* y [r, c] = x [r, k] @ (columns c0.. of W^T), single-threaded; ldw: W^T's leading

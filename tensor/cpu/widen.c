@@ -44,9 +44,8 @@
 #define WIDEN_PIECE ((int64_t)1 << 15)     /* elements per pool piece (64-128 KiB read) */
 
 struct widen_scratch {
-    float *p;    /* owned (xmalloc_aligned) */
-    size_t cap;  /* floats */
-    int busy;    /* 1 while an op holds it */
+    struct cpu_scratch b; /* owned */
+    int busy;             /* 1 while an op holds it */
 };
 
 static _Thread_local struct widen_scratch scratch;
@@ -79,6 +78,26 @@ void cpu_scratch_free_at_exit(void)
         pthread_setspecific(exit_key, &exit_key); /* any non-NULL value arms it */
 }
 
+float *cpu_scratch_grow(struct cpu_scratch *s, size_t floats)
+{
+    if (floats > s->cap) {
+        cpu_scratch_free_at_exit();
+        xfree_aligned(s->p);
+        s->p = xmalloc_aligned(64, floats * sizeof(float) + 64);
+        s->cap = floats;
+    }
+    return s->p;
+}
+
+size_t cpu_scratch_drop(struct cpu_scratch *s)
+{
+    size_t n = s->cap * sizeof(float);
+    xfree_aligned(s->p);
+    s->p = NULL;
+    s->cap = 0;
+    return n;
+}
+
 struct widen_job {
     float *dst;
     const char *src;
@@ -105,16 +124,10 @@ static const float *widen(const struct tensor *t, struct hbuf *h)
         (t->dtype != TENSOR_F16 && t->dtype != TENSOR_BF16) || n < WIDEN_MIN_ELEMS ||
         scratch.busy)
         return hin(t, h);
-    if ((size_t)n > scratch.cap) {
-        cpu_scratch_free_at_exit();
-        xfree_aligned(scratch.p);
-        scratch.p = xmalloc_aligned(64, (size_t)n * sizeof(float) + 64);
-        scratch.cap = (size_t)n;
-    }
-    struct widen_job j = {scratch.p, tensor__ptr(t), t->dtype, n};
+    struct widen_job j = {cpu_scratch_grow(&scratch.b, (size_t)n), tensor__ptr(t), t->dtype, n};
     tensor__pool_for((n + WIDEN_PIECE - 1) / WIDEN_PIECE, widen_task, &j);
     scratch.busy = 1;
-    h->p = scratch.p;
+    h->p = scratch.b.p;
     h->owned = HBUF_SCRATCH;
     return h->p;
 }
@@ -150,13 +163,7 @@ const float *cpu_widen_in_t(const struct tensor *t, struct hbuf *h)
         dst = xmalloc_aligned(64, elems * sizeof(float) + 64);
         h->owned = 1;
     } else {
-        if (elems > scratch.cap) {
-            cpu_scratch_free_at_exit();
-            xfree_aligned(scratch.p);
-            scratch.p = xmalloc_aligned(64, elems * sizeof(float) + 64);
-            scratch.cap = elems;
-        }
-        dst = scratch.p;
+        dst = cpu_scratch_grow(&scratch.b, elems);
         scratch.busy = 1;
         h->owned = HBUF_SCRATCH;
     }
@@ -220,7 +227,10 @@ void cpu_widen_done(struct hbuf *h)
     hfree(h);
 }
 
-size_t cpu_widen_scratch_bytes(void) { return scratch.cap * sizeof(float); }
+size_t cpu_widen_scratch_bytes(void)
+{
+    return scratch.b.cap * sizeof(float);
+}
 
 size_t tensor_cpu_scratch_release(void)
 {
@@ -232,9 +242,6 @@ size_t tensor_cpu_scratch_release(void)
 
 void cpu_widen_release(void)
 {
-    if (scratch.busy)
-        return;
-    xfree_aligned(scratch.p);
-    scratch.p = NULL;
-    scratch.cap = 0;
+    if (!scratch.busy)
+        cpu_scratch_drop(&scratch.b);
 }
