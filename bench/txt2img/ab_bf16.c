@@ -70,8 +70,8 @@ static void ab_run(const struct ab_case *c, int reps)
             }
         }
     patcher_model_set_precision(c->model, TENSOR_PRECISION_F32);
-    double c32 = bench_t2i_median(cpu[0], reps), c16 = bench_t2i_median(cpu[1], reps);
-    double w32 = bench_t2i_median(wall[0], reps), w16 = bench_t2i_median(wall[1], reps);
+    double c32 = bench_median(cpu[0], reps), c16 = bench_median(cpu[1], reps);
+    double w32 = bench_median(wall[0], reps), w16 = bench_median(wall[1], reps);
     printf("%-14s %8.2f %8.2f %7.3f %8.2f %8.2f %7.3f %7.0f %7.0f %6.0f  %4.1f-%4.1f\n", c->name,
            c32, c16, c16 / c32, w32, w16, w16 / w32, bench_t2i_status_mib("VmRSS:"),
            bench_t2i_status_mib("VmHWM:"), (double)tensor_bf16_cache_bytes() / 1048576.0, la0,

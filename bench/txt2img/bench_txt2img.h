@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_stats.h" /* bench_median */
+
 /* ComfyUI's default workflow, at 4 steps so that a 512^2 sd.cpp run stays ~5 minutes. */
 #define BENCH_T2I_POSITIVE                                                                         \
     "beautiful scenery nature glass bottle landscape, , purple galaxy bottle,"
@@ -48,19 +50,6 @@ struct bench_t2i_cold_opts {
  * with a message when a child fails (a bad --sdcpp is user input, not a broken invariant).
  */
 void bench_t2i_cold_table(const struct bench_t2i_cold_opts *o);
-
-static inline int bench_t2i__cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of v[0..n) (n >= 1); sorts v in place. */
-static inline double bench_t2i_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, bench_t2i__cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* A "Key:" line of /proc/self/status in kB (VmRSS, VmHWM), as MiB; -1 when unreadable. */
 static inline double bench_t2i_status_mib(const char *key)

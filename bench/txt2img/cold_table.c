@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,25 +265,24 @@ struct size_row {
     struct run_fig m[RUN_KINDS];
 };
 
-static void median_row(struct run_fig runs[][REPS_MAX], int nkinds, int reps, struct size_row *row)
+/* The median over reps of one double field (at byte offset `off`) of kind k's runs. */
+static double median_of(struct run_fig runs[][REPS_MAX], int k, int reps, size_t off)
 {
     double v[REPS_MAX];
+    for (int r = 0; r < reps; r++)
+        memcpy(&v[r], (const char *)&runs[k][r] + off, sizeof(double));
+    return bench_median(v, reps);
+}
+
+static void median_row(struct run_fig runs[][REPS_MAX], int nkinds, int reps, struct size_row *row)
+{
     for (int k = 0; k < nkinds; k++) {
-        for (int r = 0; r < reps; r++)
-            v[r] = runs[k][r].wall;
-        row->m[k].wall = bench_t2i_median(v, reps);
-        for (int r = 0; r < reps; r++)
-            v[r] = runs[k][r].cpu;
-        row->m[k].cpu = bench_t2i_median(v, reps);
-        for (int r = 0; r < reps; r++)
-            v[r] = runs[k][r].rss;
-        row->m[k].rss = bench_t2i_median(v, reps);
-        for (int r = 0; r < reps; r++)
-            v[r] = runs[k][r].step;
-        row->m[k].step = bench_t2i_median(v, reps);
-        for (int r = 0; r < reps; r++)
-            v[r] = runs[k][r].vae;
-        row->m[k].vae = bench_t2i_median(v, reps);
+        struct run_fig *m = &row->m[k];
+        m->wall = median_of(runs, k, reps, offsetof(struct run_fig, wall));
+        m->cpu = median_of(runs, k, reps, offsetof(struct run_fig, cpu));
+        m->rss = median_of(runs, k, reps, offsetof(struct run_fig, rss));
+        m->step = median_of(runs, k, reps, offsetof(struct run_fig, step));
+        m->vae = median_of(runs, k, reps, offsetof(struct run_fig, vae));
     }
 }
 
