@@ -98,6 +98,9 @@ int64_t cpu_wt_ld(int64_t n);
  * (gemm_wt.c; any thread, a pool task body). */
 void cpu_wt_rows(float *wt, int64_t ld, const void *w, enum tensor_dtype dt, int64_t n,
                  int64_t k, int64_t q0, int64_t q1);
+/* cpu_wt_rows' vector width: 16 (AVX-512), 8 (AVX2 + F16C), 0 (scalar); < 0 (the
+ * default): chosen by the CPU on first use. Tests set it to compare the paths. */
+extern int cpu_wt_vec;
 void cpu_widen_done(struct hbuf *h);
 /* The calling thread's scratch: its size in bytes, and freeing it (a no-op while an
  * op holds it). tensor_cpu_scratch_release (tensor.h) is the public door. */

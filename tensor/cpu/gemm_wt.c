@@ -11,8 +11,9 @@
  *
  * The kernel moves 16 x 16 blocks: 16 rows of W (16 k each) are loaded, widened and
  * transposed in AVX-512 registers, and stored as 16 64-byte pieces of rows of W^T; a
- * call fills whole rows of W^T, block after block along them. Edges and CPUs without
- * AVX-512 take a scalar path (tensor_convert_host per row piece).
+ * call fills whole rows of W^T, block after block along them. CPUs with AVX2 but not
+ * AVX-512 move 8 x 8 blocks the same way; edges and older CPUs take a scalar path
+ * (tensor_convert_host per row piece).
  *
  * W^T's rows are cpu_wt_ld(n) floats apart: n, or n + 16 when n floats are a multiple of
  * 2 KiB (n = 2560, 5120, 10240: the GEGLU weights). At such strides the 16 stores of a
@@ -36,8 +37,8 @@ static void wt_scalar(float *wt, int64_t ld, const char *w, enum tensor_dtype dt
     for (int64_t j = j0; j < j1; j++)
         for (int64_t q = q0; q < q1; q += 64) {
             int64_t len = q1 - q < 64 ? q1 - q : 64;
-            tensor_convert_host(buf, TENSOR_F32, w + ((size_t)j * (size_t)k + (size_t)q) * es,
-                                dt, (size_t)len);
+            tensor_convert_host(buf, TENSOR_F32, w + ((size_t)j * (size_t)k + (size_t)q) * es, dt,
+                                (size_t)len);
             for (int64_t i = 0; i < len; i++)
                 wt[(q + i) * ld + j] = buf[i];
         }
@@ -74,8 +75,8 @@ WT_AVX512 static inline void wt_transpose16(__m512 r[16])
         u[4 * g + 3] = _mm512_shuffle_ps(b, d, _MM_SHUFFLE(3, 2, 3, 2));
     }
     for (int c = 0; c < 4; c++) {
-        v[c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);          /* lanes 0, 2 */
-        v[4 + c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);      /* lanes 1, 3 */
+        v[c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);     /* lanes 0, 2 */
+        v[4 + c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd); /* lanes 1, 3 */
         v[8 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
         v[12 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
     }
@@ -88,8 +89,8 @@ WT_AVX512 static inline void wt_transpose16(__m512 r[16])
 }
 
 /* Rows [j0, j0 + 16) x columns [q0, q0 + 16) of w -> the 16 x 16 block of wt. */
-WT_AVX512 static inline void wt_block16(float *wt, int64_t ld, const char *w,
-                                        enum tensor_dtype dt, int64_t k, int64_t j0, int64_t q0)
+WT_AVX512 static inline void wt_block16(float *wt, int64_t ld, const char *w, enum tensor_dtype dt,
+                                        int64_t k, int64_t j0, int64_t q0)
 {
     size_t es = tensor_dtype_size(dt);
     __m512 r[16];
@@ -118,26 +119,106 @@ WT_AVX512 static void wt_rows16(float *wt, int64_t ld, const char *w, enum tenso
             wt_block16(wt, ld, w, dt, k, j, q);
 }
 
-static int wt_avx512(void)
+/* The same with 8 x 8 blocks in AVX registers, for CPUs with AVX2 (and F16C) but no
+ * AVX-512: the scalar path cost 8 % of a cold 256^2 txt2img's CPU time on a Zen 3
+ * (perf), twice the GEMMs' share of the same weights' reads. */
+#define WT_AVX2 __attribute__((target("avx2,f16c")))
+
+WT_AVX2 static inline __m256 wt_load8(const char *p, enum tensor_dtype dt)
 {
-    static int have = -1;
-    if (have < 0)
-        have = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    return have;
+    if (dt == TENSOR_F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    if (dt == TENSOR_BF16)
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    return _mm256_loadu_ps((const float *)p);
+}
+
+/* r[i] = row i of an 8 x 8 block -> r[c] = column c: unpack pairs of rows, gather four
+ * rows' columns per 128-bit lane (shuffle_ps), then swap lanes between row quads. */
+WT_AVX2 static inline void wt_transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 2; g++) { /* rows 4g..4g+3; u[4g + c]: column c (+4 in lane 1) */
+        __m256 a = t[4 * g], b = t[4 * g + 1], c = t[4 * g + 2], d = t[4 * g + 3];
+        u[4 * g + 0] = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * g + 1] = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * g + 2] = _mm256_shuffle_ps(b, d, _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * g + 3] = _mm256_shuffle_ps(b, d, _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+
+WT_AVX2 static inline void wt_block8(float *wt, int64_t ld, const char *w, enum tensor_dtype dt,
+                                     int64_t k, int64_t j0, int64_t q0)
+{
+    size_t es = tensor_dtype_size(dt);
+    __m256 r[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = wt_load8(w + ((size_t)(j0 + i) * (size_t)k + (size_t)q0) * es, dt);
+    wt_transpose8(r);
+    for (int c = 0; c < 8; c++)
+        _mm256_storeu_ps(wt + (q0 + c) * ld + j0, r[c]);
+}
+
+/* As wt_rows16, 8 x 8 blocks; four per step (whole 64-byte lines of f16 rows). */
+WT_AVX2 static void wt_rows8(float *wt, int64_t ld, const char *w, enum tensor_dtype dt, int64_t k,
+                             int64_t q0, int64_t q1, int64_t n8)
+{
+    int64_t q = q0;
+    for (; q + 32 <= q1; q += 32)
+        for (int64_t j = 0; j < n8; j += 8)
+            for (int b = 0; b < 32; b += 8)
+                wt_block8(wt, ld, w, dt, k, j, q + b);
+    for (; q < q1; q += 8)
+        for (int64_t j = 0; j < n8; j += 8)
+            wt_block8(wt, ld, w, dt, k, j, q);
+}
+
+/* 16: AVX-512; 8: AVX2 with F16C; 0: scalar. cpu_wt_vec (adapt.h) < 0: decide by the
+ * CPU, once; tests set it to compare the paths. */
+int cpu_wt_vec = -1;
+
+static int wt_vec(void)
+{
+    if (cpu_wt_vec < 0) {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f"))
+            cpu_wt_vec = 16;
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+            cpu_wt_vec = 8;
+        else
+            cpu_wt_vec = 0;
+    }
+    return cpu_wt_vec;
 }
 #endif
 
-int64_t cpu_wt_ld(int64_t n) { return n * 4 % 2048 == 0 ? n + 16 : n; }
+int64_t cpu_wt_ld(int64_t n)
+{
+    return n * 4 % 2048 == 0 ? n + 16 : n;
+}
 
-void cpu_wt_rows(float *wt, int64_t ld, const void *w, enum tensor_dtype dt, int64_t n,
-                 int64_t k, int64_t q0, int64_t q1)
+void cpu_wt_rows(float *wt, int64_t ld, const void *w, enum tensor_dtype dt, int64_t n, int64_t k,
+                 int64_t q0, int64_t q1)
 {
     int64_t n16 = 0, q16 = q0;
 #if defined(__x86_64__)
-    if (wt_avx512() && (dt == TENSOR_F32 || dt == TENSOR_F16 || dt == TENSOR_BF16)) {
-        n16 = n / 16 * 16;
-        q16 = q0 + (q1 - q0) / 16 * 16;
-        wt_rows16(wt, ld, w, dt, k, q0, q16, n16);
+    int vec = wt_vec();
+    if (vec && (dt == TENSOR_F32 || dt == TENSOR_F16 || dt == TENSOR_BF16)) {
+        n16 = n / vec * vec;
+        q16 = q0 + (q1 - q0) / vec * vec;
+        if (vec == 16)
+            wt_rows16(wt, ld, w, dt, k, q0, q16, n16);
+        else
+            wt_rows8(wt, ld, w, dt, k, q0, q16, n16);
         if (n16 < n) /* the ragged columns of the rows done above */
             wt_scalar(wt, ld, w, dt, k, n16, n, q0, q16);
     }

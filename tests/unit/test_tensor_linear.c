@@ -24,11 +24,13 @@
 static struct dev *d;
 
 /* cpu_wt_rows against an element-by-element transpose: every dtype, sizes on and off
- * the 16 x 16 blocks, row ranges that start and end mid-matrix, padded ld. */
-static void test_wt(void)
+ * the 16 x 16 and 8 x 8 blocks, row ranges that start and end mid-matrix, padded ld;
+ * on each path this CPU has (cpu_wt_vec: scalar, AVX2, AVX-512). */
+static void test_wt_path(int vec)
 {
-    static const int64_t sizes[][2] = {{16, 16}, {37, 53}, {48, 64}, {64, 33}, {5, 200},
-                                       {2560, 20}};
+    cpu_wt_vec = vec;
+    static const int64_t sizes[][2] = {{16, 16}, {8, 8},   {37, 53},   {48, 64},
+                                       {64, 33}, {5, 200}, {2560, 20}, {24, 72}};
     static const enum tensor_dtype dts[3] = {TENSOR_F32, TENSOR_F16, TENSOR_BF16};
     for (int di = 0; di < 3; di++)
         for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
@@ -37,7 +39,7 @@ static void test_wt(void)
             struct tensor *w = tcheck_rand(d, dts[di], 2, (int64_t[]){n, k}, 1.0f, &v);
             float *wt = xmalloc((size_t)(ld * k) * sizeof(float));
             for (int64_t i = 0; i < ld * k; i++)
-                wt[i] = -7.0f; /* the padding must stay untouched */
+                wt[i] = -7.0f;  /* the padding must stay untouched */
             int64_t q1 = k / 3; /* two calls: [0, q1) and [q1, k) */
             cpu_wt_rows(wt, ld, tensor_data(w), dts[di], n, k, 0, q1);
             cpu_wt_rows(wt, ld, tensor_data(w), dts[di], n, k, q1, k);
@@ -48,13 +50,28 @@ static void test_wt(void)
                     if (memcmp(&wt[q * ld + j], &want, 4) != 0)
                         bad++;
                 }
-            ok(bad == 0, "W^T of %s [%lld, %lld] (ld %lld): %lld elements wrong",
-               tensor_dtype_name(dts[di]), (long long)n, (long long)k, (long long)ld,
+            ok(bad == 0, "W^T of %s [%lld, %lld] (ld %lld), %d-wide path: %lld elements wrong",
+               tensor_dtype_name(dts[di]), (long long)n, (long long)k, (long long)ld, vec,
                (long long)bad);
             xfree(wt);
             xfree(v);
             tensor_free(w);
         }
+    cpu_wt_vec = -1;
+}
+
+static void test_wt(void)
+{
+    __builtin_cpu_init();
+    test_wt_path(0);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+        test_wt_path(8);
+    else
+        printf("# no AVX2/F16C: the 8-wide W^T path not tested\n");
+    if (__builtin_cpu_supports("avx512f"))
+        test_wt_path(16);
+    else
+        printf("# no AVX-512F: the 16-wide W^T path not tested\n");
     EXPECT_EQ(cpu_wt_ld(2560), (int64_t)2576);
     EXPECT_EQ(cpu_wt_ld(1280), (int64_t)1280);
 }
