@@ -19,7 +19,8 @@
  * --conv-wino (Winograd for every 3x3 stride-1 conv), --wchunk BYTES (Winograd's
  * per-task V + M), --threads N,
  * --cols BYTES (im2col chunk), --only SUBSTR, --linear (only bench_ops_linear.c's table:
- * the SD1.5 UNet's Linear shapes against sgemm), --gpu (also the CUDA cases: f16 GEMM,
+ * the SD1.5 UNet's Linear shapes against sgemm), --conv SIZE (only bench_ops_conv.c's
+ * table: the UNet's 3x3 convs at SIZE^2 on each conv path), --gpu (also the CUDA cases: f16 GEMM,
  * conv and attention as a fraction of cuBLAS's f16 GEMM rate, and pinned vs pageable
  * host-to-device GB/s; "none" without a GPU).
  *
@@ -42,6 +43,7 @@
 
 void bench_ops_bf16(struct dev *d, int reps, const char *only);   /* bench_ops_bf16.c */
 void bench_ops_linear(struct dev *d, int reps, const char *only); /* bench_ops_linear.c */
+void bench_ops_conv(struct dev *d, int reps, int size, const char *only); /* bench_ops_conv.c */
 
 static struct dev *D;
 static struct dev *G; /* CUDA device when present */
@@ -363,7 +365,7 @@ static void gpu_section(void)
 int main(int argc, char **argv)
 {
     struct err e = {0};
-    int do_gpu = 0, do_linear = 0;
+    int do_gpu = 0, do_linear = 0, conv_size = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -391,9 +393,11 @@ int main(int argc, char **argv)
             do_gpu = 1;
         else if (!strcmp(argv[i], "--linear"))
             do_linear = 1;
+        else if (!strcmp(argv[i], "--conv") && i + 1 < argc)
+            conv_size = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_ops [--reps N] [--bq N] [--bk N] [--fbk N] [--attn-ref] "
-                            "[--conv-ref] [--conv-wino] [--wchunk B] [--threads N] [--cols B] [--only S] [--gpu] [--linear]\n");
+                            "[--conv-ref] [--conv-wino] [--wchunk B] [--threads N] [--cols B] [--only S] [--gpu] [--linear] [--conv 256|512]\n");
             return 2;
         }
     }
@@ -413,8 +417,11 @@ int main(int argc, char **argv)
            cpu_attn_bq, cpu_attn_bk, cpu_fattn_bk, cpu_conv_cols_bytes,
            cpu_conv_winograd == 0 ? "off" : cpu_conv_winograd == 2 ? "always" : "where it pays",
            cpu_wino_chunk_bytes);
-    if (do_linear) { /* only the UNet's Linear shapes, each against sgemm (--only filters) */
-        bench_ops_linear(D, reps, only);
+    if (do_linear || conv_size) { /* only the UNet's Linear or conv shapes (--only filters) */
+        if (do_linear)
+            bench_ops_linear(D, reps, only);
+        if (conv_size)
+            bench_ops_conv(D, reps, conv_size, only);
         dev_close(D);
         tensor_shutdown();
         return 0;

@@ -48,7 +48,22 @@ int64_t cpu_conv_dnnl_min_px = 256;
 int cpu_conv_winograd = 1; /* 0 never (the reference path), 1 where it pays, 2 always */
 
 /*
- * Whether Winograd beats im2col + GEMM for this 3x3 stride-1 shape. Measured here
+ * Whether the CPU has AVX-512F, where the GEMMs run about twice as fast as on AVX2 and
+ * Winograd's saved multiplies weigh less against its transforms and its U (below).
+ */
+static int cpu_conv_avx512(void)
+{
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx512f") != 0;
+    }
+    return have;
+}
+
+/*
+ * Whether Winograd beats im2col + GEMM for this 3x3 stride-1 shape. On AVX-512 (Zen 5),
+ * measured
  * (2 threads, loaded machine, f16 weights, GFLOP per CPU-second of the direct form,
  * im2col -> Winograd): 2x320x64^2 97 -> 278 (2.9x), 1x512x128^2 163 -> 281 (1.7x),
  * 1x256x128^2 178 -> 303 (1.7x), 1x128x256^2 141 -> 208 (1.5x), 2x320x32^2 158 -> 231
@@ -56,12 +71,20 @@ int cpu_conv_winograd = 1; /* 0 never (the reference path), 1 where it pays, 2 a
  * 2x640x16^2 0.5-0.8x and 2x1280x16^2 0.14x: with few tiles per task every task re-reads
  * all of U (16/9 of the weight) and the GEMM re-packs it; and 4 input channels (conv_in)
  * 0.1-0.4x, 3-4 output channels ~0.95x (the transforms dominate).
+ * On AVX2 + FMA (Zen 3; bench_ops --conv 256 and --conv 512, 2 threads, f16 weights,
+ * batch 2, ms per call im2col -> F(2,3)): 640x640 16^2 21.8 -> 14.4, 1280x1280 16^2
+ * 86.3 -> 55.0, 2560x1280 16^2 174 -> 112, 1280x1280 32^2 353 -> 172; but 1280x1280 8^2
+ * 25.5 -> 31.0 and 4^2 9.3 -> 31.0. There Winograd pays from 16^2 at any width.
  */
 static int wino_pays(int64_t ci, int64_t co, int64_t ho, int64_t wo)
 {
     if (cpu_conv_winograd != 1)
         return cpu_conv_winograd == 2;
-    return ci >= 32 && co >= 32 && ci * co <= 640 * 640 && ho * wo >= 32 * 32;
+    if (ci < 32 || co < 32)
+        return 0;
+    if (!cpu_conv_avx512())
+        return ho * wo >= 16 * 16;
+    return ci * co <= 640 * 640 && ho * wo >= 32 * 32;
 }
 
 int cpu_conv2d_is_winograd(int64_t ci, int64_t co, int64_t kh, int64_t kw, int64_t ho,
