@@ -206,6 +206,7 @@ extern int cpu_conv_winograd;      /* 0 never Winograd (reference), 1 where it p
 extern size_t cpu_wino_chunk_bytes; /* Winograd: V + M bytes per task */
 extern int cpu_wino_bf16;          /* 0: Winograd stays fp32 under bf16 precision */
 extern int cpu_wino_avx512; /* Winograd transforms: -1 AVX-512 when the CPU has it, 0 scalar */
+extern int cpu_wino_avx2;   /* else AVX2: -1 when the CPU has it, 0 scalar */
 /* fp32 Winograd's tile (winograd.c): F(4,3) where it keeps the error bound (<= 512 input
  * channels) and pays, else F(2,3). cpu_wino_f43: -1 (default) 1 unless LATENTD_WINO=f23
  * is set; 0 F(2,3) only; 1 F(4,3) where it pays; 2 wherever the bound allows (tests).

@@ -30,8 +30,9 @@
  *         [0  1/2 -1 -1/2  1   0]       [ 1/15 -2/15  4/15]
  *         [0  1  -3/2 -2  3/2  1]       [  0      0     1  ]
  * B^T and A^T are applied as adds and multiplies by powers of two (exact, so an FMA
- * contraction gives the same bits and the AVX-512 loops match these); G's thirds and
- * fifteenths are not exact in float, so U is computed in double and rounded once.
+ * contraction gives the same bits and the AVX-512 and AVX2 loops match these); G's
+ * thirds and fifteenths are not exact in float, so U is computed in double and rounded
+ * once.
  *
  * Threads: any (pure functions over the job's inputs and the caller's buffers).
  */
@@ -88,7 +89,10 @@ static void tf_weight(const float g[9], float *u, int64_t stride)
 
 void wino43__tf_weights(const float *g, float *u, int64_t stride, int64_t n)
 {
-    int64_t i0 = wino__avx512() ? wino43__tf_weights_avx512(g, u, stride, n) : 0;
+    int vec = wino__vec();
+    int64_t i0 = vec == 16  ? wino43__tf_weights_avx512(g, u, stride, n)
+                 : vec == 8 ? wino43__tf_weights_avx2(g, u, stride, n)
+                            : 0;
     for (int64_t i = i0; i < n; i++)
         tf_weight(g + 9 * i, u + i, stride);
 }
@@ -100,21 +104,25 @@ void wino43__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t n
     float *t[6];
     for (int k = 0; k < 6; k++)
         t[k] = tr + k * pw;
-    int vec = wino__avx512();
+    int vec = wino__vec(); /* 16 AVX-512, 8 AVX2, 0 scalar */
     for (int64_t c = 0; c < j->ci; c++) {
         wino__patch_fill(j, img, c, 4 * r0 - j->pt, prow, pw, patch);
         for (int64_t r = 0; r < nr; r++) {
             const float *p[6];
             for (int k = 0; k < 6; k++)
                 p[k] = patch + (4 * r + k) * pw;
-            int64_t i0 = vec ? wino43__in_rows_avx512(p, t, pw) : 0;
+            int64_t i0 = vec == 16  ? wino43__in_rows_avx512(p, t, pw)
+                         : vec == 8 ? wino43__in_rows_avx2(p, t, pw)
+                                    : 0;
             for (int64_t i = i0; i < pw; i++) /* B^T down the columns: t[k][i] */
                 bt6(p[0] + i, pw, t[0] + i, pw);
             for (int k = 0; k < 6; k++) { /* then along each row: planes 6 k .. 6 k + 5 */
                 float *vk[6];
                 for (int q = 0; q < 6; q++)
                     vk[q] = v + (6 * k + q) * plane + c * T + r * j->tw;
-                int64_t tx0 = vec ? wino43__in_cols_avx512(t[k], vk, j->tw) : 0;
+                int64_t tx0 = vec == 16  ? wino43__in_cols_avx512(t[k], vk, j->tw)
+                              : vec == 8 ? wino43__in_cols_avx2(t[k], vk, j->tw)
+                                         : 0;
                 for (int64_t tx = tx0; tx < j->tw; tx++) {
                     float o[6];
                     bt6(t[k] + 4 * tx, 1, o, 1);
@@ -131,7 +139,7 @@ void wino43__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t n
 {
     int64_t full = j->wo / 4, up = j->up;
     int64_t ow = up * j->wo, oh = up * j->ho; /* out's width and height */
-    int vec = wino__avx512();
+    int vec = wino__vec();
     for (int64_t o = 0; o < j->co; o++) {
         float bv = j->bias ? j->bias[o] : 0.0f;
         for (int64_t r = 0; r < nr; r++) {
@@ -142,7 +150,9 @@ void wino43__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t n
             const float *pq[W43_XI];
             for (int q = 0; q < W43_XI; q++)
                 pq[q] = mq[q] + o * mcs[q] + rt;
-            int64_t tx0 = vec ? wino43__out_row_avx512(pq, bv, y, full, up) : 0;
+            int64_t tx0 = vec == 16  ? wino43__out_row_avx512(pq, bv, y, full, up)
+                          : vec == 8 ? wino43__out_row_avx2(pq, bv, y, full, up, b)
+                                     : 0;
             for (int64_t tx = tx0; tx < j->tw; tx++) {
                 float mm[W43_XI], s[4][6], px[4];
                 for (int q = 0; q < W43_XI; q++)

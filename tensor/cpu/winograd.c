@@ -42,7 +42,8 @@
  *
  * Shared (winograd_impl.h): wino_up2.c runs these transforms on a nearest-2x upsample's
  * low-resolution input, one output phase at a time; wino_avx512.c does the transforms'
- * row loops 16 tiles at a time with the same bits.
+ * row loops 16 tiles at a time with the same bits, wino_avx2.c 8 at a time on CPUs with
+ * AVX2 but not AVX-512F.
  *
  * Threads: executor only (it runs pool jobs); returns -1 without touching `out` when
  * the transformed weights cannot be allocated (the caller falls back to im2col).
@@ -156,12 +157,14 @@ void wino__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr,
 {
     int64_t pw = 2 * j->tw + 2, prow = 2 * nr + 2, y0 = 2 * r0 - j->pt;
     float *t0 = tr, *t1 = tr + pw, *t2 = tr + 2 * pw, *t3 = tr + 3 * pw;
-    int vec = wino__avx512();
+    int vec = wino__vec(); /* 16 AVX-512, 8 AVX2, 0 scalar */
     for (int64_t c = 0; c < j->ci; c++) {
         wino__patch_fill(j, img, c, y0, prow, pw, patch);
         for (int64_t r = 0; r < nr; r++) {
             const float *p0 = patch + 2 * r * pw, *p1 = p0 + pw, *p2 = p1 + pw, *p3 = p2 + pw;
-            int64_t i0 = vec ? wino__in_rows_avx512(p0, p1, p2, p3, t0, t1, t2, t3, pw) : 0;
+            int64_t i0 = vec == 16  ? wino__in_rows_avx512(p0, p1, p2, p3, t0, t1, t2, t3, pw)
+                         : vec == 8 ? wino__in_rows_avx2(p0, p1, p2, p3, t0, t1, t2, t3, pw)
+                                    : 0;
             for (int64_t i = i0; i < pw; i++) {
                 t0[i] = p0[i] - p2[i];
                 t1[i] = p1[i] + p2[i];
@@ -175,7 +178,9 @@ void wino__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr,
                 float *v0 = v16 ? tq : v + at;
                 int64_t vs = v16 ? j->tw : j->ci * T;
                 float *v1 = v0 + vs, *v2 = v1 + vs, *v3 = v2 + vs;
-                int64_t tx0 = vec ? wino__in_cols_avx512(s, v0, v1, v2, v3, j->tw) : 0;
+                int64_t tx0 = vec == 16  ? wino__in_cols_avx512(s, v0, v1, v2, v3, j->tw)
+                              : vec == 8 ? wino__in_cols_avx2(s, v0, v1, v2, v3, j->tw)
+                                         : 0;
                 for (int64_t tx = tx0; tx < j->tw; tx++) {
                     float a = s[2 * tx], b = s[2 * tx + 1], cc = s[2 * tx + 2], d = s[2 * tx + 3];
                     v0[tx] = a - cc;
@@ -196,7 +201,7 @@ void wino__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
 {
     int64_t pairs = j->wo / 2, odd = j->wo & 1, up = j->up;
     int64_t ow = up * j->wo, oh = up * j->ho; /* out's width and height */
-    int vec = wino__avx512();
+    int vec = wino__vec();
     for (int64_t o = 0; o < j->co; o++) {
         float bv = j->bias ? j->bias[o] : 0.0f;
         for (int64_t r = 0; r < nr; r++) {
@@ -206,7 +211,9 @@ void wino__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
             const float *pq[WG_XI];
             for (int q = 0; q < WG_XI; q++)
                 pq[q] = mq[q] + o * mcs[q] + rt;
-            int64_t tx0 = vec ? wino__out_row_avx512(pq, bv, y0, y1, pairs, up) : 0;
+            int64_t tx0 = vec == 16  ? wino__out_row_avx512(pq, bv, y0, y1, pairs, up)
+                          : vec == 8 ? wino__out_row_avx2(pq, bv, y0, y1, pairs, up, b)
+                                     : 0;
             for (int64_t tx = tx0; tx < pairs + odd; tx++) {
                 float mm[16];
                 for (int q = 0; q < 16; q++)

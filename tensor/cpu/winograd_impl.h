@@ -121,6 +121,32 @@ int64_t wino43__out_row_avx512(const float *const pq[W43_XI], float bv, float *c
                                int64_t full, int64_t up);
 int64_t wino43__tf_weights_avx512(const float *g, float *u, int64_t stride, int64_t n);
 
+/*
+ * wino_avx2.c, wino43_avx2.c: the same row loops 8 tiles at a time, for CPUs with AVX2
+ * but no AVX-512F, with the same contract (same bits; each returns how many it did, a
+ * multiple of 8, of 4 for tf_weights; the caller finishes in scalar code). Call them only
+ * when wino__avx2() is 1 (the CPU has AVX2 and cpu_wino_avx2, tensor_impl.h, allows it).
+ * The out_rows take b, y's column in out's row (wino__output_tf's b; 0 when up is 1):
+ * AVX2 has no cheap masked store, so for up 2 they read and rewrite whole 8-float
+ * windows of the row from y - b, the other column phase's pixels included; the row must
+ * be written by the calling thread alone (wino_up2.c: one task writes all phases of its
+ * rows), and the windows stay in the row (they end at 4 pairs or 8 full columns past the
+ * row's start, <= 2 wo).
+ * wino__vec(): 16 when the AVX-512 loops are to run, 8 the AVX2 ones, 0 none.
+ */
+int wino__avx2(void);
+int wino__vec(void);
+int64_t wino__in_rows_avx2(const float *p0, const float *p1, const float *p2, const float *p3,
+                           float *t0, float *t1, float *t2, float *t3, int64_t n);
+int64_t wino__in_cols_avx2(const float *s, float *v0, float *v1, float *v2, float *v3, int64_t tw);
+int64_t wino__out_row_avx2(const float *const pq[WG_XI], float bv, float *y0, float *y1,
+                           int64_t pairs, int64_t up, int b);
+int64_t wino43__in_rows_avx2(const float *const p[6], float *const t[6], int64_t n);
+int64_t wino43__in_cols_avx2(const float *s, float *const v[6], int64_t tw);
+int64_t wino43__out_row_avx2(const float *const pq[W43_XI], float bv, float *const y[4],
+                             int64_t full, int64_t up, int b);
+int64_t wino43__tf_weights_avx2(const float *g, float *u, int64_t stride, int64_t n);
+
 /* j->rows and j->nchk for n images, per_row bytes of V + M per tile row: blocks near
  * cpu_wino_chunk_bytes, at least WG_MIN_TILES tiles, at least two tasks per thread. */
 void wino__plan_rows(struct wg_job *j, int64_t n, int64_t per_row);
