@@ -187,18 +187,25 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
                         const struct tensor_conv2d_opts *o);
 
 /* cpu_conv2d_winograd of silu?(x * na[i, c] + nb[i, c]) (na, nb: [n, ci], per image and
- * channel; cpu_group_norm_coefs), applied as the input is read: GroupNorm (+SiLU) then
- * the conv, without the normalised tensor. Same return. */
-int cpu_conv2d_winograd_gn(float *out, const float *x, const float *w, const float *bias,
-                           int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co,
-                           const struct tensor_conv2d_opts *o, const float *na, const float *nb,
-                           int silu);
+ * channel; cpu_group_norm_coefs; NULL: x as it is), applied as the input is read:
+ * GroupNorm (+SiLU) then the conv, without the normalised tensor. Same return. The
+ * weight is given as stored (wdt: f32, f16 or bf16, contiguous [co, ci, 3, 3]): each
+ * output channel's kernels are widened right before their transform, so an f16 weight
+ * is never widened whole (a pass writing and reading back 4 bytes per weight, 59 MB at
+ * 1280 channels) only to be transformed; widening is exact, so the result is the
+ * f32 weight's. */
+int cpu_conv2d_winograd_gn(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                           const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
+                           int64_t co, const struct tensor_conv2d_opts *o, const float *na,
+                           const float *nb, int silu);
 
 /* out [n, co, 2h, 2wd] = conv(upsample_nearest_2x(x [n, ci, h, wd]), w [co, ci, 3, 3]) +
  * bias, stride 1, pad 1, without the upsampled x: F(2x2, 3x3) per output phase on x
- * (wino_up2.c), fp32. 0, or -1 (out untouched) when its buffers cannot be allocated. */
-int cpu_conv2d_up2_winograd(float *out, const float *x, const float *w, const float *bias,
-                            int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co);
+ * (wino_up2.c), fp32; w as for cpu_conv2d_winograd_gn. 0, or -1 (out untouched) when
+ * its buffers cannot be allocated. */
+int cpu_conv2d_up2_winograd(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                            const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
+                            int64_t co);
 
 /* Tuning knobs (tests and the benchmark set them; defaults are for SD1.5 shapes). */
 extern size_t cpu_conv_cols_bytes; /* im2col chunk size, bytes */

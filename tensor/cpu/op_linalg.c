@@ -151,6 +151,19 @@ int tensor__cpu_linear_geglu(struct tensor *out, const struct tensor *x, const s
     return 0;
 }
 
+/* The weight as the Winograd kernels take it: in place at its stored dtype when it is
+ * contiguous (they widen one output channel's kernels at a time), else an f32 image. */
+static const void *wino_weight(const struct tensor *w, struct hbuf *h, enum tensor_dtype *dt)
+{
+    *h = (struct hbuf){0};
+    if (tensor_is_contiguous(w)) {
+        *dt = w->dtype;
+        return tensor__ptr(w);
+    }
+    *dt = TENSOR_F32;
+    return hin(w, h);
+}
+
 int tensor__cpu_conv2d(struct tensor *out, const struct tensor *x, const struct tensor *w,
                        const struct tensor *bias, const struct tensor_conv2d_opts *o,
                        struct err *e)
@@ -160,19 +173,28 @@ int tensor__cpu_conv2d(struct tensor *out, const struct tensor *x, const struct 
     int64_t ho = out->shape[2], wo = out->shape[3];
     double pt0 = tensor__prof_t0();
     struct hbuf hx, hw, hb, ho_;
-    const float *px = hin(x, &hx), *pw, *pb = hin(bias, &hb);
-    /* bf16: Winograd transforms the f32 weight and rounds U itself (so no bf16 copy of
-     * w); every other path reads w only through cpu_sgemm, which finds the copy */
-    if (tensor_precision_get() != TENSOR_PRECISION_BF16)
-        pw = cpu_widen_in(w, &hw);
-    else if (cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o)) /* fp32 if !cpu_wino_bf16 */
-        pw = cpu_wino_bf16 ? cpu_widen_in_f32(w, &hw) : cpu_widen_in(w, &hw);
-    else
-        pw = cpu_widen_in_gemm(w, &hw);
+    const float *px = hin(x, &hx), *pb = hin(bias, &hb);
     float *po = hout(out, &ho_);
-    cpu_conv2d(po, px, pw, pb, x->shape[0], ci, x->shape[2], x->shape[3], co, kh, kw, o);
+    int wino = cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o), done = 0;
+    if (wino) {
+        /* any precision: under bf16 Winograd rounds U itself (cpu_wino_bf16) */
+        enum tensor_dtype wdt;
+        const void *rw = wino_weight(w, &hw, &wdt);
+        done = cpu_conv2d_winograd_gn(po, px, rw, wdt, pb, x->shape[0], ci, x->shape[2],
+                                      x->shape[3], co, o, NULL, NULL, 0) == 0;
+        hfree(&hw);
+    }
+    if (!done) {
+        /* bf16: every path but Winograd reads w only through cpu_sgemm, which finds the
+         * weight's bf16 copy; Winograd (again, when it could not allocate above) reads
+         * the f32 image */
+        const float *pw = tensor_precision_get() != TENSOR_PRECISION_BF16 || wino
+                              ? cpu_widen_in(w, &hw)
+                              : cpu_widen_in_gemm(w, &hw);
+        cpu_conv2d(po, px, pw, pb, x->shape[0], ci, x->shape[2], x->shape[3], co, kh, kw, o);
+        cpu_widen_done(&hw);
+    }
     hfree(&hx);
-    cpu_widen_done(&hw);
     hfree(&hb);
     hout_done(out, &ho_);
     tensor__prof_end(kh * kw == 1 ? TENSOR__PROF_CONV1 : TENSOR__PROF_CONV3, pt0,
@@ -197,12 +219,14 @@ int tensor__cpu_conv2d_up2(struct tensor *out, const struct tensor *x, const str
         return tensor__conv2d_up2_unfused(out, x, w, bias, o, e);
     double pt0 = tensor__prof_t0();
     struct hbuf hx, hw, hb, ho_;
-    const float *px = hin(x, &hx), *pw = cpu_widen_in(w, &hw), *pb = hin(bias, &hb);
+    enum tensor_dtype wdt;
+    const float *px = hin(x, &hx), *pb = hin(bias, &hb);
+    const void *rw = wino_weight(w, &hw, &wdt);
     float *po = hout(out, &ho_);
-    int rc = cpu_conv2d_up2_winograd(po, px, pw, pb, x->shape[0], ci, x->shape[2], x->shape[3],
-                                     co);
+    int rc =
+        cpu_conv2d_up2_winograd(po, px, rw, wdt, pb, x->shape[0], ci, x->shape[2], x->shape[3], co);
     hfree(&hx);
-    cpu_widen_done(&hw);
+    hfree(&hw);
     hfree(&hb);
     hout_done(out, &ho_);
     if (rc < 0)
@@ -234,15 +258,17 @@ int tensor__cpu_conv2d_gn(struct tensor *out, const struct tensor *x,
     const float *px = hin(x, &hx), *pg = hin(gn->gamma, &hg), *pbe = hin(gn->beta, &hbe);
     float *ab = xmalloc((size_t)(2 * n * ci) * sizeof(float));
     cpu_group_norm_coefs(ab, ab + n * ci, px, n, ci, hw, gn->groups, pg, pbe, gn->eps);
-    const float *pw = cpu_widen_in(w, &hw_), *pb = hin(bias, &hb);
+    enum tensor_dtype wdt;
+    const void *rw = wino_weight(w, &hw_, &wdt);
+    const float *pb = hin(bias, &hb);
     float *po = hout(out, &ho_);
-    int rc = cpu_conv2d_winograd_gn(po, px, pw, pb, n, ci, x->shape[2], x->shape[3], co, o, ab,
+    int rc = cpu_conv2d_winograd_gn(po, px, rw, wdt, pb, n, ci, x->shape[2], x->shape[3], co, o, ab,
                                     ab + n * ci, gn->silu);
     xfree(ab);
     hfree(&hx);
     hfree(&hg);
     hfree(&hbe);
-    cpu_widen_done(&hw_);
+    hfree(&hw_);
     hfree(&hb);
     hout_done(out, &ho_);
     if (rc < 0)

@@ -97,7 +97,8 @@ static void up2_g(const float f[3], float r[4])
 
 struct up2_wt_job {
     float *u;
-    const float *w;
+    const void *w;
+    enum tensor_dtype wdt;
     int64_t co, ci;
     const struct up2_layout *l;
 };
@@ -117,12 +118,12 @@ static void up2_fold_kernel(int ph, const float *g, float kf[9])
     }
 }
 
-/* F(2,3): output channel o's 36 rows of U into row. */
-static void up2_wt23(const struct up2_wt_job *j, int64_t o, float *row)
+/* F(2,3): output channel o's 36 rows of U into row; wo: its kernels (ci x 9). */
+static void up2_wt23(const struct up2_wt_job *j, const float *wo, float *row)
 {
     const struct up2_layout *l = j->l;
     for (int64_t c = 0; c < j->ci; c++) {
-        const float *g = j->w + (o * j->ci + c) * 9;
+        const float *g = wo + c * 9;
         for (int ph = 0; ph < UP2_PH; ph++) {
             float kf[9], t[4][3], fc[3], gc[4];
             up2_fold_kernel(ph, g, kf);
@@ -148,12 +149,12 @@ static void up2_wt23(const struct up2_wt_job *j, int64_t o, float *row)
 
 /* F(4,3): each phase's folded kernels of output channel o (kf, ci x 9) through wino43's
  * weight transform (36 planes of ci into tmp), the phase's 25 planes into row. */
-static void up2_wt43(const struct up2_wt_job *j, int64_t o, float *row, float *kf, float *tmp)
+static void up2_wt43(const struct up2_wt_job *j, const float *wo, float *row, float *kf, float *tmp)
 {
     const struct up2_layout *l = j->l;
     for (int ph = 0; ph < UP2_PH; ph++) {
         for (int64_t c = 0; c < j->ci; c++)
-            up2_fold_kernel(ph, j->w + (o * j->ci + c) * 9, kf + c * 9);
+            up2_fold_kernel(ph, wo + c * 9, kf + c * 9);
         wino43__tf_weights(kf, tmp, j->ci, j->ci);
         for (int xi = 0; xi < l->nxi; xi++) {
             int sl = l->slot[xi][ph];
@@ -171,14 +172,17 @@ static void up2_wt_task(void *ctx, int64_t b, int64_t e, int tid)
     (void)tid;
     const struct up2_wt_job *j = ctx;
     const struct up2_layout *l = j->l;
-    float *row = xmalloc_aligned(64, (size_t)(l->blocks * j->ci) * sizeof(float));
+    /* the rows, then channel o's kernels widened (when not f32) */
+    float *row = xmalloc_aligned(64, (size_t)((l->blocks + 9) * j->ci) * sizeof(float));
+    float *wide = row + l->blocks * j->ci;
     /* F(4,3): folded kernels (9 per channel) and the 36 transformed planes */
     float *kf = l->m == 4 ? xmalloc_aligned(64, (size_t)(45 * j->ci) * sizeof(float)) : NULL;
     for (int64_t o = b; o < e; o++) {
+        const float *wo = wino__w_row(j->w, j->wdt, o, 9 * j->ci, wide);
         if (kf)
-            up2_wt43(j, o, row, kf, kf + 9 * j->ci);
+            up2_wt43(j, wo, row, kf, kf + 9 * j->ci);
         else
-            up2_wt23(j, o, row);
+            up2_wt23(j, wo, row);
         for (int64_t blk = 0; blk < l->blocks; blk++)
             memcpy(j->u + (blk * j->co + o) * j->ci, row + blk * j->ci,
                    (size_t)j->ci * sizeof(float));
@@ -247,8 +251,9 @@ static int up2_tile(int64_t ci, int64_t co, int64_t h, int64_t wd)
     return m;
 }
 
-int cpu_conv2d_up2_winograd(float *out, const float *x, const float *w, const float *bias,
-                            int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co)
+int cpu_conv2d_up2_winograd(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                            const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
+                            int64_t co)
 {
     struct up2_layout l;
     up2_layout_init(&l, up2_tile(ci, co, h, wd));
@@ -272,7 +277,7 @@ int cpu_conv2d_up2_winograd(float *out, const float *x, const float *w, const fl
         return -1;
     float *bufs[64], **heap = wino__set_bufs(j, base + ub, per, bufs, 64);
     j->u = (float *)base;
-    struct up2_wt_job wj = {(float *)base, w, co, ci, &l};
+    struct up2_wt_job wj = {(float *)base, w, wdt, co, ci, &l};
     tensor__pool_for(co, up2_wt_task, &wj);
     cpu_gemm_pool_enter();
     tensor__pool_for(n * j->nchk, up2_task, &uj);

@@ -72,10 +72,20 @@ int cpu_wino_bf16 = 1; /* 0: Winograd stays fp32 under bf16 precision (as before
 struct wt_job {
     float *u;
     uint16_t *u16;
-    const float *w;
+    const void *w;
+    enum tensor_dtype wdt;
     int64_t co, ci;
     int m;
 };
+
+const float *wino__w_row(const void *w, enum tensor_dtype dt, int64_t o, int64_t n, float *buf)
+{
+    if (dt == TENSOR_F32)
+        return (const float *)w + o * n;
+    tensor_convert_host(buf, TENSOR_F32, (const char *)w + (size_t)(o * n) * tensor_dtype_size(dt),
+                        dt, (size_t)n);
+    return buf;
+}
 
 /* F(2,3)'s 16 values for the kernels c < n at g + 9 c, into u[xi * n + c] */
 static void tf_weights23(const float *g9, float *u, int64_t n)
@@ -108,12 +118,14 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
     /* one output channel's 16 rows of U first, then each row to its plane: writing U in
      * place scattered every (o, c)'s 16 values 1 MiB apart at 512 channels (perf of a
      * 256^2 VAE decode: this task at ~5 % of the samples) */
-    float *row = xmalloc_aligned(64, (size_t)(nxi * j->ci) * sizeof(float));
+    float *row = xmalloc_aligned(64, (size_t)((nxi + 9) * j->ci) * sizeof(float));
+    float *wide = row + nxi * j->ci; /* channel o's kernels widened, when not f32 */
     for (int64_t o = b; o < e; o++) {
+        const float *g = wino__w_row(j->w, j->wdt, o, 9 * j->ci, wide);
         if (j->m == 4)
-            wino43__tf_weights(j->w + o * j->ci * 9, row, j->ci, j->ci);
+            wino43__tf_weights(g, row, j->ci, j->ci);
         else
-            tf_weights23(j->w + o * j->ci * 9, row, j->ci);
+            tf_weights23(g, row, j->ci);
         for (int xi = 0; xi < nxi; xi++) {
             if (j->u16)
                 cpu_bf16_round(j->u16 + xi * plane + o * j->ci, row + xi * j->ci, j->ci);
@@ -392,13 +404,13 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
                         int64_t ci, int64_t h, int64_t wd, int64_t co,
                         const struct tensor_conv2d_opts *o)
 {
-    return cpu_conv2d_winograd_gn(out, x, w, bias, n, ci, h, wd, co, o, NULL, NULL, 0);
+    return cpu_conv2d_winograd_gn(out, x, w, TENSOR_F32, bias, n, ci, h, wd, co, o, NULL, NULL, 0);
 }
 
-int cpu_conv2d_winograd_gn(float *out, const float *x, const float *w, const float *bias,
-                           int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co,
-                           const struct tensor_conv2d_opts *o, const float *na, const float *nb,
-                           int silu)
+int cpu_conv2d_winograd_gn(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                           const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
+                           int64_t co, const struct tensor_conv2d_opts *o, const float *na,
+                           const float *nb, int silu)
 {
     int64_t ho, wo;
     tensor_conv2d_out_hw(o, h, wd, 3, 3, &ho, &wo);
@@ -419,7 +431,7 @@ int cpu_conv2d_winograd_gn(float *out, const float *x, const float *w, const flo
         return -1;
     float *u = (float *)base;
     float *bufs[64], **heap = wino__set_bufs(&j, base + ub, per, bufs, 64);
-    struct wt_job wj = {bf16 ? NULL : u, bf16 ? (uint16_t *)u : NULL, w, co, ci, m};
+    struct wt_job wj = {bf16 ? NULL : u, bf16 ? (uint16_t *)u : NULL, w, wdt, co, ci, m};
     tensor__pool_for(co, wt_task, &wj);
     j.u = bf16 ? NULL : u;
     j.u16 = bf16 ? (uint16_t *)u : NULL;

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../tensor.h"
+
 #define WG_XI 16 /* transformed tile elements of F(2,3) (4 x 4) */
 #define W43_XI 36 /* of F(4,3) (6 x 6) */
 /*
@@ -44,6 +46,13 @@ struct wg_job {
     int nsilu;
     int m; /* output tile size: 2 (F(2,3)) or 4 (F(4,3)) */
 };
+
+/*
+ * Output channel o's n weights (ci x 9) of w ([co, ci, 3, 3], dtype dt) as f32: in place
+ * for f32, else widened into buf (n floats). The weight transforms read them through
+ * this, so an f16 weight is widened a channel at a time, in cache.
+ */
+const float *wino__w_row(const void *w, enum tensor_dtype dt, int64_t o, int64_t n, float *buf);
 
 /*
  * Rows y0 .. y0 + prow of channel c of image img into patch (prow x pw floats, column

@@ -20,6 +20,9 @@
  * tensor_conv2d_gn (GroupNorm + SiLU applied as the Winograd input transform reads x)
  * against a float64 GroupNorm + direct conv, the unfused reference, and bit for bit
  * against group_norm then the Winograd conv where rows are whole vectors.
+ *
+ * f16 and bf16 weights, read as stored (widened a channel at a time), give the f32
+ * weight's bits on all three.
  */
 #include <math.h>
 #include <string.h>
@@ -398,6 +401,73 @@ static void check_gn(const char *what, int64_t n, int64_t ci, int64_t h, int64_t
 
 /* cpu_wino_tile: F(4,3) only up to 512 input channels, never when switched off; images
  * of 64x64 pixels and more by default (cpu_wino_f43 = 1). */
+/* One of the three fused-or-plain Winograd ops on x with weight w into a new tensor;
+ * returns its values (malloc'd). */
+static float *run_op(int op, const struct tensor *x, const struct tensor *w, const struct tensor *b,
+                     const struct tensor_gn_opts *gn)
+{
+    static const char *const name[3] = {"conv2d", "conv2d_up2", "conv2d_gn"};
+    struct tensor_conv2d_opts po = {1, 1, 1, 1, 1};
+    int64_t up = op == 1 ? 2 : 1;
+    struct tensor *o;
+    struct err e = {0};
+    tensor_new(D, TENSOR_F32, 4,
+               (int64_t[]){x->shape[0], w->shape[0], up * x->shape[2], up * x->shape[3]}, &o, NULL);
+    int rc = op == 0   ? tensor_conv2d(o, x, w, b, &po, &e)
+             : op == 1 ? tensor_conv2d_up2(o, x, w, b, &po, &e)
+                       : tensor_conv2d_gn(o, x, gn, w, b, &po, &e);
+    ok(rc == 0, "%s (%s weight): %s", name[op], tensor_dtype_name(w->dtype), e.msg);
+    float *v = xmalloc((size_t)tensor_numel(o) * sizeof(float));
+    tensor_read_f32(o, v, tensor_numel(o), NULL);
+    tensor_free(o);
+    return v;
+}
+
+/* Winograd reads an f16 or bf16 weight as stored, widening one output channel's kernels
+ * at a time (op_linalg.c's wino_weight): bit for bit what the f32 weight holding the same
+ * values gives, for the plain conv, the fused upsample and the fused GroupNorm. */
+static void check_dtype_same(enum tensor_dtype dt, int64_t ci, int64_t h, int64_t w, int64_t co)
+{
+    float *vx, *vw, *vb, *vg, *vbe;
+    struct tensor *x = mk(TENSOR_F32, 4, (int64_t[]){2, ci, h, w}, 1.0f, &vx);
+    struct tensor *wn = mk(dt, 4, (int64_t[]){co, ci, 3, 3}, 1.0f / sqrtf(9.0f * (float)ci), &vw);
+    struct tensor *b = mk(TENSOR_F32, 1, (int64_t[]){co}, 0.5f, &vb);
+    struct tensor *g = mk(TENSOR_F32, 1, (int64_t[]){ci}, 1.0f, &vg);
+    struct tensor *be = mk(TENSOR_F32, 1, (int64_t[]){ci}, 0.5f, &vbe);
+    struct tensor *w32;
+    tensor_new(D, TENSOR_F32, 4, (int64_t[]){co, ci, 3, 3}, &w32, NULL);
+    tensor_write_f32(w32, vw, co * ci * 9, NULL); /* the stored values, exactly */
+    struct tensor_gn_opts gn = {8, g, be, 1e-6f, 1};
+    int saved = cpu_conv_winograd;
+    cpu_conv_winograd = 2;
+    for (int op = 0; op < 3; op++) {
+        int64_t no = 2 * co * h * w * (op == 1 ? 4 : 1);
+        float *a = run_op(op, x, wn, b, &gn), *r = run_op(op, x, w32, b, &gn);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < no; i++)
+            bad += memcmp(&a[i], &r[i], sizeof(float)) != 0;
+        ok(bad == 0,
+           "op %d, %s weight %lld -> %lld, %lldx%lld: %lld values differ from the f32 "
+           "weight's",
+           op, tensor_dtype_name(dt), (long long)ci, (long long)co, (long long)h, (long long)w,
+           (long long)bad);
+        xfree(a);
+        xfree(r);
+    }
+    cpu_conv_winograd = saved;
+    tensor_free(x);
+    tensor_free(wn);
+    tensor_free(w32);
+    tensor_free(b);
+    tensor_free(g);
+    tensor_free(be);
+    xfree(vx);
+    xfree(vw);
+    xfree(vb);
+    xfree(vg);
+    xfree(vbe);
+}
+
 static void check_tile_rule(void)
 {
     int saved = cpu_wino_f43;
@@ -498,6 +568,8 @@ int main(void)
         check_gn("gn 128 -> 64, 19x23 (ragged)", 1, 128, 19, 23, 64, 0, 0);
         check_gn("gn+silu 32 -> 32, 17x33", 1, 32, 17, 33, 32, 1, 0);
         check_gn("gn+silu 320 -> 64, 2x 21x27 (ragged)", 2, 320, 21, 27, 64, 1, 0);
+        check_dtype_same(TENSOR_F16, 64, 13, 11, 40);
+        check_dtype_same(TENSOR_BF16, 40, 9, 16, 24);
     }
     cpu_wino_f43 = saved43;
     check_tile_rule();
