@@ -24,33 +24,12 @@
 #pragma GCC target("avx512f")
 #endif
 
+#define VT __m512
 #define ADD _mm512_add_ps
 #define SUB _mm512_sub_ps
 #define MUL _mm512_mul_ps
-
-/* wino43.c's bt6 on vectors */
-static inline void bt6_v(const __m512 d[6], __m512 v[6])
-{
-    const __m512 h = _mm512_set1_ps(0.5f), two = _mm512_set1_ps(2.0f);
-    __m512 e13 = SUB(d[3], d[1]), e42 = SUB(d[4], d[2]);
-    v[0] = ADD(SUB(ADD(d[0], d[4]), MUL(two, d[2])), ADD(e13, MUL(h, e13)));
-    v[1] = ADD(SUB(ADD(d[1], d[4]), MUL(two, d[2])), MUL(h, SUB(d[3], d[2])));
-    v[2] = ADD(ADD(SUB(d[4], d[1]), MUL(two, d[3])), MUL(h, ADD(d[3], d[2])));
-    v[3] = ADD(e42, MUL(two, e13));
-    v[4] = SUB(e42, MUL(h, e13));
-    v[5] = ADD(SUB(ADD(d[1], d[5]), MUL(two, d[3])), ADD(e42, MUL(h, e42)));
-}
-
-/* wino43.c's at6 on vectors */
-static inline void at6_v(const __m512 m[6], __m512 y[4])
-{
-    __m512 a = ADD(m[1], m[2]), b = SUB(m[2], m[1]);
-    y[0] = ADD(ADD(ADD(m[0], a), m[3]), m[4]);
-    y[1] = SUB(ADD(b, MUL(_mm512_set1_ps(0.5f), m[3])), MUL(_mm512_set1_ps(2.0f), m[4]));
-    y[2] = ADD(ADD(a, MUL(_mm512_set1_ps(0.25f), m[3])), MUL(_mm512_set1_ps(4.0f), m[4]));
-    y[3] = ADD(SUB(ADD(b, MUL(_mm512_set1_ps(0.125f), m[3])), MUL(_mm512_set1_ps(8.0f), m[4])),
-               m[5]);
-}
+#define SET1 _mm512_set1_ps
+#include "wino43_tf_tmpl.h"
 
 int64_t wino43__in_rows_avx512(const float *const p[6], float *const t[6], int64_t n)
 {

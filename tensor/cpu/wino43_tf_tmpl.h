@@ -1,0 +1,30 @@
+/*
+ * wino43_tf_tmpl.h — F(4x4, 3x3)'s 1-D transforms (wino43.c's bt6 and at6) on vectors,
+ * included by wino43_avx512.c and wino43_avx2.c with VT (the vector type), ADD, SUB, MUL
+ * and SET1 bound to that ISA's intrinsics (inside its target pragma). One body keeps the
+ * two from drifting apart: both compute the scalar code's operations in its order, so
+ * every path gives the same bits.
+ */
+
+/* wino43.c's bt6 on vectors */
+static inline void bt6_v(const VT d[6], VT v[6])
+{
+    const VT h = SET1(0.5f), two = SET1(2.0f);
+    VT e13 = SUB(d[3], d[1]), e42 = SUB(d[4], d[2]);
+    v[0] = ADD(SUB(ADD(d[0], d[4]), MUL(two, d[2])), ADD(e13, MUL(h, e13)));
+    v[1] = ADD(SUB(ADD(d[1], d[4]), MUL(two, d[2])), MUL(h, SUB(d[3], d[2])));
+    v[2] = ADD(ADD(SUB(d[4], d[1]), MUL(two, d[3])), MUL(h, ADD(d[3], d[2])));
+    v[3] = ADD(e42, MUL(two, e13));
+    v[4] = SUB(e42, MUL(h, e13));
+    v[5] = ADD(SUB(ADD(d[1], d[5]), MUL(two, d[3])), ADD(e42, MUL(h, e42)));
+}
+
+/* wino43.c's at6 on vectors */
+static inline void at6_v(const VT m[6], VT y[4])
+{
+    VT a = ADD(m[1], m[2]), b = SUB(m[2], m[1]);
+    y[0] = ADD(ADD(ADD(m[0], a), m[3]), m[4]);
+    y[1] = SUB(ADD(b, MUL(SET1(0.5f), m[3])), MUL(SET1(2.0f), m[4]));
+    y[2] = ADD(ADD(a, MUL(SET1(0.25f), m[3])), MUL(SET1(4.0f), m[4]));
+    y[3] = ADD(SUB(ADD(b, MUL(SET1(0.125f), m[3])), MUL(SET1(8.0f), m[4])), m[5]);
+}
