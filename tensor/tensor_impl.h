@@ -165,6 +165,19 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
                 const struct tensor_conv2d_opts *o);
 
 /*
+ * Few output pixels (the UNet's 8x8 and 4x4 levels; cpu_conv2d_is_wn says which shapes):
+ * im2col of all images side by side, then gemm_wn.c's GEMM, which reads the weight as
+ * stored (wdt: f32, f16 or bf16, contiguous) instead of a widened copy. fp32. cpu_conv_wn
+ * = 0 (tests, bench_ops) leaves those shapes to cpu_conv2d.
+ */
+extern int cpu_conv_wn;
+int cpu_conv2d_is_wn(int64_t n, int64_t ci, int64_t co, int64_t kh, int64_t kw, int64_t ho,
+                     int64_t wo, const struct tensor_conv2d_opts *o);
+void cpu_conv2d_wn(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                   const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co,
+                   int64_t kh, int64_t kw, const struct tensor_conv2d_opts *o);
+
+/*
  * Attention over one batch: q [tq, q_rs] (row stride q_rs), k [tk, k_rs], v [tk, v_rs],
  * out [tq, o_rs]; `heads` heads of width d (q, k) and dv (v, out).
  */
@@ -177,6 +190,14 @@ void cpu_attention_avx512(float *out, int64_t o_rs, const float *q, int64_t q_rs
                           const float *k, int64_t k_rs, const float *v, int64_t v_rs, int64_t tq,
                           int64_t tk, int heads, int64_t d, int64_t dv, float scale, int causal);
 int cpu_attention_avx512_usable(void);
+/* The same kernel in AVX2 + FMA (attn_avx2.c), same contract; call only when
+ * cpu_attention_avx2_usable() (the CPU has AVX2 and FMA, checked once).
+ * cpu_attn_avx2_runs counts its calls (atomically), so tests can tell it ran. */
+void cpu_attention_avx2(float *out, int64_t o_rs, const float *q, int64_t q_rs, const float *k,
+                        int64_t k_rs, const float *v, int64_t v_rs, int64_t tq, int64_t tk,
+                        int heads, int64_t d, int64_t dv, float scale, int causal);
+int cpu_attention_avx2_usable(void);
+extern long cpu_attn_avx2_runs;
 
 /* The same convolution for kh = kw = 3, stride 1, by Winograd F(2x2, 3x3) or F(4x4, 3x3)
  * (winograd.c, cpu_wino_tile):
@@ -241,8 +262,8 @@ extern int64_t cpu_conv_dnnl_min_px;
 extern int cpu_conv_dnnl_on;
 extern int cpu_attn_bq;            /* attention query rows per tile */
 extern int cpu_attn_bk;            /* attention keys per tile */
-extern int cpu_attn_fused;         /* 0: never the AVX-512 kernel (reference path) */
-extern int cpu_fattn_bk;           /* AVX-512 attention: keys per block */
+extern int cpu_attn_fused;         /* 0: reference path; 1: best fused kernel; 2: force AVX2 one */
+extern int cpu_fattn_bk;           /* fused attention (AVX-512 and AVX2): keys per block */
 
 /* y = sum_k coef[k] * in[k] over n elements; y may alias any input. */
 void cpu_lincomb(float *y, int n_in, const float *coef, const float *const *in, int64_t n);

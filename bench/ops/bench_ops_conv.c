@@ -4,7 +4,8 @@
  * weights as the checkpoint stores them, each timed on the paths conv.c can take:
  *   auto    tensor_conv2d as the UNet runs it (conv.c's choice)
  *   auto32  the same on an f32 weight holding the same values (no per-call widening)
- *   im2col  cpu_conv_winograd = 0: im2col + GEMM, the reference path
+ *   im2col  cpu_conv_winograd = 0, cpu_conv_wn = 0: im2col + GEMM over the widened
+ *           weight, the reference path
  *   f23     cpu_conv_winograd = 2, cpu_wino_f43 = 0: Winograd F(2x2, 3x3)
  *   f43     cpu_conv_winograd = 2, cpu_wino_f43 = 2: F(4x4, 3x3) (up to 512 input
  *           channels, where its error bound holds; "-" above)
@@ -82,9 +83,11 @@ struct conv_case {
 static void run(const struct conv_case *c, int v)
 {
     static const struct tensor_conv2d_opts opt = {1, 1, 1, 1, 1};
-    int wino = cpu_conv_winograd, f43 = cpu_wino_f43;
-    if (v == C_IM2COL)
+    int wino = cpu_conv_winograd, f43 = cpu_wino_f43, wn = cpu_conv_wn;
+    if (v == C_IM2COL) {
         cpu_conv_winograd = 0;
+        cpu_conv_wn = 0;
+    }
     if (v == C_F23 || v == C_F43) {
         cpu_conv_winograd = 2;
         cpu_wino_f43 = v == C_F43 ? 2 : 0;
@@ -94,6 +97,7 @@ static void run(const struct conv_case *c, int v)
         PANIC("conv: %s", e.msg);
     cpu_conv_winograd = wino;
     cpu_wino_f43 = f43;
+    cpu_conv_wn = wn;
 }
 
 void bench_ops_conv(struct dev *d, int reps, int size, const char *only)

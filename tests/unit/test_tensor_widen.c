@@ -5,7 +5,8 @@
  * to f32 up front, near a float64 reference written here, and the scratch is reused,
  * shared correctly by two half-precision operands, and freed by
  * tensor_cpu_scratch_release. Weights are large enough (>= 64 Ki elements) to take
- * the scratch path.
+ * the scratch path. Convs on few pixels take gemm_wn.c's GEMM instead, which reads the
+ * weight as stored (same checks, with ragged rows, columns and k chunks).
  */
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +17,8 @@
 #include "harness.h"
 #include "tensor.h"
 #include "tensor_check.h"
+#include "tensor_impl.h"
+#include "cpu/gemm_wn.h"
 
 static struct dev *d;
 
@@ -150,6 +153,10 @@ static void test_conv(enum tensor_dtype dt, int64_t h, int stride)
     struct tensor_conv2d_opts o = {.stride = stride, .pad_top = 1, .pad_bottom = 1,
                                    .pad_left = 1, .pad_right = 1};
     struct err e = {0};
+    if (n * ho * ho <= CPU_GEMM_WN_MAX_N)
+        ok(cpu_conv2d_is_wn(n, ci, co, 3, 3, ho, ho, &o) == cpu_gemm_wn_usable(),
+           "conv %lldx%lld stride %d takes gemm_wn.c's GEMM on a CPU with AVX2 (%s)", (long long)h,
+           (long long)h, stride, cpu_gemm_wn_usable() ? "has it" : "has not: not tested");
     EXPECT_OK(tensor_conv2d(y, x, w, b, &o, &e));
     EXPECT_OK(tensor_conv2d(y32, x, w32, b32, &o, &e));
     ok(tcheck_same_bits(y, y32), "conv 3x3 %lldx%lld stride %d, %s weight: bit-identical",
@@ -182,7 +189,9 @@ int main(void)
     static const enum tensor_dtype dts[2] = {TENSOR_F16, TENSOR_BF16};
     for (int i = 0; i < 2; i++) {
         test_linear(dts[i]);
-        test_conv(dts[i], 8, 1);   /* small images: the batched path */
+        test_conv(dts[i], 8, 1);   /* small images: gemm_wn.c (AVX2), else the batched path */
+        test_conv(dts[i], 5, 1);   /* the same, 50 columns (a ragged 2), 128 rows (6 x 21 + 2) */
+        test_conv(dts[i], 9, 2);   /* the same, stride 2 */
         test_conv(dts[i], 24, 1);  /* chunked im2col path */
         test_conv(dts[i], 24, 2);
     }
