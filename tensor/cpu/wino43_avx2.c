@@ -29,6 +29,11 @@
 #define SUB _mm256_sub_ps
 #define MUL _mm256_mul_ps
 #define SET1 _mm256_set1_ps
+#define VD __m256d
+#define ADDD _mm256_add_pd
+#define SUBD _mm256_sub_pd
+#define MULD _mm256_mul_pd
+#define SET1D _mm256_set1_pd
 #include "wino43_tf_tmpl.h"
 
 int64_t wino43__in_rows_avx2(const float *const p[6], float *const t[6], int64_t n)
@@ -148,23 +153,6 @@ int64_t wino43__out_row_avx2(const float *const pq[W43_XI], float bv, float *con
         }
     }
     return tx;
-}
-
-/* wino43.c's g6 on 4 doubles */
-static inline void g6_v(__m256d a, __m256d b, __m256d c, __m256d r[6])
-{
-    __m256d p = _mm256_add_pd(a, c);
-    r[0] = a;
-    r[1] = _mm256_mul_pd(_mm256_sub_pd(b, p), _mm256_set1_pd(1.0 / 3));
-    r[2] = _mm256_mul_pd(_mm256_add_pd(p, b), _mm256_set1_pd(1.0 / 3));
-    r[3] = _mm256_mul_pd(_mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(_mm256_set1_pd(4), a),
-                                                     _mm256_mul_pd(_mm256_set1_pd(2), b)),
-                                       c),
-                         _mm256_set1_pd(-4.0 / 15));
-    r[4] = _mm256_mul_pd(_mm256_sub_pd(_mm256_add_pd(a, _mm256_mul_pd(_mm256_set1_pd(4), c)),
-                                       _mm256_mul_pd(_mm256_set1_pd(2), b)),
-                         _mm256_set1_pd(1.0 / 15));
-    r[5] = c;
 }
 
 int64_t wino43__tf_weights_avx2(const float *g, float *u, int64_t stride, int64_t n)

@@ -29,6 +29,11 @@
 #define SUB _mm512_sub_ps
 #define MUL _mm512_mul_ps
 #define SET1 _mm512_set1_ps
+#define VD __m512d
+#define ADDD _mm512_add_pd
+#define SUBD _mm512_sub_pd
+#define MULD _mm512_mul_pd
+#define SET1D _mm512_set1_pd
 #include "wino43_tf_tmpl.h"
 
 int64_t wino43__in_rows_avx512(const float *const p[6], float *const t[6], int64_t n)
@@ -132,23 +137,6 @@ int64_t wino43__out_row_avx512(const float *const pq[W43_XI], float bv, float *c
         }
     }
     return tx;
-}
-
-/* wino43.c's g6 on 8 doubles */
-static inline void g6_v(__m512d a, __m512d b, __m512d c, __m512d r[6])
-{
-    __m512d p = _mm512_add_pd(a, c);
-    r[0] = a;
-    r[1] = _mm512_mul_pd(_mm512_sub_pd(b, p), _mm512_set1_pd(1.0 / 3));
-    r[2] = _mm512_mul_pd(_mm512_add_pd(p, b), _mm512_set1_pd(1.0 / 3));
-    r[3] = _mm512_mul_pd(_mm512_add_pd(_mm512_add_pd(_mm512_mul_pd(_mm512_set1_pd(4), a),
-                                                     _mm512_mul_pd(_mm512_set1_pd(2), b)),
-                                       c),
-                         _mm512_set1_pd(-4.0 / 15));
-    r[4] = _mm512_mul_pd(_mm512_sub_pd(_mm512_add_pd(a, _mm512_mul_pd(_mm512_set1_pd(4), c)),
-                                       _mm512_mul_pd(_mm512_set1_pd(2), b)),
-                         _mm512_set1_pd(1.0 / 15));
-    r[5] = c;
 }
 
 int64_t wino43__tf_weights_avx512(const float *g, float *u, int64_t stride, int64_t n)
