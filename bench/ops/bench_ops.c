@@ -413,7 +413,9 @@ int main(int argc, char **argv)
            "%zu bytes, conv winograd %s (chunk %zu bytes)\n",
            tensor_threads_get(), cpu_gemm_backend(), openblas_get_corename(), ct ? ct : "(unset)",
            l2 ? l2 : "(unset)",
-           cpu_attn_fused && cpu_attention_avx512_usable() ? "avx512 fused" : "blocked sgemm",
+           cpu_attn_fused == 1 && cpu_attention_avx512_usable() ? "avx512 fused"
+           : cpu_attn_fused && cpu_attention_avx2_usable()      ? "avx2 fused"
+                                                                : "blocked sgemm",
            cpu_attn_bq, cpu_attn_bk, cpu_fattn_bk, cpu_conv_cols_bytes,
            cpu_conv_winograd == 0 ? "off" : cpu_conv_winograd == 2 ? "always" : "where it pays",
            cpu_wino_chunk_bytes);

@@ -21,8 +21,9 @@
  *
  * On a CPU with AVX-512F, cpu_attention hands the work to attn_avx512.c's fused
  * kernel instead (1.3-1.4x per CPU-second at 4096 tokens x head dim 40 and over 77
- * context keys, level at 1024 x 80 and 256 x 160); this path stays as the reference
- * (cpu_attn_fused = 0 forces it) and as the fallback everywhere else.
+ * context keys, level at 1024 x 80 and 256 x 160), else with AVX2 and FMA to
+ * attn_avx2.c's port of it; this path stays as the reference (cpu_attn_fused = 0
+ * forces it) and as the fallback everywhere else.
  */
 #include <math.h>
 #include <string.h>
@@ -30,9 +31,11 @@
 #include "alloc.h"
 #include "../tensor_impl.h"
 
-int cpu_attn_bq = 256;  /* query rows per tile (tunable; 256 measured best at 4096x40) */
-int cpu_attn_bk = 512;  /* keys per tile */
-int cpu_attn_fused = 1; /* 0: always this file's path (tests, benchmarks) */
+int cpu_attn_bq = 256; /* query rows per tile (tunable; 256 measured best at 4096x40) */
+int cpu_attn_bk = 512; /* keys per tile */
+/* 0: always this file's path (tests, benchmarks); 1: the widest fused kernel the CPU has;
+ * 2: the AVX2 kernel even on an AVX-512F CPU (tests) */
+int cpu_attn_fused = 1;
 
 struct attn_job {
     float *out;
@@ -113,9 +116,14 @@ void cpu_attention(float *out, int64_t o_rs, const float *q, int64_t q_rs, const
                    int64_t k_rs, const float *v, int64_t v_rs, int64_t tq, int64_t tk,
                    int heads, int64_t d, int64_t dv, float scale, int causal)
 {
-    if (cpu_attn_fused && cpu_attention_avx512_usable()) {
+    if (cpu_attn_fused == 1 && cpu_attention_avx512_usable()) {
         cpu_attention_avx512(out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv, scale,
                              causal);
+        return;
+    }
+    if (cpu_attn_fused && cpu_attention_avx2_usable()) {
+        cpu_attention_avx2(out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv, scale,
+                           causal);
         return;
     }
     int nt = tensor__pool_threads();

@@ -1,12 +1,15 @@
 /*
- * test_tensor_attn — the CPU attention's two paths (tensor/cpu/attn_avx512.c, the
- * fused AVX-512 kernel, and attn.c's blocked-sgemm reference) against a naive
- * float64 attention written here, on SD's head dims (40, 64, 80, 160), odd token
- * counts (77 context keys, 4097 queries), the causal mask, strided q/k/v views, dv
- * different from d and not a multiple of 8, peaky scores (the online softmax's
- * rescaling and exp2's clamp), and small key blocks so ragged blocks run. Bound:
- * max |err| / max |ref| <= 1e-5 for each path against float64 and between them.
- * On a CPU without AVX-512F both runs take the reference path (said in the output).
+ * test_tensor_attn — the CPU attention's paths (tensor/cpu/attn_avx512.c, the fused
+ * AVX-512 kernel; tensor/cpu/attn_avx2.c, its AVX2 + FMA port; attn.c's blocked-sgemm
+ * reference) against a naive float64 attention written here, on SD's head dims (40,
+ * 64, 80, 160), odd token counts (77 context keys, 4097 queries), the causal mask,
+ * strided q/k/v views, dv different from d and not a multiple of 4 or 8, peaky scores
+ * (the online softmax's rescaling and exp2's clamp), and small key blocks so ragged
+ * blocks run. Bound: max |err| / max |ref| <= 1e-5 for each path against float64 and
+ * each fused kernel against the reference path.
+ * Each fused kernel the CPU has runs (cpu_attn_fused = 1 picks AVX-512F where present,
+ * 2 forces the AVX2 one, whose call counter must move); a kernel the CPU lacks is
+ * skipped with a message, and the reference path is still checked.
  */
 #include <math.h>
 
@@ -90,16 +93,30 @@ static double rel_err(const float *got, const double *ref, int64_t n)
     return mr > 0 ? md / mr : md;
 }
 
-/* out computed with the fused kernel allowed (1) or not (0). */
-static float *run(int fused, struct tensor *o, const struct tensor *q, const struct tensor *k,
+/* A path of cpu_attention: the value of cpu_attn_fused that selects it. */
+struct apath {
+    const char *name;
+    int mode;
+};
+
+static struct apath paths[2]; /* the fused kernels this CPU has */
+static int npaths;
+
+/* out computed on path `mode` (cpu_attn_fused); for the AVX2 path, also checks that the
+ * kernel really ran (once per batch item). */
+static float *run(int mode, struct tensor *o, const struct tensor *q, const struct tensor *k,
                   const struct tensor *v, int H, float scale, unsigned flags)
 {
     struct err e = {0};
     int saved = cpu_attn_fused;
-    cpu_attn_fused = fused;
+    long runs0 = cpu_attn_avx2_runs;
+    cpu_attn_fused = mode;
     int rc = tensor_attention(o, q, k, v, H, scale, flags, &e);
     cpu_attn_fused = saved;
-    ok(rc == 0, "attention runs (%s path): %s", fused ? "fused" : "reference", e.msg);
+    ok(rc == 0, "attention runs (mode %d): %s", mode, e.msg);
+    if (mode == 2)
+        ok(cpu_attn_avx2_runs - runs0 == q->shape[0], "the AVX2 kernel ran %ld times for %lld",
+           cpu_attn_avx2_runs - runs0, (long long)q->shape[0]);
     float *r = xmalloc((size_t)tensor_numel(o) * sizeof(float));
     tensor_read_f32(o, r, tensor_numel(o), NULL);
     return r;
@@ -126,8 +143,10 @@ static void check_case(const struct acase *c)
     if (c->bk)
         cpu_fattn_bk = c->bk;
     unsigned fl = c->causal ? TENSOR_ATTN_CAUSAL : 0;
-    float *fu = run(1, o, q, k, v, c->H, c->scale, fl);
     float *rf = run(0, o, q, k, v, c->H, c->scale, fl);
+    float *fu[2];
+    for (int p = 0; p < npaths; p++)
+        fu[p] = run(paths[p].mode, o, q, k, v, c->H, c->scale, fl);
     cpu_fattn_bk = saved_bk;
     int64_t n = tensor_numel(o);
     double scale = c->scale != 0.0f ? c->scale : 1.0 / sqrt((double)c->d);
@@ -135,18 +154,23 @@ static void check_case(const struct acase *c)
         double *ref = xmalloc((size_t)n * sizeof(double));
         attn_ref(ref, vq, vk, vv, c->B, c->tq, c->tk, c->H, c->d, c->dv, c->H * c->d,
                  c->H * c->d, c->H * c->dv, scale, c->causal);
-        double ef = rel_err(fu, ref, n), er = rel_err(rf, ref, n);
-        ok(ef <= TOL, "%s: fused vs float64 %.3g", c->what, ef);
+        double er = rel_err(rf, ref, n);
         ok(er <= TOL, "%s: reference path vs float64 %.3g", c->what, er);
+        for (int p = 0; p < npaths; p++) {
+            double ef = rel_err(fu[p], ref, n);
+            ok(ef <= TOL, "%s: %s vs float64 %.3g", c->what, paths[p].name, ef);
+        }
         xfree(ref);
     }
     double *rd = xmalloc((size_t)n * sizeof(double));
     for (int64_t i = 0; i < n; i++)
         rd[i] = rf[i];
-    double eb = rel_err(fu, rd, n);
-    ok(eb <= TOL, "%s: fused vs reference path %.3g", c->what, eb);
+    for (int p = 0; p < npaths; p++) {
+        double eb = rel_err(fu[p], rd, n);
+        ok(eb <= TOL, "%s: %s vs reference path %.3g", c->what, paths[p].name, eb);
+        xfree(fu[p]);
+    }
     xfree(rd);
-    xfree(fu);
     xfree(rf);
     xfree(vq);
     xfree(vk);
@@ -168,14 +192,17 @@ static void check_views(void)
     tensor_slice(qkv, 2, C, C, &k, NULL);
     tensor_slice(qkv, 2, 2 * C, C, &v, NULL);
     tensor_new(D, TENSOR_F32, 3, (int64_t[]){B, T, C}, &o, NULL);
-    float *fu = run(1, o, q, k, v, H, 0.0f, TENSOR_ATTN_CAUSAL);
     double *ref = xmalloc((size_t)(B * T * C) * sizeof(double));
     attn_ref(ref, vqkv, vqkv + C, vqkv + 2 * C, B, T, T, H, d, d, 3 * C, 3 * C, 3 * C,
              1.0 / sqrt((double)d), 1);
-    double ef = rel_err(fu, ref, B * T * C);
-    ok(ef <= TOL, "causal, strided q/k/v views of one projection: fused vs float64 %.3g", ef);
+    for (int p = -1; p < npaths; p++) {
+        float *fu = run(p < 0 ? 0 : paths[p].mode, o, q, k, v, H, 0.0f, TENSOR_ATTN_CAUSAL);
+        double ef = rel_err(fu, ref, B * T * C);
+        ok(ef <= TOL, "causal, strided q/k/v views of one projection: %s vs float64 %.3g",
+           p < 0 ? "reference path" : paths[p].name, ef);
+        xfree(fu);
+    }
     xfree(ref);
-    xfree(fu);
     xfree(vqkv);
     tensor_free(q);
     tensor_free(k);
@@ -189,8 +216,14 @@ int main(void)
     struct err e = {0};
     if (dev_open("cpu", 0, &D, &e) < 0)
         PANIC("dev_open: %s", e.msg);
-    printf("# fused AVX-512 kernel %s\n",
-           cpu_attention_avx512_usable() ? "in use" : "not usable here: both runs are the reference path");
+    if (cpu_attention_avx512_usable())
+        paths[npaths++] = (struct apath){"AVX-512 kernel", 1};
+    else
+        printf("# skip: the CPU lacks AVX-512F, the AVX-512 kernel is not checked\n");
+    if (cpu_attention_avx2_usable())
+        paths[npaths++] = (struct apath){"AVX2 kernel", 2};
+    else
+        printf("# skip: the CPU lacks AVX2 or FMA, the AVX2 kernel is not checked\n");
     static const struct acase cases[] = {
         /* what, B, tq, tk, d, dv, H, a, scale, causal, bk, ref64 */
         {"self, head dim 40, 131 tokens", 2, 131, 131, 40, 40, 2, 2.0f, 0, 0, 0, 1},

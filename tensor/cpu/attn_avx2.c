@@ -1,0 +1,341 @@
+/*
+ * attn_avx2.c — attn_avx512.c's fused attention (flash style, online softmax, queries
+ * in the vector lanes) for CPUs with AVX2 and FMA but not AVX-512F (Zen 2/3, Haswell
+ * to Alder Lake); attn.c's blocked-sgemm attention stays the reference and the
+ * fallback. Read attn_avx512.c's header first: the algorithm, layout, blocking and
+ * numerics are the same; this comment says only what differs.
+ *
+ * Register blocking (16 ymm registers, not 32): a subtile is QT = 24 queries (three
+ * 8-lane vectors);
+ *   - S^T = K Q^T: 4 keys x 24 queries in 12 accumulators, plus three qt loads and
+ *     one broadcast K scalar: all 16 registers, no spills;
+ *   - O^T += V^T P^T: 4 channels x 24 queries in 12 accumulators, the same way.
+ * Each step is 12 FMAs for 3 vector loads + 4 broadcasts, which Zen 3's three load
+ * ports issue in fewer cycles than its two FMA pipes take for the FMAs. Ragged ends
+ * use the 4-2-1 decomposition of keys and channels and 3-2-1 query vectors.
+ *
+ * Blocking: a task is one head's FA_QSUB subtiles (8 x 24 = 192 queries, as many as
+ * the AVX-512 kernel's 4 x 48), so each key/value block is read once per 192
+ * queries; the keys per block are cpu_fattn_bk (attn_avx512.c), shared by both kernels.
+ *
+ * exp2: AVX2 has no vscalefps, so 2^n is built in the exponent field: (n + 127) << 23
+ * as an integer, reinterpreted as a float. The -100 clamp keeps n in [-100, 0], so
+ * n + 127 stays a normal exponent (no denormal or zero to special-case); the clamp
+ * also maps the NaN of -inf - -inf to -100 (vmaxps returns its second operand on NaN).
+ * Causal mask: an integer compare of lane query index against the key index, then a
+ * blend with -inf (no mask registers).
+ */
+#include <math.h>
+#include <string.h>
+
+#include <immintrin.h>
+
+#include "alloc.h"
+#include "../tensor_impl.h"
+
+#define QT 24     /* queries per subtile: three 8-lane vectors */
+#define FA_QSUB 8 /* subtiles per task: 192 queries share each key/value block */
+
+long cpu_attn_avx2_runs; /* calls of cpu_attention_avx2 (tests check that the kernel ran) */
+
+int cpu_attention_avx2_usable(void)
+{
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return have;
+}
+
+#if defined(__clang__) /* clang ignores GCC target pragmas */
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* 2^x for x <= 0 (see the header comment for the clamp). */
+INLINE __m256 exp2_neg(__m256 x)
+{
+    x = _mm256_max_ps(x, _mm256_set1_ps(-100.0f));
+    __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(x, n);
+    /* attn_avx512.c's polynomial: 2^f on [-1/2, 1/2], max relative error 2.3e-7 */
+    __m256 p = _mm256_set1_ps(0.001327647129073739f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.009675540961325169f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.05550713092088699f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.24022120237350464f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.6931469440460205f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0000001192092896f));
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/*
+ * S^T rows for nk keys (kr: the first key's head slice, rows k_rs apart) against the
+ * subtile's nv query vectors, stored at st (rows QT apart), folded into bmax. With
+ * `mask`, lane i (query qi0 + i) hides keys jj > qi0 + i (causal).
+ */
+INLINE void s_tile(const int nv, const int nk, const float *qt, int64_t d, const float *kr,
+                   int64_t k_rs, float *st, __m256 *bmax, int mask, int64_t qi0, int64_t jj)
+{
+    __m256 acc[4][3];
+    const float *kp[4];
+    for (int r = 0; r < nk; r++) {
+        kp[r] = kr + r * k_rs;
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = _mm256_setzero_ps();
+    }
+    for (int64_t c = 0; c < d; c++) {
+        __m256 q[3];
+        for (int v = 0; v < nv; v++)
+            q[v] = _mm256_load_ps(qt + c * QT + 8 * v);
+        for (int r = 0; r < nk; r++) {
+            __m256 b = _mm256_broadcast_ss(kp[r] + c);
+            for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm256_fmadd_ps(b, q[v], acc[r][v]);
+        }
+    }
+    if (mask) {
+        const __m256i iota = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+        const __m256 ninf = _mm256_set1_ps(-INFINITY);
+        for (int r = 0; r < nk; r++)
+            for (int v = 0; v < nv; v++) {
+                __m256i qi = _mm256_add_epi32(iota, _mm256_set1_epi32((int)(qi0 + 8 * v)));
+                /* hide where key > query: all-ones lanes select -inf */
+                __m256i hide = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(jj + r)), qi);
+                acc[r][v] = _mm256_blendv_ps(acc[r][v], ninf, _mm256_castsi256_ps(hide));
+            }
+    }
+    for (int r = 0; r < nk; r++)
+        for (int v = 0; v < nv; v++) {
+            _mm256_store_ps(st + r * QT + 8 * v, acc[r][v]);
+            bmax[v] = _mm256_max_ps(bmax[v], acc[r][v]);
+        }
+}
+
+/*
+ * ot[c][.] = ot[c][.] * corr + sum_j P^T[j][.] V[j][c] for nc channels (vr: the first
+ * key's row at the first channel, rows v_rs apart), nk keys of P^T at pt.
+ */
+INLINE void pv_tile(const int nv, const int nc, const float *pt, int64_t nk, const float *vr,
+                    int64_t v_rs, float *ot, const __m256 *corr)
+{
+    __m256 acc[4][3];
+    for (int c = 0; c < nc; c++)
+        for (int v = 0; v < nv; v++)
+            acc[c][v] = _mm256_mul_ps(_mm256_load_ps(ot + c * QT + 8 * v), corr[v]);
+    for (int64_t j = 0; j < nk; j++) {
+        __m256 p[3];
+        const float *vj = vr + j * v_rs;
+        for (int v = 0; v < nv; v++)
+            p[v] = _mm256_load_ps(pt + j * QT + 8 * v);
+        for (int c = 0; c < nc; c++) {
+            __m256 b = _mm256_broadcast_ss(vj + c);
+            for (int v = 0; v < nv; v++)
+                acc[c][v] = _mm256_fmadd_ps(b, p[v], acc[c][v]);
+        }
+    }
+    for (int c = 0; c < nc; c++)
+        for (int v = 0; v < nv; v++)
+            _mm256_store_ps(ot + c * QT + 8 * v, acc[c][v]);
+}
+
+/* One subtile's state in the thread's scratch. */
+struct fa_sub {
+    float *qt; /* [d][QT], scaled by scale * log2(e), lanes past the real queries zero */
+    float *ot; /* [dv][QT] */
+    float *m;  /* [QT] running max (log2 domain) */
+    float *l;  /* [QT] running sum */
+};
+
+struct fa_args {
+    const float *k, *v; /* this head's slice of key 0 / value 0 */
+    int64_t k_rs, v_rs, d, dv;
+    int mask;
+    int64_t qi0, jj; /* first query of the subtile, first key of the block */
+};
+
+/* One key block (nk keys) for one subtile of nv vectors. */
+INLINE void fa_step(const int nv, const struct fa_args *a, struct fa_sub *s, float *st, int64_t nk)
+{
+    __m256 bmax[3], corr[3], lsum[3];
+    for (int v = 0; v < nv; v++)
+        bmax[v] = _mm256_set1_ps(-INFINITY);
+    const float *kr = a->k + a->jj * a->k_rs;
+    int64_t r = 0;
+    for (; r + 4 <= nk; r += 4)
+        s_tile(nv, 4, s->qt, a->d, kr + r * a->k_rs, a->k_rs, st + r * QT, bmax,
+               a->mask && a->jj + r + 3 > a->qi0, a->qi0, a->jj + r);
+#define S_REST(n)                                                                                  \
+    if (nk - r >= (n)) {                                                                           \
+        s_tile(nv, n, s->qt, a->d, kr + r * a->k_rs, a->k_rs, st + r * QT, bmax,                   \
+               a->mask && a->jj + r + (n)-1 > a->qi0, a->qi0, a->jj + r);                          \
+        r += (n);                                                                                  \
+    }
+    S_REST(2)
+    S_REST(1)
+#undef S_REST
+    for (int v = 0; v < nv; v++) {
+        __m256 mo = _mm256_load_ps(s->m + 8 * v);
+        __m256 mn = _mm256_max_ps(mo, bmax[v]);
+        corr[v] = exp2_neg(_mm256_sub_ps(mo, mn));
+        lsum[v] = _mm256_mul_ps(_mm256_load_ps(s->l + 8 * v), corr[v]);
+        _mm256_store_ps(s->m + 8 * v, mn);
+        bmax[v] = mn;
+    }
+    for (int64_t j = 0; j < nk; j++)
+        for (int v = 0; v < nv; v++) {
+            __m256 p = exp2_neg(_mm256_sub_ps(_mm256_load_ps(st + j * QT + 8 * v), bmax[v]));
+            _mm256_store_ps(st + j * QT + 8 * v, p);
+            lsum[v] = _mm256_add_ps(lsum[v], p);
+        }
+    for (int v = 0; v < nv; v++)
+        _mm256_store_ps(s->l + 8 * v, lsum[v]);
+    const float *vr = a->v + a->jj * a->v_rs;
+    int64_t c = 0;
+    for (; c + 4 <= a->dv; c += 4)
+        pv_tile(nv, 4, st, nk, vr + c, a->v_rs, s->ot + c * QT, corr);
+#define PV_REST(n)                                                                                 \
+    if (a->dv - c >= (n)) {                                                                        \
+        pv_tile(nv, n, st, nk, vr + c, a->v_rs, s->ot + c * QT, corr);                             \
+        c += (n);                                                                                  \
+    }
+    PV_REST(2)
+    PV_REST(1)
+#undef PV_REST
+}
+
+static void fa_step_nv(int nv, const struct fa_args *a, struct fa_sub *s, float *st, int64_t nk)
+{
+    switch (nv) {
+    case 1:
+        fa_step(1, a, s, st, nk);
+        break;
+    case 2:
+        fa_step(2, a, s, st, nk);
+        break;
+    default:
+        fa_step(3, a, s, st, nk);
+        break;
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+struct fa_job {
+    float *out;
+    const float *q, *k, *v;
+    int64_t o_rs, q_rs, k_rs, v_rs;
+    int64_t tq, tk, d, dv;
+    int causal;
+    float scale2;    /* scale * log2(e) */
+    int64_t nqb, bk; /* query blocks per head, keys per block */
+    float **ws;      /* per thread scratch */
+};
+
+static void fa_block(struct fa_job *j, int h, int64_t i0, float *ws)
+{
+    int64_t nq = j->tq - i0 < FA_QSUB * QT ? j->tq - i0 : FA_QSUB * QT;
+    int nsub = (int)((nq + QT - 1) / QT);
+    struct fa_sub sub[FA_QSUB];
+    float *st = ws;
+    ws += j->bk * QT;
+    for (int s = 0; s < nsub; s++) {
+        sub[s].qt = ws;
+        sub[s].ot = ws + j->d * QT;
+        sub[s].m = sub[s].ot + j->dv * QT;
+        sub[s].l = sub[s].m + QT;
+        ws = sub[s].l + QT;
+        int64_t q0 = i0 + s * QT, n = nq - s * QT < QT ? nq - s * QT : QT;
+        const float *qh = j->q + q0 * j->q_rs + h * j->d;
+        for (int64_t c = 0; c < j->d; c++) {
+            float *row = sub[s].qt + c * QT;
+            for (int64_t i = 0; i < n; i++)
+                row[i] = qh[i * j->q_rs + c] * j->scale2;
+            for (int64_t i = n; i < QT; i++)
+                row[i] = 0.0f;
+        }
+        memset(sub[s].ot, 0, (size_t)(j->dv * QT) * sizeof(float));
+        for (int i = 0; i < QT; i++) {
+            sub[s].m[i] = -INFINITY;
+            sub[s].l[i] = 0.0f;
+        }
+    }
+    struct fa_args a = {j->k + h * j->d, j->v + h * j->dv, j->k_rs, j->v_rs, j->d, j->dv, 0, 0, 0};
+    /* causal: query i sees keys <= i, so this block's queries see keys < i0 + nq */
+    int64_t kend = j->causal && i0 + nq < j->tk ? i0 + nq : j->tk;
+    for (int64_t j0 = 0; j0 < kend; j0 += j->bk) {
+        int64_t nk = kend - j0 < j->bk ? kend - j0 : j->bk;
+        for (int s = 0; s < nsub; s++) {
+            int64_t q0 = i0 + s * QT, n = nq - s * QT < QT ? nq - s * QT : QT, nks = nk;
+            if (j->causal) {
+                nks = q0 + n - j0 < nk ? q0 + n - j0 : nk; /* keys past the last query */
+                if (nks <= 0)
+                    continue;
+            }
+            a.mask = j->causal;
+            a.qi0 = q0;
+            a.jj = j0;
+            fa_step_nv((int)((n + 7) / 8), &a, &sub[s], st, nks);
+        }
+    }
+    for (int s = 0; s < nsub; s++) {
+        int64_t q0 = i0 + s * QT, n = nq - s * QT < QT ? nq - s * QT : QT;
+        float *oh = j->out + q0 * j->o_rs + h * j->dv;
+        for (int64_t i = 0; i < n; i++) {
+            float inv = sub[s].l[i] > 0 ? 1.0f / sub[s].l[i] : 0.0f;
+            for (int64_t c = 0; c < j->dv; c++)
+                oh[i * j->o_rs + c] = sub[s].ot[c * QT + i] * inv;
+        }
+    }
+}
+
+static void fa_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    struct fa_job *j = ctx;
+    for (int64_t t = b; t < e; t++)
+        fa_block(j, (int)(t / j->nqb), t % j->nqb * (FA_QSUB * QT), j->ws[tid]);
+}
+
+void cpu_attention_avx2(float *out, int64_t o_rs, const float *q, int64_t q_rs, const float *k,
+                        int64_t k_rs, const float *v, int64_t v_rs, int64_t tq, int64_t tk,
+                        int heads, int64_t d, int64_t dv, float scale, int causal)
+{
+    int nt = tensor__pool_threads();
+    int64_t bk = cpu_fattn_bk < 4 ? 4 : cpu_fattn_bk;
+    struct fa_job j = {out,
+                       q,
+                       k,
+                       v,
+                       o_rs,
+                       q_rs,
+                       k_rs,
+                       v_rs,
+                       tq,
+                       tk,
+                       d,
+                       dv,
+                       causal,
+                       scale * 1.44269504088896341f,
+                       (tq + FA_QSUB * QT - 1) / (FA_QSUB * QT),
+                       bk,
+                       NULL};
+    size_t per = (size_t)(bk * QT + FA_QSUB * (d + dv + 2) * QT) * sizeof(float);
+    __atomic_fetch_add(&cpu_attn_avx2_runs, 1, __ATOMIC_RELAXED);
+    j.ws = xmalloc((size_t)nt * sizeof(float *));
+    for (int i = 0; i < nt; i++)
+        j.ws[i] = xmalloc_aligned(64, per);
+    tensor__pool_for((int64_t)heads * j.nqb, fa_task, &j);
+    for (int i = 0; i < nt; i++)
+        xfree_aligned(j.ws[i]);
+    xfree(j.ws);
+}
