@@ -316,18 +316,22 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
  * The calling (executor) thread's buffers: U, then one block per pool thread. Kept and
  * grown, not allocated per call: fresh multi-MiB buffers on every convolution were
  * page-faulted in again each time (perf of a 256^2 VAE decode: faults under wg_task at
- * ~4 % of the samples). cpu_wino_release frees them (tensor_cpu_scratch_release, and
- * the thread's exit: cpu_scratch_free_at_exit).
+ * ~4 % of the samples). A mapping of its own (util/alloc's xtry_map: transparent huge
+ * pages from 2 MiB): U reaches 105 MB at 1280 channels, and in 4 KiB pages its growth
+ * was a quarter of a cold 256^2 txt2img's page faults (perf, wt_task's stores).
+ * cpu_wino_release frees them (tensor_cpu_scratch_release, and the thread's exit:
+ * cpu_scratch_free_at_exit).
  */
 static _Thread_local struct {
-    char *p;    /* owned (xtry_malloc_aligned) */
+    char *p;    /* owned (xtry_map) */
     size_t cap; /* bytes */
 } mem;
 
 size_t cpu_wino_release(void)
 {
     size_t n = mem.cap;
-    xfree_aligned(mem.p);
+    if (mem.p)
+        xunmap(mem.p, mem.cap);
     mem.p = NULL;
     mem.cap = 0;
     return n;
@@ -365,8 +369,10 @@ char *wino__mem_get(size_t bytes)
     if (bytes > mem.cap) {
         cpu_scratch_free_at_exit();
         cpu_wino_release();
-        if (xtry_malloc_aligned(64, bytes, (void **)&mem.p, NULL) < 0)
+        if (xtry_map(bytes, (void **)&mem.p, NULL) < 0) {
+            mem.p = NULL;
             return NULL;
+        }
         mem.cap = bytes;
     }
     return mem.p;
