@@ -14,8 +14,8 @@
  * on 64 floats): its "GFLOP/s" is M calls/s.
  *
  * Options: --reps N (default 3, median taken), --bq N --bk N (attention tiles),
- * --fbk N (keys per block of the AVX-512 attention), --attn-ref (the blocked-sgemm
- * attention, not the AVX-512 kernel), --conv-ref (im2col + GEMM for every conv),
+ * --fbk N (keys per block of the fused attention, AVX-512 or AVX2), --attn-ref (the
+ * blocked-sgemm attention, not a fused kernel), --conv-ref (im2col + GEMM for every conv),
  * --conv-wino (Winograd for every 3x3 stride-1 conv), --wchunk BYTES (Winograd's
  * per-task V + M), --threads N,
  * --cols BYTES (im2col chunk), --only SUBSTR, --linear (only bench_ops_linear.c's table:
