@@ -153,10 +153,12 @@ static void test_conv(enum tensor_dtype dt, int64_t h, int stride)
     struct tensor_conv2d_opts o = {.stride = stride, .pad_top = 1, .pad_bottom = 1,
                                    .pad_left = 1, .pad_right = 1};
     struct err e = {0};
+    int wn = cpu_gemm_wn_usable() && !__builtin_cpu_supports("avx512f");
     if (n * ho * ho <= CPU_GEMM_WN_MAX_N)
-        ok(cpu_conv2d_is_wn(n, ci, co, 3, 3, ho, ho, &o) == cpu_gemm_wn_usable(),
-           "conv %lldx%lld stride %d takes gemm_wn.c's GEMM on a CPU with AVX2 (%s)", (long long)h,
-           (long long)h, stride, cpu_gemm_wn_usable() ? "has it" : "has not: not tested");
+        ok(cpu_conv2d_is_wn(n, ci, co, 3, 3, ho, ho, &o) == wn,
+           "conv %lldx%lld stride %d takes gemm_wn.c's GEMM on a CPU with AVX2 but not AVX-512 "
+           "(%s)",
+           (long long)h, (long long)h, stride, wn ? "this one" : "not this one: not tested");
     EXPECT_OK(tensor_conv2d(y, x, w, b, &o, &e));
     EXPECT_OK(tensor_conv2d(y32, x, w32, b32, &o, &e));
     ok(tcheck_same_bits(y, y32), "conv 3x3 %lldx%lld stride %d, %s weight: bit-identical",
