@@ -16,7 +16,7 @@
  *
  * Blocking: a task is one head's FA_QSUB subtiles (8 x 24 = 192 queries, as many as
  * the AVX-512 kernel's 4 x 48), so each key/value block is read once per 192
- * queries; the keys per block are cpu_fattn_bk (attn_avx512.c), shared by both kernels.
+ * queries; the keys per block are cpu_fattn_bk (attn_fused.c, the driver both kernels share).
  *
  * exp2: AVX2 has no vscalefps, so p * 2^n is done in the exponent field: n << 23 added
  * as an integer to p's bits (the same as multiplying by the float (n + 127) << 23, but
@@ -38,11 +38,10 @@
  * tiles' reload and rescale of 12 accumulators per 4 channels add about a fifth.
  */
 #include <math.h>
-#include <string.h>
 
 #include <immintrin.h>
 
-#include "alloc.h"
+#include "attn_fused.h"
 #include "../tensor_impl.h"
 
 #define QT 24     /* queries per subtile: three 8-lane vectors */
@@ -158,21 +157,6 @@ INLINE void pv_tile(const int nv, const int nc, const float *pt, int64_t nk, con
         for (int v = 0; v < nv; v++)
             _mm256_store_ps(ot + c * QT + 8 * v, acc[c][v]);
 }
-
-/* One subtile's state in the thread's scratch. */
-struct fa_sub {
-    float *qt; /* [d][QT], scaled by scale * log2(e), lanes past the real queries zero */
-    float *ot; /* [dv][QT] */
-    float *m;  /* [QT] running max (log2 domain) */
-    float *l;  /* [QT] running sum */
-};
-
-struct fa_args {
-    const float *k, *v; /* this head's slice of key 0 / value 0 */
-    int64_t k_rs, v_rs, d, dv;
-    int mask;
-    int64_t qi0, jj; /* first query of the subtile, first key of the block */
-};
 
 /* One key block (nk keys) for one subtile of nv vectors. */
 INLINE void fa_step(const int nv, const struct fa_args *a, struct fa_sub *s, float *st, int64_t nk)
@@ -319,99 +303,13 @@ static void fa_step_nv(int nv, const struct fa_args *a, struct fa_sub *s, float 
 #pragma GCC pop_options
 #endif
 
-struct fa_job {
-    float *out;
-    const float *q, *k, *v;
-    int64_t o_rs, q_rs, k_rs, v_rs;
-    int64_t tq, tk, d, dv;
-    int causal;
-    float scale2;    /* scale * log2(e) */
-    int64_t nqb, bk; /* query blocks per head, keys per block */
-    float **ws;      /* per thread scratch */
-};
-
-static void fa_block(struct fa_job *j, int h, int64_t i0, float *ws)
-{
-    int64_t nq = j->tq - i0 < FA_QSUB * QT ? j->tq - i0 : FA_QSUB * QT;
-    int nsub = (int)((nq + QT - 1) / QT);
-    struct fa_sub sub[FA_QSUB];
-    float *st = ws;
-    ws += j->bk * QT;
-    for (int s = 0; s < nsub; s++) {
-        sub[s].qt = ws;
-        sub[s].ot = ws + j->d * QT;
-        sub[s].m = sub[s].ot + j->dv * QT;
-        sub[s].l = sub[s].m + QT;
-        ws = sub[s].l + QT;
-        int64_t q0 = i0 + s * QT, n = nq - s * QT < QT ? nq - s * QT : QT;
-        load_q(sub[s].qt, j->q + q0 * j->q_rs + h * j->d, j->q_rs, n, j->d, j->scale2);
-        memset(sub[s].ot, 0, (size_t)(j->dv * QT) * sizeof(float));
-        for (int i = 0; i < QT; i++) {
-            sub[s].m[i] = -INFINITY;
-            sub[s].l[i] = 0.0f;
-        }
-    }
-    struct fa_args a = {j->k + h * j->d, j->v + h * j->dv, j->k_rs, j->v_rs, j->d, j->dv, 0, 0, 0};
-    /* causal: query i sees keys <= i, so this block's queries see keys < i0 + nq */
-    int64_t kend = j->causal && i0 + nq < j->tk ? i0 + nq : j->tk;
-    for (int64_t j0 = 0; j0 < kend; j0 += j->bk) {
-        int64_t nk = kend - j0 < j->bk ? kend - j0 : j->bk;
-        for (int s = 0; s < nsub; s++) {
-            int64_t q0 = i0 + s * QT, n = nq - s * QT < QT ? nq - s * QT : QT, nks = nk;
-            if (j->causal) {
-                nks = q0 + n - j0 < nk ? q0 + n - j0 : nk; /* keys past the last query */
-                if (nks <= 0)
-                    continue;
-            }
-            a.mask = j->causal;
-            a.qi0 = q0;
-            a.jj = j0;
-            fa_step_nv((int)((n + 7) / 8), &a, &sub[s], st, nks);
-        }
-    }
-    for (int s = 0; s < nsub; s++) {
-        int64_t q0 = i0 + s * QT, n = nq - s * QT < QT ? nq - s * QT : QT;
-        store_o(j->out + q0 * j->o_rs + h * j->dv, j->o_rs, sub[s].ot, sub[s].l, n, j->dv);
-    }
-}
-
-static void fa_task(void *ctx, int64_t b, int64_t e, int tid)
-{
-    struct fa_job *j = ctx;
-    for (int64_t t = b; t < e; t++)
-        fa_block(j, (int)(t / j->nqb), t % j->nqb * (FA_QSUB * QT), j->ws[tid]);
-}
+static const struct fa_kernel kernel = {QT, FA_QSUB, 8, 4, fa_step_nv, load_q, store_o};
 
 void cpu_attention_avx2(float *out, int64_t o_rs, const float *q, int64_t q_rs, const float *k,
                         int64_t k_rs, const float *v, int64_t v_rs, int64_t tq, int64_t tk,
                         int heads, int64_t d, int64_t dv, float scale, int causal)
 {
-    int nt = tensor__pool_threads();
-    int64_t bk = cpu_fattn_bk < 4 ? 4 : cpu_fattn_bk;
-    struct fa_job j = {out,
-                       q,
-                       k,
-                       v,
-                       o_rs,
-                       q_rs,
-                       k_rs,
-                       v_rs,
-                       tq,
-                       tk,
-                       d,
-                       dv,
-                       causal,
-                       scale * 1.44269504088896341f,
-                       (tq + FA_QSUB * QT - 1) / (FA_QSUB * QT),
-                       bk,
-                       NULL};
-    size_t per = (size_t)(bk * QT + FA_QSUB * (d + dv + 2) * QT) * sizeof(float);
     __atomic_fetch_add(&cpu_attn_avx2_runs, 1, __ATOMIC_RELAXED);
-    j.ws = xmalloc((size_t)nt * sizeof(float *));
-    for (int i = 0; i < nt; i++)
-        j.ws[i] = xmalloc_aligned(64, per);
-    tensor__pool_for((int64_t)heads * j.nqb, fa_task, &j);
-    for (int i = 0; i < nt; i++)
-        xfree_aligned(j.ws[i]);
-    xfree(j.ws);
+    cpu_fattn_run(&kernel, out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv, scale,
+                  causal);
 }

@@ -27,7 +27,8 @@
  * blocks of cpu_fattn_bk and runs every subtile over a block before moving on, so a
  * key/value block (bk x (d + dv) floats: 40 KiB at bk 128, d 40) is read from memory
  * once per FA_QSUB * 48 queries and stays in L1/L2 meanwhile; the subtiles' state
- * (qt, ot, m, l) lives in the thread's scratch (L2).
+ * (qt, ot, m, l) lives in the thread's scratch (L2). That driver is attn_fused.c, shared
+ * with attn_avx2.c; this file brings the AVX-512 step and the Q/O layout.
  *
  * Numerics: fp32 throughout. exp2 is a degree-5 polynomial on [-1/2, 1/2] with
  * scalef (relative error 2.3e-7); the argument is clamped at -100 (2^-100 is
@@ -40,17 +41,14 @@
  * one thread with its own scratch.
  */
 #include <math.h>
-#include <string.h>
 
 #include <immintrin.h>
 
-#include "alloc.h"
+#include "attn_fused.h"
 #include "../tensor_impl.h"
 
 #define QT 48     /* queries per subtile: three 16-lane vectors */
 #define FA_QSUB 4 /* subtiles per task: 192 queries share each key/value block */
-
-int cpu_fattn_bk = 128; /* keys per block (tunable; the benchmark sets it) */
 
 int cpu_attention_avx512_usable(void)
 {
@@ -157,21 +155,6 @@ INLINE void pv_tile(const int nv, const int nc, const float *pt, int64_t nk, con
             _mm512_store_ps(ot + c * QT + 16 * v, acc[c][v]);
 }
 
-/* One subtile's state in the thread's scratch. */
-struct fa_sub {
-    float *qt; /* [d][QT], scaled by scale * log2(e), lanes past the real queries zero */
-    float *ot; /* [dv][QT] */
-    float *m;  /* [QT] running max (log2 domain) */
-    float *l;  /* [QT] running sum */
-};
-
-struct fa_args {
-    const float *k, *v; /* this head's slice of key 0 / value 0 */
-    int64_t k_rs, v_rs, d, dv;
-    int mask;
-    int64_t qi0, jj; /* first query of the subtile, first key of the block */
-};
-
 /* One key block (nk keys) for one subtile of nv vectors. */
 INLINE void fa_step(const int nv, const struct fa_args *a, struct fa_sub *s, float *st,
                     int64_t nk)
@@ -240,97 +223,34 @@ static void fa_step_nv(int nv, const struct fa_args *a, struct fa_sub *s, float 
 #pragma GCC pop_options
 #endif
 
-struct fa_job {
-    float *out;
-    const float *q, *k, *v;
-    int64_t o_rs, q_rs, k_rs, v_rs;
-    int64_t tq, tk, d, dv;
-    int causal;
-    float scale2;    /* scale * log2(e) */
-    int64_t nqb, bk; /* query blocks per head, keys per block */
-    float **ws;      /* per thread scratch */
-};
-
-static void fa_block(struct fa_job *j, int h, int64_t i0, float *ws)
+/* Q in and O out of the query-lane layout, scalar (plain C: no target needed). */
+static void load_q(float *qt, const float *q, int64_t q_rs, int64_t n, int64_t d, float scale2)
 {
-    int64_t nq = j->tq - i0 < FA_QSUB * QT ? j->tq - i0 : FA_QSUB * QT;
-    int nsub = (int)((nq + QT - 1) / QT);
-    struct fa_sub sub[FA_QSUB];
-    float *st = ws;
-    ws += j->bk * QT;
-    for (int s = 0; s < nsub; s++) {
-        sub[s].qt = ws;
-        sub[s].ot = ws + j->d * QT;
-        sub[s].m = sub[s].ot + j->dv * QT;
-        sub[s].l = sub[s].m + QT;
-        ws = sub[s].l + QT;
-        int64_t q0 = i0 + s * QT, n = nq - s * QT < QT ? nq - s * QT : QT;
-        const float *qh = j->q + q0 * j->q_rs + h * j->d;
-        for (int64_t c = 0; c < j->d; c++) {
-            float *row = sub[s].qt + c * QT;
-            for (int64_t i = 0; i < n; i++)
-                row[i] = qh[i * j->q_rs + c] * j->scale2;
-            for (int64_t i = n; i < QT; i++)
-                row[i] = 0.0f;
-        }
-        memset(sub[s].ot, 0, (size_t)(j->dv * QT) * sizeof(float));
-        for (int i = 0; i < QT; i++) {
-            sub[s].m[i] = -INFINITY;
-            sub[s].l[i] = 0.0f;
-        }
-    }
-    struct fa_args a = {j->k + h * j->d, j->v + h * j->dv, j->k_rs, j->v_rs, j->d, j->dv,
-                        0, 0, 0};
-    /* causal: query i sees keys <= i, so this block's queries see keys < i0 + nq */
-    int64_t kend = j->causal && i0 + nq < j->tk ? i0 + nq : j->tk;
-    for (int64_t j0 = 0; j0 < kend; j0 += j->bk) {
-        int64_t nk = kend - j0 < j->bk ? kend - j0 : j->bk;
-        for (int s = 0; s < nsub; s++) {
-            int64_t q0 = i0 + s * QT, n = nq - s * QT < QT ? nq - s * QT : QT, nks = nk;
-            if (j->causal) {
-                nks = q0 + n - j0 < nk ? q0 + n - j0 : nk; /* keys past the last query */
-                if (nks <= 0)
-                    continue;
-            }
-            a.mask = j->causal;
-            a.qi0 = q0;
-            a.jj = j0;
-            fa_step_nv((int)((n + 15) / 16), &a, &sub[s], st, nks);
-        }
-    }
-    for (int s = 0; s < nsub; s++) {
-        int64_t q0 = i0 + s * QT, n = nq - s * QT < QT ? nq - s * QT : QT;
-        float *oh = j->out + q0 * j->o_rs + h * j->dv;
-        for (int64_t i = 0; i < n; i++) {
-            float inv = sub[s].l[i] > 0 ? 1.0f / sub[s].l[i] : 0.0f;
-            for (int64_t c = 0; c < j->dv; c++)
-                oh[i * j->o_rs + c] = sub[s].ot[c * QT + i] * inv;
-        }
+    for (int64_t c = 0; c < d; c++) {
+        float *row = qt + c * QT;
+        for (int64_t i = 0; i < n; i++)
+            row[i] = q[i * q_rs + c] * scale2;
+        for (int64_t i = n; i < QT; i++)
+            row[i] = 0.0f;
     }
 }
 
-static void fa_task(void *ctx, int64_t b, int64_t e, int tid)
+static void store_o(float *out, int64_t o_rs, const float *ot, const float *l, int64_t n,
+                    int64_t dv)
 {
-    struct fa_job *j = ctx;
-    for (int64_t t = b; t < e; t++)
-        fa_block(j, (int)(t / j->nqb), t % j->nqb * (FA_QSUB * QT), j->ws[tid]);
+    for (int64_t i = 0; i < n; i++) {
+        float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+        for (int64_t c = 0; c < dv; c++)
+            out[i * o_rs + c] = ot[c * QT + i] * inv;
+    }
 }
+
+static const struct fa_kernel kernel = {QT, FA_QSUB, 16, 8, fa_step_nv, load_q, store_o};
 
 void cpu_attention_avx512(float *out, int64_t o_rs, const float *q, int64_t q_rs,
                           const float *k, int64_t k_rs, const float *v, int64_t v_rs, int64_t tq,
                           int64_t tk, int heads, int64_t d, int64_t dv, float scale, int causal)
 {
-    int nt = tensor__pool_threads();
-    int64_t bk = cpu_fattn_bk < 8 ? 8 : cpu_fattn_bk;
-    struct fa_job j = {out, q, k, v, o_rs, q_rs, k_rs, v_rs, tq, tk, d, dv, causal,
-                       scale * 1.44269504088896341f, (tq + FA_QSUB * QT - 1) / (FA_QSUB * QT),
-                       bk, NULL};
-    size_t per = (size_t)(bk * QT + FA_QSUB * (d + dv + 2) * QT) * sizeof(float);
-    j.ws = xmalloc((size_t)nt * sizeof(float *));
-    for (int i = 0; i < nt; i++)
-        j.ws[i] = xmalloc_aligned(64, per);
-    tensor__pool_for((int64_t)heads * j.nqb, fa_task, &j);
-    for (int i = 0; i < nt; i++)
-        xfree_aligned(j.ws[i]);
-    xfree(j.ws);
+    cpu_fattn_run(&kernel, out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv, scale,
+                  causal);
 }
