@@ -268,6 +268,25 @@ static void im2col_batch_task(void *ctx, int64_t b, int64_t e, int tid)
         im2col_task(&ib->imgs[i], b, e, tid);
 }
 
+/* The columns of all n images side by side: [k, n * p] (free with xfree_aligned). */
+static float *im2col_batched(const float *x, int64_t n, int64_t ci, int64_t h, int64_t wd,
+                             int64_t kh, int64_t kw, int64_t ho, int64_t wo,
+                             const struct tensor_conv2d_opts *o)
+{
+    int64_t k = ci * kh * kw, p = ho * wo;
+    float *cols = xmalloc_aligned(64, (size_t)(n * p * k) * sizeof(float));
+    struct im2col_job *imgs = xmalloc((size_t)n * sizeof(*imgs));
+    for (int64_t b = 0; b < n; b++)
+        imgs[b] = (struct im2col_job){
+            cols + b * p, n * p, x + b * ci * h * wd, ci, h, wd, kh, kw, ho, wo, 0, ho, o};
+    struct im2col_batch ib = {imgs, n};
+    double pt0 = tensor__prof_t0();
+    tensor__pool_for(k, im2col_batch_task, &ib);
+    tensor__prof_end(TENSOR__PROF_IM2COL, pt0, 0);
+    xfree(imgs);
+    return cols;
+}
+
 int cpu_conv_wn = 1;
 
 int cpu_conv2d_is_wn(int64_t n, int64_t ci, int64_t co, int64_t kh, int64_t kw, int64_t ho,
@@ -289,22 +308,13 @@ void cpu_conv2d_wn(float *out, const float *x, const void *w, enum tensor_dtype 
     int64_t ho, wo;
     tensor_conv2d_out_hw(o, h, wd, kh, kw, &ho, &wo);
     int64_t k = ci * kh * kw, p = ho * wo;
-    float *cols = xmalloc_aligned(64, (size_t)(n * p * k) * sizeof(float));
-    struct im2col_job *imgs = xmalloc((size_t)n * sizeof(*imgs));
-    for (int64_t b = 0; b < n; b++)
-        imgs[b] = (struct im2col_job){
-            cols + b * p, n * p, x + b * ci * h * wd, ci, h, wd, kh, kw, ho, wo, 0, ho, o};
-    struct im2col_batch ib = {imgs, n};
-    double pt0 = tensor__prof_t0();
-    tensor__pool_for(k, im2col_batch_task, &ib);
-    tensor__prof_end(TENSOR__PROF_IM2COL, pt0, 0);
+    float *cols = im2col_batched(x, n, ci, h, wd, kh, kw, ho, wo, o);
     struct conv_job j = {out, x,  NULL, bias, ci, h, wd, co,   kh,  kw,
                          ho,  wo, k,    p,    0,  n, o,  NULL, NULL};
     j.tmp = xmalloc_aligned(64, (size_t)(co * n * p) * sizeof(float));
     cpu_gemm_wn(j.tmp, w, wdt, cols, co, n * p, k);
     tensor__pool_for(n * co, scatter_task, &j);
     xfree_aligned(j.tmp);
-    xfree(imgs);
     xfree_aligned(cols);
 }
 
@@ -347,15 +357,7 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
     struct conv_job j = {out, x, w, bias, ci, h, wd, co, kh, kw, ho, wo, k, p, 0, 0, o, NULL, NULL};
     if (p < 256 && all_cols <= 2 * cpu_conv_cols_bytes) {
         /* Batched small images. */
-        float *cols = xmalloc_aligned(64, all_cols);
-        struct im2col_job *imgs = xmalloc((size_t)n * sizeof(*imgs));
-        for (int64_t b = 0; b < n; b++)
-            imgs[b] = (struct im2col_job){cols + b * p, n * p, x + b * ci * h * wd, ci, h, wd,
-                                          kh, kw, ho, wo, 0, ho, o};
-        struct im2col_batch ib = {imgs, n};
-        double pt0 = tensor__prof_t0();
-        tensor__pool_for(k, im2col_batch_task, &ib);
-        tensor__prof_end(TENSOR__PROF_IM2COL, pt0, 0);
+        float *cols = im2col_batched(x, n, ci, h, wd, kh, kw, ho, wo, o);
         j.tmp = xmalloc_aligned(64, (size_t)(co * n * p) * sizeof(float));
         j.nchunk = n;
         if (co >= 2 * n * p) {
@@ -370,7 +372,6 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
         }
         tensor__pool_for(n * co, scatter_task, &j);
         xfree_aligned(j.tmp);
-        xfree(imgs);
         xfree_aligned(cols);
         return;
     }
