@@ -184,6 +184,11 @@ void cpu_conv2d_wn(float *out, const float *x, const void *w, enum tensor_dtype 
 void cpu_attention(float *out, int64_t o_rs, const float *q, int64_t q_rs, const float *k,
                    int64_t k_rs, const float *v, int64_t v_rs, int64_t tq, int64_t tk,
                    int heads, int64_t d, int64_t dv, float scale, int causal);
+/* The same with S = Q K^T and P V on AMX tiles in bf16 (attn_amx.c), for ops whose
+ * precision is bf16, non-causal; -1 (nothing done) where the bf16 GEMM path is not AMX. */
+int cpu_attention_amx(float *out, int64_t o_rs, const float *q, int64_t q_rs, const float *k,
+                      int64_t k_rs, const float *v, int64_t v_rs, int64_t tq, int64_t tk, int heads,
+                      int64_t d, int64_t dv, float scale);
 /* The fused AVX-512F kernel behind cpu_attention (attn_avx512.c), same contract; call
  * only when cpu_attention_avx512_usable() (the CPU has AVX-512F, checked once). */
 void cpu_attention_avx512(float *out, int64_t o_rs, const float *q, int64_t q_rs,

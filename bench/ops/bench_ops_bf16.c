@@ -19,8 +19,11 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "bench_stats.h"
@@ -108,10 +111,70 @@ __attribute__((target("avx2,fma"))) static double fma_loop_avx2(void)
     return s;
 }
 
+/*
+ * AMX: tdpbf16ps multiplies a 16x32 bf16 tile by a 32x16 one (stored as 16 rows of 16
+ * bf16 pairs) into 16x16 f32: 16 * 16 * 32 * 2 = 16384 flops per instruction. Four
+ * accumulator tiles (tmm0-3) fed by two A and two B tiles, as a GEMM micro-kernel would
+ * be, so consecutive instructions do not wait on one accumulator. The tiles are loaded
+ * once: this is the unit's rate, not a memory-bound one.
+ */
+#define AMX_FLOPS_PER_OP 16384.0
+#define AMX_ITERS (PEAK_ITERS / 64) /* x4 ops: ~2 TFLOP/s per core -> ~15 ms */
+
+struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+__attribute__((target("amx-tile,amx-bf16"))) static double amx_loop(void)
+{
+    static const uint16_t ones[16 * 32] = {0}; /* zeros: the rate does not depend on data */
+    struct amx_cfg cfg = {0};
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    /* GCC 12 does not tell the optimiser that ldtilecfg reads cfg: without this the
+     * stores above are dropped as dead (measured: a SIGSEGV on the config) */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ones, 64);
+    _tile_loadd(5, ones, 64);
+    _tile_loadd(6, ones, 64);
+    _tile_loadd(7, ones, 64);
+    for (long it = 0; it < AMX_ITERS; it++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    float out[16 * 16];
+    _tile_stored(0, out, 64);
+    _tile_release();
+    return out[0];
+}
+
+/* Linux lends AMX tile state only to processes that ask (arch_prctl ARCH_REQ_XCOMP_PERM
+ * for XTILEDATA); without it the first tile instruction is SIGILL. */
+static int amx_usable(void)
+{
+    if (!__builtin_cpu_supports("amx-bf16") || !__builtin_cpu_supports("amx-tile"))
+        return 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
+
 static int has512; /* the fp32 peak's loop: AVX-512 (16 floats per FMA), else AVX2 (8) */
 
+enum peak_kind { PEAK_FMA, PEAK_BF16, PEAK_AMX };
+
 struct peak_arg {
-    int bf16;
+    enum peak_kind kind;
     double sink;
     double cpu;  /* the thread's CPU seconds in the loop */
 };
@@ -120,7 +183,10 @@ static void *peak_thread(void *p)
 {
     struct peak_arg *a = p;
     double c0 = clock_thread_cpu_sec();
-    a->sink = a->bf16 ? bf16_loop() : has512 ? fma_loop() : fma_loop_avx2();
+    a->sink = a->kind == PEAK_AMX    ? amx_loop()
+              : a->kind == PEAK_BF16 ? bf16_loop()
+              : has512               ? fma_loop()
+                                     : fma_loop_avx2();
     a->cpu = clock_thread_cpu_sec() - c0;
     return NULL;
 }
@@ -130,16 +196,19 @@ static void *peak_thread(void *p)
  * the return value one core's GFLOP per CPU-second (what a core does while it runs: a
  * load-proof figure on a shared machine).
  */
-static double peak(int bf16, int nt, int reps, double *wall)
+static double peak(enum peak_kind kind, int nt, int reps, double *wall)
 {
     double best = 0, best_wall = 0;
-    double flops = (double)(PEAK_ITERS / 12 * 12) * (bf16 ? 64.0 : has512 ? 32.0 : 16.0);
+    double flops = kind == PEAK_AMX ? (double)AMX_ITERS * 4 * AMX_FLOPS_PER_OP
+                                    : (double)(PEAK_ITERS / 12 * 12) * (kind == PEAK_BF16 ? 64.0
+                                                                        : has512          ? 32.0
+                                                                                          : 16.0);
     for (int r = 0; r < reps; r++) {
         pthread_t th[64];
         struct peak_arg args[64];
         double t0 = clock_mono_sec();
         for (int i = 0; i < nt; i++) {
-            args[i].bf16 = bf16;
+            args[i].kind = kind;
             pthread_create(&th[i], NULL, peak_thread, &args[i]);
         }
         double cpu = 0;
@@ -209,19 +278,23 @@ static double time_op(const struct op *op, enum tensor_precision p, int reps, do
  * minutes). Per CPU-second figures are printed too but not used for fractions: these
  * 2 vCPUs may share a physical core (SMT), which halves a register-only loop's rate
  * per CPU-second but not a GEMM's as much. */
-static double best16, best32;
-static int has16, hasfma; /* AVX-512 BF16; an fp32 FMA peak loop (AVX-512 or AVX2 + FMA) */
+static double best16, best32, bestamx;
+static int has16, hasfma, hasamx; /* AVX-512 BF16; an fp32 FMA loop (AVX-512 or AVX2); AMX */
 
 static void peaks_update(int nt)
 {
     double w;
     if (hasfma) {
-        peak(0, nt, 3, &w);
+        peak(PEAK_FMA, nt, 3, &w);
         best32 = w > best32 ? w : best32;
     }
     if (has16) {
-        peak(1, nt, 3, &w);
+        peak(PEAK_BF16, nt, 3, &w);
         best16 = w > best16 ? w : best16;
+    }
+    if (hasamx) {
+        peak(PEAK_AMX, nt, 3, &w);
+        bestamx = w > bestamx ? w : bestamx;
     }
 }
 
@@ -256,7 +329,10 @@ static void one_case(struct dev *d, const char *name, int conv, int64_t rows, in
     double k32 = flops / fmin(c32[0], c32[1]) / 1e9, k16 = flops / fmin(c16[0], c16[1]) / 1e9;
     printf("bf16 %-24s fp32 %6.1f GFLOP/s (%.2f of FMA peak) %6.1f GF/cpu-s  bf16 %6.1f GFLOP/s",
            name, g32, g32 / pk32, k32, g16);
-    if (pk16 > 0)
+    /* oneDNN runs AMX tiles where it can (gemm_bf16.c): the fraction is of that unit */
+    if (bestamx > 0)
+        printf(" (%.2f of AMX peak)", g16 / bestamx);
+    else if (pk16 > 0)
         printf(" (%.2f of bf16 peak)", g16 / pk16);
     printf(" %6.1f GF/cpu-s", k16);
     printf("  speed-up %.2fx wall, %.2fx cpu\n", g16 / g32, k16 / k32);
@@ -275,11 +351,14 @@ void bench_ops_bf16(struct dev *d, int reps, const char *only)
     has16 = __builtin_cpu_supports("avx512bf16");
     has512 = __builtin_cpu_supports("avx512f");
     hasfma = has512 || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
-    double w32 = 0, w16 = 0;
-    double c32 = hasfma ? peak(0, nt, 3, &w32) / nt : 0;
-    double c16 = has16 ? peak(1, nt, 3, &w16) / nt : 0;
+    hasamx = amx_usable();
+    double w32 = 0, w16 = 0, wamx = 0;
+    double c32 = hasfma ? peak(PEAK_FMA, nt, 3, &w32) / nt : 0;
+    double c16 = has16 ? peak(PEAK_BF16, nt, 3, &w16) / nt : 0;
+    double camx = hasamx ? peak(PEAK_AMX, nt, 3, &wamx) / nt : 0;
     best32 = w32;
     best16 = w16;
+    bestamx = wamx;
     double loadavg[3] = {0};
     FILE *f = fopen("/proc/loadavg", "r");
     if (f) {
@@ -294,6 +373,12 @@ void bench_ops_bf16(struct dev *d, int reps, const char *only)
                nt, w16, c16);
     else
         printf("bf16 peak vdpbf16ps none (no AVX-512 BF16)\n");
+    if (hasamx)
+        printf("bf16 peak AMX tdpbf16ps %d threads %8.1f GFLOP/s wall, %7.1f GF per "
+               "core-cpu-s\n",
+               nt, wamx, camx);
+    else
+        printf("bf16 peak AMX none (no AMX-BF16, or the kernel refused the tile state)\n");
     if (hasfma)
         printf("bf16 peak vfmadd231ps %s %d threads %8.1f GFLOP/s wall, %7.1f GF per "
                "core-cpu-s\n",

@@ -28,6 +28,7 @@
 
 #include "alloc.h"
 #include "altstack.h"
+#include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "../tensor_impl.h"
 
@@ -118,13 +119,17 @@ struct gemm_job {
     int64_t step;
     const uint16_t *a16, *b16; /* both set: the bf16 GEMM on these instead of a, b */
     const float *ra, *rb;      /* bf16: this f32 operand is rounded per panel instead */
+    const uint16_t *apk;       /* column panels on AMX: all of A, packed (gemm_amx.h) */
 };
 
 /* One panel: f32, or bf16 on the same element offsets (a16/b16 share a/b's layout). */
 static void gemm_panel(const struct gemm_job *j, int64_t oa, int64_t ob, int64_t oc, int64_t m,
                        int64_t n)
 {
-    if (j->a16)
+    if (j->apk) /* column panels: oa is 0 */
+        cpu_gemm_amx_packed(j->tb, m, n, j->k, j->alpha, j->apk, j->b16 + ob, j->ldb, j->beta,
+                            j->c + oc, j->ldc);
+    else if (j->a16)
         cpu_gemm_bf16_1(j->ta, j->tb, m, n, j->k, j->alpha, j->a16 + oa, j->lda, j->b16 + ob,
                         j->ldb, j->beta, j->c + oc, j->ldc);
     else
@@ -182,8 +187,12 @@ static void gemm16_task(void *ctx, int64_t beg, int64_t end, int tid)
             } else {
                 b += j->tb ? lo * j->ldb : lo;
             }
-            cpu_gemm_bf16_1(j->ta, j->tb, j->m, len, j->k, j->alpha, a, lda, b, ldb, j->beta,
-                            j->c + lo, j->ldc);
+            if (j->apk)
+                cpu_gemm_amx_packed(j->tb, j->m, len, j->k, j->alpha, j->apk, b, ldb, j->beta,
+                                    j->c + lo, j->ldc);
+            else
+                cpu_gemm_bf16_1(j->ta, j->tb, j->m, len, j->k, j->alpha, a, lda, b, ldb, j->beta,
+                                j->c + lo, j->ldc);
         } else {
             if (j->ra) {
                 int64_t rows = j->ta ? j->k : len, cols = j->ta ? len : j->k;
@@ -286,18 +295,26 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
             ldb = bc;
         }
     }
+    /* A is the op's bound weight: on AMX, packed once for all its GEMMs */
+    const uint16_t *apk = !ta && !src[0] && !per_panel[0] && cpu_bf16_amx()
+                              ? cpu_bf16_packed_a(a16, m, k, lda)
+                              : NULL;
     if (whole) {
         if (threads != 1)
             cpu_gemm_pool_enter(); /* the emulated path calls the f32 library */
-        cpu_gemm_bf16_1(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc);
+        if (apk)
+            cpu_gemm_amx_packed(tb, m, n, k, alpha, apk, b16, ldb, beta, c, ldc);
+        else
+            cpu_gemm_bf16_1(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc);
         if (threads != 1)
             cpu_gemm_pool_leave();
         xfree_aligned(own[0]);
         xfree_aligned(own[1]);
         return;
     }
-    struct gemm_job j = {ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, NULL, NULL, c,
-                         by_cols, 0, a16, b16, per_panel[0], per_panel[1]};
+    struct gemm_job j = {
+        ta,   tb,   m, n,       k, lda, ldb, ldc,          alpha,        beta,
+        NULL, NULL, c, by_cols, 0, a16, b16, per_panel[0], per_panel[1], by_cols ? apk : NULL};
     gemm_split(&j, nt);
     xfree_aligned(own[0]);
     xfree_aligned(own[1]);
@@ -336,7 +353,8 @@ void cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float 
         cpu_gemm_pool_leave();
         return;
     }
-    struct gemm_job j = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c,
-                         n >= m || n >= 64 * nt, 0, NULL, NULL, NULL, NULL};
+    struct gemm_job j = {trans_a, trans_b, m,    n,    k,    lda, ldb,
+                         ldc,     alpha,   beta, a,    b,    c,   n >= m || n >= 64 * nt,
+                         0,       NULL,    NULL, NULL, NULL, NULL};
     gemm_split(&j, nt);
 }

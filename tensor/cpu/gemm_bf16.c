@@ -30,6 +30,7 @@
 #include "alloc.h"
 #include "altstack.h"
 #include "log.h"
+#include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "../tensor_precision.h"
 
@@ -162,6 +163,7 @@ static void tls_free(struct bf16_tls *s)
         xfree_aligned(s->f[i]);
     }
     xfree_aligned(s->pad);
+    cpu_gemm_amx_release(); /* s is this thread's: tls_free runs on its own thread */
 #ifdef LATENTD_HAVE_DNNL
     if (s->stream)
         dnnl_stream_destroy(s->stream);
@@ -243,7 +245,7 @@ static void gemm_emulated(int ta, int tb, int64_t m, int64_t n, int64_t k, float
 
 /* ---- oneDNN ----------------------------------------------------------------------------- */
 
-enum path { PATH_UNKNOWN, PATH_DNNL, PATH_EMULATED };
+enum path { PATH_UNKNOWN, PATH_AMX, PATH_DNNL, PATH_EMULATED };
 static enum path path = PATH_UNKNOWN;
 static char path_name[160];
 static pthread_once_t path_once = PTHREAD_ONCE_INIT;
@@ -416,8 +418,16 @@ static void path_pick(void)
     path = PATH_EMULATED;
     snprintf(path_name, sizeof(path_name),
              "emulated: operands rounded to bf16, fp32 GEMM (oneDNN not built in)");
+    /* "emulated", "dnnl": tests and A/B comparisons; otherwise the fastest there is */
+    const char *force = getenv("LATENTD_BF16_PATH");
+    if ((!force || strcmp(force, "amx") == 0) && cpu_amx_usable()) {
+        /* measured against oneDNN's AMX matmul: gemm_amx.c says by how much */
+        path = PATH_AMX;
+        snprintf(path_name, sizeof(path_name), "AMX tiles, our kernel (gemm_amx.c)");
+        log_info("bf16 GEMM: %s", path_name);
+        return;
+    }
 #ifdef LATENTD_HAVE_DNNL
-    const char *force = getenv("LATENTD_BF16_PATH"); /* "emulated": tests, comparisons */
     if (force && strcmp(force, "emulated") == 0) {
         snprintf(path_name, sizeof(path_name),
                  "emulated: operands rounded to bf16, fp32 GEMM (LATENTD_BF16_PATH)");
@@ -446,6 +456,12 @@ static void path_pick(void)
     log_info("bf16 GEMM: %s", path_name);
 }
 
+int cpu_bf16_amx(void)
+{
+    pthread_once(&path_once, path_pick);
+    return path == PATH_AMX;
+}
+
 const char *tensor_bf16_path(void)
 {
     pthread_once(&path_once, path_pick);
@@ -459,6 +475,11 @@ void cpu_gemm_bf16_1(int ta, int tb, int64_t m, int64_t n, int64_t k, float alph
     pthread_once(&path_once, path_pick);
     if (m <= 0 || n <= 0)
         return;
+    if (path == PATH_AMX) {
+        tls_register(); /* its packing scratch is freed with the thread's (tls_free) */
+        cpu_gemm_amx(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
 #ifdef LATENTD_HAVE_DNNL
     if (path == PATH_DNNL && k > 0) {
         struct prim_key key = {m, n, k, lda, ldb, ldc, ta, tb, alpha, beta};

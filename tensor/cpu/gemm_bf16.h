@@ -35,6 +35,10 @@ void cpu_gemm_bf16_1(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
                      const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
                      float *c, int64_t ldc);
 
+/* Whether cpu_gemm_bf16_1 runs gemm_amx.c's kernel: then a caller with an A used by many
+ * GEMMs may pack it once (cpu_amx_pack) and call cpu_gemm_amx_packed instead. */
+int cpu_bf16_amx(void);
+
 /* The calling thread's bf16 scratch `slot` (0 or 1), grown to `elems`; owned by the
  * thread, valid until its next call with the same slot. */
 uint16_t *cpu_bf16_scratch(int slot, size_t elems);
@@ -48,6 +52,10 @@ const uint16_t *cpu_bf16_shadow_of(const float *p);
 /* Bind p32 (t's contiguous f32 image, numel(t) floats) to t's cached bf16 copy,
  * converting t on a miss. No-op when t is not contiguous. Op level (not a pool task). */
 void cpu_bf16_bind(const struct tensor *t, const float *p32);
+/* On the AMX path: the bound A at a16 (row-major m x k, leading dim lda, inside a bound
+ * copy) packed for cpu_gemm_amx_packed, made on first use and kept until the binding
+ * goes; NULL when a16 is not bound or the binding holds too many packings already. */
+const uint16_t *cpu_bf16_packed_a(const uint16_t *a16, int64_t m, int64_t k, int64_t lda);
 /* Undo cpu_bf16_bind for p32 (no-op when unbound). */
 void cpu_bf16_unbind(const float *p32);
 

@@ -37,6 +37,7 @@
 
 #include "alloc.h"
 #include "adapt.h"
+#include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "../tensor_precision.h"
 
@@ -76,10 +77,55 @@ struct entry {
     struct entry *next;
 };
 
+#define PACKED_MAX 4 /* AMX-packed A operands per binding (conv: the weight, row blocks) */
+
+struct packed {
+    const uint16_t *a16; /* the key: where in the copy, and the shape */
+    int64_t m, k, lda;
+    uint16_t *p; /* owned: cpu_amx_pack's layout */
+    size_t cap;  /* p's elements */
+};
+
+/*
+ * Packings outlive their op in two spare buffers (lock held), so the next op's costs no
+ * allocation: fresh memory for each op's was 85 000 page faults per 512^2 step.
+ */
+static struct spare {
+    uint16_t *p;
+    size_t cap;
+} spares[2];
+
+static uint16_t *spare_take(size_t elems, size_t *cap)
+{
+    for (int i = 0; i < 2; i++)
+        if (spares[i].p && spares[i].cap >= elems) {
+            uint16_t *p = spares[i].p;
+            *cap = spares[i].cap;
+            spares[i] = (struct spare){0};
+            return p;
+        }
+    *cap = elems;
+    return xmalloc_aligned(64, elems * 2);
+}
+
+static void spare_put(uint16_t *p, size_t cap)
+{
+    if (!p)
+        return;
+    int at = spares[0].cap <= spares[1].cap ? 0 : 1; /* the smaller (or empty) one goes */
+    if (spares[at].cap >= cap) {
+        xfree_aligned(p);
+        return;
+    }
+    xfree_aligned(spares[at].p);
+    spares[at] = (struct spare){p, cap};
+}
+
 struct binding {
     const float *p32;        /* borrowed: the op's f32 image of the weight */
     int64_t n;
     struct entry *e;
+    struct packed pk[PACKED_MAX];
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -251,7 +297,7 @@ void cpu_bf16_bind(const struct tensor *t, const float *p32)
     pthread_mutex_lock(&mu);
     for (int i = 0; i < BIND_MAX; i++)
         if (!binds[i].p32) {
-            binds[i] = (struct binding){p32, n, hit};
+            binds[i] = (struct binding){p32, n, hit, {{0}}};
             atomic_fetch_add(&cpu_bf16_nbound, 1);
             hit = NULL;
             break;
@@ -269,6 +315,8 @@ void cpu_bf16_unbind(const float *p32)
     for (int i = 0; i < BIND_MAX; i++)
         if (binds[i].p32 == p32) {
             struct entry *e = binds[i].e;
+            for (int q = 0; q < PACKED_MAX; q++)
+                spare_put(binds[i].pk[q].p, binds[i].pk[q].cap);
             binds[i] = (struct binding){0};
             atomic_fetch_sub(&cpu_bf16_nbound, 1);
             if (--e->refs == 0 && !e->cached)
@@ -287,6 +335,41 @@ const uint16_t *cpu_bf16_shadow_of(const float *p)
             r = binds[i].e->data + (p - binds[i].p32);
             break;
         }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/*
+ * The GEMMs of one op (a conv's chunks on every pool thread) use its weight as the same
+ * A again and again; AMX wants A packed into tiles, so it is packed once per binding
+ * here (by the first GEMM to ask, under the lock: the others would wait for it anyway)
+ * instead of once per GEMM (a 512^2 bf16 UNet step spent 14 % of its time repacking).
+ */
+const uint16_t *cpu_bf16_packed_a(const uint16_t *a16, int64_t m, int64_t k, int64_t lda)
+{
+    const uint16_t *r = NULL;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < BIND_MAX && !r; i++) {
+        struct binding *b = &binds[i];
+        if (!b->p32 || a16 < b->e->data || a16 >= b->e->data + b->n)
+            continue;
+        struct packed *free_pk = NULL;
+        for (int q = 0; q < PACKED_MAX && !r; q++) {
+            struct packed *pk = &b->pk[q];
+            if (pk->p && pk->a16 == a16 && pk->m == m && pk->k == k && pk->lda == lda)
+                r = pk->p;
+            else if (!pk->p && !free_pk)
+                free_pk = pk;
+        }
+        if (!r && free_pk) {
+            size_t got;
+            uint16_t *p = spare_take(cpu_amx_packed_elems(m, k), &got);
+            cpu_amx_pack(p, a16, lda, m, k);
+            *free_pk = (struct packed){a16, m, k, lda, p, got};
+            r = p;
+        }
+        break;
+    }
     pthread_mutex_unlock(&mu);
     return r;
 }
@@ -321,5 +404,9 @@ void cpu_bf16_cache_clear(void)
     pthread_mutex_lock(&mu);
     while (head)
         entry_drop(&head);
+    for (int i = 0; i < 2; i++) {
+        xfree_aligned(spares[i].p);
+        spares[i] = (struct spare){0};
+    }
     pthread_mutex_unlock(&mu);
 }

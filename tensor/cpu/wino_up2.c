@@ -259,8 +259,31 @@ int cpu_conv2d_up2_winograd(float *out, const float *x, const void *w, enum tens
     up2_layout_init(&l, up2_tile(ci, co, h, wd));
     int nt = tensor__pool_threads(), m = l.m;
     /* the tile grid is x's own h x wd pixels, padded 1: each phase is a pad-1 conv of x */
-    struct up2_job uj = {{out, x, NULL, bias, NULL, ci, h, wd, co, h, wd, 1, 1, 2, (wd + m - 1) / m,
-                          (h + m - 1) / m, 0, 0, NULL, NULL, NULL, 0, m},
+    struct up2_job uj = {{out,
+                          x,
+                          NULL,
+                          bias,
+                          NULL,
+                          ci,
+                          h,
+                          wd,
+                          co,
+                          h,
+                          wd,
+                          1,
+                          1,
+                          2,
+                          (wd + m - 1) / m,
+                          (h + m - 1) / m,
+                          0,
+                          0,
+                          NULL,
+                          NULL,
+                          NULL,
+                          0,
+                          m,
+                          NULL,
+                          0},
                          &l};
     struct wg_job *j = &uj.j;
     wino__plan_rows(j, n, (l.nxi * ci + l.blocks * co) * j->tw * (int64_t)sizeof(float));

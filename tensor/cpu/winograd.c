@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "../tensor_impl.h"
 #include "../tensor_precision.h"
@@ -135,6 +136,21 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
         }
     }
     xfree_aligned(row);
+}
+
+/* U's planes (row-major co x ci bf16) packed for the AMX kernel, one plane per task. */
+struct pk_job {
+    uint16_t *dst;
+    const uint16_t *u16;
+    int64_t co, ci, plane;
+};
+
+static void pk_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    struct pk_job *j = ctx;
+    for (int64_t xi = b; xi < e; xi++)
+        cpu_amx_pack(j->dst + xi * j->plane, j->u16 + xi * j->co * j->ci, j->ci, j->co, j->ci);
 }
 
 void wino__patch_fill(const struct wg_job *j, int64_t img, int64_t c, int64_t y0, int64_t prow,
@@ -288,7 +304,12 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
             wino43__input_tf(j, img, r0, nr, v, T, bf.patch, bf.tr);
         else
             wino__input_tf(j, img, r0, nr, v, T, bf.patch, bf.tr, bf.v16, bf.tq);
-        if (j->u16) {
+        if (j->u16p) {
+            for (int xi = 0; xi < nxi; xi++)
+                cpu_gemm_amx_packed(0, j->co, T, j->ci, 1.0f, j->u16p + xi * j->u16p_plane,
+                                    bf.v16 + xi * j->ci * T, T, 0.0f,
+                                    m + xi * (j->co * T + WG_MPAD), T);
+        } else if (j->u16) {
             for (int xi = 0; xi < nxi; xi++)
                 cpu_gemm_bf16_1(0, 0, j->co, T, j->ci, 1.0f, j->u16 + xi * j->co * j->ci, j->ci,
                                 bf.v16 + xi * j->ci * T, T, 0.0f,
@@ -425,12 +446,41 @@ int cpu_conv2d_winograd_gn(float *out, const float *x, const void *w, enum tenso
     int nt = tensor__pool_threads();
     int bf16 = cpu_wino_bf16 && tensor_precision_get() == TENSOR_PRECISION_BF16;
     int m = bf16 ? 2 : cpu_wino_tile(ci, co, ho, wo), nxi = m == 4 ? W43_XI : WG_XI;
-    struct wg_job j = {out, x, NULL, bias, NULL, ci, h, wd, co, ho, wo, o->pad_top, o->pad_left,
-                       1, (wo + m - 1) / m, (ho + m - 1) / m, 0, 0, NULL, na, nb, silu, m};
+    struct wg_job j = {out,
+                       x,
+                       NULL,
+                       bias,
+                       NULL,
+                       ci,
+                       h,
+                       wd,
+                       co,
+                       ho,
+                       wo,
+                       o->pad_top,
+                       o->pad_left,
+                       1,
+                       (wo + m - 1) / m,
+                       (ho + m - 1) / m,
+                       0,
+                       0,
+                       NULL,
+                       na,
+                       nb,
+                       silu,
+                       m,
+                       NULL,
+                       0};
     wino__plan_rows(&j, n, nxi * (ci + co) * j.tw * (int64_t)sizeof(float));
 
-    /* U: f32, or bf16 (half the bytes); per thread: wg_layout's block */
+    /* U: f32, or bf16 (half the bytes), and on AMX U's planes packed for its tiles (each
+     * chunk's GEMMs would pack them again: perf had that at 17 % of a 512^2 bf16 step);
+     * per thread: wg_layout's block */
     size_t ub = ((size_t)(nxi * co * ci) * (bf16 ? 2 : sizeof(float)) + 63) / 64 * 64;
+    int amx = bf16 && cpu_bf16_amx();
+    int64_t pplane = amx ? (int64_t)cpu_amx_packed_elems(co, ci) : 0;
+    size_t ub0 = ub;
+    ub += (size_t)(nxi * pplane) * 2;
     size_t per = wg_layout(&j, bf16, NULL, NULL);
     char *base = wino__mem_get(ub + (size_t)nt * per);
     if (!base)
@@ -441,6 +491,12 @@ int cpu_conv2d_winograd_gn(float *out, const float *x, const void *w, enum tenso
     tensor__pool_for(co, wt_task, &wj);
     j.u = bf16 ? NULL : u;
     j.u16 = bf16 ? (uint16_t *)u : NULL;
+    if (amx) {
+        struct pk_job pk = {(uint16_t *)(base + ub0), j.u16, co, ci, pplane};
+        tensor__pool_for(nxi, pk_task, &pk);
+        j.u16p = pk.dst;
+        j.u16p_plane = pplane;
+    }
     cpu_gemm_pool_enter();
     tensor__pool_for(n * j.nchk, wg_task, &j);
     cpu_gemm_pool_leave();

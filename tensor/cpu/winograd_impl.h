@@ -45,6 +45,9 @@ struct wg_job {
     const float *na, *nb; /* set: x is read as silu?(x * na + nb), [n, ci] (GroupNorm) */
     int nsilu;
     int m; /* output tile size: 2 (F(2,3)) or 4 (F(4,3)) */
+    /* set (bf16 on AMX): U's planes packed for cpu_gemm_amx_packed, u16p_plane apart */
+    const uint16_t *u16p;
+    int64_t u16p_plane;
 };
 
 /*

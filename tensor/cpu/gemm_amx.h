@@ -1,0 +1,45 @@
+/*
+ * gemm_amx — a single-threaded bf16 x bf16 -> f32 GEMM on Intel AMX tiles (private to
+ * tensor/cpu/; gemm_bf16.c picks it where the CPU and kernel allow AMX).
+ *
+ * Threads: any; each thread keeps its own packing scratch and tile configuration.
+ */
+#ifndef LATENTD_TENSOR_CPU_GEMM_AMX_H
+#define LATENTD_TENSOR_CPU_GEMM_AMX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Whether this CPU has AMX-BF16 and the kernel lent this process the tile state
+ * (arch_prctl ARCH_REQ_XCOMP_PERM; asked once). */
+int cpu_amx_usable(void);
+
+/* cpu_gemm_bf16_1's contract: C = alpha op(A) op(B) + beta C, row-major, leading
+ * dimensions in elements; beta == 0 never reads C. Only where cpu_amx_usable(). */
+void cpu_gemm_amx(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                  float *c, int64_t ldc);
+
+/*
+ * An A used by many GEMMs (a weight) packed once: cpu_amx_pack writes the row-major
+ * m x k matrix a (leading dim lda) into dst, cpu_amx_packed_elems(m, k) elements (64-byte
+ * aligned), and cpu_gemm_amx_packed is cpu_gemm_amx with op(A) = that A, read packed.
+ */
+size_t cpu_amx_packed_elems(int64_t m, int64_t k);
+void cpu_amx_pack(uint16_t *dst, const uint16_t *a, int64_t lda, int64_t m, int64_t k);
+void cpu_gemm_amx_packed(int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t *packed, const uint16_t *b, int64_t ldb, float beta,
+                         float *c, int64_t ldc);
+
+/* Building blocks for other AMX kernels (attn_amx.c). The calling thread's tiles: every
+ * one 16 rows x 64 bytes (tmm0-7), until cpu_amx_tiles_end. */
+void cpu_amx_tiles_begin(void);
+void cpu_amx_tiles_end(void);
+/* One B tile (32 x 16, VNNI) from 16 columns stored as rows of 32 bf16 (src, ld elements
+ * apart): tile row r = pair r of each column. */
+void cpu_amx_vnni_cols(uint16_t *tile, const uint16_t *src, int64_t ld);
+
+/* Free the calling thread's packing scratch (cpu_bf16_release's). */
+void cpu_gemm_amx_release(void);
+
+#endif

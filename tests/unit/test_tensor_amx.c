@@ -1,0 +1,178 @@
+/*
+ * test_tensor_amx — the AMX bf16 GEMM (tensor/cpu/gemm_amx.c) against a float64 GEMM of
+ * the same bf16 values, on shapes that exercise every edge: rows, columns and K that are
+ * not multiples of the 32-wide tiles, both transposes of each operand, leading
+ * dimensions wider than the matrix, alpha/beta as the kernel's two ways to write C
+ * (C itself as the accumulator where alpha = 1 and beta is 0 or 1, a buffer otherwise),
+ * and B chunks and K slices of more than one (K up to 1200, n up to 700; 500 x 1200 is
+ * two chunks).
+ * Exits 77 (skipped) where the CPU or kernel gives no AMX.
+ *
+ * The bound: products of bf16 values are exact in f32 and AMX accumulates them in f32,
+ * so |C - ref| <= gamma(k) * sum |a||b| (+ the beta term's rounding): checked at
+ * 2 k 2^-24 sum|a||b| + 2^-22 |ref|, far below what a wrong element would give (the
+ * values are O(1), so a swapped or missing product is off by ~1).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "device.h"
+#include "harness.h"
+#include "tensor.h"
+#include "tensor_impl.h"
+#include "tensor_precision.h"
+#include "cpu/gemm_amx.h"
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static uint16_t bf16(float v)
+{
+    return tensor_f32_to_bf16(v);
+}
+static double wide(uint16_t h)
+{
+    return (double)tensor_bf16_to_f32(h);
+}
+
+static void one(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, float beta)
+{
+    /* stored shapes and leading dims (a pad of 3 beyond each row) */
+    int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    int64_t lda = ac + 3, ldb = bc + 3, ldc = n + 5;
+    uint16_t *a = xmalloc((size_t)(ar * lda) * 2), *b = xmalloc((size_t)(br * ldb) * 2);
+    float *c = xmalloc((size_t)(m * ldc) * 4), *c0 = xmalloc((size_t)(m * ldc) * 4);
+    for (int64_t i = 0; i < ar * lda; i++)
+        a[i] = bf16(frand());
+    for (int64_t i = 0; i < br * ldb; i++)
+        b[i] = bf16(frand());
+    for (int64_t i = 0; i < m * ldc; i++)
+        c[i] = c0[i] = beta == 0.0f ? NAN : frand(); /* beta 0 must not read C */
+    cpu_gemm_amx(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    double worst = 0;
+    int pad_ok = 1;
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0, mag = 0;
+            for (int64_t p = 0; p < k; p++) {
+                double x = wide(ta ? a[p * lda + i] : a[i * lda + p]);
+                double y = wide(tb ? b[j * ldb + p] : b[p * ldb + j]);
+                s += x * y;
+                mag += fabs(x * y);
+            }
+            double ref = alpha * s + (beta == 0.0f ? 0.0 : beta * (double)c0[i * ldc + j]);
+            double bound =
+                fabs(alpha) * 2.0 * (double)k * 0x1p-24 * mag + 0x1p-22 * fabs(ref) + 1e-30;
+            double r = fabs((double)c[i * ldc + j] - ref) / bound;
+            worst = r > worst || isnan(r) ? r : worst;
+        }
+        for (int64_t j = n; j < ldc; j++) /* beyond n: untouched */
+            if (memcmp(&c[i * ldc + j], &c0[i * ldc + j], 4) != 0)
+                pad_ok = 0;
+    }
+    ok(worst <= 1.0 && pad_ok,
+       "ta %d tb %d %lldx%lldx%lld alpha %g beta %g: worst error / bound %.3f, C beyond n %s", ta,
+       tb, (long long)m, (long long)n, (long long)k, alpha, beta, worst,
+       pad_ok ? "untouched" : "WRITTEN");
+    xfree(a);
+    xfree(b);
+    xfree(c);
+    xfree(c0);
+}
+
+/*
+ * attn_amx.c: attention of `heads` heads (row strides wider than heads x d, as the
+ * UNet's fused qkv are) against float64 softmax(q k^T scale) v of the same f32 inputs.
+ * Q, K, V and P are rounded to bf16: the bound is 1e-2 of max |v| (values in [-1, 1]),
+ * three times the worst error measured (3.2e-3), far below a wrong block's (~0.3).
+ */
+static void attn_one(int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv)
+{
+    int64_t qrs = heads * d + 7, krs = heads * d + 3, vrs = heads * dv + 5, ors = heads * dv + 1;
+    float *q = xmalloc((size_t)(tq * qrs) * 4), *k = xmalloc((size_t)(tk * krs) * 4);
+    float *v = xmalloc((size_t)(tk * vrs) * 4), *o = xmalloc((size_t)(tq * ors) * 4);
+    for (int64_t i = 0; i < tq * qrs; i++)
+        q[i] = 2.0f * frand();
+    for (int64_t i = 0; i < tk * krs; i++)
+        k[i] = 2.0f * frand();
+    for (int64_t i = 0; i < tk * vrs; i++)
+        v[i] = frand();
+    for (int64_t i = 0; i < tq * ors; i++)
+        o[i] = NAN;
+    float scale = 1.0f / sqrtf((float)d);
+    int rc = cpu_attention_amx(o, ors, q, qrs, k, krs, v, vrs, tq, tk, heads, d, dv, scale);
+    double worst = 0;
+    double *p = xmalloc((size_t)tk * sizeof(double));
+    for (int h = 0; h < heads && rc == 0; h++)
+        for (int64_t i = 0; i < tq; i++) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t t = 0; t < tk; t++) {
+                double s = 0;
+                for (int64_t c = 0; c < d; c++)
+                    s += (double)q[i * qrs + h * d + c] * (double)k[t * krs + h * d + c];
+                p[t] = s * scale;
+                mx = p[t] > mx ? p[t] : mx;
+            }
+            for (int64_t t = 0; t < tk; t++)
+                sum += p[t] = exp(p[t] - mx);
+            for (int64_t c = 0; c < dv; c++) {
+                double r = 0;
+                for (int64_t t = 0; t < tk; t++)
+                    r += p[t] * (double)v[t * vrs + h * dv + c];
+                double err = fabs((double)o[i * ors + h * dv + c] - r / sum);
+                worst = err > worst || isnan(err) ? err : worst;
+            }
+        }
+    ok(rc == 0 && worst <= 1e-2,
+       "attention %lld x %lld keys, %d heads, d %lld, dv %lld: %s, "
+       "worst |error| %.2e (bound 1e-2)",
+       (long long)tq, (long long)tk, heads, (long long)d, (long long)dv,
+       rc == 0 ? "ran" : "NOT RUN", worst);
+    xfree(p);
+    xfree(q);
+    xfree(k);
+    xfree(v);
+    xfree(o);
+}
+
+int main(void)
+{
+    if (!cpu_amx_usable())
+        SKIP("no AMX-BF16 on this CPU (or the kernel refused the tile state)");
+    struct dev *dv;
+    struct err e = {0};
+    if (dev_open("cpu", 0, &dv, &e) < 0) /* the pool the attention's tasks run on */
+        PANIC("dev_open: %s", e.msg);
+    static const int64_t shapes[][3] = {
+        {1, 1, 1},      {32, 32, 32},   {33, 17, 31},    {64, 64, 64},
+        {5, 100, 40},   {77, 320, 768}, {96, 48, 1200},  {40, 700, 96},
+        {130, 70, 320}, {16, 16, 2},    {40, 500, 1200}, /* two chunks of B (416 columns at this K),
+                                                            A packed once */
+    };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                one(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 1.0f, 0.0f);
+    one(0, 1, 70, 90, 100, 1.0f, 1.0f);   /* C is the accumulator, loaded */
+    one(0, 0, 64, 64, 64, 0.5f, 0.0f);    /* through the buffer */
+    one(1, 0, 33, 65, 130, -2.0f, 0.75f); /* through the buffer, beta read */
+    one(0, 1, 64, 96, 448, 1.0f, 1.0f);   /* whole blocks, two K slices, loaded */
+    /* SD's head dims; ragged queries and keys; cross-attention's 77 keys */
+    attn_one(131, 131, 2, 40, 40);
+    attn_one(64, 96, 2, 64, 64);
+    attn_one(97, 77, 3, 80, 80);
+    attn_one(40, 200, 1, 160, 160);
+    attn_one(33, 5, 2, 8, 24);
+    dev_close(dv);
+    return harness_done();
+}
