@@ -7,17 +7,19 @@
  * Why: under --bf16-unet the GEMMs ran on AMX and attention, fp32 on AVX-512, became
  * the largest part of a 512^2 step (0.82 of 2.5 s, perf: 3/4 of it the two products).
  *
- * Layout: a task is one head's block of 32 queries (two 16-row tiles). Per call, every
- * head's K and V are rounded and packed once, for all tasks:
- *   - K as B tiles of S (K-dim = the head dim, padded to 32): per block of 32 keys and
- *     step of 32 channels two tiles (keys 0-15, 16-31), row r = channel pair r of each
- *     key (gemm_amx.h's cpu_amx_vnni_cols);
- *   - V as B tiles of P V (K-dim = 32 keys): per key block and 16 value channels one
- *     tile, row r = keys 2r, 2r + 1 of each channel, interleaved.
- * Per key block: S (2 x 2 tiles) goes to memory; the softmax updates each query's max
- * m and sum l in the log2 domain (Q is pre-scaled by scale * log2(e)), rescales the
- * query's O row and writes P rounded to bf16; then O's tiles are loaded, P V added in
- * the tiles and stored back. Keys past tk score -inf (their packed K and V are zero).
+ * Layout: a task is one head's block of 32 queries, and the queries are the columns of
+ * both products: S^T = K Q^T and O^T += V^T P^T, so that each query's max, sum and
+ * correction are one lane of a vector (a first version with S = Q K^T spent a third of
+ * its time in per-row reductions and scalar updates, perf; 0.41 -> 0.35 s per step).
+ * Per call, every head's K and V are rounded and packed once, for all tasks:
+ *   - K as A squares (32 keys x 32 channels per step of the head dim, padded to 32);
+ *   - V^T as A tiles (16 channels x 32 keys), V rounded and transposed per key block.
+ * Per task, Q^T as B tiles (channel pairs of 16 queries: gemm_amx.h's
+ * cpu_amx_vnni_cols). Per block of 32 keys: S^T (2 x 2 tiles) goes to memory; the
+ * softmax updates each query's max m and sum l in the log2 domain (Q is pre-scaled by
+ * scale * log2(e)), rescales O^T's columns and writes P^T as B tiles (key pairs
+ * interleaved, rounded to bf16); then O^T's tiles are loaded, V^T P^T added in the
+ * tiles and stored back. Keys past tk score nothing (P = 0; their K and V are zero).
  *
  * Numerics: Q, K, V and P are rounded to bf16 (nearest even), sums f32. The result is
  * within ~1e-2 relative of a float64 attention of the unrounded inputs (test_tensor_amx
@@ -32,12 +34,17 @@
 
 #include <immintrin.h>
 
+#include "adapt.h"
 #include "alloc.h"
 #include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "../tensor_impl.h"
 
 #define QB 32 /* queries per task */
+
+/* The calling thread's packed K and V, kept between calls: 7 MiB of fresh pages per call
+ * (a 512^2 self-attention) were 4 % of a bf16 step in page faults. */
+static _Thread_local struct cpu_scratch kv;
 #define KB 32 /* keys per block */
 
 struct amx_attn {
@@ -84,38 +91,34 @@ TGT INLINE __m512i round32(const float *src, int64_t n, float scale)
 TGT static void pack_kv(const struct amx_attn *j, int64_t h, int64_t kb)
 {
     int64_t key0 = kb * KB, nk = j->tk - key0 < KB ? j->tk - key0 : KB;
+    /* K: A squares, row = key, 32 channels per step */
     uint16_t *kt = j->kp + ((h * j->nkb + kb) * j->ds) * 1024;
-    _Alignas(64) uint16_t rows[16 * 32];
     for (int64_t s = 0; s < j->ds; s++)
-        for (int half = 0; half < 2; half++) {
-            for (int r = 0; r < 16; r++) {
-                int64_t key = half * 16 + r;
-                __m512i x = key < nk ? round32(j->k + (key0 + key) * j->k_rs + h * j->d + s * 32,
-                                               j->d - s * 32, 1.0f)
-                                     : _mm512_setzero_si512();
-                _mm512_store_si512(rows + r * 32, x);
-            }
-            cpu_amx_vnni_cols(kt + s * 1024 + half * 512, rows, 32);
+        for (int r = 0; r < KB; r++) {
+            __m512i x = r < nk ? round32(j->k + (key0 + r) * j->k_rs + h * j->d + s * 32,
+                                         j->d - s * 32, 1.0f)
+                               : _mm512_setzero_si512();
+            _mm512_store_si512(kt + s * 1024 + r * 32, x);
         }
-    /* V: keys 2r and 2r + 1 interleaved, 16 channels per tile */
-    static const uint16_t zip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    __m512i idx = _mm512_loadu_si512(zip);
+    /* V^T: A tiles of 16 channels x 32 keys, rounded then transposed */
     uint16_t *vt = j->vp + (h * j->nkb + kb) * j->nct * 512;
+    _Alignas(64) uint16_t rows[KB * 16];
     for (int64_t c = 0; c < j->nct; c++) {
         int64_t left = j->dv - c * 16;
         __mmask16 mc = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-        for (int r = 0; r < 16; r++) {
+        for (int r = 0; r < KB; r += 2) {
             __m512 x0 = _mm512_setzero_ps(), x1 = _mm512_setzero_ps();
-            if (2 * r < nk)
-                x0 =
-                    _mm512_maskz_loadu_ps(mc, j->v + (key0 + 2 * r) * j->v_rs + h * j->dv + c * 16);
-            if (2 * r + 1 < nk)
-                x1 = _mm512_maskz_loadu_ps(mc, j->v + (key0 + 2 * r + 1) * j->v_rs + h * j->dv +
-                                                   c * 16);
-            __m512i both = (__m512i)_mm512_cvtne2ps_pbh(x1, x0); /* x0 low, x1 high */
-            _mm512_storeu_si512(vt + c * 512 + r * 32, _mm512_permutexvar_epi16(idx, both));
+            if (r < nk)
+                x0 = _mm512_maskz_loadu_ps(mc, j->v + (key0 + r) * j->v_rs + h * j->dv + c * 16);
+            if (r + 1 < nk)
+                x1 =
+                    _mm512_maskz_loadu_ps(mc, j->v + (key0 + r + 1) * j->v_rs + h * j->dv + c * 16);
+            _mm512_store_si512(rows + r * 16, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
         }
+        uint16_t *t = vt + c * 512;
+        for (int ch = 0; ch < 16; ch++)
+            for (int r = 0; r < KB; r++)
+                t[ch * 32 + r] = rows[r * 16 + ch];
     }
 }
 
@@ -127,115 +130,131 @@ static void pack_task(void *ctx, int64_t b, int64_t e, int tid)
         pack_kv(j, t / j->nkb, t % j->nkb);
 }
 
-/* O's value tiles c0.. (up to four) += P (tile 4) x V's tiles; O rows 16 x dvp floats. */
-#define PV_ONE(T, BT)                                                                              \
+/* O^T's channel tiles (16 x 16 queries, rows 128 bytes apart) += V^T's tiles x P^T
+ * (tile 5), in groups of four accumulators; V^T's tiles take turns in tmm4, 6, 7. */
+#define PV_ONE(T, AT)                                                                              \
     do {                                                                                           \
-        _tile_loadd(T, o + (c0 + T) * 16, ld);                                                     \
-        _tile_loadd(BT, vt + (c0 + T) * 512, 64);                                                  \
-        _tile_dpbf16ps(T, 4, BT);                                                                  \
-        _tile_stored(T, o + (c0 + T) * 16, ld);                                                    \
+        _tile_loadd(T, ot + (c0 + T) * 16 * QB, QB * 4);                                           \
+        _tile_loadd(AT, vt + (c0 + T) * 512, 64);                                                  \
+        _tile_dpbf16ps(T, AT, 5);                                                                  \
+        _tile_stored(T, ot + (c0 + T) * 16 * QB, QB * 4);                                          \
     } while (0)
 
-TGT static void pv_half(float *o, int64_t ld, const uint16_t *vt, int64_t nct)
+TGT static void pv_half(float *ot, const uint16_t *vt, int64_t nct)
 {
     for (int64_t c0 = 0; c0 < nct; c0 += 4) {
         int64_t g = nct - c0;
-        PV_ONE(0, 5);
+        PV_ONE(0, 4);
         if (g > 1)
             PV_ONE(1, 6);
         if (g > 2)
             PV_ONE(2, 7);
         if (g > 3)
-            PV_ONE(3, 5);
+            PV_ONE(3, 4);
     }
 }
 
+/*
+ * One head's 32 queries (i0..) over all keys. Queries are in the columns of S^T = K Q^T
+ * and of O^T = V^T P^T, so each query's max, sum and correction are one lane of a
+ * vector: no horizontal reductions (an S = Q K^T layout spent a third of its time in
+ * per-row reductions and scalar updates, perf).
+ */
 TGT static void attn_block(const struct amx_attn *j, int64_t h, int64_t i0, char *ws)
 {
     int64_t nq = j->tq - i0 < QB ? j->tq - i0 : QB, dvp = j->nct * 16;
-    uint16_t *qa = (uint16_t *)ws;    /* [ds][32 rows][32] */
-    uint16_t *pa = qa + j->ds * 1024; /* P: [32 rows][32 keys] */
-    float *st = (float *)(pa + 1024); /* S: [32][32] */
-    float *o = st + 32 * 32;          /* O: [32][dvp] */
-    _Alignas(64) float m[QB], l[QB];
-    for (int64_t s = 0; s < j->ds; s++)
-        for (int r = 0; r < QB; r++) {
-            __m512i x = r < nq ? round32(j->q + (i0 + r) * j->q_rs + h * j->d + s * 32,
-                                         j->d - s * 32, j->scale2)
-                               : _mm512_setzero_si512();
-            _mm512_store_si512(qa + s * 1024 + r * 32, x);
+    uint16_t *qb = (uint16_t *)ws;       /* Q^T: [half][ds] B tiles */
+    uint16_t *pb = qb + 2 * j->ds * 512; /* P^T: [half] B tiles */
+    float *st = (float *)(pb + 2 * 512); /* S^T: [32 keys][32 queries] */
+    float *ot = st + KB * QB;            /* O^T: [dvp][32 queries] */
+    _Alignas(64) uint16_t rows[16 * 32];
+    for (int half = 0; half < 2; half++)
+        for (int64_t s = 0; s < j->ds; s++) {
+            for (int r = 0; r < 16; r++) {
+                int64_t qi = half * 16 + r;
+                __m512i x = qi < nq ? round32(j->q + (i0 + qi) * j->q_rs + h * j->d + s * 32,
+                                              j->d - s * 32, j->scale2)
+                                    : _mm512_setzero_si512();
+                _mm512_store_si512(rows + r * 32, x);
+            }
+            cpu_amx_vnni_cols(qb + (half * j->ds + s) * 512, rows, 32);
         }
-    memset(o, 0, (size_t)(QB * dvp) * sizeof(float));
-    for (int r = 0; r < QB; r++) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-    }
-    int64_t ldo = dvp * 4;
+    memset(ot, 0, (size_t)(dvp * QB) * sizeof(float));
+    __m512 m[2] = {_mm512_set1_ps(-INFINITY), _mm512_set1_ps(-INFINITY)};
+    __m512 l[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    static const uint16_t zip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __m512i idx = _mm512_loadu_si512(zip);
     for (int64_t kb = 0; kb < j->nkb; kb++) {
         const uint16_t *kt = j->kp + ((h * j->nkb + kb) * j->ds) * 1024;
         const uint16_t *vt = j->vp + (h * j->nkb + kb) * j->nct * 512;
-        int64_t nk = j->tk - kb * KB < KB ? j->tk - kb * KB : KB;
-        /* S = Q K^T: queries 0-15 / 16-31 x keys 0-15 / 16-31 */
+        int nk = (int)(j->tk - kb * KB < KB ? j->tk - kb * KB : KB);
+        /* S^T: keys 0-15 / 16-31 x queries 0-15 / 16-31 */
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
         for (int64_t s = 0; s < j->ds; s++) {
-            _tile_loadd(4, qa + s * 1024, 64);
-            _tile_loadd(5, qa + s * 1024 + 512, 64);
-            _tile_loadd(6, kt + s * 1024, 64);
-            _tile_loadd(7, kt + s * 1024 + 512, 64);
+            _tile_loadd(4, kt + s * 1024, 64);
+            _tile_loadd(5, kt + s * 1024 + 512, 64);
+            _tile_loadd(6, qb + s * 512, 64);
+            _tile_loadd(7, qb + (j->ds + s) * 512, 64);
             _tile_dpbf16ps(0, 4, 6);
             _tile_dpbf16ps(1, 4, 7);
             _tile_dpbf16ps(2, 5, 6);
             _tile_dpbf16ps(3, 5, 7);
         }
-        _tile_stored(0, st, 128);
-        _tile_stored(1, st + 16, 128);
-        _tile_stored(2, st + 16 * 32, 128);
-        _tile_stored(3, st + 16 * 32 + 16, 128);
-        /* the online softmax: each query row's new max, then the 32 corrections
-         * 2^(m - m') in two vectors, then each row's P, sum and rescaled O */
-        __mmask16 k0 = nk >= 16 ? 0xffff : (__mmask16)((1u << nk) - 1);
-        __mmask16 k1 = nk >= 32 ? 0xffff : nk > 16 ? (__mmask16)((1u << (nk - 16)) - 1) : 0;
-        __m512 ninf = _mm512_set1_ps(-INFINITY);
-        _Alignas(64) float mn[QB], alpha[QB];
-        for (int r = 0; r < QB; r++) {
-            __m512 s0 = _mm512_mask_loadu_ps(ninf, k0, st + r * 32);
-            __m512 s1 = _mm512_mask_loadu_ps(ninf, k1, st + r * 32 + 16);
-            float mx = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
-            mn[r] = mx > m[r] ? mx : m[r];
-        }
-        for (int h2 = 0; h2 < QB; h2 += 16) /* m = -inf (no key yet): 2^-100, O and l are 0 */
-            _mm512_store_ps(alpha + h2, exp2_neg(_mm512_sub_ps(_mm512_load_ps(m + h2),
-                                                               _mm512_load_ps(mn + h2))));
-        for (int r = 0; r < QB; r++) {
-            __m512 vm = _mm512_set1_ps(mn[r]);
-            __m512 p0 = exp2_neg(_mm512_sub_ps(_mm512_loadu_ps(st + r * 32), vm));
-            __m512 p1 = exp2_neg(_mm512_sub_ps(_mm512_loadu_ps(st + r * 32 + 16), vm));
-            p0 = _mm512_maskz_mov_ps(k0, p0); /* keys past tk: exactly nothing */
-            p1 = _mm512_maskz_mov_ps(k1, p1);
-            l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
-            m[r] = mn[r];
-            if (alpha[r] != 1.0f) {
-                __m512 va = _mm512_set1_ps(alpha[r]);
-                float *orow = o + r * dvp;
-                for (int64_t c = 0; c < dvp; c += 16)
-                    _mm512_store_ps(orow + c, _mm512_mul_ps(va, _mm512_load_ps(orow + c)));
+        _tile_stored(0, st, QB * 4);
+        _tile_stored(1, st + 16, QB * 4);
+        _tile_stored(2, st + 16 * QB, QB * 4);
+        _tile_stored(3, st + 16 * QB + 16, QB * 4);
+        /* the online softmax, 16 queries per vector; P^T as VNNI rows (key pairs) */
+        for (int half = 0; half < 2; half++) {
+            const float *sc = st + half * 16;
+            /* four chains: one max after another is 4 cycles each */
+            __m512 mx4[4] = {m[half], m[half], m[half], m[half]};
+            int r = 0;
+            for (; r + 4 <= nk; r += 4)
+                for (int u = 0; u < 4; u++)
+                    mx4[u] = _mm512_max_ps(mx4[u], _mm512_load_ps(sc + (r + u) * QB));
+            for (; r < nk; r++)
+                mx4[0] = _mm512_max_ps(mx4[0], _mm512_load_ps(sc + r * QB));
+            __m512 mx = _mm512_max_ps(_mm512_max_ps(mx4[0], mx4[1]), _mm512_max_ps(mx4[2], mx4[3]));
+            __m512 mn = _mm512_max_ps(m[half], mx);
+            __m512 alpha = exp2_neg(_mm512_sub_ps(m[half], mn)); /* m = -inf: ~0, all 0 */
+            m[half] = mn;
+            __m512 sum = _mm512_setzero_ps();
+            uint16_t *prow = pb + half * 512;
+            for (r = 0; r < KB; r += 2) {
+                __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
+                if (r < nk)
+                    p0 = exp2_neg(_mm512_sub_ps(_mm512_load_ps(sc + r * QB), mn));
+                if (r + 1 < nk)
+                    p1 = exp2_neg(_mm512_sub_ps(_mm512_load_ps(sc + (r + 1) * QB), mn));
+                sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+                __m512i both = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
+                _mm512_store_si512(prow + r * 16, _mm512_permutexvar_epi16(idx, both));
             }
-            _mm512_store_si512(pa + r * 32, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+            l[half] = _mm512_fmadd_ps(l[half], alpha, sum);
+            float *oc = ot + half * 16;
+            for (int64_t c = 0; c < dvp; c++)
+                _mm512_store_ps(oc + c * QB, _mm512_mul_ps(alpha, _mm512_load_ps(oc + c * QB)));
         }
-        /* O += P V, rows 0-15 then 16-31 */
-        _tile_loadd(4, pa, 64);
-        pv_half(o, ldo, vt, j->nct);
-        _tile_loadd(4, pa + 16 * 32, 64);
-        pv_half(o + 16 * dvp, ldo, vt, j->nct);
+        /* O^T += V^T P^T, queries 0-15 then 16-31 */
+        _tile_loadd(5, pb, 64);
+        pv_half(ot, vt, j->nct);
+        _tile_loadd(5, pb + 512, 64);
+        pv_half(ot + 16, vt, j->nct);
+    }
+    _Alignas(64) float inv[QB];
+    for (int half = 0; half < 2; half++) {
+        __mmask16 pos = _mm512_cmp_ps_mask(l[half], _mm512_setzero_ps(), _CMP_GT_OQ);
+        _mm512_store_ps(inv + half * 16, _mm512_maskz_div_ps(pos, _mm512_set1_ps(1.0f), l[half]));
     }
     for (int64_t r = 0; r < nq; r++) {
-        float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
         float *dst = j->out + (i0 + r) * j->o_rs + h * j->dv;
         for (int64_t c = 0; c < j->dv; c++)
-            dst[c] = o[r * dvp + c] * inv;
+            dst[c] = ot[c * QB + r] * inv[r];
     }
 }
 
@@ -276,11 +295,11 @@ int cpu_attention_amx(float *out, int64_t o_rs, const float *q, int64_t q_rs, co
                          NULL};
     size_t kb = (size_t)(heads * j.nkb * j.ds) * 1024 * 2,
            vb = (size_t)(heads * j.nkb * j.nct) * 512 * 2;
-    j.kp = xmalloc_aligned(64, kb + vb);
+    j.kp = (uint16_t *)cpu_scratch_grow(&kv, (kb + vb) / 4 + 16);
     j.vp = j.kp + kb / 2;
     tensor__pool_for(heads * j.nkb, pack_task, &j);
     int nt = tensor__pool_threads();
-    size_t per = (size_t)(j.ds * 1024 + 1024) * 2 + (size_t)(32 * 32 + QB * j.nct * 16) * 4;
+    size_t per = (size_t)(2 * j.ds * 512 + 2 * 512) * 2 + (size_t)(KB * QB + j.nct * 16 * QB) * 4;
     j.ws = xmalloc((size_t)nt * sizeof(char *));
     for (int i = 0; i < nt; i++)
         j.ws[i] = xmalloc_aligned(64, per);
@@ -288,6 +307,10 @@ int cpu_attention_amx(float *out, int64_t o_rs, const float *q, int64_t q_rs, co
     for (int i = 0; i < nt; i++)
         xfree_aligned(j.ws[i]);
     xfree(j.ws);
-    xfree_aligned(j.kp);
     return 0;
+}
+
+size_t cpu_attn_amx_release(void)
+{
+    return cpu_scratch_drop(&kv);
 }
