@@ -81,9 +81,13 @@ export class ChangeTracker {
   // Checks after the browser has finished dispatching an input event, so that litegraph's
   // own handlers (which run on the same event, and for combos on the click that follows
   // pointerup) have already changed the graph.
+  // And before any new input acts (capture phase: before litegraph's handlers), an edit
+  // still unrecorded is recorded: timers run after pending input events, so two quick
+  // pastes (30 ms apart, as a script types) used to merge into one step.
   bind(target = window) {
     const later = () => setTimeout(() => this.check(), 0);
-    target.addEventListener("pointerdown", () => { this.pointerDown = true; }, true);
+    target.addEventListener("keydown", () => this.check(), true);
+    target.addEventListener("pointerdown", () => { this.check(); this.pointerDown = true; }, true);
     target.addEventListener("pointerup", () => { this.pointerDown = false; later(); }, true);
     target.addEventListener("click", later, true);
     target.addEventListener("keyup", later, true);
