@@ -20,7 +20,8 @@
  * per-task V + M), --threads N,
  * --cols BYTES (im2col chunk), --only SUBSTR, --linear (only bench_ops_linear.c's table:
  * the SD1.5 UNet's Linear shapes against sgemm), --conv SIZE (only bench_ops_conv.c's
- * table: the UNet's 3x3 convs at SIZE^2 on each conv path), --gpu (also the CUDA cases: f16 GEMM,
+ * table: the UNet's 3x3 convs at SIZE^2 on each conv path), --bf16 (those two tables at
+ * bf16 precision, as --bf16-unet runs them), --gpu (also the CUDA cases: f16 GEMM,
  * conv and attention as a fraction of cuBLAS's f16 GEMM rate, and pinned vs pageable
  * host-to-device GB/s; "none" without a GPU).
  *
@@ -40,6 +41,7 @@
 #include "device.h"
 #include "tensor.h"
 #include "tensor_impl.h"
+#include "tensor_precision.h"
 
 void bench_ops_bf16(struct dev *d, int reps, const char *only);   /* bench_ops_bf16.c */
 void bench_ops_linear(struct dev *d, int reps, const char *only); /* bench_ops_linear.c */
@@ -395,9 +397,12 @@ int main(int argc, char **argv)
             do_linear = 1;
         else if (!strcmp(argv[i], "--conv") && i + 1 < argc)
             conv_size = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bf16")) /* the --linear / --conv tables at bf16 */
+            tensor_precision_set(TENSOR_PRECISION_BF16);
         else {
             fprintf(stderr, "usage: bench_ops [--reps N] [--bq N] [--bk N] [--fbk N] [--attn-ref] "
-                            "[--conv-ref] [--conv-wino] [--wchunk B] [--threads N] [--cols B] [--only S] [--gpu] [--linear] [--conv 256|512]\n");
+                            "[--conv-ref] [--conv-wino] [--wchunk B] [--threads N] [--cols B] "
+                            "[--only S] [--gpu] [--linear] [--conv 256|512] [--bf16]\n");
             return 2;
         }
     }

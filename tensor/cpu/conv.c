@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "gemm_bf16.h"
 #include "gemm_wn.h"
 #include "../tensor_impl.h"
 #include "../tensor_precision.h"
@@ -81,7 +82,16 @@ static int wino_pays(int64_t ci, int64_t co, int64_t ho, int64_t wo)
 {
     if (cpu_conv_winograd != 1)
         return cpu_conv_winograd == 2;
-    if (ci < 32 || co < 32)
+    if (ci < 32)
+        return 0;
+    /* bf16 on AMX (bench_ops --conv 512 --bf16, 2 threads, ms per call, im2col + tile
+     * GEMM -> F(2,3)): 1920x640 32^2 53.8 -> 32.7, 1280x1280 32^2 47.1 -> 40.7, 960x640
+     * 32^2 20.8 -> 15.8, and conv_out's 320x4 64^2 7.1 -> 2.7; but 1280x1280 16^2 15.5
+     * -> 24.9. The GEMMs are fast there, so the multiplies Winograd saves weigh less
+     * than its transforms on small images, and more on large ones at any width. */
+    if (tensor_precision_get() == TENSOR_PRECISION_BF16 && cpu_bf16_amx())
+        return ho * wo >= 32 * 32;
+    if (co < 32)
         return 0;
     if (!cpu_conv_avx512())
         return ho * wo >= 16 * 16;
@@ -360,10 +370,14 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
         float *cols = im2col_batched(x, n, ci, h, wd, kh, kw, ho, wo, o);
         j.tmp = xmalloc_aligned(64, (size_t)(co * n * p) * sizeof(float));
         j.nchunk = n;
-        if (co >= 2 * n * p) {
-            /* two row panels per thread, multiples of 16 */
+        if (co >= 2 * n * p && tensor_precision_get() == TENSOR_PRECISION_BF16 && cpu_bf16_amx()) {
+            /* one GEMM: gemm.c packs the columns once and splits W's rows itself (the
+             * panels below would each round and pack all the columns again) */
+            cpu_sgemm(0, 0, co, n * p, k, 1.0f, w, k, cols, n * p, 0.0f, j.tmp, n * p, 0);
+        } else if (co >= 2 * n * p) {
+            /* two row panels per thread, multiples of 32 (AMX packs W in 32-row blocks) */
             struct wrows_job wj = {w, cols, j.tmp, co, k, n * p, 0};
-            wj.step = ((co + 2 * nt - 1) / (2 * nt) + 15) / 16 * 16;
+            wj.step = ((co + 2 * nt - 1) / (2 * nt) + 31) / 32 * 32;
             cpu_gemm_pool_enter();
             tensor__pool_for((co + wj.step - 1) / wj.step, wrows_task, &wj);
             cpu_gemm_pool_leave();

@@ -245,6 +245,51 @@ static void pack_task(void *ctx, int64_t b, int64_t e, int tid)
     cpu_bf16_pack(j->dst + b * j->cols, j->src + b * j->ld, e - b, j->cols, j->ld);
 }
 
+/* AMX with A packed (the op's weight) and a narrow B: B packed once by column groups,
+ * then row panels of whole 32-row blocks (executor). */
+struct amx_rows_job {
+    const uint16_t *apk, *b16;
+    uint16_t *bpk;
+    int64_t m, n, k, ldb, ldc, step;
+    int tb;
+    float alpha, beta;
+    float *c;
+};
+
+static void amx_packb_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    struct amx_rows_job *j = ctx;
+    for (int64_t g = b; g < e; g++)
+        cpu_amx_pack_b(j->bpk, j->tb, j->b16, j->ldb, j->n, j->k, g * 32, 32);
+}
+
+static void amx_rows_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    struct amx_rows_job *j = ctx;
+    size_t blk = cpu_amx_packed_elems(32, j->k);
+    for (int64_t t = b; t < e; t++) {
+        int64_t r0 = t * j->step, r = j->m - r0 < j->step ? j->m - r0 : j->step;
+        if (r > 0)
+            cpu_gemm_amx_packed_ab(r, j->n, j->k, j->alpha, j->apk + (size_t)(r0 / 32) * blk,
+                                   j->bpk, j->beta, j->c + r0 * j->ldc, j->ldc);
+    }
+}
+
+static void amx_rows(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *apk, int tb,
+                     const uint16_t *b16, int64_t ldb, float beta, float *c, int64_t ldc, int nt)
+{
+    struct amx_rows_job j = {apk, b16, NULL, m, n, k, ldb, ldc, 0, tb, alpha, beta, c};
+    j.bpk = xmalloc_aligned(64, cpu_amx_packed_b_elems(n, k) * 2);
+    j.step = ((m + 2 * nt - 1) / (2 * nt) + 31) / 32 * 32; /* two panels per thread */
+    cpu_gemm_pool_enter();
+    tensor__pool_for((n + 31) / 32, amx_packb_task, &j);
+    tensor__pool_for((m + j.step - 1) / j.step, amx_rows_task, &j);
+    cpu_gemm_pool_leave();
+    xfree_aligned(j.bpk);
+}
+
 /*
  * The bf16 GEMM: the bound operand(s) from their copies, the other one rounded here.
  * A pool task (threads 1) rounds into its own scratch; the executor rounds once for the
@@ -262,7 +307,10 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
     uint16_t *own[2] = {NULL, NULL};
     const float *src[2] = {a16 ? NULL : a, b16 ? NULL : b};
     const float *per_panel[2] = {NULL, NULL}; /* rounded by gemm16_task, slice by slice */
-    if (!whole && src[1] && by_cols) {
+    /* AMX, A the op's weight and B much narrower than A is tall (a conv over small images:
+     * 1280 x 11520 by 128 columns at 8^2): B rounded and packed once, the rows split */
+    int rows_amx = !whole && !ta && a16 && !b16 && m >= 4 * n && cpu_bf16_amx();
+    if (!whole && src[1] && by_cols && !rows_amx) {
         per_panel[1] = src[1];
         src[1] = NULL;
     }
@@ -299,6 +347,12 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
     const uint16_t *apk = !ta && !src[0] && !per_panel[0] && cpu_bf16_amx()
                               ? cpu_bf16_packed_a(a16, m, k, lda)
                               : NULL;
+    if (rows_amx && apk) {
+        amx_rows(m, n, k, alpha, apk, tb, b16, ldb, beta, c, ldc, nt);
+        xfree_aligned(own[0]);
+        xfree_aligned(own[1]);
+        return;
+    }
     if (whole) {
         if (threads != 1)
             cpu_gemm_pool_enter(); /* the emulated path calls the f32 library */

@@ -254,23 +254,24 @@ __attribute__((target("avx512f"))) static void store_rows(const float *acc, int6
 }
 
 /*
- * C's 32-row block over one chunk of B (w columns): for each slice of K (A's 32 x 384
+ * C's 32-row block over one chunk of B (w columns; B's 16-column tiles bjs elements
+ * apart, each ks steps of 32 in K): for each slice of K (A's 32 x 384
  * slice kept in L1 while it meets every 32-column block of the chunk, B's tiles from
  * L2) the four accumulator tiles start from the block's partial sums in acc (rows of
  * ld bytes), or, on the first slice, from zero or (load) from acc as it is, and go back
  * to acc. acc is C itself where alpha is 1 and beta 0 or 1 (load), else a buffer.
  */
 __attribute__((target("amx-tile,amx-bf16"))) static void row_block(const uint16_t *ap,
-                                                                   const uint16_t *bp, int64_t ks,
-                                                                   int64_t w, float *acc,
-                                                                   int64_t ld, int load)
+                                                                   const uint16_t *bp, int64_t bjs,
+                                                                   int64_t ks, int64_t w,
+                                                                   float *acc, int64_t ld, int load)
 {
     int64_t row16 = 16 * (ld / 4); /* elements from acc's first 16 rows to the next 16 */
     for (int64_t s0 = 0; s0 < ks; s0 += K_SLICE) {
         int64_t s1 = s0 + K_SLICE < ks ? s0 + K_SLICE : ks;
         for (int64_t jb = 0; jb < w / 16; jb += 2) {
             float *c0 = acc + jb * 16;
-            const uint16_t *b0 = bp + jb * ks * 512, *b1 = b0 + ks * 512;
+            const uint16_t *b0 = bp + jb * bjs, *b1 = b0 + bjs;
             if (s0 == 0 && !load) {
                 _tile_zero(0);
                 _tile_zero(1);
@@ -314,8 +315,8 @@ void cpu_amx_pack(uint16_t *dst, const uint16_t *a, int64_t lda, int64_t m, int6
 
 /* The GEMM, with op(A) from a (packed here) or already packed in `packed`. */
 static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
-                 int64_t lda, const uint16_t *packed, const uint16_t *b, int64_t ldb, float beta,
-                 float *c, int64_t ldc)
+                 int64_t lda, const uint16_t *packed, const uint16_t *b, int64_t ldb,
+                 const uint16_t *bpacked, float beta, float *c, int64_t ldc)
 {
     if (m <= 0 || n <= 0)
         return;
@@ -334,7 +335,7 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
     if (nc < 32)
         nc = 32;
     int64_t np = (n + 31) / 32 * 32;
-    if (nc > np)
+    if (nc > np || bpacked) /* packed B: one chunk, all of it */
         nc = np;
     /* all of A packed once where it is met more than once and is small, else one
      * 32-row block at a time, again for every chunk of B */
@@ -348,7 +349,7 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
                 pack_a_block(ap + i * ks * 1024, ta, ta ? a + i * 32 : a + i * 32 * lda, lda,
                              m - i * 32 < 32 ? m - i * 32 : 32, k, ks);
     }
-    uint16_t *bp = buf_get(&pack_b, (size_t)(nc / 16 * kbs * 512));
+    uint16_t *bp = bpacked ? NULL : buf_get(&pack_b, (size_t)(nc / 16 * kbs * 512));
     float *cacc = (float *)buf_get(&pack_c, (size_t)(32 * nc * 2));
     int in_c = alpha == 1.0f && (beta == 0.0f || beta == 1.0f); /* C is the accumulator */
     cpu_amx_tiles_begin();
@@ -357,8 +358,14 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
         int64_t kk = k - k0 < ss * 32 ? k - k0 : ss * 32;
         float bt = s0 == 0 ? beta : 1.0f; /* later K blocks add to C */
         for (int64_t j0 = 0; j0 < n; j0 += nc) {
-            int64_t w = n - j0 < nc ? (n - j0 + 31) / 32 * 32 : nc;
-            pack_b_chunk(bp, tb, tb ? b + k0 : b + k0 * ldb, ldb, n, kk, ss, j0, w);
+            int64_t w = n - j0 < nc ? (n - j0 + 31) / 32 * 32 : nc, bjs = ss * 512;
+            const uint16_t *bk = bp;
+            if (bpacked) { /* this K block's steps of every tile column */
+                bk = bpacked + s0 * 512;
+                bjs = ks * 512;
+            } else {
+                pack_b_chunk(bp, tb, tb ? b + k0 : b + k0 * ldb, ldb, n, kk, ss, j0, w);
+            }
             for (int64_t i = 0; i < m; i += 32) {
                 int64_t rows = m - i < 32 ? m - i : 32, cols = n - j0 < w ? n - j0 : w;
                 const uint16_t *ablk = once ? ap + (i / 32 * ks + s0) * 1024 : ap;
@@ -366,9 +373,9 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
                     pack_a_block(ap, ta, ta ? a + k0 * lda + i : a + i * lda + k0, lda, rows, kk,
                                  ss);
                 if (in_c && rows == 32 && cols == w) {
-                    row_block(ablk, bp, ss, w, c + i * ldc + j0, ldc * 4, bt != 0.0f);
+                    row_block(ablk, bk, bjs, ss, w, c + i * ldc + j0, ldc * 4, bt != 0.0f);
                 } else {
-                    row_block(ablk, bp, ss, w, cacc, w * 4, 0);
+                    row_block(ablk, bk, bjs, ss, w, cacc, w * 4, 0);
                     store_rows(cacc, w, c + i * ldc + j0, ldc, rows, cols, alpha, bt);
                 }
             }
@@ -380,12 +387,30 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
 void cpu_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
                   int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    gemm(ta, tb, m, n, k, alpha, a, lda, NULL, b, ldb, beta, c, ldc);
+    gemm(ta, tb, m, n, k, alpha, a, lda, NULL, b, ldb, NULL, beta, c, ldc);
 }
 
 void cpu_gemm_amx_packed(int tb, int64_t m, int64_t n, int64_t k, float alpha,
                          const uint16_t *packed, const uint16_t *b, int64_t ldb, float beta,
                          float *c, int64_t ldc)
 {
-    gemm(0, tb, m, n, k, alpha, NULL, 0, packed, b, ldb, beta, c, ldc);
+    gemm(0, tb, m, n, k, alpha, NULL, 0, packed, b, ldb, NULL, beta, c, ldc);
+}
+
+size_t cpu_amx_packed_b_elems(int64_t n, int64_t k)
+{
+    return (size_t)((n + 31) / 32 * 2 * ((k + 31) / 32)) * 512;
+}
+
+void cpu_amx_pack_b(uint16_t *dst, int tb, const uint16_t *b, int64_t ldb, int64_t n, int64_t k,
+                    int64_t j0, int64_t w)
+{
+    int64_t ks = (k + 31) / 32;
+    pack_b_chunk(dst + j0 / 16 * ks * 512, tb, b, ldb, n, k, ks, j0, w);
+}
+
+void cpu_gemm_amx_packed_ab(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *apk,
+                            const uint16_t *bpk, float beta, float *c, int64_t ldc)
+{
+    gemm(0, 0, m, n, k, alpha, NULL, 0, apk, NULL, 0, bpk, beta, c, ldc);
 }

@@ -31,6 +31,17 @@ void cpu_gemm_amx_packed(int trans_b, int64_t m, int64_t n, int64_t k, float alp
                          const uint16_t *packed, const uint16_t *b, int64_t ldb, float beta,
                          float *c, int64_t ldc);
 
+/* And B too, for GEMMs that share it (a conv's row panels): op(B) (k x n; stored as
+ * cpu_gemm_amx's b, ldb, trans_b) packed takes cpu_amx_packed_b_elems(n, k) elements
+ * (64-byte aligned); cpu_amx_pack_b writes its columns [j0, j0 + w) (j0 and w multiples
+ * of 32; any thread, so the columns can be split) and cpu_gemm_amx_packed_ab multiplies
+ * packed A by packed B. */
+size_t cpu_amx_packed_b_elems(int64_t n, int64_t k);
+void cpu_amx_pack_b(uint16_t *dst, int trans_b, const uint16_t *b, int64_t ldb, int64_t n,
+                    int64_t k, int64_t j0, int64_t w);
+void cpu_gemm_amx_packed_ab(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *apk,
+                            const uint16_t *bpk, float beta, float *c, int64_t ldc);
+
 /* Building blocks for other AMX kernels (attn_amx.c). The calling thread's tiles: every
  * one 16 rows x 64 bytes (tmm0-7), until cpu_amx_tiles_end. */
 void cpu_amx_tiles_begin(void);

@@ -93,6 +93,21 @@ int tensor__cpu_matmul(struct tensor *out, const struct tensor *a, const struct 
     return 0;
 }
 
+struct bias_fill {
+    float *y;
+    const float *bias; /* NULL: zeros */
+    int64_t n;
+};
+
+static void bias_fill_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    struct bias_fill *f = ctx;
+    for (int64_t r = b; r < e; r++)
+        for (int64_t j = 0; j < f->n; j++)
+            f->y[r * f->n + j] = f->bias ? f->bias[j] : 0.0f;
+}
+
 /* Linear's fast path (linear.h): fp32 precision (bf16 finds its weight copy through
  * cpu_widen_in_gemm and cpu_sgemm), a 2-D contiguous weight, not switched off. */
 static int linear_fast(const struct tensor *w)
@@ -114,9 +129,10 @@ int tensor__cpu_linear(struct tensor *out, const struct tensor *x, const struct 
         cpu_linear(po, px, w, pb, rows, k, n);
     } else { /* the reference (and bf16: cpu_sgemm finds the bound copy) */
         const float *pw = cpu_widen_in_gemm(w, &hw);
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < n; j++)
-                po[r * n + j] = pb ? pb[j] : 0.0f;
+        /* the bias into y on every thread: on the executor alone this pass over y (42 MB
+         * at 8192 x 1280) took as long as a bf16 GEMM on AMX */
+        struct bias_fill bf = {po, pb, n};
+        tensor__pool_for(rows, bias_fill_task, &bf);
         cpu_sgemm(0, 1, rows, n, k, 1.0f, px, k, pw, k, 1.0f, po, n, 0);
         cpu_widen_done(&hw);
     }

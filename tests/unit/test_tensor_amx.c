@@ -90,6 +90,48 @@ static void one(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, fl
     xfree(c0);
 }
 
+/* cpu_amx_pack / cpu_amx_pack_b (by column groups of 32) / cpu_gemm_amx_packed_ab, as
+ * gemm.c's row panels use them: rows r0.. of a packed A (r0 a multiple of 32). */
+static void packed_one(int tb, int64_t m, int64_t n, int64_t k, int64_t r0)
+{
+    int64_t ldb = tb ? k + 1 : n + 1, br = tb ? n : k;
+    uint16_t *a = xmalloc((size_t)(m * k) * 2), *b = xmalloc((size_t)(br * ldb) * 2);
+    uint16_t *ap = xmalloc_aligned(64, cpu_amx_packed_elems(m, k) * 2);
+    uint16_t *bp = xmalloc_aligned(64, cpu_amx_packed_b_elems(n, k) * 2);
+    float *c = xmalloc((size_t)(m * n) * 4);
+    for (int64_t i = 0; i < m * k; i++)
+        a[i] = bf16(frand());
+    for (int64_t i = 0; i < br * ldb; i++)
+        b[i] = bf16(frand());
+    cpu_amx_pack(ap, a, k, m, k);
+    for (int64_t j0 = 0; j0 < n; j0 += 32)
+        cpu_amx_pack_b(bp, tb, b, ldb, n, k, j0, 32);
+    int64_t rows = m - r0;
+    cpu_gemm_amx_packed_ab(rows, n, k, 1.0f, ap + (size_t)(r0 / 32) * cpu_amx_packed_elems(32, k),
+                           bp, 0.0f, c, n);
+    double worst = 0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0, mag = 0;
+            for (int64_t p = 0; p < k; p++) {
+                double x = wide(a[(r0 + i) * k + p]),
+                       y = wide(tb ? b[j * ldb + p] : b[p * ldb + j]);
+                s += x * y;
+                mag += fabs(x * y);
+            }
+            double r = fabs((double)c[i * n + j] - s) / (2.0 * (double)k * 0x1p-24 * mag + 1e-30);
+            worst = r > worst || isnan(r) ? r : worst;
+        }
+    ok(worst <= 1.0,
+       "packed A rows %lld.. x packed B (tb %d) %lldx%lldx%lld: worst error / bound %.3f",
+       (long long)r0, tb, (long long)rows, (long long)n, (long long)k, worst);
+    xfree(a);
+    xfree(b);
+    xfree_aligned(ap);
+    xfree_aligned(bp);
+    xfree(c);
+}
+
 /*
  * attn_amx.c: attention of `heads` heads (row strides wider than heads x d, as the
  * UNet's fused qkv are) against float64 softmax(q k^T scale) v of the same f32 inputs.
@@ -167,6 +209,9 @@ int main(void)
     one(0, 0, 64, 64, 64, 0.5f, 0.0f);    /* through the buffer */
     one(1, 0, 33, 65, 130, -2.0f, 0.75f); /* through the buffer, beta read */
     one(0, 1, 64, 96, 448, 1.0f, 1.0f);   /* whole blocks, two K slices, loaded */
+    packed_one(0, 100, 70, 1000, 0);      /* two K blocks, ragged n and m */
+    packed_one(0, 130, 64, 200, 64);      /* rows 64.. of A */
+    packed_one(1, 64, 96, 96, 32);
     /* SD's head dims; ragged queries and keys; cross-attention's 77 keys */
     attn_one(131, 131, 2, 40, 40);
     attn_one(64, 96, 2, 64, 64);
