@@ -21,9 +21,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "alloc.h"
 #include "bench_stats.h"
@@ -31,6 +29,7 @@
 #include "device.h"
 #include "tensor.h"
 #include "tensor_precision.h"
+#include "cpu/gemm_amx.h"
 
 #include <immintrin.h>
 
@@ -121,33 +120,18 @@ __attribute__((target("avx2,fma"))) static double fma_loop_avx2(void)
 #define AMX_FLOPS_PER_OP 16384.0
 #define AMX_ITERS (PEAK_ITERS / 64) /* x4 ops: ~2 TFLOP/s per core -> ~15 ms */
 
-struct amx_cfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
 __attribute__((target("amx-tile,amx-bf16"))) static double amx_loop(void)
 {
-    static const uint16_t ones[16 * 32] = {0}; /* zeros: the rate does not depend on data */
-    struct amx_cfg cfg = {0};
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    /* GCC 12 does not tell the optimiser that ldtilecfg reads cfg: without this the
-     * stores above are dropped as dead (measured: a SIGSEGV on the config) */
-    __asm__ volatile("" : : "r"(&cfg) : "memory");
-    _tile_loadconfig(&cfg);
+    static const uint16_t zeros[16 * 32] = {0}; /* the rate does not depend on data */
+    cpu_amx_tiles_begin(); /* every tile 16 x 64 bytes (gemm_amx.c's configuration) */
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-    _tile_loadd(4, ones, 64);
-    _tile_loadd(5, ones, 64);
-    _tile_loadd(6, ones, 64);
-    _tile_loadd(7, ones, 64);
+    _tile_loadd(4, zeros, 64);
+    _tile_loadd(5, zeros, 64);
+    _tile_loadd(6, zeros, 64);
+    _tile_loadd(7, zeros, 64);
     for (long it = 0; it < AMX_ITERS; it++) {
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
@@ -156,17 +140,8 @@ __attribute__((target("amx-tile,amx-bf16"))) static double amx_loop(void)
     }
     float out[16 * 16];
     _tile_stored(0, out, 64);
-    _tile_release();
+    cpu_amx_tiles_end();
     return out[0];
-}
-
-/* Linux lends AMX tile state only to processes that ask (arch_prctl ARCH_REQ_XCOMP_PERM
- * for XTILEDATA); without it the first tile instruction is SIGILL. */
-static int amx_usable(void)
-{
-    if (!__builtin_cpu_supports("amx-bf16") || !__builtin_cpu_supports("amx-tile"))
-        return 0;
-    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
 }
 
 static int has512; /* the fp32 peak's loop: AVX-512 (16 floats per FMA), else AVX2 (8) */
@@ -351,7 +326,7 @@ void bench_ops_bf16(struct dev *d, int reps, const char *only)
     has16 = __builtin_cpu_supports("avx512bf16");
     has512 = __builtin_cpu_supports("avx512f");
     hasfma = has512 || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
-    hasamx = amx_usable();
+    hasamx = cpu_amx_usable(); /* asks the kernel for the tile state */
     double w32 = 0, w16 = 0, wamx = 0;
     double c32 = hasfma ? peak(PEAK_FMA, nt, 3, &w32) / nt : 0;
     double c16 = has16 ? peak(PEAK_BF16, nt, 3, &w16) / nt : 0;

@@ -36,6 +36,7 @@
 
 #include "adapt.h"
 #include "alloc.h"
+#include "exp2_avx512.h"
 #include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "../tensor_impl.h"
@@ -58,23 +59,8 @@ struct amx_attn {
     char **ws;         /* per thread scratch */
 };
 
-#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#define TGT __attribute__((target("avx512f,fma,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #define INLINE static inline __attribute__((always_inline))
-
-/* 2^x for x <= 0, clamped at -100 (attn_avx512.c's polynomial and reasons). */
-TGT INLINE __m512 exp2_neg(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-100.0f));
-    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(0.001327647129073739f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.009675540961325169f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.05550713092088699f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24022120237350464f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931469440460205f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001192092896f));
-    return _mm512_scalef_ps(p, n);
-}
 
 /* 32 floats (n valid, the rest 0) x scale -> 32 bf16, round to nearest even. */
 TGT INLINE __m512i round32(const float *src, int64_t n, float scale)
@@ -221,16 +207,16 @@ TGT static void attn_block(const struct amx_attn *j, int64_t h, int64_t i0, char
                 mx4[0] = _mm512_max_ps(mx4[0], _mm512_load_ps(sc + r * QB));
             __m512 mx = _mm512_max_ps(_mm512_max_ps(mx4[0], mx4[1]), _mm512_max_ps(mx4[2], mx4[3]));
             __m512 mn = _mm512_max_ps(m[half], mx);
-            __m512 alpha = exp2_neg(_mm512_sub_ps(m[half], mn)); /* m = -inf: ~0, all 0 */
+            __m512 alpha = cpu_exp2_neg16(_mm512_sub_ps(m[half], mn)); /* m = -inf: ~0, all 0 */
             m[half] = mn;
             __m512 sum = _mm512_setzero_ps();
             uint16_t *prow = pb + half * 512;
             for (r = 0; r < KB; r += 2) {
                 __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
                 if (r < nk)
-                    p0 = exp2_neg(_mm512_sub_ps(_mm512_load_ps(sc + r * QB), mn));
+                    p0 = cpu_exp2_neg16(_mm512_sub_ps(_mm512_load_ps(sc + r * QB), mn));
                 if (r + 1 < nk)
-                    p1 = exp2_neg(_mm512_sub_ps(_mm512_load_ps(sc + (r + 1) * QB), mn));
+                    p1 = cpu_exp2_neg16(_mm512_sub_ps(_mm512_load_ps(sc + (r + 1) * QB), mn));
                 sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
                 __m512i both = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
                 _mm512_store_si512(prow + r * 16, _mm512_permutexvar_epi16(idx, both));

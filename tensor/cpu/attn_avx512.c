@@ -30,7 +30,7 @@
  * (qt, ot, m, l) lives in the thread's scratch (L2). That driver is attn_fused.c, shared
  * with attn_avx2.c; this file brings the AVX-512 step and the Q/O layout.
  *
- * Numerics: fp32 throughout. exp2 is a degree-5 polynomial on [-1/2, 1/2] with
+ * Numerics: fp32 throughout. exp2 (exp2_avx512.h) is a degree-5 polynomial on [-1/2, 1/2] with
  * scalef (relative error 2.3e-7); the argument is clamped at -100 (2^-100 is
  * nothing next to the row's maximum term 1, and the clamp also maps a NaN from
  * -inf - -inf to it, as vmaxps returns its second operand for NaN), which also
@@ -45,6 +45,7 @@
 #include <immintrin.h>
 
 #include "attn_fused.h"
+#include "exp2_avx512.h"
 #include "../tensor_impl.h"
 
 #define QT 48     /* queries per subtile: three 16-lane vectors */
@@ -68,23 +69,6 @@ int cpu_attention_avx512_usable(void)
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
-
-/* 2^x for x <= 0 (see the header comment for the clamp). */
-INLINE __m512 exp2_neg(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-100.0f));
-    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_sub_ps(x, n);
-    /* least-squares fit of 2^f with relative weight at Chebyshev nodes, then reweighted
-     * towards minimax; max relative error 2.3e-7 evaluated in float */
-    __m512 p = _mm512_set1_ps(0.001327647129073739f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.009675540961325169f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.05550713092088699f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24022120237350464f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931469440460205f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001192092896f));
-    return _mm512_scalef_ps(p, n);
-}
 
 /*
  * S^T rows for nk keys (kr: the first key's head slice, rows k_rs apart) against the
@@ -180,14 +164,14 @@ INLINE void fa_step(const int nv, const struct fa_args *a, struct fa_sub *s, flo
     for (int v = 0; v < nv; v++) {
         __m512 mo = _mm512_load_ps(s->m + 16 * v);
         __m512 mn = _mm512_max_ps(mo, bmax[v]);
-        corr[v] = exp2_neg(_mm512_sub_ps(mo, mn));
+        corr[v] = cpu_exp2_neg16(_mm512_sub_ps(mo, mn));
         lsum[v] = _mm512_mul_ps(_mm512_load_ps(s->l + 16 * v), corr[v]);
         _mm512_store_ps(s->m + 16 * v, mn);
         bmax[v] = mn;
     }
     for (int64_t j = 0; j < nk; j++)
         for (int v = 0; v < nv; v++) {
-            __m512 p = exp2_neg(_mm512_sub_ps(_mm512_load_ps(st + j * QT + 16 * v), bmax[v]));
+            __m512 p = cpu_exp2_neg16(_mm512_sub_ps(_mm512_load_ps(st + j * QT + 16 * v), bmax[v]));
             _mm512_store_ps(st + j * QT + 16 * v, p);
             lsum[v] = _mm512_add_ps(lsum[v], p);
         }
