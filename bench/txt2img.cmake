@@ -12,7 +12,8 @@
 add_executable(bench_txt2img ${CMAKE_CURRENT_LIST_DIR}/txt2img/bench_txt2img.c
                ${CMAKE_CURRENT_LIST_DIR}/txt2img/ab_bf16.c
                ${CMAKE_CURRENT_LIST_DIR}/txt2img/cold_table.c)
-target_link_libraries(bench_txt2img PRIVATE latentd_nodes latentd_ckptgen latentd_bench_sd)
+target_link_libraries(bench_txt2img PRIVATE latentd_nodes latentd_ckptgen latentd_bench_sd
+                      latentd_bench_peaks)
 set_target_properties(bench_txt2img PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
 add_custom_target(bench_txt2img_run COMMAND $<TARGET_FILE:bench_txt2img> --threads 2
                   WORKING_DIRECTORY ${PROJECT_BINARY_DIR} DEPENDS bench_txt2img USES_TERMINAL)

@@ -4,12 +4,10 @@
  * bf16 GEMM ops (tensor_precision.h) beside the same ops in fp32, as GFLOP/s and as
  * fractions of those peaks.
  *
- * The peaks are register-only loops (12 independent accumulators, so latency is
- * hidden): vdpbf16ps zmm is 64 flops (16 lanes x 2 products x mul+add), vfmadd231ps zmm
- * 32. On a shared machine they drop with the load like everything else, so a fraction
- * of a peak measured in the same run tells a busy machine from slow code. Without
- * AVX-512 BF16 the bf16 peak is "none" and the fractions are of the fp32 peak only (an
- * AVX-512 FMA loop, or an AVX2 one on CPUs without AVX-512).
+ * The peaks are bench/common/bench_peaks.c's register-only loops (fp32 FMA, vdpbf16ps,
+ * AMX tdpbf16ps), re-measured after every case. Where AMX runs, the bf16 fractions are
+ * of its peak; without AVX-512 BF16 the bf16 peak is "none" and the fractions are of the
+ * fp32 peak only (an AVX-512 FMA loop, or an AVX2 one on CPUs without AVX-512).
  *
  * The cases: Linear 2048 -> 2048 on 2048 rows (square GEMM), SD1.5's feed-forward
  * Linear 320 -> 1280 on 2 x 4096 tokens, and the 3x3 conv at 64x64x320; bf16 with its
@@ -24,180 +22,14 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "bench_peaks.h"
 #include "bench_stats.h"
 #include "clock.h"
 #include "device.h"
 #include "tensor.h"
 #include "tensor_precision.h"
-#include "cpu/gemm_amx.h"
-
-#include <immintrin.h>
 
 void bench_ops_bf16(struct dev *d, int reps, const char *only);
-
-
-#define PEAK_ITERS 36000000L /* per thread: ~10 ms at these peaks */
-
-/* Twelve named accumulators, written out: an array indexed in a loop is not promoted to
- * registers at -O2 (no unrolling), and the loop would measure the store-forwarding. */
-#define ACC12(OP)                                                                         \
-    do {                                                                                  \
-        OP(a0); OP(a1); OP(a2); OP(a3); OP(a4); OP(a5);                                   \
-        OP(a6); OP(a7); OP(a8); OP(a9); OP(a10); OP(a11);                                 \
-    } while (0)
-/* distinct starting values: identical chains would be merged into one by the compiler */
-#define DECL12                                                                            \
-    __m512 a0 = _mm512_set1_ps(0), a1 = _mm512_set1_ps(1), a2 = _mm512_set1_ps(2),         \
-           a3 = _mm512_set1_ps(3), a4 = _mm512_set1_ps(4), a5 = _mm512_set1_ps(5),         \
-           a6 = _mm512_set1_ps(6), a7 = _mm512_set1_ps(7), a8 = _mm512_set1_ps(8),         \
-           a9 = _mm512_set1_ps(9), a10 = _mm512_set1_ps(10), a11 = _mm512_set1_ps(11)
-#define SUM(v) s += _mm512_reduce_add_ps(v)
-
-__attribute__((target("avx512f,avx512bf16"))) static double bf16_loop(void)
-{
-    DECL12;
-    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3c00);
-#define DP(v) v = _mm512_dpbf16_ps(v, x, y)
-    for (long it = 0; it < PEAK_ITERS / 12; it++) {
-        ACC12(DP);
-        __asm__ volatile("" : "+v"(x)); /* keep the loop */
-    }
-    float s = 0;
-    ACC12(SUM);
-    return s;
-}
-
-__attribute__((target("avx512f"))) static double fma_loop(void)
-{
-    DECL12;
-    __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-7f);
-#define FMA(v) v = _mm512_fmadd_ps(x, y, v)
-    for (long it = 0; it < PEAK_ITERS / 12; it++) {
-        ACC12(FMA);
-        __asm__ volatile("" : "+v"(x));
-    }
-    float s = 0;
-    ACC12(SUM);
-    return s;
-}
-
-/* The same on 8-float AVX2 vectors, for CPUs without AVX-512 (12 accumulators cover the
- * FMA latency x 2 pipes of Zen 3 and the Intel cores alike). */
-#define DECL12_256                                                                        \
-    __m256 a0 = _mm256_set1_ps(0), a1 = _mm256_set1_ps(1), a2 = _mm256_set1_ps(2),         \
-           a3 = _mm256_set1_ps(3), a4 = _mm256_set1_ps(4), a5 = _mm256_set1_ps(5),         \
-           a6 = _mm256_set1_ps(6), a7 = _mm256_set1_ps(7), a8 = _mm256_set1_ps(8),         \
-           a9 = _mm256_set1_ps(9), a10 = _mm256_set1_ps(10), a11 = _mm256_set1_ps(11)
-#define SUM256(v)                                                                         \
-    do {                                                                                  \
-        float t_[8];                                                                      \
-        _mm256_storeu_ps(t_, v);                                                          \
-        for (int i_ = 0; i_ < 8; i_++)                                                    \
-            s += t_[i_];                                                                  \
-    } while (0)
-
-__attribute__((target("avx2,fma"))) static double fma_loop_avx2(void)
-{
-    DECL12_256;
-    __m256 x = _mm256_set1_ps(1.0f), y = _mm256_set1_ps(1e-7f);
-#define FMA256(v) v = _mm256_fmadd_ps(x, y, v)
-    for (long it = 0; it < PEAK_ITERS / 12; it++) {
-        ACC12(FMA256);
-        __asm__ volatile("" : "+x"(x));
-    }
-    float s = 0;
-    ACC12(SUM256);
-    return s;
-}
-
-/*
- * AMX: tdpbf16ps multiplies a 16x32 bf16 tile by a 32x16 one (stored as 16 rows of 16
- * bf16 pairs) into 16x16 f32: 16 * 16 * 32 * 2 = 16384 flops per instruction. Four
- * accumulator tiles (tmm0-3) fed by two A and two B tiles, as a GEMM micro-kernel would
- * be, so consecutive instructions do not wait on one accumulator. The tiles are loaded
- * once: this is the unit's rate, not a memory-bound one.
- */
-#define AMX_FLOPS_PER_OP 16384.0
-#define AMX_ITERS (PEAK_ITERS / 64) /* x4 ops: ~2 TFLOP/s per core -> ~15 ms */
-
-__attribute__((target("amx-tile,amx-bf16"))) static double amx_loop(void)
-{
-    static const uint16_t zeros[16 * 32] = {0}; /* the rate does not depend on data */
-    cpu_amx_tiles_begin(); /* every tile 16 x 64 bytes (gemm_amx.c's configuration) */
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    _tile_loadd(4, zeros, 64);
-    _tile_loadd(5, zeros, 64);
-    _tile_loadd(6, zeros, 64);
-    _tile_loadd(7, zeros, 64);
-    for (long it = 0; it < AMX_ITERS; it++) {
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
-    float out[16 * 16];
-    _tile_stored(0, out, 64);
-    cpu_amx_tiles_end();
-    return out[0];
-}
-
-static int has512; /* the fp32 peak's loop: AVX-512 (16 floats per FMA), else AVX2 (8) */
-
-enum peak_kind { PEAK_FMA, PEAK_BF16, PEAK_AMX };
-
-struct peak_arg {
-    enum peak_kind kind;
-    double sink;
-    double cpu;  /* the thread's CPU seconds in the loop */
-};
-
-static void *peak_thread(void *p)
-{
-    struct peak_arg *a = p;
-    double c0 = clock_thread_cpu_sec();
-    a->sink = a->kind == PEAK_AMX    ? amx_loop()
-              : a->kind == PEAK_BF16 ? bf16_loop()
-              : has512               ? fma_loop()
-                                     : fma_loop_avx2();
-    a->cpu = clock_thread_cpu_sec() - c0;
-    return NULL;
-}
-
-/*
- * `nt` threads run the loop at once (best of reps): *wall gets their GFLOP/s together,
- * the return value one core's GFLOP per CPU-second (what a core does while it runs: a
- * load-proof figure on a shared machine).
- */
-static double peak(enum peak_kind kind, int nt, int reps, double *wall)
-{
-    double best = 0, best_wall = 0;
-    double flops = kind == PEAK_AMX ? (double)AMX_ITERS * 4 * AMX_FLOPS_PER_OP
-                                    : (double)(PEAK_ITERS / 12 * 12) * (kind == PEAK_BF16 ? 64.0
-                                                                        : has512          ? 32.0
-                                                                                          : 16.0);
-    for (int r = 0; r < reps; r++) {
-        pthread_t th[64];
-        struct peak_arg args[64];
-        double t0 = clock_mono_sec();
-        for (int i = 0; i < nt; i++) {
-            args[i].kind = kind;
-            pthread_create(&th[i], NULL, peak_thread, &args[i]);
-        }
-        double cpu = 0;
-        for (int i = 0; i < nt; i++) {
-            pthread_join(th[i], NULL);
-            cpu += args[i].cpu;
-        }
-        double gw = (double)nt * flops / (clock_mono_sec() - t0) / 1e9, gc = (double)nt * flops / cpu / 1e9;
-        best_wall = gw > best_wall ? gw : best_wall;
-        best = gc > best ? gc : best;
-    }
-    *wall = best_wall;
-    return best;
-}
 
 static struct tensor *rnd(struct dev *d, int nd, const int64_t *sh, float scale)
 {
@@ -260,15 +92,15 @@ static void peaks_update(int nt)
 {
     double w;
     if (hasfma) {
-        peak(PEAK_FMA, nt, 3, &w);
+        w = bench_peak_measure(BENCH_PEAK_FMA, nt, 3, NULL);
         best32 = w > best32 ? w : best32;
     }
     if (has16) {
-        peak(PEAK_BF16, nt, 3, &w);
+        w = bench_peak_measure(BENCH_PEAK_BF16, nt, 3, NULL);
         best16 = w > best16 ? w : best16;
     }
     if (hasamx) {
-        peak(PEAK_AMX, nt, 3, &w);
+        w = bench_peak_measure(BENCH_PEAK_AMX, nt, 3, NULL);
         bestamx = w > bestamx ? w : bestamx;
     }
 }
@@ -323,14 +155,13 @@ void bench_ops_bf16(struct dev *d, int reps, const char *only)
     if (only && !strstr("bf16", only))
         return;
     int nt = tensor_threads_get();
-    has16 = __builtin_cpu_supports("avx512bf16");
-    has512 = __builtin_cpu_supports("avx512f");
-    hasfma = has512 || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
-    hasamx = cpu_amx_usable(); /* asks the kernel for the tile state */
-    double w32 = 0, w16 = 0, wamx = 0;
-    double c32 = hasfma ? peak(PEAK_FMA, nt, 3, &w32) / nt : 0;
-    double c16 = has16 ? peak(PEAK_BF16, nt, 3, &w16) / nt : 0;
-    double camx = hasamx ? peak(PEAK_AMX, nt, 3, &wamx) / nt : 0;
+    has16 = bench_peak_available(BENCH_PEAK_BF16);
+    hasfma = bench_peak_available(BENCH_PEAK_FMA);
+    hasamx = bench_peak_available(BENCH_PEAK_AMX);
+    double c32 = 0, c16 = 0, camx = 0; /* GFLOP per CPU-second of one thread */
+    double w32 = bench_peak_measure(BENCH_PEAK_FMA, nt, 3, &c32);
+    double w16 = bench_peak_measure(BENCH_PEAK_BF16, nt, 3, &c16);
+    double wamx = bench_peak_measure(BENCH_PEAK_AMX, nt, 3, &camx);
     best32 = w32;
     best16 = w16;
     bestamx = wamx;
@@ -355,9 +186,8 @@ void bench_ops_bf16(struct dev *d, int reps, const char *only)
     else
         printf("bf16 peak AMX none (no AMX-BF16, or the kernel refused the tile state)\n");
     if (hasfma)
-        printf("bf16 peak vfmadd231ps %s %d threads %8.1f GFLOP/s wall, %7.1f GF per "
-               "core-cpu-s\n",
-               has512 ? "zmm" : "ymm", nt, w32, c32);
+        printf("bf16 peak %s %d threads %8.1f GFLOP/s wall, %7.1f GF per core-cpu-s\n",
+               bench_peak_name(BENCH_PEAK_FMA), nt, w32, c32);
     printf("# fractions: the op's wall GFLOP/s over the %d threads' wall peak (the best of the\n"
            "# peaks re-measured after every case); conv3x3_64x64x320 fp32 may run Winograd\n"
            "# (fewer real flops than the nominal 2*MACs counted here)\n", nt);

@@ -12,6 +12,9 @@
  * weights, borrowed f16 from the checkpoint mapping. Repetition 0 is a warm-up (bf16
  * primitives JIT-compiled, pages touched) and is not counted.
  *
+ * GFLOP/s: each case's direct-form FLOPs over its median wall, and that as a fraction of
+ * the peak of the unit each precision runs on, measured here (bench_peaks.h).
+ *
  * RSS: printed after each case (VmRSS now and the process's peak); the per-precision
  * peak of a whole run is the cold table's (bench_txt2img.c), one process each.
  */
@@ -22,6 +25,7 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "bench_peaks.h"
 #include "bench_sd.h"
 #include "clock.h"
 #include "checkpoint.h"
@@ -45,7 +49,22 @@ struct ab_case {
     struct patcher_model *model;
     int (*run)(void *ctx);
     void *ctx;
+    double flops; /* direct-form FLOPs of one run */
 };
+
+/* The peaks the GFLOP/s are fractions of (bench_peaks.h): fp32 FMA for fp32, and for
+ * bf16 the unit its GEMMs run on (AMX, AVX-512 BF16, else fp32 FMA: emulated); the best
+ * seen in this run, re-measured after every case. */
+static double pk32, pk16;
+static enum bench_peak k16;
+
+static void peaks_update(int threads)
+{
+    double w = bench_peak_measure(BENCH_PEAK_FMA, threads, 3, NULL);
+    pk32 = w > pk32 ? w : pk32;
+    w = bench_peak_measure(k16, threads, 3, NULL);
+    pk16 = w > pk16 ? w : pk16;
+}
 
 static void ab_run(const struct ab_case *c, int reps)
 {
@@ -72,10 +91,13 @@ static void ab_run(const struct ab_case *c, int reps)
     patcher_model_set_precision(c->model, TENSOR_PRECISION_F32);
     double c32 = bench_median(cpu[0], reps), c16 = bench_median(cpu[1], reps);
     double w32 = bench_median(wall[0], reps), w16 = bench_median(wall[1], reps);
-    printf("%-14s %8.2f %8.2f %7.3f %8.2f %8.2f %7.3f %7.0f %7.0f %6.0f  %4.1f-%4.1f\n", c->name,
-           c32, c16, c16 / c32, w32, w16, w16 / w32, bench_t2i_status_mib("VmRSS:"),
+    peaks_update(tensor_threads_get());
+    double g32 = c->flops / w32 / 1e9, g16 = c->flops / w16 / 1e9;
+    printf("%-14s %8.2f %8.2f %7.3f %8.2f %8.2f %7.3f %7.0f %7.0f %6.0f  %4.1f-%4.1f %7.0f %5.2f "
+           "%7.0f %5.2f\n",
+           c->name, c32, c16, c16 / c32, w32, w16, w16 / w32, bench_t2i_status_mib("VmRSS:"),
            bench_t2i_status_mib("VmHWM:"), (double)tensor_bf16_cache_bytes() / 1048576.0, la0,
-           bench_t2i_load1());
+           bench_t2i_load1(), g32, g32 / pk32, g16, g16 / pk16);
     fflush(stdout);
 }
 
@@ -139,8 +161,16 @@ int bench_txt2img_ab(const char *ckpt, int threads, int only, int reps)
            "process CPU seconds; LATENTD_BF16_CACHE_MB=%s\n",
            tensor_bf16_path(), threads, reps,
            getenv("LATENTD_BF16_CACHE_MB") ? getenv("LATENTD_BF16_CACHE_MB") : "(default)");
-    printf("%-14s %8s %8s %7s %8s %8s %7s %7s %7s %6s  %s\n", "case", "fp32_cpu", "bf16_cpu",
-           "cpu_r", "fp32_s", "bf16_s", "wall_r", "rss", "peak", "cache", "load");
+    const char *path = tensor_bf16_path();
+    k16 = strstr(path, "AMX") && bench_peak_available(BENCH_PEAK_AMX)             ? BENCH_PEAK_AMX
+          : strstr(path, "AVX-512 BF16") && bench_peak_available(BENCH_PEAK_BF16) ? BENCH_PEAK_BF16
+                                                                                  : BENCH_PEAK_FMA;
+    peaks_update(threads);
+    printf("# peaks measured here, %d threads: fp32 %s %.0f GFLOP/s, bf16 path's %s %.0f\n",
+           threads, bench_peak_name(BENCH_PEAK_FMA), pk32, bench_peak_name(k16), pk16);
+    printf("%-14s %8s %8s %7s %8s %8s %7s %7s %7s %6s  %-9s %7s %5s %7s %5s\n", "case", "fp32_cpu",
+           "bf16_cpu", "cpu_r", "fp32_s", "bf16_s", "wall_r", "rss", "peak", "cache", "load",
+           "gf32", "pk32", "gf16", "pk16");
     static const int sizes[2] = {256, 512};
     for (int si = 0; si < 2; si++) {
         int px = sizes[si], lat = px / 8;
@@ -159,7 +189,9 @@ int bench_txt2img_ab(const char *ckpt, int threads, int only, int reps)
             if (tensor_new(d, TENSOR_F32, 4, xs, &u.eps, &e) < 0)
                 PANIC("%s", e.msg);
             snprintf(name, sizeof name, "unet_b2_%d", px);
-            ab_run(&(struct ab_case){name, ck.model[MODEL_UNET], unet_run, &u}, reps);
+            ab_run(&(struct ab_case){name, ck.model[MODEL_UNET], unet_run, &u,
+                                     unet_flops(a, 2, lat, lat, 77)},
+                   reps);
             tensor_free(u.x);
             tensor_free(u.ctx);
             tensor_free(u.eps);
@@ -176,7 +208,9 @@ int bench_txt2img_ab(const char *ckpt, int threads, int only, int reps)
             if (tensor_new(d, TENSOR_F32, 4, is, &v.img, &e) < 0)
                 PANIC("%s", e.msg);
             snprintf(name, sizeof name, "vae_dec_%d", px);
-            ab_run(&(struct ab_case){name, ck.model[MODEL_VAE], vae_run, &v}, reps);
+            ab_run(&(struct ab_case){name, ck.model[MODEL_VAE], vae_run, &v,
+                                     vae_decode_flops(a, 1, lat, lat)},
+                   reps);
             tensor_free(v.z);
             tensor_free(v.img);
             mm_unload(mm, ck.model[MODEL_VAE]);
@@ -184,7 +218,9 @@ int bench_txt2img_ab(const char *ckpt, int threads, int only, int reps)
         }
     }
     printf("# cpu_r, wall_r: bf16 / fp32 (below 1: bf16 faster); rss/peak MiB after the case; "
-           "cache: bf16 weight copies kept, MiB; load: 1-min load average before-after\n");
+           "cache: bf16 weight copies kept, MiB; load: 1-min load average before-after;\n"
+           "# gf32, gf16: direct-form GFLOP / median wall (Winograd does fewer real flops);\n"
+           "# pk32, pk16: those over the peaks above (best of the run, re-measured per case)\n");
     mm_unload_all(mm);
     mm_free(mm);
     model_ckpt_release(&ck);

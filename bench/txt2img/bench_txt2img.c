@@ -10,9 +10,8 @@
  *     sampler, CFG and previews add over the model;
  *   - sgemm: a 1024^3 GEMM through tensor_linear timed right before the size,
  *     so a slow figure can be told apart from a busy machine;
- *   - peak: step GFLOP/s / the fp32 peak of this machine class (2 Sapphire
- *     Rapids cores, AVX-512 2 FMA ports: ~439 GFLOP/s on 2 threads, scaled by
- *     --threads); the goal is >= 0.5;
+ *   - peak: step GFLOP/s / this CPU's fp32 FMA peak on --threads threads, measured
+ *     right before the table (bench/common/bench_peaks.c); the goal is >= 0.5;
  *   - against stable-diffusion.cpp measured on this machine earlier, 2 threads
  *     (hard-coded; the cold table below measures sd.cpp in the same run instead):
  *     5.2 s per CFG step and 12.4 s decode at 256^2; 31 s and 53 s at 512^2.
@@ -62,6 +61,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "bench_peaks.h"
 #include "ckpt_gen.h"
 #include "device.h"
 #include "memmgr.h"
@@ -408,9 +408,9 @@ int main(int argc, char **argv)
     struct patcher *unet = sd_model_unet_patcher(sd_model_of(mcv[0]), &cfg);
     if (!unet)
         PANIC("the checkpoint's MODEL is not an SD1.5 UNet");
-    /* fp32 peak of the machine the sd.cpp figures come from: 2 cores x 3.43 GHz x 64
-     * flop/cycle (AVX-512, 2 FMA ports) ~ 439 GFLOP/s for 2 threads. */
-    const double peak = 439.0 * (threads < 2 ? threads : 2) / 2.0;
+    /* this machine's fp32 FMA peak on these threads, measured now (bench_peaks.h; it was
+     * a hard-coded 439 GFLOP/s, 2 Sapphire Rapids cores, before the CPUs changed) */
+    const double peak = bench_peak_measure(BENCH_PEAK_FMA, threads, 5, NULL);
     printf("%-5s %7s %6s %8s %6s %7s %6s %8s %7s %7s %8s %6s %7s %7s %7s %7s %7s\n", "size",
            "step_s", "cpu_s", "unet2_s", "ovh", "vae_s", "vcpu_s", "total_s", "step_gf", "vae_gf",
            "sgemm_gf", "peak", "st/sgm", "st/sdc", "vae/sdc", "rss_mib", "rss/sdc");
@@ -479,7 +479,8 @@ int main(int argc, char **argv)
            "# unet2_s: two raw batch-1 UNet evals; ovh = step_s / unet2_s; *_gf: GFLOP/s\n"
            "# (sd15_*_flops);\n"
            "# sgemm_gf: 1024^3 tensor_linear in this run; peak = step_gf / %.0f GFLOP/s (fp32\n"
-           "# peak, %d threads), goal >= 0.5; st/sgm = step_gf / sgemm_gf; st/sdc, vae/sdc =\n"
+           "# FMA peak measured here, %d threads), goal >= 0.5; st/sgm = step_gf / sgemm_gf; "
+           "st/sdc, vae/sdc =\n"
            "# time / stable-diffusion.cpp's (5.2 s step, 12.4 s decode @256; 31 s, 53 s @512),\n"
            "# goal for the step <= 0.33; rss_mib: the process's peak RSS so far (run --size\n"
            "# for one size's own), rss/sdc = rss_mib / sd.cpp's (2435 MiB @256, 3693 @512),\n"
