@@ -397,6 +397,8 @@ int main(int argc, char **argv)
             do_linear = 1;
         else if (!strcmp(argv[i], "--conv") && i + 1 < argc)
             conv_size = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--conv-wn")) /* gemm_wn.c's path wherever it applies */
+            cpu_conv_wn = 2;
         else if (!strcmp(argv[i], "--bf16")) /* the --linear / --conv tables at bf16 */
             tensor_precision_set(TENSOR_PRECISION_BF16);
         else {
