@@ -168,8 +168,7 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
  * Few output pixels (the UNet's 8x8 and 4x4 levels; cpu_conv2d_is_wn says which shapes):
  * im2col of all images side by side, then gemm_wn.c's GEMM, which reads the weight as
  * stored (wdt: f32, f16 or bf16, contiguous) instead of a widened copy. fp32. cpu_conv_wn
- * = 0 (tests, bench_ops) leaves those shapes to cpu_conv2d, 2 (bench_ops --conv-wn) takes
- * this path for all of them on AVX-512 CPUs too (cpu/gemm_wn.h's limits).
+ * = 0 (tests, bench_ops) leaves those shapes to cpu_conv2d.
  */
 extern int cpu_conv_wn;
 int cpu_conv2d_is_wn(int64_t n, int64_t ci, int64_t co, int64_t kh, int64_t kw, int64_t ho,

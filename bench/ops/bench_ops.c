@@ -42,6 +42,7 @@
 #include "tensor.h"
 #include "tensor_impl.h"
 #include "tensor_precision.h"
+#include "cpu/gemm_wn.h"
 
 void bench_ops_bf16(struct dev *d, int reps, const char *only);   /* bench_ops_bf16.c */
 void bench_ops_linear(struct dev *d, int reps, const char *only); /* bench_ops_linear.c */
@@ -397,14 +398,15 @@ int main(int argc, char **argv)
             do_linear = 1;
         else if (!strcmp(argv[i], "--conv") && i + 1 < argc)
             conv_size = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--conv-wn")) /* gemm_wn.c's path wherever it applies */
-            cpu_conv_wn = 2;
+        else if (!strcmp(argv[i], "--wn-avx2")) /* gemm_wn.c's AVX2 kernel on AVX-512 CPUs */
+            cpu_gemm_wn_avx512 = 0;
         else if (!strcmp(argv[i], "--bf16")) /* the --linear / --conv tables at bf16 */
             tensor_precision_set(TENSOR_PRECISION_BF16);
         else {
-            fprintf(stderr, "usage: bench_ops [--reps N] [--bq N] [--bk N] [--fbk N] [--attn-ref] "
-                            "[--conv-ref] [--conv-wino] [--wchunk B] [--threads N] [--cols B] "
-                            "[--only S] [--gpu] [--linear] [--conv 256|512] [--bf16]\n");
+            fprintf(stderr,
+                    "usage: bench_ops [--reps N] [--bq N] [--bk N] [--fbk N] [--attn-ref] "
+                    "[--conv-ref] [--conv-wino] [--wchunk B] [--threads N] [--cols B] "
+                    "[--only S] [--gpu] [--linear] [--conv 256|512] [--bf16] [--wn-avx2]\n");
             return 2;
         }
     }

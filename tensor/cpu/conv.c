@@ -304,12 +304,8 @@ int cpu_conv2d_is_wn(int64_t n, int64_t ci, int64_t co, int64_t kh, int64_t kw, 
 {
     int direct = kh == 1 && kw == 1 && o->stride == 1 && !o->pad_top && !o->pad_left &&
                  !o->pad_bottom && !o->pad_right;
-    /* measured on AVX2-only CPUs (Zen 3), and with AVX-512 where it pays there (gemm_wn.h;
-     * cpu_conv_wn = 2 forces it up to CPU_GEMM_WN_MAX_N, for the benchmark) */
-    int64_t cols = n * ho * wo;
-    int64_t max =
-        cpu_conv_avx512() && cpu_conv_wn != 2 ? CPU_GEMM_WN_MAX_N_AVX512 : CPU_GEMM_WN_MAX_N;
-    return cpu_conv_wn && !direct && cols <= max &&
+    /* measured on AVX2 (Zen 3) and AVX-512 (Xeon) CPUs: gemm_wn.h */
+    return cpu_conv_wn && !direct && n * ho * wo <= CPU_GEMM_WN_MAX_N &&
            !cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o) && cpu_gemm_wn_usable();
 }
 

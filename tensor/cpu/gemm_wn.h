@@ -10,14 +10,14 @@
 #include "../tensor.h"
 
 /* The most columns cpu_gemm_wn is meant for: beyond, the weight's passes are small beside
- * the GEMM and oneDNN's kernels win. */
+ * the GEMM and oneDNN's kernels win. With AVX-512 (its 12 x 32 kernel; bench_ops --conv
+ * 256, 2 threads, Xeon, ms per call oneDNN on the widened weight -> here): 1280x1280 8^2
+ * (128 columns) 25.2 -> 16.0, 2560x1280 8^2 48.2 -> 32.9, 1280x1280 4^2 10.9 -> 6.2; a
+ * step's 3x3 convs 804 -> 689 ms. (The AVX2 kernel on the same CPU: 8^2 no gain.) */
 #define CPU_GEMM_WN_MAX_N 128
-/* The same on CPUs with AVX-512, where oneDNN's GEMM on the widened weight runs twice as
- * wide as this AVX2 kernel (bench_ops --conv 256 [--conv-wn], 2 threads, Xeon, ms per call
- * auto -> gemm_wn): 1280x1280 4^2 (32 columns) 10.1-10.4 -> 7.3-7.7, 2560x1280 4^2
- * 19.3-20.0 -> 14.9-15.4; but 8^2 (128) 22.8-23.1 -> 22.7-22.8 and 640x1280 8^2 8.7-9.0
- * -> 11.1-11.2. */
-#define CPU_GEMM_WN_MAX_N_AVX512 64
+/* The micro-kernel: AVX-512 (12 x 32 tiles) where the CPU has it, else AVX2 (6 x 16);
+ * < 0 (the default) chooses by the CPU on first use, 0/1 force (tests). */
+extern int cpu_gemm_wn_avx512;
 
 /* 1 when the CPU has AVX2, FMA and F16C (checked once). */
 int cpu_gemm_wn_usable(void);
