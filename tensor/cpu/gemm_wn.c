@@ -1,7 +1,7 @@
 /*
  * gemm_wn.c — C [m, n] = W [m, k] x B [k, n] for few columns (n <= CPU_GEMM_WN_MAX_N), with
  * W as the checkpoint stores it (f16, bf16 or f32) and widened in the kernel, for CPUs
- * with AVX2 + FMA + F16C (gemm_wn.h).
+ * with AVX2 + FMA + F16C (gemm_wn.h), with an AVX-512 micro-kernel where the CPU has it.
  *
  * Why: the UNet's convolutions at 8x8 and 4x4 pixels (im2col + GEMM, Winograd does not pay
  * there) have a big weight and few columns: 1280 x 11520 against 2 x 64 or 2 x 16 pixels.
@@ -11,11 +11,12 @@
  * an f32 weight at 8x8, 14.1 against 8.3 ms at 4x4). Here each weight element is read
  * once, as stored, into a small f32 buffer that the micro-kernel broadcasts from.
  *
- * Blocking: rows of W are split over the pool in blocks of MR = 6. A task walks k in
- * chunks of KC: it widens its 6 rows' chunk (6 x KC floats, L1) and, for every 16 columns,
- * adds W_chunk x B_chunk into that 6 x 16 tile of C (12 accumulators; the B chunk, KC x n
- * floats, stays in L2 across the row blocks of the task). C is read and written once per
- * chunk: with n <= 128 a task's C rows stay in L2.
+ * Blocking: rows of W are split over the pool in blocks of the micro-kernel's mr (AVX2:
+ * 6, AVX-512: 12). A task walks k in chunks of KC: it widens its mr rows' chunk (mr x KC
+ * floats, L1) and, for every 2 vectors of columns (16 or 32), adds W_chunk x B_chunk into
+ * that tile of C (12 or 24 accumulators; the B chunk, KC x n floats, stays in L2 across
+ * the row blocks of the task). C is read and written once per chunk: with n <= 128 a
+ * task's C rows stay in L2.
  *
  * Numerics: fp32 FMAs, k summed in order within a chunk and chunk after chunk; not
  * oneDNN's order, so not its bits, but the same for every dtype of W (widening is exact).
@@ -121,22 +122,34 @@ static void tile_any(int r, int nv, float *c, int64_t ldc, const float *wb, cons
 #undef T
 }
 
+/* A micro-kernel: tiles of up to mr rows x 2 vectors of vw floats (tile(r, nv, ...)). */
+typedef void (*wn_tile_fn)(int r, int nv, float *c, int64_t ldc, const float *wb, const float *b,
+                           int64_t ldb, int64_t kc);
+struct wn_kernel {
+    int mr, vw;
+    wn_tile_fn tile;
+};
+
+#define MR_MAX 12 /* the largest mr (the AVX-512 kernel's) */
+
 struct wn_job {
     float *c;
     const char *w;
     enum tensor_dtype dt;
     const float *b;
-    int64_t m, n, k, rows; /* rows of W per task, a multiple of MR */
+    int64_t m, n, k, rows; /* rows of W per task, a multiple of the kernel's mr */
+    const struct wn_kernel *kn;
 };
 
 static void wn_task(void *ctx, int64_t t0, int64_t t1, int tid)
 {
     (void)tid;
     const struct wn_job *j = ctx;
+    const int mr = j->kn->mr, vw = j->kn->vw;
     size_t es = tensor_dtype_size(j->dt);
-    int64_t n8 = j->n / 8 * 8;
-    float wb[MR * KC] __attribute__((aligned(32)));
-    float ct[MR * 8]; /* a ragged column tail (n % 8) goes through this */
+    int64_t nv = j->n / vw * vw;
+    float wb[MR_MAX * KC] __attribute__((aligned(64)));
+    float ct[MR_MAX * 16]; /* a ragged column tail (n % vw) goes through this */
     for (int64_t t = t0; t < t1; t++) {
         int64_t r0 = t * j->rows, r1 = r0 + j->rows < j->m ? r0 + j->rows : j->m;
         for (int64_t i = r0; i < r1; i++)
@@ -144,25 +157,25 @@ static void wn_task(void *ctx, int64_t t0, int64_t t1, int tid)
         for (int64_t k0 = 0; k0 < j->k; k0 += KC) {
             int64_t kc = j->k - k0 < KC ? j->k - k0 : KC;
             const float *bk = j->b + k0 * j->n;
-            for (int64_t i = r0; i < r1; i += MR) {
-                int r = r1 - i < MR ? (int)(r1 - i) : MR;
+            for (int64_t i = r0; i < r1; i += mr) {
+                int r = r1 - i < mr ? (int)(r1 - i) : mr;
                 widen_rows(wb, j->w + (size_t)(i * j->k) * es, j->dt, j->k, r, k0, kc);
                 float *ci = j->c + i * j->n;
                 int64_t q = 0;
-                for (; q + NR <= n8; q += NR)
-                    tile_any(r, 2, ci + q, j->n, wb, bk + q, j->n, kc);
-                for (; q < n8; q += 8)
-                    tile_any(r, 1, ci + q, j->n, wb, bk + q, j->n, kc);
-                if (q < j->n) { /* the last n % 8 columns, scalar */
+                for (; q + 2 * vw <= nv; q += 2 * vw)
+                    j->kn->tile(r, 2, ci + q, j->n, wb, bk + q, j->n, kc);
+                for (; q < nv; q += vw)
+                    j->kn->tile(r, 1, ci + q, j->n, wb, bk + q, j->n, kc);
+                if (q < j->n) { /* the last n % vw columns, scalar */
                     int64_t nt = j->n - q;
                     memset(ct, 0, sizeof(ct));
                     for (int a = 0; a < r; a++)
                         for (int64_t p = 0; p < kc; p++)
                             for (int64_t x = 0; x < nt; x++)
-                                ct[a * 8 + x] += wb[a * KC + p] * bk[p * j->n + q + x];
+                                ct[a * 16 + x] += wb[a * KC + p] * bk[p * j->n + q + x];
                     for (int a = 0; a < r; a++)
                         for (int64_t x = 0; x < nt; x++)
-                            ci[a * j->n + q + x] += ct[a * 8 + x];
+                            ci[a * j->n + q + x] += ct[a * 16 + x];
                 }
             }
         }
@@ -234,48 +247,6 @@ __attribute__((target("avx512f"))) static void tile512_any(int r, int nv, float 
 #undef T
 }
 
-/* AVX-512: rows in blocks of MR512, columns in 32s then 16s, the rest through ct. */
-__attribute__((target("avx2,fma,f16c,avx512f"))) static void wn_task512(void *ctx, int64_t t0,
-                                                                        int64_t t1, int tid)
-{
-    (void)tid;
-    const struct wn_job *j = ctx;
-    size_t es = tensor_dtype_size(j->dt);
-    int64_t n16 = j->n / 16 * 16;
-    float wb[MR512 * KC] __attribute__((aligned(64)));
-    float ct[MR512 * 16];
-    for (int64_t t = t0; t < t1; t++) {
-        int64_t r0 = t * j->rows, r1 = r0 + j->rows < j->m ? r0 + j->rows : j->m;
-        for (int64_t i = r0; i < r1; i++)
-            memset(j->c + i * j->n, 0, (size_t)j->n * sizeof(float));
-        for (int64_t k0 = 0; k0 < j->k; k0 += KC) {
-            int64_t kc = j->k - k0 < KC ? j->k - k0 : KC;
-            const float *bk = j->b + k0 * j->n;
-            for (int64_t i = r0; i < r1; i += MR512) {
-                int r = r1 - i < MR512 ? (int)(r1 - i) : MR512;
-                widen_rows(wb, j->w + (size_t)(i * j->k) * es, j->dt, j->k, r, k0, kc);
-                float *ci = j->c + i * j->n;
-                int64_t q = 0;
-                for (; q + NR512 <= n16; q += NR512)
-                    tile512_any(r, 2, ci + q, j->n, wb, bk + q, j->n, kc);
-                for (; q < n16; q += 16)
-                    tile512_any(r, 1, ci + q, j->n, wb, bk + q, j->n, kc);
-                if (q < j->n) { /* the last n % 16 columns, scalar */
-                    int64_t nt = j->n - q;
-                    memset(ct, 0, sizeof(ct));
-                    for (int a = 0; a < r; a++)
-                        for (int64_t p = 0; p < kc; p++)
-                            for (int64_t x = 0; x < nt; x++)
-                                ct[a * 16 + x] += wb[a * KC + p] * bk[p * j->n + q + x];
-                    for (int a = 0; a < r; a++)
-                        for (int64_t x = 0; x < nt; x++)
-                            ci[a * j->n + q + x] += ct[a * 16 + x];
-                }
-            }
-        }
-    }
-}
-
 int cpu_gemm_wn_avx512 = -1; /* < 0: by the CPU; 0/1 force (tests compare the kernels) */
 
 void cpu_gemm_wn(float *c, const void *w, enum tensor_dtype dt, const float *b, int64_t m,
@@ -284,10 +255,11 @@ void cpu_gemm_wn(float *c, const void *w, enum tensor_dtype dt, const float *b, 
     int nt = tensor__pool_threads();
     if (cpu_gemm_wn_avx512 < 0)
         cpu_gemm_wn_avx512 = __builtin_cpu_supports("avx512f") != 0;
-    int mr = cpu_gemm_wn_avx512 ? MR512 : MR;
+    static const struct wn_kernel avx2 = {MR, 8, tile_any}, avx512 = {MR512, 16, tile512_any};
+    const struct wn_kernel *kn = cpu_gemm_wn_avx512 ? &avx512 : &avx2;
     /* two tasks per thread, in whole micro-tiles */
     int64_t rows = (m + 2 * nt - 1) / (2 * nt);
-    rows = (rows + mr - 1) / mr * mr;
-    struct wn_job j = {c, w, dt, b, m, n, k, rows};
-    tensor__pool_for((m + rows - 1) / rows, cpu_gemm_wn_avx512 ? wn_task512 : wn_task, &j);
+    rows = (rows + kn->mr - 1) / kn->mr * kn->mr;
+    struct wn_job j = {c, w, dt, b, m, n, k, rows, kn};
+    tensor__pool_for((m + rows - 1) / rows, wn_task, &j);
 }
