@@ -97,6 +97,11 @@ typedef void (*tensor_pool_fn)(void *ctx, int64_t begin, int64_t end, int tid);
 void tensor__pool_for(int64_t n, tensor_pool_fn fn, void *ctx);
 int tensor__pool_threads(void);
 void tensor__pool_shutdown(void);
+/* One 64-byte-aligned block of `bytes` per pool thread, indexed by a task's tid (the
+ * caller's, for the tasks of its next tensor__pool_for calls); NULL-terminated, freed
+ * with tensor__pool_scratch_free. */
+void **tensor__pool_scratch_new(size_t bytes);
+void tensor__pool_scratch_free(void **blocks);
 
 /* ---- CPU GEMM (cpu/gemm.c) ------------------------------------------------------------ */
 

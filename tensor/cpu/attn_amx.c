@@ -56,7 +56,7 @@ struct amx_attn {
     int64_t ds, nct, nkb, nqb; /* head-dim steps of 32, value tiles of 16, key/query blocks */
     float scale2;
     uint16_t *kp, *vp; /* packed K, V of every head */
-    char **ws;         /* per thread scratch */
+    void **ws;         /* per thread scratch */
 };
 
 #define TGT __attribute__((target("avx512f,fma,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
@@ -284,15 +284,10 @@ int cpu_attention_amx(float *out, int64_t o_rs, const float *q, int64_t q_rs, co
     j.kp = (uint16_t *)cpu_scratch_grow(&kv, (kb + vb) / 4 + 16);
     j.vp = j.kp + kb / 2;
     tensor__pool_for(heads * j.nkb, pack_task, &j);
-    int nt = tensor__pool_threads();
     size_t per = (size_t)(2 * j.ds * 512 + 2 * 512) * 2 + (size_t)(KB * QB + j.nct * 16 * QB) * 4;
-    j.ws = xmalloc((size_t)nt * sizeof(char *));
-    for (int i = 0; i < nt; i++)
-        j.ws[i] = xmalloc_aligned(64, per);
+    j.ws = tensor__pool_scratch_new(per);
     tensor__pool_for((int64_t)heads * j.nqb, attn_task, &j);
-    for (int i = 0; i < nt; i++)
-        xfree_aligned(j.ws[i]);
-    xfree(j.ws);
+    tensor__pool_scratch_free(j.ws);
     return 0;
 }
 

@@ -26,7 +26,7 @@ struct fa_job {
     int causal;
     float scale2;    /* scale * log2(e) */
     int64_t nqb, bk; /* query blocks per head, keys per block */
-    float **ws;      /* per thread scratch */
+    void **ws;       /* per thread scratch */
 };
 
 static void fa_block(struct fa_job *j, int h, int64_t i0, float *ws)
@@ -89,7 +89,6 @@ void cpu_fattn_run(const struct fa_kernel *kn, float *out, int64_t o_rs, const f
                    int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv, float scale,
                    int causal)
 {
-    int nt = tensor__pool_threads();
     int64_t qt = kn->qt, per_task = (int64_t)kn->qsub * qt;
     int64_t bk = cpu_fattn_bk < kn->bk_min ? kn->bk_min : cpu_fattn_bk;
     struct fa_job j = {kn,
@@ -111,11 +110,7 @@ void cpu_fattn_run(const struct fa_kernel *kn, float *out, int64_t o_rs, const f
                        bk,
                        NULL};
     size_t per = (size_t)(bk * qt + kn->qsub * (d + dv + 2) * qt) * sizeof(float);
-    j.ws = xmalloc((size_t)nt * sizeof(float *));
-    for (int i = 0; i < nt; i++)
-        j.ws[i] = xmalloc_aligned(64, per);
+    j.ws = tensor__pool_scratch_new(per);
     tensor__pool_for((int64_t)heads * j.nqb, fa_task, &j);
-    for (int i = 0; i < nt; i++)
-        xfree_aligned(j.ws[i]);
-    xfree(j.ws);
+    tensor__pool_scratch_free(j.ws);
 }

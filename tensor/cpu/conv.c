@@ -158,7 +158,7 @@ struct conv_job {
     int64_t ci, h, wd, co, kh, kw, ho, wo, k, p;
     int64_t rows, nchunk; /* output rows per chunk, chunks per image */
     const struct tensor_conv2d_opts *o;
-    float **cols;         /* per thread */
+    void **cols;          /* per thread */
     float *tmp;           /* batched: [co, n*p] */
 };
 
@@ -395,13 +395,9 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
     }
     j.rows = rows;
     j.nchunk = (ho + rows - 1) / rows;
-    j.cols = xmalloc((size_t)nt * sizeof(float *));
-    for (int i = 0; i < nt; i++)
-        j.cols[i] = xmalloc_aligned(64, (size_t)(k * rows * wo) * sizeof(float));
+    j.cols = tensor__pool_scratch_new((size_t)(k * rows * wo) * sizeof(float));
     cpu_gemm_pool_enter();
     tensor__pool_for(n * j.nchunk, chunk_task, &j);
     cpu_gemm_pool_leave();
-    for (int i = 0; i < nt; i++)
-        xfree_aligned(j.cols[i]);
-    xfree(j.cols);
+    tensor__pool_scratch_free(j.cols);
 }

@@ -146,6 +146,25 @@ int tensor__pool_threads(void)
     return tensor_threads_get();
 }
 
+void **tensor__pool_scratch_new(size_t bytes)
+{
+    int nt = tensor__pool_threads();
+    void **b = xmalloc((size_t)(nt + 1) * sizeof(void *));
+    for (int i = 0; i < nt; i++)
+        b[i] = xmalloc_aligned(64, bytes);
+    b[nt] = NULL;
+    return b;
+}
+
+void tensor__pool_scratch_free(void **blocks)
+{
+    if (!blocks)
+        return;
+    for (int i = 0; blocks[i]; i++)
+        xfree_aligned(blocks[i]);
+    xfree(blocks);
+}
+
 void tensor__pool_for(int64_t n, tensor_pool_fn fn, void *ctx)
 {
     if (n <= 0)
