@@ -22,9 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 #include <immintrin.h>
 
 #include "alloc.h"
@@ -38,9 +36,6 @@
 #include <dnnl.h>
 #include <omp.h>
 #endif
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
 
 /* ---- rounding ---------------------------------------------------------------------- */
 
@@ -413,14 +408,15 @@ static const char *isa_name(void)
 
 static void path_pick(void)
 {
-    /* Linux gates AMX tile data per process: ask once (EINVAL/ENOSYS where absent). */
-    (void)syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
+    /* Linux gates AMX tile data per process: cpu_amx_usable asks for it, for oneDNN's
+     * AMX kernels too (LATENTD_BF16_PATH=dnnl) */
+    int amx = cpu_amx_usable();
     path = PATH_EMULATED;
     snprintf(path_name, sizeof(path_name),
              "emulated: operands rounded to bf16, fp32 GEMM (oneDNN not built in)");
     /* "emulated", "dnnl": tests and A/B comparisons; otherwise the fastest there is */
     const char *force = getenv("LATENTD_BF16_PATH");
-    if ((!force || strcmp(force, "amx") == 0) && cpu_amx_usable()) {
+    if ((!force || strcmp(force, "amx") == 0) && amx) {
         /* measured against oneDNN's AMX matmul: gemm_amx.c says by how much */
         path = PATH_AMX;
         snprintf(path_name, sizeof(path_name), "AMX tiles, our kernel (gemm_amx.c)");

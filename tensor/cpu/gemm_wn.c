@@ -100,26 +100,26 @@ INLINE void tile(const int r, const int nv, float *c, int64_t ldc, const float *
             _mm256_storeu_ps(c + i * ldc + 8 * v, acc[i][v]);
 }
 
-/* Compile-time instances: r = 1..6 rows, nv = 1 or 2 vectors. */
+/* Compile-time instances of a tile function FN: r rows (the case), nv = 1 or 2 vectors. */
+#define WN_CASE(FN, R)                                                                             \
+    case R:                                                                                        \
+        if (nv == 2)                                                                               \
+            FN(R, 2, c, ldc, wb, b, ldb, kc);                                                      \
+        else                                                                                       \
+            FN(R, 1, c, ldc, wb, b, ldb, kc);                                                      \
+        break;
+
 static void tile_any(int r, int nv, float *c, int64_t ldc, const float *wb, const float *b,
                      int64_t ldb, int64_t kc)
 {
-#define T(R)                                                                                       \
-    case R:                                                                                        \
-        if (nv == 2)                                                                               \
-            tile(R, 2, c, ldc, wb, b, ldb, kc);                                                    \
-        else                                                                                       \
-            tile(R, 1, c, ldc, wb, b, ldb, kc);                                                    \
-        break;
     switch (r) {
-        T(1)
-        T(2)
-        T(3)
-        T(4)
-        T(5)
-        T(6)
+        WN_CASE(tile, 1)
+        WN_CASE(tile, 2)
+        WN_CASE(tile, 3)
+        WN_CASE(tile, 4)
+        WN_CASE(tile, 5)
+        WN_CASE(tile, 6)
     }
-#undef T
 }
 
 /* A micro-kernel: tiles of up to mr rows x 2 vectors of vw floats (tile(r, nv, ...)). */
@@ -223,28 +223,20 @@ __attribute__((target("avx512f"))) static void tile512_any(int r, int nv, float 
                                                            const float *wb, const float *b,
                                                            int64_t ldb, int64_t kc)
 {
-#define T(R)                                                                                       \
-    case R:                                                                                        \
-        if (nv == 2)                                                                               \
-            tile512(R, 2, c, ldc, wb, b, ldb, kc);                                                 \
-        else                                                                                       \
-            tile512(R, 1, c, ldc, wb, b, ldb, kc);                                                 \
-        break;
     switch (r) {
-        T(1)
-        T(2)
-        T(3)
-        T(4)
-        T(5)
-        T(6)
-        T(7)
-        T(8)
-        T(9)
-        T(10)
-        T(11)
-        T(12)
+        WN_CASE(tile512, 1)
+        WN_CASE(tile512, 2)
+        WN_CASE(tile512, 3)
+        WN_CASE(tile512, 4)
+        WN_CASE(tile512, 5)
+        WN_CASE(tile512, 6)
+        WN_CASE(tile512, 7)
+        WN_CASE(tile512, 8)
+        WN_CASE(tile512, 9)
+        WN_CASE(tile512, 10)
+        WN_CASE(tile512, 11)
+        WN_CASE(tile512, 12)
     }
-#undef T
 }
 
 int cpu_gemm_wn_avx512 = -1; /* < 0: by the CPU; 0/1 force (tests compare the kernels) */
