@@ -154,6 +154,8 @@ float cpu_vec_max(const float *x, int64_t n);
 /* y[i] = exp(x[i] - m), returns the sum. y may equal x. */
 float cpu_vec_exp_sum(float *y, const float *x, int64_t n, float m);
 void cpu_vec_scale(float *y, const float *x, float s, int64_t n);
+/* y = a * gelu(g) (cpu_geglu's row). */
+void cpu_vec_geglu(float *y, const float *a, const float *g, int64_t n);
 /* Sums of (x - shift) and (x - shift)^2 (shift: any value near the mean). */
 void cpu_vec_moments(const float *x, int64_t n, float shift, double *sum, double *sumsq);
 /* y = x * a + b, then SiLU when silu != 0. */

@@ -20,6 +20,7 @@ static void cpu_shutdown(void)
     cpu_bf16_tmp_release();
     cpu_wino_release();
     cpu_linear_release();
+    cpu_linear_amx_release();
     cpu_bf16_cache_clear();
 }
 

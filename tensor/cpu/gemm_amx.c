@@ -28,6 +28,7 @@
 
 #include "alloc.h"
 #include "gemm_amx.h"
+#include "../tensor.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -42,7 +43,7 @@ int cpu_amx_usable(void)
     static int usable = -1; /* a benign race: every thread computes the same answer */
     if (usable < 0) {
         int ok = __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
-                 __builtin_cpu_supports("avx512bw");
+                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
         /* Linux lends tile state only to processes that ask; without it the first tile
          * instruction is SIGILL. Asking again is harmless. */
         if (ok)
@@ -114,12 +115,11 @@ pack_a_block(uint16_t *dst, int ta, const uint16_t *a, int64_t lda, int64_t rows
  * takes pair r of each of the 16 columns' 32 values, i.e. the 16 x 16 transpose of the
  * columns read as 32-bit pairs (unpack 32, unpack 64, then 128-bit lanes twice).
  */
-__attribute__((target("avx512f"))) void cpu_amx_vnni_cols(uint16_t *t, const uint16_t *src,
-                                                          int64_t ld)
+/* Tile row i = pair i of each of the 16 rows r[] (each 32 bf16): the 16 x 16 transpose of
+ * r read as 32-bit pairs (unpack 32, unpack 64, then 128-bit lanes twice), stored at t. */
+__attribute__((target("avx512f"))) static void vnni_store(uint16_t *t, __m512i r[16])
 {
-    __m512i r[16], u[16];
-    for (int i = 0; i < 16; i++)
-        r[i] = _mm512_loadu_si512(src + i * ld);
+    __m512i u[16];
     for (int i = 0; i < 16; i += 2) {
         u[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
         u[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
@@ -146,6 +146,79 @@ __attribute__((target("avx512f"))) void cpu_amx_vnni_cols(uint16_t *t, const uin
     }
     for (int i = 0; i < 16; i++)
         _mm512_storeu_si512(t + i * 32, r[i]);
+}
+
+/*
+ * One VNNI tile from a B stored as columns (tb: column j's K values contiguous): row r
+ * takes pair r of each of the 16 columns' 32 values.
+ */
+__attribute__((target("avx512f"))) void cpu_amx_vnni_cols(uint16_t *t, const uint16_t *src,
+                                                          int64_t ld)
+{
+    __m512i r[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_si512(src + i * ld);
+    vnni_store(t, r);
+}
+
+/* 32 values of a weight row at its stored dtype (mk: which of them exist) as bf16, rounded
+ * as cpu_bf16_round / cpu_bf16_from_f16 round them; zero where mk is clear. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static __m512i
+row32(enum tensor_dtype dt, const void *src, __mmask32 mk)
+{
+    if (dt == TENSOR_BF16)
+        return _mm512_maskz_loadu_epi16(mk, src);
+    __m512 lo, hi;
+    if (dt == TENSOR_F16) {
+        __m512i h = _mm512_maskz_loadu_epi16(mk, src);
+        lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+        hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+    } else {
+        lo = _mm512_maskz_loadu_ps((__mmask16)mk, src);
+        hi = _mm512_maskz_loadu_ps((__mmask16)(mk >> 16), (const float *)src + 16);
+    }
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+static __mmask32 mask32(int64_t left)
+{
+    return left >= 32 ? ~(__mmask32)0 : left > 0 ? ((__mmask32)1 << left) - 1 : 0;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void
+cpu_amx_pack_w(uint16_t *dst, enum tensor_dtype dt, const void *w, int64_t n, int64_t k, int64_t j0,
+               int64_t cols)
+{
+    int64_t ks = (k + 31) / 32;
+    size_t es = tensor_dtype_size(dt);
+    for (int64_t jb = j0 / 16; jb < (j0 + cols) / 16; jb++) {
+        for (int64_t s = 0; s < ks; s++) {
+            __m512i r[16];
+            __mmask32 mk = mask32(k - s * 32);
+            for (int i = 0; i < 16; i++) {
+                int64_t j = jb * 16 + i;
+                r[i] = j < n ? row32(dt, (const char *)w + ((size_t)(j * k + s * 32)) * es, mk)
+                             : _mm512_setzero_si512();
+            }
+            vnni_store(dst + (jb * ks + s) * 512, r);
+        }
+    }
+}
+
+/* op(A)'s rows [0, rows) (rows <= 32) from f32, rounded, as pack_a_block lays them out. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void
+cpu_amx_pack_a_f32(uint16_t *dst, const float *a, int64_t lda, int64_t rows, int64_t k)
+{
+    int64_t ks = (k + 31) / 32;
+    for (int64_t r = 0; r < 32; r++) {
+        for (int64_t s = 0; s < ks; s++) {
+            uint16_t *o = dst + s * 1024 + r * 32;
+            if (r >= rows)
+                _mm512_storeu_si512(o, _mm512_setzero_si512());
+            else
+                _mm512_storeu_si512(o, row32(TENSOR_F32, a + r * lda + s * 32, mask32(k - s * 32)));
+        }
+    }
 }
 
 /*
@@ -261,10 +334,9 @@ __attribute__((target("avx512f"))) static void store_rows(const float *acc, int6
  * ld bytes), or, on the first slice, from zero or (load) from acc as it is, and go back
  * to acc. acc is C itself where alpha is 1 and beta 0 or 1 (load), else a buffer.
  */
-__attribute__((target("amx-tile,amx-bf16"))) static void row_block(const uint16_t *ap,
-                                                                   const uint16_t *bp, int64_t bjs,
-                                                                   int64_t ks, int64_t w,
-                                                                   float *acc, int64_t ld, int load)
+__attribute__((target("amx-tile,amx-bf16"))) static void
+row_block(const uint16_t *ap, const uint16_t *bp, int64_t bjs, int64_t ks, int64_t w, float *acc,
+          int64_t ld, int load, const float *bias)
 {
     int64_t row16 = 16 * (ld / 4); /* elements from acc's first 16 rows to the next 16 */
     for (int64_t s0 = 0; s0 < ks; s0 += K_SLICE) {
@@ -272,7 +344,12 @@ __attribute__((target("amx-tile,amx-bf16"))) static void row_block(const uint16_
         for (int64_t jb = 0; jb < w / 16; jb += 2) {
             float *c0 = acc + jb * 16;
             const uint16_t *b0 = bp + jb * bjs, *b1 = b0 + bjs;
-            if (s0 == 0 && !load) {
+            if (s0 == 0 && !load && bias) { /* stride 0: every row is the bias */
+                _tile_loadd(0, bias + jb * 16, 0);
+                _tile_loadd(1, bias + jb * 16 + 16, 0);
+                _tile_loadd(2, bias + jb * 16, 0);
+                _tile_loadd(3, bias + jb * 16 + 16, 0);
+            } else if (s0 == 0 && !load) {
                 _tile_zero(0);
                 _tile_zero(1);
                 _tile_zero(2);
@@ -299,6 +376,12 @@ __attribute__((target("amx-tile,amx-bf16"))) static void row_block(const uint16_
             _tile_stored(3, c0 + row16 + 16, ld);
         }
     }
+}
+
+void cpu_amx_rows(const uint16_t *ap, const uint16_t *bp, int64_t bjs, int64_t ks, int64_t w,
+                  float *acc, int64_t ld_bytes, int load, const float *bias)
+{
+    row_block(ap, bp, bjs, ks, w, acc, ld_bytes, load, bias);
 }
 
 size_t cpu_amx_packed_elems(int64_t m, int64_t k)
@@ -373,9 +456,9 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
                     pack_a_block(ap, ta, ta ? a + k0 * lda + i : a + i * lda + k0, lda, rows, kk,
                                  ss);
                 if (in_c && rows == 32 && cols == w) {
-                    row_block(ablk, bk, bjs, ss, w, c + i * ldc + j0, ldc * 4, bt != 0.0f);
+                    row_block(ablk, bk, bjs, ss, w, c + i * ldc + j0, ldc * 4, bt != 0.0f, NULL);
                 } else {
-                    row_block(ablk, bk, bjs, ss, w, cacc, w * 4, 0);
+                    row_block(ablk, bk, bjs, ss, w, cacc, w * 4, 0, NULL);
                     store_rows(cacc, w, c + i * ldc + j0, ldc, rows, cols, alpha, bt);
                 }
             }

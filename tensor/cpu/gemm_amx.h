@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../tensor.h"
+
 /* Whether this CPU has AMX-BF16 and the kernel lent this process the tile state
  * (arch_prctl ARCH_REQ_XCOMP_PERM; asked once). */
 int cpu_amx_usable(void);
@@ -49,6 +51,24 @@ void cpu_amx_tiles_end(void);
 /* One B tile (32 x 16, VNNI) from 16 columns stored as rows of 32 bf16 (src, ld elements
  * apart): tile row r = pair r of each column. */
 void cpu_amx_vnni_cols(uint16_t *tile, const uint16_t *src, int64_t ld);
+
+/*
+ * Building blocks for a Linear (linear_amx.c), y = x W^T with W [n, k] row-major:
+ * cpu_amx_pack_w writes W's rows [j0, j0 + cols) (j0, cols multiples of 32) at W's stored
+ * dtype (f32, f16, bf16; rounded to bf16 as cpu_bf16_round does) as B's tiles, in
+ * cpu_amx_pack_b's layout (cpu_amx_packed_b_elems(n, k) for all of W; 16-column tile jb,
+ * step s of 32 in K at (jb * ks + s) * 512); cpu_amx_pack_a_f32 rounds x's rows [0, rows)
+ * (rows <= 32) into one 32-row A block (cpu_amx_packed_elems(32, k)).
+ * cpu_amx_rows is the micro-kernel between tiles_begin/_end: one 32-row A block (ap, ks
+ * steps) times w columns of B (bp; 16-column tiles bjs elements apart) into acc (rows
+ * ld_bytes apart), starting from acc itself (load), else from bias (w values, every row;
+ * the accumulators start as it) or zero.
+ */
+void cpu_amx_pack_w(uint16_t *dst, enum tensor_dtype dt, const void *w, int64_t n, int64_t k,
+                    int64_t j0, int64_t cols);
+void cpu_amx_pack_a_f32(uint16_t *dst, const float *a, int64_t lda, int64_t rows, int64_t k);
+void cpu_amx_rows(const uint16_t *ap, const uint16_t *bp, int64_t bjs, int64_t ks, int64_t w,
+                  float *acc, int64_t ld_bytes, int load, const float *bias);
 
 /* Free the calling thread's packing scratch (cpu_bf16_release's). */
 void cpu_gemm_amx_release(void);

@@ -47,4 +47,16 @@ void cpu_linear_geglu_w(float *y, const float *x, const struct tensor *w, const 
 /* Free the calling thread's tile scratch; returns the bytes freed. */
 size_t cpu_linear_release(void);
 
+/*
+ * bf16 precision on AMX (linear_amx.c): whether the calling thread's precision is bf16,
+ * the CPU lends AMX tiles, and w (W [n, k], or [2h, k] for the GEGLU) is a contiguous
+ * f32/f16/bf16 matrix the kernel takes; then cpu_linear_amx computes y = x @ W^T + bias
+ * (geglu: y [rows, h] = geglu(x @ W^T + bias)) with bf16 operands and fp32 sums.
+ * Executor only; cpu_linear_amx_release frees the calling thread's scratch.
+ */
+int cpu_linear_amx_ok(const struct tensor *w, int64_t rows, int geglu);
+void cpu_linear_amx(float *y, const float *x, const struct tensor *w, const float *bias,
+                    int64_t rows, int64_t k, int64_t n, int geglu);
+size_t cpu_linear_amx_release(void);
+
 #endif

@@ -244,6 +244,11 @@ void cpu_vec_scale(float *y, const float *x, float s, int64_t n)
     DISPATCH(scale, y, x, s, n);
 }
 
+void cpu_vec_geglu(float *y, const float *a, const float *g, int64_t n)
+{
+    DISPATCH(geglu, y, a, g, n);
+}
+
 void cpu_vec_moments(const float *x, int64_t n, float shift, double *sum, double *sumsq)
 {
     DISPATCH(moments, x, n, shift, sum, sumsq);

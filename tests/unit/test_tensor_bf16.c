@@ -155,6 +155,57 @@ static void t_linear(enum tensor_dtype wdt, int64_t rows, int64_t n, int64_t k, 
     xfree(y32);
 }
 
+/*
+ * Linear + GEGLU under bf16: y [rows, h] = a * gelu(g), [a | g] = x w^T + b, w [2h, k] at
+ * wdt. The bound carries (a)'s GEMM bound through the product: |dy| <= |gelu(g)| ea +
+ * (|a| + ea) max|gelu'| eg with max|gelu'| < 1.13, plus the fp32 GELU's own error.
+ */
+static void t_geglu(enum tensor_dtype wdt, int64_t rows, int64_t h, int64_t k, const char *what)
+{
+    struct err e = {0};
+    int64_t xs[2] = {rows, k}, ws[2] = {2 * h, k}, bs[1] = {2 * h}, ys[2] = {rows, h};
+    float *xv = xmalloc((size_t)(rows * k) * 4), *wv = xmalloc((size_t)(2 * h * k) * 4);
+    float *bv = xmalloc((size_t)(2 * h) * 4), *yv = xmalloc((size_t)(rows * h) * 4);
+    struct tensor *x = mk(TENSOR_F32, 2, xs, xv, 1.0f), *w = mk(wdt, 2, ws, wv, 0.5f);
+    struct tensor *b = mk(TENSOR_F32, 1, bs, bv, 0.1f), *y = mk(TENSOR_F32, 2, ys, NULL, 0);
+    enum tensor_precision old = tensor_precision_set(TENSOR_PRECISION_BF16);
+    EXPECT_OK(tensor_linear_geglu(y, x, w, b, &e));
+    tensor_precision_set(old);
+    tensor_read_f32(y, yv, rows * h, &e);
+    double worst = 0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < h; j++) {
+            double v[2], err[2];
+            for (int half = 0; half < 2; half++) {
+                int64_t c = half * h + j;
+                double s = bv[c], sa = fabs(bv[c]);
+                for (int64_t q = 0; q < k; q++) {
+                    double p = bf16_round(xv[i * k + q]) * bf16_round(wv[c * k + q]);
+                    s += p;
+                    sa += fabs(p);
+                }
+                v[half] = s;
+                err[half] = gamma_k(k + 1) * sa + 1e-30;
+            }
+            double g = v[1], gelu = 0.5 * g * (1.0 + erf(g * 0.70710678118654752));
+            double want = v[0] * gelu;
+            double bound = fabs(gelu) * err[0] + (fabs(v[0]) + err[0]) * 1.13 * err[1] +
+                           1e-5 * fabs(want) + 1e-6;
+            double r = fabs(yv[i * h + j] - want) / bound;
+            worst = r > worst ? r : worst;
+        }
+    ok(worst <= 1.0, "%s: |y - a~ gelu(g~)| / bound = %.3g <= 1 (bf16 inputs, fp32 sums)", what,
+       worst);
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(b);
+    tensor_free(y);
+    xfree(xv);
+    xfree(wv);
+    xfree(bv);
+    xfree(yv);
+}
+
 static void t_ties(void)
 {
     struct err e = {0};
@@ -473,6 +524,11 @@ int main(void)
     t_linear(TENSOR_BF16, 130, 300, 1000, "linear bf16 weight, K = 1000");
     t_linear(TENSOR_F32, 2, 4096, 64, "linear f32 weight, wide n");
     t_linear(TENSOR_F16, 4096, 64, 64, "linear f16, row panels rounding x per panel");
+    t_linear(TENSOR_F16, 1100, 96, 1000, "linear f16, 1100 rows, K = 1000 (row bands, K blocks)");
+    t_linear(TENSOR_F32, 1040, 330, 40, "linear f32 weight, 1040 rows, n = 330");
+    t_geglu(TENSOR_F16, 70, 128, 320, "geglu f16 weight, 70 rows (column bands)");
+    t_geglu(TENSOR_BF16, 1030, 64, 96, "geglu bf16 weight, 1030 rows (row bands)");
+    t_geglu(TENSOR_F32, 40, 48, 72, "geglu f32 weight, h = 48 (the chunked path)");
     t_matmul();
     t_conv(TENSOR_F32, 2, 64, 9, 9, 40, 1, 1, 0, "conv 1x1 (direct GEMM)");
     t_conv(TENSOR_F16, 1, 64, 96, 96, 40, 1, 1, 0, "conv 1x1 96^2 (x rounded per panel)");
