@@ -301,6 +301,7 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
                       int threads)
 {
     int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    int a_bound = a16 != NULL, b_bound = b16 != NULL;
     int nt = tensor__pool_threads();
     int whole = threads == 1 || nt == 1 || (double)m * (double)n * (double)k < 4e6;
     int by_cols = n >= m || n >= 64 * nt; /* gemm_split's panels, when not whole */
@@ -347,6 +348,11 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
     const uint16_t *apk = !ta && !src[0] && !per_panel[0] && cpu_bf16_amx()
                               ? cpu_bf16_packed_a(a16, m, k, lda)
                               : NULL;
+    /* a bound operand read other than packed needs its copy written */
+    if (a_bound && !(apk && (whole || rows_amx || by_cols)))
+        cpu_bf16_fill(a16);
+    if (b_bound)
+        cpu_bf16_fill(b16);
     if (rows_amx && apk) {
         amx_rows(m, n, k, alpha, apk, tb, b16, ldb, beta, c, ldc, nt);
         xfree_aligned(own[0]);

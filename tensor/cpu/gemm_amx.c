@@ -205,18 +205,24 @@ cpu_amx_pack_w(uint16_t *dst, enum tensor_dtype dt, const void *w, int64_t n, in
     }
 }
 
-/* op(A)'s rows [0, rows) (rows <= 32) from f32, rounded, as pack_a_block lays them out. */
+/* A's rows [0, rows) (rows <= 32) at their stored dtype, rounded, as pack_a_block lays
+ * them out. */
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void
-cpu_amx_pack_a_f32(uint16_t *dst, const float *a, int64_t lda, int64_t rows, int64_t k)
+cpu_amx_pack_a_rows(uint16_t *dst, enum tensor_dtype dt, const void *a, int64_t lda, int64_t rows,
+                    int64_t k)
 {
     int64_t ks = (k + 31) / 32;
-    for (int64_t r = 0; r < 32; r++) {
-        for (int64_t s = 0; s < ks; s++) {
+    size_t es = tensor_dtype_size(dt);
+    /* square by square: the stores run front to back (rows first took 18 % more time
+     * at 1280 x 11520, measured) */
+    for (int64_t s = 0; s < ks; s++) {
+        __mmask32 mk = mask32(k - s * 32);
+        for (int64_t r = 0; r < 32; r++) {
             uint16_t *o = dst + s * 1024 + r * 32;
             if (r >= rows)
                 _mm512_storeu_si512(o, _mm512_setzero_si512());
             else
-                _mm512_storeu_si512(o, row32(TENSOR_F32, a + r * lda + s * 32, mask32(k - s * 32)));
+                _mm512_storeu_si512(o, row32(dt, (const char *)a + (size_t)(r * lda + s * 32) * es, mk));
         }
     }
 }

@@ -57,8 +57,9 @@ void cpu_amx_vnni_cols(uint16_t *tile, const uint16_t *src, int64_t ld);
  * cpu_amx_pack_w writes W's rows [j0, j0 + cols) (j0, cols multiples of 32) at W's stored
  * dtype (f32, f16, bf16; rounded to bf16 as cpu_bf16_round does) as B's tiles, in
  * cpu_amx_pack_b's layout (cpu_amx_packed_b_elems(n, k) for all of W; 16-column tile jb,
- * step s of 32 in K at (jb * ks + s) * 512); cpu_amx_pack_a_f32 rounds x's rows [0, rows)
- * (rows <= 32) into one 32-row A block (cpu_amx_packed_elems(32, k)).
+ * step s of 32 in K at (jb * ks + s) * 512); cpu_amx_pack_a_rows rounds the rows [0, rows)
+ * (rows <= 32) of a row-major A at its stored dtype (x: f32; a weight: f32, f16, bf16) into
+ * one 32-row A block (cpu_amx_packed_elems(32, k)).
  * cpu_amx_rows is the micro-kernel between tiles_begin/_end: one 32-row A block (ap, ks
  * steps) times w columns of B (bp; 16-column tiles bjs elements apart) into acc (rows
  * ld_bytes apart), starting from acc itself (load), else from bias (w values, every row;
@@ -66,7 +67,8 @@ void cpu_amx_vnni_cols(uint16_t *tile, const uint16_t *src, int64_t ld);
  */
 void cpu_amx_pack_w(uint16_t *dst, enum tensor_dtype dt, const void *w, int64_t n, int64_t k,
                     int64_t j0, int64_t cols);
-void cpu_amx_pack_a_f32(uint16_t *dst, const float *a, int64_t lda, int64_t rows, int64_t k);
+void cpu_amx_pack_a_rows(uint16_t *dst, enum tensor_dtype dt, const void *a, int64_t lda,
+                         int64_t rows, int64_t k);
 void cpu_amx_rows(const uint16_t *ap, const uint16_t *bp, int64_t bjs, int64_t ks, int64_t w,
                   float *acc, int64_t ld_bytes, int load, const float *bias);
 

@@ -56,6 +56,10 @@ void cpu_bf16_bind(const struct tensor *t, const float *p32);
  * copy) packed for cpu_gemm_amx_packed, made on first use and kept until the binding
  * goes; NULL when a16 is not bound or the binding holds too many packings already. */
 const uint16_t *cpu_bf16_packed_a(const uint16_t *a16, int64_t m, int64_t k, int64_t lda);
+/* Make sure the bound copy holding p16 is written (a conv weight packed at bind on AMX
+ * leaves it for this): every reader of a shadow but cpu_bf16_packed_a's hits calls it
+ * first. No-op for an address in no binding. */
+void cpu_bf16_fill(const uint16_t *p16);
 /* Undo cpu_bf16_bind for p32 (no-op when unbound). */
 void cpu_bf16_unbind(const float *p32);
 

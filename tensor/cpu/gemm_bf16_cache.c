@@ -74,6 +74,7 @@ struct entry {
     int refs;                /* bindings using it */
     int cached;              /* 1: on the list and counted; 0: a temporary or invalidated */
     int slot;                /* >= 0: data is the binding thread's scratch `slot` (a temporary) */
+    int filled;              /* 0: data not written yet (cpu_bf16_fill writes it on demand) */
     struct entry *next;
 };
 
@@ -246,10 +247,11 @@ static void conv_task(void *ctx, int64_t b, int64_t e, int tid)
     }
 }
 
-/* A row-major m x k bf16 matrix packed for AMX, one 32-row block per piece. */
+/* A row-major m x k matrix at dtype dt packed for AMX, one 32-row block per piece. */
 struct pack_job {
     uint16_t *dst;
-    const uint16_t *a;
+    const char *a;
+    enum tensor_dtype dt;
     int64_t m, k;
 };
 
@@ -257,11 +259,23 @@ static void pack_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     struct pack_job *j = ctx;
-    size_t blk = cpu_amx_packed_elems(32, j->k);
+    size_t blk = cpu_amx_packed_elems(32, j->k), es = tensor_dtype_size(j->dt);
     for (int64_t i = b; i < e; i++) {
         int64_t r0 = i * 32, r = j->m - r0 < 32 ? j->m - r0 : 32;
-        cpu_amx_pack(j->dst + (size_t)i * blk, j->a + r0 * j->k, j->k, r, j->k);
+        cpu_amx_pack_a_rows(j->dst + (size_t)i * blk, j->dt, j->a + (size_t)(r0 * j->k) * es, j->k,
+                            r, j->k);
     }
+}
+
+/* e's copy, written now if it was left for later (lock held; the caller's thread alone:
+ * the paths that need it are the rare ones, cpu_bf16_bind says which). */
+static void fill_locked(struct entry *e)
+{
+    if (e->filled)
+        return;
+    struct conv_job j = {e->data, e->src, e->dt, e->n};
+    conv_task(&j, 0, (e->n + CONV_PIECE - 1) / CONV_PIECE, 0);
+    e->filled = 1;
 }
 
 void cpu_bf16_bind(const struct tensor *t, const float *p32)
@@ -291,9 +305,17 @@ void cpu_bf16_bind(const struct tensor *t, const float *p32)
     if (hit)
         hit->refs++;
     pthread_mutex_unlock(&mu);
+    /* A conv weight [co, ci, kh, kw] is the A of every GEMM of its op (co x ci*kh*kw):
+     * on AMX it is packed for them here, on every pool thread, instead of by the first
+     * GEMM under the lock while the other threads wait (the 1280-channel convs at 8^2
+     * and 16^2 ran at 250-800 GFLOP/s so), and packed from the weight as stored: the
+     * per-op copy is then written only if a GEMM asks for it unpacked (cpu_bf16_fill),
+     * which saves a pass of writes and one of reads over the weight (29 MB at 1280
+     * channels) per op. */
+    int pack = t->ndim == 4 && t->shape[0] >= 32 && cpu_bf16_amx();
     if (!hit) {
         hit = xcalloc(1, sizeof(*hit));
-        *hit = (struct entry){src, (size_t)n * es, t->dtype, n, fp, NULL, 1, 0, -1, NULL};
+        *hit = (struct entry){src, (size_t)n * es, t->dtype, n, fp, NULL, 1, 0, -1, 1, NULL};
         pthread_mutex_lock(&mu);
         int keep = held + (size_t)n * 2 <= cache_cap();
         if (keep) /* counted now, so a concurrent miss sees the room taken */
@@ -302,8 +324,10 @@ void cpu_bf16_bind(const struct tensor *t, const float *p32)
         if (!keep)
             hit->slot = tmp_take(n);
         hit->data = hit->slot >= 0 ? tmp16[hit->slot].p : copy_alloc((size_t)n * 2);
+        hit->filled = keep || !pack;
         struct conv_job j = {hit->data, src, t->dtype, n};
-        tensor__pool_for((n + CONV_PIECE - 1) / CONV_PIECE, conv_task, &j);
+        if (hit->filled)
+            tensor__pool_for((n + CONV_PIECE - 1) / CONV_PIECE, conv_task, &j);
         if (keep) {
             pthread_mutex_lock(&mu);
             hit->cached = 1;
@@ -312,19 +336,16 @@ void cpu_bf16_bind(const struct tensor *t, const float *p32)
             pthread_mutex_unlock(&mu);
         }
     }
-    /* A conv weight [co, ci, kh, kw] is the A of every GEMM of its op (co x ci*kh*kw):
-     * on AMX it is packed for them here, on every pool thread, instead of by the first
-     * GEMM under the lock while the other threads wait (the 1280-channel convs at 8^2
-     * and 16^2 ran at 250-800 GFLOP/s so) */
     struct packed pk0 = {0};
-    if (t->ndim == 4 && t->shape[0] >= 32 && cpu_bf16_amx()) {
+    if (pack) {
         int64_t m = t->shape[0], k = n / m;
         size_t got;
         uint16_t *p = NULL;
         pthread_mutex_lock(&mu);
         p = spare_take(cpu_amx_packed_elems(m, k), &got);
         pthread_mutex_unlock(&mu);
-        struct pack_job pj = {p, hit->data, m, k};
+        struct pack_job pj = {p, hit->filled ? (const char *)hit->data : src,
+                              hit->filled ? TENSOR_BF16 : t->dtype, m, k};
         tensor__pool_for((m + 31) / 32, pack_task, &pj);
         pk0 = (struct packed){hit->data, m, k, k, p, got};
     }
@@ -375,6 +396,17 @@ const uint16_t *cpu_bf16_shadow_of(const float *p)
     return r;
 }
 
+void cpu_bf16_fill(const uint16_t *p16)
+{
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < BIND_MAX; i++)
+        if (binds[i].p32 && p16 >= binds[i].e->data && p16 < binds[i].e->data + binds[i].n) {
+            fill_locked(binds[i].e);
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+}
+
 /*
  * The GEMMs of one op (a conv's chunks on every pool thread) use its weight as the same
  * A again and again; AMX wants A packed into tiles, so it is packed once per binding
@@ -402,6 +434,7 @@ const uint16_t *cpu_bf16_packed_a(const uint16_t *a16, int64_t m, int64_t k, int
                 free_pk = pk;
         }
         if (!r && free_pk) {
+            fill_locked(b->e);
             size_t got;
             uint16_t *p = spare_take(cpu_amx_packed_elems(m, k), &got);
             cpu_amx_pack(p, a16, lda, m, k);

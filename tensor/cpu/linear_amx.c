@@ -104,8 +104,8 @@ static void band(const struct la_job *j, const uint16_t *ap, int64_t r0, int64_t
 static void pack_rows(uint16_t *dst, const struct la_job *j, int64_t r0, int64_t rn)
 {
     for (int64_t i = 0; i < rn; i += 32)
-        cpu_amx_pack_a_f32(dst + (size_t)(i / 32) * a_block_elems(j->ks), j->x + (r0 + i) * j->k,
-                           j->k, rn - i < 32 ? rn - i : 32, j->k);
+        cpu_amx_pack_a_rows(dst + (size_t)(i / 32) * a_block_elems(j->ks), TENSOR_F32,
+                            j->x + (r0 + i) * j->k, j->k, rn - i < 32 ? rn - i : 32, j->k);
 }
 
 static float *task_blk(size_t a_elems)

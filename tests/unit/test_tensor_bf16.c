@@ -535,6 +535,9 @@ int main(void)
     t_conv(TENSOR_F16, 2, 32, 8, 8, 64, 3, 1, 1, "conv 3x3 8x8 (batched small images)");
     t_conv(TENSOR_F16, 1, 16, 40, 36, 24, 3, 1, 1, "conv 3x3 40x36 (row chunks)");
     t_conv(TENSOR_BF16, 2, 8, 33, 31, 16, 3, 2, 1, "conv 3x3 stride 2");
+    /* 200 x 576 by 60 columns: row panels read the weight's copy unpacked (on AMX, where
+     * the bind packs from the f16 weight and leaves the copy to cpu_bf16_fill) */
+    t_conv(TENSOR_F16, 1, 64, 6, 10, 200, 3, 1, 1, "conv 3x3 6x10 -> 200 (row panels)");
     t_winograd();
     t_cache();
     dev_close(d);
