@@ -21,6 +21,7 @@ static void cpu_shutdown(void)
     cpu_wino_release();
     cpu_linear_release();
     cpu_linear_amx_release();
+    cpu_gemm_amx_rows_release();
     cpu_bf16_cache_clear();
 }
 

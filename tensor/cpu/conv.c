@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "gemm_wn.h"
 #include "../tensor_impl.h"
@@ -42,6 +43,8 @@
 #define CONV_COLS_BYTES (2u << 20)
 #endif
 #define CONV_MIN_COLS 256 /* output columns per chunk GEMM, at least (if the image has them) */
+
+#define CONV_AMX_B_BYTES ((size_t)64 << 20) /* bf16 on AMX: small images' packed columns */
 
 size_t cpu_conv_cols_bytes = CONV_COLS_BYTES; /* tunable by the benchmark */
 /* With LATENTD_CONV=onednn (conv_dnnl.c: opt-in, not reliably faster here), images from
@@ -101,6 +104,7 @@ struct im2col_job {
     int64_t ci, h, w, kh, kw, ho, wo;
     int64_t oy0, rows; /* output rows of this chunk */
     const struct tensor_conv2d_opts *o;
+    int64_t row0; /* row r of the columns goes to cols + (r - row0) * ld */
 };
 
 static void im2col_task(void *ctx, int64_t b, int64_t e, int tid)
@@ -111,7 +115,7 @@ static void im2col_task(void *ctx, int64_t b, int64_t e, int tid)
     for (int64_t r = b; r < e; r++) { /* r = (c, ky, kx) */
         int64_t c = r / (j->kh * j->kw), ky = r / j->kw % j->kh, kx = r % j->kw;
         const float *xc = j->x + c * j->h * j->w;
-        float *dst = j->cols + r * p;
+        float *dst = j->cols + (r - j->row0) * p;
         for (int64_t oy = j->oy0; oy < j->oy0 + j->rows; oy++) {
             int64_t iy = oy * s - j->o->pad_top + ky;
             float *d = dst + (oy - j->oy0) * j->wo;
@@ -170,7 +174,10 @@ static void chunk_task(void *ctx, int64_t b, int64_t e, int tid)
         int64_t img = t / j->nchunk, oy0 = t % j->nchunk * j->rows;
         int64_t r = j->ho - oy0 < j->rows ? j->ho - oy0 : j->rows;
         struct im2col_job ij = {j->cols[tid], r * j->wo, j->x + img * j->ci * j->h * j->wd,
-                                j->ci, j->h, j->wd, j->kh, j->kw, j->ho, j->wo, oy0, r, j->o};
+                                j->ci,        j->h,      j->wd,
+                                j->kh,        j->kw,     j->ho,
+                                j->wo,        oy0,       r,
+                                j->o,         0};
         im2col_task(&ij, 0, j->k, tid);
         float *ob = j->out + img * j->co * j->p + oy0 * j->wo;
         fill_bias(ob, j->bias, j->co, r * j->wo, j->p);
@@ -278,7 +285,7 @@ static float *im2col_batched(const float *x, int64_t n, int64_t ci, int64_t h, i
     struct im2col_job *imgs = xmalloc((size_t)n * sizeof(*imgs));
     for (int64_t b = 0; b < n; b++)
         imgs[b] = (struct im2col_job){
-            cols + b * p, n * p, x + b * ci * h * wd, ci, h, wd, kh, kw, ho, wo, 0, ho, o};
+            cols + b * p, n * p, x + b * ci * h * wd, ci, h, wd, kh, kw, ho, wo, 0, ho, o, 0};
     struct im2col_batch ib = {imgs, n};
     double pt0 = tensor__prof_t0();
     tensor__pool_for(k, im2col_batch_task, &ib);
@@ -314,6 +321,75 @@ void cpu_conv2d_wn(float *out, const float *x, const void *w, enum tensor_dtype 
     tensor__pool_for(n * co, scatter_task, &j);
     xfree_aligned(j.tmp);
     xfree_aligned(cols);
+}
+
+/*
+ * bf16 on AMX, small images (up to 16^2): all images' columns go straight into B's tiles,
+ * 32 rows of K at a time through a per-thread f32 stage (32 x n*p, in L2), so there is no
+ * f32 im2col of all of them (47 MB at 16^2 x 2560 channels, fresh pages per call) and no
+ * rounding pass; then W (packed at bind) by rows over the pool, each 32-row block meeting
+ * all of B, so W is read once.
+ */
+struct amx_conv_job {
+    const struct im2col_job *imgs; /* per image; cols set per task */
+    int64_t n, p, np, k, ks, co, step;
+    void **stage;
+    uint16_t *bpk;
+    const uint16_t *apk;
+    float *tmp;
+};
+
+static void amx_cols_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    struct amx_conv_job *j = ctx;
+    float *st = j->stage[tid];
+    for (int64_t s = b; s < e; s++) {
+        int64_t r0 = s * 32, r1 = r0 + 32 < j->k ? r0 + 32 : j->k;
+        for (int64_t i = 0; i < j->n; i++) {
+            struct im2col_job ij = j->imgs[i];
+            ij.cols = st + i * j->p;
+            ij.row0 = r0;
+            im2col_task(&ij, r0, r1, tid);
+        }
+        cpu_amx_pack_b_f32_step(j->bpk, j->ks, s, st, j->np, j->np, r1 - r0, 0,
+                                (j->np + 31) / 32 * 32);
+    }
+}
+
+static void amx_rows_task(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    struct amx_conv_job *j = ctx;
+    size_t blk = cpu_amx_packed_elems(32, j->k);
+    for (int64_t t = b; t < e; t++) {
+        int64_t r0 = t * j->step, r = j->co - r0 < j->step ? j->co - r0 : j->step;
+        if (r > 0)
+            cpu_gemm_amx_packed_ab(r, j->np, j->k, 1.0f, j->apk + (size_t)(r0 / 32) * blk, j->bpk,
+                                   0.0f, j->tmp + r0 * j->np, j->np);
+    }
+}
+
+static void amx_batched(const struct conv_job *cj, int64_t n, const uint16_t *apk)
+{
+    int nt = tensor__pool_threads();
+    struct im2col_job *imgs = xmalloc((size_t)n * sizeof(*imgs));
+    for (int64_t b = 0; b < n; b++)
+        imgs[b] = (struct im2col_job){NULL,   n * cj->p, cj->x + b * cj->ci * cj->h * cj->wd,
+                                      cj->ci, cj->h,     cj->wd,
+                                      cj->kh, cj->kw,    cj->ho,
+                                      cj->wo, 0,         cj->ho,
+                                      cj->o,  0};
+    struct amx_conv_job j = {imgs,   n, cj->p, n * cj->p, cj->k, (cj->k + 31) / 32,
+                             cj->co, 0, NULL,  NULL,      apk,   cj->tmp};
+    j.bpk = cpu_gemm_amx_bscratch(cpu_amx_packed_b_elems(j.np, j.k));
+    j.stage = tensor__pool_scratch_new((size_t)(32 * j.np) * sizeof(float));
+    double pt0 = tensor__prof_t0();
+    tensor__pool_for(j.ks, amx_cols_task, &j);
+    tensor__prof_end(TENSOR__PROF_IM2COL, pt0, 0);
+    tensor__pool_scratch_free(j.stage);
+    j.step = ((j.co + 2 * nt - 1) / (2 * nt) + 31) / 32 * 32; /* two panels per thread */
+    tensor__pool_for((j.co + j.step - 1) / j.step, amx_rows_task, &j);
+    xfree(imgs);
 }
 
 void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, int64_t n,
@@ -353,12 +429,28 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
     int nt = tensor__pool_threads();
     size_t all_cols = (size_t)(n * p * k) * sizeof(float);
     struct conv_job j = {out, x, w, bias, ci, h, wd, co, kh, kw, ho, wo, k, p, 0, 0, o, NULL, NULL};
+    /* bf16 on AMX: small images batched up to 16^2 at any depth (while their packed
+     * columns stay within CONV_AMX_B_BYTES), so that W (29 MB at 1280 x 11520) is read
+     * once rather than once per chunk */
+    int amx = tensor_precision_get() == TENSOR_PRECISION_BF16 && cpu_bf16_amx();
+    const uint16_t *apk =
+        amx && p <= 256 && cpu_amx_packed_b_elems(n * p, k) * 2 <= CONV_AMX_B_BYTES
+            ? cpu_bf16_packed_a(cpu_bf16_shadow_of(w), co, k, k)
+            : NULL;
+    if (apk) {
+        j.tmp = xmalloc_aligned(64, (size_t)(co * n * p) * sizeof(float));
+        j.nchunk = n;
+        amx_batched(&j, n, apk);
+        tensor__pool_for(n * co, scatter_task, &j);
+        xfree_aligned(j.tmp);
+        return;
+    }
     if (p < 256 && all_cols <= 2 * cpu_conv_cols_bytes) {
         /* Batched small images. */
         float *cols = im2col_batched(x, n, ci, h, wd, kh, kw, ho, wo, o);
         j.tmp = xmalloc_aligned(64, (size_t)(co * n * p) * sizeof(float));
         j.nchunk = n;
-        if (co >= 2 * n * p && tensor_precision_get() == TENSOR_PRECISION_BF16 && cpu_bf16_amx()) {
+        if (co >= 2 * n * p && amx) {
             /* one GEMM: gemm.c packs the columns once and splits W's rows itself (the
              * panels below would each round and pack all the columns again) */
             cpu_sgemm(0, 0, co, n * p, k, 1.0f, w, k, cols, n * p, 0.0f, j.tmp, n * p, 0);

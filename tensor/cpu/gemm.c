@@ -26,6 +26,7 @@
 #include <omp.h>
 #endif
 
+#include "adapt.h"
 #include "alloc.h"
 #include "altstack.h"
 #include "gemm_amx.h"
@@ -249,6 +250,7 @@ static void pack_task(void *ctx, int64_t b, int64_t e, int tid)
  * then row panels of whole 32-row blocks (executor). */
 struct amx_rows_job {
     const uint16_t *apk, *b16;
+    const float *b32; /* B at f32 (b16 NULL): rounded as it is packed */
     uint16_t *bpk;
     int64_t m, n, k, ldb, ldc, step;
     int tb;
@@ -260,8 +262,12 @@ static void amx_packb_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     struct amx_rows_job *j = ctx;
-    for (int64_t g = b; g < e; g++)
-        cpu_amx_pack_b(j->bpk, j->tb, j->b16, j->ldb, j->n, j->k, g * 32, 32);
+    for (int64_t g = b; g < e; g++) {
+        if (j->b16)
+            cpu_amx_pack_b(j->bpk, j->tb, j->b16, j->ldb, j->n, j->k, g * 32, 32);
+        else
+            cpu_amx_pack_b_f32(j->bpk, j->b32, j->ldb, j->n, j->k, g * 32, 32);
+    }
 }
 
 static void amx_rows_task(void *ctx, int64_t b, int64_t e, int tid)
@@ -277,17 +283,31 @@ static void amx_rows_task(void *ctx, int64_t b, int64_t e, int tid)
     }
 }
 
-static void amx_rows(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *apk, int tb,
-                     const uint16_t *b16, int64_t ldb, float beta, float *c, int64_t ldc, int nt)
+/* The packed B, kept by the calling (executor) thread between calls: fresh pages for
+ * it were a page fault per 4 KiB per conv (11 MiB at 16^2 x 1280 channels). */
+static _Thread_local struct cpu_scratch rows_bpk;
+
+uint16_t *cpu_gemm_amx_bscratch(size_t elems)
 {
-    struct amx_rows_job j = {apk, b16, NULL, m, n, k, ldb, ldc, 0, tb, alpha, beta, c};
-    j.bpk = xmalloc_aligned(64, cpu_amx_packed_b_elems(n, k) * 2);
+    return (uint16_t *)cpu_scratch_grow(&rows_bpk, elems / 2 + 16);
+}
+
+static void amx_rows(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *apk, int tb,
+                     const uint16_t *b16, const float *b32, int64_t ldb, float beta, float *c,
+                     int64_t ldc, int nt)
+{
+    struct amx_rows_job j = {apk, b16, b32, NULL, m, n, k, ldb, ldc, 0, tb, alpha, beta, c};
+    j.bpk = cpu_gemm_amx_bscratch(cpu_amx_packed_b_elems(n, k));
     j.step = ((m + 2 * nt - 1) / (2 * nt) + 31) / 32 * 32; /* two panels per thread */
     cpu_gemm_pool_enter();
     tensor__pool_for((n + 31) / 32, amx_packb_task, &j);
     tensor__pool_for((m + j.step - 1) / j.step, amx_rows_task, &j);
     cpu_gemm_pool_leave();
-    xfree_aligned(j.bpk);
+}
+
+size_t cpu_gemm_amx_rows_release(void)
+{
+    return cpu_scratch_drop(&rows_bpk);
 }
 
 /*
@@ -308,10 +328,17 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
     uint16_t *own[2] = {NULL, NULL};
     const float *src[2] = {a16 ? NULL : a, b16 ? NULL : b};
     const float *per_panel[2] = {NULL, NULL}; /* rounded by gemm16_task, slice by slice */
-    /* AMX, A the op's weight and B much narrower than A is tall (a conv over small images:
-     * 1280 x 11520 by 128 columns at 8^2): B rounded and packed once, the rows split */
-    int rows_amx = !whole && !ta && a16 && !b16 && m >= 4 * n && cpu_bf16_amx();
-    if (!whole && src[1] && by_cols && !rows_amx) {
+    /* AMX, A the op's weight and B narrower than A is tall (a conv over small images:
+     * 1280 x 11520 by 128 columns at 8^2, 512 at 16^2): B rounded into tiles once, the
+     * rows split, so W is read once; column panels read all of W each (4 x 29 MB) */
+    int rows_amx = !whole && !ta && a16 && !b16 && !tb && m >= n && cpu_bf16_amx();
+    const uint16_t *apk = rows_amx ? cpu_bf16_packed_a(a16, m, k, lda) : NULL;
+    if (apk) {
+        amx_rows(m, n, k, alpha, apk, tb, NULL, b, ldb, beta, c, ldc, nt);
+        return;
+    }
+    rows_amx = 0;
+    if (!whole && src[1] && by_cols) {
         per_panel[1] = src[1];
         src[1] = NULL;
     }
@@ -345,20 +372,13 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
         }
     }
     /* A is the op's bound weight: on AMX, packed once for all its GEMMs */
-    const uint16_t *apk = !ta && !src[0] && !per_panel[0] && cpu_bf16_amx()
-                              ? cpu_bf16_packed_a(a16, m, k, lda)
-                              : NULL;
+    apk = !ta && !src[0] && !per_panel[0] && cpu_bf16_amx() ? cpu_bf16_packed_a(a16, m, k, lda)
+                                                            : NULL;
     /* a bound operand read other than packed needs its copy written */
-    if (a_bound && !(apk && (whole || rows_amx || by_cols)))
+    if (a_bound && !(apk && (whole || by_cols)))
         cpu_bf16_fill(a16);
     if (b_bound)
         cpu_bf16_fill(b16);
-    if (rows_amx && apk) {
-        amx_rows(m, n, k, alpha, apk, tb, b16, ldb, beta, c, ldc, nt);
-        xfree_aligned(own[0]);
-        xfree_aligned(own[1]);
-        return;
-    }
     if (whole) {
         if (threads != 1)
             cpu_gemm_pool_enter(); /* the emulated path calls the f32 library */

@@ -84,6 +84,11 @@ void cpu_gemm_amx_release(void)
 
 /* ---- packing ------------------------------------------------------------------------- */
 
+/* interleave two rows of 16 (x0 in the low half, x1 in the high): out[2c] = x0[c],
+ * out[2c + 1] = x1[c] */
+static const uint16_t zip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
 /*
  * op(A)'s rows [0, rows) (rows <= 32) as a 32-row block: for each step s of 32 in K a
  * 32 x 32 bf16 square (columns s*32..), zero beyond rows and k.
@@ -236,9 +241,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 pack_b_chunk(uint16_t *dst, int tb, const uint16_t *b, int64_t ldb, int64_t n, int64_t k,
              int64_t ks, int64_t j0, int64_t nc)
 {
-    /* interleave two rows of 16: out[2c] = x0[c], out[2c + 1] = x1[c] */
-    static const uint16_t zip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     __m512i idx = _mm512_loadu_si512(zip);
     if (!tb) { /* row pairs outer: both source rows are read front to back */
         for (int64_t s = 0; s < ks; s++) {
@@ -496,6 +498,40 @@ void cpu_amx_pack_b(uint16_t *dst, int tb, const uint16_t *b, int64_t ldb, int64
 {
     int64_t ks = (k + 31) / 32;
     pack_b_chunk(dst + j0 / 16 * ks * 512, tb, b, ldb, n, k, ks, j0, w);
+}
+
+/* Step s (of ks) of cpu_amx_pack_b's layout from a row-major f32 B's rows s*32.. (at b,
+ * krows <= 32 of them valid), columns [j0, j0 + w): two rows of 16 values rounded to
+ * bf16 and interleaved per tile row. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void
+cpu_amx_pack_b_f32_step(uint16_t *dst, int64_t ks, int64_t s, const float *b, int64_t ldb,
+                        int64_t n, int64_t krows, int64_t j0, int64_t w)
+{
+    __m512i idx = _mm512_loadu_si512(zip);
+    for (int64_t jb = j0 / 16; jb < (j0 + w) / 16; jb++) {
+        int64_t left = n - jb * 16;
+        __mmask16 mj = left >= 16 ? (__mmask16)0xffff
+                       : left > 0 ? (__mmask16)((1u << left) - 1)
+                                  : 0;
+        uint16_t *t = dst + (jb * ks + s) * 512;
+        for (int r = 0; r < 16; r++) {
+            const float *r0 = b + 2 * r * ldb + jb * 16;
+            __m512 x0 = 2 * r < krows ? _mm512_maskz_loadu_ps(mj, r0) : _mm512_setzero_ps();
+            __m512 x1 =
+                2 * r + 1 < krows ? _mm512_maskz_loadu_ps(mj, r0 + ldb) : _mm512_setzero_ps();
+            __m512i both = (__m512i)_mm512_cvtne2ps_pbh(x1, x0); /* x0 low, x1 high */
+            _mm512_storeu_si512(t + r * 32, _mm512_permutexvar_epi16(idx, both));
+        }
+    }
+}
+
+void cpu_amx_pack_b_f32(uint16_t *dst, const float *b, int64_t ldb, int64_t n, int64_t k,
+                        int64_t j0, int64_t w)
+{
+    int64_t ks = (k + 31) / 32;
+    for (int64_t s = 0; s < ks; s++)
+        cpu_amx_pack_b_f32_step(dst, ks, s, b + s * 32 * ldb, ldb, n,
+                                k - s * 32 < 32 ? k - s * 32 : 32, j0, w);
 }
 
 void cpu_gemm_amx_packed_ab(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *apk,

@@ -41,6 +41,14 @@ void cpu_gemm_amx_packed(int trans_b, int64_t m, int64_t n, int64_t k, float alp
 size_t cpu_amx_packed_b_elems(int64_t n, int64_t k);
 void cpu_amx_pack_b(uint16_t *dst, int trans_b, const uint16_t *b, int64_t ldb, int64_t n,
                     int64_t k, int64_t j0, int64_t w);
+/* cpu_amx_pack_b from a row-major (not transposed) f32 B, rounded to bf16 as it is
+ * packed; _step writes step s of the ks steps of 32 in K alone, from B's rows s*32..
+ * (b pointing at the first, krows <= 32 of them valid; a caller staging B 32 rows at a
+ * time). */
+void cpu_amx_pack_b_f32(uint16_t *dst, const float *b, int64_t ldb, int64_t n, int64_t k,
+                        int64_t j0, int64_t w);
+void cpu_amx_pack_b_f32_step(uint16_t *dst, int64_t ks, int64_t s, const float *b, int64_t ldb,
+                             int64_t n, int64_t krows, int64_t j0, int64_t w);
 void cpu_gemm_amx_packed_ab(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *apk,
                             const uint16_t *bpk, float beta, float *c, int64_t ldc);
 

@@ -70,6 +70,12 @@ size_t cpu_bf16_tmp_release(void);
 /* Drop every cached copy not bound by an op in flight (backend shutdown). */
 void cpu_bf16_cache_clear(void);
 
+/* The calling (executor) thread's buffer for a packed B of `elems` (gemm.c's AMX row
+ * split, conv.c's small images), kept between calls; cpu_gemm_amx_rows_release frees it
+ * and returns the bytes. */
+uint16_t *cpu_gemm_amx_bscratch(size_t elems);
+size_t cpu_gemm_amx_rows_release(void);
+
 /* Free the calling thread's scratch and per-thread oneDNN stream. */
 void cpu_bf16_release(void);
 

@@ -24,6 +24,7 @@
 #include "tensor.h"
 #include "tensor_impl.h"
 #include "tensor_precision.h"
+#include "cpu/adapt.h"
 #include "cpu/gemm_amx.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
@@ -187,6 +188,114 @@ static void attn_one(int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv)
     xfree(o);
 }
 
+/*
+ * The packers that convert as they pack lay out exactly what the bf16 packers do on the
+ * rounded matrix: cpu_amx_pack_w (W [n, k] at f16/f32/bf16) == cpu_amx_pack_b (tb) on
+ * W rounded; cpu_amx_pack_a_rows == cpu_amx_pack on it; cpu_amx_pack_b_f32 (and its
+ * step form) == cpu_amx_pack_b (not tb) on B rounded. Ragged n, k, rows.
+ */
+static void packers_one(enum tensor_dtype dt, int64_t n, int64_t k)
+{
+    size_t es = tensor_dtype_size(dt);
+    float *f = xmalloc((size_t)(n * k) * 4);
+    uint16_t *r16 = xmalloc((size_t)(n * k) * 2);
+    void *raw = xmalloc((size_t)(n * k) * es);
+    for (int64_t i = 0; i < n * k; i++) {
+        float v = frand() * 3.0f;
+        if (dt == TENSOR_F16)
+            v = tensor_f16_to_f32(tensor_f32_to_f16(v)); /* what the f16 file holds */
+        f[i] = v;
+        r16[i] = bf16(v);
+    }
+    tensor_convert_host(raw, dt, f, TENSOR_F32, (size_t)(n * k));
+    size_t be = cpu_amx_packed_b_elems(n, k), ae = cpu_amx_packed_elems(n, k);
+    uint16_t *want = xcalloc(be > ae ? be : ae, 2), *got = xcalloc(be > ae ? be : ae, 2);
+    for (int64_t j0 = 0; j0 < n; j0 += 32) {
+        cpu_amx_pack_b(want, 1, r16, k, n, k, j0, 32);
+        cpu_amx_pack_w(got, dt, raw, n, k, j0, 32);
+    }
+    ok(memcmp(want, got, be * 2) == 0, "cpu_amx_pack_w (%s) %lldx%lld lays out the rounded W",
+       tensor_dtype_name(dt), (long long)n, (long long)k);
+    cpu_amx_pack(want, r16, k, n, k);
+    for (int64_t i = 0; i < n; i += 32)
+        cpu_amx_pack_a_rows(got + (size_t)(i / 32) * cpu_amx_packed_elems(32, k), dt,
+                            (const char *)raw + (size_t)(i * k) * es, k, n - i < 32 ? n - i : 32,
+                            k);
+    ok(memcmp(want, got, ae * 2) == 0, "cpu_amx_pack_a_rows (%s) %lldx%lld lays out the rounded A",
+       tensor_dtype_name(dt), (long long)n, (long long)k);
+    if (dt == TENSOR_F32) { /* f as a k x n B, not transposed */
+        int64_t bn = k, bk = n, ks = (bk + 31) / 32;
+        size_t bbe = cpu_amx_packed_b_elems(bn, bk);
+        memset(want, 0, bbe * 2);
+        memset(got, 0, bbe * 2);
+        for (int64_t j0 = 0; j0 < bn; j0 += 32)
+            cpu_amx_pack_b(want, 0, r16, bn, bn, bk, j0, 32);
+        cpu_amx_pack_b_f32(got, f, bn, bn, bk, 0, (bn + 31) / 32 * 32);
+        ok(memcmp(want, got, bbe * 2) == 0, "cpu_amx_pack_b_f32 %lldx%lld lays out the rounded B",
+           (long long)bk, (long long)bn);
+        memset(got, 0xff, bbe * 2);
+        for (int64_t s = ks - 1; s >= 0; s--)
+            cpu_amx_pack_b_f32_step(got, ks, s, f + s * 32 * bn, bn, bn,
+                                    bk - s * 32 < 32 ? bk - s * 32 : 32, 0, (bn + 31) / 32 * 32);
+        ok(memcmp(want, got, bbe * 2) == 0, "cpu_amx_pack_b_f32_step, step by step, the same");
+    }
+    xfree(f);
+    xfree(r16);
+    xfree(raw);
+    xfree(want);
+    xfree(got);
+}
+
+/*
+ * A conv weight bound on AMX is packed from its f16 data at bind and its bf16 copy left
+ * unwritten; a GEMM that reads the copy unpacked (here: op(A) = W^T, which no packing
+ * serves) must find it written (cpu_bf16_fill), else it multiplies whatever the scratch
+ * held.
+ */
+static void bound_copy_read(struct dev *dv)
+{
+    struct err e = {0};
+    int64_t co = 64, ci = 8, k = ci * 9, n = 40, shape[4] = {co, ci, 3, 3};
+    struct tensor *w = NULL;
+    if (tensor_new(dv, TENSOR_F16, 4, shape, &w, &e) < 0)
+        PANIC("tensor_new: %s", e.msg);
+    float *wv = xmalloc((size_t)(co * k) * 4), *bv = xmalloc((size_t)(co * n) * 4);
+    float *c = xmalloc((size_t)(k * n) * 4);
+    for (int64_t i = 0; i < co * k; i++)
+        wv[i] = frand();
+    for (int64_t i = 0; i < co * n; i++)
+        bv[i] = frand();
+    tensor_write_f32(w, wv, co * k, &e);
+    tensor_read_f32(w, wv, co * k, &e);
+    enum tensor_precision old = tensor_precision_set(TENSOR_PRECISION_BF16);
+    struct hbuf hw = {0};
+    const float *p32 = cpu_widen_in_gemm(w, &hw);
+    /* C [k, n] = W^T [k, co] x B [co, n] */
+    cpu_sgemm(1, 0, k, n, co, 1.0f, p32, k, bv, n, 0.0f, c, n, 0);
+    cpu_widen_done(&hw);
+    tensor_precision_set(old);
+    double worst = 0;
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0, mag = 0;
+            for (int64_t q = 0; q < co; q++) {
+                double x = wide(bf16(wv[q * k + i])), y = wide(bf16(bv[q * n + j]));
+                s += x * y;
+                mag += fabs(x * y);
+            }
+            double r = fabs((double)c[i * n + j] - s) / (2.0 * (double)co * 0x1p-24 * mag + 1e-30);
+            worst = r > worst || isnan(r) ? r : worst;
+        }
+    ok(worst <= 1.0,
+       "a bound conv weight read transposed (its copy written on demand): worst "
+       "error / bound %.3f",
+       worst);
+    tensor_free(w);
+    xfree(wv);
+    xfree(bv);
+    xfree(c);
+}
+
 int main(void)
 {
     if (!cpu_amx_usable())
@@ -218,6 +327,10 @@ int main(void)
     attn_one(97, 77, 3, 80, 80);
     attn_one(40, 200, 1, 160, 160);
     attn_one(33, 5, 2, 8, 24);
+    packers_one(TENSOR_F16, 70, 100);
+    packers_one(TENSOR_F32, 33, 45);
+    packers_one(TENSOR_BF16, 64, 64);
+    bound_copy_read(dv);
     dev_close(dv);
     return harness_done();
 }
