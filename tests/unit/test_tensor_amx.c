@@ -139,7 +139,10 @@ static void packed_one(int tb, int64_t m, int64_t n, int64_t k, int64_t r0)
  * Q, K, V and P are rounded to bf16: the bound is 1e-2 of max |v| (values in [-1, 1]),
  * three times the worst error measured (3.2e-3), far below a wrong block's (~0.3).
  */
-static void attn_one(int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv)
+/* ramp > 0: channel 0 of key t is ramp * t and of query i +-4 (alternating), so half the
+ * queries' scores rise through every block by more than the kernel's lazy-rescale margin
+ * (its running max must move) and half fall (it must not matter that it stays). */
+static void attn_one(int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv, float ramp)
 {
     int64_t qrs = heads * d + 7, krs = heads * d + 3, vrs = heads * dv + 5, ors = heads * dv + 1;
     float *q = xmalloc((size_t)(tq * qrs) * 4), *k = xmalloc((size_t)(tk * krs) * 4);
@@ -152,6 +155,12 @@ static void attn_one(int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv)
         v[i] = frand();
     for (int64_t i = 0; i < tq * ors; i++)
         o[i] = NAN;
+    for (int h = 0; h < heads && ramp > 0; h++) {
+        for (int64_t t = 0; t < tk; t++)
+            k[t * krs + h * d] = ramp * (float)t;
+        for (int64_t i = 0; i < tq; i++)
+            q[i * qrs + h * d] = i % 2 ? 4.0f : -4.0f;
+    }
     float scale = 1.0f / sqrtf((float)d);
     int rc = cpu_attention_amx(o, ors, q, qrs, k, krs, v, vrs, tq, tk, heads, d, dv, scale);
     double worst = 0;
@@ -177,10 +186,10 @@ static void attn_one(int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv)
             }
         }
     ok(rc == 0 && worst <= 1e-2,
-       "attention %lld x %lld keys, %d heads, d %lld, dv %lld: %s, "
+       "attention %lld x %lld keys, %d heads, d %lld, dv %lld%s: %s, "
        "worst |error| %.2e (bound 1e-2)",
        (long long)tq, (long long)tk, heads, (long long)d, (long long)dv,
-       rc == 0 ? "ran" : "NOT RUN", worst);
+       ramp > 0 ? ", scores rising/falling by key" : "", rc == 0 ? "ran" : "NOT RUN", worst);
     xfree(p);
     xfree(q);
     xfree(k);
@@ -322,11 +331,12 @@ int main(void)
     packed_one(0, 130, 64, 200, 64);      /* rows 64.. of A */
     packed_one(1, 64, 96, 96, 32);
     /* SD's head dims; ragged queries and keys; cross-attention's 77 keys */
-    attn_one(131, 131, 2, 40, 40);
-    attn_one(64, 96, 2, 64, 64);
-    attn_one(97, 77, 3, 80, 80);
-    attn_one(40, 200, 1, 160, 160);
-    attn_one(33, 5, 2, 8, 24);
+    attn_one(131, 131, 2, 40, 40, 0.0f);
+    attn_one(64, 96, 2, 64, 64, 0.0f);
+    attn_one(97, 77, 3, 80, 80, 0.0f);
+    attn_one(40, 200, 1, 160, 160, 0.0f);
+    attn_one(33, 5, 2, 8, 24, 0.0f);
+    attn_one(48, 160, 2, 40, 40, 0.5f); /* ~13 log2 units per block of 32 keys */
     packers_one(TENSOR_F16, 70, 100);
     packers_one(TENSOR_F32, 33, 45);
     packers_one(TENSOR_BF16, 64, 64);
