@@ -177,6 +177,15 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
  * stored (wdt: f32, f16 or bf16, contiguous) instead of a widened copy. fp32. cpu_conv_wn
  * = 0 (tests, bench_ops) leaves those shapes to cpu_conv2d.
  */
+/*
+ * bf16 precision on AMX, images up to 16x16 (conv.c says why): the weight as stored (wdt:
+ * f32, f16 or bf16, contiguous), never bound to a bf16 copy. -1 when the shape, precision
+ * or CPU is not one it takes (nothing done).
+ */
+int cpu_conv2d_amx_small(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                         const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
+                         int64_t co, int64_t kh, int64_t kw, const struct tensor_conv2d_opts *o);
+
 extern int cpu_conv_wn;
 int cpu_conv2d_is_wn(int64_t n, int64_t ci, int64_t co, int64_t kh, int64_t kw, int64_t ho,
                      int64_t wo, const struct tensor_conv2d_opts *o);

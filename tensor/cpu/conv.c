@@ -327,15 +327,18 @@ void cpu_conv2d_wn(float *out, const float *x, const void *w, enum tensor_dtype 
  * bf16 on AMX, small images (up to 16^2): all images' columns go straight into B's tiles,
  * 32 rows of K at a time through a per-thread f32 stage (32 x n*p, in L2), so there is no
  * f32 im2col of all of them (47 MB at 16^2 x 2560 channels, fresh pages per call) and no
- * rounding pass; then W (packed at bind) by rows over the pool, each 32-row block meeting
- * all of B, so W is read once.
+ * rounding pass; then W's rows split over the pool, W read as stored (f16) and converted
+ * 32 rows x one K block at a time as the GEMM meets it (cpu_gemm_amx_raw_a), each block
+ * meeting all of B: W (29 MB at 1280 x 11520) is read once and never written back
+ * converted or packed.
  */
 struct amx_conv_job {
     const struct im2col_job *imgs; /* per image; cols set per task */
     int64_t n, p, np, k, ks, co, step;
     void **stage;
     uint16_t *bpk;
-    const uint16_t *apk;
+    const void *w;
+    enum tensor_dtype wdt;
     float *tmp;
 };
 
@@ -360,36 +363,48 @@ static void amx_rows_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     struct amx_conv_job *j = ctx;
-    size_t blk = cpu_amx_packed_elems(32, j->k);
+    size_t es = tensor_dtype_size(j->wdt);
     for (int64_t t = b; t < e; t++) {
         int64_t r0 = t * j->step, r = j->co - r0 < j->step ? j->co - r0 : j->step;
         if (r > 0)
-            cpu_gemm_amx_packed_ab(r, j->np, j->k, 1.0f, j->apk + (size_t)(r0 / 32) * blk, j->bpk,
-                                   0.0f, j->tmp + r0 * j->np, j->np);
+            cpu_gemm_amx_raw_a(r, j->np, j->k, j->wdt,
+                               (const char *)j->w + (size_t)(r0 * j->k) * es, j->k, j->bpk,
+                               j->tmp + r0 * j->np, j->np);
     }
 }
 
-static void amx_batched(const struct conv_job *cj, int64_t n, const uint16_t *apk)
+int cpu_conv2d_amx_small(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                         const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
+                         int64_t co, int64_t kh, int64_t kw, const struct tensor_conv2d_opts *o)
 {
+    int64_t ho, wo;
+    tensor_conv2d_out_hw(o, h, wd, kh, kw, &ho, &wo);
+    int64_t k = ci * kh * kw, p = ho * wo, np = n * p;
+    if (tensor_precision_get() != TENSOR_PRECISION_BF16 || !cpu_bf16_amx() || p > 256 ||
+        cpu_amx_packed_b_elems(np, k) * 2 > CONV_AMX_B_BYTES ||
+        (wdt != TENSOR_F32 && wdt != TENSOR_F16 && wdt != TENSOR_BF16))
+        return -1;
     int nt = tensor__pool_threads();
+    struct conv_job cj = {out, x,  NULL, bias, ci, h, wd, co,   kh,  kw,
+                          ho,  wo, k,    p,    0,  n, o,  NULL, NULL};
     struct im2col_job *imgs = xmalloc((size_t)n * sizeof(*imgs));
     for (int64_t b = 0; b < n; b++)
-        imgs[b] = (struct im2col_job){NULL,   n * cj->p, cj->x + b * cj->ci * cj->h * cj->wd,
-                                      cj->ci, cj->h,     cj->wd,
-                                      cj->kh, cj->kw,    cj->ho,
-                                      cj->wo, 0,         cj->ho,
-                                      cj->o,  0};
-    struct amx_conv_job j = {imgs,   n, cj->p, n * cj->p, cj->k, (cj->k + 31) / 32,
-                             cj->co, 0, NULL,  NULL,      apk,   cj->tmp};
-    j.bpk = cpu_gemm_amx_bscratch(cpu_amx_packed_b_elems(j.np, j.k));
-    j.stage = tensor__pool_scratch_new((size_t)(32 * j.np) * sizeof(float));
+        imgs[b] = (struct im2col_job){
+            NULL, np, x + b * ci * h * wd, ci, h, wd, kh, kw, ho, wo, 0, ho, o, 0};
+    struct amx_conv_job j = {imgs, n, p, np, k, (k + 31) / 32, co, 0, NULL, NULL, w, wdt, NULL};
+    j.bpk = cpu_gemm_amx_bscratch(cpu_amx_packed_b_elems(np, k));
+    j.stage = tensor__pool_scratch_new((size_t)(32 * np) * sizeof(float));
     double pt0 = tensor__prof_t0();
     tensor__pool_for(j.ks, amx_cols_task, &j);
     tensor__prof_end(TENSOR__PROF_IM2COL, pt0, 0);
     tensor__pool_scratch_free(j.stage);
-    j.step = ((j.co + 2 * nt - 1) / (2 * nt) + 31) / 32 * 32; /* two panels per thread */
-    tensor__pool_for((j.co + j.step - 1) / j.step, amx_rows_task, &j);
+    cj.tmp = j.tmp = xmalloc_aligned(64, (size_t)(co * np) * sizeof(float));
+    j.step = ((co + 2 * nt - 1) / (2 * nt) + 31) / 32 * 32; /* two panels per thread */
+    tensor__pool_for((co + j.step - 1) / j.step, amx_rows_task, &j);
+    tensor__pool_for(n * co, scatter_task, &cj);
+    xfree_aligned(cj.tmp);
     xfree(imgs);
+    return 0;
 }
 
 void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, int64_t n,
@@ -429,28 +444,12 @@ void cpu_conv2d(float *out, const float *x, const float *w, const float *bias, i
     int nt = tensor__pool_threads();
     size_t all_cols = (size_t)(n * p * k) * sizeof(float);
     struct conv_job j = {out, x, w, bias, ci, h, wd, co, kh, kw, ho, wo, k, p, 0, 0, o, NULL, NULL};
-    /* bf16 on AMX: small images batched up to 16^2 at any depth (while their packed
-     * columns stay within CONV_AMX_B_BYTES), so that W (29 MB at 1280 x 11520) is read
-     * once rather than once per chunk */
-    int amx = tensor_precision_get() == TENSOR_PRECISION_BF16 && cpu_bf16_amx();
-    const uint16_t *apk =
-        amx && p <= 256 && cpu_amx_packed_b_elems(n * p, k) * 2 <= CONV_AMX_B_BYTES
-            ? cpu_bf16_packed_a(cpu_bf16_shadow_of(w), co, k, k)
-            : NULL;
-    if (apk) {
-        j.tmp = xmalloc_aligned(64, (size_t)(co * n * p) * sizeof(float));
-        j.nchunk = n;
-        amx_batched(&j, n, apk);
-        tensor__pool_for(n * co, scatter_task, &j);
-        xfree_aligned(j.tmp);
-        return;
-    }
     if (p < 256 && all_cols <= 2 * cpu_conv_cols_bytes) {
         /* Batched small images. */
         float *cols = im2col_batched(x, n, ci, h, wd, kh, kw, ho, wo, o);
         j.tmp = xmalloc_aligned(64, (size_t)(co * n * p) * sizeof(float));
         j.nchunk = n;
-        if (co >= 2 * n * p && amx) {
+        if (co >= 2 * n * p && tensor_precision_get() == TENSOR_PRECISION_BF16 && cpu_bf16_amx()) {
             /* one GEMM: gemm.c packs the columns once and splits W's rows itself (the
              * panels below would each round and pack all the columns again) */
             cpu_sgemm(0, 0, co, n * p, k, 1.0f, w, k, cols, n * p, 0.0f, j.tmp, n * p, 0);

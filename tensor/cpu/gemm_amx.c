@@ -404,10 +404,12 @@ void cpu_amx_pack(uint16_t *dst, const uint16_t *a, int64_t lda, int64_t m, int6
         pack_a_block(dst + i / 32 * ks * 1024, 0, a + i * lda, lda, m - i < 32 ? m - i : 32, k, ks);
 }
 
-/* The GEMM, with op(A) from a (packed here) or already packed in `packed`. */
+/* The GEMM, with op(A) from a (packed here), already packed in `packed`, or (araw) a
+ * row-major A at dtype adt converted block by block as it is met. */
 static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
                  int64_t lda, const uint16_t *packed, const uint16_t *b, int64_t ldb,
-                 const uint16_t *bpacked, float beta, float *c, int64_t ldc)
+                 const uint16_t *bpacked, float beta, float *c, int64_t ldc, enum tensor_dtype adt,
+                 const void *araw)
 {
     if (m <= 0 || n <= 0)
         return;
@@ -431,7 +433,8 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
     /* all of A packed once where it is met more than once and is small, else one
      * 32-row block at a time, again for every chunk of B */
     int64_t mb = (m + 31) / 32;
-    int once = packed || ((nc < np || nkb > 1) && (size_t)(mb * ks) * 2048 <= A_ONCE_BYTES);
+    int once =
+        packed || (!araw && (nc < np || nkb > 1) && (size_t)(mb * ks) * 2048 <= A_ONCE_BYTES);
     uint16_t *ap = (uint16_t *)packed;
     if (!packed) {
         ap = buf_get(&pack_a, (size_t)((once ? mb * ks : kbs) * 1024));
@@ -460,7 +463,12 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
             for (int64_t i = 0; i < m; i += 32) {
                 int64_t rows = m - i < 32 ? m - i : 32, cols = n - j0 < w ? n - j0 : w;
                 const uint16_t *ablk = once ? ap + (i / 32 * ks + s0) * 1024 : ap;
-                if (!once)
+                if (araw)
+                    cpu_amx_pack_a_rows(ap, adt,
+                                        (const char *)araw +
+                                            (size_t)(i * lda + k0) * tensor_dtype_size(adt),
+                                        lda, rows, kk);
+                else if (!once)
                     pack_a_block(ap, ta, ta ? a + k0 * lda + i : a + i * lda + k0, lda, rows, kk,
                                  ss);
                 if (in_c && rows == 32 && cols == w) {
@@ -478,14 +486,14 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
 void cpu_gemm_amx(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
                   int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    gemm(ta, tb, m, n, k, alpha, a, lda, NULL, b, ldb, NULL, beta, c, ldc);
+    gemm(ta, tb, m, n, k, alpha, a, lda, NULL, b, ldb, NULL, beta, c, ldc, TENSOR_BF16, NULL);
 }
 
 void cpu_gemm_amx_packed(int tb, int64_t m, int64_t n, int64_t k, float alpha,
                          const uint16_t *packed, const uint16_t *b, int64_t ldb, float beta,
                          float *c, int64_t ldc)
 {
-    gemm(0, tb, m, n, k, alpha, NULL, 0, packed, b, ldb, NULL, beta, c, ldc);
+    gemm(0, tb, m, n, k, alpha, NULL, 0, packed, b, ldb, NULL, beta, c, ldc, TENSOR_BF16, NULL);
 }
 
 size_t cpu_amx_packed_b_elems(int64_t n, int64_t k)
@@ -537,5 +545,11 @@ void cpu_amx_pack_b_f32(uint16_t *dst, const float *b, int64_t ldb, int64_t n, i
 void cpu_gemm_amx_packed_ab(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *apk,
                             const uint16_t *bpk, float beta, float *c, int64_t ldc)
 {
-    gemm(0, 0, m, n, k, alpha, NULL, 0, apk, NULL, 0, bpk, beta, c, ldc);
+    gemm(0, 0, m, n, k, alpha, NULL, 0, apk, NULL, 0, bpk, beta, c, ldc, TENSOR_BF16, NULL);
+}
+
+void cpu_gemm_amx_raw_a(int64_t m, int64_t n, int64_t k, enum tensor_dtype dt, const void *a,
+                        int64_t lda, const uint16_t *bpk, float *c, int64_t ldc)
+{
+    gemm(0, 0, m, n, k, 1.0f, NULL, lda, NULL, NULL, 0, bpk, 0.0f, c, ldc, dt, a);
 }

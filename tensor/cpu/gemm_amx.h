@@ -52,6 +52,13 @@ void cpu_amx_pack_b_f32_step(uint16_t *dst, int64_t ks, int64_t s, const float *
 void cpu_gemm_amx_packed_ab(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *apk,
                             const uint16_t *bpk, float beta, float *c, int64_t ldc);
 
+/* C (m x n) = A B with B packed (cpu_amx_pack_b's layout) and A a row-major m x k
+ * matrix at its stored dtype (f32, f16, bf16; a weight as the file holds it), converted
+ * 32 rows x one K block at a time as the GEMM meets it: A is read once, never written
+ * packed. */
+void cpu_gemm_amx_raw_a(int64_t m, int64_t n, int64_t k, enum tensor_dtype dt, const void *a,
+                        int64_t lda, const uint16_t *bpk, float *c, int64_t ldc);
+
 /* Building blocks for other AMX kernels (attn_amx.c). The calling thread's tiles: every
  * one 16 rows x 64 bytes (tmm0-7), until cpu_amx_tiles_end. */
 void cpu_amx_tiles_begin(void);

@@ -538,6 +538,7 @@ int main(void)
     /* 200 x 576 by 60 columns: row panels read the weight's copy unpacked (on AMX, where
      * the bind packs from the f16 weight and leaves the copy to cpu_bf16_fill) */
     t_conv(TENSOR_F16, 1, 64, 6, 10, 200, 3, 1, 1, "conv 3x3 6x10 -> 200 (row panels)");
+    t_conv(TENSOR_F16, 2, 96, 7, 6, 72, 3, 1, 1, "conv 3x3 7x6, K = 864 (two K blocks)");
     t_winograd();
     t_cache();
     dev_close(d);
