@@ -515,7 +515,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void
 cpu_amx_pack_b_f32_step(uint16_t *dst, int64_t ks, int64_t s, const float *b, int64_t ldb,
                         int64_t n, int64_t krows, int64_t j0, int64_t w)
 {
-    __m512i idx = _mm512_loadu_si512(zip);
     for (int64_t jb = j0 / 16; jb < (j0 + w) / 16; jb++) {
         int64_t left = n - jb * 16;
         __mmask16 mj = left >= 16 ? (__mmask16)0xffff
@@ -527,8 +526,7 @@ cpu_amx_pack_b_f32_step(uint16_t *dst, int64_t ks, int64_t s, const float *b, in
             __m512 x0 = 2 * r < krows ? _mm512_maskz_loadu_ps(mj, r0) : _mm512_setzero_ps();
             __m512 x1 =
                 2 * r + 1 < krows ? _mm512_maskz_loadu_ps(mj, r0 + ldb) : _mm512_setzero_ps();
-            __m512i both = (__m512i)_mm512_cvtne2ps_pbh(x1, x0); /* x0 low, x1 high */
-            _mm512_storeu_si512(t + r * 32, _mm512_permutexvar_epi16(idx, both));
+            _mm512_storeu_si512(t + r * 32, cpu_amx_vnni_pair(x0, x1));
         }
     }
 }

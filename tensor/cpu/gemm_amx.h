@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <immintrin.h>
+
 #include "../tensor.h"
 
 /* Whether this CPU has AMX-BF16 and the kernel lent this process the tile state
@@ -58,6 +60,16 @@ void cpu_gemm_amx_packed_ab(int64_t m, int64_t n, int64_t k, float alpha, const 
  * packed. */
 void cpu_gemm_amx_raw_a(int64_t m, int64_t n, int64_t k, enum tensor_dtype dt, const void *a,
                         int64_t lda, const uint16_t *bpk, float *c, int64_t ldc);
+
+/* Two rows of 16 f32 of a B (lo: K row 2r, hi: row 2r + 1) rounded to bf16 (nearest
+ * even) and interleaved as one VNNI tile row: out[2j] = lo[j], out[2j + 1] = hi[j]. */
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512bf16"))) __m512i
+cpu_amx_vnni_pair(__m512 lo, __m512 hi)
+{
+    const __m512i zip = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(zip, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
 
 /* Building blocks for other AMX kernels (attn_amx.c). The calling thread's tiles: every
  * one 16 rows x 64 bytes (tmm0-7), until cpu_amx_tiles_end. */

@@ -283,6 +283,8 @@ int cpu_conv2d_up2_winograd(float *out, const float *x, const void *w, enum tens
                           0,
                           m,
                           NULL,
+                          0,
+                          0,
                           0},
                          &l};
     struct wg_job *j = &uj.j;

@@ -224,6 +224,71 @@ void wino__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr,
     }
 }
 
+/*
+ * bf16 on AMX (j->vpk): V for the tile rows r0 .. r0 + nr straight into B's tiles, two
+ * channels at a time: each channel's 16 transformed rows go to tq (16 x tw floats per
+ * channel, in L1), and the pair is rounded and interleaved into the tile rows it makes
+ * (cpu_amx_vnni_pair). Before, V was rounded row by row into a plain bf16 matrix that
+ * each of the 16 GEMMs then packed into tiles (perf: packing and rounding ~14 % of a
+ * 64^2 x 320 conv). patch holds two channels' patches, tq 32 x tw floats.
+ */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void
+input_tf_packed(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, float *patch,
+                float *tr, float *tq, uint16_t *vp)
+{
+    int64_t tw = j->tw, pw = 2 * tw + 2, prow = 2 * nr + 2, y0 = 2 * r0 - j->pt, ks = j->ci / 32;
+    float *t0 = tr, *t1 = tr + pw, *t2 = tr + 2 * pw, *t3 = tr + 3 * pw;
+    int vec = wino__vec();
+    for (int64_t c = 0; c < j->ci; c += 2) {
+        wino__patch_fill(j, img, c, y0, prow, pw, patch);
+        wino__patch_fill(j, img, c + 1, y0, prow, pw, patch + prow * pw);
+        for (int64_t r = 0; r < nr; r++) {
+            for (int h = 0; h < 2; h++) {
+                const float *p0 = patch + h * prow * pw + 2 * r * pw, *p1 = p0 + pw, *p2 = p1 + pw,
+                            *p3 = p2 + pw;
+                int64_t i0 =
+                    vec == 16 ? wino__in_rows_avx512(p0, p1, p2, p3, t0, t1, t2, t3, pw) : 0;
+                for (int64_t i = i0; i < pw; i++) {
+                    t0[i] = p0[i] - p2[i];
+                    t1[i] = p1[i] + p2[i];
+                    t2[i] = p2[i] - p1[i];
+                    t3[i] = p1[i] - p3[i];
+                }
+                const float *tk[4] = {t0, t1, t2, t3};
+                for (int k = 0; k < 4; k++) {
+                    const float *sr = tk[k];
+                    float *v0 = tq + (h * WG_XI + 4 * k) * tw, *v1 = v0 + tw, *v2 = v1 + tw,
+                          *v3 = v2 + tw;
+                    int64_t tx0 = vec == 16 ? wino__in_cols_avx512(sr, v0, v1, v2, v3, tw) : 0;
+                    for (int64_t tx = tx0; tx < tw; tx++) {
+                        float a = sr[2 * tx], b = sr[2 * tx + 1], cc = sr[2 * tx + 2],
+                              d = sr[2 * tx + 3];
+                        v0[tx] = a - cc;
+                        v1[tx] = b + cc;
+                        v2[tx] = cc - b;
+                        v3[tx] = b - d;
+                    }
+                }
+            }
+            /* tile row (c % 32) / 2 of step c / 32 in the 16-column tiles of this row's
+             * tiles (tw a multiple of 16, so they start a tile) */
+            size_t off = (size_t)(c / 32) * 512 + (size_t)(c % 32 / 2) * 32 + 0;
+            for (int xi = 0; xi < WG_XI; xi++) {
+                const float *a = tq + xi * tw, *b = tq + (WG_XI + xi) * tw;
+                uint16_t *plane = vp + xi * j->vplane;
+                for (int64_t tx = 0; tx < tw; tx += 16) {
+                    int64_t jb = (r * tw + tx) / 16;
+                    _mm512_storeu_si512(
+                        plane + (size_t)(jb * ks) * 512 + off,
+                        cpu_amx_vnni_pair(_mm512_loadu_ps(a + tx), _mm512_loadu_ps(b + tx)));
+                }
+            }
+        }
+    }
+    /* columns past T in the last 32-column block: left as they are, the GEMM computes
+     * but never stores them */
+}
+
 void wino__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
                      const float *const mq[WG_XI], const int64_t mcs[WG_XI], int a, int b)
 {
@@ -277,14 +342,18 @@ static size_t wg_layout(const struct wg_job *j, int bf16, char *at, struct wg_bu
     int64_t nxi = j->m == 4 ? W43_XI : WG_XI, tmax = j->rows * j->tw, pw = j->m * j->tw + 2;
     int64_t f = 0; /* floats so far */
     int64_t v = f, m = (f += nxi * j->ci * tmax), patch = (f += nxi * (j->co * tmax + WG_MPAD));
-    int64_t tr = (f += (j->m * j->rows + 2) * pw), tq = (f += (j->m + 2) * pw);
+    /* packed V: two channels' patches and transformed rows (input_tf_packed) */
+    int64_t np = j->vpk ? 2 : 1, tqn = j->vpk ? 2 * WG_XI * j->tw : 4 * j->tw;
+    int64_t tr = (f += np * (j->m * j->rows + 2) * pw), tq = (f += (j->m + 2) * pw);
+    f += bf16 ? tqn : 0;
+    f = (f + 15) / 16 * 16; /* V's tiles 64-byte aligned */
     size_t bytes = (size_t)f * sizeof(float);
     if (bf16)
-        bytes += (size_t)(4 * j->tw) * sizeof(float) + (size_t)(nxi * j->ci * tmax) * 2;
+        bytes += (size_t)(j->vpk ? nxi * j->vplane : nxi * j->ci * tmax) * 2;
     if (at) {
         float *p = (float *)at;
-        *b = (struct wg_bufs){p + v, p + m, p + patch, p + tr, p + tq,
-                              bf16 ? (uint16_t *)(p + tq + 4 * j->tw) : NULL};
+        *b = (struct wg_bufs){p + v,  p + m,  p + patch,
+                              p + tr, p + tq, bf16 ? (uint16_t *)(p + f) : NULL};
     }
     return (bytes + 63) / 64 * 64;
 }
@@ -302,9 +371,16 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
         float *out = j->out + img * j->co * j->ho * j->wo;
         if (j->m == 4)
             wino43__input_tf(j, img, r0, nr, v, T, bf.patch, bf.tr);
+        else if (j->vpk)
+            input_tf_packed(j, img, r0, nr, bf.patch, bf.tr, bf.tq, bf.v16);
         else
             wino__input_tf(j, img, r0, nr, v, T, bf.patch, bf.tr, bf.v16, bf.tq);
-        if (j->u16p) {
+        if (j->vpk) {
+            for (int xi = 0; xi < nxi; xi++)
+                cpu_gemm_amx_packed_ab(j->co, T, j->ci, 1.0f, j->u16p + xi * j->u16p_plane,
+                                       bf.v16 + xi * j->vplane, 0.0f,
+                                       m + xi * (j->co * T + WG_MPAD), T);
+        } else if (j->u16p) {
             for (int xi = 0; xi < nxi; xi++)
                 cpu_gemm_amx_packed(0, j->co, T, j->ci, 1.0f, j->u16p + xi * j->u16p_plane,
                                     bf.v16 + xi * j->ci * T, T, 0.0f,
@@ -470,8 +546,14 @@ int cpu_conv2d_winograd_gn(float *out, const float *x, const void *w, enum tenso
                        silu,
                        m,
                        NULL,
+                       0,
+                       0,
                        0};
     wino__plan_rows(&j, n, nxi * (ci + co) * j.tw * (int64_t)sizeof(float));
+    if (bf16 && cpu_bf16_amx() && ci % 32 == 0 && j.tw % 16 == 0) {
+        j.vpk = 1;
+        j.vplane = (int64_t)cpu_amx_packed_b_elems(j.rows * j.tw, ci);
+    }
 
     /* U: f32, or bf16 (half the bytes), and on AMX U's planes packed for its tiles (each
      * chunk's GEMMs would pack them again: perf had that at 17 % of a 512^2 bf16 step);

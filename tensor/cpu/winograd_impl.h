@@ -48,6 +48,10 @@ struct wg_job {
     /* set (bf16 on AMX): U's planes packed for cpu_gemm_amx_packed, u16p_plane apart */
     const uint16_t *u16p;
     int64_t u16p_plane;
+    /* set (bf16 on AMX, ci a multiple of 32, tw of 16): V written straight into B's
+     * tiles (cpu_amx_pack_b's layout), planes vplane elements apart */
+    int vpk;
+    int64_t vplane;
 };
 
 /*
