@@ -238,6 +238,13 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
  * is never widened whole (a pass writing and reading back 4 bytes per weight, 59 MB at
  * 1280 channels) only to be transformed; widening is exact, so the result is the
  * f32 weight's. */
+/* cpu_conv2d_winograd (pad 1) of x's nearest 2x upsample, read as the input transform
+ * fills its patches: x is [n, ci, h, wd], out [n, co, 2h, 2wd]; the upsampled tensor
+ * (268 MB at the 512^2 VAE decoder's last level) is never made. Any precision; the op
+ * uses it under bf16 (fp32 has wino_up2.c's cheaper phase form). Same return. */
+int cpu_conv2d_winograd_up2x(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                             const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
+                             int64_t co);
 int cpu_conv2d_winograd_gn(float *out, const float *x, const void *w, enum tensor_dtype wdt,
                            const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
                            int64_t co, const struct tensor_conv2d_opts *o, const float *na,

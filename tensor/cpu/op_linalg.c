@@ -234,8 +234,9 @@ int tensor__cpu_conv2d(struct tensor *out, const struct tensor *x, const struct 
 }
 
 /* Fused only where tensor__cpu_conv2d would take Winograd on the upsampled image (the
- * shapes it pays for; cpu_conv_winograd = 0 keeps the reference path), 3x3 pad 1, fp32:
- * the kernel has no bf16 form, and bf16 runs the two ops (its Winograd rounds U). */
+ * shapes it pays for; cpu_conv_winograd = 0 keeps the reference path), 3x3 pad 1: fp32
+ * by wino_up2.c's phase form, bf16 by the bf16 Winograd reading x upsampled
+ * (cpu_conv2d_winograd_up2x: the same numbers as the two ops, without the 2x tensor). */
 int tensor__cpu_conv2d_up2(struct tensor *out, const struct tensor *x, const struct tensor *w,
                            const struct tensor *bias, const struct tensor_conv2d_opts *o,
                            struct err *e)
@@ -244,9 +245,29 @@ int tensor__cpu_conv2d_up2(struct tensor *out, const struct tensor *x, const str
     int64_t kh = w->ndim == 4 ? w->shape[2] : 1, kw = w->ndim == 4 ? w->shape[3] : 1;
     int64_t ho = out->shape[2], wo = out->shape[3];
     int pad1 = o->pad_top == 1 && o->pad_bottom == 1 && o->pad_left == 1 && o->pad_right == 1;
-    if (!pad1 || tensor_precision_get() == TENSOR_PRECISION_BF16 ||
-        !cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o))
+    if (!pad1 || !cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o))
         return tensor__conv2d_up2_unfused(out, x, w, bias, o, e);
+    if (tensor_precision_get() == TENSOR_PRECISION_BF16) {
+        /* bf16: Winograd reading x upsampled as it fills its patches (no 2x tensor) */
+        double pt0 = tensor__prof_t0();
+        struct hbuf hx, hw, hb, ho_;
+        enum tensor_dtype wdt;
+        const float *px = hin(x, &hx), *pb = hin(bias, &hb);
+        const void *rw = wino_weight(w, &hw, &wdt);
+        float *po = hout(out, &ho_);
+        int rc = cpu_conv2d_winograd_up2x(po, px, rw, wdt, pb, x->shape[0], ci, x->shape[2],
+                                          x->shape[3], co);
+        hfree(&hx);
+        hfree(&hw);
+        hfree(&hb);
+        hout_done(out, &ho_);
+        if (rc < 0)
+            return tensor__conv2d_up2_unfused(out, x, w, bias, o, e);
+        tensor__prof_end(TENSOR__PROF_CONV3, pt0,
+                         2.0 * (double)x->shape[0] * (double)co * (double)ci * 9.0 *
+                             (double)(ho * wo));
+        return 0;
+    }
     double pt0 = tensor__prof_t0();
     struct hbuf hx, hw, hb, ho_;
     enum tensor_dtype wdt;
@@ -268,10 +289,12 @@ int tensor__cpu_conv2d_up2(struct tensor *out, const struct tensor *x, const str
     return 0;
 }
 
-/* Fused where tensor__cpu_conv2d takes Winograd (3x3 stride 1, shapes that pay), fp32:
- * the per-(image, channel) affine of cpu_group_norm_coefs is applied as the Winograd
- * input transform copies x, so the normalised tensor (128 MiB at the 512^2 decoder's
- * last level) is never written, read back or page-faulted in. */
+/* Fused where tensor__cpu_conv2d takes Winograd (3x3 stride 1, shapes that pay), fp32
+ * and bf16 alike: the per-(image, channel) affine of cpu_group_norm_coefs is applied as
+ * the Winograd input transform copies x, so the normalised tensor (128 MiB at the 512^2
+ * decoder's last level) is never written, read back or page-faulted in. The values the
+ * transform sees are the unfused GroupNorm's, bit for bit, in either precision (bf16
+ * rounds V after the transform either way). */
 int tensor__cpu_conv2d_gn(struct tensor *out, const struct tensor *x,
                           const struct tensor_gn_opts *gn, const struct tensor *w,
                           const struct tensor *bias, const struct tensor_conv2d_opts *o,
@@ -280,8 +303,7 @@ int tensor__cpu_conv2d_gn(struct tensor *out, const struct tensor *x,
     int64_t n = x->shape[0], co = w->shape[0], ci = w->shape[1];
     int64_t kh = w->ndim == 4 ? w->shape[2] : 1, kw = w->ndim == 4 ? w->shape[3] : 1;
     int64_t ho = out->shape[2], wo = out->shape[3], hw = x->shape[2] * x->shape[3];
-    if (tensor_precision_get() == TENSOR_PRECISION_BF16 ||
-        !cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o))
+    if (!cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o))
         return tensor__conv2d_gn_unfused(out, x, gn, w, bias, o, e);
     double pt0 = tensor__prof_t0();
     struct hbuf hx, hg, hbe, hw_, hb, ho_;

@@ -285,6 +285,7 @@ int cpu_conv2d_up2_winograd(float *out, const float *x, const void *w, enum tens
                           NULL,
                           0,
                           0,
+                          0,
                           0},
                          &l};
     struct wg_job *j = &uj.j;

@@ -156,7 +156,9 @@ static void pk_task(void *ctx, int64_t b, int64_t e, int tid)
 void wino__patch_fill(const struct wg_job *j, int64_t img, int64_t c, int64_t y0, int64_t prow,
                       int64_t pw, float *patch)
 {
-    const float *xc = j->x + (img * j->ci + c) * j->h * j->w;
+    int up = j->in_up > 1 ? 2 : 1;
+    int64_t xw = j->w / up; /* x's own row length */
+    const float *xc = j->x + (img * j->ci + c) * (j->h / up) * xw;
     /* columns of the patch that hold image pixels: xx = ix + pl for 0 <= ix < w */
     int64_t xa = j->pl, xb = j->pl + j->w < pw ? j->pl + j->w : pw;
     for (int64_t yy = 0; yy < prow; yy++) {
@@ -167,11 +169,22 @@ void wino__patch_fill(const struct wg_job *j, int64_t img, int64_t c, int64_t y0
             continue;
         }
         memset(pr, 0, (size_t)xa * sizeof(float));
+        /* upsampled: x's half row goes to the end of the span, then spreads forward
+         * (each value read before the two slots it fills, which never pass it) */
+        int64_t nv = xb - xa, nx = up == 2 ? (nv + 1) / 2 : nv;
+        float *dst = pr + xa + (nv - nx);
+        const float *src = xc + iy / up * xw;
         if (j->na) /* GroupNorm's affine (+ SiLU) on the way in; the padding stays 0 */
-            cpu_vec_affine(pr + xa, xc + iy * j->w, xb - xa, j->na[img * j->ci + c],
-                           j->nb[img * j->ci + c], j->nsilu);
+            cpu_vec_affine(dst, src, nx, j->na[img * j->ci + c], j->nb[img * j->ci + c], j->nsilu);
         else
-            memcpy(pr + xa, xc + iy * j->w, (size_t)(xb - xa) * sizeof(float));
+            memcpy(dst, src, (size_t)nx * sizeof(float));
+        if (up == 2)
+            for (int64_t i = 0; i < nx; i++) {
+                float v = dst[i];
+                pr[xa + 2 * i] = v;
+                if (2 * i + 1 < nv)
+                    pr[xa + 2 * i + 1] = v;
+            }
         memset(pr + xb, 0, (size_t)(pw - xb) * sizeof(float));
     }
 }
@@ -510,10 +523,31 @@ int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float 
     return cpu_conv2d_winograd_gn(out, x, w, TENSOR_F32, bias, n, ci, h, wd, co, o, NULL, NULL, 0);
 }
 
+static int winograd(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                    const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co,
+                    const struct tensor_conv2d_opts *o, const float *na, const float *nb, int silu,
+                    int in_up);
+
 int cpu_conv2d_winograd_gn(float *out, const float *x, const void *w, enum tensor_dtype wdt,
                            const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
                            int64_t co, const struct tensor_conv2d_opts *o, const float *na,
                            const float *nb, int silu)
+{
+    return winograd(out, x, w, wdt, bias, n, ci, h, wd, co, o, na, nb, silu, 1);
+}
+
+int cpu_conv2d_winograd_up2x(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                             const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
+                             int64_t co)
+{
+    struct tensor_conv2d_opts o = {1, 1, 1, 1, 1};
+    return winograd(out, x, w, wdt, bias, n, ci, 2 * h, 2 * wd, co, &o, NULL, NULL, 0, 2);
+}
+
+static int winograd(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                    const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co,
+                    const struct tensor_conv2d_opts *o, const float *na, const float *nb, int silu,
+                    int in_up)
 {
     int64_t ho, wo;
     tensor_conv2d_out_hw(o, h, wd, 3, 3, &ho, &wo);
@@ -548,7 +582,8 @@ int cpu_conv2d_winograd_gn(float *out, const float *x, const void *w, enum tenso
                        NULL,
                        0,
                        0,
-                       0};
+                       0,
+                       in_up};
     wino__plan_rows(&j, n, nxi * (ci + co) * j.tw * (int64_t)sizeof(float));
     if (bf16 && cpu_bf16_amx() && ci % 32 == 0 && j.tw % 16 == 0) {
         j.vpk = 1;

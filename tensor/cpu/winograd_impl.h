@@ -52,6 +52,9 @@ struct wg_job {
      * tiles (cpu_amx_pack_b's layout), planes vplane elements apart */
     int vpk;
     int64_t vplane;
+    /* 2: x is h/2 x w/2 and read as its nearest 2x upsample (h, w: the upsampled size);
+     * 0 or 1: as it is */
+    int in_up;
 };
 
 /*

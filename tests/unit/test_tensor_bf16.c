@@ -483,6 +483,65 @@ static void t_winograd(int64_t n, int64_t ci, int64_t h, int64_t wd, int64_t co)
     xfree(mag);
 }
 
+/*
+ * bf16 conv2d_up2 on the Winograd path reads x upsampled as it fills its patches
+ * (cpu_conv2d_winograd_up2x): the same numbers, bit for bit, as upsampling first and
+ * running the bf16 Winograd conv on the result. Odd sizes (ragged edge tiles) and 64
+ * channels (V straight into tiles on AMX).
+ */
+static void t_up2(int64_t ci, int64_t h, int64_t wd, int64_t co)
+{
+    struct err e = {0};
+    struct tensor_conv2d_opts o = {1, 1, 1, 1, 1};
+    int64_t n = 2, xs[4] = {n, ci, h, wd}, us[4] = {n, ci, 2 * h, 2 * wd}, ws[4] = {co, ci, 3, 3},
+            bs[1] = {co}, ys[4] = {n, co, 2 * h, 2 * wd};
+    size_t ny = (size_t)(n * co * 4 * h * wd);
+    float *xv = xmalloc((size_t)(n * ci * h * wd) * 4), *wv = xmalloc((size_t)(co * ci * 9) * 4);
+    float *bv = xmalloc((size_t)co * 4), *y1 = xmalloc(ny * 4), *y2 = xmalloc(ny * 4);
+    struct tensor *x = mk(TENSOR_F32, 4, xs, xv, 1.0f), *w = mk(TENSOR_F16, 4, ws, wv, 0.3f);
+    struct tensor *b = mk(TENSOR_F32, 1, bs, bv, 0.1f), *y = mk(TENSOR_F32, 4, ys, NULL, 0);
+    struct tensor *u = mk(TENSOR_F32, 4, us, NULL, 0);
+    int saved = cpu_conv_winograd;
+    cpu_conv_winograd = 2;
+    enum tensor_precision old = tensor_precision_set(TENSOR_PRECISION_BF16);
+    EXPECT_OK(tensor_conv2d_up2(y, x, w, b, &o, &e));
+    tensor_read_f32(y, y1, (int64_t)ny, &e);
+    EXPECT_OK(tensor_upsample_nearest(u, x, &e));
+    EXPECT_OK(tensor_conv2d(y, u, w, b, &o, &e));
+    tensor_read_f32(y, y2, (int64_t)ny, &e);
+    ok(memcmp(y1, y2, ny * 4) == 0,
+       "bf16 conv2d_up2 %lldx%lldx%lld -> %lld: bit-identical to upsample + conv", (long long)ci,
+       (long long)h, (long long)wd, (long long)co);
+    /* and GroupNorm + SiLU fused into the bf16 Winograd conv (on the upsampled u): bit
+     * for bit where rows are whole vectors (the SiLU's scalar tail, 1 ulp apart from the
+     * vector form, falls on other elements when a row is not) */
+    struct tensor_gn_opts gn = {ci / 8, NULL, NULL, 1e-6f, 1};
+    if (2 * wd % 16 == 0) {
+        EXPECT_OK(tensor_conv2d_gn(y, u, &gn, w, b, &o, &e));
+        tensor_read_f32(y, y1, (int64_t)ny, &e);
+        struct tensor *g = mk(TENSOR_F32, 4, us, NULL, 0);
+        EXPECT_OK(tensor_group_norm(g, u, gn.groups, NULL, NULL, gn.eps, 1, &e));
+        EXPECT_OK(tensor_conv2d(y, g, w, b, &o, &e));
+        tensor_read_f32(y, y2, (int64_t)ny, &e);
+        ok(memcmp(y1, y2, ny * 4) == 0,
+           "bf16 conv2d_gn %lld channels: bit-identical to group_norm + silu + conv",
+           (long long)ci);
+        tensor_free(g);
+    }
+    tensor_precision_set(old);
+    cpu_conv_winograd = saved;
+    tensor_free(x);
+    tensor_free(w);
+    tensor_free(b);
+    tensor_free(y);
+    tensor_free(u);
+    xfree(xv);
+    xfree(wv);
+    xfree(bv);
+    xfree(y1);
+    xfree(y2);
+}
+
 /* The default is fp32, and fp32 inside an explicit F32 scope is bit-identical. */
 static void t_default(void)
 {
@@ -543,6 +602,8 @@ int main(void)
     t_conv(TENSOR_F16, 2, 96, 7, 6, 72, 3, 1, 1, "conv 3x3 7x6, K = 864 (two K blocks)");
     t_winograd(2, 40, 33, 35, 48);
     t_winograd(2, 64, 29, 32, 40);
+    t_up2(40, 17, 19, 24);
+    t_up2(64, 16, 16, 32);
     t_cache();
     dev_close(d);
     tensor_shutdown();
