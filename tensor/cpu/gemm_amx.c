@@ -190,9 +190,11 @@ static __mmask32 mask32(int64_t left)
     return left >= 32 ? ~(__mmask32)0 : left > 0 ? ((__mmask32)1 << left) - 1 : 0;
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void
-cpu_amx_pack_w(uint16_t *dst, enum tensor_dtype dt, const void *w, int64_t n, int64_t k, int64_t j0,
-               int64_t cols)
+/* W's rows [j0, j0 + cols) x K values [0, k) (rows ldw elements apart) as B tiles, tile
+ * (jb, s) at ((jb - jb0) * ks + s) * 512. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void
+pack_w(uint16_t *dst, enum tensor_dtype dt, const void *w, int64_t ldw, int64_t n, int64_t k,
+       int64_t j0, int64_t cols, int64_t jb0)
 {
     int64_t ks = (k + 31) / 32;
     size_t es = tensor_dtype_size(dt);
@@ -202,12 +204,25 @@ cpu_amx_pack_w(uint16_t *dst, enum tensor_dtype dt, const void *w, int64_t n, in
             __mmask32 mk = mask32(k - s * 32);
             for (int i = 0; i < 16; i++) {
                 int64_t j = jb * 16 + i;
-                r[i] = j < n ? row32(dt, (const char *)w + ((size_t)(j * k + s * 32)) * es, mk)
+                r[i] = j < n ? row32(dt, (const char *)w + ((size_t)(j * ldw + s * 32)) * es, mk)
                              : _mm512_setzero_si512();
             }
-            vnni_store(dst + (jb * ks + s) * 512, r);
+            vnni_store(dst + ((jb - jb0) * ks + s) * 512, r);
         }
     }
+}
+
+void cpu_amx_pack_w(uint16_t *dst, enum tensor_dtype dt, const void *w, int64_t n, int64_t k,
+                    int64_t j0, int64_t cols)
+{
+    pack_w(dst, dt, w, k, n, k, j0, cols, 0);
+}
+
+void cpu_amx_pack_w_block(uint16_t *dst, enum tensor_dtype dt, const void *w, int64_t n, int64_t k,
+                          int64_t k0, int64_t kk, int64_t j0, int64_t cols)
+{
+    pack_w(dst, dt, (const char *)w + (size_t)k0 * tensor_dtype_size(dt), k, n, kk, j0, cols,
+           j0 / 16);
 }
 
 /* A's rows [0, rows) (rows <= 32) at their stored dtype, rounded, as pack_a_block lays

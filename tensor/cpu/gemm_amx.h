@@ -96,6 +96,11 @@ void cpu_amx_pack_w(uint16_t *dst, enum tensor_dtype dt, const void *w, int64_t 
                     int64_t j0, int64_t cols);
 void cpu_amx_pack_a_rows(uint16_t *dst, enum tensor_dtype dt, const void *a, int64_t lda,
                          int64_t rows, int64_t k);
+/* One block of that B: W's rows [j0, j0 + cols) x K values [k0, k0 + kk), tile (jb, s)
+ * at ((jb - j0 / 16) * ceil(kk / 32) + s) * 512 (a GEMM's chunk of columns and K block,
+ * converted as it is met). */
+void cpu_amx_pack_w_block(uint16_t *dst, enum tensor_dtype dt, const void *w, int64_t n, int64_t k,
+                          int64_t k0, int64_t kk, int64_t j0, int64_t cols);
 void cpu_amx_rows(const uint16_t *ap, const uint16_t *bp, int64_t bjs, int64_t ks, int64_t w,
                   float *acc, int64_t ld_bytes, int load, const float *bias);
 

@@ -12,10 +12,12 @@
  * operands rounded to nearest even, fp32 accumulation); only the order of the sums over
  * K can differ.
  *
- * Work split: many rows (x large, W small beside it): tasks of row bands, each packing its
- * own rows (sized so the band's packed A stays in L2) and running all columns. Few rows
- * (the UNet's deep levels, where W dominates): x packed once for the call, tasks of column
- * bands, so each thread streams only its share of W.
+ * Work split: many rows (x large, W small beside it): W packed once for the op, tasks of
+ * row bands, each packing its own rows (sized so the band's packed A stays in L2) and
+ * running all columns. Few rows (the UNet's deep levels, where W dominates): x packed
+ * once for the call, tasks of column bands, each converting its share of W chunk by chunk
+ * as it meets it (read once, never written packed: one 512^2 step's 16^2 and 8^2 levels
+ * hold ~400 MB of f16 Linear weights).
  *
  * Blocking inside a task follows cpu_gemm_amx (gemm_amx.c): K in blocks whose B chunk
  * (~512 KiB) stays in L2 while every 32-row block of the band meets it; y itself is the
@@ -49,7 +51,7 @@ struct la_job {
     int64_t rows, k, n, h; /* h: GEGLU's output width (n = 2 h); 0: a plain Linear */
     int64_t ks, kbs, nc;   /* steps of 32 in K, per K block; B chunk columns */
     int64_t width;         /* output columns: n, or h */
-    const uint16_t *apk;   /* column bands: all of x packed; else NULL */
+    const uint16_t *apk;   /* column bands: all of x packed (and W converted per chunk) */
     int64_t rstep, cstep, nct;
     enum tensor_dtype wdt;
     const void *w;
@@ -60,23 +62,44 @@ static size_t a_block_elems(int64_t ks)
     return (size_t)ks * 1024;
 }
 
-/* Rows [r0, r0 + rn) x output columns [c0, c1) (multiples of 32 but the last) of y, A
- * packed at ap (the band's first 32-row block); blk: 32 x 2 * CHUNK_MAX floats. */
-static void band(const struct la_job *j, const uint16_t *ap, int64_t r0, int64_t rn, int64_t c0,
-                 int64_t c1, float *blk)
+/* Elements of one B chunk as band() converts it (a GEGLU's a and g side by side). */
+static size_t chunk_elems(const struct la_job *j)
 {
-    int64_t ks = j->ks, bjs = ks * 512;
+    return (size_t)(j->nc / 16 * j->kbs) * 512 * (j->h ? 2 : 1);
+}
+
+/* Rows [r0, r0 + rn) x output columns [c0, c1) (multiples of 32 but the last) of y, A
+ * packed at ap (the band's first 32-row block); blk: 32 x 2 * CHUNK_MAX floats. B from
+ * the op's packing, or (column bands, bbuf set: chunk_elems) W's chunk converted into
+ * bbuf as it is met, each chunk by the one task whose columns it holds: W is read once
+ * and never written packed (the deep levels' W is most of their bytes). */
+static void band(const struct la_job *j, const uint16_t *ap, int64_t r0, int64_t rn, int64_t c0,
+                 int64_t c1, float *blk, uint16_t *bbuf)
+{
+    int64_t ks = j->ks;
     for (int64_t s0 = 0; s0 < ks; s0 += j->kbs) {
         int64_t ss = ks - s0 < j->kbs ? ks - s0 : j->kbs;
+        int64_t kk = j->k - s0 * 32 < ss * 32 ? j->k - s0 * 32 : ss * 32;
         for (int64_t j0 = c0; j0 < c1; j0 += j->nc) {
             int64_t w = c1 - j0 < j->nc ? (c1 - j0 + 31) / 32 * 32 : j->nc;
             int64_t cols = j->width - j0 < w ? j->width - j0 : w;
+            int64_t bjs = ks * 512;
             const uint16_t *b = j->bpk + (j0 / 16) * bjs + s0 * 512;
+            const uint16_t *bg = j->bpk + ((j->h + j0) / 16) * bjs + s0 * 512;
+            if (bbuf) {
+                bjs = ss * 512;
+                cpu_amx_pack_w_block(bbuf, j->wdt, j->w, j->n, j->k, s0 * 32, kk, j0, w);
+                b = bbuf;
+                if (j->h) {
+                    bg = bbuf + (w / 16) * bjs;
+                    cpu_amx_pack_w_block((uint16_t *)bg, j->wdt, j->w, j->n, j->k, s0 * 32, kk,
+                                         j->h + j0, w);
+                }
+            }
             for (int64_t i = 0; i < rn; i += 32) {
                 int64_t rows = rn - i < 32 ? rn - i : 32;
                 const uint16_t *a = ap + (size_t)(i / 32) * a_block_elems(ks) + s0 * 1024;
                 if (j->h) { /* [a | g] of this block side by side, then a * gelu(g) */
-                    const uint16_t *bg = j->bpk + ((j->h + j0) / 16) * bjs;
                     cpu_amx_rows(a, b, bjs, ss, w, blk, 2 * w * 4, 0,
                                  j->bias ? j->bias + j0 : NULL);
                     cpu_amx_rows(a, bg, bjs, ss, w, blk + w, 2 * w * 4, 0,
@@ -124,7 +147,7 @@ static void row_task(void *ctx, int64_t b, int64_t e, int tid)
     for (int64_t t = b; t < e; t++) {
         int64_t r0 = t * j->rstep, rn = j->rows - r0 < j->rstep ? j->rows - r0 : j->rstep;
         pack_rows(ap, j, r0, rn);
-        band(j, ap, r0, rn, 0, j->width, s);
+        band(j, ap, r0, rn, 0, j->width, s, NULL);
     }
     cpu_amx_tiles_end();
 }
@@ -133,11 +156,12 @@ static void col_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     const struct la_job *j = ctx;
-    float *s = task_blk(0);
+    float *s = task_blk(chunk_elems(j));
+    uint16_t *bbuf = (uint16_t *)(s + 32 * 2 * CHUNK_MAX);
     cpu_amx_tiles_begin();
     for (int64_t t = b; t < e; t++) {
         int64_t c0 = t * j->cstep, c1 = j->width - c0 < j->cstep ? j->width : c0 + j->cstep;
-        band(j, j->apk, 0, j->rows, c0, c1, s);
+        band(j, j->apk, 0, j->rows, c0, c1, s, bbuf);
     }
     cpu_amx_tiles_end();
 }
@@ -192,7 +216,8 @@ void cpu_linear_amx(float *y, const float *x, const struct tensor *w, const floa
     if (geglu && j.nc > CHUNK_MAX / 2) /* the block buffer holds a and g */
         j.nc = CHUNK_MAX / 2;
     int64_t np = (n + 31) / 32 * 32;
-    size_t bel = cpu_amx_packed_b_elems(n, k);
+    int rowwise = rows >= ROWS_SPLIT;
+    size_t bel = rowwise ? cpu_amx_packed_b_elems(n, k) : 0; /* column bands convert W */
     uint16_t *bpk = (uint16_t *)cpu_scratch_grow(&op_w, bel / 2 + (size_t)np + 16);
     j.bpk = bpk;
     if (bias) {
@@ -201,8 +226,8 @@ void cpu_linear_amx(float *y, const float *x, const struct tensor *w, const floa
         memset(bp + n, 0, (size_t)(np - n) * sizeof(float));
         j.bias = bp;
     }
-    tensor__pool_for(np / 32, pack_w_task, &j);
-    if (rows >= ROWS_SPLIT) {
+    if (rowwise) {
+        tensor__pool_for(np / 32, pack_w_task, &j);
         int64_t r = (int64_t)(BAND_A_BYTES / ((size_t)j.ks * 64)) / 32 * 32;
         int64_t even = ((rows + 2 * nt - 1) / (2 * nt) + 31) / 32 * 32; /* two per thread */
         j.rstep = r < 32 ? 32 : r < even ? r : even;

@@ -247,35 +247,16 @@ int tensor__cpu_conv2d_up2(struct tensor *out, const struct tensor *x, const str
     int pad1 = o->pad_top == 1 && o->pad_bottom == 1 && o->pad_left == 1 && o->pad_right == 1;
     if (!pad1 || !cpu_conv2d_is_winograd(ci, co, kh, kw, ho, wo, o))
         return tensor__conv2d_up2_unfused(out, x, w, bias, o, e);
-    if (tensor_precision_get() == TENSOR_PRECISION_BF16) {
-        /* bf16: Winograd reading x upsampled as it fills its patches (no 2x tensor) */
-        double pt0 = tensor__prof_t0();
-        struct hbuf hx, hw, hb, ho_;
-        enum tensor_dtype wdt;
-        const float *px = hin(x, &hx), *pb = hin(bias, &hb);
-        const void *rw = wino_weight(w, &hw, &wdt);
-        float *po = hout(out, &ho_);
-        int rc = cpu_conv2d_winograd_up2x(po, px, rw, wdt, pb, x->shape[0], ci, x->shape[2],
-                                          x->shape[3], co);
-        hfree(&hx);
-        hfree(&hw);
-        hfree(&hb);
-        hout_done(out, &ho_);
-        if (rc < 0)
-            return tensor__conv2d_up2_unfused(out, x, w, bias, o, e);
-        tensor__prof_end(TENSOR__PROF_CONV3, pt0,
-                         2.0 * (double)x->shape[0] * (double)co * (double)ci * 9.0 *
-                             (double)(ho * wo));
-        return 0;
-    }
     double pt0 = tensor__prof_t0();
     struct hbuf hx, hw, hb, ho_;
     enum tensor_dtype wdt;
     const float *px = hin(x, &hx), *pb = hin(bias, &hb);
     const void *rw = wino_weight(w, &hw, &wdt);
     float *po = hout(out, &ho_);
-    int rc =
-        cpu_conv2d_up2_winograd(po, px, rw, wdt, pb, x->shape[0], ci, x->shape[2], x->shape[3], co);
+    int64_t n = x->shape[0], h = x->shape[2], wd = x->shape[3];
+    int rc = tensor_precision_get() == TENSOR_PRECISION_BF16
+                 ? cpu_conv2d_winograd_up2x(po, px, rw, wdt, pb, n, ci, h, wd, co)
+                 : cpu_conv2d_up2_winograd(po, px, rw, wdt, pb, n, ci, h, wd, co);
     hfree(&hx);
     hfree(&hw);
     hfree(&hb);

@@ -189,50 +189,57 @@ void wino__patch_fill(const struct wg_job *j, int64_t img, int64_t c, int64_t y0
     }
 }
 
-/* V[xi][c][t] for the tile rows r0 .. r0 + nr of one image: B^T d B, with
- * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], rows first, then columns. */
-/* With v16 set (bf16), each group of four V rows goes through tq (4 x tw floats, in L1)
- * and is rounded into v16 instead: V is never written in f32. */
+/* One tile row's B^T d B, with B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], rows
+ * first, then columns: patch rows p0, p0 + pw, .. (4 of them) -> the 16 tile elements'
+ * rows of tw values, element 4k + q at dst[k] + q * ds. tr: 4 x pw floats of scratch. */
+static void tf_tile_row(const float *p0, int64_t pw, int64_t tw, float *tr, float *const dst[4],
+                        int64_t ds, int vec)
+{
+    const float *p1 = p0 + pw, *p2 = p1 + pw, *p3 = p2 + pw;
+    float *t0 = tr, *t1 = tr + pw, *t2 = tr + 2 * pw, *t3 = tr + 3 * pw;
+    int64_t i0 = vec == 16  ? wino__in_rows_avx512(p0, p1, p2, p3, t0, t1, t2, t3, pw)
+                 : vec == 8 ? wino__in_rows_avx2(p0, p1, p2, p3, t0, t1, t2, t3, pw)
+                            : 0;
+    for (int64_t i = i0; i < pw; i++) {
+        t0[i] = p0[i] - p2[i];
+        t1[i] = p1[i] + p2[i];
+        t2[i] = p2[i] - p1[i];
+        t3[i] = p1[i] - p3[i];
+    }
+    const float *tk[4] = {t0, t1, t2, t3};
+    for (int k = 0; k < 4; k++) {
+        const float *s = tk[k];
+        float *v0 = dst[k], *v1 = v0 + ds, *v2 = v1 + ds, *v3 = v2 + ds;
+        int64_t tx0 = vec == 16  ? wino__in_cols_avx512(s, v0, v1, v2, v3, tw)
+                      : vec == 8 ? wino__in_cols_avx2(s, v0, v1, v2, v3, tw)
+                                 : 0;
+        for (int64_t tx = tx0; tx < tw; tx++) {
+            float a = s[2 * tx], b = s[2 * tx + 1], cc = s[2 * tx + 2], d = s[2 * tx + 3];
+            v0[tx] = a - cc;
+            v1[tx] = b + cc;
+            v2[tx] = cc - b;
+            v3[tx] = b - d;
+        }
+    }
+}
+
+/* V[xi][c][t] for the tile rows r0 .. r0 + nr of one image. With v16 set (bf16), a tile
+ * row's 16 V rows go through tq (16 x tw floats, in L1) and are rounded into v16
+ * instead: V is never written in f32. */
 void wino__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, float *v,
                     int64_t T, float *patch, float *tr, uint16_t *v16, float *tq)
 {
     int64_t pw = 2 * j->tw + 2, prow = 2 * nr + 2, y0 = 2 * r0 - j->pt;
-    float *t0 = tr, *t1 = tr + pw, *t2 = tr + 2 * pw, *t3 = tr + 3 * pw;
     int vec = wino__vec(); /* 16 AVX-512, 8 AVX2, 0 scalar */
     for (int64_t c = 0; c < j->ci; c++) {
         wino__patch_fill(j, img, c, y0, prow, pw, patch);
         for (int64_t r = 0; r < nr; r++) {
-            const float *p0 = patch + 2 * r * pw, *p1 = p0 + pw, *p2 = p1 + pw, *p3 = p2 + pw;
-            int64_t i0 = vec == 16  ? wino__in_rows_avx512(p0, p1, p2, p3, t0, t1, t2, t3, pw)
-                         : vec == 8 ? wino__in_rows_avx2(p0, p1, p2, p3, t0, t1, t2, t3, pw)
-                                    : 0;
-            for (int64_t i = i0; i < pw; i++) {
-                t0[i] = p0[i] - p2[i];
-                t1[i] = p1[i] + p2[i];
-                t2[i] = p2[i] - p1[i];
-                t3[i] = p1[i] - p3[i];
-            }
-            const float *tk[4] = {t0, t1, t2, t3};
-            for (int k = 0; k < 4; k++) {
-                const float *s = tk[k];
-                int64_t at = ((4 * k + 0) * j->ci + c) * T + r * j->tw; /* row of v0 */
-                float *v0 = v16 ? tq : v + at;
-                int64_t vs = v16 ? j->tw : j->ci * T;
-                float *v1 = v0 + vs, *v2 = v1 + vs, *v3 = v2 + vs;
-                int64_t tx0 = vec == 16  ? wino__in_cols_avx512(s, v0, v1, v2, v3, j->tw)
-                              : vec == 8 ? wino__in_cols_avx2(s, v0, v1, v2, v3, j->tw)
-                                         : 0;
-                for (int64_t tx = tx0; tx < j->tw; tx++) {
-                    float a = s[2 * tx], b = s[2 * tx + 1], cc = s[2 * tx + 2], d = s[2 * tx + 3];
-                    v0[tx] = a - cc;
-                    v1[tx] = b + cc;
-                    v2[tx] = cc - b;
-                    v3[tx] = b - d;
-                }
-                if (v16)
-                    for (int q = 0; q < 4; q++)
-                        cpu_bf16_round(v16 + at + q * j->ci * T, tq + q * j->tw, j->tw);
-            }
+            float *dst[4];
+            for (int k = 0; k < 4; k++)
+                dst[k] = v16 ? tq + 4 * k * j->tw : v + ((4 * k) * j->ci + c) * T + r * j->tw;
+            tf_tile_row(patch + 2 * r * pw, pw, j->tw, tr, dst, v16 ? j->tw : j->ci * T, vec);
+            for (int xi = 0; v16 && xi < WG_XI; xi++)
+                cpu_bf16_round(v16 + (xi * j->ci + c) * T + r * j->tw, tq + xi * j->tw, j->tw);
         }
     }
 }
@@ -250,42 +257,20 @@ input_tf_packed(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, flo
                 float *tr, float *tq, uint16_t *vp)
 {
     int64_t tw = j->tw, pw = 2 * tw + 2, prow = 2 * nr + 2, y0 = 2 * r0 - j->pt, ks = j->ci / 32;
-    float *t0 = tr, *t1 = tr + pw, *t2 = tr + 2 * pw, *t3 = tr + 3 * pw;
     int vec = wino__vec();
     for (int64_t c = 0; c < j->ci; c += 2) {
         wino__patch_fill(j, img, c, y0, prow, pw, patch);
         wino__patch_fill(j, img, c + 1, y0, prow, pw, patch + prow * pw);
         for (int64_t r = 0; r < nr; r++) {
             for (int h = 0; h < 2; h++) {
-                const float *p0 = patch + h * prow * pw + 2 * r * pw, *p1 = p0 + pw, *p2 = p1 + pw,
-                            *p3 = p2 + pw;
-                int64_t i0 =
-                    vec == 16 ? wino__in_rows_avx512(p0, p1, p2, p3, t0, t1, t2, t3, pw) : 0;
-                for (int64_t i = i0; i < pw; i++) {
-                    t0[i] = p0[i] - p2[i];
-                    t1[i] = p1[i] + p2[i];
-                    t2[i] = p2[i] - p1[i];
-                    t3[i] = p1[i] - p3[i];
-                }
-                const float *tk[4] = {t0, t1, t2, t3};
-                for (int k = 0; k < 4; k++) {
-                    const float *sr = tk[k];
-                    float *v0 = tq + (h * WG_XI + 4 * k) * tw, *v1 = v0 + tw, *v2 = v1 + tw,
-                          *v3 = v2 + tw;
-                    int64_t tx0 = vec == 16 ? wino__in_cols_avx512(sr, v0, v1, v2, v3, tw) : 0;
-                    for (int64_t tx = tx0; tx < tw; tx++) {
-                        float a = sr[2 * tx], b = sr[2 * tx + 1], cc = sr[2 * tx + 2],
-                              d = sr[2 * tx + 3];
-                        v0[tx] = a - cc;
-                        v1[tx] = b + cc;
-                        v2[tx] = cc - b;
-                        v3[tx] = b - d;
-                    }
-                }
+                float *dst[4];
+                for (int k = 0; k < 4; k++)
+                    dst[k] = tq + (h * WG_XI + 4 * k) * tw;
+                tf_tile_row(patch + h * prow * pw + 2 * r * pw, pw, tw, tr, dst, tw, vec);
             }
             /* tile row (c % 32) / 2 of step c / 32 in the 16-column tiles of this row's
              * tiles (tw a multiple of 16, so they start a tile) */
-            size_t off = (size_t)(c / 32) * 512 + (size_t)(c % 32 / 2) * 32 + 0;
+            size_t off = (size_t)(c / 32) * 512 + (size_t)(c % 32 / 2) * 32;
             for (int xi = 0; xi < WG_XI; xi++) {
                 const float *a = tq + xi * tw, *b = tq + (WG_XI + xi) * tw;
                 uint16_t *plane = vp + xi * j->vplane;
@@ -356,7 +341,7 @@ static size_t wg_layout(const struct wg_job *j, int bf16, char *at, struct wg_bu
     int64_t f = 0; /* floats so far */
     int64_t v = f, m = (f += nxi * j->ci * tmax), patch = (f += nxi * (j->co * tmax + WG_MPAD));
     /* packed V: two channels' patches and transformed rows (input_tf_packed) */
-    int64_t np = j->vpk ? 2 : 1, tqn = j->vpk ? 2 * WG_XI * j->tw : 4 * j->tw;
+    int64_t np = j->vpk ? 2 : 1, tqn = (j->vpk ? 2 : 1) * WG_XI * j->tw;
     int64_t tr = (f += np * (j->m * j->rows + 2) * pw), tq = (f += (j->m + 2) * pw);
     f += bf16 ? tqn : 0;
     f = (f + 15) / 16 * 16; /* V's tiles 64-byte aligned */

@@ -75,7 +75,7 @@ void wino__patch_fill(const struct wg_job *j, int64_t img, int64_t c, int64_t y0
 /*
  * V[xi][c][t] (plane xi at v + xi * ci * T) for the tile rows r0 .. r0 + nr of image img
  * of x: B^T d B (d read through j->na, nb when set). patch ((2 nr + 2) x (2 tw + 2) floats) and tr (4 x (2 tw + 2)) are scratch.
- * With v16 set (bf16) V is rounded into v16 instead, through tq (4 x tw floats).
+ * With v16 set (bf16) V is rounded into v16 instead, through tq (16 x tw floats).
  */
 void wino__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, float *v,
                     int64_t T, float *patch, float *tr, uint16_t *v16, float *tq);
