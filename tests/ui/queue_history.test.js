@@ -78,9 +78,13 @@ test("queue, progress, history and status while two prompts run", async () => {
   assert.match(ptext, /beautiful scenery nature glass bottle/);
   assert.ok(rows0.every((r) => r.oneLine), "queue actions on one line");
   await h.screenshot(page, "queue_history_queue");
-  // While sampling, the preview grows the sampler but its saved size stays.
-  await page.waitForFunction(() => !!window.app.graph.getNodeById(3).previewImg, null, { timeout: 60000 });
-  const grown = await page.evaluate(() => ({ shown: window.app.graph.getNodeById(3).size[1], saved: window.app.serializeWorkflow().nodes.find((n) => n.id === 3).size }));
+  // While sampling, the preview grows the sampler but its saved size stays. Read in the
+  // same evaluation that sees the preview: a 64x64 run's preview can be gone (and the node
+  // shrunk back) by a second call on a loaded machine (CI failed so, 1 run in 1).
+  const grown = await (await page.waitForFunction(() => {
+    const n = window.app.graph.getNodeById(3);
+    return n.previewImg ? { shown: n.size[1], saved: window.app.serializeWorkflow().nodes.find((x) => x.id === 3).size } : null;
+  }, null, { timeout: 60000, polling: "raf" })).jsonValue();
   assert.ok(grown.shown > (await page.evaluate(() => window.__ksSize[1])), "grown for the preview");
   assert.deepStrictEqual(grown.saved, await page.evaluate(() => window.__ksSize), "saved at its own size");
 
