@@ -246,14 +246,13 @@ static void pack_task(void *ctx, int64_t b, int64_t e, int tid)
     cpu_bf16_pack(j->dst + b * j->cols, j->src + b * j->ld, e - b, j->cols, j->ld);
 }
 
-/* AMX with A packed (the op's weight) and a narrow B: B packed once by column groups,
- * then row panels of whole 32-row blocks (executor). */
+/* AMX with A packed (the op's weight) and a narrow f32 B: B rounded into tiles once by column
+ * groups, then row panels of whole 32-row blocks (executor). */
 struct amx_rows_job {
-    const uint16_t *apk, *b16;
-    const float *b32; /* B at f32 (b16 NULL): rounded as it is packed */
+    const uint16_t *apk;
+    const float *b32; /* B at f32, rounded as it is packed */
     uint16_t *bpk;
     int64_t m, n, k, ldb, ldc, step;
-    int tb;
     float alpha, beta;
     float *c;
 };
@@ -262,12 +261,8 @@ static void amx_packb_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     struct amx_rows_job *j = ctx;
-    for (int64_t g = b; g < e; g++) {
-        if (j->b16)
-            cpu_amx_pack_b(j->bpk, j->tb, j->b16, j->ldb, j->n, j->k, g * 32, 32);
-        else
-            cpu_amx_pack_b_f32(j->bpk, j->b32, j->ldb, j->n, j->k, g * 32, 32);
-    }
+    for (int64_t g = b; g < e; g++)
+        cpu_amx_pack_b_f32(j->bpk, j->b32, j->ldb, j->n, j->k, g * 32, 32);
 }
 
 static void amx_rows_task(void *ctx, int64_t b, int64_t e, int tid)
@@ -292,11 +287,10 @@ uint16_t *cpu_gemm_amx_bscratch(size_t elems)
     return (uint16_t *)cpu_scratch_grow(&rows_bpk, elems / 2 + 16);
 }
 
-static void amx_rows(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *apk, int tb,
-                     const uint16_t *b16, const float *b32, int64_t ldb, float beta, float *c,
-                     int64_t ldc, int nt)
+static void amx_rows(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *apk,
+                     const float *b32, int64_t ldb, float beta, float *c, int64_t ldc, int nt)
 {
-    struct amx_rows_job j = {apk, b16, b32, NULL, m, n, k, ldb, ldc, 0, tb, alpha, beta, c};
+    struct amx_rows_job j = {apk, b32, NULL, m, n, k, ldb, ldc, 0, alpha, beta, c};
     j.bpk = cpu_gemm_amx_bscratch(cpu_amx_packed_b_elems(n, k));
     j.step = ((m + 2 * nt - 1) / (2 * nt) + 31) / 32 * 32; /* two panels per thread */
     cpu_gemm_pool_enter();
@@ -331,13 +325,12 @@ static void gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, float alp
     /* AMX, A the op's weight and B narrower than A is tall (a conv over small images:
      * 1280 x 11520 by 128 columns at 8^2, 512 at 16^2): B rounded into tiles once, the
      * rows split, so W is read once; column panels read all of W each (4 x 29 MB) */
-    int rows_amx = !whole && !ta && a16 && !b16 && !tb && m >= n && cpu_bf16_amx();
-    const uint16_t *apk = rows_amx ? cpu_bf16_packed_a(a16, m, k, lda) : NULL;
-    if (apk) {
-        amx_rows(m, n, k, alpha, apk, tb, NULL, b, ldb, beta, c, ldc, nt);
+    const uint16_t *apk = NULL;
+    if (!whole && !ta && a16 && !b16 && !tb && m >= n && cpu_bf16_amx() &&
+        (apk = cpu_bf16_packed_a(a16, m, k, lda)) != NULL) {
+        amx_rows(m, n, k, alpha, apk, b, ldb, beta, c, ldc, nt);
         return;
     }
-    rows_amx = 0;
     if (!whole && src[1] && by_cols) {
         per_panel[1] = src[1];
         src[1] = NULL;

@@ -600,6 +600,9 @@ int main(void)
      * the bind packs from the f16 weight and leaves the copy to cpu_bf16_fill) */
     t_conv(TENSOR_F16, 1, 64, 6, 10, 200, 3, 1, 1, "conv 3x3 6x10 -> 200 (row panels)");
     t_conv(TENSOR_F16, 2, 96, 7, 6, 72, 3, 1, 1, "conv 3x3 7x6, K = 864 (two K blocks)");
+    /* 320 x 64 by 289 columns: on AMX gemm.c splits W's packed rows and rounds x into B's
+     * tiles once (amx_rows) */
+    t_conv(TENSOR_F16, 1, 64, 17, 17, 320, 1, 1, 0, "conv 1x1 17x17 -> 320 (W's rows split)");
     t_winograd(2, 40, 33, 35, 48);
     t_winograd(2, 64, 29, 32, 40);
     t_up2(40, 17, 19, 24);
