@@ -149,6 +149,33 @@ static void pack_task(void *ctx, int64_t b, int64_t e, int tid)
         _tile_stored(T, ot + (c0 + T) * 16 * QB, QB * 4);                                          \
     } while (0)
 
+/* The same over two 32-key sub-blocks (P^T in tiles 5 and 7, V^T's in 4 and 6): each O^T
+ * tile is loaded and stored once per 64 keys, not per 32 (the loads and stores were
+ * twice the products' time at head dim 40). */
+#define PV_TWO(T)                                                                                  \
+    do {                                                                                           \
+        _tile_loadd(T, ot + (c0 + T) * 16 * QB, QB * 4);                                           \
+        _tile_loadd(4, vt + (c0 + T) * 512, 64);                                                   \
+        _tile_dpbf16ps(T, 4, 5);                                                                   \
+        _tile_loadd(6, vt2 + (c0 + T) * 512, 64);                                                  \
+        _tile_dpbf16ps(T, 6, 7);                                                                   \
+        _tile_stored(T, ot + (c0 + T) * 16 * QB, QB * 4);                                          \
+    } while (0)
+
+TGT static void pv_half2(float *ot, const uint16_t *vt, const uint16_t *vt2, int64_t nct)
+{
+    for (int64_t c0 = 0; c0 < nct; c0 += 4) {
+        int64_t g = nct - c0;
+        PV_TWO(0);
+        if (g > 1)
+            PV_TWO(1);
+        if (g > 2)
+            PV_TWO(2);
+        if (g > 3)
+            PV_TWO(3);
+    }
+}
+
 TGT static void pv_half(float *ot, const uint16_t *vt, int64_t nct)
 {
     for (int64_t c0 = 0; c0 < nct; c0 += 4) {
@@ -173,9 +200,9 @@ TGT static void attn_block(const struct amx_attn *j, int64_t h, int64_t i0, char
 {
     int64_t nq = j->tq - i0 < QB ? j->tq - i0 : QB, dvp = j->nct * 16;
     uint16_t *qb = (uint16_t *)ws;       /* Q^T: [half][ds] B tiles */
-    uint16_t *pb = qb + 2 * j->ds * 512; /* P^T: [half] B tiles */
-    float *st = (float *)(pb + 2 * 512); /* S^T: [32 keys][32 queries] */
-    float *ot = st + KB * QB;            /* O^T: [dvp][32 queries] */
+    uint16_t *pb = qb + 2 * j->ds * 512; /* P^T: [half][2 sub-blocks] B tiles */
+    float *st = (float *)(pb + 4 * 512); /* S^T: [64 keys][32 queries] */
+    float *ot = st + 2 * KB * QB;        /* O^T: [dvp][32 queries] */
     _Alignas(64) uint16_t rows[16 * 32];
     for (int half = 0; half < 2; half++)
         for (int64_t s = 0; s < j->ds; s++) {
@@ -194,29 +221,35 @@ TGT static void attn_block(const struct amx_attn *j, int64_t h, int64_t i0, char
     static const uint16_t zip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     __m512i idx = _mm512_loadu_si512(zip);
-    for (int64_t kb = 0; kb < j->nkb; kb++) {
-        const uint16_t *kt = j->kp + ((h * j->nkb + kb) * j->ds) * 1024;
+    /* keys in steps of two packed 32-key sub-blocks: one softmax update and one pass of
+     * O^T's tiles per 64 keys */
+    for (int64_t kb = 0; kb < j->nkb; kb += 2) {
+        int two = kb + 1 < j->nkb;
         const uint16_t *vt = j->vp + (h * j->nkb + kb) * j->nct * 512;
-        int nk = (int)(j->tk - kb * KB < KB ? j->tk - kb * KB : KB);
-        /* S^T: keys 0-15 / 16-31 x queries 0-15 / 16-31 */
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int64_t s = 0; s < j->ds; s++) {
-            _tile_loadd(4, kt + s * 1024, 64);
-            _tile_loadd(5, kt + s * 1024 + 512, 64);
-            _tile_loadd(6, qb + s * 512, 64);
-            _tile_loadd(7, qb + (j->ds + s) * 512, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
+        int nk = (int)(j->tk - kb * KB < 2 * KB ? j->tk - kb * KB : 2 * KB);
+        for (int sb = 0; sb < 1 + two; sb++) {
+            const uint16_t *kt = j->kp + ((h * j->nkb + kb + sb) * j->ds) * 1024;
+            float *ss = st + sb * KB * QB;
+            /* S^T: keys 0-15 / 16-31 x queries 0-15 / 16-31 */
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t s = 0; s < j->ds; s++) {
+                _tile_loadd(4, kt + s * 1024, 64);
+                _tile_loadd(5, kt + s * 1024 + 512, 64);
+                _tile_loadd(6, qb + s * 512, 64);
+                _tile_loadd(7, qb + (j->ds + s) * 512, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+            _tile_stored(0, ss, QB * 4);
+            _tile_stored(1, ss + 16, QB * 4);
+            _tile_stored(2, ss + 16 * QB, QB * 4);
+            _tile_stored(3, ss + 16 * QB + 16, QB * 4);
         }
-        _tile_stored(0, st, QB * 4);
-        _tile_stored(1, st + 16, QB * 4);
-        _tile_stored(2, st + 16 * QB, QB * 4);
-        _tile_stored(3, st + 16 * QB + 16, QB * 4);
         /* the online softmax, 16 queries per vector; P^T as VNNI rows (key pairs) */
         for (int half = 0; half < 2; half++) {
             const float *sc = st + half * 16;
@@ -245,18 +278,19 @@ TGT static void attn_block(const struct amx_attn *j, int64_t h, int64_t i0, char
             }
             __m512 mn = m[half];
             /* four pairs of keys per step, four partial sums: one chain of adds was a
-             * fifth of this function (perf) */
+             * fifth of this function (perf); rows past the sub-blocks run are not written
+             * (no tile reads them) */
             __m512 sum[4];
-            uint16_t *prow = pb + half * 512;
+            uint16_t *prow = pb + half * 1024; /* key r's pair row: prow + r * 16 */
             for (int u = 0; u < 4; u++)
                 sum[u] = _mm512_setzero_ps();
-            for (r = 0; r < KB; r += 8) {
+            for (r = 0; r < (1 + two) * KB; r += 8) {
                 for (int u = 0; u < 4; u++) {
                     int rr = r + 2 * u;
                     __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
-                    if (nk == KB || rr < nk)
+                    if (nk == 2 * KB || rr < nk)
                         p0 = exp2_p3(_mm512_sub_ps(_mm512_load_ps(sc + rr * QB), mn));
-                    if (nk == KB || rr + 1 < nk)
+                    if (nk == 2 * KB || rr + 1 < nk)
                         p1 = exp2_p3(_mm512_sub_ps(_mm512_load_ps(sc + (rr + 1) * QB), mn));
                     sum[u] = _mm512_add_ps(sum[u], _mm512_add_ps(p0, p1));
                     __m512i both = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
@@ -267,10 +301,15 @@ TGT static void attn_block(const struct amx_attn *j, int64_t h, int64_t i0, char
                                                            _mm512_add_ps(sum[2], sum[3])));
         }
         /* O^T += V^T P^T, queries 0-15 then 16-31 */
-        _tile_loadd(5, pb, 64);
-        pv_half(ot, vt, j->nct);
-        _tile_loadd(5, pb + 512, 64);
-        pv_half(ot + 16, vt, j->nct);
+        for (int half = 0; half < 2; half++) {
+            _tile_loadd(5, pb + half * 1024, 64);
+            if (two) {
+                _tile_loadd(7, pb + half * 1024 + 512, 64);
+                pv_half2(ot + half * 16, vt, vt + j->nct * 512, j->nct);
+            } else {
+                pv_half(ot + half * 16, vt, j->nct);
+            }
+        }
     }
     _Alignas(64) float inv[QB];
     for (int half = 0; half < 2; half++) {
@@ -324,7 +363,8 @@ int cpu_attention_amx(float *out, int64_t o_rs, const float *q, int64_t q_rs, co
     j.kp = (uint16_t *)cpu_scratch_grow(&kv, (kb + vb) / 4 + 16);
     j.vp = j.kp + kb / 2;
     tensor__pool_for(heads * j.nkb, pack_task, &j);
-    size_t per = (size_t)(2 * j.ds * 512 + 2 * 512) * 2 + (size_t)(KB * QB + j.nct * 16 * QB) * 4;
+    size_t per =
+        (size_t)(2 * j.ds * 512 + 4 * 512) * 2 + (size_t)(2 * KB * QB + j.nct * 16 * QB) * 4;
     j.ws = tensor__pool_scratch_new(per);
     tensor__pool_for((int64_t)heads * j.nqb, attn_task, &j);
     tensor__pool_scratch_free(j.ws);

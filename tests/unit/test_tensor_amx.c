@@ -337,6 +337,7 @@ int main(void)
     attn_one(40, 200, 1, 160, 160, 0.0f);
     attn_one(33, 5, 2, 8, 24, 0.0f);
     attn_one(48, 160, 2, 40, 40, 0.5f); /* ~13 log2 units per block of 32 keys */
+    attn_one(40, 50, 2, 40, 40, 0.0f);  /* one 64-key step, its second half ragged */
     packers_one(TENSOR_F16, 70, 100);
     packers_one(TENSOR_F32, 33, 45);
     packers_one(TENSOR_BF16, 64, 64);
