@@ -15,11 +15,12 @@
  *   - K as A squares (32 keys x 32 channels per step of the head dim, padded to 32);
  *   - V^T as A tiles (16 channels x 32 keys), V rounded and transposed per key block.
  * Per task, Q^T as B tiles (channel pairs of 16 queries: gemm_amx.h's
- * cpu_amx_vnni_cols). Per block of 32 keys: S^T (2 x 2 tiles) goes to memory; the
- * softmax updates each query's max m and sum l in the log2 domain (Q is pre-scaled by
- * scale * log2(e)), rescales O^T's columns and writes P^T as B tiles (key pairs
- * interleaved, rounded to bf16); then O^T's tiles are loaded, V^T P^T added in the
- * tiles and stored back. Keys past tk score nothing (P = 0; their K and V are zero).
+ * cpu_amx_vnni_cols). Per step of 64 keys (two packed 32-key blocks): S^T (2 x 2 tiles
+ * per block) goes to memory; the softmax updates each query's max m and sum l in the
+ * log2 domain (Q is pre-scaled by scale * log2(e)), rescales O^T's columns when the max
+ * moves (lazily, LAZY_LOG2) and writes P^T as B tiles (key pairs interleaved, rounded to
+ * bf16); then O^T's tiles are loaded, V^T P^T of both blocks added in the tiles and
+ * stored back. Keys past tk score nothing (P = 0; their K and V are zero).
  *
  * Numerics: Q, K, V and P are rounded to bf16 (nearest even), sums f32. The result is
  * within ~1e-2 relative of a float64 attention of the unrounded inputs (test_tensor_amx
