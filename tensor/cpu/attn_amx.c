@@ -140,54 +140,34 @@ static void pack_task(void *ctx, int64_t b, int64_t e, int tid)
         pack_kv(j, t / j->nkb, t % j->nkb);
 }
 
-/* O^T's channel tiles (16 x 16 queries, rows 128 bytes apart) += V^T's tiles x P^T
- * (tile 5), in groups of four accumulators; V^T's tiles take turns in tmm4, 6, 7. */
-#define PV_ONE(T, AT)                                                                              \
+/* O^T's channel tiles (16 x 16 queries, rows 128 bytes apart) += V^T's tiles x P^T (tile
+ * 5), and, with vt2 (a second 32-key sub-block), + its V^T tiles x P^T in tile 7: each
+ * O^T tile is loaded and stored once per 64 keys, not per 32 (the loads and stores were
+ * twice the products' time at head dim 40). Groups of four accumulators; V^T's tiles take
+ * turns in tmm4 and tmm6. */
+#define PV_ONE(T, A0, A1)                                                                          \
     do {                                                                                           \
         _tile_loadd(T, ot + (c0 + T) * 16 * QB, QB * 4);                                           \
-        _tile_loadd(AT, vt + (c0 + T) * 512, 64);                                                  \
-        _tile_dpbf16ps(T, AT, 5);                                                                  \
+        _tile_loadd(A0, vt + (c0 + T) * 512, 64);                                                  \
+        _tile_dpbf16ps(T, A0, 5);                                                                  \
+        if (vt2) {                                                                                 \
+            _tile_loadd(A1, vt2 + (c0 + T) * 512, 64);                                             \
+            _tile_dpbf16ps(T, A1, 7);                                                              \
+        }                                                                                          \
         _tile_stored(T, ot + (c0 + T) * 16 * QB, QB * 4);                                          \
     } while (0)
 
-/* The same over two 32-key sub-blocks (P^T in tiles 5 and 7, V^T's in 4 and 6): each O^T
- * tile is loaded and stored once per 64 keys, not per 32 (the loads and stores were
- * twice the products' time at head dim 40). */
-#define PV_TWO(T)                                                                                  \
-    do {                                                                                           \
-        _tile_loadd(T, ot + (c0 + T) * 16 * QB, QB * 4);                                           \
-        _tile_loadd(4, vt + (c0 + T) * 512, 64);                                                   \
-        _tile_dpbf16ps(T, 4, 5);                                                                   \
-        _tile_loadd(6, vt2 + (c0 + T) * 512, 64);                                                  \
-        _tile_dpbf16ps(T, 6, 7);                                                                   \
-        _tile_stored(T, ot + (c0 + T) * 16 * QB, QB * 4);                                          \
-    } while (0)
-
-TGT static void pv_half2(float *ot, const uint16_t *vt, const uint16_t *vt2, int64_t nct)
+TGT static void pv_half(float *ot, const uint16_t *vt, const uint16_t *vt2, int64_t nct)
 {
     for (int64_t c0 = 0; c0 < nct; c0 += 4) {
         int64_t g = nct - c0;
-        PV_TWO(0);
+        PV_ONE(0, 4, 6);
         if (g > 1)
-            PV_TWO(1);
+            PV_ONE(1, 6, 4);
         if (g > 2)
-            PV_TWO(2);
+            PV_ONE(2, 4, 6);
         if (g > 3)
-            PV_TWO(3);
-    }
-}
-
-TGT static void pv_half(float *ot, const uint16_t *vt, int64_t nct)
-{
-    for (int64_t c0 = 0; c0 < nct; c0 += 4) {
-        int64_t g = nct - c0;
-        PV_ONE(0, 4);
-        if (g > 1)
-            PV_ONE(1, 6);
-        if (g > 2)
-            PV_ONE(2, 7);
-        if (g > 3)
-            PV_ONE(3, 4);
+            PV_ONE(3, 6, 4);
     }
 }
 
@@ -219,9 +199,6 @@ TGT static void attn_block(const struct amx_attn *j, int64_t h, int64_t i0, char
     memset(ot, 0, (size_t)(dvp * QB) * sizeof(float));
     __m512 m[2] = {_mm512_set1_ps(-INFINITY), _mm512_set1_ps(-INFINITY)};
     __m512 l[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    static const uint16_t zip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    __m512i idx = _mm512_loadu_si512(zip);
     /* keys in steps of two packed 32-key sub-blocks: one softmax update and one pass of
      * O^T's tiles per 64 keys */
     for (int64_t kb = 0; kb < j->nkb; kb += 2) {
@@ -294,8 +271,7 @@ TGT static void attn_block(const struct amx_attn *j, int64_t h, int64_t i0, char
                     if (nk == 2 * KB || rr + 1 < nk)
                         p1 = exp2_p3(_mm512_sub_ps(_mm512_load_ps(sc + (rr + 1) * QB), mn));
                     sum[u] = _mm512_add_ps(sum[u], _mm512_add_ps(p0, p1));
-                    __m512i both = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
-                    _mm512_store_si512(prow + rr * 16, _mm512_permutexvar_epi16(idx, both));
+                    _mm512_store_si512(prow + rr * 16, cpu_amx_vnni_pair(p0, p1));
                 }
             }
             l[half] = _mm512_add_ps(l[half], _mm512_add_ps(_mm512_add_ps(sum[0], sum[1]),
@@ -304,12 +280,9 @@ TGT static void attn_block(const struct amx_attn *j, int64_t h, int64_t i0, char
         /* O^T += V^T P^T, queries 0-15 then 16-31 */
         for (int half = 0; half < 2; half++) {
             _tile_loadd(5, pb + half * 1024, 64);
-            if (two) {
+            if (two)
                 _tile_loadd(7, pb + half * 1024 + 512, 64);
-                pv_half2(ot + half * 16, vt, vt + j->nct * 512, j->nct);
-            } else {
-                pv_half(ot + half * 16, vt, j->nct);
-            }
+            pv_half(ot + half * 16, vt, two ? vt + j->nct * 512 : NULL, j->nct);
         }
     }
     _Alignas(64) float inv[QB];

@@ -84,9 +84,12 @@ static void band(const struct la_job *j, const uint16_t *ap, int64_t r0, int64_t
             int64_t w = c1 - j0 < j->nc ? (c1 - j0 + 31) / 32 * 32 : j->nc;
             int64_t cols = j->width - j0 < w ? j->width - j0 : w;
             int64_t bjs = ks * 512;
-            const uint16_t *b = j->bpk + (j0 / 16) * bjs + s0 * 512;
-            const uint16_t *bg = j->bpk + ((j->h + j0) / 16) * bjs + s0 * 512;
-            if (bbuf) {
+            const uint16_t *b, *bg = NULL; /* W's a columns (all, plain), and g's */
+            if (!bbuf) {
+                b = j->bpk + (j0 / 16) * bjs + s0 * 512;
+                if (j->h)
+                    bg = j->bpk + ((j->h + j0) / 16) * bjs + s0 * 512;
+            } else {
                 bjs = ss * 512;
                 cpu_amx_pack_w_block(bbuf, j->wdt, j->w, j->n, j->k, s0 * 32, kk, j0, w);
                 b = bbuf;
