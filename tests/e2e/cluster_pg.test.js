@@ -19,12 +19,23 @@ const P = require("./lib/postgres.js");
 
 const N = parseInt(process.env.LATENTD_CLUSTER_PROMPTS || "300", 10);
 
-function invertPrompt(prefix, size = 8, batch = 1) {
-  return {
+// SaveImage is node 3; `more` extra ImageInverts (nodes 4..) sit between the first and
+// the save, so a long prompt has node boundaries, where an interrupt is seen, all along
+// its run (one 3072^2 x 3 chain spent its time in the save, the last node: an interrupt
+// relayed through PostgreSQL on a loaded machine arrived after it began: 1 of 4 clean CI
+// runs).
+function invertPrompt(prefix, size = 8, batch = 1, more = 0) {
+  const p = {
     1: { class_type: "EmptyImage", inputs: { width: size, height: size, batch_size: batch, color: 4242 } },
     2: { class_type: "ImageInvert", inputs: { image: ["1", 0] } },
-    3: { class_type: "SaveImage", inputs: { images: ["2", 0], filename_prefix: prefix } },
   };
+  let last = "2";
+  for (let i = 0; i < more; i++) {
+    p[4 + i] = { class_type: "ImageInvert", inputs: { image: [last, 0] } };
+    last = String(4 + i);
+  }
+  p[3] = { class_type: "SaveImage", inputs: { images: [last, 0], filename_prefix: prefix } };
+  return p;
 }
 
 function loadPrompt(prefix, image) {
@@ -160,7 +171,7 @@ test("three processes share one queue, history and event stream", { timeout: 300
 
     // /interrupt on a front that does not run the prompt reaches the worker that does.
     const slowClient = clients[0];
-    const r = await L.postPrompt(fronts[0], invertPrompt("slow", 3072, 3), { prompt_id: "slow", client_id: "client-0" });
+    const r = await L.postPrompt(fronts[0], invertPrompt("slow", 3072, 3, 12), { prompt_id: "slow", client_id: "client-0" });
     assert.equal(r.status, 200);
     const runner = await L.waitFor(async () => {
       const s = (await L.request(fronts[0], "GET", "/system_stats")).json();
