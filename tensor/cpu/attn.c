@@ -117,9 +117,12 @@ void cpu_attention(float *out, int64_t o_rs, const float *q, int64_t q_rs, const
                    int64_t k_rs, const float *v, int64_t v_rs, int64_t tq, int64_t tk,
                    int heads, int64_t d, int64_t dv, float scale, int causal)
 {
-    /* a bf16 model's attention runs bf16 too where the GEMMs run on AMX */
+    /* a bf16 model's attention runs bf16 too: on AMX tiles, else on AVX-512 BF16 */
     if (cpu_attn_fused && !causal && tensor_precision_get() == TENSOR_PRECISION_BF16 &&
-        cpu_attention_amx(out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv, scale) == 0)
+        (cpu_attention_amx(out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv, scale) ==
+             0 ||
+         cpu_attention_avx512bf16(out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv,
+                                  scale) == 0))
         return;
     if (cpu_attn_fused == 1 && cpu_attention_avx512_usable()) {
         cpu_attention_avx512(out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv, scale,

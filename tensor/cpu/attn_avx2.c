@@ -310,6 +310,6 @@ void cpu_attention_avx2(float *out, int64_t o_rs, const float *q, int64_t q_rs, 
                         int heads, int64_t d, int64_t dv, float scale, int causal)
 {
     __atomic_fetch_add(&cpu_attn_avx2_runs, 1, __ATOMIC_RELAXED);
-    cpu_fattn_run(&kernel, out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv, scale,
+    cpu_fattn_run(&kernel, NULL, out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv, scale,
                   causal);
 }

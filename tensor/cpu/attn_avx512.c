@@ -235,6 +235,6 @@ void cpu_attention_avx512(float *out, int64_t o_rs, const float *q, int64_t q_rs
                           const float *k, int64_t k_rs, const float *v, int64_t v_rs, int64_t tq,
                           int64_t tk, int heads, int64_t d, int64_t dv, float scale, int causal)
 {
-    cpu_fattn_run(&kernel, out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv, scale,
+    cpu_fattn_run(&kernel, NULL, out, o_rs, q, q_rs, k, k_rs, v, v_rs, tq, tk, heads, d, dv, scale,
                   causal);
 }

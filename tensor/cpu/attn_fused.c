@@ -19,6 +19,7 @@ int cpu_fattn_bk = 128; /* keys per block (tunable; the benchmark sets it) */
 
 struct fa_job {
     const struct fa_kernel *kn;
+    const struct fa_packed *pk;
     float *out;
     const float *q, *k, *v;
     int64_t o_rs, q_rs, k_rs, v_rs;
@@ -52,7 +53,17 @@ static void fa_block(struct fa_job *j, int h, int64_t i0, float *ws)
             sub[s].l[i] = 0.0f;
         }
     }
-    struct fa_args a = {j->k + h * j->d, j->v + h * j->dv, j->k_rs, j->v_rs, j->d, j->dv, 0, 0, 0};
+    struct fa_args a = {j->k + h * j->d,
+                        j->v + h * j->dv,
+                        j->pk ? j->pk->k + h * j->pk->k_hs : NULL,
+                        j->pk ? j->pk->v + h * j->pk->v_hs : NULL,
+                        j->k_rs,
+                        j->v_rs,
+                        j->d,
+                        j->dv,
+                        0,
+                        0,
+                        0};
     /* causal: query i sees keys <= i, so this block's queries see keys < i0 + nq */
     int64_t kend = j->causal && i0 + nq < j->tk ? i0 + nq : j->tk;
     for (int64_t j0 = 0; j0 < kend; j0 += j->bk) {
@@ -84,14 +95,17 @@ static void fa_task(void *ctx, int64_t b, int64_t e, int tid)
         fa_block(j, (int)(t / j->nqb), t % j->nqb * per, j->ws[tid]);
 }
 
-void cpu_fattn_run(const struct fa_kernel *kn, float *out, int64_t o_rs, const float *q,
-                   int64_t q_rs, const float *k, int64_t k_rs, const float *v, int64_t v_rs,
-                   int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv, float scale,
-                   int causal)
+void cpu_fattn_run(const struct fa_kernel *kn, const struct fa_packed *pk, float *out, int64_t o_rs,
+                   const float *q, int64_t q_rs, const float *k, int64_t k_rs, const float *v,
+                   int64_t v_rs, int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv,
+                   float scale, int causal)
 {
     int64_t qt = kn->qt, per_task = (int64_t)kn->qsub * qt;
+    /* even: a kernel on key pairs (bf16) then starts every block on a pair */
     int64_t bk = cpu_fattn_bk < kn->bk_min ? kn->bk_min : cpu_fattn_bk;
+    bk = (bk + 1) & ~(int64_t)1;
     struct fa_job j = {kn,
+                       pk,
                        out,
                        q,
                        k,

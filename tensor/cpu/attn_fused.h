@@ -21,7 +21,8 @@ struct fa_sub {
 };
 
 struct fa_args {
-    const float *k, *v; /* this head's slice of key 0 / value 0 */
+    const float *k, *v;  /* this head's slice of key 0 / value 0 */
+    const void *kp, *vp; /* this head's packed K / V (struct fa_packed), else NULL */
     int64_t k_rs, v_rs, d, dv;
     int mask;
     int64_t qi0, jj; /* first query of the subtile, first key of the block */
@@ -41,10 +42,18 @@ struct fa_kernel {
                     int64_t dv);
 };
 
-/* cpu_attention's contract (tensor_impl.h) on kernel kn; cpu_fattn_bk keys per block. */
-void cpu_fattn_run(const struct fa_kernel *kn, float *out, int64_t o_rs, const float *q,
-                   int64_t q_rs, const float *k, int64_t k_rs, const float *v, int64_t v_rs,
-                   int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv, float scale,
-                   int causal);
+/* K and V in a kernel's own layout, packed once per call for every head (the bf16
+ * kernel's): head h's slices start at k + h * k_hs and v + h * v_hs bytes. */
+struct fa_packed {
+    const char *k, *v;
+    int64_t k_hs, v_hs;
+};
+
+/* cpu_attention's contract (tensor_impl.h) on kernel kn; cpu_fattn_bk keys per block
+ * (rounded up to even); pk: the kernel's packed K and V, or NULL. */
+void cpu_fattn_run(const struct fa_kernel *kn, const struct fa_packed *pk, float *out, int64_t o_rs,
+                   const float *q, int64_t q_rs, const float *k, int64_t k_rs, const float *v,
+                   int64_t v_rs, int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv,
+                   float scale, int causal);
 
 #endif

@@ -5,7 +5,7 @@
  * dimensions wider than the matrix, alpha/beta as the kernel's two ways to write C
  * (C itself as the accumulator where alpha = 1 and beta is 0 or 1, a buffer otherwise),
  * and B chunks and K slices of more than one (K up to 1200, n up to 700; 500 x 1200 is
- * two chunks).
+ * two chunks). Its attention kernel is test_tensor_attn_bf16's.
  * Exits 77 (skipped) where the CPU or kernel gives no AMX.
  *
  * The bound: products of bf16 values are exact in f32 and AMX accumulates them in f32,
@@ -131,70 +131,6 @@ static void packed_one(int tb, int64_t m, int64_t n, int64_t k, int64_t r0)
     xfree_aligned(ap);
     xfree_aligned(bp);
     xfree(c);
-}
-
-/*
- * attn_amx.c: attention of `heads` heads (row strides wider than heads x d, as the
- * UNet's fused qkv are) against float64 softmax(q k^T scale) v of the same f32 inputs.
- * Q, K, V and P are rounded to bf16: the bound is 1e-2 of max |v| (values in [-1, 1]),
- * three times the worst error measured (3.2e-3), far below a wrong block's (~0.3).
- */
-/* ramp > 0: channel 0 of key t is ramp * t and of query i +-4 (alternating), so half the
- * queries' scores rise through every block by more than the kernel's lazy-rescale margin
- * (its running max must move) and half fall (it must not matter that it stays). */
-static void attn_one(int64_t tq, int64_t tk, int heads, int64_t d, int64_t dv, float ramp)
-{
-    int64_t qrs = heads * d + 7, krs = heads * d + 3, vrs = heads * dv + 5, ors = heads * dv + 1;
-    float *q = xmalloc((size_t)(tq * qrs) * 4), *k = xmalloc((size_t)(tk * krs) * 4);
-    float *v = xmalloc((size_t)(tk * vrs) * 4), *o = xmalloc((size_t)(tq * ors) * 4);
-    for (int64_t i = 0; i < tq * qrs; i++)
-        q[i] = 2.0f * frand();
-    for (int64_t i = 0; i < tk * krs; i++)
-        k[i] = 2.0f * frand();
-    for (int64_t i = 0; i < tk * vrs; i++)
-        v[i] = frand();
-    for (int64_t i = 0; i < tq * ors; i++)
-        o[i] = NAN;
-    for (int h = 0; h < heads && ramp > 0; h++) {
-        for (int64_t t = 0; t < tk; t++)
-            k[t * krs + h * d] = ramp * (float)t;
-        for (int64_t i = 0; i < tq; i++)
-            q[i * qrs + h * d] = i % 2 ? 4.0f : -4.0f;
-    }
-    float scale = 1.0f / sqrtf((float)d);
-    int rc = cpu_attention_amx(o, ors, q, qrs, k, krs, v, vrs, tq, tk, heads, d, dv, scale);
-    double worst = 0;
-    double *p = xmalloc((size_t)tk * sizeof(double));
-    for (int h = 0; h < heads && rc == 0; h++)
-        for (int64_t i = 0; i < tq; i++) {
-            double mx = -INFINITY, sum = 0;
-            for (int64_t t = 0; t < tk; t++) {
-                double s = 0;
-                for (int64_t c = 0; c < d; c++)
-                    s += (double)q[i * qrs + h * d + c] * (double)k[t * krs + h * d + c];
-                p[t] = s * scale;
-                mx = p[t] > mx ? p[t] : mx;
-            }
-            for (int64_t t = 0; t < tk; t++)
-                sum += p[t] = exp(p[t] - mx);
-            for (int64_t c = 0; c < dv; c++) {
-                double r = 0;
-                for (int64_t t = 0; t < tk; t++)
-                    r += p[t] * (double)v[t * vrs + h * dv + c];
-                double err = fabs((double)o[i * ors + h * dv + c] - r / sum);
-                worst = err > worst || isnan(err) ? err : worst;
-            }
-        }
-    ok(rc == 0 && worst <= 1e-2,
-       "attention %lld x %lld keys, %d heads, d %lld, dv %lld%s: %s, "
-       "worst |error| %.2e (bound 1e-2)",
-       (long long)tq, (long long)tk, heads, (long long)d, (long long)dv,
-       ramp > 0 ? ", scores rising/falling by key" : "", rc == 0 ? "ran" : "NOT RUN", worst);
-    xfree(p);
-    xfree(q);
-    xfree(k);
-    xfree(v);
-    xfree(o);
 }
 
 /*
@@ -330,14 +266,6 @@ int main(void)
     packed_one(0, 100, 70, 1000, 0);      /* two K blocks, ragged n and m */
     packed_one(0, 130, 64, 200, 64);      /* rows 64.. of A */
     packed_one(1, 64, 96, 96, 32);
-    /* SD's head dims; ragged queries and keys; cross-attention's 77 keys */
-    attn_one(131, 131, 2, 40, 40, 0.0f);
-    attn_one(64, 96, 2, 64, 64, 0.0f);
-    attn_one(97, 77, 3, 80, 80, 0.0f);
-    attn_one(40, 200, 1, 160, 160, 0.0f);
-    attn_one(33, 5, 2, 8, 24, 0.0f);
-    attn_one(48, 160, 2, 40, 40, 0.5f); /* ~13 log2 units per block of 32 keys */
-    attn_one(40, 50, 2, 40, 40, 0.0f);  /* one 64-key step, its second half ragged */
     packers_one(TENSOR_F16, 70, 100);
     packers_one(TENSOR_F32, 33, 45);
     packers_one(TENSOR_BF16, 64, 64);
