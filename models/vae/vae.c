@@ -94,9 +94,14 @@ static int resnet(struct vae_ctx *v, const char *p, const struct tensor *x, stru
         const struct tensor *sw, *sb;
         NN_W(sw, &v->w, "%s.nin_shortcut.weight", p);
         NN_W(sb, &v->w, "%s.nin_shortcut.bias", p);
-        NN_TRY(nn__new(v->d, &sc, e, 4, B, Co, H, W));
+        /* into conv1's output, dead by now (vae_new takes it back from the spares):
+         * a fourth tensor here was the decoder's peak (x 256 + h, h2, sc 3 x 128 MiB at
+         * 512^2) */
+        NN_TRY(vae_new(v, &sc, B, Co, H, W));
         NN_TRY(nn__conv1(sc, x, sw, sb, e));
         NN_TRY(tensor_add(h2, h2, sc, e));
+        vae_keep(v, sc);
+        sc = NULL;
     } else {
         NN_TRY(tensor_add(h2, h2, x, e));
     }
@@ -332,7 +337,9 @@ fail:
 /*
  * The activation peak of vae_decode / encode, by walking the levels as the code
  * allocates (floats): a ResnetBlock holds its input, GN(input), conv1 out, then
- * GN(h), conv2 out and the shortcut: max(2 in + out, in + 3 out); an upsample holds
+ * GN(h) and conv2 out (the shortcut reuses conv1 out's tensor; on the CPU the fused
+ * GN + conv makes no GN tensor, elsewhere it may): max(2 in + out, in + 3 out), an
+ * over-estimate on the CPU by one out; an upsample holds
  * its input, the resized tensor and the conv output (tensor_conv2d_up2 makes no
  * resized tensor on the CPU, but other backends do); the mid attention ~7 C per
  * pixel. Encode is bounded by the same walk at the same resolutions.
