@@ -37,7 +37,9 @@
  * --reps N times per size (default 1); prints each child's wall, CPU seconds and peak
  * RSS (wait4), the medians, the bf16/fp32 ratios and latentd/sd.cpp's with issue 15's
  * goals (fp32 cold wall <= 0.2 of sd.cpp's at 256^2, <= 0.12 at 512^2; peak RSS <=
- * sd.cpp's). --no-cold skips them; --cold-only runs only them. sd.cpp takes ~55 s per
+ * sd.cpp's). Before them the checkpoint is evicted from the page cache and read back
+ * once (--page-cache as-is skips that; cold_table.c says why). --no-cold skips them;
+ * --cold-only runs only them. sd.cpp takes ~55 s per
  * 256^2 and ~330 s per 512^2 run on 2 quiet threads: --cold-only --reps 3 is ~30 minutes
  * (far more on a loaded machine: 305 s for one 256^2 run at load 9).
  * --ab [--reps N (default 3)]: instead of all that, an in-process fp32 / bf16 A/B of one
@@ -292,6 +294,7 @@ int main(int argc, char **argv)
                           argv[6]);
     const char *ckpt = NULL, *perf = NULL, *device = "cpu";
     int quick = 0, tiny = 0, threads = 2, only = 0, perf_vae = 0, cold = 1, cold_only = 0;
+    int page_as_is = 0;
     int ab = 0, reps = 0; /* 0: the mode's default (--ab 3, cold table 1) */
     const char *sdcpp = getenv("LATENTD_SDCPP");
     for (int i = 1; i < argc; i++) {
@@ -315,6 +318,9 @@ int main(int argc, char **argv)
             cold_only = 1;
         else if (!strcmp(argv[i], "--ab"))
             ab = 1;
+        else if (!strcmp(argv[i], "--page-cache") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "read") || !strcmp(argv[i + 1], "as-is")))
+            page_as_is = !strcmp(argv[++i], "as-is");
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sdcpp") && i + 1 < argc)
@@ -327,10 +333,12 @@ int main(int argc, char **argv)
                  (!strcmp(argv[i + 1], "256") || !strcmp(argv[i + 1], "512")))
             only = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_txt2img [--ckpt PATH] [--quick] [--size 256|512] [--tiny] "
-                            "[--threads N] [--device SPEC] [--perf-ctl CTL,ACK [--perf-vae]] "
-                            "[--no-cold | --cold-only] [--sdcpp PATH] [--reps N] "
-                            "[--ab [--ab-only unet|vae] [--ab-prec fp32|bf16]]\n");
+            fprintf(stderr,
+                    "usage: bench_txt2img [--ckpt PATH] [--quick] [--size 256|512] [--tiny] "
+                    "[--threads N] [--device SPEC] [--perf-ctl CTL,ACK [--perf-vae]] "
+                    "[--no-cold | --cold-only] [--sdcpp PATH] [--reps N] "
+                    "[--page-cache read|as-is] "
+                    "[--ab [--ab-only unet|vae] [--ab-prec fp32|bf16]]\n");
             return 2;
         }
     }
@@ -355,9 +363,14 @@ int main(int argc, char **argv)
     self[self_n] = 0;
     if (sdcpp && !*sdcpp)
         sdcpp = NULL; /* LATENTD_SDCPP= (empty) means none */
-    struct bench_t2i_cold_opts co = {.self = self, .models_dir = dir, .sdcpp = sdcpp,
-                                     .threads = threads, .quick = quick, .only = only,
-                                     .reps = reps < 1 ? 1 : reps};
+    struct bench_t2i_cold_opts co = {.self = self,
+                                     .models_dir = dir,
+                                     .sdcpp = sdcpp,
+                                     .threads = threads,
+                                     .quick = quick,
+                                     .only = only,
+                                     .reps = reps < 1 ? 1 : reps,
+                                     .page_cache_as_is = page_as_is};
     if (!mkdtemp(dir))
         PANIC("mkdtemp");
     snprintf(sub, sizeof sub, "%s/checkpoints", dir);

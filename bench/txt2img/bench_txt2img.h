@@ -41,6 +41,7 @@ struct bench_t2i_cold_opts {
     int quick; /* 256^2 only */
     int only;  /* 256 or 512: that size only; 0: both */
     int reps;  /* interleaved repetitions per size (>= 1); medians are printed */
+    int page_cache_as_is; /* 0: the checkpoint is evicted and read back once first */
 };
 
 /*
