@@ -21,6 +21,9 @@ static void cpu_shutdown(void)
     cpu_wino_release();
     cpu_linear_release();
     cpu_linear_amx_release();
+    cpu_linear_bf16v_release();
+    cpu_attn_amx_release();
+    cpu_attn_avx512bf16_release();
     cpu_gemm_amx_rows_release();
     cpu_bf16_cache_clear();
 }

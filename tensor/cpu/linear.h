@@ -59,4 +59,14 @@ void cpu_linear_amx(float *y, const float *x, const struct tensor *w, const floa
                     int64_t rows, int64_t k, int64_t n, int geglu);
 size_t cpu_linear_amx_release(void);
 
+/*
+ * The same on AVX-512 BF16 (linear_avx512bf16.c) where the CPU has it but no AMX, for
+ * many rows (cpu_linear_use_t); cpu_linear_bf16v_ok says when, as cpu_linear_amx_ok.
+ */
+int cpu_linear_bf16v_usable(void);
+int cpu_linear_bf16v_ok(const struct tensor *w, int64_t rows, int geglu);
+void cpu_linear_bf16v(float *y, const float *x, const struct tensor *w, const float *bias,
+                      int64_t rows, int64_t k, int64_t n, int geglu);
+size_t cpu_linear_bf16v_release(void);
+
 #endif

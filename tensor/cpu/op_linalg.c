@@ -129,6 +129,8 @@ int tensor__cpu_linear(struct tensor *out, const struct tensor *x, const struct 
         cpu_linear(po, px, w, pb, rows, k, n);
     } else if (cpu_linear_amx_ok(w, rows, 0)) {
         cpu_linear_amx(po, px, w, pb, rows, k, n, 0);
+    } else if (cpu_linear_bf16v_ok(w, rows, 0)) {
+        cpu_linear_bf16v(po, px, w, pb, rows, k, n, 0);
     } else { /* the reference (and bf16: cpu_sgemm finds the bound copy) */
         const float *pw = cpu_widen_in_gemm(w, &hw);
         /* the bias into y on every thread, not the executor alone (a pass over all of y,
@@ -160,6 +162,8 @@ int tensor__cpu_linear_geglu(struct tensor *out, const struct tensor *x, const s
         cpu_linear_geglu_w(po, px, w, pb, rows, k, h);
     } else if (cpu_linear_amx_ok(w, rows, 1)) {
         cpu_linear_amx(po, px, w, pb, rows, k, 2 * h, 1);
+    } else if (cpu_linear_bf16v_ok(w, rows, 1)) {
+        cpu_linear_bf16v(po, px, w, pb, rows, k, 2 * h, 1);
     } else {
         cpu_linear_geglu(po, px, cpu_widen_in_gemm(w, &hw), pb, rows, k, h);
         cpu_widen_done(&hw);

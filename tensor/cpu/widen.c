@@ -237,11 +237,11 @@ size_t tensor_cpu_scratch_release(void)
     size_t n = scratch.busy ? 0 : cpu_widen_scratch_bytes();
     cpu_widen_release();
     /* and the bf16 per-op weight copies' scratch, Winograd's buffers, linear.c's tiles,
-     * the bf16 attentions' K/V, the AMX Linear's packings and
+     * the bf16 attentions' K/V, the bf16 Linears' packings and
      * gemm.c's AMX row split's packed B */
     return n + cpu_bf16_tmp_release() + cpu_wino_release() + cpu_linear_release() +
            cpu_attn_amx_release() + cpu_attn_avx512bf16_release() + cpu_linear_amx_release() +
-           cpu_gemm_amx_rows_release();
+           cpu_linear_bf16v_release() + cpu_gemm_amx_rows_release();
 }
 
 void cpu_widen_release(void)

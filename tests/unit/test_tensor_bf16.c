@@ -587,9 +587,13 @@ int main(void)
     t_linear(TENSOR_F16, 4096, 64, 64, "linear f16, row panels rounding x per panel");
     t_linear(TENSOR_F16, 1100, 96, 1000, "linear f16, 1100 rows, K = 1000 (row bands, K blocks)");
     t_linear(TENSOR_F32, 1040, 330, 40, "linear f32 weight, 1040 rows, n = 330");
+    /* without AMX but with AVX-512 BF16 (linear_avx512bf16.c): a pair of K half padding,
+     * three K blocks of 1024 accumulating in y, a last group of 6 columns, 4 ragged rows */
+    t_linear(TENSOR_F16, 1030, 70, 2049, "linear f16, 1030 rows, K = 2049");
     t_geglu(TENSOR_F16, 70, 128, 320, "geglu f16 weight, 70 rows (column bands)");
     t_geglu(TENSOR_BF16, 1030, 64, 96, "geglu bf16 weight, 1030 rows (row bands)");
     t_geglu(TENSOR_F32, 40, 48, 72, "geglu f32 weight, h = 48 (the chunked path)");
+    t_geglu(TENSOR_F32, 1100, 128, 77, "geglu f32 weight, 1100 rows, K = 77");
     t_matmul();
     t_conv(TENSOR_F32, 2, 64, 9, 9, 40, 1, 1, 0, "conv 1x1 (direct GEMM)");
     t_conv(TENSOR_F16, 1, 64, 96, 96, 40, 1, 1, 0, "conv 1x1 96^2 (x rounded per panel)");
