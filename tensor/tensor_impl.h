@@ -186,6 +186,13 @@ int cpu_conv2d_amx_small(float *out, const float *x, const void *w, enum tensor_
                          const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
                          int64_t co, int64_t kh, int64_t kw, const struct tensor_conv2d_opts *o);
 
+/* The same on AVX-512 BF16 without AMX (linear_avx512bf16.c's GEMM), for images of at
+ * most cpu_conv_bf16v_max_px output pixels; -1 where it does not apply. */
+int cpu_conv2d_bf16v_small(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                           const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
+                           int64_t co, int64_t kh, int64_t kw, const struct tensor_conv2d_opts *o);
+extern int cpu_conv_bf16v_max_px;
+
 extern int cpu_conv_wn;
 int cpu_conv2d_is_wn(int64_t n, int64_t ci, int64_t co, int64_t kh, int64_t kw, int64_t ho,
                      int64_t wo, const struct tensor_conv2d_opts *o);

@@ -400,13 +400,15 @@ int main(int argc, char **argv)
             conv_size = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--wn-avx2")) /* gemm_wn.c's AVX2 kernel on AVX-512 CPUs */
             cpu_gemm_wn_avx512 = 0;
+        else if (!strcmp(argv[i], "--bf16v-px") && i + 1 < argc) /* conv.c's small-image */
+            cpu_conv_bf16v_max_px = atoi(argv[++i]);             /* AVX-512 BF16 path (0: off) */
         else if (!strcmp(argv[i], "--bf16")) /* the --linear / --conv tables at bf16 */
             tensor_precision_set(TENSOR_PRECISION_BF16);
         else {
-            fprintf(stderr,
-                    "usage: bench_ops [--reps N] [--bq N] [--bk N] [--fbk N] [--attn-ref] "
-                    "[--conv-ref] [--conv-wino] [--wchunk B] [--threads N] [--cols B] "
-                    "[--only S] [--gpu] [--linear] [--conv 256|512] [--bf16] [--wn-avx2]\n");
+            fprintf(stderr, "usage: bench_ops [--reps N] [--bq N] [--bk N] [--fbk N] [--attn-ref] "
+                            "[--conv-ref] [--conv-wino] [--wchunk B] [--threads N] [--cols B] "
+                            "[--only S] [--gpu] [--linear] [--conv 256|512] [--bf16] [--wn-avx2] "
+                            "[--bf16v-px N]\n");
             return 2;
         }
     }

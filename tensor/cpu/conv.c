@@ -28,6 +28,7 @@
 #include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "gemm_wn.h"
+#include "linear.h" /* cpu_bf16v_gemm */
 #include "../tensor_impl.h"
 #include "../tensor_precision.h"
 
@@ -47,6 +48,9 @@
 #define CONV_AMX_B_BYTES ((size_t)64 << 20) /* bf16 on AMX: small images' packed columns */
 
 size_t cpu_conv_cols_bytes = CONV_COLS_BYTES; /* tunable by the benchmark */
+/* cpu_conv2d_bf16v_small: output pixels per image at most (tunable), columns at most */
+int cpu_conv_bf16v_max_px = 64;
+#define CONV_BF16V_COLS_MAX ((size_t)64 << 20)
 /* With LATENTD_CONV=onednn (conv_dnnl.c: opt-in, not reliably faster here), images from
  * 16x16 up; below, reordering W (59 MB at 1280 channels) costs more than the conv gains. */
 int64_t cpu_conv_dnnl_min_px = 256;
@@ -404,6 +408,35 @@ int cpu_conv2d_amx_small(float *out, const float *x, const void *w, enum tensor_
     tensor__pool_for(n * co, scatter_task, &cj);
     xfree_aligned(cj.tmp);
     xfree(imgs);
+    return 0;
+}
+
+/*
+ * Small images under bf16 on AVX-512 BF16 without AMX: the batched im2col's columns times
+ * W as stored, on linear_avx512bf16.c's vdpbf16ps GEMM (W's rows rounded per band as its
+ * A, the columns packed once as its B), instead of cpu_sgemm's row panels over a bf16
+ * copy of W (oneDNN). -1 (nothing done) where it does not apply.
+ */
+int cpu_conv2d_bf16v_small(float *out, const float *x, const void *w, enum tensor_dtype wdt,
+                           const float *bias, int64_t n, int64_t ci, int64_t h, int64_t wd,
+                           int64_t co, int64_t kh, int64_t kw, const struct tensor_conv2d_opts *o)
+{
+    int64_t ho, wo;
+    tensor_conv2d_out_hw(o, h, wd, kh, kw, &ho, &wo);
+    int64_t k = ci * kh * kw, p = ho * wo;
+    if (tensor_precision_get() != TENSOR_PRECISION_BF16 || cpu_bf16_amx() ||
+        !cpu_linear_bf16v_usable() || p > cpu_conv_bf16v_max_px ||
+        (size_t)(n * p * k) * sizeof(float) > CONV_BF16V_COLS_MAX ||
+        (wdt != TENSOR_F32 && wdt != TENSOR_F16 && wdt != TENSOR_BF16))
+        return -1;
+    float *cols = im2col_batched(x, n, ci, h, wd, kh, kw, ho, wo, o);
+    struct conv_job j = {out, x,  NULL, bias, ci, h, wd, co,   kh,  kw,
+                         ho,  wo, k,    p,    0,  n, o,  NULL, NULL};
+    j.tmp = xmalloc_aligned(64, (size_t)(co * n * p) * sizeof(float));
+    cpu_bf16v_gemm(j.tmp, n * p, w, wdt, k, cols, n * p, co, n * p, k);
+    tensor__pool_for(n * co, scatter_task, &j);
+    xfree_aligned(j.tmp);
+    xfree_aligned(cols);
     return 0;
 }
 

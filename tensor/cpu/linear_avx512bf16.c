@@ -34,6 +34,7 @@
 #include <immintrin.h>
 
 #include "adapt.h"
+#include "gemm_amx.h" /* cpu_amx_vnni_pair: AVX-512 BF16 only */
 #include "gemm_bf16.h"
 #include "linear.h"
 #include "../tensor_impl.h"
@@ -49,12 +50,15 @@
 static _Thread_local struct cpu_scratch op_w, task_s;
 
 struct lv_job {
-    const float *x;
-    float *y;
-    const uint32_t *bp;        /* W packed: group g at bp + g * kp * NG */
-    const float *bias;         /* padded to the groups' width, or NULL */
+    const void *a; /* A [rows, k] (lda apart) at adt: x for a Linear, W for a conv */
+    enum tensor_dtype adt;
+    int64_t lda;
+    float *y; /* [rows, n] (ldy apart), or the GEGLU's [rows, h] */
+    int64_t ldy;
+    const uint32_t *bp;        /* B packed: group g at bp + g * kp * NG */
+    const float *bias;         /* per column, padded to the groups' width, or NULL */
     int64_t rows, k, kp, n, h; /* kp: pairs of K (k rounded up to even, halved); h: GEGLU */
-    enum tensor_dtype wdt;
+    enum tensor_dtype wdt;     /* a Linear's W [n, k] (pack_w_task) */
     const void *w;
 };
 
@@ -182,35 +186,84 @@ static void tile_mr(int mr, const uint32_t *a, int64_t lda, const uint32_t *b, i
     }
 }
 
+/* B [k, n] f32 (ldb apart) into groups of 64 columns as K pairs, pairs [p0, p1). */
+struct bcols_job {
+    uint32_t *bp;
+    const float *b;
+    int64_t ldb, k, kp, n;
+};
+
+static void pack_cols_task(void *ctx, int64_t p0, int64_t p1, int tid)
+{
+    (void)tid;
+    const struct bcols_job *j = ctx;
+    int64_t groups = (j->n + NG - 1) / NG;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *lo = j->b + 2 * p * j->ldb;
+        const float *hi = 2 * p + 1 < j->k ? lo + j->ldb : NULL;
+        for (int64_t c = 0; c < groups * NG; c += 16) {
+            int64_t left = j->n - c;
+            __mmask16 m = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            __m512 x0 = _mm512_maskz_loadu_ps(m, lo + c);
+            __m512 x1 = hi ? _mm512_maskz_loadu_ps(m, hi + c) : _mm512_setzero_ps();
+            _mm512_store_si512(j->bp + (c / NG) * j->kp * NG + p * NG + c % NG,
+                               cpu_amx_vnni_pair(x0, x1));
+        }
+    }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
 #pragma GCC pop_options
 #endif
 
-/* Rows [r0, r0 + rn) of y, their x rounded at a (kp pairs per row). */
-static void band_linear(const struct lv_job *j, const uint32_t *a, int64_t r0, int64_t rn)
+/* Rows [r0, r0 + rn) of A, columns [k0, k0 + kk), as bf16 pairs at dst (lp pairs per
+ * row; an odd kk's last pair half zero). */
+static void a_slice(uint32_t *dst, int64_t lp, const struct lv_job *j, int64_t r0, int64_t rn,
+                    int64_t k0, int64_t kk)
+{
+    size_t es = j->adt == TENSOR_F32 ? 4 : 2;
+    for (int64_t r = 0; r < rn; r++) {
+        uint16_t *d = (uint16_t *)(dst + r * lp);
+        const char *src = (const char *)j->a + ((size_t)((r0 + r) * j->lda + k0)) * es;
+        if (j->adt == TENSOR_F16)
+            cpu_bf16_from_f16(d, (const uint16_t *)src, kk);
+        else if (j->adt == TENSOR_BF16)
+            memcpy(d, src, (size_t)kk * 2);
+        else
+            cpu_bf16_round(d, (const float *)src, kk);
+        if (kk % 2)
+            d[kk] = 0;
+    }
+}
+
+/* Rows [r0, r0 + rn) of y: per K block, the band's A slice rounded at a, then every
+ * group's tiles over it. */
+static void band_linear(const struct lv_job *j, uint32_t *a, int64_t r0, int64_t rn)
 {
     int64_t groups = (j->n + NG - 1) / NG, kbp = K_BLOCK / 2;
     for (int64_t p0 = 0; p0 < j->kp; p0 += kbp) {
         int64_t np = j->kp - p0 < kbp ? j->kp - p0 : kbp;
+        int64_t kk = j->k - 2 * p0 < 2 * np ? j->k - 2 * p0 : 2 * np;
+        a_slice(a, np, j, r0, rn, 2 * p0, kk);
         for (int64_t g = 0; g < groups; g++) {
             const uint32_t *b = j->bp + g * j->kp * NG + p0 * NG;
             int cols = j->n - g * NG < NG ? (int)(j->n - g * NG) : NG;
             const float *bias = j->bias ? j->bias + g * NG : NULL;
             for (int64_t i = 0; i < rn; i += MR)
-                tile_mr(rn - i < MR ? (int)(rn - i) : MR, a + i * j->kp + p0, j->kp, b, np,
-                        j->y + (r0 + i) * j->n + g * NG, j->n, cols, p0 == 0, bias);
+                tile_mr(rn - i < MR ? (int)(rn - i) : MR, a + i * np, np, b, np,
+                        j->y + (r0 + i) * j->ldy + g * NG, j->ldy, cols, p0 == 0, bias);
         }
     }
 }
 
-/* The GEGLU's rows [r0, r0 + rn): per group of a's columns, [a | g] of a tile into blk
- * (MR x 2 NG), then y = a * gelu(g). */
-static void band_geglu(const struct lv_job *j, const uint32_t *a, int64_t r0, int64_t rn,
-                       float *blk)
+/* The GEGLU's rows [r0, r0 + rn) (K whole): per group of a's columns, [a | g] of a tile
+ * into blk (MR x 2 NG), then y = a * gelu(g). */
+static void band_geglu(const struct lv_job *j, uint32_t *a, int64_t r0, int64_t rn, float *blk)
 {
     int64_t groups = j->h / NG;
+    a_slice(a, j->kp, j, r0, rn, 0, j->k);
     for (int64_t g = 0; g < groups; g++) {
         const uint32_t *ba = j->bp + g * j->kp * NG, *bg = j->bp + (groups + g) * j->kp * NG;
         const float *bias_a = j->bias ? j->bias + g * NG : NULL;
@@ -220,7 +273,7 @@ static void band_geglu(const struct lv_job *j, const uint32_t *a, int64_t r0, in
             tile_mr(mr, a + i * j->kp, j->kp, ba, j->kp, blk, 2 * NG, NG, 1, bias_a);
             tile_mr(mr, a + i * j->kp, j->kp, bg, j->kp, blk + NG, 2 * NG, NG, 1, bias_g);
             for (int r = 0; r < mr; r++)
-                cpu_vec_geglu(j->y + (r0 + i + r) * j->h + g * NG, blk + r * 2 * NG,
+                cpu_vec_geglu(j->y + (r0 + i + r) * j->ldy + g * NG, blk + r * 2 * NG,
                               blk + r * 2 * NG + NG, NG);
         }
     }
@@ -230,31 +283,27 @@ static void row_task(void *ctx, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     const struct lv_job *j = ctx;
-    /* the band's rounded x, then the GEGLU's block */
-    size_t a_floats = (size_t)(BAND_ROWS * j->kp);
+    /* the band's rounded A (a K block, or all of K for the GEGLU), then the GEGLU's block */
+    int64_t lp = j->h ? j->kp : K_BLOCK / 2;
+    size_t a_floats = (size_t)(BAND_ROWS * lp);
     float *s = cpu_scratch_grow(&task_s, a_floats + MR * 2 * NG + 16);
-    uint32_t *a = (uint32_t *)s;
-    float *blk = s + a_floats;
     for (int64_t t = b; t < e; t++) {
         int64_t r0 = t * BAND_ROWS, rn = j->rows - r0 < BAND_ROWS ? j->rows - r0 : BAND_ROWS;
-        for (int64_t r = 0; r < rn; r++) {
-            uint16_t *ar = (uint16_t *)(a + r * j->kp);
-            cpu_bf16_round(ar, j->x + (r0 + r) * j->k, j->k);
-            if (j->k % 2)
-                ar[j->k] = 0;
-        }
         if (j->h)
-            band_geglu(j, a, r0, rn, blk);
+            band_geglu(j, (uint32_t *)s, r0, rn, s + a_floats);
         else
-            band_linear(j, a, r0, rn);
+            band_linear(j, (uint32_t *)s, r0, rn);
     }
 }
 
 void cpu_linear_bf16v(float *y, const float *x, const struct tensor *w, const float *bias,
                       int64_t rows, int64_t k, int64_t n, int geglu)
 {
-    struct lv_job j = {.x = x,
+    struct lv_job j = {.a = x,
+                       .adt = TENSOR_F32,
+                       .lda = k,
                        .y = y,
+                       .ldy = geglu ? n / 2 : n,
                        .rows = rows,
                        .k = k,
                        .kp = (k + 1) / 2,
@@ -279,4 +328,24 @@ void cpu_linear_bf16v(float *y, const float *x, const struct tensor *w, const fl
 size_t cpu_linear_bf16v_release(void)
 {
     return cpu_scratch_drop(&op_w) + cpu_scratch_drop(&task_s);
+}
+
+void cpu_bf16v_gemm(float *c, int64_t ldc, const void *a, enum tensor_dtype adt, int64_t lda,
+                    const float *b, int64_t ldb, int64_t rows, int64_t n, int64_t k)
+{
+    struct lv_job j = {.a = a,
+                       .adt = adt,
+                       .lda = lda,
+                       .y = c,
+                       .ldy = ldc,
+                       .rows = rows,
+                       .k = k,
+                       .kp = (k + 1) / 2,
+                       .n = n};
+    int64_t groups = (n + NG - 1) / NG;
+    uint32_t *bp = (uint32_t *)cpu_scratch_grow(&op_w, (size_t)(groups * j.kp * NG) + 16);
+    struct bcols_job bj = {bp, b, ldb, k, j.kp, n};
+    tensor__pool_for(j.kp, pack_cols_task, &bj);
+    j.bp = bp;
+    tensor__pool_for((rows + BAND_ROWS - 1) / BAND_ROWS, row_task, &j);
 }

@@ -212,6 +212,10 @@ int tensor__cpu_conv2d(struct tensor *out, const struct tensor *x, const struct 
         cpu_conv2d_amx_small(po, px, tensor__ptr(w), w->dtype, pb, x->shape[0], ci, x->shape[2],
                              x->shape[3], co, kh, kw, o) == 0)
         done = 1;
+    if (!done && tensor_is_contiguous(w) &&
+        cpu_conv2d_bf16v_small(po, px, tensor__ptr(w), w->dtype, pb, x->shape[0], ci, x->shape[2],
+                               x->shape[3], co, kh, kw, o) == 0)
+        done = 1;
     if (!done && tensor_precision_get() != TENSOR_PRECISION_BF16 && tensor_is_contiguous(w) &&
         cpu_conv2d_is_wn(x->shape[0], ci, co, kh, kw, ho, wo, o)) {
         cpu_conv2d_wn(po, px, tensor__ptr(w), w->dtype, pb, x->shape[0], ci, x->shape[2],

@@ -604,6 +604,9 @@ int main(void)
      * the bind packs from the f16 weight and leaves the copy to cpu_bf16_fill) */
     t_conv(TENSOR_F16, 1, 64, 6, 10, 200, 3, 1, 1, "conv 3x3 6x10 -> 200 (row panels)");
     t_conv(TENSOR_F16, 2, 96, 7, 6, 72, 3, 1, 1, "conv 3x3 7x6, K = 864 (two K blocks)");
+    /* AVX-512 BF16 without AMX (conv.c's cpu_conv2d_bf16v_small): two K blocks of 1024,
+     * 98 columns (a ragged group of 64), 70 rows of W (a ragged band) */
+    t_conv(TENSOR_F16, 2, 130, 7, 7, 70, 3, 1, 1, "conv 3x3 7x7, K = 1170");
     /* 320 x 64 by 289 columns: on AMX gemm.c splits W's packed rows and rounds x into B's
      * tiles once (amx_rows) */
     t_conv(TENSOR_F16, 1, 64, 17, 17, 320, 1, 1, 0, "conv 1x1 17x17 -> 320 (W's rows split)");
