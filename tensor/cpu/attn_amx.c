@@ -66,26 +66,6 @@ struct amx_attn {
 #define TGT __attribute__((target("avx512f,fma,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #define INLINE static inline __attribute__((always_inline))
 
-/*
- * 2^x for the softmax's P, which is rounded to bf16 (relative 2^-9) right after: a degree-3
- * polynomial on [-1/2, 1/2] (relative error 7.5e-5, a fit with relative weight at
- * Chebyshev nodes, reweighted towards minimax) is exact enough and two FMAs shorter than
- * cpu_exp2_neg16's. The rescale factors use it too: O^T and l take the same factor, so
- * its error cancels in O / l. Clamped at -100 as cpu_exp2_neg16 (NaN from -inf - -inf
- * included); x <= LAZY_LOG2.
- */
-TGT INLINE __m512 exp2_p3(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-100.0f));
-    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(0.055171627551317215f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2426111251115799f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6932609677314758f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999280571937561f));
-    return _mm512_scalef_ps(p, n);
-}
-
 /* 32 floats (n valid, the rest 0) x scale -> 32 bf16, round to nearest even. */
 TGT INLINE __m512i round32(const float *src, int64_t n, float scale)
 {
@@ -247,7 +227,8 @@ TGT static void attn_block(const struct amx_attn *j, int64_t h, int64_t i0, char
                                               _CMP_GT_OQ);
             if (up) {
                 __m512 mn = _mm512_max_ps(m[half], mx);
-                __m512 alpha = exp2_p3(_mm512_sub_ps(m[half], mn)); /* m = -inf: ~0, all 0 */
+                /* O^T and l take the same factor: its error cancels in O / l */
+                __m512 alpha = cpu_exp2_p3(_mm512_sub_ps(m[half], mn)); /* m = -inf: ~0, all 0 */
                 m[half] = mn;
                 l[half] = _mm512_mul_ps(l[half], alpha);
                 float *oc = ot + half * 16;
@@ -267,9 +248,9 @@ TGT static void attn_block(const struct amx_attn *j, int64_t h, int64_t i0, char
                     int rr = r + 2 * u;
                     __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
                     if (nk == 2 * KB || rr < nk)
-                        p0 = exp2_p3(_mm512_sub_ps(_mm512_load_ps(sc + rr * QB), mn));
+                        p0 = cpu_exp2_p3(_mm512_sub_ps(_mm512_load_ps(sc + rr * QB), mn));
                     if (nk == 2 * KB || rr + 1 < nk)
-                        p1 = exp2_p3(_mm512_sub_ps(_mm512_load_ps(sc + (rr + 1) * QB), mn));
+                        p1 = cpu_exp2_p3(_mm512_sub_ps(_mm512_load_ps(sc + (rr + 1) * QB), mn));
                     sum[u] = _mm512_add_ps(sum[u], _mm512_add_ps(p0, p1));
                     _mm512_store_si512(prow + rr * 16, cpu_amx_vnni_pair(p0, p1));
                 }

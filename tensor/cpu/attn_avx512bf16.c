@@ -21,7 +21,8 @@
  * half a key: its P is zero and its V was packed as zero. Needs d even (SD's 40, 64,
  * 80, 160 are); else, or causal, the caller runs the f32 kernel.
  *
- * Numerics: Q, K, V and P are rounded to bf16 (nearest even), sums f32; the sum l of
+ * Numerics: Q, K, V and P are rounded to bf16 (nearest even), sums f32, P from the
+ * degree-3 exponential (exp2_avx512.h: its 7.5e-5 is far below P's rounding); the sum l of
  * each query is of the rounded P, so that O / l weighs exactly what O summed. Within
  * ~1e-2 relative of a float64 attention, as attn_amx.c (test_tensor_attn_bf16 checks
  * both against the same bound).
@@ -38,6 +39,7 @@
 #include "adapt.h"
 #include "attn_fused.h"
 #include "exp2_avx512.h"
+#include "gemm_amx.h" /* cpu_amx_vnni_pair: AVX-512 BF16 only */
 #include "gemm_bf16.h"
 #include "../tensor_impl.h"
 
@@ -66,18 +68,6 @@ int cpu_attention_avx512bf16_usable(void)
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
-
-/* 16 floats to bf16 (nearest even), each in the low half of a 32-bit lane. */
-INLINE __m512i bf16_lo(__m512 x)
-{
-    return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x));
-}
-
-/* Two rows' lanes interleaved as pairs: lane i = (a[i], b[i]). */
-INLINE __m512i pair(__m512 a, __m512 b)
-{
-    return _mm512_or_si512(bf16_lo(a), _mm512_slli_epi32(bf16_lo(b), 16));
-}
 
 INLINE __m512 dp(__m512 acc, __m512i a, __m512i b)
 {
@@ -158,7 +148,7 @@ INLINE void fa_step(const int nv, const struct fa_args *a, struct fa_sub *s, flo
     for (int v = 0; v < nv; v++) {
         __m512 mo = _mm512_load_ps(s->m + 16 * v);
         __m512 mn = _mm512_max_ps(mo, bmax[v]);
-        corr[v] = cpu_exp2_neg16(_mm512_sub_ps(mo, mn));
+        corr[v] = cpu_exp2_p3(_mm512_sub_ps(mo, mn)); /* O^T and l alike: its error cancels */
         lsum[v] = _mm512_mul_ps(_mm512_load_ps(s->l + 16 * v), corr[v]);
         _mm512_store_ps(s->m + 16 * v, mn);
         bmax[v] = mn;
@@ -170,11 +160,12 @@ INLINE void fa_step(const int nv, const struct fa_args *a, struct fa_sub *s, flo
     for (int64_t j = 0; j < np; j++)
         for (int v = 0; v < nv; v++) {
             __m512 mx = bmax[v];
-            __m512 p0 = cpu_exp2_neg16(_mm512_sub_ps(_mm512_load_ps(st + 2 * j * QT + 16 * v), mx));
-            __m512 p1 = 2 * j + 1 < nk ? cpu_exp2_neg16(_mm512_sub_ps(
-                                             _mm512_load_ps(st + (2 * j + 1) * QT + 16 * v), mx))
-                                       : _mm512_setzero_ps();
-            __m512i pp = pair(p0, p1);
+            __m512 p0 = cpu_exp2_p3(_mm512_sub_ps(_mm512_load_ps(st + 2 * j * QT + 16 * v), mx));
+            __m512 p1 =
+                2 * j + 1 < nk
+                    ? cpu_exp2_p3(_mm512_sub_ps(_mm512_load_ps(st + (2 * j + 1) * QT + 16 * v), mx))
+                    : _mm512_setzero_ps();
+            __m512i pp = cpu_amx_vnni_pair(p0, p1);
             /* the sum of what O^T adds: the rounded P (bf16 is f32's top half) */
             lsum[v] = _mm512_add_ps(lsum[v], _mm512_castsi512_ps(_mm512_slli_epi32(pp, 16)));
             lsum[v] = _mm512_add_ps(
@@ -264,13 +255,13 @@ static void pack_task(void *ctx, int64_t b, int64_t e, int tid)
             for (; c + 16 <= j->dv; c += 16) {
                 __m512 x0 = _mm512_loadu_ps(v0 + c);
                 __m512 x1 = v1 ? _mm512_loadu_ps(v1 + c) : _mm512_setzero_ps();
-                _mm512_storeu_si512(o + c, pair(x0, x1));
+                _mm512_storeu_si512(o + c, cpu_amx_vnni_pair(x0, x1));
             }
             if (c < j->dv) {
                 __mmask16 m = (__mmask16)((1u << (j->dv - c)) - 1);
                 __m512 x0 = _mm512_maskz_loadu_ps(m, v0 + c);
                 __m512 x1 = v1 ? _mm512_maskz_loadu_ps(m, v1 + c) : _mm512_setzero_ps();
-                _mm512_mask_storeu_epi32(o + c, m, pair(x0, x1));
+                _mm512_mask_storeu_epi32(o + c, m, cpu_amx_vnni_pair(x0, x1));
             }
         }
     }
