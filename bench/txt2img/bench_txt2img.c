@@ -38,7 +38,8 @@
  * RSS (wait4), the medians, the bf16/fp32 ratios and latentd/sd.cpp's with issue 15's
  * goals (fp32 cold wall <= 0.2 of sd.cpp's at 256^2, <= 0.12 at 512^2; peak RSS <=
  * sd.cpp's). Before them the checkpoint is evicted from the page cache and read back
- * once (--page-cache as-is skips that; cold_table.c says why). --no-cold skips them;
+ * once, so that every run starts from one stated state (--page-cache as-is skips that;
+ * cold_table.c says what it changed: nothing measurable end to end). --no-cold skips them;
  * --cold-only runs only them. sd.cpp takes ~55 s per
  * 256^2 and ~330 s per 512^2 run on 2 quiet threads: --cold-only --reps 3 is ~30 minutes
  * (far more on a loaded machine: 305 s for one 256^2 run at load 9).

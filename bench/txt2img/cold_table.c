@@ -24,14 +24,15 @@
  * the launcher's address space and would report the launcher's whole-life peak.
  *
  * The checkpoint's pages: every contender finds the file in the page cache, but how it
- * got there matters to a program that maps it (latentd) and not to one that reads it
- * (sd.cpp). Read from disk, ext4 keeps it in large folios, which a mapping takes in
- * 2 MiB steps; written (the generator made the file minutes before), it sits in 4 KiB
- * pages, and a fresh process's first touch of the UNet's 1.6 GiB costs ~0.8 s more on
- * this VM (2 GiB: 0.85-0.96 s against 0.05-0.14 s, /tmp micro-benchmark, Zen 5). So by
- * default the table first puts the file in the state a user's checkpoint is in after a
- * reboot: written back, evicted (posix_fadvise DONTNEED) and read once; the header says
- * which state ran. --page-cache as-is keeps whatever state the file is in.
+ * got there could matter to a program that maps it (latentd) and not to one that reads
+ * it (sd.cpp). Read from disk, ext4 keeps it in large folios; written (the generator
+ * made the file minutes before), in 4 KiB pages, and a fresh process's first touch of
+ * all 2 GiB through a mapping took 0.86-1.0 s against 0.05-0.17 s on this VM (Zen 5,
+ * /tmp micro-benchmark). End to end it did not show: a cold 512^2 fp32 run from a file
+ * just written by cp took 22.04 s against 22.40 s after the reset below (medians of 2,
+ * same run). The table still starts from one stated state, the one a user's checkpoint
+ * is in after a reboot: written back, evicted (posix_fadvise DONTNEED) and read once; the
+ * header says which state ran, and --page-cache as-is keeps whatever state it is in.
  *
  * Each child must leave a PNG of the requested size (checked from its IHDR), so a run
  * that failed quietly cannot pass as a fast one. sd.cpp's output goes to a log next to
