@@ -50,13 +50,7 @@ static _Thread_local struct cpu_scratch kv;
 
 int cpu_attention_avx512bf16_usable(void)
 {
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512bf16");
-    }
-    return have;
+    return cpu_avx512bf16_usable();
 }
 
 #if defined(__clang__) /* clang ignores GCC target pragmas */

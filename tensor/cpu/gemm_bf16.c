@@ -79,6 +79,17 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) static void round_avx512(
 
 static int have_avx512bf16 = -1;
 
+int cpu_avx512bf16_usable(void)
+{
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512bf16");
+    }
+    return have;
+}
+
 void cpu_bf16_round(uint16_t *dst, const float *src, int64_t n)
 {
     if (have_avx512bf16 < 0)

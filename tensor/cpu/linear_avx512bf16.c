@@ -64,13 +64,7 @@ struct lv_job {
 
 int cpu_linear_bf16v_usable(void)
 {
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512bf16");
-    }
-    return have;
+    return cpu_avx512bf16_usable();
 }
 
 int cpu_linear_bf16v_ok(const struct tensor *w, int64_t rows, int geglu)
