@@ -21,7 +21,11 @@
  * takes K whole (SD's is at most 1280).
  *
  * Only for many rows (>= CPU_LINEAR_T_ROWS, the UNet's 64^2 and 32^2 levels), where W is
- * small beside x and packing it once per op is cheap; fewer rows keep cpu_sgemm's path.
+ * small beside x and packing it once per op is cheap; fewer rows keep cpu_sgemm's path
+ * (at 512 rows this kernel measured no faster: packing W per op cost what it gained).
+ *
+ * The same GEMM serves conv.c's small images (cpu_bf16v_gemm): there A is the weight, as
+ * stored (f16 rows rounded per band and K block like x's), and B the im2col columns.
  *
  * Numerics: bf16 operands rounded to nearest even, fp32 sums, as every bf16 GEMM here;
  * only the order of the sums over K differs from the other paths.
