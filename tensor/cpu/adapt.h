@@ -112,10 +112,13 @@ void cpu_scratch_free_at_exit(void);
 /* A thread's kept float buffer (widen.c's weight scratch, linear.c's tiles; widen.c):
  * cpu_scratch_grow makes it hold at least `floats` (64-byte aligned, 64 bytes of slack
  * after them), dropping the old contents when it grows and arming the thread-exit free;
- * cpu_scratch_drop frees it and returns the bytes it held. */
+ * cpu_scratch_drop frees it and returns the bytes it held. From 2 MiB it is a mapping of
+ * its own in transparent huge pages (util/alloc's xtry_map), as Winograd's buffers are:
+ * these buffers are first touched in a cold process's first step. */
 struct cpu_scratch {
     float *p;
     size_t cap; /* floats */
+    size_t map; /* bytes given to xtry_map, or 0: p is from xmalloc_aligned */
 };
 float *cpu_scratch_grow(struct cpu_scratch *s, size_t floats);
 size_t cpu_scratch_drop(struct cpu_scratch *s);

@@ -78,12 +78,31 @@ void cpu_scratch_free_at_exit(void)
         pthread_setspecific(exit_key, &exit_key); /* any non-NULL value arms it */
 }
 
+static void scratch_free(struct cpu_scratch *s)
+{
+    if (s->map)
+        xunmap(s->p, s->map);
+    else
+        xfree_aligned(s->p);
+    s->p = NULL;
+    s->cap = 0;
+    s->map = 0;
+}
+
 float *cpu_scratch_grow(struct cpu_scratch *s, size_t floats)
 {
     if (floats > s->cap) {
         cpu_scratch_free_at_exit();
-        xfree_aligned(s->p);
-        s->p = xmalloc_aligned(64, floats * sizeof(float) + 64);
+        scratch_free(s);
+        size_t bytes = floats * sizeof(float) + 64;
+        void *p = NULL;
+        struct err e = {0};
+        if (bytes >= ALLOC_HUGE && xtry_map(bytes, &p, &e) == 0) {
+            s->map = bytes;
+        } else { /* small, or no mapping to be had: the heap (which aborts when it fails) */
+            p = xmalloc_aligned(64, bytes);
+        }
+        s->p = p;
         s->cap = floats;
     }
     return s->p;
@@ -92,9 +111,7 @@ float *cpu_scratch_grow(struct cpu_scratch *s, size_t floats)
 size_t cpu_scratch_drop(struct cpu_scratch *s)
 {
     size_t n = s->cap * sizeof(float);
-    xfree_aligned(s->p);
-    s->p = NULL;
-    s->cap = 0;
+    scratch_free(s);
     return n;
 }
 
