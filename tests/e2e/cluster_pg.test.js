@@ -204,21 +204,26 @@ test("kill -9 of the worker running a job: re-run once, then failed; the queue d
       small.push(pid);
     }
     const killed = new Set();
-    const killRunner = async () => {
+    const starts = () => promptEvents(ws, "slow").filter((x) => x === "execution_start").length;
+    const killRunner = async (nth) => {
       // A dead worker stays listed (with its job) until its heartbeat and lease run out.
       const w = await L.waitFor(async () => {
         const s = (await L.request(api, "GET", "/system_stats")).json();
         return s.workers.find((x) => x.running === "slow" && !killed.has(x.pid));
       }, { timeoutMs: 60000, intervalMs: 20 });
+      // Kill it once its run has begun and been announced (the nth execution_start reached
+      // the watcher): listed as running, a worker that had only claimed the job could die
+      // before starting it, and the run would leave no start to count.
+      await L.waitFor(async () => starts() >= nth, { timeoutMs: 60000, intervalMs: 20 });
       const victim = workers.find((s) => s.proc.pid === w.pid);
       killed.add(w.pid);
       await victim.kill9();
       return victim;
     };
     // First death: its lease runs out and another worker runs it again.
-    const first = await killRunner();
+    const first = await killRunner(1);
     // Second death: the job was running each of the 2 times a worker died: failed.
-    const second = await killRunner();
+    const second = await killRunner(2);
     assert.notEqual(first.proc.pid, second.proc.pid);
     const h = await L.waitFor(async () => {
       const hh = await history(api);
