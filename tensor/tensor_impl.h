@@ -219,7 +219,6 @@ size_t cpu_attn_amx_release(void);
 int cpu_attention_avx512bf16(float *out, int64_t o_rs, const float *q, int64_t q_rs, const float *k,
                              int64_t k_rs, const float *v, int64_t v_rs, int64_t tq, int64_t tk,
                              int heads, int64_t d, int64_t dv, float scale);
-int cpu_attention_avx512bf16_usable(void);
 size_t cpu_attn_avx512bf16_release(void);
 /* The fused AVX-512F kernel behind cpu_attention (attn_avx512.c), same contract; call
  * only when cpu_attention_avx512_usable() (the CPU has AVX-512F, checked once). */

@@ -219,8 +219,8 @@ static void load_q(float *qt, const float *q, int64_t q_rs, int64_t n, int64_t d
     }
 }
 
-static void store_o(float *out, int64_t o_rs, const float *ot, const float *l, int64_t n,
-                    int64_t dv)
+void cpu_fattn_store_o48(float *out, int64_t o_rs, const float *ot, const float *l, int64_t n,
+                         int64_t dv)
 {
     for (int64_t i = 0; i < n; i++) {
         float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
@@ -229,7 +229,8 @@ static void store_o(float *out, int64_t o_rs, const float *ot, const float *l, i
     }
 }
 
-static const struct fa_kernel kernel = {QT, FA_QSUB, 16, 8, fa_step_nv, load_q, store_o};
+static const struct fa_kernel kernel = {
+    QT, FA_QSUB, 16, 8, fa_step_nv, load_q, cpu_fattn_store_o48};
 
 void cpu_attention_avx512(float *out, int64_t o_rs, const float *q, int64_t q_rs,
                           const float *k, int64_t k_rs, const float *v, int64_t v_rs, int64_t tq,

@@ -45,13 +45,9 @@
 
 #define QT 48     /* queries per subtile: three 16-lane vectors */
 #define FA_QSUB 4 /* subtiles per task: 192 queries share each key/value block */
+_Static_assert(QT == 48, "O^T is attn_avx512.c's layout: cpu_fattn_store_o48 stores it");
 
 static _Thread_local struct cpu_scratch kv;
-
-int cpu_attention_avx512bf16_usable(void)
-{
-    return cpu_avx512bf16_usable();
-}
 
 #if defined(__clang__) /* clang ignores GCC target pragmas */
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))),  \
@@ -267,23 +263,14 @@ static void pack_task(void *ctx, int64_t b, int64_t e, int tid)
 #pragma GCC pop_options
 #endif
 
-static void store_o(float *out, int64_t o_rs, const float *ot, const float *l, int64_t n,
-                    int64_t dv)
-{
-    for (int64_t i = 0; i < n; i++) {
-        float inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
-        for (int64_t c = 0; c < dv; c++)
-            out[i * o_rs + c] = ot[c * QT + i] * inv;
-    }
-}
-
-static const struct fa_kernel kernel = {QT, FA_QSUB, 16, 8, fa_step_nv, load_q, store_o};
+static const struct fa_kernel kernel = {
+    QT, FA_QSUB, 16, 8, fa_step_nv, load_q, cpu_fattn_store_o48};
 
 int cpu_attention_avx512bf16(float *out, int64_t o_rs, const float *q, int64_t q_rs, const float *k,
                              int64_t k_rs, const float *v, int64_t v_rs, int64_t tq, int64_t tk,
                              int heads, int64_t d, int64_t dv, float scale)
 {
-    if (!cpu_attention_avx512bf16_usable() || d % 2 || tq <= 0 || tk <= 0 || d <= 0 || dv <= 0)
+    if (!cpu_avx512bf16_usable() || d % 2 || tq <= 0 || tk <= 0 || d <= 0 || dv <= 0)
         return -1;
     int64_t k_hs = tk * d, v_hs = (tk + 1) / 2 * dv; /* bf16 / pairs per head */
     size_t kb = (size_t)(heads * k_hs) * 2, vb = (size_t)(heads * v_hs) * 4;

@@ -42,6 +42,11 @@ struct fa_kernel {
                     int64_t dv);
 };
 
+/* store_o of the AVX-512 kernels (attn_avx512.c, attn_avx512bf16.c), whose O^T is the
+ * same f32 [dv][48] (attn_avx512.c). */
+void cpu_fattn_store_o48(float *out, int64_t o_rs, const float *ot, const float *l, int64_t n,
+                         int64_t dv);
+
 /* K and V in a kernel's own layout, packed once per call for every head (the bf16
  * kernel's): head h's slices start at k + h * k_hs and v + h * v_hs bytes. */
 struct fa_packed {

@@ -425,7 +425,7 @@ int cpu_conv2d_bf16v_small(float *out, const float *x, const void *w, enum tenso
     tensor_conv2d_out_hw(o, h, wd, kh, kw, &ho, &wo);
     int64_t k = ci * kh * kw, p = ho * wo;
     if (tensor_precision_get() != TENSOR_PRECISION_BF16 || cpu_bf16_amx() ||
-        !cpu_linear_bf16v_usable() || p > cpu_conv_bf16v_max_px ||
+        !cpu_avx512bf16_usable() || p > cpu_conv_bf16v_max_px ||
         (size_t)(n * p * k) * sizeof(float) > CONV_BF16V_COLS_MAX ||
         (wdt != TENSOR_F32 && wdt != TENSOR_F16 && wdt != TENSOR_BF16))
         return -1;

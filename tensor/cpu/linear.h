@@ -65,14 +65,13 @@ size_t cpu_linear_amx_release(void);
  * The same on AVX-512 BF16 (linear_avx512bf16.c) where the CPU has it but no AMX, for
  * many rows (cpu_linear_use_t); cpu_linear_bf16v_ok says when, as cpu_linear_amx_ok.
  */
-int cpu_linear_bf16v_usable(void);
 int cpu_linear_bf16v_ok(const struct tensor *w, int64_t rows, int geglu);
 void cpu_linear_bf16v(float *y, const float *x, const struct tensor *w, const float *bias,
                       int64_t rows, int64_t k, int64_t n, int geglu);
 size_t cpu_linear_bf16v_release(void);
 /* Its GEMM for other ops (conv.c's small images): c [rows, n] (ldc apart) = A [rows, k]
  * (stored at adt: f32, f16 or bf16; lda apart) x B [k, n] (f32, ldb apart), bf16
- * operands rounded to nearest even, fp32 sums. Only where cpu_linear_bf16v_usable(). */
+ * operands rounded to nearest even, fp32 sums. Only where cpu_avx512bf16_usable(). */
 void cpu_bf16v_gemm(float *c, int64_t ldc, const void *a, enum tensor_dtype adt, int64_t lda,
                     const float *b, int64_t ldb, int64_t rows, int64_t n, int64_t k);
 

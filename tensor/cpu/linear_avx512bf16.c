@@ -66,15 +66,10 @@ struct lv_job {
     const void *w;
 };
 
-int cpu_linear_bf16v_usable(void)
-{
-    return cpu_avx512bf16_usable();
-}
-
 int cpu_linear_bf16v_ok(const struct tensor *w, int64_t rows, int geglu)
 {
     if (tensor_precision_get() != TENSOR_PRECISION_BF16 || !cpu_linear_use_t(rows) ||
-        cpu_bf16_amx() || !cpu_linear_bf16v_usable())
+        cpu_bf16_amx() || !cpu_avx512bf16_usable())
         return 0;
     if (w->ndim != 2 || !tensor_is_contiguous(w))
         return 0;
@@ -84,21 +79,28 @@ int cpu_linear_bf16v_ok(const struct tensor *w, int64_t rows, int geglu)
     return !geglu || (w->shape[0] % (2 * NG) == 0 && w->shape[1] <= GEGLU_KMAX);
 }
 
-/* Row `col` of W as bf16 into dst (k elements, then a zero to make the pairs whole). */
+/* n values stored at dt (f32, f16 or bf16) as bf16 into dst, then a zero when n is odd
+ * (the last pair made whole). */
+static void bf16_row(uint16_t *dst, const void *src, enum tensor_dtype dt, int64_t n)
+{
+    if (dt == TENSOR_F16)
+        cpu_bf16_from_f16(dst, src, n);
+    else if (dt == TENSOR_BF16)
+        memcpy(dst, src, (size_t)n * 2);
+    else
+        cpu_bf16_round(dst, src, n);
+    if (n % 2)
+        dst[n] = 0;
+}
+
+/* Row `col` of W as bf16 pairs into dst (kp pairs; zero past W's last row). */
 static void w_row(uint16_t *dst, const struct lv_job *j, int64_t col)
 {
-    if (col >= j->n) {
+    if (col >= j->n)
         memset(dst, 0, (size_t)j->kp * 4);
-        return;
-    }
-    if (j->wdt == TENSOR_F16)
-        cpu_bf16_from_f16(dst, (const uint16_t *)j->w + col * j->k, j->k);
-    else if (j->wdt == TENSOR_BF16)
-        memcpy(dst, (const uint16_t *)j->w + col * j->k, (size_t)j->k * 2);
     else
-        cpu_bf16_round(dst, (const float *)j->w + col * j->k, j->k);
-    if (j->k % 2)
-        dst[j->k] = 0;
+        bf16_row(dst, (const char *)j->w + (size_t)(col * j->k) * tensor_dtype_size(j->wdt), j->wdt,
+                 j->k);
 }
 
 static void pack_w_task(void *ctx, int64_t b, int64_t e, int tid)
@@ -221,19 +223,10 @@ static void pack_cols_task(void *ctx, int64_t p0, int64_t p1, int tid)
 static void a_slice(uint32_t *dst, int64_t lp, const struct lv_job *j, int64_t r0, int64_t rn,
                     int64_t k0, int64_t kk)
 {
-    size_t es = j->adt == TENSOR_F32 ? 4 : 2;
-    for (int64_t r = 0; r < rn; r++) {
-        uint16_t *d = (uint16_t *)(dst + r * lp);
-        const char *src = (const char *)j->a + ((size_t)((r0 + r) * j->lda + k0)) * es;
-        if (j->adt == TENSOR_F16)
-            cpu_bf16_from_f16(d, (const uint16_t *)src, kk);
-        else if (j->adt == TENSOR_BF16)
-            memcpy(d, src, (size_t)kk * 2);
-        else
-            cpu_bf16_round(d, (const float *)src, kk);
-        if (kk % 2)
-            d[kk] = 0;
-    }
+    size_t es = tensor_dtype_size(j->adt);
+    for (int64_t r = 0; r < rn; r++)
+        bf16_row((uint16_t *)(dst + r * lp),
+                 (const char *)j->a + ((size_t)((r0 + r) * j->lda + k0)) * es, j->adt, kk);
 }
 
 /* Rows [r0, r0 + rn) of y: per K block, the band's A slice rounded at a, then every

@@ -16,6 +16,7 @@
 #include "harness.h"
 #include "tensor_impl.h"
 #include "cpu/gemm_amx.h"
+#include "cpu/gemm_bf16.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 
@@ -114,7 +115,7 @@ static void kernel_all(const struct kernel *kn)
 
 int main(void)
 {
-    int amx = cpu_amx_usable(), avx512bf16 = cpu_attention_avx512bf16_usable();
+    int amx = cpu_amx_usable(), avx512bf16 = cpu_avx512bf16_usable();
     if (!amx && !avx512bf16)
         SKIP("neither AMX-BF16 nor AVX-512 BF16 on this CPU");
     struct dev *dv;
