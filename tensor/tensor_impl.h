@@ -284,6 +284,10 @@ extern int cpu_wino_avx2;   /* else AVX2: -1 when the CPU has it, 0 scalar */
  * cpu_wino_tile returns the output tile size cpu_conv2d_winograd will use: 2 or 4. */
 extern int cpu_wino_f43;
 int cpu_wino_tile(int64_t ci, int64_t co, int64_t ho, int64_t wo);
+/* The tile under bf16 precision: F(4,3) from 64^2 output pixels at any channel count
+ * off AMX (its error is bf16's rounding, not fp32's bound), F(2,3) on AMX or with
+ * cpu_wino_f43 = 0. */
+int cpu_wino_tile_bf16(int64_t ci, int64_t co, int64_t ho, int64_t wo);
 /* Free the calling thread's Winograd buffers (kept between calls); returns the bytes. */
 size_t cpu_wino_release(void);
 /* 1 when cpu_conv2d will take the Winograd path for this shape (the op then hands it an

@@ -1,6 +1,7 @@
 /*
- * wino43.c — the transforms of Winograd F(4x4, 3x3), fp32 (winograd.c runs the job:
- * weights, tasks, buffers and GEMMs are shared with F(2x2, 3x3)).
+ * wino43.c — the transforms of Winograd F(4x4, 3x3), in fp32 (winograd.c runs the job:
+ * weights, tasks, buffers and GEMMs are shared with F(2x2, 3x3); under bf16 V is rounded
+ * row by row as the input transform writes it).
  *
  * Each 4x4 output tile comes from a 6x6 input patch: 36 GEMM products per tile and
  * channel pair instead of F(2,3)'s 64 for the same 16 pixels (144 direct), and 36/16 of
@@ -36,6 +37,7 @@
  *
  * Threads: any (pure functions over the job's inputs and the caller's buffers).
  */
+#include "gemm_bf16.h"
 #include "winograd_impl.h"
 
 /* d[0..5] (stride ds) -> B^T d into v[0..5] (stride vs) */
@@ -98,7 +100,7 @@ void wino43__tf_weights(const float *g, float *u, int64_t stride, int64_t n)
 }
 
 void wino43__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, float *v,
-                      int64_t T, float *patch, float *tr)
+                      int64_t T, float *patch, float *tr, uint16_t *v16, float *tq)
 {
     int64_t pw = 4 * j->tw + 2, prow = 4 * nr + 2, plane = j->ci * T;
     float *t[6];
@@ -119,7 +121,7 @@ void wino43__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t n
             for (int k = 0; k < 6; k++) { /* then along each row: planes 6 k .. 6 k + 5 */
                 float *vk[6];
                 for (int q = 0; q < 6; q++)
-                    vk[q] = v + (6 * k + q) * plane + c * T + r * j->tw;
+                    vk[q] = v16 ? tq + q * j->tw : v + (6 * k + q) * plane + c * T + r * j->tw;
                 int64_t tx0 = vec == 16  ? wino43__in_cols_avx512(t[k], vk, j->tw)
                               : vec == 8 ? wino43__in_cols_avx2(t[k], vk, j->tw)
                                          : 0;
@@ -129,6 +131,8 @@ void wino43__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t n
                     for (int q = 0; q < 6; q++)
                         vk[q][tx] = o[q];
                 }
+                for (int q = 0; v16 && q < 6; q++)
+                    cpu_bf16_round(v16 + (6 * k + q) * plane + c * T + r * j->tw, vk[q], j->tw);
             }
         }
     }

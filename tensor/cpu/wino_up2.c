@@ -211,7 +211,7 @@ static void up2_task(void *ctx, int64_t b, int64_t e, int tid)
         int64_t img = t / j->nchk, r0 = t % j->nchk * j->rows;
         int64_t nr = j->th - r0 < j->rows ? j->th - r0 : j->rows, T = nr * j->tw;
         if (m4)
-            wino43__input_tf(j, img, r0, nr, v, T, patch, tr);
+            wino43__input_tf(j, img, r0, nr, v, T, patch, tr, NULL, NULL);
         else
             wino__input_tf(j, img, r0, nr, v, T, patch, tr, NULL, NULL);
         for (int xi = 0; xi < l->nxi; xi++)

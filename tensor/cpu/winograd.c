@@ -34,11 +34,11 @@
  * bf16 as it is transformed (from the f32 image of the weight: the rounding comes after
  * the transform, as a bf16 direct convolution rounds its weight and not G g G^T's
  * inputs), each task rounds its V once after the input transform (in cache), and the
- * 16 GEMMs are bf16 x bf16 -> f32 (gemm_bf16.h); the output transform stays f32. So U
+ * 16 (F(4,3): 36) GEMMs are bf16 x bf16 -> f32 (gemm_bf16.h); the output transform stays f32. So U
  * and the GEMMs' reads of it are half the bytes, and the GEMM runs at the bf16 rate.
  * Before this, a bf16 model's Winograd convolutions ran fp32: the convolutions that
  * dominate a VAE decode gained nothing from --bf16-vae. cpu_wino_bf16 = 0 restores
- * that (comparisons).
+ * that (comparisons). Which tile under bf16: cpu_wino_tile_bf16 below.
  *
  * Shared (winograd_impl.h): wino_up2.c runs these transforms on a nearest-2x upsample's
  * low-resolution input, one output phase at a time; wino_avx512.c does the transforms'
@@ -368,7 +368,7 @@ static void wg_task(void *ctx, int64_t b, int64_t e, int tid)
         int64_t nr = j->th - r0 < j->rows ? j->th - r0 : j->rows, T = nr * j->tw;
         float *out = j->out + img * j->co * j->ho * j->wo;
         if (j->m == 4)
-            wino43__input_tf(j, img, r0, nr, v, T, bf.patch, bf.tr);
+            wino43__input_tf(j, img, r0, nr, v, T, bf.patch, bf.tr, bf.v16, bf.tq);
         else if (j->vpk)
             input_tf_packed(j, img, r0, nr, bf.patch, bf.tr, bf.tq, bf.v16);
         else
@@ -501,6 +501,28 @@ int cpu_wino_tile(int64_t ci, int64_t co, int64_t ho, int64_t wo)
     return ho * wo >= 64 * 64 ? 4 : 2;
 }
 
+/*
+ * The tile under bf16. F(4,3) on images of 64^2 output pixels and more, at any channel
+ * count: under bf16 the error is the rounding of U and V, amplified by F(4,3)'s
+ * transforms ~5-10x over F(2,3)'s (test_tensor_bf16: max |y - ref| / max sum|xw| 1.2e-3
+ * to 3.5e-3 against 2.3e-4 to 6.8e-4, ~10x bf16 im2col's, flat in the channel count),
+ * not fp32's 1e-5 bound that caps W43_MAX_CI; a full-size SD1.5 512^2 txt2img decoded
+ * 40.8 dB PSNR off fp32 with it against 43.5 with F(2,3) (the issue's bound is 35).
+ * What it buys on an AVX-512 BF16 CPU (Zen 5, 2 threads, bench_ops --conv 512 --bf16):
+ * 320x320 at 64^2 11.8 -> 7.6 ms, 640x640 42.9 -> 28-33 ms, the VAE decode at 512^2
+ * 2.24 -> 1.75 s. Smaller images keep F(2,3), as in fp32 (at 32^2 F(4,3) was slower at
+ * 640 channels, at 16^2 everywhere). On AMX F(2,3) stays: its V goes straight into
+ * tiles (input_tf_packed), which has no F(4,3) form yet, and it was not measured there.
+ * LATENTD_WINO=f23 keeps F(2,3) everywhere (comparisons).
+ */
+int cpu_wino_tile_bf16(int64_t ci, int64_t co, int64_t ho, int64_t wo)
+{
+    int m = cpu_wino_tile(ci, co, ho, wo); /* also reads LATENTD_WINO, once */
+    if (cpu_bf16_amx() || cpu_wino_f43 == 0)
+        return 2;
+    return m == 4 || ho * wo >= 64 * 64 ? 4 : 2;
+}
+
 int cpu_conv2d_winograd(float *out, const float *x, const float *w, const float *bias, int64_t n,
                         int64_t ci, int64_t h, int64_t wd, int64_t co,
                         const struct tensor_conv2d_opts *o)
@@ -540,7 +562,8 @@ static int winograd(float *out, const float *x, const void *w, enum tensor_dtype
         return -1;
     int nt = tensor__pool_threads();
     int bf16 = cpu_wino_bf16 && tensor_precision_get() == TENSOR_PRECISION_BF16;
-    int m = bf16 ? 2 : cpu_wino_tile(ci, co, ho, wo), nxi = m == 4 ? W43_XI : WG_XI;
+    int m = bf16 ? cpu_wino_tile_bf16(ci, co, ho, wo) : cpu_wino_tile(ci, co, ho, wo);
+    int nxi = m == 4 ? W43_XI : WG_XI;
     struct wg_job j = {out,
                        x,
                        NULL,

@@ -116,11 +116,12 @@ int64_t wino__out_row_avx512(const float *const pq[WG_XI], float bv, float *y0, 
  *   tf_weights: U's 36 values for the 3x3 kernels i < n at g + 9 i, (G g G^T)[xi] to
  *   u[xi * stride + i];
  *   input_tf: as wino__input_tf, 36 planes, patch (4 nr + 2) x (4 tw + 2), tr 6 rows
- *   of it; output_tf: as wino__output_tf, 36 points.
+ *   of it (with v16 set, V rounded into v16 through tq, 6 x tw floats); output_tf: as
+ *   wino__output_tf, 36 points.
  */
 void wino43__tf_weights(const float *g, float *u, int64_t stride, int64_t n);
 void wino43__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr, float *v,
-                      int64_t T, float *patch, float *tr);
+                      int64_t T, float *patch, float *tr, uint16_t *v16, float *tq);
 void wino43__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
                        const float *const mq[W43_XI], const int64_t mcs[W43_XI], int a, int b);
 
