@@ -511,8 +511,9 @@ int cpu_wino_tile(int64_t ci, int64_t co, int64_t ho, int64_t wo)
  * What it buys on an AVX-512 BF16 CPU (Zen 5, 2 threads, bench_ops --conv 512 --bf16):
  * 320x320 at 64^2 11.8 -> 7.6 ms, 640x640 42.9 -> 28-33 ms, the VAE decode at 512^2
  * 2.24 -> 1.75 s. Smaller images keep F(2,3), as in fp32 (at 32^2 F(4,3) was slower at
- * 640 channels, at 16^2 everywhere). On AMX F(2,3) stays: its V goes straight into
- * tiles (input_tf_packed), which has no F(4,3) form yet, and it was not measured there.
+ * 640 channels, at 16^2 everywhere). On AMX F(2,3) stays, unmeasured there: its V goes
+ * straight into tiles (input_tf_packed, F(2,3) only); F(4,3) would take the plain-V path
+ * (wino43__input_tf into v16, cpu_gemm_amx_packed), which handles either tile.
  * LATENTD_WINO=f23 keeps F(2,3) everywhere (comparisons).
  */
 int cpu_wino_tile_bf16(int64_t ci, int64_t co, int64_t ho, int64_t wo)
@@ -593,7 +594,7 @@ static int winograd(float *out, const float *x, const void *w, enum tensor_dtype
                        0,
                        in_up};
     wino__plan_rows(&j, n, nxi * (ci + co) * j.tw * (int64_t)sizeof(float));
-    if (bf16 && cpu_bf16_amx() && ci % 32 == 0 && j.tw % 16 == 0) {
+    if (bf16 && cpu_bf16_amx() && m == 2 && ci % 32 == 0 && j.tw % 16 == 0) {
         j.vpk = 1;
         j.vplane = (int64_t)cpu_amx_packed_b_elems(j.rows * j.tw, ci);
     }
