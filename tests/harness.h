@@ -62,6 +62,18 @@ static int harness__n, harness__failed;
         exit(77);                                                                      \
     } while (0)
 
+/* The unit tests' random values: xorshift64 on *state (seeded nonzero by the caller, one
+ * stream per test program so its data never depends on another's), 24 bits in [-1, 1). */
+static inline float harness_frand(uint64_t *state)
+{
+    uint64_t r = *state;
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    *state = r;
+    return (float)((r >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
 static inline int harness_done(void)
 {
     printf("1..%d\n", harness__n);

@@ -26,10 +26,7 @@ static uint64_t rng = 0x2545f4914f6cdd1dull;
 
 static float frand(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+    return harness_frand(&rng);
 }
 
 /* [b, t, c] f32 of values in [-a, a]; also returned in *vals (xmalloc). */

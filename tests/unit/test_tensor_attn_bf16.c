@@ -22,10 +22,7 @@ static uint64_t rng = 0x243f6a8885a308d3ull;
 
 static float frand(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+    return harness_frand(&rng);
 }
 
 struct kernel {

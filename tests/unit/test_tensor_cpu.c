@@ -19,10 +19,7 @@ static uint64_t rng = 88172645463325252ull;
 
 static float frand(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+    return harness_frand(&rng);
 }
 
 /* A tensor of random values in [-a, a]; *vals (xmalloc) gets the values as stored. */

@@ -17,10 +17,7 @@ static uint64_t rng = 0x2545F4914F6CDD1Dull;
 
 static float frand(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+    return harness_frand(&rng);
 }
 
 static struct tensor *mk(enum tensor_dtype dt, int nd, const int64_t *sh, float a)
