@@ -77,24 +77,21 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) static void round_avx512(
     round_scalar(dst + i, src + i, n - i);
 }
 
-static int have_avx512bf16 = -1;
-
 int cpu_avx512bf16_usable(void)
 {
     static int have = -1;
     if (have < 0) {
         __builtin_cpu_init();
         have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512bf16");
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
+               __builtin_cpu_supports("fma");
     }
     return have;
 }
 
 void cpu_bf16_round(uint16_t *dst, const float *src, int64_t n)
 {
-    if (have_avx512bf16 < 0)
-        have_avx512bf16 = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
-    if (have_avx512bf16)
+    if (cpu_avx512bf16_usable())
         round_avx512(dst, src, n);
     else
         round_scalar(dst, src, n);
@@ -123,9 +120,7 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) static void f16_avx512(ui
 
 void cpu_bf16_from_f16(uint16_t *dst, const uint16_t *src, int64_t n)
 {
-    if (have_avx512bf16 < 0)
-        have_avx512bf16 = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
-    if (have_avx512bf16) {
+    if (cpu_avx512bf16_usable()) {
         f16_avx512(dst, src, n);
         return;
     }

@@ -38,8 +38,9 @@ void cpu_gemm_bf16_1(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
 /* Whether cpu_gemm_bf16_1 runs gemm_amx.c's kernel: then a caller with an A used by many
  * GEMMs may pack it once (cpu_amx_pack) and call cpu_gemm_amx_packed instead. */
 int cpu_bf16_amx(void);
-/* Whether the CPU has AVX-512 F, BW and BF16 (vdpbf16ps): the bf16 kernels for CPUs
- * without AMX (attn_avx512bf16.c, linear_avx512bf16.c) need all three. Checked once. */
+/* Whether the CPU has AVX-512 F, BW, VL and BF16 (vdpbf16ps) and FMA, what the bf16
+ * kernels for CPUs without AMX (attn_avx512bf16.c, linear_avx512bf16.c) and the rounding
+ * loops (cpu_bf16_round, cpu_bf16_from_f16) are compiled for. Checked once. */
 int cpu_avx512bf16_usable(void);
 
 /* The calling thread's bf16 scratch `slot` (0 or 1), grown to `elems`; owned by the
