@@ -7,24 +7,16 @@
 #include "adapt.h"
 #include "cpu_backend.h"
 #include "gemm_bf16.h"
-#include "linear.h"
 
-/* The pool's threads, oneDNN's primitives, the calling thread's weight and tile scratch
- * and the bf16 weight copies; all restart on the next op. */
+/* The pool's threads, oneDNN's primitives, the calling thread's scratch (every kept
+ * buffer tensor_cpu_scratch_release frees, and the bf16 GEMM's) and the bf16 weight
+ * copies; all restart on the next op. */
 static void cpu_shutdown(void)
 {
     tensor__pool_shutdown();
     cpu_conv_dnnl_release();
-    cpu_widen_release();
+    tensor_cpu_scratch_release();
     cpu_bf16_release();
-    cpu_bf16_tmp_release();
-    cpu_wino_release();
-    cpu_linear_release();
-    cpu_linear_amx_release();
-    cpu_linear_bf16v_release();
-    cpu_attn_amx_release();
-    cpu_attn_avx512bf16_release();
-    cpu_gemm_amx_rows_release();
     cpu_bf16_cache_clear();
 }
 
