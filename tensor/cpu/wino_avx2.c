@@ -149,6 +149,34 @@ int64_t wino__out_row_avx2(const float *const pq[WG_XI], float bv, float *y0, fl
     return tx;
 }
 
+int64_t wino__tf_weights_avx2(const float *g9, float *u, int64_t n)
+{
+    /* kernel c's tap k at g9[9 c + k]: one gather per tap for 8 kernels */
+    const __m256i idx = _mm256_setr_epi32(0, 9, 18, 27, 36, 45, 54, 63);
+    const __m256 half = _mm256_set1_ps(0.5f);
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        __m256 g[9], t[4][3];
+        for (int q = 0; q < 9; q++)
+            g[q] = _mm256_i32gather_ps(g9 + 9 * c + q, idx, 4);
+        for (int k = 0; k < 3; k++) { /* G g */
+            t[0][k] = g[k];
+            t[1][k] = _mm256_mul_ps(half, _mm256_add_ps(_mm256_add_ps(g[k], g[3 + k]), g[6 + k]));
+            t[2][k] = _mm256_mul_ps(half, _mm256_add_ps(_mm256_sub_ps(g[k], g[3 + k]), g[6 + k]));
+            t[3][k] = g[6 + k];
+        }
+        for (int r = 0; r < 4; r++) { /* (G g) G^T */
+            __m256 s = _mm256_add_ps(_mm256_add_ps(t[r][0], t[r][1]), t[r][2]);
+            __m256 d = _mm256_add_ps(_mm256_sub_ps(t[r][0], t[r][1]), t[r][2]);
+            _mm256_storeu_ps(u + (4 * r + 0) * n + c, t[r][0]);
+            _mm256_storeu_ps(u + (4 * r + 1) * n + c, _mm256_mul_ps(half, s));
+            _mm256_storeu_ps(u + (4 * r + 2) * n + c, _mm256_mul_ps(half, d));
+            _mm256_storeu_ps(u + (4 * r + 3) * n + c, t[r][2]);
+        }
+    }
+    return c;
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else

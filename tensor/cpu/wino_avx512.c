@@ -120,6 +120,35 @@ int64_t wino__out_row_avx512(const float *const pq[WG_XI], float bv, float *y0, 
     return tx;
 }
 
+int64_t wino__tf_weights_avx512(const float *g9, float *u, int64_t n)
+{
+    /* kernel c's tap k at g9[9 c + k]: one gather per tap for 16 kernels */
+    const __m512i idx =
+        _mm512_setr_epi32(0, 9, 18, 27, 36, 45, 54, 63, 72, 81, 90, 99, 108, 117, 126, 135);
+    const __m512 half = _mm512_set1_ps(0.5f);
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16) {
+        __m512 g[9], t[4][3];
+        for (int q = 0; q < 9; q++)
+            g[q] = _mm512_i32gather_ps(idx, g9 + 9 * c + q, 4);
+        for (int k = 0; k < 3; k++) { /* G g */
+            t[0][k] = g[k];
+            t[1][k] = _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(g[k], g[3 + k]), g[6 + k]));
+            t[2][k] = _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(g[k], g[3 + k]), g[6 + k]));
+            t[3][k] = g[6 + k];
+        }
+        for (int r = 0; r < 4; r++) { /* (G g) G^T */
+            __m512 s = _mm512_add_ps(_mm512_add_ps(t[r][0], t[r][1]), t[r][2]);
+            __m512 d = _mm512_add_ps(_mm512_sub_ps(t[r][0], t[r][1]), t[r][2]);
+            _mm512_storeu_ps(u + (4 * r + 0) * n + c, t[r][0]);
+            _mm512_storeu_ps(u + (4 * r + 1) * n + c, _mm512_mul_ps(half, s));
+            _mm512_storeu_ps(u + (4 * r + 2) * n + c, _mm512_mul_ps(half, d));
+            _mm512_storeu_ps(u + (4 * r + 3) * n + c, t[r][2]);
+        }
+    }
+    return c;
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else

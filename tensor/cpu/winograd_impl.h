@@ -98,7 +98,9 @@ void wino__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
  *   in_rows: t0 = p0 - p2, t1 = p1 + p2, t2 = p2 - p1, t3 = p1 - p3 over n values;
  *   in_cols: v0..v3[tx] from s[2 tx .. 2 tx + 3] (B^T on the row), tx < tw;
  *   out_row: the tiles tx < pairs of one tile row of one channel, point q of tile tx at
- *   pq[q][tx]: pixels 2 tx and 2 tx + 1 (times up) of rows y0 and y1 (NULL: none).
+ *   pq[q][tx]: pixels 2 tx and 2 tx + 1 (times up) of rows y0 and y1 (NULL: none);
+ *   tf_weights: U's 16 values for the 3x3 kernels c < n at g9 + 9 c, (G g G^T)[xi] to
+ *   u[xi * n + c] (winograd.c's tf_weights23).
  */
 int wino__avx512(void);
 int64_t wino__in_rows_avx512(const float *p0, const float *p1, const float *p2,
@@ -108,6 +110,7 @@ int64_t wino__in_cols_avx512(const float *s, float *v0, float *v1, float *v2, fl
                              int64_t tw);
 int64_t wino__out_row_avx512(const float *const pq[WG_XI], float bv, float *y0, float *y1,
                              int64_t pairs, int64_t up);
+int64_t wino__tf_weights_avx512(const float *g9, float *u, int64_t n);
 
 /*
  * wino43.c: F(4x4, 3x3) with points 0, -1, 1, 1/2, -2 and infinity (why those: the top
@@ -161,6 +164,7 @@ int64_t wino__in_rows_avx2(const float *p0, const float *p1, const float *p2, co
 int64_t wino__in_cols_avx2(const float *s, float *v0, float *v1, float *v2, float *v3, int64_t tw);
 int64_t wino__out_row_avx2(const float *const pq[WG_XI], float bv, float *y0, float *y1,
                            int64_t pairs, int64_t up, int b);
+int64_t wino__tf_weights_avx2(const float *g9, float *u, int64_t n);
 int64_t wino43__in_rows_avx2(const float *const p[6], float *const t[6], int64_t n);
 int64_t wino43__in_cols_avx2(const float *s, float *const v[6], int64_t tw);
 int64_t wino43__out_row_avx2(const float *const pq[W43_XI], float bv, float *const y[4],
