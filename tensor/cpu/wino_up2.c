@@ -86,15 +86,6 @@ static void up2_fold(int a, const float g[3], float f[3])
     f[2] = a ? g[2] : 0.0f;
 }
 
-/* G f, with winograd.c's G and its order of operations. */
-static void up2_g(const float f[3], float r[4])
-{
-    r[0] = f[0];
-    r[1] = 0.5f * (f[0] + f[1] + f[2]);
-    r[2] = 0.5f * (f[0] - f[1] + f[2]);
-    r[3] = f[2];
-}
-
 struct up2_wt_job {
     float *u;
     const void *w;
@@ -118,44 +109,19 @@ static void up2_fold_kernel(int ph, const float *g, float kf[9])
     }
 }
 
-/* F(2,3): output channel o's 36 rows of U into row; wo: its kernels (ci x 9). */
-static void up2_wt23(const struct up2_wt_job *j, const float *wo, float *row)
-{
-    const struct up2_layout *l = j->l;
-    for (int64_t c = 0; c < j->ci; c++) {
-        const float *g = wo + c * 9;
-        for (int ph = 0; ph < UP2_PH; ph++) {
-            float kf[9], t[4][3], fc[3], gc[4];
-            up2_fold_kernel(ph, g, kf);
-            for (int x = 0; x < 3; x++) { /* G k */
-                for (int r = 0; r < 3; r++)
-                    fc[r] = kf[3 * r + x];
-                up2_g(fc, gc);
-                for (int r = 0; r < 4; r++)
-                    t[r][x] = gc[r];
-            }
-            for (int r = 0; r < 4; r++) { /* (G k) G^T */
-                float u[4];
-                up2_g(t[r], u);
-                for (int p = 0; p < 4; p++) {
-                    int xi = 4 * r + p, s = l->slot[xi][ph];
-                    if (s >= 0)
-                        row[(l->off[xi] + s) * j->ci + c] = u[p];
-                }
-            }
-        }
-    }
-}
-
-/* F(4,3): each phase's folded kernels of output channel o (kf, ci x 9) through wino43's
- * weight transform (36 planes of ci into tmp), the phase's 25 planes into row. */
-static void up2_wt43(const struct up2_wt_job *j, const float *wo, float *row, float *kf, float *tmp)
+/* Each phase's folded kernels of output channel o (kf, ci x 9) through the weight
+ * transform (F(2,3)'s 16 or F(4,3)'s 36 planes of ci into tmp), then the phase's planes
+ * into row. */
+static void up2_wt(const struct up2_wt_job *j, const float *wo, float *row, float *kf, float *tmp)
 {
     const struct up2_layout *l = j->l;
     for (int ph = 0; ph < UP2_PH; ph++) {
         for (int64_t c = 0; c < j->ci; c++)
             up2_fold_kernel(ph, wo + c * 9, kf + c * 9);
-        wino43__tf_weights(kf, tmp, j->ci, j->ci);
+        if (l->m == 4)
+            wino43__tf_weights(kf, tmp, j->ci, j->ci);
+        else
+            wino__tf_weights23(kf, tmp, j->ci);
         for (int xi = 0; xi < l->nxi; xi++) {
             int sl = l->slot[xi][ph];
             if (sl >= 0)
@@ -175,14 +141,11 @@ static void up2_wt_task(void *ctx, int64_t b, int64_t e, int tid)
     /* the rows, then channel o's kernels widened (when not f32) */
     float *row = xmalloc_aligned(64, (size_t)((l->blocks + 9) * j->ci) * sizeof(float));
     float *wide = row + l->blocks * j->ci;
-    /* F(4,3): folded kernels (9 per channel) and the 36 transformed planes */
-    float *kf = l->m == 4 ? xmalloc_aligned(64, (size_t)(45 * j->ci) * sizeof(float)) : NULL;
+    /* folded kernels (9 per channel) and the 16 or 36 transformed planes */
+    float *kf = xmalloc_aligned(64, (size_t)((9 + l->nxi) * j->ci) * sizeof(float));
     for (int64_t o = b; o < e; o++) {
         const float *wo = wino__w_row(j->w, j->wdt, o, 9 * j->ci, wide);
-        if (kf)
-            up2_wt43(j, wo, row, kf, kf + 9 * j->ci);
-        else
-            up2_wt23(j, wo, row);
+        up2_wt(j, wo, row, kf, kf + 9 * j->ci);
         for (int64_t blk = 0; blk < l->blocks; blk++)
             memcpy(j->u + (blk * j->co + o) * j->ci, row + blk * j->ci,
                    (size_t)j->ci * sizeof(float));

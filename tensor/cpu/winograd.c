@@ -89,10 +89,10 @@ const float *wino__w_row(const void *w, enum tensor_dtype dt, int64_t o, int64_t
     return buf;
 }
 
-/* F(2,3)'s 16 values for the kernels c < n at g + 9 c, into u[xi * n + c]. The vector
- * loops (wino_avx512.c, wino_avx2.c) take 16 or 8 kernels per step with these operations
- * in this order (same bits); scalar, this ran at ~1/3 of the GEMMs' time on a 16^2 conv. */
-static void tf_weights23(const float *g9, float *u, int64_t n)
+/* The vector loops (wino_avx512.c, wino_avx2.c) take 16 or 8 kernels per step with these
+ * operations in this order (same bits). It runs on every call (weights stay at their file
+ * dtype), so its scalar form cost a UNet step's convs ~3 %. */
+void wino__tf_weights23(const float *g9, float *u, int64_t n)
 {
     int vec = wino__vec();
     int64_t c0 = vec == 16  ? wino__tf_weights_avx512(g9, u, n)
@@ -137,7 +137,7 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
         if (j->m == 4)
             wino43__tf_weights(g, row, j->ci, j->ci);
         else
-            tf_weights23(g, row, j->ci);
+            wino__tf_weights23(g, row, j->ci);
         for (int xi = 0; xi < nxi; xi++) {
             if (j->u16)
                 cpu_bf16_round(j->u16 + xi * plane + o * j->ci, row + xi * j->ci, j->ci);

@@ -89,6 +89,10 @@ void wino__input_tf(const struct wg_job *j, int64_t img, int64_t r0, int64_t nr,
 void wino__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
                      const float *const mq[WG_XI], const int64_t mcs[WG_XI], int a, int b);
 
+/* U = G g G^T for the 3x3 kernels c < n at g9 + 9 c (G = [1 0 0; .5 .5 .5; .5 -.5 .5;
+ * 0 0 1]): F(2,3)'s 16 values to u[xi * n + c], xi = 4 row + column. */
+void wino__tf_weights23(const float *g9, float *u, int64_t n);
+
 /*
  * wino_avx512.c: the transforms' row loops 16 tiles at a time, same operations in the
  * same order as the scalar loops (so the same bits). Each returns how many it did (a
@@ -100,7 +104,7 @@ void wino__output_tf(const struct wg_job *j, float *out, int64_t r0, int64_t nr,
  *   out_row: the tiles tx < pairs of one tile row of one channel, point q of tile tx at
  *   pq[q][tx]: pixels 2 tx and 2 tx + 1 (times up) of rows y0 and y1 (NULL: none);
  *   tf_weights: U's 16 values for the 3x3 kernels c < n at g9 + 9 c, (G g G^T)[xi] to
- *   u[xi * n + c] (winograd.c's tf_weights23).
+ *   u[xi * n + c] (for wino__tf_weights23).
  */
 int wino__avx512(void);
 int64_t wino__in_rows_avx512(const float *p0, const float *p1, const float *p2,
