@@ -279,6 +279,22 @@ int xmap_move(void *dst, void *src, size_t len, int whole)
     return 0;
 }
 
+int xmap_grow(void **p, size_t *n, size_t want, struct err *e)
+{
+    void *q;
+    int rc = xtry_map(want, &q, e);
+    if (rc < 0)
+        return rc;
+    if (*p) {
+        size_t old = xmap_len(*n); /* page-aligned; want > *n keeps it within q's span */
+        if (old > xmap_len(want) || xmap_move(q, *p, old, 1) < 0)
+            xunmap(*p, *n);
+    }
+    *p = q;
+    *n = want;
+    return 0;
+}
+
 long alloc_live_count(void)
 {
     return atomic_load(&live);

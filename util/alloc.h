@@ -89,6 +89,14 @@ size_t xmap_len(size_t n); /* bytes xtry_map(n) maps (what xunmap(p, n) unmaps) 
  * of src's block, which stops counting as live. 0, or -1 with nothing moved.
  */
 int xmap_move(void *dst, void *src, size_t len, int whole);
+/*
+ * Grow an xtry_map block *p of *n bytes (NULL/0: none yet) to `want` bytes: a new block,
+ * with the old one's pages moved under its head (xmap_move), so a scratch buffer that
+ * grows step by step through a cold run's first pass faults in and zeroes each page once
+ * instead of all of them at every step. Old contents are kept. On failure (-1, e set)
+ * *p and *n are unchanged.
+ */
+int xmap_grow(void **p, size_t *n, size_t want, struct err *e);
 
 /* Format bytes for a message as ComfyUI/torch do: "256.00 GiB", "12.50 MiB". */
 const char *alloc_fmt_bytes(char out[32], size_t bytes);

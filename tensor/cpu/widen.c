@@ -93,13 +93,16 @@ float *cpu_scratch_grow(struct cpu_scratch *s, size_t floats)
 {
     if (floats > s->cap) {
         cpu_scratch_free_at_exit();
-        scratch_free(s);
-        size_t bytes = floats * sizeof(float) + 64;
-        void *p = NULL;
+        size_t bytes = floats * sizeof(float) + 64, n = s->map;
+        void *p = s->map ? s->p : NULL;
         struct err e = {0};
-        if (bytes >= ALLOC_HUGE && xtry_map(bytes, &p, &e) == 0) {
+        /* a mapping grows with its pages moved, not faulted in again (xmap_grow) */
+        if (bytes >= ALLOC_HUGE && xmap_grow(&p, &n, bytes, &e) == 0) {
+            if (!s->map)
+                scratch_free(s); /* a heap block, or none */
             s->map = bytes;
         } else { /* small, or no mapping to be had: the heap (which aborts when it fails) */
+            scratch_free(s);
             p = xmalloc_aligned(64, bytes);
         }
         s->p = p;

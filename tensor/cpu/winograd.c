@@ -472,14 +472,12 @@ float **wino__set_bufs(struct wg_job *j, char *at, size_t per, float **stack, in
 
 char *wino__mem_get(size_t bytes)
 {
-    if (bytes > mem.cap) {
+    if (bytes > mem.cap) { /* grown with its pages moved, not faulted in again */
         cpu_scratch_free_at_exit();
-        cpu_wino_release();
-        if (xtry_map(bytes, (void **)&mem.p, NULL) < 0) {
-            mem.p = NULL;
+        void *p = mem.p;
+        if (xmap_grow(&p, &mem.cap, bytes, NULL) < 0)
             return NULL;
-        }
-        mem.cap = bytes;
+        mem.p = p;
     }
     return mem.p;
 }

@@ -1,9 +1,11 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -240,6 +242,39 @@ static void test_alloc_map(void)
     EXPECT_EQ(alloc_live_count(), live);
 }
 
+/* xmap_grow: contents kept, the old block's pages moved (its addresses unmapped, not
+ * copied and freed later), one live block throughout, nothing changed when it fails. */
+static void test_alloc_map_grow(void)
+{
+    long live = alloc_live_count();
+    long psz = sysconf(_SC_PAGESIZE);
+    unsigned char *p = NULL, vec[1];
+    size_t n = 0, sizes[2] = {3 * ALLOC_HUGE + 5, 5 * ALLOC_HUGE};
+    EXPECT_EQ(xmap_grow((void **)&p, &n, ALLOC_HUGE / 2 + 100, NULL), 0);
+    ok(p && n == ALLOC_HUGE / 2 + 100 && p[n - 1] == 0, "first grow maps %zu zeroed bytes", n);
+    p[0] = 3;
+    p[n - 1] = 4;
+    EXPECT_EQ(alloc_live_count(), live + 1);
+    for (int i = 0; i < 2; i++) {
+        unsigned char *old = p;
+        size_t was = n;
+        EXPECT_EQ(xmap_grow((void **)&p, &n, sizes[i], NULL), 0);
+        ok(p != old && n == sizes[i] && ((uintptr_t)p & (ALLOC_HUGE - 1)) == 0,
+           "grown to %zu bytes, huge-page aligned", n);
+        ok(p[0] == 3 && p[was - 1] == 4 && p[n - 1] == 0, "contents kept, the rest zeroed");
+        ok(mincore(old, (size_t)psz, vec) == -1 && errno == ENOMEM,
+           "the old block's addresses are unmapped");
+        EXPECT_EQ(alloc_live_count(), live + 1);
+        p[n - 1] = 4;
+    }
+    struct err e = {0};
+    unsigned char *keep = p;
+    EXPECT_EQ(xmap_grow((void **)&p, &n, (size_t)1 << 62, &e), ERR_DEVICE_OOM);
+    ok(p == keep && n == sizes[1] && p[0] == 3, "a failed grow leaves the block as it was");
+    xunmap(p, n);
+    EXPECT_EQ(alloc_live_count(), live);
+}
+
 /* Under RLIMIT_AS a size that would pass MemAvailable is refused before malloc. */
 static void test_alloc_rlimit(void)
 {
@@ -325,6 +360,7 @@ int main(void)
     test_alloc_try();
     test_alloc_rlimit();
     test_alloc_map();
+    test_alloc_map_grow();
     test_bytesize();
     test_pynum();
     test_clock_uuid();
