@@ -93,8 +93,9 @@ int xmap_move(void *dst, void *src, size_t len, int whole);
  * Grow an xtry_map block *p of *n bytes (NULL/0: none yet) to `want` bytes: a new block,
  * with the old one's pages moved under its head (xmap_move), so a scratch buffer that
  * grows step by step through a cold run's first pass faults in and zeroes each page once
- * instead of all of them at every step. Old contents are kept. On failure (-1, e set)
- * *p and *n are unchanged.
+ * instead of all of them at every step. The old contents are kept, unless the move fails
+ * or want is not more than *n (then the old block is unmapped and the new one starts
+ * zeroed). On failure (xtry_map's negative error, e set) *p and *n are unchanged.
  */
 int xmap_grow(void **p, size_t *n, size_t want, struct err *e);
 

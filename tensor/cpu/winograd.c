@@ -130,7 +130,9 @@ static void wt_task(void *ctx, int64_t b, int64_t e, int tid)
     float *wide = row + nxi * j->ci; /* channel o's kernels widened, when not f32 */
     for (int64_t o = b; o < e; o++) {
         const float *g = wino__w_row(j->w, j->wdt, o, 9 * j->ci, wide);
-        if (g != wide && j->m != 4) { /* f32 too: the gathers ran 5-7 % slower from memory */
+        /* f32 too for F(2,3): its gathers ran 5-7 % slower from the weight itself (F(4,3)'s,
+         * measured staged, gained nothing) */
+        if (g != wide && j->m != 4) {
             memcpy(wide, g, (size_t)(9 * j->ci) * sizeof(float));
             g = wide;
         }
